@@ -1,0 +1,149 @@
+/*
+ * aidge.h — public C API of the aidge_interop engine core.
+ *
+ * The core is plain C11 and knows nothing of Python: the CPython binding
+ * (module.c) and the C unit tests (tests/) are its two clients.
+ *
+ * Conventions
+ *   - Every fallible function returns an ai_status. On failure a message is
+ *     left in a thread-local buffer (ai_last_error()); nothing is printed and
+ *     the process is never terminated.
+ *   - Strides are counted in elements, not bytes, and may be negative or
+ *     zero. A tensor's `data` points at its element (0, ..., 0).
+ *   - Memory lives in a reference-counted ai_storage: owned (allocated here,
+ *     64-byte aligned) or borrowed (someone else's memory, with a release
+ *     callback that runs when the last tensor using it is freed).
+ */
+#ifndef AIDGE_H
+#define AIDGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum {
+    AI_OK = 0,
+    AI_ERR_VALUE,           /* bad value: shape, stride, attribute, argument */
+    AI_ERR_TYPE,            /* bad or unsupported dtype */
+    AI_ERR_NOMEM,           /* allocation failed or size overflow */
+    AI_ERR_NOT_IMPLEMENTED, /* valid but unsupported (operator, dtype, mode) */
+    AI_ERR_INDEX,           /* index out of range */
+    AI_ERR_RUNTIME,         /* anything else */
+    AI_STATUS_COUNT
+} ai_status;
+
+/* Sets the thread's error message (printf-style) and returns `status`. */
+ai_status ai_error(ai_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* The last message set on this thread ("" if none). */
+const char *ai_last_error(void);
+const char *ai_status_name(ai_status status);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum {
+    AI_F32 = 0,
+    AI_F64,
+    AI_F16,
+    AI_I8,
+    AI_U8,
+    AI_I16,
+    AI_I32,
+    AI_I64,
+    AI_BOOL,
+    AI_DTYPE_COUNT
+} ai_dtype;
+
+size_t ai_dtype_size(ai_dtype dtype);       /* 0 for an invalid dtype */
+const char *ai_dtype_name(ai_dtype dtype);  /* "float32", ...; "?" if invalid */
+/* Looks a dtype up by name ("float32", ...); AI_ERR_TYPE if unknown. */
+ai_status ai_dtype_from_name(const char *name, ai_dtype *out);
+bool ai_dtype_is_float(ai_dtype dtype);
+
+/* IEEE 754 binary16 <-> binary32, round to nearest even. */
+float ai_f16_to_f32(uint16_t h);
+uint16_t ai_f32_to_f16(float f);
+
+/* ---------------------------------------------------------------- storage */
+
+#define AI_MAX_DIMS 32
+#define AI_ALIGN 64
+
+typedef void (*ai_release_fn)(void *ctx);
+
+typedef struct ai_storage ai_storage;
+
+/* ---------------------------------------------------------------- tensor */
+
+enum { AI_TENSOR_READONLY = 1 };
+
+typedef struct ai_tensor {
+    ai_dtype dtype;
+    int ndim;
+    int flags;                     /* AI_TENSOR_READONLY */
+    int64_t shape[AI_MAX_DIMS];
+    int64_t strides[AI_MAX_DIMS];  /* in elements */
+    void *data;                    /* element (0, ..., 0); NULL if empty */
+    ai_storage *storage;           /* shared, reference-counted */
+} ai_tensor;
+
+/* A new contiguous tensor owning zero-filled memory. */
+ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
+                        const int64_t *shape);
+
+/*
+ * A tensor over memory the caller owns. `strides` may be NULL (contiguous).
+ * `release(ctx)` runs exactly once, when the last tensor sharing this memory
+ * is freed — also when this call fails. `release` may be NULL.
+ * Validates dtype, rank, shape (>= 0, no overflow) and, unless
+ * `allow_overlap`, that no two indices address the same element.
+ */
+ai_status ai_tensor_borrow(ai_tensor **out, void *data, ai_dtype dtype,
+                           int ndim, const int64_t *shape,
+                           const int64_t *strides, int flags,
+                           bool allow_overlap, ai_release_fn release,
+                           void *ctx);
+
+/* A new tensor sharing `src`'s storage (same shape, strides and data). */
+ai_status ai_tensor_share(ai_tensor **out, const ai_tensor *src);
+
+/* A new contiguous tensor owning a copy of `src`'s values. */
+ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src);
+
+/* Copies values between tensors of equal shape, converting dtypes. */
+ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src);
+
+void ai_tensor_free(ai_tensor *t); /* NULL is a no-op */
+
+int64_t ai_tensor_numel(const ai_tensor *t);
+size_t ai_tensor_nbytes(const ai_tensor *t); /* numel * itemsize */
+bool ai_tensor_is_contiguous(const ai_tensor *t);
+/* True when two different indices can address the same element. */
+bool ai_tensor_overlaps(const ai_tensor *t);
+/* Value of the element at flat (row-major) position i, as a double. */
+double ai_tensor_get_flat(const ai_tensor *t, int64_t i);
+
+/* Checks shape/strides and returns numel; AI_ERR_VALUE / AI_ERR_NOMEM. */
+ai_status ai_shape_check(int ndim, const int64_t *shape, size_t itemsize,
+                         int64_t *numel_out);
+/* Row-major strides (in elements) for `shape`. */
+void ai_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* Diagnostics: live tensors and bytes of owned storage in this process. */
+int64_t ai_debug_live_tensors(void);
+int64_t ai_debug_live_storages(void);
+int64_t ai_debug_owned_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* AIDGE_H */

@@ -1,0 +1,543 @@
+/*
+ * tensor.c — strided, typed tensors over reference-counted storage.
+ *
+ * A tensor is a view: dtype, shape, element strides and a pointer to its
+ * first element, plus a reference to the storage that owns (or borrows) the
+ * memory. Several tensors may share one storage; the memory goes away with
+ * the last of them.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aidge.h"
+
+/* ---------------------------------------------------------------- dtypes */
+
+static const struct {
+    const char *name;
+    size_t size;
+    bool is_float;
+} dtype_info[] = {
+    [AI_F32] = {"float32", 4, true},  [AI_F64] = {"float64", 8, true},
+    [AI_F16] = {"float16", 2, true},  [AI_I8] = {"int8", 1, false},
+    [AI_U8] = {"uint8", 1, false},    [AI_I16] = {"int16", 2, false},
+    [AI_I32] = {"int32", 4, false},   [AI_I64] = {"int64", 8, false},
+    [AI_BOOL] = {"bool", 1, false},
+};
+_Static_assert(sizeof dtype_info / sizeof dtype_info[0] == AI_DTYPE_COUNT,
+               "one entry per dtype");
+
+static bool dtype_valid(ai_dtype dt) { return (unsigned)dt < AI_DTYPE_COUNT; }
+
+size_t ai_dtype_size(ai_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].size : 0; }
+
+const char *ai_dtype_name(ai_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].name : "?"; }
+
+bool ai_dtype_is_float(ai_dtype dt) { return dtype_valid(dt) && dtype_info[dt].is_float; }
+
+ai_status ai_dtype_from_name(const char *name, ai_dtype *out)
+{
+    for (int i = 0; i < AI_DTYPE_COUNT; i++) {
+        if (strcmp(name, dtype_info[i].name) == 0) {
+            *out = (ai_dtype)i;
+            return AI_OK;
+        }
+    }
+    return ai_error(AI_ERR_TYPE, "unknown dtype '%s'", name);
+}
+
+/* ---------------------------------------------------------------- float16 */
+
+float ai_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            uint32_t e = 0;
+            while (!(mant & 0x400u)) {
+                mant <<= 1;
+                e++;
+            }
+            bits = sign | ((127u - 14u - e) << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t ai_f32_to_f16(float f)
+{
+    const uint32_t f32_inf = 255u << 23;
+    const uint32_t f16_overflow = (127u + 16u) << 23; /* 2^16 */
+    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    uint16_t o;
+    if (x >= f16_overflow) {
+        o = x > f32_inf ? 0x7e00u : 0x7c00u; /* NaN stays NaN, else inf */
+    } else if (x < (113u << 23)) {
+        /* result is subnormal or zero: let the FPU round, adding a magic
+         * number that aligns the half's last mantissa bit with the float's */
+        float fx, magic;
+        memcpy(&fx, &x, sizeof fx);
+        memcpy(&magic, &magic_bits, sizeof magic);
+        fx += magic;
+        uint32_t r;
+        memcpy(&r, &fx, sizeof r);
+        o = (uint16_t)(r - magic_bits);
+    } else {
+        uint32_t mant_odd = (x >> 13) & 1u;
+        x += ((uint32_t)(15 - 127) << 23) + 0xfffu; /* rebias, round half */
+        x += mant_odd;                              /* ... to even */
+        o = (uint16_t)(x >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+/* ---------------------------------------------------------------- storage */
+
+struct ai_storage {
+    void *ptr;
+    size_t nbytes;
+    atomic_long refcount;
+    bool owned;
+    ai_release_fn release;
+    void *ctx;
+};
+
+static atomic_llong live_tensors, live_storages, owned_bytes;
+
+int64_t ai_debug_live_tensors(void) { return (int64_t)atomic_load(&live_tensors); }
+int64_t ai_debug_live_storages(void) { return (int64_t)atomic_load(&live_storages); }
+int64_t ai_debug_owned_bytes(void) { return (int64_t)atomic_load(&owned_bytes); }
+
+static ai_storage *storage_new_owned(size_t nbytes)
+{
+    ai_storage *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    if (nbytes > 0) {
+        size_t rounded = (nbytes + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+        s->ptr = aligned_alloc(AI_ALIGN, rounded);
+        if (!s->ptr) {
+            free(s);
+            return NULL;
+        }
+        memset(s->ptr, 0, rounded);
+    }
+    s->nbytes = nbytes;
+    s->owned = true;
+    atomic_init(&s->refcount, 1);
+    atomic_fetch_add(&live_storages, 1);
+    atomic_fetch_add(&owned_bytes, (long long)nbytes);
+    return s;
+}
+
+static void storage_decref(ai_storage *s)
+{
+    if (!s || atomic_fetch_sub(&s->refcount, 1) != 1)
+        return;
+    if (s->owned) {
+        free(s->ptr);
+        atomic_fetch_sub(&owned_bytes, (long long)s->nbytes);
+    } else if (s->release) {
+        s->release(s->ctx);
+    }
+    atomic_fetch_sub(&live_storages, 1);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+ai_status ai_shape_check(int ndim, const int64_t *shape, size_t itemsize,
+                         int64_t *numel_out)
+{
+    if (ndim < 0 || ndim > AI_MAX_DIMS)
+        return ai_error(AI_ERR_VALUE, "rank %d is out of range (0 to %d)", ndim,
+                        AI_MAX_DIMS);
+    int64_t numel = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return ai_error(AI_ERR_VALUE, "dimension %d is negative (%lld)", i,
+                            (long long)shape[i]);
+        if (shape[i] == 0)
+            empty = true;
+    }
+    /* the product of the non-zero dimensions must fit, empty or not, so that
+     * no later computation on this shape can overflow */
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0)
+            continue;
+        if (numel > INT64_MAX / shape[i])
+            return ai_error(AI_ERR_NOMEM, "shape has more than 2^63 elements");
+        numel *= shape[i];
+    }
+    if (itemsize && (uint64_t)numel > (uint64_t)PTRDIFF_MAX / itemsize)
+        return ai_error(AI_ERR_NOMEM, "shape needs more than %lld bytes",
+                        (long long)PTRDIFF_MAX);
+    *numel_out = empty ? 0 : numel;
+    return AI_OK;
+}
+
+void ai_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+int64_t ai_tensor_numel(const ai_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+size_t ai_tensor_nbytes(const ai_tensor *t)
+{
+    return (size_t)ai_tensor_numel(t) * ai_dtype_size(t->dtype);
+}
+
+bool ai_tensor_is_contiguous(const ai_tensor *t)
+{
+    int64_t expected = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0)
+            return true;
+        if (t->shape[i] != 1 && t->strides[i] != expected)
+            return false;
+        expected *= t->shape[i];
+    }
+    return true;
+}
+
+static int64_t abs64(int64_t v) { return v < 0 ? -v : v; }
+
+bool ai_tensor_overlaps(const ai_tensor *t)
+{
+    /* Sufficient test: sorted by |stride|, each stride must step over the
+     * whole span of the smaller ones. Layouts that interleave without
+     * overlapping are reported too; none is produced by numpy or torch. */
+    int idx[AI_MAX_DIMS], n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0)
+            return false;
+        if (t->shape[i] > 1)
+            idx[n++] = i;
+    }
+    for (int i = 1; i < n; i++) { /* insertion sort by |stride| */
+        int k = idx[i], j = i - 1;
+        while (j >= 0 && abs64(t->strides[idx[j]]) > abs64(t->strides[k])) {
+            idx[j + 1] = idx[j];
+            j--;
+        }
+        idx[j + 1] = k;
+    }
+    int64_t span = 1; /* elements covered by the dimensions so far */
+    for (int i = 0; i < n; i++) {
+        int64_t st = abs64(t->strides[idx[i]]);
+        if (st < span)
+            return true;
+        span = st * (t->shape[idx[i]] - 1) + span;
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static ai_tensor *tensor_alloc(void)
+{
+    ai_tensor *t = calloc(1, sizeof *t);
+    if (t)
+        atomic_fetch_add(&live_tensors, 1);
+    return t;
+}
+
+void ai_tensor_free(ai_tensor *t)
+{
+    if (!t)
+        return;
+    storage_decref(t->storage);
+    atomic_fetch_sub(&live_tensors, 1);
+    free(t);
+}
+
+ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
+                        const int64_t *shape)
+{
+    *out = NULL;
+    if (!dtype_valid(dtype))
+        return ai_error(AI_ERR_TYPE, "invalid dtype %d", (int)dtype);
+    int64_t numel;
+    ai_status st = ai_shape_check(ndim, shape, ai_dtype_size(dtype), &numel);
+    if (st)
+        return st;
+    ai_tensor *t = tensor_alloc();
+    if (!t)
+        return ai_error(AI_ERR_NOMEM, "out of memory for a tensor header");
+    t->storage = storage_new_owned((size_t)numel * ai_dtype_size(dtype));
+    if (!t->storage) {
+        ai_tensor_free(t);
+        return ai_error(AI_ERR_NOMEM, "out of memory allocating %lld bytes",
+                        (long long)numel * (long long)ai_dtype_size(dtype));
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    if (ndim > 0)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    ai_contiguous_strides(ndim, shape, t->strides);
+    t->data = t->storage->ptr;
+    *out = t;
+    return AI_OK;
+}
+
+ai_status ai_tensor_borrow(ai_tensor **out, void *data, ai_dtype dtype,
+                           int ndim, const int64_t *shape,
+                           const int64_t *strides, int flags,
+                           bool allow_overlap, ai_release_fn release,
+                           void *ctx)
+{
+    *out = NULL;
+    ai_status st = AI_OK;
+    int64_t numel = 0;
+    ai_tensor *t = NULL;
+    ai_storage *s = NULL;
+
+    if (!dtype_valid(dtype)) {
+        st = ai_error(AI_ERR_TYPE, "invalid dtype %d", (int)dtype);
+        goto error;
+    }
+    if ((st = ai_shape_check(ndim, shape, ai_dtype_size(dtype), &numel)))
+        goto error;
+    if (numel > 0 && !data) {
+        st = ai_error(AI_ERR_VALUE, "NULL data for a non-empty tensor");
+        goto error;
+    }
+    if (!(t = tensor_alloc()) || !(s = calloc(1, sizeof *s))) {
+        st = ai_error(AI_ERR_NOMEM, "out of memory for a tensor header");
+        goto error;
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->flags = flags & AI_TENSOR_READONLY;
+    if (ndim > 0)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (strides) {
+        /* the byte span must be addressable: |stride| * (dim - 1) summed */
+        int64_t span = 0;
+        for (int i = 0; i < ndim && numel > 0; i++) {
+            int64_t a = abs64(strides[i]);
+            if (strides[i] == INT64_MIN ||
+                (shape[i] > 1 && a > (INT64_MAX - span) / (shape[i] - 1))) {
+                st = ai_error(AI_ERR_VALUE, "stride %lld of dimension %d overflows",
+                              (long long)strides[i], i);
+                goto error;
+            }
+            span += a * (shape[i] - 1);
+        }
+        if (numel > 0 && (uint64_t)span > (uint64_t)PTRDIFF_MAX / ai_dtype_size(dtype)) {
+            st = ai_error(AI_ERR_VALUE, "strides span more than the address space");
+            goto error;
+        }
+        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    } else {
+        ai_contiguous_strides(ndim, shape, t->strides);
+    }
+    if (!allow_overlap && ai_tensor_overlaps(t)) {
+        st = ai_error(AI_ERR_VALUE,
+                      "strides address some elements more than once "
+                      "(overlapping memory, e.g. a broadcast or expanded view)");
+        goto error;
+    }
+    s->ptr = data;
+    s->owned = false;
+    s->release = release;
+    s->ctx = ctx;
+    atomic_init(&s->refcount, 1);
+    atomic_fetch_add(&live_storages, 1);
+    t->storage = s;
+    t->data = numel > 0 ? data : NULL;
+    *out = t;
+    return AI_OK;
+
+error:
+    free(s);
+    if (t)
+        ai_tensor_free(t);
+    if (release)
+        release(ctx);
+    return st;
+}
+
+ai_status ai_tensor_share(ai_tensor **out, const ai_tensor *src)
+{
+    ai_tensor *t = tensor_alloc();
+    *out = NULL;
+    if (!t)
+        return ai_error(AI_ERR_NOMEM, "out of memory for a tensor header");
+    *t = *src;
+    atomic_fetch_add(&src->storage->refcount, 1);
+    *out = t;
+    return AI_OK;
+}
+
+ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src)
+{
+    ai_status st = ai_tensor_new(out, src->dtype, src->ndim, src->shape);
+    if (st)
+        return st;
+    if ((st = ai_tensor_copy(*out, src))) {
+        ai_tensor_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- copy */
+
+static double load_f(const char *p, ai_dtype dt)
+{
+    switch (dt) {
+    case AI_F32: { float v; memcpy(&v, p, 4); return v; }
+    case AI_F64: { double v; memcpy(&v, p, 8); return v; }
+    case AI_F16: { uint16_t v; memcpy(&v, p, 2); return ai_f16_to_f32(v); }
+    case AI_I8: return *(const int8_t *)p;
+    case AI_U8: return *(const uint8_t *)p;
+    case AI_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case AI_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case AI_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case AI_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+static int64_t load_i(const char *p, ai_dtype dt)
+{
+    switch (dt) {
+    case AI_I8: return *(const int8_t *)p;
+    case AI_U8: return *(const uint8_t *)p;
+    case AI_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case AI_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case AI_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case AI_BOOL: return *(const uint8_t *)p != 0;
+    default: return 0;
+    }
+}
+
+/* float -> integer without undefined behaviour: NaN gives 0, out-of-range
+ * values saturate (C leaves both undefined; numpy and torch differ). */
+static int64_t f_to_i64(double v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 9223372036854775807.0)
+        return INT64_MAX;
+    if (v <= -9223372036854775808.0)
+        return INT64_MIN;
+    return (int64_t)v;
+}
+
+static void store_i(char *p, ai_dtype dt, int64_t v)
+{
+    /* integer narrowing wraps modulo 2^bits, as numpy and torch do */
+    switch (dt) {
+    case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case AI_F64: { double d = (double)v; memcpy(p, &d, 8); break; }
+    case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case AI_I8: *(int8_t *)p = (int8_t)(uint8_t)(uint64_t)v; break;
+    case AI_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+    case AI_I16: { int16_t w = (int16_t)(uint16_t)(uint64_t)v; memcpy(p, &w, 2); break; }
+    case AI_I32: { int32_t w = (int32_t)(uint32_t)(uint64_t)v; memcpy(p, &w, 4); break; }
+    case AI_I64: memcpy(p, &v, 8); break;
+    case AI_BOOL: *(uint8_t *)p = v != 0; break;
+    default: break;
+    }
+}
+
+static void store_f(char *p, ai_dtype dt, double v)
+{
+    switch (dt) {
+    case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
+    case AI_F64: memcpy(p, &v, 8); break;
+    case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case AI_BOOL: *(uint8_t *)p = v != 0; break;
+    default: store_i(p, dt, f_to_i64(v)); break;
+    }
+}
+
+double ai_tensor_get_flat(const ai_tensor *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->strides[d];
+        i /= t->shape[d];
+    }
+    return load_f((const char *)t->data + off * (int64_t)ai_dtype_size(t->dtype),
+                  t->dtype);
+}
+
+ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
+{
+    if (dst->ndim != src->ndim)
+        return ai_error(AI_ERR_VALUE, "copy between ranks %d and %d", src->ndim,
+                        dst->ndim);
+    for (int i = 0; i < src->ndim; i++)
+        if (dst->shape[i] != src->shape[i])
+            return ai_error(AI_ERR_VALUE,
+                            "copy between shapes that differ in dimension %d "
+                            "(%lld vs %lld)", i, (long long)src->shape[i],
+                            (long long)dst->shape[i]);
+    if (dst->flags & AI_TENSOR_READONLY)
+        return ai_error(AI_ERR_VALUE, "copy into a read-only tensor");
+    int64_t n = ai_tensor_numel(src);
+    if (n == 0)
+        return AI_OK;
+    const int64_t ss = (int64_t)ai_dtype_size(src->dtype);
+    const int64_t ds = (int64_t)ai_dtype_size(dst->dtype);
+    if (src->dtype == dst->dtype && ai_tensor_is_contiguous(src) &&
+        ai_tensor_is_contiguous(dst)) {
+        memmove(dst->data, src->data, (size_t)(n * ss));
+        return AI_OK;
+    }
+    const bool same = src->dtype == dst->dtype;
+    const bool int_src = !ai_dtype_is_float(src->dtype);
+    const int nd = src->ndim;
+    int64_t idx[AI_MAX_DIMS] = {0};
+    const char *sp = src->data;
+    char *dp = dst->data;
+    for (int64_t k = 0; k < n; k++) {
+        if (same)
+            memcpy(dp, sp, (size_t)ss);
+        else if (int_src)
+            store_i(dp, dst->dtype, load_i(sp, src->dtype));
+        else
+            store_f(dp, dst->dtype, load_f(sp, src->dtype));
+        for (int d = nd - 1; d >= 0; d--) {
+            sp += src->strides[d] * ss;
+            dp += dst->strides[d] * ds;
+            if (++idx[d] < src->shape[d])
+                break;
+            sp -= src->strides[d] * ss * src->shape[d];
+            dp -= dst->strides[d] * ds * dst->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return AI_OK;
+}

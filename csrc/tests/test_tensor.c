@@ -1,0 +1,221 @@
+/* test_tensor.c — tensors, storage lifetime, strides, dtype conversion. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../aidge.h"
+#include "ctest.h"
+
+TEST(new_is_zeroed_contiguous_and_aligned)
+{
+    int64_t shape[] = {2, 3, 4};
+    ai_tensor *t;
+    CHECK_OK(ai_tensor_new(&t, AI_F32, 3, shape));
+    CHECK(ai_tensor_numel(t) == 24);
+    CHECK(ai_tensor_nbytes(t) == 96);
+    CHECK(t->strides[0] == 12 && t->strides[1] == 4 && t->strides[2] == 1);
+    CHECK(ai_tensor_is_contiguous(t));
+    CHECK(((uintptr_t)t->data % AI_ALIGN) == 0);
+    const float *f = t->data;
+    for (int i = 0; i < 24; i++)
+        CHECK(f[i] == 0.0f);
+    ai_tensor_free(t);
+}
+
+TEST(scalar_and_empty)
+{
+    ai_tensor *s, *e;
+    CHECK_OK(ai_tensor_new(&s, AI_F64, 0, NULL));
+    CHECK(ai_tensor_numel(s) == 1);
+    CHECK(ai_tensor_is_contiguous(s));
+    *(double *)s->data = 2.5;
+    CHECK(ai_tensor_get_flat(s, 0) == 2.5);
+    int64_t shape[] = {3, 0, 5};
+    CHECK_OK(ai_tensor_new(&e, AI_I64, 3, shape));
+    CHECK(ai_tensor_numel(e) == 0);
+    CHECK(ai_tensor_nbytes(e) == 0);
+    CHECK(!ai_tensor_overlaps(e));
+    ai_tensor *c;
+    CHECK_OK(ai_tensor_clone(&c, e));
+    CHECK(c->ndim == 3 && c->shape[1] == 0);
+    ai_tensor_free(c);
+    ai_tensor_free(s);
+    ai_tensor_free(e);
+}
+
+TEST(bad_shapes_are_errors)
+{
+    ai_tensor *t = (ai_tensor *)1;
+    int64_t neg[] = {2, -1};
+    CHECK(ai_tensor_new(&t, AI_F32, 2, neg) == AI_ERR_VALUE);
+    CHECK(t == NULL);
+    CHECK(strstr(ai_last_error(), "negative") != NULL);
+    int64_t huge[] = {INT64_C(1) << 40, INT64_C(1) << 40};
+    CHECK(ai_tensor_new(&t, AI_F32, 2, huge) == AI_ERR_NOMEM);
+    int64_t big[] = {INT64_C(1) << 61};
+    CHECK(ai_tensor_new(&t, AI_F64, 1, big) == AI_ERR_NOMEM);
+    int64_t one[] = {1};
+    CHECK(ai_tensor_new(&t, AI_F32, AI_MAX_DIMS + 1, one) == AI_ERR_VALUE);
+    CHECK(ai_tensor_new(&t, (ai_dtype)99, 1, one) == AI_ERR_TYPE);
+    ai_dtype dt;
+    CHECK(ai_dtype_from_name("complex64", &dt) == AI_ERR_TYPE);
+    CHECK_OK(ai_dtype_from_name("int16", &dt));
+    CHECK(dt == AI_I16);
+}
+
+static int released;
+static void count_release(void *ctx) { released += *(int *)ctx; }
+
+TEST(borrow_releases_once_after_last_share)
+{
+    float buf[6] = {0, 1, 2, 3, 4, 5};
+    int64_t shape[] = {2, 3};
+    int one = 1;
+    released = 0;
+    ai_tensor *a, *b;
+    CHECK_OK(ai_tensor_borrow(&a, buf, AI_F32, 2, shape, NULL, 0, false,
+                              count_release, &one));
+    CHECK(a->data == buf);
+    CHECK_OK(ai_tensor_share(&b, a));
+    ai_tensor_free(a);
+    CHECK(released == 0);
+    CHECK(ai_tensor_get_flat(b, 4) == 4.0);
+    ai_tensor_free(b);
+    CHECK(released == 1);
+}
+
+TEST(borrow_failure_still_releases)
+{
+    float buf[4];
+    int64_t shape[] = {2, 2}, strides[] = {0, 1};
+    int one = 1;
+    released = 0;
+    ai_tensor *a;
+    CHECK(ai_tensor_borrow(&a, buf, AI_F32, 2, shape, strides, 0, false,
+                           count_release, &one) == AI_ERR_VALUE);
+    CHECK(released == 1);
+    CHECK(strstr(ai_last_error(), "more than once") != NULL);
+    /* the same view is accepted when overlap is allowed (read-only broadcast) */
+    CHECK_OK(ai_tensor_borrow(&a, buf, AI_F32, 2, shape, strides,
+                              AI_TENSOR_READONLY, true, count_release, &one));
+    ai_tensor_free(a);
+    CHECK(released == 2);
+}
+
+TEST(overlap_detection)
+{
+    ai_tensor t = {.dtype = AI_F32, .ndim = 2, .shape = {3, 4}};
+    int64_t cases[][2] = {{4, 1}, {1, 3}, {-4, 1}, {4, -1}, {8, 2}};
+    for (int i = 0; i < 5; i++) {
+        t.strides[0] = cases[i][0];
+        t.strides[1] = cases[i][1];
+        CHECK(!ai_tensor_overlaps(&t));
+    }
+    int64_t bad[][2] = {{0, 1}, {2, 1}, {1, 1}, {3, 0}};
+    for (int i = 0; i < 4; i++) {
+        t.strides[0] = bad[i][0];
+        t.strides[1] = bad[i][1];
+        CHECK(ai_tensor_overlaps(&t));
+    }
+    t.shape[0] = 1; /* a stride of a size-1 dimension never matters */
+    t.strides[0] = 0;
+    t.strides[1] = 1;
+    CHECK(!ai_tensor_overlaps(&t));
+}
+
+TEST(strided_copy_negative_and_transposed)
+{
+    /* a 3x4 matrix viewed with rows reversed, then transposed */
+    float buf[12];
+    for (int i = 0; i < 12; i++)
+        buf[i] = (float)i;
+    int64_t shape[] = {4, 3}, strides[] = {1, -4};
+    ai_tensor *v, *c;
+    CHECK_OK(ai_tensor_borrow(&v, buf + 8, AI_F32, 2, shape, strides, 0, false,
+                              NULL, NULL));
+    CHECK(!ai_tensor_is_contiguous(v));
+    CHECK_OK(ai_tensor_clone(&c, v));
+    CHECK(ai_tensor_is_contiguous(c));
+    const float *o = c->data;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            CHECK(o[i * 3 + j] == buf[(2 - j) * 4 + i]);
+    ai_tensor_free(v);
+    ai_tensor_free(c);
+}
+
+TEST(dtype_conversion)
+{
+    double src[] = {-1.5, 0.0, 2.75, 300.0, -200.0, 1e30, NAN};
+    int64_t shape[] = {7};
+    ai_tensor *s, *i8, *f16, *b;
+    CHECK_OK(ai_tensor_borrow(&s, src, AI_F64, 1, shape, NULL, 0, false, NULL, NULL));
+    CHECK_OK(ai_tensor_new(&i8, AI_I32, 1, shape));
+    CHECK_OK(ai_tensor_copy(i8, s));
+    const int32_t *iv = i8->data;
+    CHECK(iv[0] == -1 && iv[1] == 0 && iv[2] == 2 && iv[3] == 300);
+    CHECK(iv[4] == -200 && iv[6] == 0); /* NaN -> 0, never UB */
+    CHECK_OK(ai_tensor_new(&f16, AI_F16, 1, shape));
+    CHECK_OK(ai_tensor_copy(f16, s));
+    CHECK(ai_tensor_get_flat(f16, 2) == 2.75);
+    CHECK(ai_tensor_get_flat(f16, 5) == INFINITY);
+    CHECK(isnan(ai_tensor_get_flat(f16, 6)));
+    CHECK_OK(ai_tensor_new(&b, AI_BOOL, 1, shape));
+    CHECK_OK(ai_tensor_copy(b, s));
+    const uint8_t *bv = b->data;
+    CHECK(bv[0] == 1 && bv[1] == 0 && bv[2] == 1);
+    ai_tensor_free(s);
+    ai_tensor_free(i8);
+    ai_tensor_free(f16);
+    ai_tensor_free(b);
+}
+
+TEST(f16_round_trip_exhaustive)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ai_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        CHECK(ai_f32_to_f16(f) == h);
+    }
+    CHECK(ai_f16_to_f32(0x3c00) == 1.0f);
+    CHECK(ai_f16_to_f32(0x0001) == 5.9604644775390625e-08f); /* 2^-24 */
+    CHECK(ai_f16_to_f32(0x7bff) == 65504.0f);
+    CHECK(ai_f32_to_f16(65519.0f) == 0x7bff);   /* rounds down */
+    CHECK(ai_f32_to_f16(65520.0f) == 0x7c00);   /* ties to even -> inf */
+    CHECK(ai_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00); /* tie -> even */
+    CHECK(ai_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
+    CHECK(ai_f32_to_f16(2.9802322387695312e-08f) == 0x0000); /* 2^-25 tie */
+    CHECK(ai_f32_to_f16(-0.0f) == 0x8000);
+}
+
+TEST(live_counters_return_to_zero)
+{
+    int64_t t0 = ai_debug_live_tensors(), s0 = ai_debug_live_storages();
+    int64_t b0 = ai_debug_owned_bytes();
+    int64_t shape[] = {1000};
+    ai_tensor *a, *b;
+    CHECK_OK(ai_tensor_new(&a, AI_F64, 1, shape));
+    CHECK(ai_debug_owned_bytes() - b0 == 8000);
+    CHECK_OK(ai_tensor_share(&b, a));
+    CHECK(ai_debug_live_tensors() - t0 == 2);
+    CHECK(ai_debug_live_storages() - s0 == 1);
+    ai_tensor_free(a);
+    ai_tensor_free(b);
+    CHECK(ai_debug_live_tensors() == t0);
+    CHECK(ai_debug_live_storages() == s0);
+    CHECK(ai_debug_owned_bytes() == b0);
+}
+
+const ctest_case tensor_cases[] = {
+    CASE(new_is_zeroed_contiguous_and_aligned),
+    CASE(scalar_and_empty),
+    CASE(bad_shapes_are_errors),
+    CASE(borrow_releases_once_after_last_share),
+    CASE(borrow_failure_still_releases),
+    CASE(overlap_detection),
+    CASE(strided_copy_negative_and_transposed),
+    CASE(dtype_conversion),
+    CASE(f16_round_trip_exhaustive),
+    CASE(live_counters_return_to_zero),
+    {NULL, NULL},
+};

@@ -1,0 +1,47 @@
+"""Build of the C extension aidge_interop._C (metadata lives in pyproject.toml).
+
+Environment switches:
+  AIDGE_INTEROP_WERROR=1    warnings are errors (also when CI is set)
+  AIDGE_INTEROP_SANITIZE=1  AddressSanitizer + UndefinedBehaviorSanitizer build
+                            (run Python with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
+  AIDGE_INTEROP_DEBUG=1     -O0 -g3
+"""
+import os
+from glob import glob
+
+import numpy
+from setuptools import Extension, setup
+
+
+def _flag(name):
+    return os.environ.get(name, "").lower() not in ("", "0", "false", "no")
+
+
+compile_args = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"]
+link_args = []
+if _flag("AIDGE_INTEROP_WERROR") or _flag("CI"):
+    compile_args.append("-Werror")
+if _flag("AIDGE_INTEROP_DEBUG"):
+    compile_args += ["-O0", "-g3"]
+else:
+    compile_args += ["-O3", "-g0"]
+if _flag("AIDGE_INTEROP_SANITIZE"):
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    compile_args += san
+    link_args += san
+
+sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c"))
+
+setup(
+    ext_modules=[
+        Extension(
+            "aidge_interop._C",
+            sources=sources,
+            include_dirs=["csrc", numpy.get_include()],
+            depends=sorted(glob("csrc/*.h") + glob("csrc/ops/*.h")),
+            extra_compile_args=compile_args,
+            extra_link_args=link_args,
+            libraries=["m"],
+        )
+    ],
+)
