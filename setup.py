@@ -5,6 +5,7 @@ Environment switches:
   AIDGE_INTEROP_SANITIZE=1  AddressSanitizer + UndefinedBehaviorSanitizer build
                             (run Python with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
   AIDGE_INTEROP_DEBUG=1     -O0 -g3
+  AIDGE_INTEROP_NO_BLAS=1   portable reference GEMM instead of OpenBLAS
 """
 import os
 from glob import glob
@@ -30,18 +31,33 @@ if _flag("AIDGE_INTEROP_SANITIZE"):
     compile_args += san
     link_args += san
 
-sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c"))
+sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c") + glob("csrc/kernels/*.c"))
+
+# GEMM library: OpenBLAS from the scipy-openblas32 wheel (a build and runtime
+# dependency; aidge_interop/__init__.py loads it before the extension).
+include_dirs = ["csrc", numpy.get_include()]
+define_macros = []
+library_dirs = []
+libraries = ["m"]
+if not _flag("AIDGE_INTEROP_NO_BLAS"):
+    import scipy_openblas32
+
+    define_macros.append(("AI_HAVE_OPENBLAS", "1"))
+    library_dirs.append(scipy_openblas32.get_lib_dir())
+    libraries.insert(0, scipy_openblas32.get_library())
 
 setup(
     ext_modules=[
         Extension(
             "aidge_interop._C",
             sources=sources,
-            include_dirs=["csrc", numpy.get_include()],
-            depends=sorted(glob("csrc/*.h") + glob("csrc/ops/*.h")),
+            include_dirs=include_dirs,
+            define_macros=define_macros,
+            library_dirs=library_dirs,
+            libraries=libraries,
+            depends=sorted(glob("csrc/*.h") + glob("csrc/ops/*.h") + glob("csrc/kernels/*.h")),
             extra_compile_args=compile_args,
             extra_link_args=link_args,
-            libraries=["m"],
         )
     ],
 )

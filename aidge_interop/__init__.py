@@ -4,6 +4,26 @@ The core is a C11 engine (``aidge_interop._C``); this package is its thin
 Python face: tensors and their conversion from and to torch and NumPy
 (:mod:`aidge_interop.tensor_converter`).
 """
+
+
+def _load_gemm_library():
+    """Loads OpenBLAS (scipy-openblas32 wheel) so that _C's link to it resolves."""
+    try:
+        import scipy_openblas32
+    except ImportError:  # an AIDGE_INTEROP_NO_BLAS build needs none
+        return
+    import ctypes
+    import os
+
+    libdir = scipy_openblas32.get_lib_dir()
+    for name in sorted(os.listdir(libdir)):
+        if name.startswith("libscipy_openblas") and (".so" in name or name.endswith(".dylib")):
+            ctypes.CDLL(os.path.join(libdir, name), mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+_load_gemm_library()
+
 try:
     from . import _C
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -16,7 +36,27 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
+from .graph import Graph
+from .onnx_import import load_onnx
 
 __version__ = "0.1.0"
 
-__all__ = ["DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "__version__"]
+
+def supported_operators() -> dict[str, dict]:
+    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``."""
+    return {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by the engine's GEMM library."""
+    _C.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    return _C.get_num_threads()
+
+
+__all__ = [
+    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx",
+    "supported_operators", "set_num_threads", "get_num_threads", "__version__",
+]

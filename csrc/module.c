@@ -16,15 +16,19 @@
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "aidge.h"
 #include "dlpack.h"
+#include "graph.h"
+#include "kernels/gemm.h"
 
 /* ------------------------------------------------------------ state */
 
 typedef struct {
     PyTypeObject *tensor_type;
+    PyTypeObject *graph_type;
 } module_state;
 
 static struct PyModuleDef aidge_module;
@@ -987,6 +991,743 @@ static PyType_Spec Tensor_spec = {
     .slots = Tensor_slots,
 };
 
+/* ------------------------------------------------------------ graph object */
+
+typedef struct {
+    PyObject_HEAD
+    ai_graph *g;
+    PyTypeObject *tensor_type; /* strong reference */
+    atomic_int busy;           /* one call at a time on a graph */
+} GraphObject;
+
+static int graph_enter(GraphObject *self)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&self->busy, &expected, 1)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this graph is being used by another thread; a graph runs one "
+                        "call at a time (use one graph per thread)");
+        return -1;
+    }
+    return 0;
+}
+
+static void graph_leave(GraphObject *self) { atomic_store(&self->busy, 0); }
+
+static PyObject *Graph_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Graph", kwlist))
+        return NULL;
+    PyObject *m = PyType_GetModuleByDef(tp, &aidge_module);
+    if (!m)
+        return NULL;
+    GraphObject *self = (GraphObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    module_state *st = PyModule_GetState(m);
+    self->tensor_type = (PyTypeObject *)Py_NewRef(st->tensor_type);
+    atomic_init(&self->busy, 0);
+    ai_status s = ai_graph_new(&self->g);
+    if (s) {
+        Py_DECREF(self);
+        return raise_status(s);
+    }
+    return (PyObject *)self;
+}
+
+static int Graph_traverse(GraphObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tensor_type);
+    return 0;
+}
+
+static void Graph_dealloc(GraphObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ai_graph_free(self->g);
+    Py_CLEAR(self->tensor_type);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int is_tensor(GraphObject *self, PyObject *o)
+{
+    return PyObject_TypeCheck(o, self->tensor_type);
+}
+
+/* A Python sequence of str -> C array of borrowed UTF-8 pointers. */
+static int str_list(PyObject *seq_obj, const char *what, PyObject **keep, const char **out,
+                    int *n)
+{
+    PyObject *seq = PySequence_Fast(seq_obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    if (len > AI_MAX_IO) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: %zd names; at most %d", what, len, AI_MAX_IO);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(o) || !(out[i] = PyUnicode_AsUTF8(o))) {
+            Py_DECREF(seq);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s must hold str, not %.100s", what,
+                             Py_TYPE(o)->tp_name);
+            return -1;
+        }
+    }
+    *keep = seq;
+    *n = (int)len;
+    return 0;
+}
+
+static PyObject *Graph_add_input(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    ai_dtype dt;
+    if (!PyArg_ParseTuple(args, "sO&:add_input", &name, dtype_converter, &dt))
+        return NULL;
+    ai_status st = ai_graph_add_input(self->g, name, dt);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_add_initializer(GraphObject *self, PyObject *args)
+{
+    const char *name, *kind_s;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "sOs:add_initializer", &name, &t, &kind_s))
+        return NULL;
+    if (!is_tensor(self, t))
+        return PyErr_Format(PyExc_TypeError, "initializer '%s' must be a Tensor", name);
+    ai_value_kind kind;
+    if (!strcmp(kind_s, "param"))
+        kind = AI_VAL_PARAM;
+    else if (!strcmp(kind_s, "buffer"))
+        kind = AI_VAL_BUFFER;
+    else if (!strcmp(kind_s, "const"))
+        kind = AI_VAL_CONST;
+    else
+        return PyErr_Format(PyExc_ValueError,
+                            "initializer '%s': kind must be 'param', 'buffer' or 'const', "
+                            "not '%s'", name, kind_s);
+    ai_tensor *c;
+    ai_status st = clone_maybe_nogil(&c, ((TensorObject *)t)->t); /* the graph owns its copy */
+    if (st == AI_OK)
+        st = ai_graph_add_initializer(self->g, name, kind, c);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static void attrs_free(ai_attr *attrs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyMem_Free(attrs[i].ints);
+        PyMem_Free(attrs[i].floats);
+    }
+    PyMem_Free(attrs);
+}
+
+/* {name: int | float | str | bytes | [int] | [float] | Tensor} -> ai_attr[] */
+static int attrs_from_dict(GraphObject *self, PyObject *dict, const char *node, ai_attr **out,
+                           int *n_out)
+{
+    Py_ssize_t n = PyDict_Size(dict), pos = 0;
+    ai_attr *attrs = PyMem_Calloc((size_t)n + 1, sizeof *attrs);
+    if (!attrs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *key, *val;
+    int i = 0;
+    while (PyDict_Next(dict, &pos, &key, &val)) {
+        ai_attr *a = &attrs[i++];
+        if (!PyUnicode_Check(key) || !(a->name = (char *)PyUnicode_AsUTF8(key)))
+            goto bad;
+        if (PyBool_Check(val) || PyLong_Check(val)) {
+            a->type = AI_ATTR_INT;
+            a->i = PyLong_AsLongLong(val);
+            if (a->i == -1 && PyErr_Occurred())
+                goto fail;
+        } else if (PyFloat_Check(val)) {
+            a->type = AI_ATTR_FLOAT;
+            a->f = PyFloat_AsDouble(val);
+        } else if (PyUnicode_Check(val)) {
+            a->type = AI_ATTR_STRING;
+            if (!(a->s = (char *)PyUnicode_AsUTF8(val)))
+                goto fail;
+        } else if (PyBytes_Check(val)) {
+            a->type = AI_ATTR_STRING;
+            a->s = PyBytes_AsString(val);
+        } else if (is_tensor(self, val)) {
+            a->type = AI_ATTR_TENSOR;
+            a->t = ((TensorObject *)val)->t;
+        } else if (PyList_Check(val) || PyTuple_Check(val)) {
+            Py_ssize_t len = PySequence_Size(val);
+            bool all_int = true;
+            for (Py_ssize_t k = 0; k < len; k++) {
+                PyObject *e = PySequence_Fast_GET_ITEM(val, k);
+                if (!PyLong_Check(e) && !PyFloat_Check(e))
+                    goto bad;
+                all_int &= PyLong_Check(e);
+            }
+            a->n = len;
+            if (all_int) {
+                a->type = AI_ATTR_INTS;
+                if (!(a->ints = PyMem_Calloc((size_t)len + 1, sizeof(int64_t))))
+                    goto nomem;
+                for (Py_ssize_t k = 0; k < len; k++) {
+                    a->ints[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(val, k));
+                    if (a->ints[k] == -1 && PyErr_Occurred())
+                        goto fail;
+                }
+            } else {
+                a->type = AI_ATTR_FLOATS;
+                if (!(a->floats = PyMem_Calloc((size_t)len + 1, sizeof(double))))
+                    goto nomem;
+                for (Py_ssize_t k = 0; k < len; k++)
+                    a->floats[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(val, k));
+            }
+        } else {
+            goto bad;
+        }
+    }
+    *out = attrs;
+    *n_out = i;
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError,
+                 "node '%s': attribute %R has an unsupported value %.200R (int, float, str, "
+                 "list of int or float, or Tensor)", node, key, val);
+    goto fail;
+nomem:
+    PyErr_NoMemory();
+fail:
+    attrs_free(attrs, i);
+    return -1;
+}
+
+static PyObject *Graph_add_node(GraphObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"name", "op_type", "inputs", "outputs", "attrs", "domain",
+                             "opset", NULL};
+    const char *name, *op_type, *domain = "";
+    PyObject *ins, *outs, *attrs_d = NULL, *keep_in = NULL, *keep_out = NULL;
+    int opset = 17;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ssOO|O!si:add_node", kwlist, &name, &op_type,
+                                     &ins, &outs, &PyDict_Type, &attrs_d, &domain, &opset))
+        return NULL;
+    const char *in_names[AI_MAX_IO], *out_names[AI_MAX_IO];
+    int n_in, n_out, n_attrs = 0;
+    ai_attr *attrs = NULL;
+    if (str_list(ins, "inputs", &keep_in, in_names, &n_in) < 0)
+        return NULL;
+    if (str_list(outs, "outputs", &keep_out, out_names, &n_out) < 0 ||
+        (attrs_d && attrs_from_dict(self, attrs_d, name, &attrs, &n_attrs) < 0)) {
+        Py_XDECREF(keep_in);
+        Py_XDECREF(keep_out);
+        return NULL;
+    }
+    ai_status st = ai_graph_add_node(self->g, name, domain, op_type, opset, n_in, in_names,
+                                     n_out, out_names, n_attrs, attrs);
+    attrs_free(attrs, n_attrs);
+    Py_DECREF(keep_in);
+    Py_DECREF(keep_out);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_set_outputs(GraphObject *self, PyObject *arg)
+{
+    PyObject *keep;
+    const char *names[AI_MAX_IO];
+    int n;
+    if (str_list(arg, "outputs", &keep, names, &n) < 0)
+        return NULL;
+    ai_status st = ai_graph_set_outputs(self->g, n, names);
+    Py_DECREF(keep);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_finalize(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    ai_status st = ai_graph_finalize(self->g);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+/* A list of Tensors (or None where allowed) -> borrowed ai_tensor pointers. */
+static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, int expected,
+                       bool allow_none, PyObject **keep, const ai_tensor **out)
+{
+    PyObject *seq = PySequence_Fast(seq_obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n != expected) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: expected %d tensors, got %zd", what, expected, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (o == Py_None && allow_none) {
+            out[i] = NULL;
+        } else if (is_tensor(self, o)) {
+            out[i] = ((TensorObject *)o)->t;
+        } else {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a Tensor%s, not %.100s", what, i,
+                         allow_none ? " or None" : "", Py_TYPE(o)->tp_name);
+            return -1;
+        }
+    }
+    *keep = seq;
+    return 0;
+}
+
+static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *o;
+        if (ts[i]) {
+            o = tensor_wrap(self->tensor_type, ts[i]);
+            ts[i] = NULL;
+        } else {
+            o = Py_NewRef(Py_None);
+        }
+        if (!o) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, o);
+    }
+    for (int i = 0; i < n; i++)
+        ai_tensor_free(ts[i]);
+    return list;
+}
+
+static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
+{
+    ai_graph *g = self->g;
+    if (!g->finalized)
+        return PyErr_Format(PyExc_ValueError, "finalize() the graph before forward");
+    const ai_tensor *ins[AI_MAX_IO * 4];
+    ai_tensor *outs[AI_MAX_IO * 4] = {0};
+    PyObject *keep;
+    if (g->n_inputs > AI_MAX_IO * 4 || g->n_outputs > AI_MAX_IO * 4)
+        return PyErr_Format(PyExc_ValueError, "too many graph inputs or outputs");
+    if (tensor_args(self, arg, "inputs", g->n_inputs, false, &keep, ins) < 0)
+        return NULL;
+    if (graph_enter(self) < 0) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    ai_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ai_graph_forward(g, g->n_inputs, ins, g->n_outputs, outs);
+    Py_END_ALLOW_THREADS
+    graph_leave(self);
+    Py_DECREF(keep);
+    if (st)
+        return raise_status(st);
+    return tensor_list(self, outs, g->n_outputs);
+}
+
+static PyObject *Graph_backward(GraphObject *self, PyObject *arg)
+{
+    ai_graph *g = self->g;
+    const ai_tensor *gouts[AI_MAX_IO * 4];
+    ai_tensor *gins[AI_MAX_IO * 4] = {0};
+    PyObject *keep;
+    if (!g->finalized)
+        return PyErr_Format(PyExc_ValueError, "finalize() the graph before backward");
+    if (tensor_args(self, arg, "grad_outputs", g->n_outputs, true, &keep, gouts) < 0)
+        return NULL;
+    if (graph_enter(self) < 0) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    ai_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ai_graph_backward(g, g->n_outputs, gouts, g->n_inputs, gins);
+    Py_END_ALLOW_THREADS
+    graph_leave(self);
+    Py_DECREF(keep);
+    if (st)
+        return raise_status(st);
+    return tensor_list(self, gins, g->n_inputs);
+}
+
+static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_graph_zero_grad(self->g);
+    graph_leave(self);
+    return Py_NewRef(Py_None);
+}
+
+static int find_value(GraphObject *self, PyObject *name_obj, int *v)
+{
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (!name)
+        return -1;
+    *v = ai_graph_find_value(self->g, name);
+    if (*v < 0) {
+        PyErr_Format(PyExc_KeyError, "no value named '%s' in the graph", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Zero-copy views of a value's data or gradient. */
+static PyObject *Graph_value_tensor(GraphObject *self, PyObject *args, bool grad)
+{
+    PyObject *name;
+    int v;
+    if (!PyArg_ParseTuple(args, "U", &name) || find_value(self, name, &v) < 0)
+        return NULL;
+    ai_tensor *src = grad ? self->g->values[v].grad : self->g->values[v].data;
+    if (!src)
+        return PyErr_Format(PyExc_ValueError, "value %R has no %s (not an initializer%s)",
+                            name, grad ? "gradient" : "data", grad ? " parameter" : "");
+    ai_tensor *t;
+    ai_status st = ai_tensor_share(&t, src);
+    return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+}
+
+static PyObject *Graph_value(GraphObject *self, PyObject *args)
+{
+    return Graph_value_tensor(self, args, false);
+}
+
+static PyObject *Graph_grad(GraphObject *self, PyObject *args)
+{
+    return Graph_value_tensor(self, args, true);
+}
+
+static PyObject *Graph_intermediate(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:intermediate", &name))
+        return NULL;
+    ai_tensor *t;
+    ai_status st = ai_graph_intermediate(self->g, name, &t);
+    return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+}
+
+static PyObject *meta_tuple(const ai_meta *m)
+{
+    PyObject *shape = int64_tuple(m->ndim, m->shape, 1);
+    return shape ? Py_BuildValue("(sN)", ai_dtype_name(m->dtype), shape) : NULL;
+}
+
+/* Description of every value: name, kind, producer, dtype, shape (when planned). */
+static PyObject *Graph_values(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    static const char *kinds[] = {"input", "param", "buffer", "const", "activation"};
+    const ai_graph *g = self->g;
+    PyObject *list = PyList_New(0);
+    for (int v = 0; list && v < g->n_values; v++) {
+        const ai_value *val = &g->values[v];
+        ai_meta m;
+        PyObject *meta = ai_graph_value_meta(g, v, &m) ? meta_tuple(&m) : Py_NewRef(Py_None);
+        PyObject *item = meta ? Py_BuildValue("{s:s,s:s,s:i,s:N}", "name", val->name, "kind",
+                                              kinds[val->kind], "producer", val->producer,
+                                              "meta", meta)
+                              : NULL;
+        if (!item || PyList_Append(list, item) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    return list;
+}
+
+static PyObject *attr_to_py(GraphObject *self, const ai_attr *a)
+{
+    switch (a->type) {
+    case AI_ATTR_INT: return PyLong_FromLongLong(a->i);
+    case AI_ATTR_FLOAT: return PyFloat_FromDouble(a->f);
+    case AI_ATTR_STRING: return PyUnicode_FromString(a->s ? a->s : "");
+    case AI_ATTR_INTS: return int64_tuple((int)a->n, a->ints, 1);
+    case AI_ATTR_FLOATS: {
+        PyObject *t = PyTuple_New(a->n);
+        for (int64_t i = 0; t && i < a->n; i++)
+            PyTuple_SET_ITEM(t, i, PyFloat_FromDouble(a->floats[i]));
+        return t;
+    }
+    case AI_ATTR_TENSOR: {
+        ai_tensor *t;
+        ai_status st = ai_tensor_clone(&t, a->t);
+        return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+    }
+    }
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_nodes(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    const ai_graph *g = self->g;
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < g->n_nodes; i++) {
+        const ai_node *n = &g->nodes[i];
+        PyObject *ins = PyList_New(n->n_in), *outs = PyList_New(n->n_out), *attrs = PyDict_New();
+        if (!ins || !outs || !attrs)
+            goto fail_item;
+        for (int k = 0; k < n->n_in; k++)
+            PyList_SET_ITEM(ins, k, PyUnicode_FromString(n->in[k] >= 0 ? g->values[n->in[k]].name : ""));
+        for (int k = 0; k < n->n_out; k++)
+            PyList_SET_ITEM(outs, k, PyUnicode_FromString(g->values[n->out[k]].name));
+        for (int k = 0; k < n->n_attrs; k++) {
+            PyObject *v = attr_to_py(self, &n->attrs[k]);
+            if (!v || PyDict_SetItemString(attrs, n->attrs[k].name, v) < 0) {
+                Py_XDECREF(v);
+                goto fail_item;
+            }
+            Py_DECREF(v);
+        }
+        PyObject *item = Py_BuildValue("{s:s,s:s,s:s,s:i,s:N,s:N,s:N}", "name", n->name,
+                                       "op_type", n->op_type, "domain", n->domain, "opset",
+                                       n->opset, "inputs", ins, "outputs", outs, "attrs", attrs);
+        if (!item || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(item);
+        continue;
+    fail_item:
+        Py_XDECREF(ins);
+        Py_XDECREF(outs);
+        Py_XDECREF(attrs);
+        Py_CLEAR(list);
+    }
+    return list;
+}
+
+static PyObject *Graph_memory_stats(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    ai_memory_stats m;
+    ai_status st = ai_graph_memory_stats(self->g, &m);
+    if (st)
+        return raise_status(st);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:i}", "peak_bytes",
+                         (Py_ssize_t)(m.arena_bytes + m.workspace_bytes + m.state_bytes),
+                         "arena_bytes", (Py_ssize_t)m.arena_bytes, "workspace_bytes",
+                         (Py_ssize_t)m.workspace_bytes, "state_bytes",
+                         (Py_ssize_t)m.state_bytes, "param_bytes", (Py_ssize_t)m.param_bytes,
+                         "grad_bytes", (Py_ssize_t)m.grad_bytes, "planned_nodes",
+                         m.planned_nodes);
+}
+
+#define GRAPH_FLAG(NAME)                                                               \
+    static PyObject *Graph_get_##NAME(GraphObject *self, void *c)                      \
+    {                                                                                  \
+        (void)c;                                                                       \
+        return PyBool_FromLong(self->g->NAME);                                         \
+    }                                                                                  \
+    static int Graph_set_##NAME(GraphObject *self, PyObject *v, void *c)               \
+    {                                                                                  \
+        (void)c;                                                                       \
+        int b = v ? PyObject_IsTrue(v) : 0;                                            \
+        if (b < 0)                                                                     \
+            return -1;                                                                 \
+        self->g->NAME = b;                                                             \
+        return 0;                                                                      \
+    }
+
+GRAPH_FLAG(training)
+GRAPH_FLAG(need_backward)
+GRAPH_FLAG(input_grads)
+GRAPH_FLAG(keep_intermediates)
+
+static PyObject *Graph_get_input_names(GraphObject *self, void *c)
+{
+    (void)c;
+    PyObject *l = PyList_New(self->g->n_inputs);
+    for (int i = 0; l && i < self->g->n_inputs; i++)
+        PyList_SET_ITEM(l, i, PyUnicode_FromString(self->g->values[self->g->inputs[i]].name));
+    return l;
+}
+
+static PyObject *Graph_get_output_names(GraphObject *self, void *c)
+{
+    (void)c;
+    PyObject *l = PyList_New(self->g->n_outputs);
+    for (int i = 0; l && i < self->g->n_outputs; i++)
+        PyList_SET_ITEM(l, i, PyUnicode_FromString(self->g->values[self->g->outputs[i]].name));
+    return l;
+}
+
+static PyMethodDef Graph_methods[] = {
+    {"add_input", (PyCFunction)Graph_add_input, METH_VARARGS,
+     "add_input(name, dtype): a graph input (shape given at forward)."},
+    {"add_initializer", (PyCFunction)Graph_add_initializer, METH_VARARGS,
+     "add_initializer(name, tensor, kind): kind is 'param', 'buffer' or 'const'; copied."},
+    {"add_node", (PyCFunction)(void (*)(void))Graph_add_node, METH_VARARGS | METH_KEYWORDS,
+     "add_node(name, op_type, inputs, outputs, attrs=None, domain='', opset=17)."},
+    {"set_outputs", (PyCFunction)Graph_set_outputs, METH_O, "set_outputs(names)."},
+    {"finalize", (PyCFunction)Graph_finalize, METH_NOARGS,
+     "Checks the graph and orders its nodes."},
+    {"forward", (PyCFunction)Graph_forward, METH_O,
+     "forward(inputs) -> outputs (one C call, GIL released)."},
+    {"backward", (PyCFunction)Graph_backward, METH_O,
+     "backward(grad_outputs) -> input gradients (parameter gradients accumulate)."},
+    {"zero_grad", (PyCFunction)Graph_zero_grad, METH_NOARGS, "Zeroes parameter gradients."},
+    {"value", (PyCFunction)Graph_value, METH_VARARGS,
+     "value(name): zero-copy view of an initializer's data."},
+    {"grad", (PyCFunction)Graph_grad, METH_VARARGS,
+     "grad(name): zero-copy view of a parameter's gradient."},
+    {"intermediate", (PyCFunction)Graph_intermediate, METH_VARARGS,
+     "intermediate(name): a copy of any value after the last forward."},
+    {"values", (PyCFunction)Graph_values, METH_NOARGS, "Every value, with its planned meta."},
+    {"nodes", (PyCFunction)Graph_nodes, METH_NOARGS, "Every node."},
+    {"memory_stats", (PyCFunction)Graph_memory_stats, METH_NOARGS,
+     "Bytes of the current memory plan."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Graph_getset[] = {
+    {"training", (getter)Graph_get_training, (setter)Graph_set_training,
+     "BatchNorm batch statistics and Dropout when True", NULL},
+    {"need_backward", (getter)Graph_get_need_backward, (setter)Graph_set_need_backward,
+     "forward keeps what backward needs", NULL},
+    {"input_grads", (getter)Graph_get_input_grads, (setter)Graph_set_input_grads,
+     "backward computes gradients of the graph inputs", NULL},
+    {"keep_intermediates", (getter)Graph_get_keep_intermediates,
+     (setter)Graph_set_keep_intermediates, "plan without buffer reuse", NULL},
+    {"input_names", (getter)Graph_get_input_names, NULL, "graph inputs", NULL},
+    {"output_names", (getter)Graph_get_output_names, NULL, "graph outputs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Graph_slots[] = {
+    {Py_tp_doc, (void *)"Graph() — the engine's computation graph (built by load_onnx)."},
+    {Py_tp_new, Graph_new},
+    {Py_tp_dealloc, Graph_dealloc},
+    {Py_tp_traverse, Graph_traverse},
+    {Py_tp_methods, Graph_methods},
+    {Py_tp_getset, Graph_getset},
+    {0, NULL},
+};
+
+static PyType_Spec Graph_spec = {
+    .name = "aidge_interop._C.Graph",
+    .basicsize = sizeof(GraphObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Graph_slots,
+};
+
+/* ------------------------------------------------------------ SGD */
+
+static PyObject *py_sgd_step(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"params", "grads", "buffers", "lr", "momentum", "dampening",
+                             "weight_decay", "nesterov", "maximize", "started", NULL};
+    PyObject *ps, *gs, *bs;
+    ai_sgd_config cfg = {0};
+    int nesterov = 0, maximize = 0, started = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOd|dddppp:sgd_step", kwlist, &ps, &gs, &bs,
+                                     &cfg.lr, &cfg.momentum, &cfg.dampening, &cfg.weight_decay,
+                                     &nesterov, &maximize, &started))
+        return NULL;
+    cfg.nesterov = nesterov;
+    cfg.maximize = maximize;
+    PyTypeObject *tt = ((module_state *)PyModule_GetState(module))->tensor_type;
+    PyObject *seqs[3] = {PySequence_Fast(ps, "params"), PySequence_Fast(gs, "grads"),
+                         bs == Py_None ? NULL : PySequence_Fast(bs, "buffers")};
+    PyObject *res = NULL;
+    ai_tensor **arr = NULL;
+    if (!seqs[0] || !seqs[1] || (bs != Py_None && !seqs[2]))
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seqs[0]);
+    for (int k = 1; k < 3; k++)
+        if (seqs[k] && PySequence_Fast_GET_SIZE(seqs[k]) != n) {
+            PyErr_SetString(PyExc_ValueError, "params, grads and buffers differ in length");
+            goto done;
+        }
+    if (!(arr = PyMem_Calloc(3 * (size_t)n + 1, sizeof *arr))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int k = 0; k < 3; k++)
+        for (Py_ssize_t i = 0; seqs[k] && i < n; i++) {
+            PyObject *o = PySequence_Fast_GET_ITEM(seqs[k], i);
+            if (!PyObject_TypeCheck(o, tt)) {
+                PyErr_Format(PyExc_TypeError, "sgd_step: every item must be a Tensor");
+                goto done;
+            }
+            arr[k * n + i] = ((TensorObject *)o)->t;
+        }
+    bool st_flag = started;
+    ai_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ai_sgd_step(&cfg, (int)n, arr, (const ai_tensor *const *)arr + n,
+                     seqs[2] ? arr + 2 * n : NULL, &st_flag);
+    Py_END_ALLOW_THREADS
+    if (st)
+        raise_status(st);
+    else
+        res = Py_NewRef(Py_None);
+done:
+    PyMem_Free(arr);
+    for (int k = 0; k < 3; k++)
+        Py_XDECREF(seqs[k]);
+    return res;
+}
+
+static PyObject *py_supported_operators(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list; i++) {
+        const ai_op_def *op = ai_op_at(i);
+        if (!op)
+            break;
+        PyObject *item = Py_BuildValue("(ssO)", op->domain, op->name,
+                                       op->backward ? Py_True : Py_False);
+        if (!item || PyList_Append(list, item) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    return list;
+}
+
+static PyObject *py_gemm_backend(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyUnicode_FromString(ai_gemm_backend());
+}
+
+static PyObject *py_set_num_threads(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1)
+        return PyErr_Format(PyExc_ValueError, "number of threads must be >= 1, got %ld", n);
+    ai_gemm_set_threads((int)n);
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *py_get_num_threads(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(ai_gemm_get_threads());
+}
+
 /* ------------------------------------------------------------ module functions */
 
 static PyObject *py_empty(PyObject *module, PyObject *args, PyObject *kwds)
@@ -1037,6 +1778,14 @@ static PyMethodDef module_methods[] = {
      "zeros(shape, dtype='float32') -> Tensor owning zero-filled memory."},
     {"_debug_counters", py_debug_counters, METH_NOARGS,
      "Live engine tensors, storages and owned bytes (leak checks)."},
+    {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
+     "sgd_step(params, grads, buffers, lr, momentum=0, dampening=0, weight_decay=0, "
+     "nesterov=False, maximize=False, started=False): one torch.optim.SGD step in C."},
+    {"supported_operators", py_supported_operators, METH_NOARGS,
+     "[(domain, op_type, has_backward)] for every operator of the engine."},
+    {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
+    {"set_num_threads", py_set_num_threads, METH_O, "Threads of the GEMM library."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the GEMM library."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1051,6 +1800,9 @@ static int module_exec(PyObject *m)
     if (!st->tensor_type)
         return -1;
     if (PyModule_AddType(m, st->tensor_type) < 0)
+        return -1;
+    st->graph_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Graph_spec, NULL);
+    if (!st->graph_type || PyModule_AddType(m, st->graph_type) < 0)
         return -1;
     PyObject *dtypes = PyTuple_New(AI_DTYPE_COUNT);
     if (!dtypes)
@@ -1070,6 +1822,7 @@ static int module_traverse(PyObject *m, visitproc visit, void *arg)
 {
     module_state *st = PyModule_GetState(m);
     Py_VISIT(st->tensor_type);
+    Py_VISIT(st->graph_type);
     return 0;
 }
 
@@ -1077,6 +1830,7 @@ static int module_clear(PyObject *m)
 {
     module_state *st = PyModule_GetState(m);
     Py_CLEAR(st->tensor_type);
+    Py_CLEAR(st->graph_type);
     return 0;
 }
 

@@ -10,8 +10,9 @@
 int ctest_failures;
 
 extern const ctest_case tensor_cases[];
+extern const ctest_case kernel_cases[];
 
-static const ctest_case *const suites[] = {tensor_cases};
+static const ctest_case *const suites[] = {tensor_cases, kernel_cases};
 
 int main(int argc, char **argv)
 {

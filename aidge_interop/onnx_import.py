@@ -1,0 +1,210 @@
+"""ONNX import: the ``onnx`` package parses, the C engine builds and runs.
+
+``load_onnx(path_or_model)`` walks the ONNX graph once and hands every
+input, initializer and node to ``_C.Graph``; shape inference, constant
+folding, scheduling and memory planning happen in C.
+"""
+from __future__ import annotations
+
+import os
+import numpy as np
+
+from . import _C
+from ._C import Tensor
+
+__all__ = ["load_onnx", "build_graph", "ONNX_DTYPES"]
+
+# TensorProto.DataType -> engine dtype name
+ONNX_DTYPES = {
+    1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+    9: "bool", 10: "float16", 11: "float64",
+}
+_ONNX_TYPE_NAMES = {
+    0: "UNDEFINED", 4: "UINT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
+    15: "COMPLEX128", 16: "BFLOAT16",
+}
+
+
+def _onnx():
+    import onnx
+
+    return onnx
+
+
+def _read_model(model, where: str):
+    """A ModelProto from a path, bytes or a ModelProto; errors name the file."""
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model)), None
+        except Exception as exc:  # protobuf raises its own DecodeError
+            raise ValueError(f"{where}: the bytes are not a valid ONNX model ({exc})") from exc
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{where}: no ONNX file at {path!r}")
+        try:
+            proto = onnx.load(path, load_external_data=False)
+        except Exception as exc:
+            raise ValueError(f"{where}: {path!r} is not a valid ONNX model ({exc})") from exc
+        return proto, os.path.dirname(os.path.abspath(path))
+    raise TypeError(
+        f"{where}: expected a path, bytes or onnx.ModelProto, not {type(model).__name__}"
+    )
+
+
+def _load_external(init, base_dir, where):
+    """Reads an initializer's external data, refusing paths that leave base_dir."""
+    onnx = _onnx()
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    info = {e.key: e.value for e in init.external_data}
+    location = info.get("location", "")
+    if base_dir is None:
+        raise ValueError(
+            f"{where}: initializer '{init.name}' has external data ({location!r}) but the "
+            "model was not loaded from a file"
+        )
+    target = os.path.realpath(os.path.join(base_dir, location))
+    if os.path.isabs(location) or os.path.commonpath([target, os.path.realpath(base_dir)]) != os.path.realpath(base_dir):
+        raise ValueError(
+            f"{where}: initializer '{init.name}' points to external data {location!r} "
+            "outside the model's folder; refused"
+        )
+    load_external_data_for_tensor(init, base_dir)
+    init.data_location = onnx.TensorProto.DEFAULT
+    del init.external_data[:]
+
+
+def _to_array(tensor_proto, where):
+    from onnx import numpy_helper
+
+    if tensor_proto.data_type not in ONNX_DTYPES:
+        t = tensor_proto.data_type
+        raise TypeError(
+            f"{where}: tensor '{tensor_proto.name}' has ONNX data type "
+            f"{_ONNX_TYPE_NAMES.get(t, t)}, not supported by the engine "
+            f"(supported: {', '.join(sorted(set(ONNX_DTYPES.values())))})"
+        )
+    return numpy_helper.to_array(tensor_proto)
+
+
+def _float_attr(f: float) -> float:
+    """ONNX stores float attributes in float32: 0.01 arrives as 0.0099999998.
+    The shortest decimal that rounds to that float32 is the value the model's
+    author wrote, which float64 graphs (and torch) use."""
+    return float(str(np.float32(f)))
+
+
+def _attributes(node, where):
+    onnx = _onnx()
+    A = onnx.AttributeProto
+    out = {}
+    for a in node.attribute:
+        if a.type == A.INT:
+            out[a.name] = int(a.i)
+        elif a.type == A.FLOAT:
+            out[a.name] = _float_attr(a.f)
+        elif a.type == A.STRING:
+            out[a.name] = a.s.decode("utf-8", "replace")
+        elif a.type == A.INTS:
+            out[a.name] = [int(v) for v in a.ints]
+        elif a.type == A.FLOATS:
+            out[a.name] = [_float_attr(v) for v in a.floats]
+        elif a.type == A.TENSOR:
+            out[a.name] = Tensor(_to_array(a.t, where), copy=True)
+        elif a.type == A.STRINGS:
+            out[a.name] = ",".join(s.decode("utf-8", "replace") for s in a.strings)
+        else:
+            raise NotImplementedError(
+                f"{where}: attribute '{a.name}' of {node.op_type} node '{node.name}' has type "
+                f"{A.AttributeType.Name(a.type)}, which the engine does not support"
+            )
+    return out
+
+
+def _constant_value(node, attrs, where):
+    """The value of a Constant node (any of its attribute forms)."""
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64),
+                       ("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return Tensor(np.asarray(attrs[key], dtype=dtype), copy=True)
+    raise NotImplementedError(
+        f"{where}: Constant node '{node.name}' uses attributes {sorted(attrs)}; the engine "
+        "reads value, value_float(s) and value_int(s)"
+    )
+
+
+def _elem_type(value_info):
+    t = value_info.type
+    if not t.HasField("tensor_type"):
+        return None
+    return t.tensor_type.elem_type
+
+
+def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str = "load_onnx"):
+    """Builds and finalizes a ``_C.Graph`` from an ONNX model.
+
+    ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
+    ``"const"``; by default float initializers are parameters and the others
+    constants. Returns ``(graph, proto)``.
+    """
+    proto, base_dir = _read_model(model, where)
+    graph = proto.graph
+    opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+    if "ai.onnx" not in opsets:
+        opsets["ai.onnx"] = 1
+    g = _C.Graph()
+    init_names = {i.name for i in graph.initializer}
+    for inp in graph.input:
+        if inp.name in init_names:
+            continue
+        et = _elem_type(inp)
+        if et not in ONNX_DTYPES:
+            raise TypeError(
+                f"{where}: graph input '{inp.name}' has ONNX data type "
+                f"{_ONNX_TYPE_NAMES.get(et, et)}, not supported by the engine"
+            )
+        g.add_input(inp.name, ONNX_DTYPES[et])
+    for init in graph.initializer:
+        if init.data_location == _onnx().TensorProto.EXTERNAL:
+            _load_external(init, base_dir, where)
+        array = _to_array(init, where)
+        kind = (param_kinds or {}).get(init.name)
+        if kind is None:
+            kind = "param" if array.dtype.kind == "f" and array.dtype != np.float16 else "const"
+        g.add_initializer(init.name, Tensor(array, copy=True), kind)
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        domain = node.domain or ""
+        opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
+        node_where = f"{where}: {node.op_type} node '{name}'"
+        attrs = _attributes(node, node_where)
+        if node.op_type == "Constant" and domain in ("", "ai.onnx"):
+            if len(node.output) != 1:
+                raise ValueError(f"{node_where}: a Constant has one output")
+            g.add_initializer(node.output[0], _constant_value(node, attrs, node_where), "const")
+            continue
+        g.add_node(name, node.op_type, list(node.input), list(node.output), attrs,
+                   domain=domain, opset=int(opset))
+    outputs = [o.name for o in graph.output]
+    if not outputs:
+        raise ValueError(f"{where}: the ONNX graph has no outputs")
+    g.set_outputs(outputs)
+    g.finalize()
+    return g, proto
+
+
+def load_onnx(model, **kwargs):
+    """Loads an ONNX model (path, bytes or ``onnx.ModelProto``) into the engine.
+
+    Returns an :class:`aidge_interop.graph.Graph`.
+    """
+    from .graph import Graph
+
+    cg, proto = build_graph(model, **kwargs)
+    return Graph(cg, proto)

@@ -1,0 +1,258 @@
+/*
+ * graph.h — the engine's graph IR and the operator interface.
+ *
+ * A graph is a list of values (graph inputs, parameters, buffers, constants
+ * and activations) and a list of nodes (operator applications) that read
+ * and write values by index. It is built once (from ONNX, by the Python
+ * importer) and then *planned* for a set of input shapes: shape inference,
+ * constant folding (shape subgraphs), a schedule and a memory plan. Forward,
+ * backward and SGD run on the current plan; new input shapes re-plan.
+ *
+ * Operators live in ops/, one file per family; each is an ai_op_def with
+ * init (parse attributes), shape, forward and backward, registered in
+ * ops/registry.c.
+ */
+#ifndef AI_GRAPH_H
+#define AI_GRAPH_H
+
+#include "aidge.h"
+
+#define AI_MAX_IO 16 /* inputs or outputs of one node */
+
+typedef enum {
+    AI_VAL_INPUT,  /* graph input, bound at each forward */
+    AI_VAL_PARAM,  /* trainable initializer: has a persistent gradient */
+    AI_VAL_BUFFER, /* non-trainable state (BatchNorm running statistics) */
+    AI_VAL_CONST,  /* constant initializer or Constant node output */
+    AI_VAL_ACT,    /* computed by a node */
+} ai_value_kind;
+
+typedef struct {
+    char *name;
+    ai_value_kind kind;
+    ai_dtype dtype;   /* known for inputs and initializers; inferred otherwise */
+    ai_tensor *data;  /* PARAM/BUFFER/CONST: owned values */
+    ai_tensor *grad;  /* PARAM: persistent gradient (accumulated) */
+    int producer;     /* node index, -1 for inputs and initializers */
+    int producer_slot;
+} ai_value;
+
+typedef enum {
+    AI_ATTR_INT,
+    AI_ATTR_FLOAT,
+    AI_ATTR_INTS,
+    AI_ATTR_FLOATS,
+    AI_ATTR_STRING,
+    AI_ATTR_TENSOR,
+} ai_attr_type;
+
+typedef struct {
+    char *name;
+    ai_attr_type type;
+    int64_t i;
+    double f;
+    int64_t n;       /* length of ints / floats */
+    int64_t *ints;
+    double *floats;
+    char *s;
+    ai_tensor *t;
+} ai_attr;
+
+typedef struct ai_op_def ai_op_def;
+typedef struct ai_plan ai_plan;
+
+typedef struct {
+    char *name;
+    char *op_type;
+    char *domain;
+    int opset;
+    const ai_op_def *op;
+    int n_in, n_out;
+    int in[AI_MAX_IO];  /* value indices; -1 for an absent optional input */
+    int out[AI_MAX_IO];
+    int n_attrs;
+    ai_attr *attrs;
+    void *params;       /* parsed attributes, owned (free()) */
+} ai_node;
+
+typedef struct ai_graph {
+    ai_value *values;
+    int n_values, cap_values;
+    ai_node *nodes;
+    int n_nodes, cap_nodes;
+    int *inputs, n_inputs;
+    int *outputs, n_outputs;
+    int *order;          /* topological order of nodes (finalize) */
+    bool finalized;
+    bool training;       /* BatchNorm batch statistics, Dropout active */
+    bool input_grads;    /* compute gradients of the graph inputs */
+    bool keep_intermediates; /* plan without buffer reuse */
+    bool need_backward;  /* forward keeps what backward needs */
+    uint64_t seed;       /* Dropout RNG */
+    ai_plan *plan;
+} ai_graph;
+
+/* ---------------------------------------------------------------- ops */
+
+/* Everything a kernel sees. Tensors are contiguous. In shape inference,
+ * in[i] has the input's dtype and shape; its data is NULL unless the value
+ * is a constant (then use ai_ctx_const). */
+typedef struct {
+    ai_graph *g;
+    const ai_node *node;
+    int n_in, n_out;
+    ai_tensor *in[AI_MAX_IO];   /* NULL for an absent optional input */
+    ai_tensor *out[AI_MAX_IO];
+    /* backward only: dout[i] is always a valid (maybe zero) gradient of a
+     * float output; din[i] is NULL when input i needs no gradient, else an
+     * accumulator: backward ADDS to it. */
+    ai_tensor *dout[AI_MAX_IO];
+    ai_tensor *din[AI_MAX_IO];
+    void *state;     /* per-node state kept from forward to backward */
+    void *workspace; /* scratch of the size asked by shape() */
+    bool training;
+    ai_plan *plan;   /* engine-private */
+} ai_ctx;
+
+/* Shape inference sets, for each output, dtype, ndim and shape. */
+typedef struct {
+    ai_dtype dtype;
+    int ndim;
+    int64_t shape[AI_MAX_DIMS];
+} ai_meta;
+
+enum {
+    AI_OP_FOLD_ON_SHAPE = 1, /* output depends on input shapes only (Shape) */
+    AI_OP_NO_FOLD = 2,       /* never constant-folded (Dropout: random) */
+};
+
+struct ai_op_def {
+    const char *name;   /* ONNX op_type */
+    const char *domain; /* "" for ONNX, "aidge" for our own operators */
+    int min_in, max_in, min_out, max_out;
+    unsigned flags;
+    /* Parses and checks attributes into node->params (may be NULL). */
+    ai_status (*init)(ai_node *node);
+    /* Infers out metas from c->in (shapes, dtypes, constant values);
+     * may set *workspace and *state_bytes (zeroed per plan). */
+    ai_status (*shape)(ai_ctx *c, ai_meta *out, size_t *workspace, size_t *state_bytes);
+    ai_status (*forward)(ai_ctx *c);
+    ai_status (*backward)(ai_ctx *c); /* NULL: no gradient flows through */
+};
+
+/* ---------------------------------------------------------------- helpers for ops */
+
+/* NULL if input i is absent or not a constant known at plan time. */
+const ai_tensor *ai_ctx_const(const ai_ctx *c, int i);
+
+/* Attribute getters: AI_OK and the default when absent; AI_ERR_VALUE naming
+ * the node and attribute when present with the wrong type. */
+const ai_attr *ai_node_attr(const ai_node *n, const char *name);
+ai_status ai_attr_int(const ai_node *n, const char *name, int64_t dflt, int64_t *out);
+ai_status ai_attr_float(const ai_node *n, const char *name, double dflt, double *out);
+/* *out points into the node (do not free); *len = -1 when absent. */
+ai_status ai_attr_ints(const ai_node *n, const char *name, const int64_t **out, int64_t *len);
+ai_status ai_attr_floats(const ai_node *n, const char *name, const double **out, int64_t *len);
+ai_status ai_attr_string(const ai_node *n, const char *name, const char *dflt, const char **out);
+
+/* Errors that name the node: "Conv node 'conv1': ...". */
+ai_status ai_node_error(const ai_node *n, ai_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Normalises a possibly negative axis against rank; error names the node. */
+ai_status ai_norm_axis(const ai_node *n, int64_t axis, int rank, int *out);
+
+/* numpy broadcasting of two shapes into out (ndim and shape). */
+ai_status ai_broadcast_shape(const ai_node *n, int na, const int64_t *a, int nb,
+                             const int64_t *b, int *nout, int64_t *out);
+/* Strides (in elements) that read a contiguous tensor of shape `in` as if
+ * broadcast to `out` (0 on broadcast axes). */
+void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *out,
+                          int64_t *strides);
+/* dst (shape of a broadcast operand) += sum of src (full shape) over the
+ * broadcast axes. Same dtype (f32 or f64), both contiguous. */
+void ai_reduce_to(ai_tensor *dst, const ai_tensor *src);
+
+/* x[i] += y[i] over two equal-shaped contiguous f32/f64 tensors. */
+void ai_accumulate(ai_tensor *dst, const ai_tensor *src);
+
+#define AI_F32P(t) ((float *)(t)->data)
+#define AI_F64P(t) ((double *)(t)->data)
+
+/* ---------------------------------------------------------------- registry */
+
+const ai_op_def *ai_op_find(const char *domain, const char *op_type);
+/* The i-th registered operator, NULL past the last. */
+const ai_op_def *ai_op_at(int i);
+
+/* ---------------------------------------------------------------- graph API */
+
+ai_status ai_graph_new(ai_graph **out);
+void ai_graph_free(ai_graph *g);
+
+/* Adds a graph input (its shape comes with each forward). */
+ai_status ai_graph_add_input(ai_graph *g, const char *name, ai_dtype dtype);
+/* Adds an initializer; the graph takes ownership of `t` (also on failure). */
+ai_status ai_graph_add_initializer(ai_graph *g, const char *name, ai_value_kind kind,
+                                   ai_tensor *t);
+/* Adds a node. Input names "" are absent optional inputs. Attributes are
+ * copied. */
+ai_status ai_graph_add_node(ai_graph *g, const char *name, const char *domain,
+                            const char *op_type, int opset, int n_in,
+                            const char *const *inputs, int n_out,
+                            const char *const *outputs, int n_attrs,
+                            const ai_attr *attrs);
+ai_status ai_graph_set_outputs(ai_graph *g, int n, const char *const *names);
+/* Checks the graph (dangling values, cycles, unknown operators, operator
+ * arity and attributes) and computes a topological order. */
+ai_status ai_graph_finalize(ai_graph *g);
+
+int ai_graph_find_value(const ai_graph *g, const char *name); /* -1 if none */
+
+/* Runs forward. inputs[i] (any strides) binds graph input i; outputs[i]
+ * receives a new owned tensor. Re-plans when input shapes changed. */
+ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                           int n_out, ai_tensor **outputs);
+/* Backward from gradients of the outputs (NULL = zero). Parameter gradients
+ * accumulate into their value's grad; input_grads[i] (when the graph's
+ * input_grads is set) receives a new owned tensor, or NULL. */
+ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
+                            int n_in, ai_tensor **input_grads);
+
+/* The value of `name` after the last forward, as a new tensor sharing the
+ * plan's memory (AI_ERR_VALUE when its memory was reused since). */
+ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out);
+/* Shape and dtype of a value in the current plan (false if not planned). */
+bool ai_graph_value_meta(const ai_graph *g, int v, ai_meta *out);
+
+typedef struct {
+    size_t arena_bytes;     /* activations and their gradients */
+    size_t workspace_bytes; /* scratch shared by all nodes */
+    size_t state_bytes;     /* saved for backward (statistics, indices) */
+    size_t param_bytes;     /* parameters, buffers, constants */
+    size_t grad_bytes;      /* parameter gradients */
+    int planned_nodes;      /* nodes run per forward (after folding) */
+} ai_memory_stats;
+ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out);
+
+/* Zeroes every parameter gradient. */
+void ai_graph_zero_grad(ai_graph *g);
+
+/* ---------------------------------------------------------------- SGD */
+
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, maximize;
+} ai_sgd_config;
+
+/* One torch.optim.SGD step on n parameters p with gradients g and momentum
+ * buffers buf (same shapes; buf may be NULL when momentum == 0). `*started`
+ * is false before the first step (torch initialises the buffer with the
+ * first gradient). */
+ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
+                      const ai_tensor *const *g, ai_tensor *const *buf, bool *started);
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * conv.c — Conv and ConvTranspose: parameter checks, output sizes, workspace
+ * size, and the kernels of conv_impl.h instantiated for float32 and float64.
+ */
+#include "conv.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+
+#include "gemm.h"
+
+/* Largest attribute or size accepted: keeps every formula below in int64. */
+#define MAX_ATTR INT64_C(0x7fffffff)
+
+static ai_status check_attrs(const ai_conv_params *p, bool transposed)
+{
+    const char *op = transposed ? "ConvTranspose" : "Conv";
+    if (p->nsp < 1 || p->nsp > 3)
+        return ai_error(AI_ERR_VALUE, "%s: %d spatial dims, expected 1 to 3", op,
+                        p->nsp);
+    const struct { const char *name; int64_t v, lo; } counts[] = {
+        {"batch size", p->N, 0}, {"input channels", p->C, 1},
+        {"output channels", p->M, 1}, {"group", p->group, 1}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].v < counts[i].lo || counts[i].v > MAX_ATTR)
+            return ai_error(AI_ERR_VALUE, "%s: %s %" PRId64 " out of range [%" PRId64
+                            ", 2^31)", op, counts[i].name, counts[i].v, counts[i].lo);
+    if (p->C % p->group || p->M % p->group)
+        return ai_error(AI_ERR_VALUE,
+                        "%s: group %" PRId64 " must divide input channels %" PRId64
+                        " and output channels %" PRId64, op, p->group, p->C, p->M);
+    const struct { const char *name; const int64_t *v; int64_t lo; } attrs[] = {
+        {"input size", p->in, 1},         {"kernel", p->kernel, 1},
+        {"stride", p->stride, 1},         {"dilation", p->dilation, 1},
+        {"pad_begin", p->pad_begin, 0},   {"pad_end", p->pad_end, 0},
+        {"output_padding", p->output_padding, 0}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+        for (int d = 0; d < p->nsp; d++)
+            if (attrs[i].v[d] < attrs[i].lo || attrs[i].v[d] > MAX_ATTR)
+                return ai_error(AI_ERR_VALUE,
+                                "%s: %s %" PRId64 " along spatial dim %d out of range [%"
+                                PRId64 ", 2^31)", op, attrs[i].name, attrs[i].v[d], d,
+                                attrs[i].lo);
+    for (int d = 0; d < p->nsp; d++) {
+        int64_t opad = p->output_padding[d];
+        if (!transposed && opad != 0)
+            return ai_error(AI_ERR_VALUE, "Conv: output_padding must be 0 (is %" PRId64
+                            " along spatial dim %d)", opad, d);
+        if (transposed && opad >= p->stride[d] && opad >= p->dilation[d])
+            return ai_error(AI_ERR_VALUE,
+                            "ConvTranspose: output_padding %" PRId64 " along spatial dim %d"
+                            " must be smaller than stride %" PRId64 " or dilation %" PRId64,
+                            opad, d, p->stride[d], p->dilation[d]);
+    }
+    return AI_OK;
+}
+
+/* The output size along spatial dim d of parameters that pass check_attrs. */
+static ai_status expected_out(const ai_conv_params *p, bool transposed, int d,
+                              int64_t *out)
+{
+    int64_t extent = p->dilation[d] * (p->kernel[d] - 1) + 1; /* dilated kernel */
+    int64_t pads = p->pad_begin[d] + p->pad_end[d];
+    if (!transposed) {
+        if (p->in[d] + pads < extent)
+            return ai_error(AI_ERR_VALUE,
+                            "Conv: dilated kernel extent %" PRId64 " exceeds padded input"
+                            " size %" PRId64 " along spatial dim %d", extent,
+                            p->in[d] + pads, d);
+        *out = (p->in[d] + pads - extent) / p->stride[d] + 1;
+    } else {
+        *out = p->stride[d] * (p->in[d] - 1) + p->output_padding[d] + extent - pads;
+        if (*out < 1)
+            return ai_error(AI_ERR_VALUE,
+                            "ConvTranspose: pads %" PRId64 " + %" PRId64 " leave output"
+                            " size %" PRId64 " along spatial dim %d", p->pad_begin[d],
+                            p->pad_end[d], *out, d);
+    }
+    return AI_OK;
+}
+
+/* *acc *= v unless the product could not be counted in bytes of float64. */
+static bool mul_fits(int64_t *acc, int64_t v)
+{
+    if (v != 0 && *acc > INT64_MAX / 8 / v)
+        return false;
+    *acc *= v;
+    return true;
+}
+
+static ai_status check(const ai_conv_params *p, bool transposed)
+{
+    const char *op = transposed ? "ConvTranspose" : "Conv";
+    ai_status st = check_attrs(p, transposed);
+    for (int d = 0; st == AI_OK && d < p->nsp; d++) {
+        int64_t out = 0;
+        st = expected_out(p, transposed, d, &out);
+        if (st == AI_OK && p->out[d] != out)
+            return ai_error(AI_ERR_VALUE, "%s: output size %" PRId64 " along spatial dim"
+                            " %d, expected %" PRId64, op, p->out[d], d, out);
+    }
+    if (st != AI_OK)
+        return st;
+    /* x, y, w and the im2col columns must be countable in bytes */
+    int64_t xs = p->N, ys = p->N, ws = p->M, cols = transposed ? p->M : p->C;
+    bool ok = mul_fits(&xs, p->C) && mul_fits(&ys, p->M) && mul_fits(&ws, p->C);
+    cols /= p->group;
+    ws /= p->group;
+    for (int d = 0; ok && d < p->nsp; d++)
+        ok = mul_fits(&xs, p->in[d]) && mul_fits(&ys, p->out[d]) &&
+             mul_fits(&ws, p->kernel[d]) && mul_fits(&cols, p->kernel[d]) &&
+             mul_fits(&cols, transposed ? p->in[d] : p->out[d]);
+    return ok ? AI_OK : ai_error(AI_ERR_NOMEM, "%s: tensor sizes overflow", op);
+}
+
+static ai_status infer_out(ai_conv_params *p, bool transposed)
+{
+    ai_status st = check_attrs(p, transposed);
+    for (int d = 0; st == AI_OK && d < p->nsp; d++)
+        st = expected_out(p, transposed, d, &p->out[d]);
+    return st != AI_OK ? st : check(p, transposed);
+}
+
+ai_status ai_conv_check(const ai_conv_params *p) { return check(p, false); }
+ai_status ai_convtranspose_check(const ai_conv_params *p) { return check(p, true); }
+ai_status ai_conv_infer_out(ai_conv_params *p) { return infer_out(p, false); }
+ai_status ai_convtranspose_infer_out(ai_conv_params *p) { return infer_out(p, true); }
+
+/*
+ * The geometry of im2col/col2im, always 3-D: 1-D and 2-D convs get leading
+ * spatial dims of size 1 (kernel 1, stride 1, no pad). `img` is the image
+ * side (Conv: x, ConvTranspose: y), `grid` the side whose positions index the
+ * columns (Conv: y, ConvTranspose: x).
+ */
+typedef struct {
+    int64_t img[3], grid[3], k[3], s[3], d[3], p[3];
+    int64_t img_size, grid_size, ksize; /* products of img, grid, k */
+    bool pointwise; /* columns == image: 1x1 kernel, stride 1, no padding */
+} conv_geom;
+
+static conv_geom conv_geom_of(const ai_conv_params *p, bool transposed)
+{
+    conv_geom g = {.img_size = 1, .grid_size = 1, .ksize = 1, .pointwise = true};
+    for (int i = 0; i < 3; i++) {
+        int d = i - (3 - p->nsp); /* spatial dim of p; < 0 for an added one */
+        bool real = d >= 0;
+        g.img[i] = !real ? 1 : transposed ? p->out[d] : p->in[d];
+        g.grid[i] = !real ? 1 : transposed ? p->in[d] : p->out[d];
+        g.k[i] = real ? p->kernel[d] : 1;
+        g.s[i] = real ? p->stride[d] : 1;
+        g.d[i] = real ? p->dilation[d] : 1;
+        g.p[i] = real ? p->pad_begin[d] : 0;
+        g.img_size *= g.img[i];
+        g.grid_size *= g.grid[i];
+        g.ksize *= g.k[i];
+        g.pointwise = g.pointwise && g.k[i] == 1 && g.s[i] == 1 && g.p[i] == 0 &&
+                      g.img[i] == g.grid[i];
+    }
+    return g;
+}
+
+/* Row r = (c, k0, k1, k2) of the columns reads image plane c, at position
+ * grid_position * stride + off in each dim. */
+typedef struct {
+    int64_t plane, off[3];
+} conv_tap;
+
+static conv_tap conv_tap_of(const conv_geom *g, int64_t r)
+{
+    int64_t k[3] = {r / (g->k[1] * g->k[2]) % g->k[0], r / g->k[2] % g->k[1],
+                    r % g->k[2]};
+    conv_tap t = {.plane = r / g->ksize * g->img_size};
+    for (int i = 0; i < 3; i++)
+        t.off[i] = k[i] * g->d[i] - g->p[i];
+    return t;
+}
+
+static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool transposed)
+{
+    conv_geom g = conv_geom_of(p, transposed);
+    if (g.pointwise)
+        return 0;
+    int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */
+    return (size_t)(channels * g.ksize * g.grid_size) * ai_dtype_size(dtype);
+}
+
+size_t ai_conv_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)
+{
+    return workspace_bytes(p, dtype, false);
+}
+
+size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)
+{
+    return workspace_bytes(p, dtype, true);
+}
+
+#define AI_CAT_(a, b) a##b
+#define AI_CAT(a, b) AI_CAT_(a, b)
+#define FN(name) AI_CAT(name, SFX)
+
+#define T float
+#define SFX _f32
+#define GEMM ai_gemm_f32
+#include "conv_impl.h"
+
+#define T double
+#define SFX _f64
+#define GEMM ai_gemm_f64
+#include "conv_impl.h"

@@ -1,0 +1,76 @@
+/*
+ * conv.h — Conv and ConvTranspose kernels (ONNX semantics, matching PyTorch),
+ * 1 to 3 spatial dims, float32 and float64, through im2col/col2im + GEMM.
+ *
+ * Conv           x (N, C, in...)   w (M, C/group, kernel...)  b (M) or NULL
+ *                y (N, M, out...)
+ *                out = floor((in + pad_begin + pad_end
+ *                             - dilation*(kernel-1) - 1) / stride) + 1
+ * ConvTranspose  x (N, C, in...)   w (C, M/group, kernel...)  b (M) or NULL
+ *                y (N, M, out...)
+ *                out = stride*(in-1) + output_padding
+ *                      + dilation*(kernel-1) + 1 - pad_begin - pad_end
+ *
+ * All tensors are contiguous. ConvTranspose forward is the data gradient of
+ * the Conv that maps y's shape to x's with the same w (col2im).
+ *
+ * Forward overwrites y. Backward ACCUMULATES (+=) into each of dx, dw, db that
+ * is not NULL; a NULL one is not computed. The kernels never allocate: the
+ * caller passes `workspace`, ai_conv[transpose]_workspace_bytes() long (may be
+ * NULL when that is 0), and must have validated the parameters with
+ * ai_conv[transpose]_check() (or filled `out` with ..._infer_out()).
+ */
+#ifndef AI_CONV_H
+#define AI_CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../aidge.h"
+
+typedef struct {
+    int nsp;                      /* spatial dims, 1..3 */
+    int64_t N, C, M, group;       /* batch, x channels, y channels, groups */
+    int64_t in[3], out[3];        /* spatial sizes of x and y */
+    int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
+    int64_t output_padding[3];    /* ConvTranspose only; must be 0 for Conv */
+} ai_conv_params;
+
+/* Fills p->out from the other fields, then validates like ..._check(). */
+ai_status ai_conv_infer_out(ai_conv_params *p);
+ai_status ai_convtranspose_infer_out(ai_conv_params *p);
+/* AI_ERR_VALUE with a message naming the problem if `p` is not a valid,
+ * self-consistent Conv (ConvTranspose) description. */
+ai_status ai_conv_check(const ai_conv_params *p);
+ai_status ai_convtranspose_check(const ai_conv_params *p);
+
+/* Bytes of scratch the kernels need (0 for a 1x1, stride-1, unpadded conv). */
+size_t ai_conv_workspace_bytes(const ai_conv_params *p, ai_dtype dtype);
+size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype);
+
+/* float32 */
+void ai_conv_forward_f32(const ai_conv_params *p, float *y, const float *x,
+                         const float *w, const float *b, float *workspace);
+void ai_conv_backward_f32(const ai_conv_params *p, float *dx, float *dw, float *db,
+                          const float *dy, const float *x, const float *w,
+                          float *workspace);
+void ai_convtranspose_forward_f32(const ai_conv_params *p, float *y, const float *x,
+                                  const float *w, const float *b, float *workspace);
+void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw,
+                                   float *db, const float *dy, const float *x,
+                                   const float *w, float *workspace);
+
+/* float64 */
+void ai_conv_forward_f64(const ai_conv_params *p, double *y, const double *x,
+                         const double *w, const double *b, double *workspace);
+void ai_conv_backward_f64(const ai_conv_params *p, double *dx, double *dw,
+                          double *db, const double *dy, const double *x,
+                          const double *w, double *workspace);
+void ai_convtranspose_forward_f64(const ai_conv_params *p, double *y,
+                                  const double *x, const double *w, const double *b,
+                                  double *workspace);
+void ai_convtranspose_backward_f64(const ai_conv_params *p, double *dx, double *dw,
+                                   double *db, const double *dy, const double *x,
+                                   const double *w, double *workspace);
+
+#endif

@@ -1,0 +1,180 @@
+/*
+ * conv_impl.h — the Conv / ConvTranspose kernels, written once for the
+ * element type T. conv.c includes it once per type after defining T, SFX
+ * (name suffix: _f32, _f64) and GEMM (ai_gemm_f32, ai_gemm_f64); this file
+ * undefines them. Not a public header.
+ *
+ * Sizes: K = prod(kernel), IS = prod(x spatial), OS = prod(y spatial),
+ * Cg = C/group, Mg = M/group. Grid side: Conv y, ConvTranspose x.
+ */
+
+/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
+static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
+{
+    for (int64_t r = 0; r < C * g->ksize; r++) {
+        conv_tap t = conv_tap_of(g, r);
+        const T *src = img + t.plane;
+        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
+            int64_t i0 = o0 * g->s[0] + t.off[0];
+            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
+                int64_t i1 = o1 * g->s[1] + t.off[1];
+                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
+                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
+                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
+                    int64_t i2 = o2 * g->s[2] + t.off[2];
+                    *col = inside && 0 <= i2 && i2 < g->img[2] ? src[base + i2] : 0;
+                }
+            }
+        }
+    }
+}
+
+/* img (C, image) += the columns col (C*K, grid) summed back onto the image:
+ * the adjoint of im2col. */
+static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
+{
+    for (int64_t r = 0; r < C * g->ksize; r++) {
+        conv_tap t = conv_tap_of(g, r);
+        T *dst = img + t.plane;
+        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
+            int64_t i0 = o0 * g->s[0] + t.off[0];
+            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
+                int64_t i1 = o1 * g->s[1] + t.off[1];
+                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
+                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
+                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
+                    int64_t i2 = o2 * g->s[2] + t.off[2];
+                    if (inside && 0 <= i2 && i2 < g->img[2])
+                        dst[base + i2] += *col;
+                }
+            }
+        }
+    }
+}
+
+/* The columns of img (C, image): img itself for a pointwise conv, else
+ * im2col'd into ws. */
+static const T *FN(columns)(T *ws, const T *img, int64_t C, const conv_geom *g)
+{
+    if (g->pointwise)
+        return img;
+    FN(im2col)(ws, img, C, g);
+    return ws;
+}
+
+/* img (C, image) += col2im(A^T @ B), A (kdim, C*K), B (kdim, grid); the
+ * product goes through ws, or straight into img for a pointwise conv. */
+static void FN(gemm_col2im)(T *img, const T *A, const T *B, int64_t kdim, int64_t C,
+                            T *ws, const conv_geom *g)
+{
+    int64_t rows = C * g->ksize, cols = g->grid_size;
+    if (g->pointwise) {
+        GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, 1, img, cols);
+        return;
+    }
+    GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, 0, ws, cols);
+    FN(col2im)(img, ws, C, g);
+}
+
+/* y (N, M, S): y[n, m, :] = b[m], or 0 without bias. */
+static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
+{
+    for (int64_t nm = 0; nm < N * M; nm++)
+        for (int64_t s = 0; s < S; s++)
+            *y++ = b ? b[nm % M] : 0;
+}
+
+/* db (M) += sum of dy (N, M, S) over n and s. */
+static void FN(bias_backward)(T *db, const T *dy, int64_t N, int64_t M, int64_t S)
+{
+    for (int64_t nm = 0; nm < N * M; nm++) {
+        T sum = 0;
+        for (int64_t s = 0; s < S; s++)
+            sum += *dy++;
+        db[nm % M] += sum;
+    }
+}
+
+/* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
+ * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
+void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
+                         const T *b, T *workspace)
+{
+    conv_geom g = conv_geom_of(p, false);
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
+    int64_t IS = g.img_size, OS = g.grid_size;
+    FN(fill_bias)(y, b, p->N, p->M, OS);
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t grp = 0; grp < p->group; grp++) {
+            const T *col = FN(columns)(workspace, x + (n * p->C + grp * Cg) * IS, Cg, &g);
+            GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
+                 y + (n * p->M + grp * Mg) * OS, OS);
+        }
+}
+
+/* dx (N, C, in) += w_g^T @ dy_g through col2im; dw (M, Cg, kernel) +=
+ * dy_g @ cols(x_g)^T; db (M) += sum of dy. NULL gradients are skipped. */
+void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T *dy,
+                          const T *x, const T *w, T *workspace)
+{
+    conv_geom g = conv_geom_of(p, false);
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
+    int64_t IS = g.img_size, OS = g.grid_size;
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t grp = 0; grp < p->group; grp++) {
+            const T *dyg = dy + (n * p->M + grp * Mg) * OS;
+            int64_t xoff = (n * p->C + grp * Cg) * IS;
+            if (dw) {
+                const T *col = FN(columns)(workspace, x + xoff, Cg, &g);
+                GEMM(false, true, Mg, rows, OS, 1, dyg, OS, col, OS, 1,
+                     dw + grp * Mg * rows, rows);
+            }
+            if (dx)
+                FN(gemm_col2im)(dx + xoff, w + grp * Mg * rows, dyg, Mg, Cg, workspace, &g);
+        }
+    if (db)
+        FN(bias_backward)(db, dy, p->N, p->M, OS);
+}
+
+/* y (N, M, out) = convtranspose(x (N, C, in), w (C, Mg, kernel)) + b (M).
+ * Per batch item and group: y_g (Mg, OS) += col2im(w_g^T @ x_g), w_g (Cg, Mg*K),
+ * x_g (Cg, IS). */
+void FN(ai_convtranspose_forward)(const ai_conv_params *p, T *y, const T *x,
+                                  const T *w, const T *b, T *workspace)
+{
+    conv_geom g = conv_geom_of(p, true);
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Mg * g.ksize;
+    int64_t IS = g.grid_size, OS = g.img_size;
+    FN(fill_bias)(y, b, p->N, p->M, OS);
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t grp = 0; grp < p->group; grp++)
+            FN(gemm_col2im)(y + (n * p->M + grp * Mg) * OS, w + grp * Cg * rows,
+                            x + (n * p->C + grp * Cg) * IS, Cg, Mg, workspace, &g);
+}
+
+/* dx (N, C, in) += w_g @ cols(dy_g); dw (C, Mg, kernel) += x_g @ cols(dy_g)^T;
+ * db (M) += sum of dy. NULL gradients are skipped. */
+void FN(ai_convtranspose_backward)(const ai_conv_params *p, T *dx, T *dw, T *db,
+                                   const T *dy, const T *x, const T *w, T *workspace)
+{
+    conv_geom g = conv_geom_of(p, true);
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Mg * g.ksize;
+    int64_t IS = g.grid_size, OS = g.img_size;
+    for (int64_t n = 0; (dx || dw) && n < p->N; n++)
+        for (int64_t grp = 0; grp < p->group; grp++) {
+            const T *col = FN(columns)(workspace, dy + (n * p->M + grp * Mg) * OS, Mg, &g);
+            int64_t xoff = (n * p->C + grp * Cg) * IS;
+            if (dx)
+                GEMM(false, false, Cg, IS, rows, 1, w + grp * Cg * rows, rows, col, IS, 1,
+                     dx + xoff, IS);
+            if (dw)
+                GEMM(false, true, Cg, rows, IS, 1, x + xoff, IS, col, IS, 1,
+                     dw + grp * Cg * rows, rows);
+        }
+    if (db)
+        FN(bias_backward)(db, dy, p->N, p->M, OS);
+}
+
+#undef T
+#undef SFX
+#undef GEMM

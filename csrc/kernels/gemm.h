@@ -1,0 +1,36 @@
+/*
+ * gemm.h — C = alpha * op(A) @ op(B) + beta * C, row-major, for float32 and
+ * float64. op(X) is X or its transpose. A is (M,K) after op, B is (K,N), C is
+ * (M,N); lda/ldb/ldc are row strides in elements.
+ *
+ * ai_gemm_* goes to OpenBLAS when the build has it (AI_HAVE_OPENBLAS), else
+ * to the portable reference kernel ai_gemm_ref_*, which is also what the C
+ * export ships. beta == 0 overwrites C without reading it (NaN-safe).
+ */
+#ifndef AI_GEMM_H
+#define AI_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+void ai_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 float alpha, const float *A, int64_t lda, const float *B,
+                 int64_t ldb, float beta, float *C, int64_t ldc);
+void ai_gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 double alpha, const double *A, int64_t lda, const double *B,
+                 int64_t ldb, double beta, double *C, int64_t ldc);
+
+void ai_gemm_ref_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     float alpha, const float *A, int64_t lda, const float *B,
+                     int64_t ldb, float beta, float *C, int64_t ldc);
+void ai_gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     double alpha, const double *A, int64_t lda, const double *B,
+                     int64_t ldb, double beta, double *C, int64_t ldc);
+
+/* Name of the GEMM backend in use ("openblas" or "reference"). */
+const char *ai_gemm_backend(void);
+/* Threads used by the GEMM library (no-op for the reference kernel). */
+void ai_gemm_set_threads(int n);
+int ai_gemm_get_threads(void);
+
+#endif

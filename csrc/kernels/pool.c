@@ -1,0 +1,145 @@
+/*
+ * pool.c — pooling: parameter checks, output sizes, the window geometry, and
+ * the kernels of pool_impl.h instantiated for float32 and float64.
+ */
+#include "pool.h"
+
+#include <inttypes.h>
+#include <math.h>
+
+/* Largest attribute or size accepted: keeps every formula below in int64. */
+#define MAX_ATTR INT64_C(0x7fffffff)
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/*
+ * The geometry, always 3-D: 1-D and 2-D pools get leading spatial dims of
+ * size 1 (kernel 1, stride 1, no pad).
+ */
+typedef struct {
+    int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+    int64_t in_size, out_size; /* products of in, out */
+} pool_geom;
+
+static pool_geom pool_geom_of(const ai_pool_params *p)
+{
+    pool_geom g = {.in_size = 1, .out_size = 1};
+    for (int i = 0; i < 3; i++) {
+        int d = i - (3 - p->nsp); /* spatial dim of p; < 0 for an added one */
+        bool real = d >= 0;
+        g.in[i] = real ? p->in[d] : 1;
+        g.out[i] = real ? p->out[d] : 1;
+        g.k[i] = real ? p->kernel[d] : 1;
+        g.s[i] = real ? p->stride[d] : 1;
+        g.d[i] = real ? p->dilation[d] : 1;
+        g.pb[i] = real ? p->pad_begin[d] : 0;
+        g.pe[i] = real ? p->pad_end[d] : 0;
+        g.in_size *= g.in[i];
+        g.out_size *= g.out[i];
+    }
+    return g;
+}
+
+/* Window o along dim i: its input positions lo, lo + d, ... < hi (n of
+ * them), and its size clipped to the padded input (count_include_pad). */
+typedef struct {
+    int64_t lo, hi, n, padded;
+} pool_win;
+
+static pool_win pool_win_of(const pool_geom *g, int i, int64_t o)
+{
+    int64_t d = g->d[i], start = o * g->s[i] - g->pb[i];
+    pool_win w;
+    w.lo = start < 0 ? start + (-start + d - 1) / d * d : start;
+    w.hi = min64(start + (g->k[i] - 1) * d + 1, g->in[i]);
+    w.n = w.hi > w.lo ? (w.hi - w.lo + d - 1) / d : 0;
+    w.padded = min64(g->k[i], (g->in[i] + g->pe[i] - start + d - 1) / d);
+    return w;
+}
+
+static ai_status check_attrs(const ai_pool_params *p)
+{
+    if (p->nsp < 1 || p->nsp > 3)
+        return ai_error(AI_ERR_VALUE, "pooling: %d spatial dims, expected 1 to 3",
+                        p->nsp);
+    if (p->N < 0 || p->N > MAX_ATTR || p->C < 1 || p->C > MAX_ATTR)
+        return ai_error(AI_ERR_VALUE, "pooling: batch size %" PRId64 " or channels %"
+                        PRId64 " out of range", p->N, p->C);
+    const struct { const char *name; const int64_t *v; int64_t lo; } attrs[] = {
+        {"input size", p->in, 1},       {"kernel", p->kernel, 1},
+        {"stride", p->stride, 1},       {"dilation", p->dilation, 1},
+        {"pad_begin", p->pad_begin, 0}, {"pad_end", p->pad_end, 0}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+        for (int d = 0; d < p->nsp; d++)
+            if (attrs[i].v[d] < attrs[i].lo || attrs[i].v[d] > MAX_ATTR)
+                return ai_error(AI_ERR_VALUE,
+                                "pooling: %s %" PRId64 " along spatial dim %d out of"
+                                " range [%" PRId64 ", 2^31)", attrs[i].name,
+                                attrs[i].v[d], d, attrs[i].lo);
+    return AI_OK;
+}
+
+/* The output size along spatial dim d of parameters that pass check_attrs.
+ * With ceil_mode the last window may run past the padded input. */
+static ai_status expected_out(const ai_pool_params *p, int d, int64_t *out)
+{
+    int64_t extent = p->dilation[d] * (p->kernel[d] - 1) + 1; /* dilated kernel */
+    int64_t padded = p->in[d] + p->pad_begin[d] + p->pad_end[d];
+    int64_t s = p->stride[d], room = padded - extent + (p->ceil_mode ? s - 1 : 0);
+    if (room < 0)
+        return ai_error(AI_ERR_VALUE,
+                        "pooling: dilated kernel extent %" PRId64 " leaves no output for padded"
+                        " input size %" PRId64 " along spatial dim %d", extent, padded, d);
+    *out = room / s + 1;
+    /* with ceil_mode, the last window starts inside the input or left padding */
+    if (p->ceil_mode && (*out - 1) * s >= p->in[d] + p->pad_begin[d])
+        --*out;
+    return AI_OK;
+}
+
+ai_status ai_pool_check(const ai_pool_params *p)
+{
+    ai_status st = check_attrs(p);
+    if (st != AI_OK)
+        return st;
+    int64_t xs = p->N * p->C, ys = xs; /* both < 2^62 */
+    for (int d = 0; d < p->nsp; d++) {
+        int64_t out = 0;
+        if ((st = expected_out(p, d, &out)) != AI_OK)
+            return st;
+        if (p->out[d] != out)
+            return ai_error(AI_ERR_VALUE, "pooling: output size %" PRId64 " along"
+                            " spatial dim %d, expected %" PRId64, p->out[d], d, out);
+        if (xs > INT64_MAX / 8 / p->in[d] || ys > INT64_MAX / 8 / out)
+            return ai_error(AI_ERR_NOMEM, "pooling: tensor sizes overflow");
+        xs *= p->in[d];
+        ys *= out;
+    }
+    pool_geom g = pool_geom_of(p);
+    for (int i = 3 - p->nsp; i < 3; i++)
+        for (int64_t o = 0; o < g.out[i]; o++)
+            if (pool_win_of(&g, i, o).n == 0)
+                return ai_error(AI_ERR_VALUE, "pooling: window %" PRId64 " along spatial"
+                                " dim %d covers only padding", o, i - (3 - p->nsp));
+    return AI_OK;
+}
+
+ai_status ai_pool_infer_out(ai_pool_params *p)
+{
+    ai_status st = check_attrs(p);
+    for (int d = 0; st == AI_OK && d < p->nsp; d++)
+        st = expected_out(p, d, &p->out[d]);
+    return st != AI_OK ? st : ai_pool_check(p);
+}
+
+#define AI_CAT_(a, b) a##b
+#define AI_CAT(a, b) AI_CAT_(a, b)
+#define FN(name) AI_CAT(name, SFX)
+
+#define T float
+#define SFX _f32
+#include "pool_impl.h"
+
+#define T double
+#define SFX _f64
+#include "pool_impl.h"

@@ -1,0 +1,433 @@
+/*
+ * binary.c — elementwise operators of several tensors with numpy
+ * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Equal, Less, Greater,
+ * Where.
+ *
+ * Arithmetic takes float32/float64 (with gradients) and int32/int64 (shape
+ * arithmetic, no gradients). Backward forms the elementwise gradient in the
+ * output's shape and sums it over the broadcast axes into each input
+ * (ai_reduce_to); when an input has the output's shape it accumulates
+ * directly.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../graph.h"
+
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE };
+
+typedef struct {
+    int kind;
+} binary_params;
+
+/* ---------------------------------------------------------------- iteration */
+
+/* Calls fn(o, a, b, c, n, sa, sb, sc, ctx) for each innermost row of the
+ * output, where sa/sb/sc are the inner strides (0 or 1) of the operands. */
+typedef struct {
+    int nd;
+    int64_t shape[AI_MAX_DIMS];
+    int64_t st[3][AI_MAX_DIMS]; /* strides of up to three operands */
+} bcast;
+
+static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *ins, int n)
+{
+    b->nd = out->ndim;
+    memcpy(b->shape, out->shape, sizeof b->shape);
+    for (int k = 0; k < n; k++)
+        ai_broadcast_strides(ins[k]->ndim, ins[k]->shape, out->ndim, out->shape, b->st[k]);
+}
+
+#define BCAST_LOOP(B, ...)                                                           \
+    do {                                                                             \
+        int64_t idx_[AI_MAX_DIMS] = {0}, oa_ = 0, ob_ = 0, oc_ = 0, total_ = 1;      \
+        for (int d_ = 0; d_ < (B)->nd; d_++)                                         \
+            total_ *= (B)->shape[d_];                                                \
+        const int64_t inner = (B)->nd ? (B)->shape[(B)->nd - 1] : 1;                 \
+        const int64_t sa = (B)->nd ? (B)->st[0][(B)->nd - 1] : 0;                    \
+        const int64_t sb = (B)->nd ? (B)->st[1][(B)->nd - 1] : 0;                    \
+        const int64_t sc = (B)->nd ? (B)->st[2][(B)->nd - 1] : 0;                    \
+        (void)sc;                                                                    \
+        for (int64_t o_ = 0; o_ < total_ && inner > 0; o_ += inner) {                \
+            const int64_t ro = o_, ra = oa_, rb = ob_, rc = oc_;                     \
+            (void)rc;                                                                \
+            __VA_ARGS__;                                                                   \
+            for (int d_ = (B)->nd - 2; d_ >= 0; d_--) {                              \
+                oa_ += (B)->st[0][d_];                                               \
+                ob_ += (B)->st[1][d_];                                               \
+                oc_ += (B)->st[2][d_];                                               \
+                if (++idx_[d_] < (B)->shape[d_])                                     \
+                    break;                                                           \
+                oa_ -= (B)->st[0][d_] * (B)->shape[d_];                              \
+                ob_ -= (B)->st[1][d_] * (B)->shape[d_];                              \
+                oc_ -= (B)->st[2][d_] * (B)->shape[d_];                              \
+                idx_[d_] = 0;                                                        \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
+
+/* ---------------------------------------------------------------- forward */
+
+#define ARITH(T, KIND, A, B)                                                         \
+    ((KIND) == ADD ? (A) + (B)                                                       \
+     : (KIND) == SUB ? (A) - (B)                                                     \
+     : (KIND) == MUL ? (A) * (B)                                                     \
+     : (KIND) == MIN ? ((A) < (B) || (A) != (A) ? (A) : (B))                         \
+     : (KIND) == MAX ? ((A) > (B) || (A) != (A) ? (A) : (B))                         \
+                     : (A))
+
+#define DEFINE_FLOAT_FWD(NAME, T, POWF)                                              \
+    static void NAME(const bcast *b, int kind, T *y, const T *x0, const T *x1)       \
+    {                                                                                \
+        BCAST_LOOP(b, {                                                              \
+            const T *pa = x0 + ra, *pb = x1 + rb;                                    \
+            T *po = y + ro;                                                          \
+            switch (kind) {                                                          \
+            case DIV:                                                                \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = pa[j * sa] / pb[j * sb];                                 \
+                break;                                                               \
+            case POW:                                                                \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = POWF(pa[j * sa], pb[j * sb]);                            \
+                break;                                                               \
+            case ADD:                                                                \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = pa[j * sa] + pb[j * sb];                                 \
+                break;                                                               \
+            case MUL:                                                                \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = pa[j * sa] * pb[j * sb];                                 \
+                break;                                                               \
+            default:                                                                 \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = ARITH(T, kind, pa[j * sa], pb[j * sb]);                  \
+            }                                                                        \
+        });                                                                          \
+    }
+
+DEFINE_FLOAT_FWD(fwd_f32, float, powf)
+DEFINE_FLOAT_FWD(fwd_f64, double, pow)
+
+/* integer arithmetic: Div truncates toward zero like ONNX (and C) */
+static int64_t int_pow(int64_t a, int64_t e)
+{
+    if (e < 0)
+        return a == 1 ? 1 : (a == -1 ? (e % 2 ? -1 : 1) : 0);
+    uint64_t r = 1, base = (uint64_t)a;
+    while (e) {
+        if (e & 1)
+            r *= base;
+        base *= base;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tensor *y,
+                         const ai_tensor *x0, const ai_tensor *x1)
+{
+    const bool i64 = y->dtype == AI_I64;
+    const int64_t *a64 = x0->data, *b64 = x1->data;
+    const int32_t *a32 = x0->data, *b32 = x1->data;
+    ai_status st = AI_OK;
+    BCAST_LOOP(b, {
+        for (int64_t j = 0; j < inner; j++) {
+            int64_t u = i64 ? a64[ra + j * sa] : a32[ra + j * sa];
+            int64_t v = i64 ? b64[rb + j * sb] : b32[rb + j * sb];
+            int64_t r;
+            if (kind == DIV) {
+                if (v == 0) {
+                    st = ai_node_error(node, AI_ERR_VALUE, "integer division by zero");
+                    r = 0;
+                } else {
+                    r = (u == INT64_MIN && v == -1) ? INT64_MIN : u / v;
+                }
+            } else if (kind == POW) {
+                r = int_pow(u, v);
+            } else {
+                r = (int64_t)((uint64_t)u + 0); /* wrap, never UB */
+                r = kind == ADD   ? (int64_t)((uint64_t)u + (uint64_t)v)
+                    : kind == SUB ? (int64_t)((uint64_t)u - (uint64_t)v)
+                    : kind == MUL ? (int64_t)((uint64_t)u * (uint64_t)v)
+                    : kind == MIN ? (u < v ? u : v)
+                                  : (u > v ? u : v);
+            }
+            if (i64)
+                ((int64_t *)y->data)[ro + j] = r;
+            else
+                ((int32_t *)y->data)[ro + j] = (int32_t)r;
+        }
+    });
+    return st;
+}
+
+static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_tensor *x0,
+                             const ai_tensor *x1)
+{
+    uint8_t *o = y->data;
+    const size_t isz = ai_dtype_size(x0->dtype);
+    const char *pa = x0->data, *pb = x1->data;
+    const bool flt = ai_dtype_is_float(x0->dtype);
+    BCAST_LOOP(b, {
+        for (int64_t j = 0; j < inner; j++) {
+            const char *ea = pa + (ra + j * sa) * (int64_t)isz;
+            const char *eb = pb + (rb + j * sb) * (int64_t)isz;
+            bool r;
+            if (flt) {
+                ai_tensor ta = {.dtype = x0->dtype, .data = (void *)ea};
+                ai_tensor tb = {.dtype = x0->dtype, .data = (void *)eb};
+                double u = ai_tensor_get_flat(&ta, 0), v = ai_tensor_get_flat(&tb, 0);
+                r = kind == EQUAL ? u == v : kind == LESS ? u < v : u > v;
+            } else {
+                int64_t u = 0, v = 0;
+                memcpy(&u, ea, isz); /* little-endian integers widen by copying */
+                memcpy(&v, eb, isz);
+                if (isz < 8 && x0->dtype != AI_U8 && x0->dtype != AI_BOOL) {
+                    int shift = 64 - 8 * (int)isz; /* sign-extend */
+                    u = (int64_t)((uint64_t)u << shift) >> shift;
+                    v = (int64_t)((uint64_t)v << shift) >> shift;
+                }
+                r = kind == EQUAL ? u == v : kind == LESS ? u < v : u > v;
+            }
+            o[ro + j] = r;
+        }
+    });
+    return AI_OK;
+}
+
+static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
+                           const ai_tensor *x0, const ai_tensor *x1)
+{
+    const uint8_t *pc = cnd->data;
+    const size_t isz = ai_dtype_size(y->dtype);
+    char *o = y->data;
+    const char *pa = x0->data, *pb = x1->data;
+    /* operands: st[0] = condition, st[1] = x, st[2] = y */
+    BCAST_LOOP(b, {
+        for (int64_t j = 0; j < inner; j++) {
+            const char *src = pc[ra + j * sa] ? pa + (rb + j * sb) * (int64_t)isz
+                                              : pb + (rc + j * sc) * (int64_t)isz;
+            memcpy(o + (ro + j) * (int64_t)isz, src, isz);
+        }
+    });
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- shape */
+
+static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    const binary_params *p = c->node->params;
+    const int kind = p->kind;
+    const int first = kind == WHERE ? 1 : 0;
+    const ai_tensor *a = c->in[first], *b = c->in[first + 1];
+    if (kind == WHERE && c->in[0]->dtype != AI_BOOL)
+        return ai_node_error(c->node, AI_ERR_TYPE, "condition is %s; bool expected",
+                             ai_dtype_name(c->in[0]->dtype));
+    if (a->dtype != b->dtype && !(kind == POW && ai_dtype_is_float(a->dtype)))
+        return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
+                             ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
+    ai_dtype dt = a->dtype;
+    bool arith = kind <= MAX;
+    if (arith && dt != AI_F32 && dt != AI_F64 && dt != AI_I32 && dt != AI_I64)
+        return ai_node_error(c->node, AI_ERR_TYPE,
+                             "dtype %s is not supported (float32, float64, int32, int64)",
+                             ai_dtype_name(dt));
+    int nd;
+    int64_t shape[AI_MAX_DIMS];
+    ai_status st = ai_broadcast_shape(c->node, a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
+    if (st)
+        return st;
+    if (kind == WHERE) {
+        const ai_tensor *cn = c->in[0];
+        int nd2;
+        int64_t s2[AI_MAX_DIMS];
+        if ((st = ai_broadcast_shape(c->node, cn->ndim, cn->shape, nd, shape, &nd2, s2)))
+            return st;
+        nd = nd2;
+        memcpy(shape, s2, sizeof shape);
+    }
+    out[0].dtype = (kind >= EQUAL && kind <= GREATER) ? AI_BOOL : dt;
+    out[0].ndim = nd;
+    memcpy(out[0].shape, shape, sizeof shape);
+    /* backward scratch: one output-shaped gradient */
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n *= shape[i];
+    *ws = (size_t)n * ai_dtype_size(dt);
+    return AI_OK;
+}
+
+/* Pow's exponent may have another dtype than the base: convert it. */
+static ai_status pow_exponent(ai_ctx *c, ai_tensor **tmp)
+{
+    *tmp = NULL;
+    if (c->in[1]->dtype == c->in[0]->dtype)
+        return AI_OK;
+    ai_status st = ai_tensor_new(tmp, c->in[0]->dtype, c->in[1]->ndim, c->in[1]->shape);
+    if (!st && (st = ai_tensor_copy(*tmp, c->in[1])) == AI_OK)
+        c->in[1] = *tmp;
+    return st;
+}
+
+static ai_status binary_backward(ai_ctx *c);
+
+static ai_status binary_forward(ai_ctx *c)
+{
+    const int kind = ((const binary_params *)c->node->params)->kind;
+    bcast b;
+    if (kind == POW && c->in[1]->dtype != c->in[0]->dtype) {
+        ai_tensor *tmp, *orig = c->in[1];
+        ai_status st = pow_exponent(c, &tmp);
+        if (!st)
+            st = binary_forward(c);
+        c->in[1] = orig;
+        ai_tensor_free(tmp);
+        return st;
+    }
+    if (kind == WHERE) {
+        bcast_init(&b, c->out[0], (const ai_tensor *const *)c->in, 3);
+        return where_fwd(&b, c->out[0], c->in[0], c->in[1], c->in[2]);
+    }
+    bcast_init(&b, c->out[0], (const ai_tensor *const *)c->in, 2);
+    if (kind >= EQUAL)
+        return compare_fwd(&b, kind, c->out[0], c->in[0], c->in[1]);
+    if (c->out[0]->dtype == AI_F32)
+        fwd_f32(&b, kind, c->out[0]->data, c->in[0]->data, c->in[1]->data);
+    else if (c->out[0]->dtype == AI_F64)
+        fwd_f64(&b, kind, c->out[0]->data, c->in[0]->data, c->in[1]->data);
+    else
+        return fwd_int(c->node, &b, kind, c->out[0], c->in[0], c->in[1]);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* g[i] = dy * d(out)/d(input `which`), in the output's shape. */
+#define DEFINE_GRAD(NAME, T, POWF, LOGF)                                             \
+    static void NAME(const bcast *b, int kind, int which, T *g, const T *dy,         \
+                     const T *x0, const T *x1, const T *y, const uint8_t *cnd)       \
+    {                                                                                \
+        BCAST_LOOP(b, {                                                              \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                T d = dy[ro + j], r;                                                 \
+                if (kind == WHERE) {                                                 \
+                    bool t = cnd[ra + j * sa] != 0;                                  \
+                    g[ro + j] = (which == 0) == t ? d : (T)0;                         \
+                    continue;                                                        \
+                }                                                                    \
+                T a = x0[ra + j * sa], bb = x1[rb + j * sb];                         \
+                switch (kind) {                                                      \
+                case ADD: r = d; break;                                              \
+                case SUB: r = which ? -d : d; break;                                 \
+                case MUL: r = which ? d * a : d * bb; break;                         \
+                case DIV: r = which ? -d * ((a / bb) / bb) : d / bb; break;          \
+                case POW:                                                            \
+                    if (!which)                                                      \
+                        r = bb == 0 ? (T)0 : d * bb * POWF(a, bb - 1);               \
+                    else                                                             \
+                        r = (a == 0 && bb >= 0) ? (T)0 : d * y[ro + j] * LOGF(a);    \
+                    break;                                                           \
+                case MIN:                                                            \
+                case MAX: {                                                          \
+                    T self = which ? bb : a, other = which ? a : bb;                 \
+                    bool wins = kind == MAX ? self > other : self < other;           \
+                    r = self == other ? d / 2 : (wins || self != self ? d : (T)0);   \
+                    break;                                                           \
+                }                                                                    \
+                default: r = 0;                                                      \
+                }                                                                    \
+                g[ro + j] = r;                                                       \
+            }                                                                        \
+        });                                                                          \
+    }
+
+DEFINE_GRAD(grad_f32, float, powf, logf)
+DEFINE_GRAD(grad_f64, double, pow, log)
+
+static ai_status binary_backward(ai_ctx *c)
+{
+    const int kind = ((const binary_params *)c->node->params)->kind;
+    if (kind >= EQUAL && kind != WHERE)
+        return AI_OK;
+    const int first = kind == WHERE ? 1 : 0;
+    if (kind == POW && c->in[1]->dtype != c->in[0]->dtype) {
+        ai_tensor *tmp, *orig = c->in[1], *dexp = c->din[1];
+        ai_status st = pow_exponent(c, &tmp);
+        c->din[1] = NULL; /* no gradient for an exponent of another dtype */
+        if (!st)
+            st = binary_backward(c);
+        c->in[1] = orig;
+        c->din[1] = dexp;
+        ai_tensor_free(tmp);
+        return st;
+    }
+    bcast b;
+    const ai_tensor *ops[3] = {c->in[0], c->in[1], kind == WHERE ? c->in[2] : c->in[0]};
+    bcast_init(&b, c->out[0], ops, kind == WHERE ? 3 : 2);
+    for (int which = 0; which < 2; which++) {
+        ai_tensor *din = c->din[first + which];
+        if (!din)
+            continue;
+        const bool direct = din->ndim == c->out[0]->ndim &&
+                            ai_tensor_numel(din) == ai_tensor_numel(c->out[0]);
+        ai_tensor g = *c->out[0];
+        g.dtype = din->dtype;
+        g.data = c->workspace;
+        const void *x0 = kind == WHERE ? NULL : c->in[0]->data;
+        const void *x1 = kind == WHERE ? NULL : c->in[1]->data;
+        const uint8_t *cnd = kind == WHERE ? c->in[0]->data : NULL;
+        if (din->dtype == AI_F32)
+            grad_f32(&b, kind, which, g.data, c->dout[0]->data, x0, x1, c->out[0]->data, cnd);
+        else
+            grad_f64(&b, kind, which, g.data, c->dout[0]->data, x0, x1, c->out[0]->data, cnd);
+        if (direct)
+            ai_accumulate(din, &g);
+        else
+            ai_reduce_to(din, &g);
+    }
+    return AI_OK;
+}
+
+static ai_status binary_init(ai_node *n)
+{
+    static const char *names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Min",
+                                  "Max", "Equal", "Less", "Greater", "Where"};
+    binary_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    for (int k = 0; k <= WHERE; k++)
+        if (strcmp(n->op_type, names[k]) == 0)
+            p->kind = k;
+    if ((p->kind == MIN || p->kind == MAX) && n->n_in != 2)
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED,
+                             "%s with %d inputs is not supported (2 are)", n->op_type, n->n_in);
+    return AI_OK;
+}
+
+#define BINARY_OP(VAR, NAME, NIN, BWD)                                                  \
+    static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, 0, binary_init, binary_shape, \
+                                  binary_forward, BWD};
+
+BINARY_OP(op_add, "Add", 2, binary_backward)
+BINARY_OP(op_sub, "Sub", 2, binary_backward)
+BINARY_OP(op_mul, "Mul", 2, binary_backward)
+BINARY_OP(op_div, "Div", 2, binary_backward)
+BINARY_OP(op_pow, "Pow", 2, binary_backward)
+static const ai_op_def op_min = {"Min", "", 1, 8, 1, 1, 0, binary_init, binary_shape,
+                                 binary_forward, binary_backward};
+static const ai_op_def op_max = {"Max", "", 1, 8, 1, 1, 0, binary_init, binary_shape,
+                                 binary_forward, binary_backward};
+BINARY_OP(op_equal, "Equal", 2, NULL)
+BINARY_OP(op_less, "Less", 2, NULL)
+BINARY_OP(op_greater, "Greater", 2, NULL)
+BINARY_OP(op_where, "Where", 3, binary_backward)
+
+const ai_op_def *const ai_ops_binary[] = {
+    &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max,
+    &op_equal, &op_less, &op_greater, &op_where, NULL,
+};

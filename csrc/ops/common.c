@@ -1,0 +1,104 @@
+/*
+ * common.c — helpers shared by operators: numpy broadcasting (shapes,
+ * strides, and the reduction of a gradient back to a broadcast operand) and
+ * gradient accumulation.
+ */
+#include <string.h>
+
+#include "../graph.h"
+
+ai_status ai_broadcast_shape(const ai_node *n, int na, const int64_t *a, int nb,
+                             const int64_t *b, int *nout, int64_t *out)
+{
+    int nd = na > nb ? na : nb;
+    for (int i = 0; i < nd; i++) {
+        int64_t da = i < nd - na ? 1 : a[i - (nd - na)];
+        int64_t db = i < nd - nb ? 1 : b[i - (nd - nb)];
+        if (da != db && da != 1 && db != 1)
+            return ai_node_error(n, AI_ERR_VALUE,
+                                 "shapes cannot be broadcast: dimension %d is %lld on one "
+                                 "side and %lld on the other", i, (long long)da,
+                                 (long long)db);
+        out[i] = da == 1 ? db : da;
+    }
+    *nout = nd;
+    return AI_OK;
+}
+
+void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *out,
+                          int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = nout - 1; i >= 0; i--) {
+        int j = i - (nout - nin);
+        if (j < 0 || (in[j] == 1 && out[i] != 1)) {
+            strides[i] = 0;
+        } else {
+            strides[i] = s;
+        }
+        if (j >= 0)
+            s *= in[j];
+    }
+}
+
+#define DEFINE_REDUCE_TO(NAME, T)                                                   \
+    static void NAME(T *dst, const int64_t *dstrides, const T *src, int nd,         \
+                     const int64_t *shape)                                          \
+    {                                                                               \
+        int64_t idx[AI_MAX_DIMS] = {0}, n = 1, off = 0;                             \
+        for (int d = 0; d < nd; d++)                                                \
+            n *= shape[d];                                                          \
+        const int64_t inner = nd ? shape[nd - 1] : 1;                               \
+        const int64_t is = nd ? dstrides[nd - 1] : 0;                               \
+        for (int64_t k = 0; k < n; k += inner) {                                    \
+            T *d0 = dst + off;                                                      \
+            const T *s0 = src + k;                                                  \
+            if (is == 0) {                                                          \
+                T acc = 0;                                                          \
+                for (int64_t j = 0; j < inner; j++)                                 \
+                    acc += s0[j];                                                   \
+                *d0 += acc;                                                         \
+            } else {                                                                \
+                for (int64_t j = 0; j < inner; j++)                                 \
+                    d0[j] += s0[j];                                                 \
+            }                                                                       \
+            for (int d = nd - 2; d >= 0; d--) {                                     \
+                off += dstrides[d];                                                 \
+                if (++idx[d] < shape[d])                                            \
+                    break;                                                          \
+                off -= dstrides[d] * shape[d];                                      \
+                idx[d] = 0;                                                         \
+            }                                                                       \
+        }                                                                           \
+    }
+
+DEFINE_REDUCE_TO(reduce_to_f32, float)
+DEFINE_REDUCE_TO(reduce_to_f64, double)
+
+void ai_reduce_to(ai_tensor *dst, const ai_tensor *src)
+{
+    int64_t strides[AI_MAX_DIMS];
+    if (ai_tensor_numel(src) == 0)
+        return;
+    ai_broadcast_strides(dst->ndim, dst->shape, src->ndim, src->shape, strides);
+    if (src->dtype == AI_F32)
+        reduce_to_f32(dst->data, strides, src->data, src->ndim, src->shape);
+    else if (src->dtype == AI_F64)
+        reduce_to_f64(dst->data, strides, src->data, src->ndim, src->shape);
+}
+
+void ai_accumulate(ai_tensor *dst, const ai_tensor *src)
+{
+    int64_t n = ai_tensor_numel(dst);
+    if (dst->dtype == AI_F32) {
+        float *d = dst->data;
+        const float *s = src->data;
+        for (int64_t i = 0; i < n; i++)
+            d[i] += s[i];
+    } else if (dst->dtype == AI_F64) {
+        double *d = dst->data;
+        const double *s = src->data;
+        for (int64_t i = 0; i < n; i++)
+            d[i] += s[i];
+    }
+}

@@ -1,0 +1,468 @@
+/*
+ * unary.c — elementwise operators of one tensor: activations and math
+ * functions, Clip, Identity, Dropout, Cast.
+ *
+ * Each function is one line of forward and one of derivative, computed in
+ * double and stored in the tensor's type (float32 or float64). Backward
+ * accumulates dx += dy * f'(x) (f' may use the saved output y).
+ * Derivatives at kinks follow torch: relu'(0) = 0, |x|'(0) = 0, clamp passes
+ * the gradient at its bounds, floor/ceil/round have zero gradient.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../graph.h"
+
+typedef struct {
+    double alpha; /* LeakyRelu slope */
+    int tanh;     /* Gelu approximate == "tanh" */
+} unary_params;
+
+static const double SQRT1_2 = 0.70710678118654752440;
+static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2/pi) */
+static const double INV_SQRT_2PI = 0.39894228040143267794;
+static const double TWO_INV_SQRT_PI = 1.12837916709551257390;
+
+static double gelu_tanh_deriv(double x)
+{
+    double u = SQRT_2_PI * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
+}
+
+/* FWD(x) computes y; DER(x, y) is dy/dx. P is the node's unary_params. */
+#define UNARY_KERNELS(NAME, FWD, DER)                                                  \
+    static ai_status NAME##_forward(ai_ctx *c)                                         \
+    {                                                                                  \
+        const unary_params *P = c->node->params;                                       \
+        (void)P;                                                                       \
+        int64_t n = ai_tensor_numel(c->in[0]);                                         \
+        if (c->in[0]->dtype == AI_F32) {                                               \
+            const float *xp = c->in[0]->data;                                          \
+            float *yp = c->out[0]->data;                                               \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double x = xp[i];                                                      \
+                yp[i] = (float)(FWD);                                                  \
+            }                                                                          \
+        } else {                                                                       \
+            const double *xp = c->in[0]->data;                                         \
+            double *yp = c->out[0]->data;                                              \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double x = xp[i];                                                      \
+                yp[i] = (FWD);                                                         \
+            }                                                                          \
+        }                                                                              \
+        return AI_OK;                                                                  \
+    }                                                                                  \
+    static ai_status NAME##_backward(ai_ctx *c)                                        \
+    {                                                                                  \
+        const unary_params *P = c->node->params;                                       \
+        (void)P;                                                                       \
+        int64_t n = ai_tensor_numel(c->in[0]);                                         \
+        if (c->in[0]->dtype == AI_F32) {                                               \
+            const float *xp = c->in[0]->data, *yp = c->out[0]->data;                   \
+            const float *dy = c->dout[0]->data;                                        \
+            float *dx = c->din[0]->data;                                               \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double x = xp[i], y = yp[i];                                           \
+                (void)x;                                                               \
+                (void)y;                                                               \
+                dx[i] += (float)(dy[i] * (DER));                                       \
+            }                                                                          \
+        } else {                                                                       \
+            const double *xp = c->in[0]->data, *yp = c->out[0]->data;                  \
+            const double *dy = c->dout[0]->data;                                       \
+            double *dx = c->din[0]->data;                                              \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double x = xp[i], y = yp[i];                                           \
+                (void)x;                                                               \
+                (void)y;                                                               \
+                dx[i] += dy[i] * (DER);                                                \
+            }                                                                          \
+        }                                                                              \
+        return AI_OK;                                                                  \
+    }
+
+UNARY_KERNELS(relu, (x > 0 || x != x) ? x : 0.0, x > 0 ? 1.0 : 0.0)
+UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
+UNARY_KERNELS(sigmoid, 1.0 / (1.0 + exp(-x)), y * (1.0 - y))
+UNARY_KERNELS(tanh, tanh(x), 1.0 - y * y)
+UNARY_KERNELS(gelu,
+              P->tanh ? 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
+                      : 0.5 * x * (1 + erf(x * SQRT1_2)),
+              P->tanh ? gelu_tanh_deriv(x)
+                      : 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
+UNARY_KERNELS(erf, erf(x), TWO_INV_SQRT_PI * exp(-x * x))
+UNARY_KERNELS(sqrt, sqrt(x), 0.5 / y)
+UNARY_KERNELS(reciprocal, 1.0 / x, -y * y)
+UNARY_KERNELS(exp, exp(x), y)
+UNARY_KERNELS(log, log(x), 1.0 / x)
+UNARY_KERNELS(softplus, x > 20 ? x : log1p(exp(x)), 1.0 / (1.0 + exp(-x)))
+UNARY_KERNELS(floor, floor(x), 0.0)
+UNARY_KERNELS(ceil, ceil(x), 0.0)
+UNARY_KERNELS(round, nearbyint(x), 0.0)
+
+/* Abs, Neg and Identity also take integers (shape arithmetic). */
+#define INT_OR_FLOAT_KERNELS(NAME, FWD, DER)                                           \
+    UNARY_KERNELS(NAME##_float, FWD, DER)                                              \
+    static ai_status NAME##_forward(ai_ctx *c)                                         \
+    {                                                                                  \
+        ai_dtype dt = c->in[0]->dtype;                                                 \
+        if (dt == AI_F32 || dt == AI_F64)                                              \
+            return NAME##_float_forward(c);                                            \
+        if (dt == AI_I64 || dt == AI_I32) {                                            \
+            int64_t n = ai_tensor_numel(c->in[0]);                                     \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                int64_t x = dt == AI_I64 ? ((const int64_t *)c->in[0]->data)[i]        \
+                                         : ((const int32_t *)c->in[0]->data)[i];       \
+                int64_t y = (int64_t)(FWD);                                            \
+                if (dt == AI_I64)                                                      \
+                    ((int64_t *)c->out[0]->data)[i] = y;                               \
+                else                                                                   \
+                    ((int32_t *)c->out[0]->data)[i] = (int32_t)y;                      \
+            }                                                                          \
+            return AI_OK;                                                              \
+        }                                                                              \
+        return ai_tensor_copy(c->out[0], c->in[0]);                                    \
+    }                                                                                  \
+    static ai_status NAME##_backward(ai_ctx *c) { return NAME##_float_backward(c); }
+
+INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x, x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0))
+INT_OR_FLOAT_KERNELS(neg, -x, -1.0)
+
+static ai_status identity_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->in[0]); }
+
+static ai_status identity_backward(ai_ctx *c)
+{
+    ai_accumulate(c->din[0], c->dout[0]);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+static ai_status same_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    out[0].dtype = x->dtype;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+    return AI_OK;
+}
+
+static ai_status float_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    if (c->in[0]->dtype != AI_F32 && c->in[0]->dtype != AI_F64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
+                             ai_dtype_name(c->in[0]->dtype));
+    return same_shape(c, out, ws, state);
+}
+
+static ai_status numeric_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    ai_dtype dt = c->in[0]->dtype;
+    if (dt == AI_BOOL || dt == AI_F16)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
+                             ai_dtype_name(dt));
+    return same_shape(c, out, ws, state);
+}
+
+static ai_status unary_init(ai_node *n)
+{
+    unary_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    ai_status st = ai_attr_float(n, "alpha", 0.01, &p->alpha);
+    const char *approx;
+    if (!st && (st = ai_attr_string(n, "approximate", "none", &approx)) == AI_OK) {
+        if (strcmp(approx, "tanh") == 0)
+            p->tanh = 1;
+        else if (strcmp(approx, "none") != 0)
+            return ai_node_error(n, AI_ERR_VALUE,
+                                 "approximate='%s'; 'none' or 'tanh' expected", approx);
+    }
+    return st;
+}
+
+#define FLOAT_OP(NAME, ONNX)                                                           \
+    static const ai_op_def op_##NAME = {ONNX, "", 1, 1, 1, 1, 0, unary_init,           \
+                                        float_shape, NAME##_forward, NAME##_backward};
+
+FLOAT_OP(relu, "Relu")
+FLOAT_OP(leaky_relu, "LeakyRelu")
+FLOAT_OP(sigmoid, "Sigmoid")
+FLOAT_OP(tanh, "Tanh")
+FLOAT_OP(gelu, "Gelu")
+FLOAT_OP(erf, "Erf")
+FLOAT_OP(sqrt, "Sqrt")
+FLOAT_OP(reciprocal, "Reciprocal")
+FLOAT_OP(exp, "Exp")
+FLOAT_OP(log, "Log")
+FLOAT_OP(softplus, "Softplus")
+FLOAT_OP(floor, "Floor")
+FLOAT_OP(ceil, "Ceil")
+FLOAT_OP(round, "Round")
+
+static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, 0, unary_init, numeric_shape,
+                                 abs_forward, abs_backward};
+static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, 0, unary_init, numeric_shape,
+                                 neg_forward, neg_backward};
+static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1, 0, NULL, same_shape,
+                                      identity_forward, identity_backward};
+
+/* ---------------------------------------------------------------- Clip */
+
+/* Bounds come from inputs 1 and 2 (opset >= 11) or from attributes. */
+static ai_status clip_bounds(const ai_ctx *c, double *lo, double *hi)
+{
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (c->node->opset < 11) {
+        ai_status st = ai_attr_float(c->node, "min", -INFINITY, lo);
+        return st ? st : ai_attr_float(c->node, "max", INFINITY, hi);
+    }
+    for (int k = 1; k <= 2; k++) {
+        const ai_tensor *b = k < c->n_in ? c->in[k] : NULL;
+        if (!b)
+            continue;
+        if (ai_tensor_numel(b) != 1)
+            return ai_node_error(c->node, AI_ERR_VALUE, "%s must be a scalar",
+                                 k == 1 ? "min" : "max");
+        *(k == 1 ? lo : hi) = ai_tensor_get_flat(b, 0);
+    }
+    return AI_OK;
+}
+
+static ai_status clip_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    for (int k = 1; k < c->n_in; k++)
+        if (c->in[k] && ai_tensor_numel(c->in[k]) != 1)
+            return ai_node_error(c->node, AI_ERR_VALUE, "%s must be a scalar",
+                                 k == 1 ? "min" : "max");
+    return numeric_shape(c, out, ws, state);
+}
+
+static ai_status clip_forward(ai_ctx *c)
+{
+    double lo, hi;
+    ai_status st = clip_bounds(c, &lo, &hi);
+    if (st)
+        return st;
+    int64_t n = ai_tensor_numel(c->in[0]);
+    if (c->in[0]->dtype == AI_F32) {
+        const float *x = c->in[0]->data;
+        float *y = c->out[0]->data;
+        const float l = (float)lo, h = (float)hi;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] < l ? l : x[i]; /* NaN passes through, like torch */
+            y[i] = v > h ? h : v;
+        }
+    } else if (c->in[0]->dtype == AI_F64) {
+        const double *x = c->in[0]->data;
+        double *y = c->out[0]->data;
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i] < lo ? lo : x[i];
+            y[i] = v > hi ? hi : v;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            double v = ai_tensor_get_flat(c->in[0], i);
+            v = v < lo ? lo : v;
+            v = v > hi ? hi : v;
+            if (c->in[0]->dtype == AI_I64)
+                ((int64_t *)c->out[0]->data)[i] = (int64_t)v;
+            else if (c->in[0]->dtype == AI_I32)
+                ((int32_t *)c->out[0]->data)[i] = (int32_t)v;
+            else
+                return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
+                                     ai_dtype_name(c->in[0]->dtype));
+        }
+    }
+    return AI_OK;
+}
+
+static ai_status clip_backward(ai_ctx *c)
+{
+    double lo, hi;
+    ai_status st = clip_bounds(c, &lo, &hi);
+    if (st)
+        return st;
+    int64_t n = ai_tensor_numel(c->in[0]);
+    if (c->in[0]->dtype == AI_F32) {
+        const float *x = c->in[0]->data, *dy = c->dout[0]->data;
+        float *dx = c->din[0]->data;
+        const float l = (float)lo, h = (float)hi;
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
+    } else {
+        const double *x = c->in[0]->data, *dy = c->dout[0]->data;
+        double *dx = c->din[0]->data;
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += (x[i] >= lo && x[i] <= hi) ? dy[i] : 0.0;
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, 0, NULL, clip_shape,
+                                  clip_forward, clip_backward};
+
+/* ---------------------------------------------------------------- Dropout */
+
+/* Active only when the graph is in training mode and the ratio is > 0. Its
+ * random stream is the engine's own (splitmix64): not bit-compatible with
+ * torch. State: a call counter and the keep mask (one byte per element). */
+typedef struct {
+    uint64_t calls;
+    double scale;
+    int active;
+} dropout_state;
+
+static double dropout_ratio(const ai_ctx *c)
+{
+    double r = 0.5;
+    if (c->node->opset < 12) {
+        ai_attr_float(c->node, "ratio", 0.5, &r);
+    } else if (c->n_in > 1 && c->in[1]) {
+        r = ai_tensor_get_flat(c->in[1], 0);
+    }
+    return r;
+}
+
+static ai_status dropout_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    double r = c->n_in > 1 && c->in[1] && !ai_ctx_const(c, 1) ? 0.5 : dropout_ratio(c);
+    if (!(r >= 0 && r < 1))
+        return ai_node_error(c->node, AI_ERR_VALUE, "ratio %g is outside [0, 1)", r);
+    ai_status st = float_shape(c, out, ws, state);
+    if (st)
+        return st;
+    if (c->n_out > 1) {
+        out[1] = out[0];
+        out[1].dtype = AI_BOOL;
+    }
+    *state = sizeof(dropout_state) + (size_t)ai_tensor_numel(c->in[0]);
+    return AI_OK;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static ai_status dropout_forward(ai_ctx *c)
+{
+    dropout_state *s = c->state;
+    uint8_t *mask = (uint8_t *)(s + 1);
+    int64_t n = ai_tensor_numel(c->in[0]);
+    double r = dropout_ratio(c);
+    s->active = c->training && r > 0;
+    s->scale = s->active ? 1.0 / (1.0 - r) : 1.0;
+    if (s->active) {
+        uint64_t base = splitmix64(c->g->seed ^ (uint64_t)(uintptr_t)c->node ^ s->calls++);
+        const uint64_t threshold = (uint64_t)(r * 18446744073709551616.0);
+        for (int64_t i = 0; i < n; i++)
+            mask[i] = splitmix64(base + (uint64_t)i) >= threshold;
+    } else {
+        memset(mask, 1, (size_t)n);
+    }
+    if (c->in[0]->dtype == AI_F32) {
+        const float *x = c->in[0]->data;
+        float *y = c->out[0]->data;
+        const float sc = (float)s->scale;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = mask[i] ? x[i] * sc : 0.0f;
+    } else {
+        const double *x = c->in[0]->data;
+        double *y = c->out[0]->data;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = mask[i] ? x[i] * s->scale : 0.0;
+    }
+    if (c->n_out > 1 && c->out[1])
+        memcpy(c->out[1]->data, mask, (size_t)n);
+    return AI_OK;
+}
+
+static ai_status dropout_backward(ai_ctx *c)
+{
+    const dropout_state *s = c->state;
+    const uint8_t *mask = (const uint8_t *)(s + 1);
+    int64_t n = ai_tensor_numel(c->in[0]);
+    if (c->in[0]->dtype == AI_F32) {
+        const float *dy = c->dout[0]->data;
+        float *dx = c->din[0]->data;
+        const float sc = (float)s->scale;
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += mask[i] ? dy[i] * sc : 0.0f;
+    } else {
+        const double *dy = c->dout[0]->data;
+        double *dx = c->din[0]->data;
+        for (int64_t i = 0; i < n; i++)
+            dx[i] += mask[i] ? dy[i] * s->scale : 0.0;
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2, AI_OP_NO_FOLD, NULL,
+                                     dropout_shape, dropout_forward, dropout_backward};
+
+/* ---------------------------------------------------------------- Cast */
+
+/* ONNX TensorProto.DataType codes */
+static int onnx_dtype(int64_t code, ai_dtype *out)
+{
+    static const struct { int64_t code; ai_dtype dt; } map[] = {
+        {1, AI_F32}, {2, AI_U8}, {3, AI_I8}, {5, AI_I16}, {6, AI_I32},
+        {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].code == code) {
+            *out = map[i].dt;
+            return 0;
+        }
+    return -1;
+}
+
+static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    int64_t to;
+    ai_status st = ai_attr_int(c->node, "to", -1, &to);
+    if (st)
+        return st;
+    ai_dtype dt;
+    if (onnx_dtype(to, &dt) < 0)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "cast to ONNX data type %lld is not supported", (long long)to);
+    st = same_shape(c, out, ws, state);
+    out[0].dtype = dt;
+    return st;
+}
+
+static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->in[0]); }
+
+static ai_status cast_backward(ai_ctx *c)
+{
+    if (!ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
+        return AI_OK; /* no gradient through a cast to integers */
+    ai_tensor *tmp;
+    ai_status st = ai_tensor_new(&tmp, c->din[0]->dtype, c->din[0]->ndim, c->din[0]->shape);
+    if (st)
+        return st;
+    if (!(st = ai_tensor_copy(tmp, c->dout[0])))
+        ai_accumulate(c->din[0], tmp);
+    ai_tensor_free(tmp);
+    return st;
+}
+
+static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, 0, NULL, cast_shape,
+                                  cast_forward, cast_backward};
+
+const ai_op_def *const ai_ops_unary[] = {
+    &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
+    &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_floor, &op_ceil, &op_round,
+    &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast, NULL,
+};

@@ -1,0 +1,673 @@
+/*
+ * plan.c — planning and running a graph: shape inference with constant
+ * folding, the schedule, the liveness-based memory plan, forward, backward.
+ *
+ * Time line of the memory plan: forward step s runs at time s (0..S-1); the
+ * backward of step s runs at time 2S-1-s; output gradients are seeded at
+ * time S. An activation lives from its producer's step to its last reader
+ * (to the end of backward when backward will run); a gradient lives from
+ * the backward of the value's last reader to the backward of its producer.
+ * Buffers whose lifetimes do not overlap share memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "plan.h"
+
+#define ALIGN_UP(x) (((x) + (AI_ALIGN - 1)) / AI_ALIGN * AI_ALIGN)
+
+void ai_plan_free(ai_plan *p)
+{
+    if (!p)
+        return;
+    for (int v = 0; v < p->n_values; v++) {
+        ai_tensor_free(p->folded[v]);
+        ai_tensor_free(p->act[v]);
+        ai_tensor_free(p->gradv[v]);
+    }
+    for (int i = 0; i < p->n_inputs; i++)
+        ai_tensor_free(p->bound[i]);
+    ai_tensor_free(p->arena);
+    ai_tensor_free(p->state_mem);
+    ai_tensor_free(p->zeros);
+    free(p->workspace);
+    free(p->in_shapes);
+    free(p->meta);
+    free(p->folded);
+    free(p->act);
+    free(p->gradv);
+    free(p->needs_grad);
+    free(p->grad_ready);
+    free(p->def_step);
+    free(p->last_step);
+    free(p->sched);
+    free(p->state);
+    free(p->state_size);
+    free(p->bound);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static void meta_of(ai_meta *m, const ai_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+static void tensor_of_meta(ai_tensor *t, const ai_meta *m, void *data)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    ai_contiguous_strides(m->ndim, m->shape, t->strides);
+    t->data = data;
+}
+
+static size_t meta_bytes(const ai_meta *m)
+{
+    size_t n = ai_dtype_size(m->dtype);
+    for (int i = 0; i < m->ndim; i++)
+        n *= (size_t)m->shape[i];
+    return n;
+}
+
+/* A view of `len` bytes of the arena at `offset`, typed as `m`. */
+static ai_status arena_view(ai_tensor **out, ai_tensor *arena, size_t offset, const ai_meta *m)
+{
+    ai_status st = ai_tensor_share(out, arena);
+    if (st)
+        return st;
+    ai_tensor *t = *out;
+    t->dtype = m->dtype;
+    t->ndim = m->ndim;
+    memcpy(t->shape, m->shape, sizeof t->shape);
+    ai_contiguous_strides(m->ndim, m->shape, t->strides);
+    t->data = meta_bytes(m) ? (char *)arena->data + offset : NULL;
+    return AI_OK;
+}
+
+/* The tensor holding value v at run time (NULL for a not-yet-bound input). */
+static ai_tensor *runtime(const ai_graph *g, const ai_plan *p, int v)
+{
+    const ai_value *val = &g->values[v];
+    if (p->folded[v])
+        return p->folded[v];
+    switch (val->kind) {
+    case AI_VAL_INPUT:
+        for (int i = 0; i < g->n_inputs; i++)
+            if (g->inputs[i] == v)
+                return p->bound[i];
+        return NULL;
+    case AI_VAL_PARAM:
+    case AI_VAL_BUFFER:
+    case AI_VAL_CONST:
+        return val->data;
+    default:
+        return p->act[v];
+    }
+}
+
+const ai_tensor *ai_ctx_const(const ai_ctx *c, int i)
+{
+    if (i >= c->n_in || c->node->in[i] < 0)
+        return NULL;
+    int v = c->node->in[i];
+    if (c->plan->folded[v])
+        return c->plan->folded[v];
+    if (c->g->values[v].kind == AI_VAL_CONST)
+        return c->g->values[v].data;
+    return NULL;
+}
+
+static bool is_const(const ai_graph *g, const ai_plan *p, int v)
+{
+    return p->folded[v] || g->values[v].kind == AI_VAL_CONST;
+}
+
+/* ---------------------------------------------------------------- memory plan */
+
+typedef struct {
+    size_t size, offset;
+    int start, end; /* inclusive */
+    int value;
+    bool grad;
+} item;
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const item *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
+    return x->start - y->start;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const item *const *x = a, *const *y = b;
+    return (*x)->offset < (*y)->offset ? -1 : (*x)->offset > (*y)->offset;
+}
+
+/* Greedy by decreasing size: each item goes to the lowest offset that does
+ * not collide with an already placed item alive at the same time. */
+static ai_status place(item *items, int n, size_t *total)
+{
+    qsort(items, (size_t)n, sizeof *items, by_size_desc);
+    item **live = malloc(sizeof(item *) * (size_t)(n + 1));
+    if (!live)
+        return ai_error(AI_ERR_NOMEM, "out of memory planning buffers");
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        int m = 0;
+        for (int j = 0; j < i; j++)
+            if (items[j].start <= items[i].end && items[i].start <= items[j].end)
+                live[m++] = &items[j];
+        qsort(live, (size_t)m, sizeof *live, by_offset);
+        size_t off = 0;
+        for (int j = 0; j < m; j++) {
+            if (live[j]->offset >= off + items[i].size)
+                break;
+            if (live[j]->offset + live[j]->size > off)
+                off = live[j]->offset + live[j]->size;
+        }
+        items[i].offset = off;
+        if (off + items[i].size > *total)
+            *total = off + items[i].size;
+    }
+    free(live);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- planning */
+
+static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
+                          size_t ws, size_t state_bytes)
+{
+    const ai_node *n = c->node;
+    ai_status st = AI_OK;
+    void *work = NULL, *state = NULL;
+    for (int k = 0; k < n->n_out; k++) {
+        if ((st = ai_tensor_new(&p->folded[n->out[k]], om[k].dtype, om[k].ndim, om[k].shape)))
+            return st;
+        c->out[k] = p->folded[n->out[k]];
+    }
+    if ((ws && !(work = calloc(1, ws))) || (state_bytes && !(state = calloc(1, state_bytes)))) {
+        free(work);
+        return ai_error(AI_ERR_NOMEM, "out of memory folding node '%s'", n->name);
+    }
+    c->workspace = work;
+    c->state = state;
+    st = n->op->forward(c);
+    free(work);
+    free(state);
+    (void)g;
+    return st;
+}
+
+#define ALLOC(ptr, count)                                                        \
+    do {                                                                         \
+        if (!((ptr) = calloc((size_t)(count) + 1, sizeof *(ptr)))) {             \
+            st = ai_error(AI_ERR_NOMEM, "out of memory planning the graph");    \
+            goto fail;                                                           \
+        }                                                                        \
+    } while (0)
+
+static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan **out)
+{
+    ai_status st = AI_OK;
+    ai_plan *p = calloc(1, sizeof *p);
+    ai_tensor *shape_t = NULL;
+    item *items = NULL;
+    size_t *ws_of = NULL;
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory planning the graph");
+    const int V = g->n_values, N = g->n_nodes;
+    p->n_values = V;
+    p->n_inputs = g->n_inputs;
+    p->need_backward = g->need_backward;
+    p->keep_all = g->keep_intermediates;
+    p->training = g->training;
+    ALLOC(p->in_shapes, (size_t)g->n_inputs * (AI_MAX_DIMS + 1));
+    ALLOC(p->meta, V);
+    ALLOC(p->folded, V);
+    ALLOC(p->act, V);
+    ALLOC(p->gradv, V);
+    ALLOC(p->needs_grad, V);
+    ALLOC(p->grad_ready, V);
+    ALLOC(p->def_step, V);
+    ALLOC(p->last_step, V);
+    ALLOC(p->sched, N);
+    ALLOC(p->state, N);
+    ALLOC(p->state_size, N);
+    ALLOC(p->bound, g->n_inputs);
+    ALLOC(shape_t, V);
+    ALLOC(ws_of, N);
+
+    for (int i = 0; i < g->n_inputs; i++) {
+        int64_t *key = p->in_shapes + (size_t)i * (AI_MAX_DIMS + 1);
+        key[0] = inputs[i]->ndim;
+        memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
+        meta_of(&p->meta[g->inputs[i]], inputs[i]);
+    }
+    for (int v = 0; v < V; v++) {
+        if (g->values[v].data)
+            meta_of(&p->meta[v], g->values[v].data);
+        p->def_step[v] = -1;
+        p->last_step[v] = -1;
+    }
+
+    /* shape inference in topological order, folding constant nodes */
+    for (int oi = 0; oi < N; oi++) {
+        const ai_node *n = &g->nodes[g->order[oi]];
+        ai_ctx c = {.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out,
+                    .training = g->training, .plan = p};
+        bool all_const = true;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->in[k];
+            if (v < 0)
+                continue;
+            if (is_const(g, p, v)) {
+                c.in[k] = p->folded[v] ? p->folded[v] : g->values[v].data;
+            } else {
+                tensor_of_meta(&shape_t[v], &p->meta[v], NULL);
+                c.in[k] = &shape_t[v];
+                all_const = false;
+            }
+        }
+        ai_meta om[AI_MAX_IO];
+        memset(om, 0, sizeof om);
+        size_t ws = 0, state_bytes = 0;
+        if ((st = n->op->shape(&c, om, &ws, &state_bytes)))
+            goto fail;
+        for (int k = 0; k < n->n_out; k++) {
+            int64_t numel;
+            if ((unsigned)om[k].dtype >= AI_DTYPE_COUNT ||
+                ai_shape_check(om[k].ndim, om[k].shape, ai_dtype_size(om[k].dtype), &numel)) {
+                st = ai_node_error(n, AI_ERR_VALUE, "output %d has an invalid shape: %s", k,
+                                   ai_last_error());
+                goto fail;
+            }
+            p->meta[n->out[k]] = om[k];
+        }
+        unsigned fl = n->op->flags;
+        bool fold = !(fl & AI_OP_NO_FOLD) && ((fl & AI_OP_FOLD_ON_SHAPE) || all_const);
+        if (fold) {
+            if ((st = run_fold(g, p, &c, om, ws, state_bytes)))
+                goto fail;
+        } else {
+            p->sched[p->n_sched] = g->order[oi];
+            ws_of[p->n_sched] = ws;
+            p->state_size[g->order[oi]] = state_bytes;
+            p->n_sched++;
+        }
+    }
+    const int S = p->n_sched;
+
+    /* which values carry gradients */
+    if (p->need_backward) {
+        for (int v = 0; v < V; v++) {
+            const ai_value *val = &g->values[v];
+            p->needs_grad[v] = (val->kind == AI_VAL_PARAM) ||
+                               (val->kind == AI_VAL_INPUT && g->input_grads &&
+                                ai_dtype_is_float(p->meta[v].dtype));
+        }
+        for (int s = 0; s < S; s++) {
+            const ai_node *n = &g->nodes[p->sched[s]];
+            bool any = false;
+            for (int k = 0; k < n->n_in; k++)
+                any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
+            if (!any || !n->op->backward)
+                continue;
+            for (int k = 0; k < n->n_out; k++)
+                p->needs_grad[n->out[k]] = ai_dtype_is_float(p->meta[n->out[k]].dtype);
+        }
+    }
+
+    /* lifetimes */
+    for (int s = 0; s < S; s++) {
+        const ai_node *n = &g->nodes[p->sched[s]];
+        for (int k = 0; k < n->n_out; k++)
+            p->def_step[n->out[k]] = s;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && p->last_step[n->in[k]] < s)
+                p->last_step[n->in[k]] = s;
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        p->last_step[g->outputs[i]] = S; /* read when forward returns */
+
+    ALLOC(items, 2 * V);
+    int n_items = 0;
+    size_t zeros_bytes = 0;
+    for (int v = 0; v < V; v++) {
+        if (g->values[v].kind != AI_VAL_ACT || p->folded[v] || p->def_step[v] < 0)
+            continue;
+        int last = p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v];
+        items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
+                                  .start = p->def_step[v],
+                                  .end = (p->need_backward || p->keep_all) ? 2 * S + 1 : last,
+                                  .value = v};
+        if (p->need_backward && !p->needs_grad[v] && meta_bytes(&p->meta[v]) > zeros_bytes)
+            zeros_bytes = meta_bytes(&p->meta[v]);
+    }
+    if (p->need_backward) {
+        for (int v = 0; v < V; v++) {
+            const ai_value *val = &g->values[v];
+            if (!p->needs_grad[v] || val->kind == AI_VAL_PARAM)
+                continue;
+            bool is_out = false;
+            for (int i = 0; i < g->n_outputs; i++)
+                is_out |= g->outputs[i] == v;
+            int last = p->last_step[v] >= S ? -1 : p->last_step[v];
+            int start = is_out ? S : (last >= 0 ? 2 * S - 1 - last : S);
+            int end = val->kind == AI_VAL_INPUT ? 2 * S + 1 : 2 * S - 1 - p->def_step[v];
+            if (end < start)
+                end = start;
+            items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
+                                      .start = start, .end = end, .value = v, .grad = true};
+        }
+    }
+    if ((st = place(items, n_items, &p->arena_bytes)))
+        goto fail;
+    int64_t arena_shape[1] = {(int64_t)p->arena_bytes};
+    if ((st = ai_tensor_new(&p->arena, AI_U8, 1, arena_shape)))
+        goto fail;
+    for (int i = 0; i < n_items; i++) {
+        ai_tensor **slot = items[i].grad ? &p->gradv[items[i].value] : &p->act[items[i].value];
+        if ((st = arena_view(slot, p->arena, items[i].offset, &p->meta[items[i].value])))
+            goto fail;
+    }
+    if (zeros_bytes) {
+        int64_t zshape[1] = {(int64_t)zeros_bytes};
+        if ((st = ai_tensor_new(&p->zeros, AI_U8, 1, zshape)))
+            goto fail;
+    }
+
+    /* node state and the shared workspace */
+    size_t total_state = 0;
+    for (int s = 0; s < S; s++) {
+        total_state += ALIGN_UP(p->state_size[p->sched[s]]);
+        if (ws_of[s] > p->workspace_bytes)
+            p->workspace_bytes = ws_of[s];
+    }
+    if (total_state) {
+        int64_t sshape[1] = {(int64_t)total_state};
+        if ((st = ai_tensor_new(&p->state_mem, AI_U8, 1, sshape)))
+            goto fail;
+        size_t off = 0;
+        for (int s = 0; s < S; s++) {
+            int ni = p->sched[s];
+            if (p->state_size[ni]) {
+                p->state[ni] = (char *)p->state_mem->data + off;
+                off += ALIGN_UP(p->state_size[ni]);
+            }
+        }
+    }
+    p->state_bytes = total_state;
+    if (p->workspace_bytes &&
+        !(p->workspace = aligned_alloc(AI_ALIGN, ALIGN_UP(p->workspace_bytes)))) {
+        st = ai_error(AI_ERR_NOMEM, "out of memory for a %zu-byte workspace",
+                      p->workspace_bytes);
+        goto fail;
+    }
+    free(items);
+    free(shape_t);
+    free(ws_of);
+    *out = p;
+    return AI_OK;
+fail:
+    free(items);
+    free(shape_t);
+    free(ws_of);
+    ai_plan_free(p);
+    *out = NULL;
+    return st;
+}
+
+static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
+{
+    if (!p || p->need_backward != g->need_backward || p->keep_all != g->keep_intermediates ||
+        p->training != g->training)
+        return false;
+    for (int i = 0; i < g->n_inputs; i++) {
+        const int64_t *key = p->in_shapes + (size_t)i * (AI_MAX_DIMS + 1);
+        if (key[0] != inputs[i]->ndim ||
+            memcmp(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim))
+            return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static void ctx_bind(ai_ctx *c, ai_graph *g, ai_plan *p, int node_index)
+{
+    const ai_node *n = &g->nodes[node_index];
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->node = n;
+    c->plan = p;
+    c->n_in = n->n_in;
+    c->n_out = n->n_out;
+    c->training = g->training;
+    c->state = p->state[node_index];
+    c->workspace = p->workspace;
+    for (int k = 0; k < n->n_in; k++)
+        c->in[k] = n->in[k] >= 0 ? runtime(g, p, n->in[k]) : NULL;
+    for (int k = 0; k < n->n_out; k++)
+        c->out[k] = runtime(g, p, n->out[k]);
+}
+
+ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                           int n_out, ai_tensor **outputs)
+{
+    ai_status st;
+    if (!g->finalized)
+        return ai_error(AI_ERR_VALUE, "the graph is not finalized");
+    if (n_in != g->n_inputs)
+        return ai_error(AI_ERR_VALUE, "the graph takes %d input%s, got %d", g->n_inputs,
+                        g->n_inputs == 1 ? "" : "s", n_in);
+    if (n_out != g->n_outputs)
+        return ai_error(AI_ERR_VALUE, "the graph gives %d outputs, asked for %d",
+                        g->n_outputs, n_out);
+    for (int i = 0; i < n_in; i++) {
+        const ai_value *v = &g->values[g->inputs[i]];
+        if (!inputs[i])
+            return ai_error(AI_ERR_VALUE, "graph input '%s' is missing", v->name);
+        if (inputs[i]->dtype != v->dtype)
+            return ai_error(AI_ERR_TYPE, "graph input '%s' expects %s, got %s", v->name,
+                            ai_dtype_name(v->dtype), ai_dtype_name(inputs[i]->dtype));
+    }
+    for (int i = 0; i < n_out; i++)
+        outputs[i] = NULL;
+    if (!plan_matches(g, g->plan, inputs)) {
+        ai_plan *p;
+        if ((st = plan_build(g, inputs, &p)))
+            return st;
+        ai_plan_free(g->plan);
+        g->plan = p;
+    }
+    ai_plan *p = g->plan;
+    p->forward_done = false;
+    for (int i = 0; i < n_in; i++) {
+        ai_tensor_free(p->bound[i]);
+        p->bound[i] = NULL;
+        st = ai_tensor_is_contiguous(inputs[i]) ? ai_tensor_share(&p->bound[i], inputs[i])
+                                                 : ai_tensor_clone(&p->bound[i], inputs[i]);
+        if (st)
+            return st;
+    }
+    for (int s = 0; s < p->n_sched; s++) {
+        ai_ctx c;
+        ctx_bind(&c, g, p, p->sched[s]);
+        if ((st = c.node->op->forward(&c)))
+            return st;
+    }
+    for (int i = 0; i < n_out; i++) {
+        if ((st = ai_tensor_clone(&outputs[i], runtime(g, p, g->outputs[i])))) {
+            for (int k = 0; k < i; k++) {
+                ai_tensor_free(outputs[k]);
+                outputs[k] = NULL;
+            }
+            return st;
+        }
+    }
+    p->forward_done = true;
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v)
+{
+    ai_tensor *t = g->values[v].kind == AI_VAL_PARAM ? g->values[v].grad : p->gradv[v];
+    if (t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v]) {
+        memset(t->data, 0, ai_tensor_nbytes(t));
+        p->grad_ready[v] = true;
+    }
+    return t;
+}
+
+ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
+                            int n_in, ai_tensor **input_grads)
+{
+    ai_status st;
+    ai_plan *p = g->plan;
+    if (!p || !p->forward_done)
+        return ai_error(AI_ERR_VALUE, "backward needs a forward first");
+    if (!p->need_backward)
+        return ai_error(AI_ERR_VALUE, "the last forward ran without need_backward; "
+                        "run forward again with gradients enabled");
+    if (n_out != g->n_outputs)
+        return ai_error(AI_ERR_VALUE, "backward takes %d output gradients, got %d",
+                        g->n_outputs, n_out);
+    if (n_in != g->n_inputs)
+        return ai_error(AI_ERR_VALUE, "backward gives %d input gradients, asked for %d",
+                        g->n_inputs, n_in);
+    for (int i = 0; i < n_in; i++)
+        input_grads[i] = NULL;
+    memset(p->grad_ready, 0, sizeof(bool) * (size_t)p->n_values);
+    for (int i = 0; i < n_out; i++) {
+        int v = g->outputs[i];
+        const ai_meta *m = &p->meta[v];
+        if (!grad_outputs[i] || !p->needs_grad[v])
+            continue;
+        const ai_tensor *go = grad_outputs[i];
+        bool same = go->ndim == m->ndim && go->dtype == m->dtype;
+        for (int d = 0; same && d < m->ndim; d++)
+            same = go->shape[d] == m->shape[d];
+        if (!same)
+            return ai_error(AI_ERR_VALUE,
+                            "gradient of output '%s' must be %s of the output's shape "
+                            "(rank %d), got %s of rank %d", g->values[v].name,
+                            ai_dtype_name(m->dtype), m->ndim, ai_dtype_name(go->dtype),
+                            go->ndim);
+        ai_tensor *dst = grad_of(g, p, v), *tmp = NULL;
+        if (!ai_tensor_is_contiguous(go)) {
+            if ((st = ai_tensor_clone(&tmp, go)))
+                return st;
+            go = tmp;
+        }
+        ai_accumulate(dst, go);
+        ai_tensor_free(tmp);
+    }
+    for (int s = p->n_sched - 1; s >= 0; s--) {
+        int ni = p->sched[s];
+        const ai_node *n = &g->nodes[ni];
+        if (!n->op->backward)
+            continue;
+        bool any = false;
+        for (int k = 0; k < n->n_in; k++)
+            any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
+        if (!any)
+            continue;
+        ai_ctx c;
+        ctx_bind(&c, g, p, ni);
+        ai_tensor zero_views[AI_MAX_IO];
+        for (int k = 0; k < n->n_out; k++) {
+            int v = n->out[k];
+            if (p->needs_grad[v]) {
+                c.dout[k] = grad_of(g, p, v);
+            } else if (ai_dtype_is_float(p->meta[v].dtype) && p->zeros) {
+                tensor_of_meta(&zero_views[k], &p->meta[v], p->zeros->data);
+                c.dout[k] = &zero_views[k];
+            }
+        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
+                c.din[k] = grad_of(g, p, n->in[k]);
+        if ((st = n->op->backward(&c)))
+            return st;
+    }
+    for (int i = 0; i < n_in; i++) {
+        int v = g->inputs[i];
+        if (!p->needs_grad[v])
+            continue;
+        if ((st = ai_tensor_clone(&input_grads[i], grad_of(g, p, v)))) {
+            for (int k = 0; k < i; k++) {
+                ai_tensor_free(input_grads[k]);
+                input_grads[k] = NULL;
+            }
+            return st;
+        }
+    }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- inspection */
+
+ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out)
+{
+    *out = NULL;
+    int v = ai_graph_find_value(g, name);
+    if (v < 0)
+        return ai_error(AI_ERR_VALUE, "no value named '%s' in the graph", name);
+    ai_plan *p = g->plan;
+    if (!p || !p->forward_done)
+        return ai_error(AI_ERR_VALUE, "value '%s': run forward first", name);
+    if (g->values[v].kind == AI_VAL_ACT && !p->folded[v] && !p->need_backward &&
+        !p->keep_all && p->last_step[v] < p->n_sched)
+        return ai_error(AI_ERR_VALUE,
+                        "value '%s' was overwritten: its buffer is reused once it is dead; "
+                        "set keep_intermediates before forward to keep every value", name);
+    ai_tensor *t = runtime(g, p, v);
+    if (!t)
+        return ai_error(AI_ERR_VALUE, "value '%s' has no data", name);
+    return ai_tensor_clone(out, t);
+}
+
+bool ai_graph_value_meta(const ai_graph *g, int v, ai_meta *out)
+{
+    if (!g->plan || v < 0 || v >= g->plan->n_values)
+        return false;
+    *out = g->plan->meta[v];
+    return true;
+}
+
+ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int v = 0; v < g->n_values; v++) {
+        if (g->values[v].data)
+            out->param_bytes += ai_tensor_nbytes(g->values[v].data);
+        if (g->values[v].grad)
+            out->grad_bytes += ai_tensor_nbytes(g->values[v].grad);
+    }
+    const ai_plan *p = g->plan;
+    if (!p)
+        return ai_error(AI_ERR_VALUE, "the graph is not planned yet: run forward first");
+    out->arena_bytes = p->arena_bytes;
+    out->workspace_bytes = p->workspace_bytes;
+    out->state_bytes = p->state_bytes;
+    out->planned_nodes = p->n_sched;
+    return AI_OK;
+}
+
+void ai_graph_zero_grad(ai_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].grad)
+            memset(g->values[v].grad->data, 0, ai_tensor_nbytes(g->values[v].grad));
+}

@@ -1,0 +1,44 @@
+/*
+ * plan.h — a graph planned for one set of input shapes: shapes of every
+ * value, folded constants, the schedule, the memory plan (one arena for
+ * activations and their gradients, reused by liveness), per-node state and
+ * workspace. Internal to the engine.
+ */
+#ifndef AI_PLAN_H
+#define AI_PLAN_H
+
+#include "graph.h"
+
+struct ai_plan {
+    int n_inputs;
+    int64_t *in_shapes;   /* key: AI_MAX_DIMS + 1 per input (ndim, dims) */
+    bool need_backward;
+    bool keep_all;
+    bool training;
+
+    int n_values;
+    ai_meta *meta;        /* per value */
+    ai_tensor **folded;   /* per value: constant computed at plan time */
+    ai_tensor **act;      /* per value: arena view (activations) */
+    ai_tensor **gradv;    /* per value: arena view (gradients of non-params) */
+    bool *needs_grad;     /* per value */
+    bool *grad_ready;     /* per value, during backward: zeroed already */
+    int *def_step, *last_step; /* per value, forward steps */
+
+    int n_sched;
+    int *sched;           /* node indices run by forward */
+    void **state;         /* per node */
+    size_t *state_size;   /* per node */
+
+    ai_tensor *arena;     /* uint8 storage shared by the views */
+    ai_tensor *state_mem;
+    ai_tensor *zeros;     /* a zero buffer for gradients that do not flow */
+    void *workspace;
+    size_t arena_bytes, workspace_bytes, state_bytes;
+    ai_tensor **bound;    /* per graph input: the tensor bound at forward */
+    bool forward_done;
+};
+
+void ai_plan_free(ai_plan *p);
+
+#endif

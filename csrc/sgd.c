@@ -1,0 +1,72 @@
+/*
+ * sgd.c — stochastic gradient descent with torch.optim.SGD semantics:
+ *
+ *   d = g + weight_decay * p
+ *   buf = d                                    (first step)
+ *   buf = momentum * buf + (1 - dampening) * d  (later steps)
+ *   d = nesterov ? d + momentum * buf : buf     (when momentum != 0)
+ *   p -= lr * d                                 (p += lr * d when maximize)
+ *
+ * computed in the parameter's type, one flat loop per parameter.
+ */
+#include "graph.h"
+
+#define DEFINE_SGD(NAME, T)                                                           \
+    static void NAME(const ai_sgd_config *c, int64_t n, T *p, const T *g, T *buf,     \
+                     bool first)                                                      \
+    {                                                                                 \
+        const T wd = (T)c->weight_decay, mom = (T)c->momentum;                        \
+        const T damp = (T)(1.0 - c->dampening);                                       \
+        const T lr = (T)(c->maximize ? c->lr : -c->lr);                               \
+        for (int64_t i = 0; i < n; i++) {                                             \
+            T d = g[i];                                                               \
+            if (wd != 0)                                                              \
+                d = d + wd * p[i];                                                    \
+            if (mom != 0) {                                                           \
+                buf[i] = first ? d : mom * buf[i] + damp * d;                         \
+                d = c->nesterov ? d + mom * buf[i] : buf[i];                          \
+            }                                                                         \
+            p[i] = p[i] + lr * d;                                                     \
+        }                                                                             \
+    }
+
+DEFINE_SGD(sgd_f32, float)
+DEFINE_SGD(sgd_f64, double)
+
+ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
+                      const ai_tensor *const *g, ai_tensor *const *buf, bool *started)
+{
+    if (!(cfg->lr >= 0))
+        return ai_error(AI_ERR_VALUE, "invalid learning rate %g", cfg->lr);
+    if (!(cfg->momentum >= 0) || !(cfg->weight_decay >= 0))
+        return ai_error(AI_ERR_VALUE, "momentum and weight_decay must be >= 0");
+    if (cfg->nesterov && (cfg->momentum <= 0 || cfg->dampening != 0))
+        return ai_error(AI_ERR_VALUE, "Nesterov momentum requires a momentum and zero "
+                        "dampening");
+    for (int i = 0; i < n; i++) {
+        int64_t np = ai_tensor_numel(p[i]);
+        if (!ai_dtype_is_float(p[i]->dtype) || p[i]->dtype == AI_F16)
+            return ai_error(AI_ERR_TYPE, "parameter %d is %s; SGD takes float32 or float64",
+                            i, ai_dtype_name(p[i]->dtype));
+        if (g[i]->dtype != p[i]->dtype || ai_tensor_numel(g[i]) != np ||
+            !ai_tensor_is_contiguous(p[i]) || !ai_tensor_is_contiguous(g[i]))
+            return ai_error(AI_ERR_VALUE, "gradient %d does not match its parameter", i);
+        if (cfg->momentum != 0 &&
+            (!buf || !buf[i] || buf[i]->dtype != p[i]->dtype || ai_tensor_numel(buf[i]) != np ||
+             !ai_tensor_is_contiguous(buf[i])))
+            return ai_error(AI_ERR_VALUE, "momentum buffer %d does not match its parameter", i);
+        if (p[i]->flags & AI_TENSOR_READONLY)
+            return ai_error(AI_ERR_VALUE, "parameter %d is read-only", i);
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t np = ai_tensor_numel(p[i]);
+        if (p[i]->dtype == AI_F32)
+            sgd_f32(cfg, np, p[i]->data, g[i]->data, buf ? buf[i] ? buf[i]->data : NULL : NULL,
+                    !*started);
+        else
+            sgd_f64(cfg, np, p[i]->data, g[i]->data, buf ? buf[i] ? buf[i]->data : NULL : NULL,
+                    !*started);
+    }
+    *started = true;
+    return AI_OK;
+}

@@ -1,0 +1,124 @@
+"""Elementwise operators of the engine (unary.c, binary.c) against torch."""
+import numpy as np
+import pytest
+import torch
+
+from op_harness import check_op
+
+DTYPES = [np.float32, np.float64]
+
+
+def _x(shape, dtype, seed=0, lo=-3, hi=3):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+UNARY = {
+    "Relu": (torch.relu, {}, None),
+    "LeakyRelu": (lambda x: torch.nn.functional.leaky_relu(x, 0.2), {"alpha": 0.2}, None),
+    "Sigmoid": (torch.sigmoid, {}, None),
+    "Tanh": (torch.tanh, {}, None),
+    "Gelu": (lambda x: torch.nn.functional.gelu(x), {}, None),
+    "Gelu_tanh": (lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+                  {"approximate": "tanh"}, "Gelu"),
+    "Erf": (torch.erf, {}, None),
+    "Exp": (torch.exp, {}, None),
+    "Abs": (torch.abs, {}, None),
+    "Neg": (torch.neg, {}, None),
+    "Floor": (torch.floor, {}, None),
+    "Ceil": (torch.ceil, {}, None),
+    "Round": (torch.round, {}, None),
+    "Identity": (lambda x: x * 1, {}, None),
+    "Softplus": (torch.nn.functional.softplus, {}, None),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary(name, dtype):
+    fn, attrs, op = UNARY[name]
+    check_op(op or name, {"x": _x((3, 4, 5), dtype)}, fn, attrs=attrs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name,fn", [("Sqrt", torch.sqrt), ("Log", torch.log),
+                                     ("Reciprocal", torch.reciprocal)])
+def test_unary_positive(name, fn, dtype):
+    check_op(name, {"x": _x((4, 6), dtype, lo=0.2, hi=4)}, fn)
+
+
+def test_relu_gradient_at_zero_is_zero():
+    x = np.array([-1.0, 0.0, 2.0])
+    check_op("Relu", {"x": x}, torch.relu)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_clip_bounds_inclusive(dtype):
+    x = np.array([-2, -1, -0.5, 0, 0.5, 1, 2], dtype)
+    check_op("Clip", {"x": x}, lambda x, lo, hi: torch.clamp(x, lo, hi),
+             consts={"lo": np.array(-1, dtype), "hi": np.array(1, dtype)})
+
+
+SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)), ((5,), ()),
+          ((1,), (2, 3)), ((2, 3, 1, 5), (1, 3, 4, 1))]
+BINARY = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div,
+          "Max": torch.maximum, "Min": torch.minimum}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("sa,sb", SHAPES, ids=str)
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_broadcast(name, sa, sb, dtype):
+    a, b = _x(sa, dtype, 1), _x(sb, dtype, 2)
+    if name == "Div":
+        b = np.where(np.abs(b) < 0.3, 0.7, b).astype(dtype)
+    check_op(name, {"a": a, "b": b}, BINARY[name])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_pow(dtype):
+    a, b = _x((3, 4), dtype, 1, 0.5, 2), _x((4,), dtype, 2, -1, 2)
+    check_op("Pow", {"a": a, "b": b}, torch.pow)
+
+
+def test_same_value_used_twice():
+    # Mul(x, x): both gradient contributions accumulate into one buffer
+    from op_harness import make_model
+    import aidge_interop
+
+    x = _x((3, 3), np.float64)
+    g = aidge_interop.load_onnx(make_model("Mul", {"x": x}, input_order=["x", "x"]))
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    np.testing.assert_allclose(y, x * x)
+    (gx,) = g.backward([np.ones_like(x)])
+    np.testing.assert_allclose(gx, 2 * x)
+
+
+@pytest.mark.parametrize("name,fn", [("Equal", torch.eq), ("Less", torch.lt),
+                                     ("Greater", torch.gt)])
+def test_compare(name, fn):
+    a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    b = np.array([2, 2, 7], np.float32)
+    check_op(name, {"a": a, "b": b}, fn, grad=False)
+    check_op(name, {"a": a.astype(np.int64), "b": b.astype(np.int64)}, fn, grad=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_where(dtype):
+    c = np.random.default_rng(0).integers(0, 2, (3, 1, 4)).astype(bool)
+    a, b = _x((2, 4), dtype, 1), _x((3, 2, 1), dtype, 2)
+    check_op("Where", {"a": a, "b": b}, lambda a, b, c: torch.where(c, a, b),
+             consts={"c": c}, input_order=["c", "a", "b"])
+
+
+def test_integer_arithmetic_for_shapes():
+    a = np.array([6, -7, 8], np.int64)
+    b = np.array([4, 2, -3], np.int64)
+    for name, fn in [("Add", torch.add), ("Mul", torch.mul), ("Sub", torch.sub),
+                     ("Div", lambda a, b: torch.div(a, b, rounding_mode="trunc"))]:
+        check_op(name, {"a": a, "b": b}, fn, grad=False)
+
+
+def test_cast():
+    x = np.array([-1.7, 0.2, 2.9], np.float32)
+    check_op("Cast", {"x": x}, lambda x: x.to(torch.int64), attrs={"to": 7}, grad=False)
+    check_op("Cast", {"x": x}, lambda x: x.double(), attrs={"to": 11})
