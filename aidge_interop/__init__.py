@@ -38,6 +38,8 @@ from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
 from .graph import Graph
 from .onnx_import import load_onnx
+from .optim import SGD
+from .wrap import AidgeModule, wrap
 
 __version__ = "0.1.0"
 
@@ -58,5 +60,6 @@ def get_num_threads() -> int:
 
 __all__ = [
     "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx",
-    "supported_operators", "set_num_threads", "get_num_threads", "__version__",
+    "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
+    "__version__",
 ]

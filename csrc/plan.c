@@ -656,8 +656,8 @@ ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out)
             out->grad_bytes += ai_tensor_nbytes(g->values[v].grad);
     }
     const ai_plan *p = g->plan;
-    if (!p)
-        return ai_error(AI_ERR_VALUE, "the graph is not planned yet: run forward first");
+    if (!p) /* not planned yet: only the parameters are known */
+        return AI_OK;
     out->arena_bytes = p->arena_bytes;
     out->workspace_bytes = p->workspace_bytes;
     out->state_bytes = p->state_bytes;

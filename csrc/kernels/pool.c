@@ -88,8 +88,9 @@ static ai_status expected_out(const ai_pool_params *p, int d, int64_t *out)
     int64_t s = p->stride[d], room = padded - extent + (p->ceil_mode ? s - 1 : 0);
     if (room < 0)
         return ai_error(AI_ERR_VALUE,
-                        "pooling: dilated kernel extent %" PRId64 " leaves no output for padded"
-                        " input size %" PRId64 " along spatial dim %d", extent, padded, d);
+                        "pooling: dilated kernel extent %" PRId64 " leaves no output for"
+                        " padded input size %" PRId64 " along spatial dim %d", extent,
+                        padded, d);
     *out = room / s + 1;
     /* with ceil_mode, the last window starts inside the input or left padding */
     if (p->ceil_mode && (*out - 1) * s >= p->in[d] + p->pad_begin[d])

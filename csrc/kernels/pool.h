@@ -15,7 +15,8 @@
  * a maximum and a later NaN replaces an earlier one (as in torch), so NaN
  * propagates. AveragePool divides the window's sum by the number of its input
  * elements, or with count_include_pad by its size clipped to the padded input
- * [-pad_begin, in + pad_end) (torch's divisor with ceil_mode).
+ * [-pad_begin, in + pad_end) (torch's divisor with ceil_mode); with
+ * dilation, which torch's avg_pool lacks, both count taps, not positions.
  *
  * Forward overwrites y (and idx); backward ACCUMULATES (+=) into dx.
  * The caller validates the parameters with ai_pool_check() (or fills `out`
@@ -44,8 +45,8 @@ ai_status ai_pool_infer_out(ai_pool_params *p);
  * self-consistent pooling description. */
 ai_status ai_pool_check(const ai_pool_params *p);
 
-/* float32. idx is (N, C, out...); for the global pools x is (NC, S), y and
- * idx are (NC). */
+/* float32. idx is (N, C, out...); for the global pools x is (NC, S) with
+ * S >= 1, y and idx are (NC). */
 void ai_maxpool_forward_f32(const ai_pool_params *p, float *y, int64_t *idx,
                             const float *x);
 void ai_maxpool_backward_f32(const ai_pool_params *p, float *dx, const float *dy,

@@ -1,0 +1,71 @@
+"""``SGD``: torch.optim.SGD semantics, one C call per step for all parameters."""
+from __future__ import annotations
+
+import torch
+
+from . import _C
+from .tensor_converter import torch_tensor_to_aidge
+
+__all__ = ["SGD"]
+
+
+class SGD:
+    """Stochastic gradient descent computed by the engine.
+
+    ``SGD(params_or_module, lr, momentum=0, dampening=0, weight_decay=0,
+    nesterov=False, maximize=False)`` — the same arguments and update as
+    ``torch.optim.SGD``. Works on any torch parameters (an AidgeModule's are
+    the engine's own memory): the update runs in C, in place, GIL released.
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
+        if isinstance(params, torch.nn.Module):
+            params = params.parameters()
+        self.params = [p for p in params]
+        if not self.params:
+            raise ValueError("SGD: got an empty parameter list")
+        for i, p in enumerate(self.params):
+            if not isinstance(p, torch.Tensor) or p.device.type != "cpu" or \
+                    p.dtype not in (torch.float32, torch.float64):
+                raise TypeError(f"SGD: parameter {i} must be a float32/float64 CPU tensor")
+        if lr < 0:
+            raise ValueError(f"SGD: invalid learning rate {lr}")
+        if momentum < 0 or weight_decay < 0:
+            raise ValueError("SGD: momentum and weight_decay must be >= 0")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
+        self.defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
+                             weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+        self._buffers = [None] * len(self.params)
+
+    @torch.no_grad()
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        d = self.defaults
+        groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
+        for i, p in enumerate(self.params):
+            if p.grad is None or not p.requires_grad:
+                continue
+            started = self._buffers[i] is not None
+            if d["momentum"] != 0 and not started:
+                self._buffers[i] = _C.zeros(tuple(p.shape), str(p.dtype).removeprefix("torch."))
+            ps, gs, bs = groups[started]
+            ps.append(torch_tensor_to_aidge(p))
+            gs.append(torch_tensor_to_aidge(p.grad.contiguous()))
+            bs.append(self._buffers[i])
+        for started, (ps, gs, bs) in groups.items():
+            if ps:
+                _C.sgd_step(ps, gs, bs if d["momentum"] != 0 else None, d["lr"],
+                            d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
+                            d["maximize"], started)
+
+    def zero_grad(self, set_to_none: bool = False):
+        """Zeroes gradients in place (keeps an AidgeModule's p.grad the engine's
+        buffer); ``set_to_none=True`` drops them like torch."""
+        for p in self.params:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()

@@ -1,0 +1,287 @@
+"""``wrap(torch_model, input_dims)``: a torch model running on the C engine.
+
+The model is exported to ONNX (TorchScript exporter, ``dynamo=False``, no
+constant folding, batch dimension dynamic — see ``docs/engine.md`` for why),
+imported into the engine, and returned as an :class:`AidgeModule`, a
+``torch.nn.Module`` whose parameters and buffers *are* the engine's memory
+(zero-copy views), whose forward is one C call and whose backward goes
+through torch autograd into one C call.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from . import _C
+from .onnx_import import build_graph
+from .tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
+
+__all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
+
+DEFAULT_OPSET = 20
+
+
+def _normalize_dims(input_dims) -> list[tuple[int, ...]]:
+    if isinstance(input_dims, (tuple, list)) and input_dims and all(
+        isinstance(d, (int, np.integer)) for d in input_dims
+    ):
+        input_dims = [input_dims]  # a single shape
+    if not isinstance(input_dims, (tuple, list)) or not input_dims:
+        raise TypeError(
+            "wrap: argument 'input_dims' must be a list of shapes, one per model input, "
+            f"e.g. [(1, 16)]; got {input_dims!r}"
+        )
+    shapes = []
+    for i, dims in enumerate(input_dims):
+        if not isinstance(dims, (tuple, list, torch.Size)) or not all(
+            isinstance(d, (int, np.integer)) and d >= 0 for d in dims
+        ):
+            raise TypeError(
+                f"wrap: input_dims[{i}] = {dims!r} is not a shape (a tuple of ints >= 0)"
+            )
+        shapes.append(tuple(int(d) for d in dims))
+    return shapes
+
+
+def _model_dtype(model: torch.nn.Module) -> torch.dtype:
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if t.is_floating_point():
+            return t.dtype
+    return torch.float32
+
+
+def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
+                      opset: int = DEFAULT_OPSET, dynamic_batch: bool = True) -> bytes:
+    """The model as ONNX bytes, exported the way the engine expects.
+
+    TorchScript exporter; parameters stay initializers under their torch
+    names (no constant folding); the graph is the inference graph, the
+    engine switches BatchNorm/Dropout semantics with ``train()``.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(*example_inputs)
+        n_out = len(out) if isinstance(out, (tuple, list)) else 1
+        in_names = [f"input_{i}" for i in range(len(example_inputs))]
+        out_names = [f"output_{i}" for i in range(n_out)]
+        dynamic = None
+        if dynamic_batch:
+            dynamic = {n: {0: "batch"} for n, x in zip(in_names, example_inputs) if x.dim() > 0}
+            dynamic.update({n: {0: "batch"} for n in out_names})
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model, tuple(example_inputs), buf, dynamo=False, opset_version=opset,
+                do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
+                input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
+            )
+        return buf.getvalue()
+    finally:
+        model.train(was_training)
+
+
+def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET,
+         dynamic_batch: bool = True) -> "AidgeModule":
+    """Exports ``torch_model`` to ONNX, imports it into the engine, copies its
+    parameters and buffers, and returns an :class:`AidgeModule`.
+
+    ``input_dims`` is a list of shapes, one per model input:
+    ``wrap(torch.nn.Linear(16, 4), [(1, 16)])``.
+    """
+    if not isinstance(torch_model, torch.nn.Module):
+        raise TypeError(f"wrap: argument 'torch_model' must be a torch.nn.Module, not "
+                        f"{type(torch_model).__name__}")
+    shapes = _normalize_dims(input_dims)
+    dtype = _model_dtype(torch_model)
+    device = next(itertools.chain(torch_model.parameters(), torch_model.buffers()),
+                  torch.empty(0)).device
+    if device.type != "cpu":
+        raise NotImplementedError(
+            f"wrap: the model is on {device}; the engine runs on the CPU: wrap model.cpu()"
+        )
+    gen = torch.Generator().manual_seed(0)
+    examples = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    name = type(torch_model).__name__
+    try:
+        onnx_bytes = export_onnx_bytes(torch_model, examples, opset=opset,
+                                       dynamic_batch=dynamic_batch)
+    except Exception as exc:
+        raise RuntimeError(f"wrap: torch could not export {name} to ONNX: {exc}") from exc
+
+    params = dict(torch_model.named_parameters())
+    buffers = dict(torch_model.named_buffers())
+    kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in params.items()}
+    kinds.update({n: "buffer" for n in buffers})
+    graph, proto = build_graph(onnx_bytes, param_kinds=kinds, where=f"wrap({name})")
+
+    # check the name mapping by shape and value, and that nothing was lost
+    from onnx import numpy_helper
+
+    in_graph = set()
+    for init in proto.graph.initializer:
+        src = params.get(init.name, buffers.get(init.name))
+        if src is None:
+            continue
+        value = numpy_helper.to_array(init)
+        ref = src.detach().cpu().numpy()
+        if value.shape != ref.shape or not np.array_equal(value, ref):
+            raise ValueError(
+                f"wrap({name}): the exported initializer '{init.name}' does not hold the "
+                f"torch tensor of that name (shape {value.shape} vs {ref.shape})"
+            )
+        in_graph.add(init.name)
+    lost = [n for n in params if n not in in_graph]
+    if lost:
+        raise ValueError(
+            f"wrap({name}): parameter(s) {lost} of the torch model are not in the exported "
+            "graph (unused in forward, or folded by the exporter); the engine could not "
+            "train them"
+        )
+    return AidgeModule(graph, proto, torch_model, in_graph, shapes)
+
+
+def _owner(root: torch.nn.Module, dotted: str):
+    """The submodule that holds `dotted` (created as needed) and the leaf name."""
+    *path, leaf = dotted.split(".")
+    m = root
+    for part in path:
+        if part not in m._modules:
+            m.add_module(part, torch.nn.Module())
+        m = m._modules[part]
+    return m, leaf
+
+
+class _EngineFunction(torch.autograd.Function):
+    """Autograd bridge: forward and backward are one engine call each."""
+
+    @staticmethod
+    def forward(ctx, module, anchor, *inputs):
+        ctx.module = module
+        ctx.forward_id = module._forward_id
+        outs = module._run(inputs)
+        ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        module = ctx.module
+        if ctx.forward_id != module._forward_id:
+            raise RuntimeError(
+                "AidgeModule: backward of an older forward. The engine keeps the state of "
+                "the latest forward only: run backward before the next forward."
+            )
+        input_grads = module._backward(grad_outputs)
+        return (None, None, *input_grads)
+
+
+class AidgeModule(torch.nn.Module):
+    """A torch module computed by the engine (returned by :func:`wrap`).
+
+    - ``forward`` runs the whole graph in one C call (GIL released); a new
+      batch size or input shape re-plans transparently.
+    - backward runs the engine's backward in one C call; parameter
+      gradients land in ``p.grad``, which is the engine's gradient buffer.
+    - ``named_parameters()`` / ``named_buffers()`` have the torch model's
+      names, order and shapes; ``.data`` is the engine's memory.
+    - ``train()`` / ``eval()`` switch BatchNorm and Dropout like torch.
+    """
+
+    def __init__(self, graph: _C.Graph, proto, source: torch.nn.Module, in_graph: set,
+                 input_dims):
+        super().__init__()
+        self._graph = graph
+        self.onnx_model = proto
+        self.source_name = type(source).__name__
+        self.input_dims = input_dims
+        self._forward_id = 0
+        self._params, self._engine_grads = [], []
+        for name, p in source.named_parameters():
+            owner, leaf = _owner(self, name)
+            view = aidge_tensor_to_torch(graph.value(name))
+            owner.register_parameter(leaf, torch.nn.Parameter(view, requires_grad=p.requires_grad))
+            if p.requires_grad:
+                self._params.append(owner._parameters[leaf])
+                self._engine_grads.append(aidge_tensor_to_torch(graph.grad(name)))
+        self._batch_counters = []
+        for name, b in source.named_buffers():
+            owner, leaf = _owner(self, name)
+            t = aidge_tensor_to_torch(graph.value(name)) if name in in_graph else b.detach().clone()
+            owner.register_buffer(leaf, t)
+            if leaf == "num_batches_tracked":
+                self._batch_counters.append(t)
+        self._anchor = torch.zeros(0, requires_grad=True)
+        self.train(source.training)
+
+    # -- engine calls ------------------------------------------------------
+    def _run(self, inputs):
+        outs = self._graph.forward([torch_tensor_to_aidge(x) for x in inputs])
+        return [aidge_tensor_to_torch(o) for o in outs]
+
+    def _backward(self, grad_outputs):
+        fresh = []
+        for p, eg in zip(self._params, self._engine_grads):
+            g = p.grad
+            if g is None or g.data_ptr() != eg.data_ptr():
+                eg.zero_()  # the engine accumulates; start from zero for this parameter
+                fresh.append((p, eg, g))
+        gs = [None if g is None else torch_tensor_to_aidge(g.contiguous()) for g in grad_outputs]
+        input_grads = self._graph.backward(gs)
+        for p, eg, g in fresh:
+            if g is None:
+                p.grad = eg  # from now on p.grad is the engine's buffer
+            else:
+                g.add_(eg)
+        return [None if g is None else aidge_tensor_to_torch(g) for g in input_grads]
+
+    def forward(self, *inputs):
+        n = len(self._graph.input_names)
+        if len(inputs) != n:
+            raise TypeError(f"AidgeModule({self.source_name}).forward takes {n} input(s), "
+                            f"got {len(inputs)}")
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"AidgeModule({self.source_name}): input {i} must be a "
+                                f"torch.Tensor, not {type(x).__name__}")
+        grad_on = torch.is_grad_enabled()
+        input_grads = grad_on and any(x.requires_grad for x in inputs)
+        need_backward = input_grads or (grad_on and any(p.requires_grad for p in self._params))
+        g = self._graph
+        g.training = self.training
+        g.need_backward = need_backward
+        g.input_grads = input_grads
+        self._forward_id += 1
+        if need_backward:
+            outs = _EngineFunction.apply(self, self._anchor, *inputs)
+        else:
+            outs = self._run(inputs)
+        if self.training:
+            for counter in self._batch_counters:
+                counter.add_(1)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # -- torch.nn.Module plumbing -----------------------------------------
+    def _apply(self, fn, recurse=True):
+        # the parameters are the engine's memory: moving or casting them would
+        # silently detach the module from the engine
+        for t in itertools.chain(self.parameters(), self.buffers()):
+            out = fn(t)
+            if out.data_ptr() != t.data_ptr() or out.dtype != t.dtype or out.device != t.device:
+                raise NotImplementedError(
+                    "AidgeModule lives in the engine's CPU memory and cannot be moved or "
+                    "cast; wrap a torch model that already has the device and dtype you need"
+                )
+        return self
+
+    def memory_stats(self) -> dict:
+        return self._graph.memory_stats()
+
+    def extra_repr(self) -> str:
+        return f"source={self.source_name}, nodes={len(self._graph.nodes())}, engine=aidge_interop"
