@@ -1,11 +1,11 @@
 /*
  * sgd.c — stochastic gradient descent with torch.optim.SGD semantics:
  *
- *   d = g + weight_decay * p
+ *   d = (maximize ? -g : g) + weight_decay * p
  *   buf = d                                    (first step)
  *   buf = momentum * buf + (1 - dampening) * d  (later steps)
  *   d = nesterov ? d + momentum * buf : buf     (when momentum != 0)
- *   p -= lr * d                                 (p += lr * d when maximize)
+ *   p -= lr * d
  *
  * computed in the parameter's type, one flat loop per parameter.
  */
@@ -17,9 +17,9 @@
     {                                                                                 \
         const T wd = (T)c->weight_decay, mom = (T)c->momentum;                        \
         const T damp = (T)(1.0 - c->dampening);                                       \
-        const T lr = (T)(c->maximize ? c->lr : -c->lr);                               \
+        const T lr = (T)-c->lr;                                                       \
         for (int64_t i = 0; i < n; i++) {                                             \
-            T d = g[i];                                                               \
+            T d = c->maximize ? -g[i] : g[i];                                         \
             if (wd != 0)                                                              \
                 d = d + wd * p[i];                                                    \
             if (mom != 0) {                                                           \

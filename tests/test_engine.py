@@ -1,0 +1,206 @@
+"""The engine's graph machinery: import, planning, memory reuse, forward and
+backward through fan-out, residuals, shared weights, several inputs and
+outputs, re-planning, and its errors. Values are checked against torch."""
+import threading
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import aidge_interop
+from aidge_interop import load_onnx
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=20):
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, TensorProto.DOUBLE, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _residual_model():
+    """y = tanh(x * w) + x ; z = y * y (fan-out of x and y, two outputs)."""
+    w = np.linspace(-1, 1, 6).reshape(2, 3)
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["xw"], name="mul_w"),
+        helper.make_node("Tanh", ["xw"], ["t"], name="tanh"),
+        helper.make_node("Add", ["t", "x"], ["y"], name="residual"),
+        helper.make_node("Mul", ["y", "y"], ["z"], name="square"),
+    ]
+    return _model(nodes, [("x", ["N", 2, 3])], ["y", "z"], [("w", w)]), w
+
+
+def _residual_torch(x, w):
+    y = torch.tanh(x * w) + x
+    return y, y * y
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_residual_fanout_two_outputs_forward_backward(batch):
+    model, w = _residual_model()
+    g = load_onnx(model)
+    x = np.random.default_rng(batch).standard_normal((batch, 2, 3))
+    y, z = g.forward([x], need_backward=True, input_grads=True)
+    xt = torch.tensor(x, requires_grad=True)
+    wt = torch.tensor(w, requires_grad=True)
+    yt, zt = _residual_torch(xt, wt)
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(z, zt.detach().numpy(), rtol=1e-12)
+    gy, gz = np.ones_like(y), np.full_like(z, 0.5)
+    (gx,) = g.backward([gy, gz])
+    torch.autograd.backward([yt, zt], [torch.tensor(gy), torch.tensor(gz)])
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g.grads()["w"], wt.grad.numpy(), rtol=1e-12)
+
+
+def test_two_batch_sizes_replan_and_grads_accumulate():
+    model, w = _residual_model()
+    g = load_onnx(model)
+    total = np.zeros_like(w)
+    for batch in (3, 5, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 2, 3))
+        g.forward([x], need_backward=True)
+        g.backward([np.ones((batch, 2, 3)), None])
+        wt = torch.tensor(w, requires_grad=True)
+        (torch.tanh(torch.tensor(x) * wt) + torch.tensor(x)).sum().backward()
+        total += wt.grad.numpy()
+    np.testing.assert_allclose(g.grads()["w"], total, rtol=1e-12)  # accumulated
+    g.zero_grad()
+    assert not g.grads()["w"].any()
+
+
+def test_shared_weight_and_two_inputs():
+    """a*w + b*w: one parameter used twice gets the sum of both gradients."""
+    w = np.array([0.5, -2.0, 3.0])
+    nodes = [helper.make_node("Mul", ["a", "w"], ["aw"]), helper.make_node("Mul", ["b", "w"], ["bw"]),
+             helper.make_node("Add", ["aw", "bw"], ["y"])]
+    g = load_onnx(_model(nodes, [("a", [3]), ("b", [3])], ["y"], [("w", w)]))
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 4.0])
+    (y,) = g.forward([a, b], need_backward=True, input_grads=True)
+    np.testing.assert_allclose(y, a * w + b * w)
+    ga, gb = g.backward([np.ones(3)])
+    np.testing.assert_allclose(ga, w)
+    np.testing.assert_allclose(gb, w)
+    np.testing.assert_allclose(g.grads()["w"], a + b)
+
+
+def test_memory_plan_reuses_buffers_in_eval():
+    """A chain of 20 Tanh: with liveness reuse the arena holds ~2 buffers,
+    with keep_intermediates all 20."""
+    nodes = [helper.make_node("Tanh", [f"v{i}"], [f"v{i + 1}"]) for i in range(20)]
+    x = np.random.default_rng(0).standard_normal((64, 64))
+    g = load_onnx(_model(nodes, [("v0", [64, 64])], ["v20"]))
+    (y,) = g.forward([x])
+    ref = x
+    for _ in range(20):
+        ref = np.tanh(ref)
+    np.testing.assert_allclose(y, ref, rtol=1e-12)
+    one = x.nbytes
+    reused = g.memory_stats()["arena_bytes"]
+    assert reused <= 2 * one + 128
+    with pytest.raises(ValueError, match="overwritten"):
+        g.intermediate("v5")
+    g.keep_intermediates = True
+    g.forward([x])
+    assert g.memory_stats()["arena_bytes"] >= 20 * one
+    np.testing.assert_allclose(g.intermediate("v5"), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(x))))))
+
+
+def test_nodes_report_shapes_after_forward():
+    model, _ = _residual_model()
+    g = load_onnx(model)
+    g.forward([np.zeros((2, 2, 3))])
+    by_name = {n["name"]: n for n in g.nodes()}
+    assert by_name["residual"]["op_type"] == "Add"
+    assert by_name["residual"]["output_shapes"] == [(2, 2, 3)]
+    assert by_name["mul_w"]["input_shapes"] == [(2, 2, 3), (2, 3)]
+
+
+def test_constant_node_and_integer_initializer_are_constants():
+    c = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array([2.0, 3.0])))
+    g = load_onnx(_model([c, helper.make_node("Mul", ["x", "c"], ["y"])], [("x", [2])], ["y"]))
+    assert "c" not in g.parameters()
+    np.testing.assert_allclose(g.forward([np.array([1.0, 1.0])])[0], [2.0, 3.0])
+    assert g.memory_stats()["planned_nodes"] == 1
+
+
+# ---------------------------------------------------------------- errors
+
+def test_unknown_operator_names_op_node_and_opset():
+    node = helper.make_node("FancyOp", ["x"], ["y"], name="my_node")
+    with pytest.raises(NotImplementedError, match=r"FancyOp.*my_node.*opset 20"):
+        load_onnx(_model([node], [("x", [2])], ["y"]))
+
+
+def test_dangling_value_is_named():
+    node = helper.make_node("Add", ["x", "nowhere"], ["y"], name="add1")
+    with pytest.raises(ValueError, match=r"add1.*nowhere.*dangling"):
+        load_onnx(_model([node], [("x", [2])], ["y"]))
+
+
+def test_cycle_is_an_error():
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+             helper.make_node("Tanh", ["a"], ["b"], name="n2")]
+    with pytest.raises(ValueError, match="cycle"):
+        load_onnx(_model(nodes, [("x", [2])], ["a"]))
+
+
+def test_wrong_inputs_are_named():
+    model, _ = _residual_model()
+    g = load_onnx(model)
+    with pytest.raises(ValueError, match="takes 1 inputs"):
+        g.forward([np.zeros((1, 2, 3)), np.zeros(1)])
+    with pytest.raises(TypeError, match="'x' expects float64, got float32"):
+        g.forward([np.zeros((1, 2, 3), np.float32)])
+    with pytest.raises(ValueError, match=r"mul_w.*broadcast"):
+        g.forward([np.zeros((1, 4, 3))])
+
+
+def test_backward_needs_a_forward_with_gradients():
+    model, _ = _residual_model()
+    g = load_onnx(model)
+    with pytest.raises(ValueError, match="forward first"):
+        g.backward([None, None])
+    g.forward([np.zeros((1, 2, 3))])
+    with pytest.raises(ValueError, match="need_backward"):
+        g.backward([None, None])
+    g.forward([np.zeros((1, 2, 3))], need_backward=True)
+    with pytest.raises(ValueError, match="gradient of output 'y'"):
+        g.backward([np.zeros((2, 2, 3)), None])
+
+
+def test_corrupt_bytes_and_missing_file():
+    with pytest.raises(ValueError, match="not a valid ONNX model"):
+        load_onnx(b"\x08\x07garbage")
+    with pytest.raises(FileNotFoundError, match="no ONNX file"):
+        load_onnx("/nonexistent/model.onnx")
+
+
+def test_two_graphs_in_two_threads_match_sequential():
+    model, _ = _residual_model()
+    xs = [np.random.default_rng(i).standard_normal((256, 2, 3)) for i in range(2)]
+    expected = [load_onnx(model).forward([x]) for x in xs]
+    graphs = [load_onnx(model) for _ in xs]
+    results = [None, None]
+
+    def run(i):
+        for _ in range(50):
+            results[i] = graphs[i].forward([xs[i]])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, e in zip(results, expected):
+        for a, b in zip(r, e):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_supported_operators_lists_backward():
+    ops = aidge_interop.supported_operators()
+    assert ops["Relu"]["backward"] and not ops["Equal"]["backward"]

@@ -1,0 +1,173 @@
+"""wrap(): an AidgeModule must behave like the torch model it came from —
+outputs, gradients, parameters, buffers, modes, optimiser steps."""
+import numpy as np
+import pytest
+import torch
+
+import aidge_interop
+from aidge_interop import SGD, wrap
+
+
+class Elementwise(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+        self.b = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        return torch.tanh(x * self.w + self.b) * 2
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class TwoInTwoOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor([1.5, -0.5, 2.0]))
+
+    def forward(self, a, b):
+        s = a * self.scale
+        return s + b, torch.sigmoid(s) * b
+
+
+def _compare_step(torch_model, wrapped, inputs):
+    t_in = [x.clone().requires_grad_(True) for x in inputs]
+    a_in = [x.clone().requires_grad_(True) for x in inputs]
+    t_out, a_out = torch_model(*t_in), wrapped(*a_in)
+    t_out = t_out if isinstance(t_out, tuple) else (t_out,)
+    a_out = a_out if isinstance(a_out, tuple) else (a_out,)
+    for t, a in zip(t_out, a_out):
+        torch.testing.assert_close(a, t, rtol=1e-5, atol=1e-6)
+    sum(o.square().sum() for o in t_out).backward()
+    sum(o.square().sum() for o in a_out).backward()
+    for t, a in zip(t_in, a_in):
+        torch.testing.assert_close(a.grad, t.grad, rtol=1e-5, atol=1e-6)
+    for (n, p), (m, q) in zip(torch_model.named_parameters(), wrapped.named_parameters()):
+        assert n == m
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("cls,dims", [(Elementwise, [(3, 16)]), (MLP, [(3, 16)]),
+                                      (TwoInTwoOut, [(4, 3), (4, 3)])])
+def test_wrap_matches_torch(cls, dims):
+    torch.manual_seed(0)
+    model = cls()
+    wrapped = wrap(model, dims)
+    inputs = [torch.randn(d) for d in dims]
+    _compare_step(model, wrapped, inputs)
+    # another batch size re-plans transparently
+    _compare_step(model, wrapped, [torch.randn((7,) + tuple(d[1:])) for d in dims])
+
+
+def test_parameters_are_zero_copy_views_with_torch_names():
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(model, [(1, 16)])
+    assert [n for n, _ in wrapped.named_parameters()] == [n for n, _ in model.named_parameters()]
+    for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
+        assert q.shape == p.shape and torch.equal(q, p)
+    x = torch.randn(2, 16)
+    before = wrapped(x)
+    with torch.no_grad():
+        wrapped.fc2.bias.add_(1.0)  # a write into .data is a write into the engine
+    torch.testing.assert_close(wrapped(x), before + 1.0)
+    wrapped.load_state_dict(model.state_dict())
+    torch.testing.assert_close(wrapped(x), model(x))
+    assert list(wrapped.state_dict()) == list(model.state_dict())
+
+
+def test_grad_is_the_engine_buffer_and_set_to_none_works():
+    torch.manual_seed(0)
+    model = Elementwise()
+    wrapped = wrap(model, [(2, 16)])
+    x = torch.randn(2, 16)
+    wrapped(x).sum().backward()
+    g1 = wrapped.w.grad.clone()
+    wrapped(x).sum().backward()  # accumulates like torch
+    torch.testing.assert_close(wrapped.w.grad, 2 * g1)
+    wrapped.zero_grad(set_to_none=True)
+    assert wrapped.w.grad is None
+    wrapped(x).sum().backward()
+    torch.testing.assert_close(wrapped.w.grad, g1)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=0.9), dict(momentum=0.9, nesterov=True),
+                                dict(momentum=0.5, dampening=0.3, weight_decay=0.01),
+                                dict(weight_decay=0.1, maximize=True)], ids=str)
+def test_sgd_matches_torch_optim(kw):
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(model, [(4, 16)])
+    opt_t = torch.optim.SGD(model.parameters(), lr=0.05, **kw)
+    opt_a = SGD(wrapped, lr=0.05, **kw)
+    for step in range(5):
+        x = torch.randn(4, 16)
+        for m, opt in ((model, opt_t), (wrapped, opt_a)):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), torch.ones(4, 4)).backward()
+            opt.step()
+        for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"step {step}: {n}")
+
+
+def test_no_grad_forward_and_eval_mode():
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(model, [(1, 16)]).eval()
+    with torch.no_grad():
+        y = wrapped(torch.randn(3, 16))
+    assert not y.requires_grad and not wrapped.training
+
+
+def test_backward_of_an_older_forward_is_refused():
+    wrapped = wrap(Elementwise(), [(2, 16)])
+    y1 = wrapped(torch.randn(2, 16))
+    wrapped(torch.randn(2, 16))
+    with pytest.raises(RuntimeError, match="older forward"):
+        y1.sum().backward()
+
+
+def test_bad_arguments():
+    wrapped = wrap(Elementwise(), [(2, 16)])
+    with pytest.raises(TypeError, match="takes 1 input"):
+        wrapped(torch.randn(2, 16), torch.randn(2, 16))
+    with pytest.raises(TypeError, match="expects float32, got float64"):
+        wrapped(torch.randn(2, 16, dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="cannot be moved or cast"):
+        wrapped.double()
+    with pytest.raises(TypeError, match="input_dims"):
+        wrap(Elementwise(), 16)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        wrap(lambda x: x, [(1,)])
+
+
+def test_model_torch_cannot_export_chains_torch_error():
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fft(x).real  # no ONNX export for fft in the TorchScript exporter
+
+    with pytest.raises(RuntimeError, match="could not export Bad") as info:
+        wrap(Bad(), [(4,)])
+    assert info.value.__cause__ is not None
+
+
+def test_unused_parameter_is_named():
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = torch.nn.Parameter(torch.ones(3))
+            self.spare = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * self.used
+
+    with pytest.raises(ValueError, match="spare"):
+        wrap(Unused(), [(3,)])
