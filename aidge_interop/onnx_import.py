@@ -150,8 +150,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
-    ``"const"``; by default float initializers are parameters and the others
-    constants. Returns ``(graph, proto)``.
+    ``"const"``; by default float initializers are parameters (BatchNorm
+    running statistics: buffers) and the others constants. Returns
+    ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -170,13 +171,17 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
                 f"{_ONNX_TYPE_NAMES.get(et, et)}, not supported by the engine"
             )
         g.add_input(inp.name, ONNX_DTYPES[et])
+    # running statistics of BatchNormalization are state, not parameters
+    stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
+             for k in (3, 4) if len(n.input) > k}
     for init in graph.initializer:
         if init.data_location == _onnx().TensorProto.EXTERNAL:
             _load_external(init, base_dir, where)
         array = _to_array(init, where)
         kind = (param_kinds or {}).get(init.name)
         if kind is None:
-            kind = "param" if array.dtype.kind == "f" and array.dtype != np.float16 else "const"
+            trainable = array.dtype.kind == "f" and array.dtype != np.float16
+            kind = "buffer" if init.name in stats else "param" if trainable else "const"
         g.add_initializer(init.name, Tensor(array, copy=True), kind)
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"

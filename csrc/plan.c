@@ -524,7 +524,8 @@ static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v)
 {
     ai_tensor *t = g->values[v].kind == AI_VAL_PARAM ? g->values[v].grad : p->gradv[v];
     if (t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v]) {
-        memset(t->data, 0, ai_tensor_nbytes(t));
+        if (t->data)
+            memset(t->data, 0, ai_tensor_nbytes(t));
         p->grad_ready[v] = true;
     }
     return t;
@@ -668,6 +669,6 @@ ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out)
 void ai_graph_zero_grad(ai_graph *g)
 {
     for (int v = 0; v < g->n_values; v++)
-        if (g->values[v].grad)
+        if (g->values[v].grad && g->values[v].grad->data)
             memset(g->values[v].grad->data, 0, ai_tensor_nbytes(g->values[v].grad));
 }

@@ -1,4 +1,335 @@
-/* matmul.c — operator family 'matmul' (see registry.c). */
-#include "../graph.h"
+/*
+ * matmul.c — matrix products: Gemm and MatMul, float32 and float64.
+ *
+ * Every product goes through ai_gemm_f32/f64 (kernels/gemm.h); a batched
+ * MatMul is a loop of GEMMs over strided matrices, or a single GEMM when B
+ * has no batch dimensions (A's batch folds into its rows).
+ *
+ * Gemm    Y = alpha * op(A) @ op(B) + beta * C, C broadcast to (M,N).
+ *         dA = alpha * dY @ op(B)^T (transposed back when transA),
+ *         dB = alpha * op(A)^T @ dY (transposed back when transB),
+ *         dC = beta * dY summed over C's broadcast axes.
+ * MatMul  numpy matmul: a 1-D A is a (1,K) row, a 1-D B a (K,1) column, the
+ *         promoted axis is dropped from Y; batch dimensions broadcast.
+ *         dA_b += dY_b @ B_b^T, dB_b += A_b^T @ dY_b; a matrix shared by
+ *         several batches (broadcast) accumulates all their gradients.
+ */
+#include <stdlib.h>
+#include <string.h>
 
-const ai_op_def *const ai_ops_matmul[] = {NULL};
+#include "../graph.h"
+#include "../kernels/gemm.h"
+
+/* One GEMM on float32 or float64 pointers (dtype of the operands). */
+static void gemm(ai_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                 int64_t ldc)
+{
+    if (dt == AI_F32)
+        ai_gemm_f32(ta, tb, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc);
+    else
+        ai_gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static ai_status float_operands(const ai_ctx *c, int n)
+{
+    ai_dtype dt = c->in[0]->dtype;
+    if (dt != AI_F32 && dt != AI_F64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
+                             ai_dtype_name(dt));
+    for (int k = 1; k < n; k++)
+        if (c->in[k] && c->in[k]->dtype != dt)
+            return ai_node_error(c->node, AI_ERR_TYPE, "input %d is %s, input 0 is %s", k,
+                                 ai_dtype_name(c->in[k]->dtype), ai_dtype_name(dt));
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- Gemm */
+
+typedef struct {
+    double alpha, beta;
+    bool ta, tb;
+} gemm_params;
+
+static ai_status gemm_init(ai_node *n)
+{
+    gemm_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    int64_t ta, tb;
+    ai_status st;
+    if ((st = ai_attr_float(n, "alpha", 1.0, &p->alpha)) ||
+        (st = ai_attr_float(n, "beta", 1.0, &p->beta)) ||
+        (st = ai_attr_int(n, "transA", 0, &ta)) || (st = ai_attr_int(n, "transB", 0, &tb)))
+        return st;
+    p->ta = ta != 0;
+    p->tb = tb != 0;
+    return AI_OK;
+}
+
+/* op(A) is (M,K), op(B) is (K,N); shape() checks that their K agree. */
+static void gemm_sizes(const ai_ctx *c, int64_t *M, int64_t *N, int64_t *K)
+{
+    const gemm_params *p = c->node->params;
+    *M = c->in[0]->shape[p->ta ? 1 : 0];
+    *K = c->in[0]->shape[p->ta ? 0 : 1];
+    *N = c->in[1]->shape[p->tb ? 0 : 1];
+}
+
+static const ai_tensor *gemm_c(const ai_ctx *c)
+{
+    return c->n_in > 2 ? c->in[2] : NULL;
+}
+
+static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_status st = float_operands(c, c->n_in);
+    if (st)
+        return st;
+    if (c->in[0]->ndim != 2 || c->in[1]->ndim != 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "A and B must be 2-D, got ranks %d and %d",
+                             c->in[0]->ndim, c->in[1]->ndim);
+    int64_t M, N, K;
+    gemm_sizes(c, &M, &N, &K);
+    const int64_t Kb = c->in[1]->shape[((const gemm_params *)c->node->params)->tb ? 1 : 0];
+    if (K != Kb)
+        return ai_node_error(c->node, AI_ERR_VALUE,
+                             "inner dimensions differ: op(A) is (%lld, %lld), op(B) is "
+                             "(%lld, %lld)", (long long)M, (long long)K, (long long)Kb,
+                             (long long)N);
+    const ai_tensor *C = gemm_c(c);
+    const int64_t mn[2] = {M, N};
+    if (C) {
+        int nd;
+        int64_t bs[AI_MAX_DIMS];
+        if (C->ndim > 2 || ai_broadcast_shape(c->node, C->ndim, C->shape, 2, mn, &nd, bs) ||
+            bs[0] != M || bs[1] != N)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "C (rank %d) cannot be broadcast to (%lld, %lld)", C->ndim,
+                                 (long long)M, (long long)N);
+        *ws = (size_t)(M * N) * ai_dtype_size(C->dtype); /* backward: beta * dY */
+    }
+    out[0].dtype = c->in[0]->dtype;
+    out[0].ndim = 2;
+    out[0].shape[0] = M;
+    out[0].shape[1] = N;
+    return AI_OK;
+}
+
+#define DEFINE_FILL_C(NAME, T)                                                       \
+    /* y (M,N) = C read with strides s0, s1 (0 on broadcast axes) */                 \
+    static void NAME(T *y, const T *C, int64_t M, int64_t N, int64_t s0, int64_t s1) \
+    {                                                                                \
+        for (int64_t i = 0; i < M; i++)                                              \
+            for (int64_t j = 0; j < N; j++)                                          \
+                y[i * N + j] = C[i * s0 + j * s1];                                   \
+    }
+
+DEFINE_FILL_C(fill_c_f32, float)
+DEFINE_FILL_C(fill_c_f64, double)
+
+static ai_status gemm_forward(ai_ctx *c)
+{
+    const gemm_params *p = c->node->params;
+    const ai_tensor *a = c->in[0], *b = c->in[1], *C = gemm_c(c);
+    ai_tensor *y = c->out[0];
+    int64_t M, N, K;
+    gemm_sizes(c, &M, &N, &K);
+    double beta = 0;
+    if (C && p->beta != 0) {
+        int64_t s[2];
+        ai_broadcast_strides(C->ndim, C->shape, 2, y->shape, s);
+        if (y->dtype == AI_F32)
+            fill_c_f32(y->data, C->data, M, N, s[0], s[1]);
+        else
+            fill_c_f64(y->data, C->data, M, N, s[0], s[1]);
+        beta = p->beta;
+    }
+    gemm(y->dtype, p->ta, p->tb, M, N, K, p->alpha, a->data, a->shape[1], b->data, b->shape[1],
+         beta, y->data, N);
+    return AI_OK;
+}
+
+static ai_status gemm_backward(ai_ctx *c)
+{
+    const gemm_params *p = c->node->params;
+    const ai_tensor *a = c->in[0], *b = c->in[1], *dy = c->dout[0];
+    const ai_dtype dt = a->dtype;
+    int64_t M, N, K;
+    gemm_sizes(c, &M, &N, &K);
+    const int64_t lda = a->shape[1], ldb = b->shape[1];
+    if (c->din[0]) {
+        if (!p->ta) /* dA (M,K) += alpha * dY @ op(B)^T */
+            gemm(dt, false, !p->tb, M, K, N, p->alpha, dy->data, N, b->data, ldb, 1.0,
+                 c->din[0]->data, K);
+        else /* dA (K,M) += alpha * op(B) @ dY^T */
+            gemm(dt, p->tb, true, K, M, N, p->alpha, b->data, ldb, dy->data, N, 1.0,
+                 c->din[0]->data, M);
+    }
+    if (c->din[1]) {
+        if (!p->tb) /* dB (K,N) += alpha * op(A)^T @ dY */
+            gemm(dt, !p->ta, false, K, N, M, p->alpha, a->data, lda, dy->data, N, 1.0,
+                 c->din[1]->data, N);
+        else /* dB (N,K) += alpha * dY^T @ op(A) */
+            gemm(dt, true, p->ta, N, K, M, p->alpha, dy->data, N, a->data, lda, 1.0,
+                 c->din[1]->data, K);
+    }
+    if (c->n_in > 2 && c->din[2]) {
+        ai_tensor g = *dy;
+        g.data = c->workspace;
+        int64_t n = M * N;
+        if (dt == AI_F32) {
+            const float *s = dy->data, beta = (float)p->beta;
+            float *d = g.data;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = beta * s[i];
+        } else {
+            const double *s = dy->data;
+            double *d = g.data;
+            for (int64_t i = 0; i < n; i++)
+                d[i] = p->beta * s[i];
+        }
+        ai_reduce_to(c->din[2], &g);
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, 0, gemm_init, gemm_shape,
+                                  gemm_forward, gemm_backward};
+
+/* ---------------------------------------------------------------- MatMul */
+
+/* Y[b] (M,N) = A[b] (M,K) @ B[b] (K,N) for b over the broadcast batch shape;
+ * sa/sb give, per batch dimension, the step in matrices of A and B (0 where
+ * that operand is broadcast). */
+typedef struct {
+    int nb;
+    int64_t batch[AI_MAX_DIMS], sa[AI_MAX_DIMS], sb[AI_MAX_DIMS];
+    int64_t count; /* matrices in Y */
+    int64_t M, N, K;
+    bool b_shared; /* B has no batch (all batches use one B) */
+} mm_dims;
+
+static ai_status mm_dims_of(const ai_node *node, const ai_tensor *a, const ai_tensor *b,
+                            mm_dims *d)
+{
+    if (a->ndim < 1 || b->ndim < 1)
+        return ai_node_error(node, AI_ERR_VALUE, "inputs must have rank >= 1, got %d and %d",
+                             a->ndim, b->ndim);
+    const int bna = a->ndim > 2 ? a->ndim - 2 : 0, bnb = b->ndim > 2 ? b->ndim - 2 : 0;
+    d->M = a->ndim >= 2 ? a->shape[a->ndim - 2] : 1;
+    d->K = a->shape[a->ndim - 1];
+    int64_t kb = b->ndim >= 2 ? b->shape[b->ndim - 2] : b->shape[0];
+    d->N = b->ndim >= 2 ? b->shape[b->ndim - 1] : 1;
+    if (kb != d->K)
+        return ai_node_error(node, AI_ERR_VALUE,
+                             "inner dimensions differ: A has %lld columns, B has %lld rows",
+                             (long long)d->K, (long long)kb);
+    ai_status st = ai_broadcast_shape(node, bna, a->shape, bnb, b->shape, &d->nb, d->batch);
+    if (st)
+        return st;
+    ai_broadcast_strides(bna, a->shape, d->nb, d->batch, d->sa);
+    ai_broadcast_strides(bnb, b->shape, d->nb, d->batch, d->sb);
+    d->count = 1;
+    int64_t count_b = 1;
+    for (int i = 0; i < d->nb; i++)
+        d->count *= d->batch[i];
+    for (int i = 0; i < bnb; i++)
+        count_b *= b->shape[i];
+    d->b_shared = count_b == 1;
+    return AI_OK;
+}
+
+/* Matrix indices of A and B used by output matrix i. */
+static void mm_batch(const mm_dims *d, int64_t i, int64_t *ia, int64_t *ib)
+{
+    *ia = *ib = 0;
+    for (int k = d->nb - 1; k >= 0; k--) {
+        int64_t idx = i % d->batch[k];
+        i /= d->batch[k];
+        *ia += idx * d->sa[k];
+        *ib += idx * d->sb[k];
+    }
+}
+
+static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    ai_status st = float_operands(c, 2);
+    mm_dims d;
+    if (st || (st = mm_dims_of(c->node, c->in[0], c->in[1], &d)))
+        return st;
+    out[0].dtype = c->in[0]->dtype;
+    out[0].ndim = d.nb;
+    memcpy(out[0].shape, d.batch, sizeof(int64_t) * (size_t)d.nb);
+    if (c->in[0]->ndim >= 2)
+        out[0].shape[out[0].ndim++] = d.M;
+    if (c->in[1]->ndim >= 2)
+        out[0].shape[out[0].ndim++] = d.N;
+    return AI_OK;
+}
+
+static ai_status matmul_forward(ai_ctx *c)
+{
+    mm_dims d;
+    ai_status st = mm_dims_of(c->node, c->in[0], c->in[1], &d);
+    if (st)
+        return st;
+    const ai_dtype dt = c->out[0]->dtype;
+    const size_t es = ai_dtype_size(dt);
+    const char *A = c->in[0]->data, *B = c->in[1]->data;
+    char *Y = c->out[0]->data;
+    const int64_t M = d.M, N = d.N, K = d.K;
+    if (d.b_shared) { /* (count*M, K) @ (K, N) */
+        gemm(dt, false, false, d.count * M, N, K, 1.0, A, K, B, N, 0.0, Y, N);
+        return AI_OK;
+    }
+    for (int64_t i = 0; i < d.count; i++) {
+        int64_t ia, ib;
+        mm_batch(&d, i, &ia, &ib);
+        gemm(dt, false, false, M, N, K, 1.0, A + ia * M * K * es, K, B + ib * K * N * es, N, 0.0,
+             Y + i * M * N * es, N);
+    }
+    return AI_OK;
+}
+
+static ai_status matmul_backward(ai_ctx *c)
+{
+    mm_dims d;
+    ai_status st = mm_dims_of(c->node, c->in[0], c->in[1], &d);
+    if (st)
+        return st;
+    const ai_dtype dt = c->out[0]->dtype;
+    const size_t es = ai_dtype_size(dt);
+    const char *A = c->in[0]->data, *B = c->in[1]->data, *dY = c->dout[0]->data;
+    char *dA = c->din[0] ? c->din[0]->data : NULL, *dB = c->din[1] ? c->din[1]->data : NULL;
+    const int64_t M = d.M, N = d.N, K = d.K;
+    if (d.b_shared) {
+        const int64_t R = d.count * M; /* A's rows, all batches */
+        if (dA) /* dA (R,K) += dY (R,N) @ B^T */
+            gemm(dt, false, true, R, K, N, 1.0, dY, N, B, N, 1.0, dA, K);
+        if (dB) /* dB (K,N) += A^T (K,R) @ dY (R,N) */
+            gemm(dt, true, false, K, N, R, 1.0, A, K, dY, N, 1.0, dB, N);
+        return AI_OK;
+    }
+    for (int64_t i = 0; i < d.count; i++) {
+        int64_t ia, ib;
+        mm_batch(&d, i, &ia, &ib);
+        const char *dy = dY + i * M * N * es;
+        if (dA)
+            gemm(dt, false, true, M, K, N, 1.0, dy, N, B + ib * K * N * es, N, 1.0,
+                 dA + ia * M * K * es, K);
+        if (dB)
+            gemm(dt, true, false, K, N, M, 1.0, A + ia * M * K * es, K, dy, N, 1.0,
+                 dB + ib * K * N * es, N);
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1, 0, NULL, matmul_shape,
+                                    matmul_forward, matmul_backward};
+
+const ai_op_def *const ai_ops_matmul[] = {&op_gemm, &op_matmul, NULL};

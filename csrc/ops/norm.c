@@ -1,4 +1,634 @@
-/* norm.c — operator family 'norm' (see registry.c). */
+/*
+ * norm.c — normalisations: BatchNormalization, LayerNormalization, Softmax,
+ * LogSoftmax (float32 and float64).
+ *
+ * Statistics (means, variances, softmax sums) accumulate in double whatever
+ * the tensor type; forward saves in node state what backward needs (mean
+ * and 1/sqrt(var + eps) per channel or row), backward adds into the input
+ * gradients.
+ *
+ * BatchNormalization follows the graph's training flag (the training_mode
+ * attribute is ignored). Training: batch statistics over (N, spatial), the
+ * biased variance normalises, the running statistics (inputs 3 and 4,
+ * updated in place when they are buffers or parameters) take the unbiased
+ * one: running = running * momentum + batch * (1 - momentum) (ONNX's
+ * momentum, torch's is 1 - momentum). Backward goes through the batch
+ * statistics. Eval: the running statistics, fixed.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "../graph.h"
 
-const ai_op_def *const ai_ops_norm[] = {NULL};
+static ai_status float_input(const ai_ctx *c)
+{
+    ai_dtype dt = c->in[0]->dtype;
+    if (dt != AI_F32 && dt != AI_F64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
+                             ai_dtype_name(dt));
+    return AI_OK;
+}
+
+/* Element i of a float32/float64 tensor, read or written as a double. */
+static double get_d(const ai_tensor *t, int64_t i)
+{
+    return t->dtype == AI_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+}
+
+static void set_d(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F32)
+        ((float *)t->data)[i] = (float)v;
+    else
+        ((double *)t->data)[i] = v;
+}
+
+static void copy_meta(ai_meta *m, const ai_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+/* ---------------------------------------------------------------- BatchNormalization */
+
+typedef struct {
+    double eps, momentum;
+} bn_params;
+
+/* Saved by forward: which statistics normalised, per channel mean and
+ * 1/sqrt(var + eps). */
+typedef struct {
+    bool batch_stats;
+    double stats[]; /* mean[C], invstd[C] */
+} bn_state;
+
+/* X is (N, C, S): S is the product of the spatial dimensions. */
+typedef struct {
+    int64_t N, C, S;
+} bn_dims;
+
+static bn_dims bn_dims_of(const ai_tensor *x)
+{
+    bn_dims d = {x->shape[0], x->shape[1], 1};
+    for (int i = 2; i < x->ndim; i++)
+        d.S *= x->shape[i];
+    return d;
+}
+
+static ai_status bn_init(ai_node *n)
+{
+    bn_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    ai_status st = ai_attr_float(n, "epsilon", 1e-5, &p->eps);
+    return st ? st : ai_attr_float(n, "momentum", 0.9, &p->momentum);
+}
+
+static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    static const char *names[] = {"X", "scale", "B", "input_mean", "input_var"};
+    ai_status st = float_input(c);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0];
+    if (x->ndim < 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "X must have rank >= 2 (N, C, ...), got %d",
+                             x->ndim);
+    bn_dims d = bn_dims_of(x);
+    for (int k = 1; k < 5; k++) {
+        const ai_tensor *t = c->in[k];
+        if (!t)
+            return ai_node_error(c->node, AI_ERR_VALUE, "input %s is missing", names[k]);
+        if (t->dtype != x->dtype)
+            return ai_node_error(c->node, AI_ERR_TYPE, "%s is %s, X is %s", names[k],
+                                 ai_dtype_name(t->dtype), ai_dtype_name(x->dtype));
+        if (t->ndim != 1 || t->shape[0] != d.C)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "%s must have shape (%lld) (the channels of X)", names[k],
+                                 (long long)d.C);
+    }
+    if (c->training && d.N * d.S <= 1)
+        return ai_node_error(c->node, AI_ERR_VALUE,
+                             "training needs more than 1 value per channel, X has %lld",
+                             (long long)(d.N * d.S));
+    copy_meta(&out[0], x);
+    for (int k = 1; k < c->n_out; k++)
+        copy_meta(&out[k], c->in[k + 2]);
+    *state = sizeof(bn_state) + 2 * (size_t)d.C * sizeof(double);
+    *ws = 2 * (size_t)d.C * sizeof(double);    /* backward sums */
+    return AI_OK;
+}
+
+#define DEFINE_BN_KERNELS(SUF, T)                                                          \
+    /* mean[C], var[C] (biased) of x (N,C,S), accumulated in double */                     \
+    static void bn_stats_##SUF(double *mean, double *var, const T *x, bn_dims d)           \
+    {                                                                                      \
+        const double cnt = (double)(d.N * d.S);                                            \
+        for (int64_t ch = 0; ch < d.C; ch++)                                               \
+            mean[ch] = var[ch] = 0;                                                        \
+        for (int64_t n = 0; n < d.N; n++)                                                  \
+            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+                const T *xr = x + (n * d.C + ch) * d.S;                                    \
+                double acc = 0;                                                            \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    acc += xr[s];                                                          \
+                mean[ch] += acc;                                                           \
+            }                                                                              \
+        for (int64_t ch = 0; ch < d.C; ch++)                                               \
+            mean[ch] /= cnt;                                                               \
+        for (int64_t n = 0; n < d.N; n++)                                                  \
+            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+                const T *xr = x + (n * d.C + ch) * d.S;                                    \
+                const double m = mean[ch];                                                 \
+                double acc = 0;                                                            \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    acc += (xr[s] - m) * (xr[s] - m);                                      \
+                var[ch] += acc;                                                            \
+            }                                                                              \
+        for (int64_t ch = 0; ch < d.C; ch++)                                               \
+            var[ch] /= cnt;                                                                \
+    }                                                                                      \
+    /* y = (x - mean) * invstd * scale + bias */                                           \
+    static void bn_forward_##SUF(T *y, const T *x, const double *mean, const double *invstd, \
+                                 const T *scale, const T *bias, bn_dims d)                 \
+    {                                                                                      \
+        for (int64_t n = 0; n < d.N; n++)                                                  \
+            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+                const int64_t off = (n * d.C + ch) * d.S;                                  \
+                const double m = mean[ch], a = invstd[ch] * scale[ch], b = bias[ch];       \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    y[off + s] = (T)((x[off + s] - m) * a + b);                            \
+            }                                                                              \
+    }                                                                                      \
+    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean) */                                   \
+    static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy, const T *x,          \
+                              const double *mean, bn_dims d)                               \
+    {                                                                                      \
+        for (int64_t ch = 0; ch < d.C; ch++)                                               \
+            sdy[ch] = sdyx[ch] = 0;                                                        \
+        for (int64_t n = 0; n < d.N; n++)                                                  \
+            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+                const int64_t off = (n * d.C + ch) * d.S;                                  \
+                const double m = mean[ch];                                                 \
+                double a = 0, b = 0;                                                       \
+                for (int64_t s = 0; s < d.S; s++) {                                        \
+                    a += dy[off + s];                                                      \
+                    b += dy[off + s] * (x[off + s] - m);                                   \
+                }                                                                          \
+                sdy[ch] += a;                                                              \
+                sdyx[ch] += b;                                                             \
+            }                                                                              \
+    }                                                                                      \
+    /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
+     * statistics, dx += scale * invstd * dy with fixed ones */                            \
+    static void bn_backward_##SUF(T *dx, const T *dy, const T *x, const double *mean,      \
+                                  const double *invstd, const T *scale, const double *sdy, \
+                                  const double *sdyx, bool batch_stats, bn_dims d)         \
+    {                                                                                      \
+        const double cnt = (double)(d.N * d.S);                                            \
+        for (int64_t n = 0; n < d.N; n++)                                                  \
+            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+                const int64_t off = (n * d.C + ch) * d.S;                                  \
+                const double m = mean[ch], is = invstd[ch], w = is * scale[ch];            \
+                const double gm = batch_stats ? sdy[ch] / cnt : 0;                         \
+                const double k = batch_stats ? sdyx[ch] * is * is / cnt : 0;               \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    dx[off + s] += (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);     \
+            }                                                                              \
+    }
+
+DEFINE_BN_KERNELS(f32, float)
+DEFINE_BN_KERNELS(f64, double)
+
+/* Running statistics are updated in place when they are state of the
+ * graph (buffers, or parameters when imported as such). */
+static bool bn_writable(const ai_ctx *c, int k)
+{
+    ai_value_kind kind = c->g->values[c->node->in[k]].kind;
+    return kind == AI_VAL_BUFFER || kind == AI_VAL_PARAM;
+}
+
+static ai_status bn_forward(ai_ctx *c)
+{
+    const bn_params *p = c->node->params;
+    const ai_tensor *x = c->in[0];
+    ai_tensor *rm = c->in[3], *rv = c->in[4];
+    const bn_dims d = bn_dims_of(x);
+    bn_state *sv = c->state;
+    double *mean = sv->stats, *invstd = mean + d.C;
+    sv->batch_stats = c->training;
+    if (c->training) {
+        const double cnt = (double)(d.N * d.S), mom = p->momentum;
+        const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
+        if (x->dtype == AI_F32)
+            bn_stats_f32(mean, invstd, x->data, d);
+        else
+            bn_stats_f64(mean, invstd, x->data, d);
+        for (int64_t ch = 0; ch < d.C; ch++) {
+            double var = invstd[ch];
+            double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
+            double new_v = mom * get_d(rv, ch) + (1 - mom) * var * cnt / (cnt - 1);
+            invstd[ch] = 1.0 / sqrt(var + p->eps);
+            if (update_m)
+                set_d(rm, ch, new_m);
+            if (update_v)
+                set_d(rv, ch, new_v);
+            if (c->n_out > 1)
+                set_d(c->out[1], ch, new_m);
+            if (c->n_out > 2)
+                set_d(c->out[2], ch, new_v);
+        }
+    } else {
+        for (int64_t ch = 0; ch < d.C; ch++) {
+            mean[ch] = get_d(rm, ch);
+            invstd[ch] = 1.0 / sqrt(get_d(rv, ch) + p->eps);
+        }
+        for (int k = 1; k < c->n_out; k++)
+            memcpy(c->out[k]->data, c->in[k + 2]->data, ai_tensor_nbytes(c->in[k + 2]));
+    }
+    if (x->dtype == AI_F32)
+        bn_forward_f32(c->out[0]->data, x->data, mean, invstd, c->in[1]->data, c->in[2]->data, d);
+    else
+        bn_forward_f64(c->out[0]->data, x->data, mean, invstd, c->in[1]->data, c->in[2]->data, d);
+    return AI_OK;
+}
+
+static ai_status bn_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *dy = c->dout[0];
+    const bn_dims d = bn_dims_of(x);
+    const bn_state *sv = c->state;
+    const double *mean = sv->stats, *invstd = mean + d.C;
+    double *sdy = c->workspace, *sdyx = sdy + d.C;
+    if (x->dtype == AI_F32)
+        bn_sums_f32(sdy, sdyx, dy->data, x->data, mean, d);
+    else
+        bn_sums_f64(sdy, sdyx, dy->data, x->data, mean, d);
+    if (c->din[0]) {
+        if (x->dtype == AI_F32)
+            bn_backward_f32(c->din[0]->data, dy->data, x->data, mean, invstd, c->in[1]->data,
+                            sdy, sdyx, sv->batch_stats, d);
+        else
+            bn_backward_f64(c->din[0]->data, dy->data, x->data, mean, invstd, c->in[1]->data,
+                            sdy, sdyx, sv->batch_stats, d);
+    }
+    for (int64_t ch = 0; ch < d.C; ch++) {
+        if (c->din[1])
+            set_d(c->din[1], ch, get_d(c->din[1], ch) + sdyx[ch] * invstd[ch]);
+        if (c->din[2])
+            set_d(c->din[2], ch, get_d(c->din[2], ch) + sdy[ch]);
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_batchnorm = {"BatchNormalization", "", 5, 5, 1, 3, AI_OP_NO_FOLD,
+                                       bn_init, bn_shape, bn_forward, bn_backward};
+
+/* ---------------------------------------------------------------- LayerNormalization */
+
+typedef struct {
+    int64_t axis;
+    double eps;
+    ai_dtype stash; /* dtype of the Mean and InvStdDev outputs */
+} ln_params;
+
+static ai_status ln_init(ai_node *n)
+{
+    ln_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    int64_t stash;
+    ai_status st;
+    if ((st = ai_attr_int(n, "axis", -1, &p->axis)) ||
+        (st = ai_attr_float(n, "epsilon", 1e-5, &p->eps)) ||
+        (st = ai_attr_int(n, "stash_type", 1, &stash)))
+        return st;
+    if (stash != 1 && stash != 11)
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED,
+                             "stash_type %lld is not supported (1: float, 11: double)",
+                             (long long)stash);
+    p->stash = stash == 1 ? AI_F32 : AI_F64;
+    return AI_OK;
+}
+
+/* X is (R, H): R rows (dimensions before axis) of H normalised values. */
+static void ln_dims(const ai_ctx *c, int *axis, int64_t *R, int64_t *H)
+{
+    const ln_params *p = c->node->params;
+    const ai_tensor *x = c->in[0];
+    *axis = (int)(p->axis < 0 ? p->axis + x->ndim : p->axis);
+    *R = *H = 1;
+    for (int i = 0; i < x->ndim; i++)
+        *(i < *axis ? R : H) *= x->shape[i];
+}
+
+static const ai_tensor *ln_bias(const ai_ctx *c)
+{
+    return c->n_in > 2 ? c->in[2] : NULL;
+}
+
+static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    const ln_params *p = c->node->params;
+    const ai_tensor *x = c->in[0];
+    int axis;
+    ai_status st = float_input(c);
+    if (st || (st = ai_norm_axis(c->node, p->axis, x->ndim, &axis)))
+        return st;
+    if (x->ndim == 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "X must have rank >= 1");
+    int64_t R, H;
+    ln_dims(c, &axis, &R, &H);
+    const int nn = x->ndim - axis; /* rank of the normalised shape */
+    for (int k = 1; k < c->n_in; k++) {
+        const ai_tensor *t = c->in[k];
+        if (!t)
+            continue;
+        if (t->dtype != x->dtype)
+            return ai_node_error(c->node, AI_ERR_TYPE, "%s is %s, X is %s",
+                                 k == 1 ? "Scale" : "B", ai_dtype_name(t->dtype),
+                                 ai_dtype_name(x->dtype));
+        bool ok = t->ndim <= nn && ai_tensor_numel(t) == H;
+        for (int i = 0; ok && i < t->ndim; i++)
+            ok = t->shape[t->ndim - 1 - i] == x->shape[x->ndim - 1 - i];
+        if (!ok)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "%s must have the shape of X's last %d dimension%s",
+                                 k == 1 ? "Scale" : "B", nn, nn == 1 ? "" : "s");
+    }
+    copy_meta(&out[0], x);
+    for (int k = 1; k < c->n_out; k++) {
+        copy_meta(&out[k], x);
+        out[k].dtype = p->stash;
+        for (int i = axis; i < x->ndim; i++)
+            out[k].shape[i] = 1;
+    }
+    *state = 2 * (size_t)R * sizeof(double); /* mean, invstd per row */
+    *ws = 2 * (size_t)H * sizeof(double);    /* backward: dScale, dB sums */
+    return AI_OK;
+}
+
+#define DEFINE_LN_KERNELS(SUF, T)                                                          \
+    /* per row: mean, invstd (double); y = (x - mean) * invstd * scale + bias */           \
+    static void ln_forward_##SUF(T *y, double *mean, double *invstd, const T *x,           \
+                                 const T *scale, const T *bias, double eps, int64_t R,     \
+                                 int64_t H)                                                \
+    {                                                                                      \
+        for (int64_t r = 0; r < R; r++) {                                                  \
+            const T *xr = x + r * H;                                                       \
+            T *yr = y + r * H;                                                             \
+            double m = 0, v = 0;                                                           \
+            for (int64_t h = 0; h < H; h++)                                                \
+                m += xr[h];                                                                \
+            m /= (double)H;                                                                \
+            for (int64_t h = 0; h < H; h++)                                                \
+                v += (xr[h] - m) * (xr[h] - m);                                            \
+            const double is = 1.0 / sqrt(v / (double)H + eps);                             \
+            mean[r] = m;                                                                   \
+            invstd[r] = is;                                                                \
+            for (int64_t h = 0; h < H; h++)                                                \
+                yr[h] = (T)((xr[h] - m) * is * scale[h] + (bias ? bias[h] : 0));           \
+        }                                                                                  \
+    }                                                                                      \
+    /* With xhat = (x - mean) * invstd, g = dy * scale, per row:                           \
+     * dx += invstd * (g - mean(g) - xhat * mean(g * xhat))                                \
+     *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
+     * dscale[h] += dy * xhat, dbias[h] += dy (double sums). */                           \
+    static void ln_backward_##SUF(T *dx, double *dscale, double *dbias, const T *dy,       \
+                                  const T *x, const T *scale, const double *mean,          \
+                                  const double *invstd, const ai_tensor *dmean,            \
+                                  const ai_tensor *dinvstd, int64_t R, int64_t H)          \
+    {                                                                                      \
+        for (int64_t r = 0; r < R; r++) {                                                  \
+            const T *xr = x + r * H, *dyr = dy + r * H;                                    \
+            const double m = mean[r], is = invstd[r];                                      \
+            if (dscale || dbias)                                                           \
+                for (int64_t h = 0; h < H; h++) {                                          \
+                    dscale[h] += dyr[h] * (xr[h] - m) * is;                                \
+                    dbias[h] += dyr[h];                                                    \
+                }                                                                          \
+            if (!dx)                                                                       \
+                continue;                                                                  \
+            double a = 0, b = 0;                                                           \
+            for (int64_t h = 0; h < H; h++) {                                              \
+                const double g = (double)dyr[h] * scale[h];                                \
+                a += g;                                                                    \
+                b += g * (xr[h] - m) * is;                                                 \
+            }                                                                              \
+            a /= (double)H;                                                                \
+            b /= (double)H;                                                                \
+            const double dm = dmean ? get_d(dmean, r) / (double)H : 0;                     \
+            const double di = dinvstd ? get_d(dinvstd, r) * is * is / (double)H : 0;       \
+            T *dxr = dx + r * H;                                                           \
+            for (int64_t h = 0; h < H; h++) {                                              \
+                const double xh = (xr[h] - m) * is;                                        \
+                dxr[h] += (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+DEFINE_LN_KERNELS(f32, float)
+DEFINE_LN_KERNELS(f64, double)
+
+static ai_status ln_forward(ai_ctx *c)
+{
+    const ln_params *p = c->node->params;
+    const ai_tensor *x = c->in[0], *bias = ln_bias(c);
+    int axis;
+    int64_t R, H;
+    ln_dims(c, &axis, &R, &H);
+    double *mean = c->state, *invstd = mean + R;
+    if (x->dtype == AI_F32)
+        ln_forward_f32(c->out[0]->data, mean, invstd, x->data, c->in[1]->data,
+                       bias ? bias->data : NULL, p->eps, R, H);
+    else
+        ln_forward_f64(c->out[0]->data, mean, invstd, x->data, c->in[1]->data,
+                       bias ? bias->data : NULL, p->eps, R, H);
+    for (int64_t r = 0; r < R; r++) {
+        if (c->n_out > 1)
+            set_d(c->out[1], r, mean[r]);
+        if (c->n_out > 2)
+            set_d(c->out[2], r, invstd[r]);
+    }
+    return AI_OK;
+}
+
+static ai_status ln_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int axis;
+    int64_t R, H;
+    ln_dims(c, &axis, &R, &H);
+    const double *mean = c->state, *invstd = mean + R;
+    ai_tensor *dscale = c->din[1], *dbias = ln_bias(c) ? c->din[2] : NULL;
+    double *gs = NULL, *gb = NULL;
+    if (dscale || dbias) {
+        gs = c->workspace;
+        gb = gs + H;
+        memset(gs, 0, 2 * (size_t)H * sizeof(double));
+    }
+    const ai_tensor *dm = c->n_out > 1 ? c->dout[1] : NULL;
+    const ai_tensor *di = c->n_out > 2 ? c->dout[2] : NULL;
+    if (x->dtype == AI_F32)
+        ln_backward_f32(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+                        c->in[1]->data, mean, invstd, dm, di, R, H);
+    else
+        ln_backward_f64(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+                        c->in[1]->data, mean, invstd, dm, di, R, H);
+    for (int64_t h = 0; h < H; h++) {
+        if (dscale)
+            set_d(dscale, h, get_d(dscale, h) + gs[h]);
+        if (dbias)
+            set_d(dbias, h, get_d(dbias, h) + gb[h]);
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3, 0, ln_init,
+                                       ln_shape, ln_forward, ln_backward};
+
+/* ---------------------------------------------------------------- Softmax, LogSoftmax */
+
+/* X is (outer, L, inner), normalised along L. Opset >= 13: L is the axis
+ * (default -1). Before: X is coerced to 2-D at axis (default 1) and
+ * normalised along the flattened trailing dimensions (inner = 1). */
+typedef struct {
+    int64_t outer, L, inner;
+} sm_dims;
+
+static ai_status sm_dims_of(const ai_ctx *c, sm_dims *d)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0];
+    const bool coerce = n->opset < 13;
+    int64_t a;
+    int axis;
+    ai_status st = ai_attr_int(n, "axis", coerce ? 1 : -1, &a);
+    if (st || (st = ai_norm_axis(n, a, x->ndim, &axis)))
+        return st;
+    d->outer = d->L = d->inner = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i < axis)
+            d->outer *= x->shape[i];
+        else if (i == axis || coerce)
+            d->L *= x->shape[i];
+        else
+            d->inner *= x->shape[i];
+    }
+    return AI_OK;
+}
+
+static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    sm_dims d;
+    ai_status st = float_input(c);
+    if (st || (st = sm_dims_of(c, &d)))
+        return st;
+    copy_meta(&out[0], c->in[0]);
+    *ws = 2 * (size_t)d.inner * sizeof(double); /* max and sum per column */
+    return AI_OK;
+}
+
+#define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
+    /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
+    static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, double *sum,     \
+                                 sm_dims d)                                                \
+    {                                                                                      \
+        const int64_t L = d.L, I = d.inner;                                                \
+        for (int64_t o = 0; o < d.outer; o++) {                                            \
+            const T *xo = x + o * L * I;                                                   \
+            T *yo = y + o * L * I;                                                         \
+            for (int64_t i = 0; i < I; i++) {                                              \
+                mx[i] = -INFINITY;                                                         \
+                sum[i] = 0;                                                                \
+            }                                                                              \
+            for (int64_t l = 0; l < L; l++)                                                \
+                for (int64_t i = 0; i < I; i++) {                                          \
+                    const double v = xo[l * I + i];                                        \
+                    mx[i] = (v > mx[i] || v != v) && mx[i] == mx[i] ? v : mx[i];           \
+                }                                                                          \
+            for (int64_t l = 0; l < L; l++)                                                \
+                for (int64_t i = 0; i < I; i++) {                                          \
+                    const T e = EXPF(xo[l * I + i] - (T)mx[i]);                            \
+                    sum[i] += e;                                                           \
+                    if (!log_)                                                             \
+                        yo[l * I + i] = e;                                                 \
+                }                                                                          \
+            for (int64_t l = 0; l < L; l++)                                                \
+                for (int64_t i = 0; i < I; i++)                                            \
+                    yo[l * I + i] = log_ ? (T)(xo[l * I + i] - mx[i] - log(sum[i]))        \
+                                         : (T)(yo[l * I + i] / sum[i]);                    \
+        }                                                                                  \
+    }                                                                                      \
+    /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy) */          \
+    static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, double *sum,  \
+                                  sm_dims d)                                               \
+    {                                                                                      \
+        const int64_t L = d.L, I = d.inner;                                                \
+        for (int64_t o = 0; o < d.outer; o++) {                                            \
+            const T *dyo = dy + o * L * I, *yo = y + o * L * I;                            \
+            T *dxo = dx + o * L * I;                                                       \
+            for (int64_t i = 0; i < I; i++)                                                \
+                sum[i] = 0;                                                                \
+            for (int64_t l = 0; l < L; l++)                                                \
+                for (int64_t i = 0; i < I; i++)                                            \
+                    sum[i] += log_ ? (double)dyo[l * I + i]                                \
+                                   : (double)dyo[l * I + i] * yo[l * I + i];               \
+            for (int64_t l = 0; l < L; l++)                                                \
+                for (int64_t i = 0; i < I; i++) {                                          \
+                    const int64_t k = l * I + i;                                           \
+                    dxo[k] += log_ ? (T)(dyo[k] - EXPF(yo[k]) * sum[i])                    \
+                                   : (T)(yo[k] * (dyo[k] - sum[i]));                       \
+                }                                                                          \
+        }                                                                                  \
+    }
+
+DEFINE_SM_KERNELS(f32, float, expf)
+DEFINE_SM_KERNELS(f64, double, exp)
+
+static bool sm_is_log(const ai_ctx *c)
+{
+    return strcmp(c->node->op_type, "LogSoftmax") == 0;
+}
+
+static ai_status sm_forward(ai_ctx *c)
+{
+    sm_dims d;
+    ai_status st = sm_dims_of(c, &d);
+    if (st)
+        return st;
+    double *mx = c->workspace, *sum = mx + d.inner;
+    if (c->in[0]->dtype == AI_F32)
+        sm_forward_f32(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
+    else
+        sm_forward_f64(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
+    return AI_OK;
+}
+
+static ai_status sm_backward(ai_ctx *c)
+{
+    sm_dims d;
+    ai_status st = sm_dims_of(c, &d);
+    if (st)
+        return st;
+    if (c->in[0]->dtype == AI_F32)
+        sm_backward_f32(c->din[0]->data, c->dout[0]->data, c->out[0]->data, sm_is_log(c),
+                        c->workspace, d);
+    else
+        sm_backward_f64(c->din[0]->data, c->dout[0]->data, c->out[0]->data, sm_is_log(c),
+                        c->workspace, d);
+    return AI_OK;
+}
+
+static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
+                                     sm_forward, sm_backward};
+static const ai_op_def op_logsoftmax = {"LogSoftmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
+                                        sm_forward, sm_backward};
+
+const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_softmax,
+                                        &op_logsoftmax, NULL};

@@ -1,0 +1,386 @@
+"""Matrix products (matmul.c) and normalisations (norm.c) against torch:
+Gemm, MatMul, BatchNormalization (eval and training, with the running
+statistics), LayerNormalization, Softmax, LogSoftmax."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aidge_interop
+from op_harness import check_op, make_model
+
+DTYPES = [np.float32, np.float64]
+DT_IDS = lambda d: np.dtype(d).name  # noqa: E731
+
+
+def _x(shape, dtype, seed=0, lo=-2, hi=2):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+def fd_check(model, inputs, *, training=False, kinds=None, eps=1e-6, tol=1e-6):
+    """Engine input gradients against central finite differences (float64):
+    the scalar is sum(output_k * g_k) over every output with random g_k."""
+    g = aidge_interop.load_onnx(model, param_kinds=kinds)
+    g.training = training
+    arrays = [np.array(a, dtype=np.float64) for a in inputs.values()]
+    outs = g.forward(arrays, need_backward=True, input_grads=True)
+    rng = np.random.default_rng(7)
+    gos = [rng.standard_normal(o.shape) for o in outs]
+    grads = g.backward(gos)
+
+    def objective():
+        return sum(float(np.sum(o * go)) for o, go in zip(g.forward(arrays), gos))
+
+    for name, a, grad in zip(inputs, arrays, grads):
+        num = np.zeros_like(a)
+        flat, nflat = a.reshape(-1), num.reshape(-1)
+        for i in range(flat.size):
+            keep = flat[i]
+            flat[i] = keep + eps
+            up = objective()
+            flat[i] = keep - eps
+            down = objective()
+            flat[i] = keep
+            nflat[i] = (up - down) / (2 * eps)
+        np.testing.assert_allclose(grad, num, rtol=tol, atol=tol, err_msg=f"grad of '{name}'")
+
+
+# ---------------------------------------------------------------- Gemm
+
+M, K, N = 3, 4, 5
+C_SHAPES = [None, (), (1,), (N,), (1, N), (M, 1), (1, 1), (M, N)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("c_shape", C_SHAPES, ids=str)
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.5, -1.5), (2.0, 0.0)], ids=str)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)], ids=str)
+def test_gemm(ta, tb, alpha, beta, c_shape, dtype):
+    a = _x((K, M) if ta else (M, K), dtype, 1)
+    b = _x((N, K) if tb else (K, N), dtype, 2)
+    inputs = {"a": a, "b": b}
+    if c_shape is not None:
+        inputs["c"] = _x(c_shape, dtype, 3)
+
+    def ref(a, b, c=None):
+        y = alpha * ((a.T if ta else a) @ (b.T if tb else b))
+        return y if c is None else y + beta * c
+
+    check_op("Gemm", inputs, ref, attrs={"transA": ta, "transB": tb, "alpha": alpha,
+                                         "beta": beta})
+
+
+def test_gemm_defaults_and_odd_sizes():
+    a, b, c = _x((7, 1), np.float64, 1), _x((1, 9), np.float64, 2), _x((9,), np.float64, 3)
+    check_op("Gemm", {"a": a, "b": b, "c": c}, lambda a, b, c: a @ b + c)
+
+
+def test_gemm_empty_inner_dimension():
+    a, b, c = np.zeros((3, 0)), np.zeros((0, 2)), _x((3, 2), np.float64)
+    check_op("Gemm", {"a": a, "b": b, "c": c}, lambda a, b, c: a @ b + 2 * c,
+             attrs={"beta": 2.0})
+
+
+def test_gemm_finite_differences():
+    a, b, c = _x((4, 3), np.float64, 1), _x((5, 4), np.float64, 2), _x((3, 1), np.float64, 3)
+    model = make_model("Gemm", {"a": a, "b": b, "c": c},
+                       {"transA": 1, "transB": 1, "alpha": 0.7, "beta": 1.3})
+    fd_check(model, {"a": a, "b": b, "c": c})
+
+
+def test_gemm_errors():
+    with pytest.raises(ValueError, match="Gemm node.*inner dimensions"):
+        check_op("Gemm", {"a": np.ones((2, 3)), "b": np.ones((4, 5))}, None)
+    with pytest.raises(ValueError, match="Gemm node.*C"):
+        check_op("Gemm", {"a": np.ones((2, 3)), "b": np.ones((3, 5)), "c": np.ones((2,))},
+                 None)
+    with pytest.raises(TypeError, match="Gemm node"):
+        check_op("Gemm", {"a": np.ones((2, 3), np.int64), "b": np.ones((3, 5), np.int64)},
+                 None)
+
+
+# ---------------------------------------------------------------- MatMul
+
+MATMUL_SHAPES = [
+    ((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((3, 4), (4, 5)), ((1, 1), (1, 1)),
+    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 6)), ((1, 3, 4), (2, 1, 4, 5)), ((4,), (2, 3, 4, 5)),
+    ((2, 3, 4), (4,)), ((2, 3, 4), (1, 1, 4, 5)), ((3, 1, 2, 7), (1, 4, 7, 3)),
+    ((2, 0, 4), (4, 3)), ((3, 0), (0, 5)), ((0, 3, 4), (4, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=str)
+def test_matmul(sa, sb, dtype):
+    check_op("MatMul", {"a": _x(sa, dtype, 1), "b": _x(sb, dtype, 2)}, torch.matmul)
+
+
+def test_matmul_long_reduction_float32():
+    a, b = _x((8, 4096), np.float32, 1), _x((4096, 3), np.float32, 2)
+    check_op("MatMul", {"a": a, "b": b}, torch.matmul)
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 1, 3, 2), (3, 2, 4)), ((3,), (2, 3, 2)),
+                                   ((2, 3, 2), (2,))], ids=str)
+def test_matmul_finite_differences(sa, sb):
+    a, b = _x(sa, np.float64, 1), _x(sb, np.float64, 2)
+    fd_check(make_model("MatMul", {"a": a, "b": b}), {"a": a, "b": b})
+
+
+def test_matmul_errors():
+    with pytest.raises(ValueError, match="MatMul node.*inner dimensions"):
+        check_op("MatMul", {"a": np.ones((2, 3)), "b": np.ones((4, 5))}, None)
+    with pytest.raises(ValueError, match="MatMul node.*broadcast"):
+        check_op("MatMul", {"a": np.ones((2, 2, 3)), "b": np.ones((3, 3, 5))}, None)
+
+
+# ---------------------------------------------------------------- BatchNormalization
+
+BN_SHAPES = [(4, 3), (3, 2, 7), (2, 3, 4, 5), (2, 2, 3, 2, 3), (1, 3, 1, 1)]
+
+
+def _bn_stats(c, dtype, seed=5):
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(-1, 1, c).astype(dtype), rng.uniform(0.5, 2, c).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", BN_SHAPES, ids=str)
+@pytest.mark.parametrize("eps", [1e-5, 0.1])
+def test_batchnorm_eval(shape, eps, dtype):
+    c = shape[1]
+    x, scale, bias = _x(shape, dtype, 1), _x((c,), dtype, 2), _x((c,), dtype, 3)
+    mean, var = _bn_stats(c, dtype)
+    check_op("BatchNormalization", {"x": x, "scale": scale, "bias": bias},
+             lambda x, s, b, m, v: F.batch_norm(x, m, v, s, b, training=False, eps=eps),
+             attrs={"epsilon": eps}, consts={"mean": mean, "var": var})
+
+
+def test_batchnorm_eval_outputs_running_stats():
+    x, scale, bias = _x((2, 3, 4), np.float64, 1), _x((3,), np.float64, 2), _x((3,), np.float64, 3)
+    mean, var = _bn_stats(3, np.float64)
+    check_op("BatchNormalization", {"x": x, "scale": scale, "bias": bias},
+             # the statistics outputs carry no gradient: 0 * x keeps autograd happy
+             lambda x, s, b, m, v: (F.batch_norm(x, m, v, s, b), m + 0 * x.sum(),
+                                    v + 0 * x.sum()),
+             consts={"mean": mean, "var": var}, n_outputs=3, opset=15)
+
+
+def _bn_train_case(shape, dtype, momentum, eps, steps, n_outputs):
+    """Engine vs torch over `steps` training forwards and backwards: outputs,
+    gradients of X, scale, B and the running statistics after each step."""
+    c = shape[1]
+    scale, bias = _x((c,), dtype, 2), _x((c,), dtype, 3)
+    mean, var = _bn_stats(c, dtype)
+    attrs = {"epsilon": eps}
+    if momentum is not None:
+        attrs["momentum"] = momentum
+    model = make_model("BatchNormalization", {"x": _x(shape, dtype)}, attrs,
+                       {"scale": scale, "bias": bias, "mean": mean, "var": var},
+                       n_outputs=n_outputs, opset=15)
+    g = aidge_interop.load_onnx(model, param_kinds={"mean": "buffer", "var": "buffer"})
+    g.training = True
+    t_w = torch.tensor(scale, requires_grad=True)
+    t_b = torch.tensor(bias, requires_grad=True)
+    t_rm, t_rv = torch.tensor(mean), torch.tensor(var)
+    torch_momentum = 1 - (0.9 if momentum is None else momentum)
+    rt, at = (1e-4, 1e-5) if dtype == np.float32 else (1e-10, 1e-12)
+    for step in range(steps):
+        x = _x(shape, dtype, 10 + step, -3, 5)
+        outs = g.forward([x], need_backward=True, input_grads=True)
+        t_x = torch.tensor(x, requires_grad=True)
+        y = F.batch_norm(t_x, t_rm, t_rv, t_w, t_b, training=True, momentum=torch_momentum,
+                         eps=eps)
+        np.testing.assert_allclose(outs[0], y.detach().numpy(), rtol=rt, atol=at * 3)
+        gy = np.random.default_rng(step).standard_normal(shape).astype(dtype)
+        g.zero_grad()
+        (gx,) = g.backward([gy] + [None] * (n_outputs - 1))
+        t_w.grad = t_b.grad = None
+        y.backward(torch.tensor(gy))
+        scale_g = max(1.0, float(np.abs(gy).sum() / c))
+        np.testing.assert_allclose(gx, t_x.grad.numpy(), rtol=rt, atol=at * 10,
+                                   err_msg=f"grad X, step {step}")
+        grads = g.grads()
+        np.testing.assert_allclose(grads["scale"], t_w.grad.numpy(), rtol=rt,
+                                   atol=at * scale_g, err_msg=f"grad scale, step {step}")
+        np.testing.assert_allclose(grads["bias"], t_b.grad.numpy(), rtol=rt,
+                                   atol=at * scale_g, err_msg=f"grad B, step {step}")
+        bufs = g.buffers()
+        np.testing.assert_allclose(bufs["mean"], t_rm.numpy(), rtol=rt, atol=at,
+                                   err_msg=f"running mean, step {step}")
+        np.testing.assert_allclose(bufs["var"], t_rv.numpy(), rtol=rt, atol=at,
+                                   err_msg=f"running var, step {step}")
+        if n_outputs == 3:
+            np.testing.assert_array_equal(outs[1], bufs["mean"])
+            np.testing.assert_array_equal(outs[2], bufs["var"])
+    return g
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1)], ids=str)
+@pytest.mark.parametrize("momentum,eps", [(None, 1e-5), (0.7, 1e-3), (0.0, 1e-5)], ids=str)
+def test_batchnorm_training(shape, momentum, eps, dtype):
+    _bn_train_case(shape, dtype, momentum, eps, steps=2, n_outputs=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_batchnorm_training_outputs_updated_stats(dtype):
+    _bn_train_case((4, 3, 5), dtype, 0.8, 1e-5, steps=2, n_outputs=3)
+
+
+def test_batchnorm_training_mode_attribute_is_ignored():
+    x = _x((4, 2, 3), np.float64)
+    scale, bias = _x((2,), np.float64, 2), _x((2,), np.float64, 3)
+    mean, var = _bn_stats(2, np.float64)
+    model = make_model("BatchNormalization", {"x": x}, {"training_mode": 1},
+                       {"scale": scale, "bias": bias, "mean": mean, "var": var})
+    g = aidge_interop.load_onnx(model, param_kinds={"mean": "buffer", "var": "buffer"})
+    (y,) = g.forward([x])
+    ref = F.batch_norm(torch.tensor(x), torch.tensor(mean), torch.tensor(var),
+                       torch.tensor(scale), torch.tensor(bias))
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-12)
+    np.testing.assert_array_equal(g.buffers()["mean"], mean)
+
+
+def test_batchnorm_training_large_mean_float32():
+    # float64 statistics: a large offset does not spoil the variance
+    x = (_x((16, 3, 8, 8), np.float32) + 1000).astype(np.float32)
+    check_op("BatchNormalization", {"x": x},
+             lambda x, s, b, m, v: F.batch_norm(x, m.clone(), v.clone(), s, b, training=True),
+             consts={"scale": np.ones(3, np.float32), "bias": np.zeros(3, np.float32),
+                     "mean": np.zeros(3, np.float32), "var": np.ones(3, np.float32)},
+             training=True, rtol=1e-3, atol=1e-4)
+
+
+def test_batchnorm_training_finite_differences():
+    x, scale, bias = _x((3, 2, 4), np.float64, 1), _x((2,), np.float64, 2), _x((2,), np.float64, 3)
+    mean, var = _bn_stats(2, np.float64)
+    model = make_model("BatchNormalization", {"x": x, "scale": scale, "bias": bias},
+                       {"epsilon": 1e-3}, {"mean": mean, "var": var})
+    fd_check(model, {"x": x, "scale": scale, "bias": bias}, training=True,
+             kinds={"mean": "buffer", "var": "buffer"})
+
+
+def test_batchnorm_errors():
+    x = np.ones((1, 2))
+    consts = {"s": np.ones(2), "b": np.zeros(2), "m": np.zeros(2), "v": np.ones(2)}
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        check_op("BatchNormalization", {"x": x}, None, consts=consts, training=True)
+    consts["m"] = np.zeros(3)
+    with pytest.raises(ValueError, match="input_mean must have shape"):
+        check_op("BatchNormalization", {"x": np.ones((2, 2))}, None, consts=consts)
+
+
+# ---------------------------------------------------------------- LayerNormalization
+
+
+def _ln_ref(axis, eps, stats=False, stash=torch.float32):
+    def fn(x, scale, bias=None):
+        a = axis % x.dim()
+        y = F.layer_norm(x, x.shape[a:], scale, bias, eps)
+        if not stats:
+            return y
+        dims = tuple(range(a, x.dim()))
+        xd = x.double()  # the engine computes statistics in double
+        mean = xd.mean(dims, keepdim=True)
+        invstd = torch.rsqrt(xd.var(dims, unbiased=False, keepdim=True) + eps)
+        return y, mean.to(stash), invstd.to(stash)
+    return fn
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axis", [((4, 7), -1), ((2, 3, 5), -1), ((2, 3, 5), 1),
+                                        ((2, 3, 5), -2), ((2, 3, 5), 0), ((3, 2, 2, 3), 2),
+                                        ((6,), 0)], ids=str)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+def test_layernorm(shape, axis, with_bias, dtype):
+    a = axis % len(shape)
+    inputs = {"x": _x(shape, dtype, 1), "scale": _x(shape[a:], dtype, 2)}
+    if with_bias:
+        inputs["bias"] = _x(shape[a:], dtype, 3)
+    check_op("LayerNormalization", inputs, _ln_ref(axis, 1e-5), attrs={"axis": axis},
+             opset=17)
+
+
+@pytest.mark.parametrize("dtype,stash", [(np.float32, 1), (np.float64, 1), (np.float64, 11),
+                                         (np.float32, 11)], ids=str)
+def test_layernorm_mean_invstd_outputs(dtype, stash):
+    shape = (3, 4, 5)
+    inputs = {"x": _x(shape, dtype, 1), "scale": _x((5,), dtype, 2), "bias": _x((5,), dtype, 3)}
+    t_stash = torch.float32 if stash == 1 else torch.float64
+    outs = check_op("LayerNormalization", inputs, _ln_ref(-1, 1e-3, True, t_stash),
+                    attrs={"epsilon": 1e-3, "stash_type": stash}, n_outputs=3, opset=17)
+    stash_dtype = np.float32 if stash == 1 else np.float64
+    assert outs[1].dtype == outs[2].dtype == stash_dtype
+    assert outs[1].shape == outs[2].shape == (3, 4, 1)
+
+
+def test_layernorm_large_offset_float32():
+    x = (_x((4, 256), np.float32) + 500).astype(np.float32)
+    check_op("LayerNormalization", {"x": x, "scale": np.ones(256, np.float32)},
+             _ln_ref(-1, 1e-5), opset=17, rtol=1e-3, atol=1e-4)
+
+
+def test_layernorm_finite_differences():
+    x, s, b = _x((2, 3, 4), np.float64, 1), _x((3, 4), np.float64, 2), _x((3, 4), np.float64, 3)
+    model = make_model("LayerNormalization", {"x": x, "s": s, "b": b},
+                       {"axis": 1, "epsilon": 1e-2, "stash_type": 11}, n_outputs=3, opset=17)
+    fd_check(model, {"x": x, "s": s, "b": b})
+
+
+def test_layernorm_errors():
+    x = np.ones((2, 3))
+    with pytest.raises(ValueError, match="Scale must have the shape"):
+        check_op("LayerNormalization", {"x": x, "s": np.ones(2)}, None, opset=17)
+    with pytest.raises(NotImplementedError, match="stash_type"):
+        check_op("LayerNormalization", {"x": x, "s": np.ones(3)}, None,
+                 attrs={"stash_type": 10}, opset=17)
+
+
+# ---------------------------------------------------------------- Softmax, LogSoftmax
+
+SOFTMAX = {"Softmax": torch.softmax, "LogSoftmax": torch.log_softmax}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axis", [((5,), -1), ((3, 7), -1), ((3, 7), 0),
+                                        ((2, 3, 4), 1), ((2, 3, 4), -3), ((2, 3, 4, 5), 2),
+                                        ((2, 1, 4), 1)], ids=str)
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax(op, shape, axis, dtype):
+    check_op(op, {"x": _x(shape, dtype, 1, -5, 5)}, lambda x: SOFTMAX[op](x, axis),
+             attrs={"axis": axis}, opset=13)
+
+
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax_default_axis(op):
+    check_op(op, {"x": _x((2, 3, 4), np.float32)}, lambda x: SOFTMAX[op](x, -1), opset=13)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axis", [((2, 3, 4), 1), ((2, 3, 4), 0), ((2, 3, 4), 2),
+                                        ((2, 3, 4), -2), ((3, 5), None)], ids=str)
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax_opset11_coerces_to_2d(op, shape, axis, dtype):
+    a = 1 if axis is None else axis % len(shape)
+    outer = int(np.prod(shape[:a]))
+
+    def ref(x):
+        return SOFTMAX[op](x.reshape(outer, -1), 1).reshape(shape)
+
+    check_op(op, {"x": _x(shape, dtype, 1, -5, 5)}, ref,
+             attrs={} if axis is None else {"axis": axis}, opset=11)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax_large_values_are_stable(op, dtype):
+    x = _x((3, 6), dtype, 1, -1000, 1000)
+    check_op(op, {"x": x}, lambda x: SOFTMAX[op](x, -1))
+
+
+@pytest.mark.parametrize("op", list(SOFTMAX))
+def test_softmax_finite_differences(op):
+    x = _x((2, 3, 4), np.float64, 1)
+    fd_check(make_model(op, {"x": x}, {"axis": 1}, opset=13), {"x": x})
