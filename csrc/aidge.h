@@ -143,6 +143,28 @@ int64_t ai_debug_live_tensors(void);
 int64_t ai_debug_live_storages(void);
 int64_t ai_debug_owned_bytes(void);
 
+/* ---------------------------------------------------------------- compare */
+
+/* Closeness of two tensors (compare.c), the torch.testing.assert_close rule:
+ * a pair is close when equal (so inf == inf), when both are NaN and
+ * `equal_nan`, or when |actual - expected| is finite and
+ * <= atol + rtol * |expected|. The greatest differences are taken over the
+ * mismatched elements if any, else over all; indices are flat (row-major),
+ * -1 for an empty tensor. */
+typedef struct {
+    int64_t numel;
+    int64_t mismatches;
+    double max_abs_diff;
+    int64_t max_abs_index;
+    double max_rel_diff; /* |actual - expected| / |expected| */
+    int64_t max_rel_index;
+} ai_compare_result;
+
+/* One pass over both tensors, any strides. Same shape and dtype required,
+ * and rtol, atol >= 0 (AI_ERR_VALUE otherwise). */
+ai_status ai_compare(const ai_tensor *actual, const ai_tensor *expected, double rtol,
+                     double atol, bool equal_nan, ai_compare_result *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1773,11 +1773,64 @@ static PyObject *py_debug_counters(PyObject *module, PyObject *unused)
                          (long long)ai_debug_owned_bytes());
 }
 
+static PyObject *py_compare(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"actual", "expected", "rtol", "atol", "equal_nan", NULL};
+    PyObject *objs[2];
+    double rtol, atol;
+    int equal_nan = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdd|p:compare", kwlist, &objs[0], &objs[1],
+                                     &rtol, &atol, &equal_nan))
+        return NULL;
+    PyTypeObject *tt = ((module_state *)PyModule_GetState(module))->tensor_type;
+    PyObject *ops[2] = {NULL, NULL}, *res = NULL;
+    for (int k = 0; k < 2; k++) {
+        ops[k] = tensor_from_object(tt, objs[k], 0);
+        if (!ops[k] && PyErr_ExceptionMatches(PyExc_ValueError)) {
+            /* an overlapping view (from expand) is read through a copy */
+            PyErr_Clear();
+            ops[k] = tensor_from_object(tt, objs[k], 1);
+        }
+        if (!ops[k])
+            goto done;
+    }
+    const ai_tensor *a = ((TensorObject *)ops[0])->t, *e = ((TensorObject *)ops[1])->t;
+    ai_compare_result r;
+    ai_status st;
+    if (ai_tensor_nbytes(a) >= (1u << 20)) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ai_compare(a, e, rtol, atol, equal_nan, &r);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = ai_compare(a, e, rtol, atol, equal_nan, &r);
+    }
+    if (st) {
+        raise_status(st);
+        goto done;
+    }
+    res = Py_BuildValue("{s:L,s:L,s:d,s:N,s:d,s:N}", "numel", (long long)r.numel,
+                        "mismatches", (long long)r.mismatches, "max_abs_diff", r.max_abs_diff,
+                        "max_abs_index",
+                        r.max_abs_index < 0 ? Py_NewRef(Py_None)
+                                            : PyLong_FromLongLong(r.max_abs_index),
+                        "max_rel_diff", r.max_rel_diff, "max_rel_index",
+                        r.max_rel_index < 0 ? Py_NewRef(Py_None)
+                                            : PyLong_FromLongLong(r.max_rel_index));
+done:
+    Py_XDECREF(ops[0]);
+    Py_XDECREF(ops[1]);
+    return res;
+}
+
 static PyMethodDef module_methods[] = {
     {"zeros", (PyCFunction)(void (*)(void))py_empty, METH_VARARGS | METH_KEYWORDS,
      "zeros(shape, dtype='float32') -> Tensor owning zero-filled memory."},
     {"_debug_counters", py_debug_counters, METH_NOARGS,
      "Live engine tensors, storages and owned bytes (leak checks)."},
+    {"compare", (PyCFunction)(void (*)(void))py_compare, METH_VARARGS | METH_KEYWORDS,
+     "compare(actual, expected, rtol, atol, equal_nan=False) -> dict: numel, mismatches, "
+     "max_abs_diff, max_abs_index, max_rel_diff, max_rel_index (flat indices, None when "
+     "empty), by the torch.testing.assert_close rule, in one pass in C."},
     {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
      "sgd_step(params, grads, buffers, lr, momentum=0, dampening=0, weight_decay=0, "
      "nesterov=False, maximize=False, started=False): one torch.optim.SGD step in C."},

@@ -9,9 +9,13 @@
  *
  * computed in the parameter's type, one flat loop per parameter.
  */
+#include <math.h>
+
 #include "graph.h"
 
-#define DEFINE_SGD(NAME, T)                                                           \
+/* FMA like torch's vectorised kernels (a.add_(b, alpha) is fmadd(b, alpha, a)),
+ * so that both sides round alike. */
+#define DEFINE_SGD(NAME, T, FMA)                                                      \
     static void NAME(const ai_sgd_config *c, int64_t n, T *p, const T *g, T *buf,     \
                      bool first)                                                      \
     {                                                                                 \
@@ -21,17 +25,17 @@
         for (int64_t i = 0; i < n; i++) {                                             \
             T d = c->maximize ? -g[i] : g[i];                                         \
             if (wd != 0)                                                              \
-                d = d + wd * p[i];                                                    \
+                d = FMA(p[i], wd, d);                                                 \
             if (mom != 0) {                                                           \
-                buf[i] = first ? d : mom * buf[i] + damp * d;                         \
-                d = c->nesterov ? d + mom * buf[i] : buf[i];                          \
+                buf[i] = first ? d : FMA(d, damp, buf[i] * mom);                      \
+                d = c->nesterov ? FMA(buf[i], mom, d) : buf[i];                       \
             }                                                                         \
-            p[i] = p[i] + lr * d;                                                     \
+            p[i] = FMA(d, lr, p[i]);                                                  \
         }                                                                             \
     }
 
-DEFINE_SGD(sgd_f32, float)
-DEFINE_SGD(sgd_f64, double)
+DEFINE_SGD(sgd_f32, float, fmaf)
+DEFINE_SGD(sgd_f64, double, fma)
 
 ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
                       const ai_tensor *const *g, ai_tensor *const *buf, bool *started)

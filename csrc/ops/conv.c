@@ -16,41 +16,16 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "spatial.h"
 #include "../kernels/conv.h"
 
-enum { NOTSET, SAME_UPPER, SAME_LOWER, VALID };
-
-/* An ints attribute: n = -1 when absent. */
-typedef struct {
-    int64_t n, v[6];
-} int_list;
 
 typedef struct {
     bool transposed;
     int auto_pad;
     int64_t group;
-    int_list kernel_shape, strides, dilations, pads, output_padding, output_shape;
+    ai_int_list kernel_shape, strides, dilations, pads, output_padding, output_shape;
 } conv_attrs;
-
-/* Reads ints attribute `name` into *l: at most `max` values, each >= lo. */
-static ai_status read_list(const ai_node *n, const char *name, int max, int64_t lo,
-                           int_list *l)
-{
-    const int64_t *v;
-    ai_status st = ai_attr_ints(n, name, &v, &l->n);
-    if (st || l->n < 0)
-        return st;
-    if (l->n > max)
-        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; at most %d expected",
-                             name, (long long)l->n, max);
-    for (int64_t i = 0; i < l->n; i++) {
-        if (v[i] < lo || v[i] > INT32_MAX)
-            return ai_node_error(n, AI_ERR_VALUE, "%s[%lld] is %lld; must be >= %lld", name,
-                                 (long long)i, (long long)v[i], (long long)lo);
-        l->v[i] = v[i];
-    }
-    return AI_OK;
-}
 
 static ai_status conv_init(ai_node *n)
 {
@@ -59,49 +34,27 @@ static ai_status conv_init(ai_node *n)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
     a->transposed = strcmp(n->op_type, "ConvTranspose") == 0;
-    static const char *pad_modes[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
-    const char *mode;
-    ai_status st = ai_attr_string(n, "auto_pad", "NOTSET", &mode);
+    ai_status st = ai_read_auto_pad(n, &a->auto_pad);
     if (st)
         return st;
-    a->auto_pad = -1;
-    for (int k = 0; k < 4; k++)
-        if (strcmp(mode, pad_modes[k]) == 0)
-            a->auto_pad = k;
-    if (a->auto_pad < 0)
-        return ai_node_error(n, AI_ERR_VALUE, "auto_pad '%s'; NOTSET, SAME_UPPER, SAME_LOWER "
-                             "or VALID expected", mode);
     if ((st = ai_attr_int(n, "group", 1, &a->group)))
         return st;
     if (a->group < 1 || a->group > INT32_MAX)
         return ai_node_error(n, AI_ERR_VALUE, "group is %lld; must be >= 1",
                              (long long)a->group);
-    if ((st = read_list(n, "kernel_shape", 3, 1, &a->kernel_shape)) ||
-        (st = read_list(n, "strides", 3, 1, &a->strides)) ||
-        (st = read_list(n, "dilations", 3, 1, &a->dilations)) ||
-        (st = read_list(n, "pads", 6, 0, &a->pads)))
+    if ((st = ai_read_int_list(n, "kernel_shape", 3, 1, &a->kernel_shape)) ||
+        (st = ai_read_int_list(n, "strides", 3, 1, &a->strides)) ||
+        (st = ai_read_int_list(n, "dilations", 3, 1, &a->dilations)) ||
+        (st = ai_read_int_list(n, "pads", 6, 0, &a->pads)))
         return st;
-    if (a->pads.n >= 0 && a->auto_pad != NOTSET)
-        return ai_node_error(n, AI_ERR_VALUE, "pads and auto_pad %s cannot both be given",
-                             mode);
+    if (a->pads.n >= 0 && a->auto_pad != AI_PAD_NOTSET)
+        return ai_node_error(n, AI_ERR_VALUE, "pads and auto_pad cannot both be given");
     a->output_padding.n = a->output_shape.n = -1;
     if (!a->transposed)
         return AI_OK;
-    if ((st = read_list(n, "output_padding", 3, 0, &a->output_padding)) ||
-        (st = read_list(n, "output_shape", 5, 1, &a->output_shape)))
+    if ((st = ai_read_int_list(n, "output_padding", 3, 0, &a->output_padding)) ||
+        (st = ai_read_int_list(n, "output_shape", 5, 1, &a->output_shape)))
         return st;
-    return AI_OK;
-}
-
-/* Copies list l (nsp values; default `dflt` when absent) into out. */
-static ai_status spatial(const ai_node *n, const char *name, const int_list *l, int nsp,
-                         int64_t dflt, int64_t *out)
-{
-    if (l->n >= 0 && l->n != nsp)
-        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values for %d spatial dims",
-                             name, (long long)l->n, nsp);
-    for (int d = 0; d < nsp; d++)
-        out[d] = l->n < 0 ? dflt : l->v[d];
     return AI_OK;
 }
 
@@ -164,10 +117,10 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
         return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%lld,) for %lld output "
                              "channels", (long long)p->M, (long long)p->M);
     int64_t kernel_shape[3]; /* 0: not given */
-    if ((st = spatial(n, "kernel_shape", &a->kernel_shape, nsp, 0, kernel_shape)) ||
-        (st = spatial(n, "strides", &a->strides, nsp, 1, p->stride)) ||
-        (st = spatial(n, "dilations", &a->dilations, nsp, 1, p->dilation)) ||
-        (st = spatial(n, "output_padding", &a->output_padding, nsp, 0, p->output_padding)))
+    if ((st = ai_spatial_list(n, "kernel_shape", &a->kernel_shape, nsp, 0, kernel_shape)) ||
+        (st = ai_spatial_list(n, "strides", &a->strides, nsp, 1, p->stride)) ||
+        (st = ai_spatial_list(n, "dilations", &a->dilations, nsp, 1, p->dilation)) ||
+        (st = ai_spatial_list(n, "output_padding", &a->output_padding, nsp, 0, p->output_padding)))
         return st;
     if (a->pads.n >= 0 && a->pads.n != 2 * nsp)
         return ai_node_error(n, AI_ERR_VALUE, "pads has %lld values; %d (begin..., end...) "
@@ -195,7 +148,7 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
             return ai_node_error(n, AI_ERR_VALUE, "output_shape has %lld values for %d "
                                  "spatial dims", (long long)a->output_shape.n, nsp);
         out_shape = a->output_shape.v + (a->output_shape.n - nsp);
-    } else if (a->transposed && (a->auto_pad == SAME_UPPER || a->auto_pad == SAME_LOWER)) {
+    } else if (a->transposed && (a->auto_pad == AI_PAD_SAME_UPPER || a->auto_pad == AI_PAD_SAME_LOWER)) {
         for (int d = 0; d < nsp; d++)
             same_shape[d] = p->in[d] * p->stride[d];
         out_shape = same_shape;
@@ -211,11 +164,11 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
                                      "than the %lld this input, stride, output_padding and "
                                      "kernel can give", d, (long long)out_shape[d],
                                      (long long)(out_shape[d] + total));
-            split_pad(p, d, total, a->auto_pad == SAME_UPPER);
-        } else if (!a->transposed && (a->auto_pad == SAME_UPPER || a->auto_pad == SAME_LOWER)) {
+            split_pad(p, d, total, a->auto_pad == AI_PAD_SAME_UPPER);
+        } else if (!a->transposed && (a->auto_pad == AI_PAD_SAME_UPPER || a->auto_pad == AI_PAD_SAME_LOWER)) {
             int64_t out = (p->in[d] + p->stride[d] - 1) / p->stride[d];
             int64_t total = (out - 1) * p->stride[d] + extent - p->in[d];
-            split_pad(p, d, total > 0 ? total : 0, a->auto_pad == SAME_UPPER);
+            split_pad(p, d, total > 0 ? total : 0, a->auto_pad == AI_PAD_SAME_UPPER);
         }
         if (!a->transposed && p->in[d] + p->pad_begin[d] + p->pad_end[d] < extent)
             return ai_node_error(n, AI_ERR_VALUE, "spatial dim %d: the kernel spans %lld "

@@ -17,41 +17,16 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "spatial.h"
 #include "../kernels/pool.h"
 
 enum { MAX_POOL, AVG_POOL, GLOBAL_MAX_POOL, GLOBAL_AVG_POOL };
-enum { NOTSET, SAME_UPPER, SAME_LOWER, VALID };
-
-/* An ints attribute: n = -1 when absent. */
-typedef struct {
-    int64_t n, v[6];
-} int_list;
 
 typedef struct {
     int kind, auto_pad;
     int64_t ceil_mode, count_include_pad;
-    int_list kernel_shape, strides, dilations, pads;
+    ai_int_list kernel_shape, strides, dilations, pads;
 } pool_attrs;
-
-/* Reads ints attribute `name` into *l: at most `max` values, each >= lo. */
-static ai_status read_list(const ai_node *n, const char *name, int max, int64_t lo,
-                           int_list *l)
-{
-    const int64_t *v;
-    ai_status st = ai_attr_ints(n, name, &v, &l->n);
-    if (st || l->n < 0)
-        return st;
-    if (l->n > max)
-        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; at most %d expected",
-                             name, (long long)l->n, max);
-    for (int64_t i = 0; i < l->n; i++) {
-        if (v[i] < lo || v[i] > INT32_MAX)
-            return ai_node_error(n, AI_ERR_VALUE, "%s[%lld] is %lld; must be >= %lld", name,
-                                 (long long)i, (long long)v[i], (long long)lo);
-        l->v[i] = v[i];
-    }
-    return AI_OK;
-}
 
 /* Reads a 0/1 int attribute. */
 static ai_status read_flag(const ai_node *n, const char *name, int64_t *out)
@@ -67,7 +42,6 @@ static ai_status pool_init(ai_node *n)
 {
     static const char *names[] = {"MaxPool", "AveragePool", "GlobalMaxPool",
                                   "GlobalAveragePool"};
-    static const char *pad_modes[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
     pool_attrs *a = calloc(1, sizeof *a);
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
@@ -77,46 +51,25 @@ static ai_status pool_init(ai_node *n)
             a->kind = k;
     if (a->kind == GLOBAL_MAX_POOL || a->kind == GLOBAL_AVG_POOL)
         return AI_OK;
-    const char *mode;
     int64_t storage_order;
-    ai_status st = ai_attr_string(n, "auto_pad", "NOTSET", &mode);
+    ai_status st = ai_read_auto_pad(n, &a->auto_pad);
     if (st)
         return st;
-    a->auto_pad = -1;
-    for (int k = 0; k < 4; k++)
-        if (strcmp(mode, pad_modes[k]) == 0)
-            a->auto_pad = k;
-    if (a->auto_pad < 0)
-        return ai_node_error(n, AI_ERR_VALUE, "auto_pad '%s'; NOTSET, SAME_UPPER, SAME_LOWER "
-                             "or VALID expected", mode);
-    if ((st = read_list(n, "kernel_shape", 3, 1, &a->kernel_shape)) ||
-        (st = read_list(n, "strides", 3, 1, &a->strides)) ||
-        (st = read_list(n, "dilations", 3, 1, &a->dilations)) ||
-        (st = read_list(n, "pads", 6, 0, &a->pads)) ||
+    if ((st = ai_read_int_list(n, "kernel_shape", 3, 1, &a->kernel_shape)) ||
+        (st = ai_read_int_list(n, "strides", 3, 1, &a->strides)) ||
+        (st = ai_read_int_list(n, "dilations", 3, 1, &a->dilations)) ||
+        (st = ai_read_int_list(n, "pads", 6, 0, &a->pads)) ||
         (st = read_flag(n, "ceil_mode", &a->ceil_mode)) ||
         (st = read_flag(n, "count_include_pad", &a->count_include_pad)) ||
         (st = read_flag(n, "storage_order", &storage_order)))
         return st;
     if (a->kernel_shape.n < 0)
         return ai_node_error(n, AI_ERR_VALUE, "kernel_shape is required");
-    if (a->pads.n >= 0 && a->auto_pad != NOTSET)
-        return ai_node_error(n, AI_ERR_VALUE, "pads and auto_pad %s cannot both be given",
-                             mode);
+    if (a->pads.n >= 0 && a->auto_pad != AI_PAD_NOTSET)
+        return ai_node_error(n, AI_ERR_VALUE, "pads and auto_pad cannot both be given");
     if (storage_order && n->n_out > 1)
         return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "storage_order 1 (column-major "
                              "Indices) is not supported");
-    return AI_OK;
-}
-
-/* Copies list l (nsp values; default `dflt` when absent) into out. */
-static ai_status spatial(const ai_node *n, const char *name, const int_list *l, int nsp,
-                         int64_t dflt, int64_t *out)
-{
-    if (l->n >= 0 && l->n != nsp)
-        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values for %d spatial dims",
-                             name, (long long)l->n, nsp);
-    for (int d = 0; d < nsp; d++)
-        out[d] = l->n < 0 ? dflt : l->v[d];
     return AI_OK;
 }
 
@@ -148,9 +101,9 @@ static ai_status pool_setup(const ai_ctx *c, ai_pool_params *p)
     p->C = x->shape[1];
     p->ceil_mode = a->ceil_mode;
     p->count_include_pad = a->count_include_pad;
-    if ((st = spatial(n, "kernel_shape", &a->kernel_shape, nsp, 1, p->kernel)) ||
-        (st = spatial(n, "strides", &a->strides, nsp, 1, p->stride)) ||
-        (st = spatial(n, "dilations", &a->dilations, nsp, 1, p->dilation)))
+    if ((st = ai_spatial_list(n, "kernel_shape", &a->kernel_shape, nsp, 1, p->kernel)) ||
+        (st = ai_spatial_list(n, "strides", &a->strides, nsp, 1, p->stride)) ||
+        (st = ai_spatial_list(n, "dilations", &a->dilations, nsp, 1, p->dilation)))
         return st;
     if (a->pads.n >= 0 && a->pads.n != 2 * nsp)
         return ai_node_error(n, AI_ERR_VALUE, "pads has %lld values; %d (begin..., end...) "
@@ -159,11 +112,11 @@ static ai_status pool_setup(const ai_ctx *c, ai_pool_params *p)
         int64_t in = x->shape[2 + d], s = p->stride[d];
         int64_t extent = (p->kernel[d] - 1) * p->dilation[d] + 1;
         p->in[d] = in;
-        if (a->auto_pad == SAME_UPPER || a->auto_pad == SAME_LOWER) {
-            /* out = ceil(in / stride); SAME_UPPER puts the odd pad at the end */
+        if (a->auto_pad == AI_PAD_SAME_UPPER || a->auto_pad == AI_PAD_SAME_LOWER) {
+            /* out = ceil(in / stride); AI_PAD_SAME_UPPER puts the odd pad at the end */
             int64_t total = ((in + s - 1) / s - 1) * s + extent - in;
             total = total > 0 ? total : 0;
-            p->pad_begin[d] = a->auto_pad == SAME_UPPER ? total / 2 : total - total / 2;
+            p->pad_begin[d] = a->auto_pad == AI_PAD_SAME_UPPER ? total / 2 : total - total / 2;
             p->pad_end[d] = total - p->pad_begin[d];
         } else if (a->pads.n >= 0) {
             p->pad_begin[d] = a->pads.v[d];

@@ -1,0 +1,26 @@
+/*
+ * spatial.h — attribute parsing shared by the operators with spatial
+ * windows (convolutions and pools): int lists, auto_pad.
+ */
+#ifndef AI_OPS_SPATIAL_H
+#define AI_OPS_SPATIAL_H
+
+#include "../graph.h"
+
+enum { AI_PAD_NOTSET, AI_PAD_SAME_UPPER, AI_PAD_SAME_LOWER, AI_PAD_VALID };
+
+/* An ints attribute: n = -1 when absent. */
+typedef struct {
+    int64_t n, v[6];
+} ai_int_list;
+
+/* Reads ints attribute `name` into *l: at most `max` values, each >= lo. */
+ai_status ai_read_int_list(const ai_node *n, const char *name, int max, int64_t lo,
+                           ai_int_list *l);
+/* Reads auto_pad (NOTSET by default) as one of AI_PAD_*. */
+ai_status ai_read_auto_pad(const ai_node *n, int *mode);
+/* Copies list l (nsp values; `dflt` for each when absent) into out. */
+ai_status ai_spatial_list(const ai_node *n, const char *name, const ai_int_list *l, int nsp,
+                          int64_t dflt, int64_t *out);
+
+#endif
