@@ -183,6 +183,16 @@ static ai_status place(item *items, int n, size_t *total)
 
 /* ---------------------------------------------------------------- planning */
 
+/* Integer graph inputs this small are read at plan time, like constants: they
+ * are shapes, axes or pads (ONNX lets them be inputs). Their values are part
+ * of the plan's key. */
+#define AI_SHAPE_INPUT_MAX 64
+
+static bool shape_like(const ai_tensor *t)
+{
+    return (t->dtype == AI_I64 || t->dtype == AI_I32) && ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX;
+}
+
 static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
                           size_t ws, size_t state_bytes)
 {
@@ -251,6 +261,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         key[0] = inputs[i]->ndim;
         memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
         meta_of(&p->meta[g->inputs[i]], inputs[i]);
+        /* small integer inputs (shapes, axes, pads) are plan-time constants */
+        if (shape_like(inputs[i]) &&
+            (st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
+            goto fail;
     }
     for (int v = 0; v < V; v++) {
         if (g->values[v].data)
@@ -436,6 +450,10 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
         if (key[0] != inputs[i]->ndim ||
             memcmp(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim))
             return false;
+        const ai_tensor *known = p->folded[g->inputs[i]];
+        for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
+            if (ai_tensor_get_flat(known, k) != ai_tensor_get_flat(inputs[i], k))
+                return false; /* a new value of a shape-like input re-plans */
     }
     return true;
 }

@@ -122,3 +122,34 @@ def test_cast():
     x = np.array([-1.7, 0.2, 2.9], np.float32)
     check_op("Cast", {"x": x}, lambda x: x.to(torch.int64), attrs={"to": 7}, grad=False)
     check_op("Cast", {"x": x}, lambda x: x.double(), attrs={"to": 11})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_variadic_min_max_sum(dtype):
+    a, b, c = _x((3, 4), dtype, 1), _x((4,), dtype, 2), _x((3, 1), dtype, 3)
+    three = {"a": a, "b": b, "c": c}
+    check_op("Max", three, lambda a, b, c: torch.maximum(torch.maximum(a, b), c))
+    check_op("Min", three, lambda a, b, c: torch.minimum(torch.minimum(a, b), c))
+    check_op("Sum", three, lambda a, b, c: a + b + c)
+    check_op("Max", {"a": a}, lambda a: a * 1)
+    check_op("Sum", {"a": a, "b": b}, torch.add)
+
+
+def test_variadic_max_splits_ties_evenly():
+    a = np.array([1.0, 2.0, 3.0])
+    from op_harness import make_model
+    import aidge_interop
+
+    g = aidge_interop.load_onnx(make_model("Max", {"a": a, "b": a.copy(), "c": a - 1}))
+    g.forward([a, a, a - 1], need_backward=True, input_grads=True)
+    ga, gb, gc = g.backward([np.ones(3)])
+    np.testing.assert_allclose(ga, [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(gb, [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(gc, [0.0, 0.0, 0.0])
+
+
+def test_cast_like_and_size():
+    x = np.array([[-1.7, 0.2, 2.9]], np.float32)
+    like = np.zeros(2, np.float64)
+    check_op("CastLike", {"x": x}, lambda x, t: x.double(), consts={"t": like})
+    check_op("Size", {"x": x}, lambda x: torch.tensor(x.numel()), grad=False)

@@ -1,7 +1,7 @@
 /*
  * binary.c — elementwise operators of several tensors with numpy
- * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Equal, Less, Greater,
- * Where.
+ * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Sum, Equal, Less,
+ * Greater, Where.
  *
  * Arithmetic takes float32/float64 (with gradients) and int32/int64 (shape
  * arithmetic, no gradients). Backward forms the elementwise gradient in the
@@ -15,7 +15,7 @@
 
 #include "../graph.h"
 
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE };
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE, SUM };
 
 typedef struct {
     int kind;
@@ -392,20 +392,183 @@ static ai_status binary_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- n-ary Min / Max */
+
+/* Min and Max with other than two inputs, and Sum: each output element reads
+ * every input through its broadcast strides. Min/Max backward gives dy to the
+ * inputs equal to the result, split evenly among ties (two inputs: torch's
+ * maximum rule); Sum gives dy to every input. */
+static ai_status nary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    ai_dtype dt = c->in[0]->dtype;
+    int nd = c->in[0]->ndim;
+    int64_t shape[AI_MAX_DIMS];
+    memcpy(shape, c->in[0]->shape, sizeof shape);
+    for (int k = 1; k < c->n_in; k++) {
+        if (c->in[k]->dtype != dt)
+            return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
+                                 ai_dtype_name(dt), ai_dtype_name(c->in[k]->dtype));
+        int64_t s2[AI_MAX_DIMS];
+        ai_status st = ai_broadcast_shape(c->node, nd, shape, c->in[k]->ndim, c->in[k]->shape,
+                                          &nd, s2);
+        if (st)
+            return st;
+        memcpy(shape, s2, sizeof shape);
+    }
+    if (dt != AI_F32 && dt != AI_F64 && dt != AI_I32 && dt != AI_I64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
+                             ai_dtype_name(dt));
+    out[0].dtype = dt;
+    out[0].ndim = nd;
+    memcpy(out[0].shape, shape, sizeof shape);
+    return AI_OK;
+}
+
+/* Offset in input k of output element i. */
+static int64_t nary_offset(const ai_tensor *out, const int64_t *strides, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        off += (i % out->shape[d]) * strides[d];
+        i /= out->shape[d];
+    }
+    return off;
+}
+
+static double nary_get(const ai_tensor *t, int64_t off)
+{
+    switch (t->dtype) {
+    case AI_F32: return ((const float *)t->data)[off];
+    case AI_F64: return ((const double *)t->data)[off];
+    case AI_I32: return ((const int32_t *)t->data)[off];
+    default: return (double)((const int64_t *)t->data)[off];
+    }
+}
+
+static ai_status nary_forward(ai_ctx *c)
+{
+    const int kind = ((const binary_params *)c->node->params)->kind;
+    const bool is_max = kind == MAX;
+    ai_tensor *y = c->out[0];
+    int64_t st[AI_MAX_IO][AI_MAX_DIMS];
+    for (int k = 0; k < c->n_in; k++)
+        ai_broadcast_strides(c->in[k]->ndim, c->in[k]->shape, y->ndim, y->shape, st[k]);
+    const int64_t n = ai_tensor_numel(y);
+    if (kind == SUM) {
+        for (int64_t i = 0; i < n; i++) {
+            double acc = 0;
+            int64_t iacc = 0;
+            for (int k = 0; k < c->n_in; k++) {
+                int64_t off = nary_offset(y, st[k], i);
+                if (y->dtype == AI_I64)
+                    iacc += ((const int64_t *)c->in[k]->data)[off];
+                else
+                    acc += nary_get(c->in[k], off);
+            }
+            switch (y->dtype) {
+            case AI_F32: ((float *)y->data)[i] = (float)acc; break;
+            case AI_F64: ((double *)y->data)[i] = acc; break;
+            case AI_I32: ((int32_t *)y->data)[i] = (int32_t)acc; break;
+            default: ((int64_t *)y->data)[i] = iacc; break;
+            }
+        }
+        return AI_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int best_i = 0;
+        double best = nary_get(c->in[0], nary_offset(y, st[0], i));
+        for (int k = 1; k < c->n_in && best == best; k++) { /* a NaN wins */
+            double v = nary_get(c->in[k], nary_offset(y, st[k], i));
+            if (v != v || (is_max ? v > best : v < best)) {
+                best = v;
+                best_i = k;
+            }
+        }
+        const ai_tensor *src = c->in[best_i];
+        const size_t isz = ai_dtype_size(y->dtype);
+        memcpy((char *)y->data + i * (int64_t)isz,
+               (const char *)src->data + nary_offset(y, st[best_i], i) * (int64_t)isz, isz);
+    }
+    return AI_OK;
+}
+
+static ai_status nary_backward(ai_ctx *c)
+{
+    const ai_tensor *y = c->out[0];
+    int64_t st[AI_MAX_IO][AI_MAX_DIMS];
+    for (int k = 0; k < c->n_in; k++)
+        ai_broadcast_strides(c->in[k]->ndim, c->in[k]->shape, y->ndim, y->shape, st[k]);
+    const int64_t n = ai_tensor_numel(y);
+    const bool sum = ((const binary_params *)c->node->params)->kind == SUM;
+    for (int64_t i = 0; i < n; i++) {
+        const double yv = nary_get(y, i), dy = nary_get(c->dout[0], i);
+        if (sum) {
+            for (int k = 0; k < c->n_in; k++) {
+                if (!c->din[k])
+                    continue;
+                int64_t off = nary_offset(y, st[k], i);
+                if (c->din[k]->dtype == AI_F32)
+                    ((float *)c->din[k]->data)[off] += (float)dy;
+                else
+                    ((double *)c->din[k]->data)[off] += dy;
+            }
+            continue;
+        }
+        int ties = 0;
+        for (int k = 0; k < c->n_in; k++) {
+            double v = nary_get(c->in[k], nary_offset(y, st[k], i));
+            ties += v == yv || (v != v && yv != yv);
+        }
+        for (int k = 0; k < c->n_in; k++) {
+            if (!c->din[k])
+                continue;
+            int64_t off = nary_offset(y, st[k], i);
+            double v = nary_get(c->in[k], off);
+            if (!(v == yv || (v != v && yv != yv)))
+                continue;
+            if (c->din[k]->dtype == AI_F32)
+                ((float *)c->din[k]->data)[off] += (float)(dy / ties);
+            else
+                ((double *)c->din[k]->data)[off] += dy / ties;
+        }
+    }
+    return AI_OK;
+}
+
+/* Two-input Min/Max take the fast broadcasting path. */
+static bool pairwise(const ai_ctx *c)
+{
+    return c->n_in == 2 && ((const binary_params *)c->node->params)->kind != SUM;
+}
+
+static ai_status minmax_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    return pairwise(c) ? binary_shape(c, out, ws, state) : nary_shape(c, out, ws, state);
+}
+
+static ai_status minmax_forward(ai_ctx *c)
+{
+    return pairwise(c) ? binary_forward(c) : nary_forward(c);
+}
+
+static ai_status minmax_backward(ai_ctx *c)
+{
+    return pairwise(c) ? binary_backward(c) : nary_backward(c);
+}
+
 static ai_status binary_init(ai_node *n)
 {
     static const char *names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Min",
-                                  "Max", "Equal", "Less", "Greater", "Where"};
+                                  "Max", "Equal", "Less", "Greater", "Where", "Sum"};
     binary_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    for (int k = 0; k <= WHERE; k++)
+    for (int k = 0; k <= SUM; k++)
         if (strcmp(n->op_type, names[k]) == 0)
             p->kind = k;
-    if ((p->kind == MIN || p->kind == MAX) && n->n_in != 2)
-        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED,
-                             "%s with %d inputs is not supported (2 are)", n->op_type, n->n_in);
     return AI_OK;
 }
 
@@ -418,10 +581,12 @@ BINARY_OP(op_sub, "Sub", 2, binary_backward)
 BINARY_OP(op_mul, "Mul", 2, binary_backward)
 BINARY_OP(op_div, "Div", 2, binary_backward)
 BINARY_OP(op_pow, "Pow", 2, binary_backward)
-static const ai_op_def op_min = {"Min", "", 1, 8, 1, 1, 0, binary_init, binary_shape,
-                                 binary_forward, binary_backward};
-static const ai_op_def op_max = {"Max", "", 1, 8, 1, 1, 0, binary_init, binary_shape,
-                                 binary_forward, binary_backward};
+static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+                                 minmax_forward, minmax_backward};
+static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+                                 minmax_forward, minmax_backward};
+static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+                                 minmax_forward, minmax_backward};
 BINARY_OP(op_equal, "Equal", 2, NULL)
 BINARY_OP(op_less, "Less", 2, NULL)
 BINARY_OP(op_greater, "Greater", 2, NULL)
@@ -429,5 +594,5 @@ BINARY_OP(op_where, "Where", 3, binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max,
-    &op_equal, &op_less, &op_greater, &op_where, NULL,
+    &op_sum, &op_equal, &op_less, &op_greater, &op_where, NULL,
 };

@@ -7,8 +7,8 @@
  * and 1/sqrt(var + eps) per channel or row), backward adds into the input
  * gradients.
  *
- * BatchNormalization follows the graph's training flag (the training_mode
- * attribute is ignored). Training: batch statistics over (N, spatial), the
+ * BatchNormalization uses batch statistics when the graph trains (wrap()'s
+ * train()) or its training_mode attribute is 1. Training: batch statistics over (N, spatial), the
  * biased variance normalises, the running statistics (inputs 3 and 4,
  * updated in place when they are buffers or parameters) take the unbiased
  * one: running = running * momentum + batch * (1 - momentum) (ONNX's
@@ -55,6 +55,7 @@ static void copy_meta(ai_meta *m, const ai_tensor *t)
 
 typedef struct {
     double eps, momentum;
+    int64_t training_mode; /* the node asks for batch statistics itself */
 } bn_params;
 
 /* Saved by forward: which statistics normalised, per channel mean and
@@ -84,7 +85,15 @@ static ai_status bn_init(ai_node *n)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
     ai_status st = ai_attr_float(n, "epsilon", 1e-5, &p->eps);
+    if (!st)
+        st = ai_attr_int(n, "training_mode", 0, &p->training_mode);
     return st ? st : ai_attr_float(n, "momentum", 0.9, &p->momentum);
+}
+
+/* Batch statistics when the graph trains or the node says training_mode=1. */
+static bool bn_training(const ai_ctx *c)
+{
+    return c->training || ((const bn_params *)c->node->params)->training_mode;
 }
 
 static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -110,7 +119,7 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                                  "%s must have shape (%lld) (the channels of X)", names[k],
                                  (long long)d.C);
     }
-    if (c->training && d.N * d.S <= 1)
+    if (bn_training(c) && d.N * d.S <= 1)
         return ai_node_error(c->node, AI_ERR_VALUE,
                              "training needs more than 1 value per channel, X has %lld",
                              (long long)(d.N * d.S));
@@ -219,8 +228,8 @@ static ai_status bn_forward(ai_ctx *c)
     const bn_dims d = bn_dims_of(x);
     bn_state *sv = c->state;
     double *mean = sv->stats, *invstd = mean + d.C;
-    sv->batch_stats = c->training;
-    if (c->training) {
+    sv->batch_stats = bn_training(c);
+    if (sv->batch_stats) {
         const double cnt = (double)(d.N * d.S), mom = p->momentum;
         const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
         if (x->dtype == AI_F32)

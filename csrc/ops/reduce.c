@@ -1,4 +1,400 @@
-/* reduce.c — operator family 'reduce' (see registry.c). */
+/*
+ * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin over any set of
+ * axes, with keepdims and noop_with_empty_axes.
+ *
+ * Axes are an attribute before opset 18 (ReduceSum: 13) and an optional
+ * constant input from then on; no axes (or an empty list) means all axes,
+ * unless noop_with_empty_axes, which makes the node an identity.
+ *
+ * The input is walked once in memory order; each element lands on its
+ * output element through output strides that are 0 on reduced axes. Sums
+ * accumulate in double with Neumaier compensation, so the error does not
+ * grow with the length of the reduction (float32 and float64 alike).
+ * Integers (int32, int64: shape arithmetic) are summed exactly in int64;
+ * Max/Min of bool are any/all.
+ *
+ * Backward: Sum/Mean broadcast the output gradient (scaled by 1/count for
+ * Mean). Max/Min follow torch.amax/amin: the gradient is split evenly among
+ * the elements equal to the result, dx = dy / count * (x == y).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "../graph.h"
 
-const ai_op_def *const ai_ops_reduce[] = {NULL};
+enum { R_SUM, R_MEAN, R_MAX, R_MIN };
+
+typedef struct {
+    int kind;
+} reduce_params;
+
+/* The reduction, as seen by the kernels. */
+typedef struct {
+    bool noop;                     /* identity (empty axes, noop_with_empty_axes) */
+    int nd;                        /* input rank, after merging axes */
+    int64_t shape[AI_MAX_DIMS];    /* input shape, after merging axes */
+    int64_t ostride[AI_MAX_DIMS];  /* output strides; 0 on reduced axes */
+    int64_t count;                 /* input elements per output element */
+    int64_t nout;                  /* output elements */
+    int out_nd;
+    int64_t out_shape[AI_MAX_DIMS];
+} reduce_plan;
+
+static ai_status reduce_setup(const ai_ctx *c, reduce_plan *p)
+{
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    const int kind = ((const reduce_params *)node->params)->kind;
+    const int since = kind == R_SUM ? 13 : 18;
+    int64_t keepdims, noop, axes[AI_MAX_DIMS];
+    int n = -1;
+    memset(p, 0, sizeof *p);
+    ai_status st = ai_attr_int(node, "keepdims", 1, &keepdims);
+    if (!st)
+        st = ai_attr_int(node, "noop_with_empty_axes", 0, &noop);
+    if (st)
+        return st;
+    if (node->opset < since) {
+        if (c->n_in > 1 && c->in[1])
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "axes are an attribute before opset %d, not an input", since);
+        const int64_t *v;
+        int64_t len;
+        if ((st = ai_attr_ints(node, "axes", &v, &len)))
+            return st;
+        if (len > AI_MAX_DIMS)
+            return ai_node_error(node, AI_ERR_VALUE, "%lld axes for rank %d", (long long)len,
+                                 x->ndim);
+        for (int64_t i = 0; i < len; i++)
+            axes[i] = v[i];
+        n = (int)len;
+    } else if (c->n_in > 1 && c->in[1]) {
+        const ai_tensor *t = ai_ctx_const(c, 1);
+        if (!t)
+            return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED, "axes input must be a constant");
+        if (t->dtype != AI_I64 || t->ndim != 1 || t->shape[0] > AI_MAX_DIMS)
+            return ai_node_error(node, AI_ERR_VALUE, "axes must be a 1-D int64 tensor of at "
+                                 "most %d values", AI_MAX_DIMS);
+        n = (int)t->shape[0];
+        for (int i = 0; i < n; i++)
+            axes[i] = ((const int64_t *)t->data)[i];
+    }
+    bool red[AI_MAX_DIMS] = {false};
+    for (int i = 0; i < n; i++) {
+        int a;
+        if ((st = ai_norm_axis(node, axes[i], x->ndim, &a)))
+            return st;
+        if (red[a])
+            return ai_node_error(node, AI_ERR_VALUE, "axis %lld appears twice",
+                                 (long long)axes[i]);
+        red[a] = true;
+    }
+    if (n <= 0) {
+        p->noop = noop != 0;
+        for (int d = 0; d < x->ndim; d++)
+            red[d] = !p->noop;
+    }
+    for (int d = 0; d < x->ndim; d++)
+        if (!red[d] || keepdims || p->noop)
+            p->out_shape[p->out_nd++] = red[d] ? 1 : x->shape[d];
+    int64_t ostr[AI_MAX_DIMS];
+    p->count = 1;
+    p->nout = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        ostr[d] = red[d] ? 0 : p->nout;
+        if (red[d])
+            p->count *= x->shape[d];
+        else
+            p->nout *= x->shape[d];
+    }
+    /* merge neighbouring axes that are both reduced or both kept (size-1
+     * axes dropped): fewer, longer rows */
+    for (int d = 0; d < x->ndim; d++) {
+        const int k = p->nd - 1;
+        if (x->shape[d] == 1)
+            continue;
+        if (k >= 0 && (ostr[d] == 0) == (p->ostride[k] == 0)) {
+            p->shape[k] *= x->shape[d];
+        } else {
+            p->shape[p->nd++] = x->shape[d];
+        }
+        p->ostride[p->nd - 1] = ostr[d];
+    }
+    return AI_OK;
+}
+
+/* For each input row: xo, oo (offsets of the row in input and output), L
+ * (its length) and os (output stride along it: 0 = reduced, 1 = kept). */
+#define FOR_ROWS(P, ...)                                                               \
+    do {                                                                               \
+        const int nd_ = (P)->nd;                                                       \
+        const int64_t L = nd_ ? (P)->shape[nd_ - 1] : 1;                               \
+        const int64_t os = nd_ ? (P)->ostride[nd_ - 1] : 0;                            \
+        int64_t rows_ = 1, idx_[AI_MAX_DIMS] = {0}, oo = 0;                            \
+        for (int d_ = 0; d_ < nd_ - 1; d_++)                                           \
+            rows_ *= (P)->shape[d_];                                                   \
+        for (int64_t r_ = 0; r_ < rows_ && L > 0; r_++) {                              \
+            const int64_t xo = r_ * L;                                                 \
+            __VA_ARGS__;                                                               \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                                    \
+                oo += (P)->ostride[d_];                                                \
+                if (++idx_[d_] < (P)->shape[d_])                                       \
+                    break;                                                             \
+                oo -= (P)->ostride[d_] * (P)->shape[d_];                               \
+                idx_[d_] = 0;                                                          \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+/* s + c += v, Neumaier's compensated summation */
+static inline void kahan_add(double *s, double *c, double v)
+{
+    double t = *s + v;
+    *c += fabs(*s) >= fabs(v) ? (*s - t) + v : (v - t) + *s;
+    *s = t;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* acc/comp: nout doubles each (workspace) */
+#define DEFINE_SUM(NAME, T)                                                            \
+    static void NAME(const reduce_plan *p, T *y, const T *x, double scale, double *acc,\
+                     double *comp)                                                     \
+    {                                                                                  \
+        memset(acc, 0, sizeof(double) * (size_t)p->nout);                              \
+        memset(comp, 0, sizeof(double) * (size_t)p->nout);                             \
+        FOR_ROWS(p, {                                                                  \
+            const T *xr = x + xo;                                                      \
+            if (os == 0) {                                                             \
+                double s = 0, c = 0;                                                   \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    kahan_add(&s, &c, xr[j]);                                          \
+                kahan_add(&acc[oo], &comp[oo], s);                                     \
+                comp[oo] += c;                                                         \
+            } else {                                                                   \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    kahan_add(&acc[oo + j], &comp[oo + j], xr[j]);                     \
+            }                                                                          \
+        });                                                                            \
+        for (int64_t o = 0; o < p->nout; o++)                                          \
+            y[o] = (T)((acc[o] + comp[o]) * scale);                                    \
+    }
+
+DEFINE_SUM(sum_f32, float)
+DEFINE_SUM(sum_f64, double)
+
+/* Max (sign 1) or min (sign -1); NaN wins, like torch. */
+#define DEFINE_EXTREMUM(NAME, T)                                                       \
+    static void NAME(const reduce_plan *p, T *y, const T *x, int sign)                 \
+    {                                                                                  \
+        for (int64_t o = 0; o < p->nout; o++)                                          \
+            y[o] = (T)(sign > 0 ? -INFINITY : INFINITY);                               \
+        FOR_ROWS(p, {                                                                  \
+            const T *xr = x + xo;                                                      \
+            for (int64_t j = 0; j < L; j++) {                                          \
+                T v = xr[j], *m = &y[oo + j * os];                                     \
+                if ((sign > 0 ? v > *m : v < *m) || v != v)                            \
+                    *m = v;                                                            \
+            }                                                                          \
+        });                                                                            \
+    }
+
+DEFINE_EXTREMUM(extremum_f32, float)
+DEFINE_EXTREMUM(extremum_f64, double)
+
+/* Sum/Max/Min of int32 or int64 (Max/Min also of bool: any/all) into acc
+ * (nout int64), then stored. An empty max/min gives the dtype's lowest /
+ * highest value. */
+static int64_t load_int(const ai_tensor *t, int64_t i)
+{
+    switch (t->dtype) {
+    case AI_I64: return ((const int64_t *)t->data)[i];
+    case AI_I32: return ((const int32_t *)t->data)[i];
+    default: return ((const uint8_t *)t->data)[i] != 0;
+    }
+}
+
+static void reduce_int(const reduce_plan *p, int kind, ai_tensor *y, const ai_tensor *x,
+                       int64_t *acc)
+{
+    const ai_dtype dt = x->dtype;
+    const int64_t lowest = dt == AI_I64 ? INT64_MIN : (dt == AI_I32 ? INT32_MIN : 0);
+    const int64_t highest = dt == AI_I64 ? INT64_MAX : (dt == AI_I32 ? INT32_MAX : 1);
+    const int64_t init = kind == R_MAX ? lowest : (kind == R_MIN ? highest : 0);
+    for (int64_t o = 0; o < p->nout; o++)
+        acc[o] = init;
+    FOR_ROWS(p, {
+        for (int64_t j = 0; j < L; j++) {
+            int64_t v = load_int(x, xo + j), *m = &acc[oo + j * os];
+            if (kind == R_SUM)
+                *m = (int64_t)((uint64_t)*m + (uint64_t)v); /* wraps like torch */
+            else if (kind == R_MAX ? v > *m : v < *m)
+                *m = v;
+        }
+    });
+    for (int64_t o = 0; o < p->nout; o++) {
+        if (dt == AI_I64)
+            ((int64_t *)y->data)[o] = acc[o];
+        else if (dt == AI_I32)
+            ((int32_t *)y->data)[o] = (int32_t)acc[o];
+        else
+            ((uint8_t *)y->data)[o] = (uint8_t)acc[o];
+    }
+}
+
+static ai_status reduce_forward(ai_ctx *c)
+{
+    const int kind = ((const reduce_params *)c->node->params)->kind;
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    reduce_plan p;
+    ai_status st = reduce_setup(c, &p);
+    if (st)
+        return st;
+    if (p.noop) {
+        if (ai_tensor_nbytes(x))
+            memcpy(y->data, x->data, ai_tensor_nbytes(x));
+        return AI_OK;
+    }
+    if (p.nout == 0)
+        return AI_OK;
+    double *acc = c->workspace, *comp = acc + p.nout;
+    const double scale = kind == R_MEAN ? 1.0 / (double)p.count : 1.0; /* empty: NaN */
+    if (!ai_dtype_is_float(x->dtype))
+        reduce_int(&p, kind, y, x, c->workspace);
+    else if ((kind == R_SUM || kind == R_MEAN) && x->dtype == AI_F32)
+        sum_f32(&p, y->data, x->data, scale, acc, comp);
+    else if (kind == R_SUM || kind == R_MEAN)
+        sum_f64(&p, y->data, x->data, scale, acc, comp);
+    else if (x->dtype == AI_F32)
+        extremum_f32(&p, y->data, x->data, kind == R_MAX ? 1 : -1);
+    else
+        extremum_f64(&p, y->data, x->data, kind == R_MAX ? 1 : -1);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* dx += dy * scale, dy broadcast over the reduced axes */
+#define DEFINE_SUM_BACK(NAME, T)                                                       \
+    static void NAME(const reduce_plan *p, T *dx, const T *dy, T scale)                \
+    {                                                                                  \
+        FOR_ROWS(p, {                                                                  \
+            T *g = dx + xo;                                                            \
+            if (os == 0) {                                                             \
+                const T d = dy[oo] * scale;                                            \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    g[j] += d;                                                         \
+            } else {                                                                   \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    g[j] += dy[oo + j] * scale;                                        \
+            }                                                                          \
+        });                                                                            \
+    }
+
+DEFINE_SUM_BACK(sum_back_f32, float)
+DEFINE_SUM_BACK(sum_back_f64, double)
+
+/* torch.amax/amin: dx += dy / count * (x == y), count = #(x == y) per output
+ * (a NaN result matches nothing: 0 * inf gives NaN, as in torch). w: nout T. */
+#define DEFINE_EXTREMUM_BACK(NAME, T)                                                  \
+    static void NAME(const reduce_plan *p, T *dx, const T *dy, const T *x, const T *y, \
+                     T *w)                                                             \
+    {                                                                                  \
+        memset(w, 0, sizeof(T) * (size_t)p->nout);                                     \
+        FOR_ROWS(p, {                                                                  \
+            for (int64_t j = 0; j < L; j++)                                            \
+                w[oo + j * os] += (T)(x[xo + j] == y[oo + j * os]);                    \
+        });                                                                            \
+        for (int64_t o = 0; o < p->nout; o++)                                          \
+            w[o] = dy[o] / w[o];                                                       \
+        FOR_ROWS(p, {                                                                  \
+            for (int64_t j = 0; j < L; j++)                                            \
+                dx[xo + j] += w[oo + j * os] * (T)(x[xo + j] == y[oo + j * os]);       \
+        });                                                                            \
+    }
+
+DEFINE_EXTREMUM_BACK(extremum_back_f32, float)
+DEFINE_EXTREMUM_BACK(extremum_back_f64, double)
+
+static ai_status reduce_backward(ai_ctx *c)
+{
+    const int kind = ((const reduce_params *)c->node->params)->kind;
+    ai_tensor *dx = c->din[0];
+    const ai_tensor *dy = c->dout[0];
+    reduce_plan p;
+    ai_status st = reduce_setup(c, &p);
+    if (st)
+        return st;
+    if (dx->dtype != AI_F32 && dx->dtype != AI_F64)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "gradient for %s data is not supported", ai_dtype_name(dx->dtype));
+    if (p.noop) {
+        ai_accumulate(dx, dy);
+        return AI_OK;
+    }
+    if (kind == R_SUM || kind == R_MEAN) {
+        const double scale = kind == R_MEAN ? 1.0 / (double)p.count : 1.0;
+        if (dx->dtype == AI_F32)
+            sum_back_f32(&p, dx->data, dy->data, (float)scale);
+        else
+            sum_back_f64(&p, dx->data, dy->data, scale);
+    } else if (dx->dtype == AI_F32) {
+        extremum_back_f32(&p, dx->data, dy->data, c->in[0]->data, c->out[0]->data,
+                          c->workspace);
+    } else {
+        extremum_back_f64(&p, dx->data, dy->data, c->in[0]->data, c->out[0]->data,
+                          c->workspace);
+    }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- shape */
+
+static ai_status reduce_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    const int kind = ((const reduce_params *)c->node->params)->kind;
+    const ai_dtype dt = c->in[0]->dtype;
+    const bool ints = (dt == AI_I64 || dt == AI_I32) && kind != R_MEAN;
+    const bool bools = dt == AI_BOOL && (kind == R_MAX || kind == R_MIN);
+    if (dt != AI_F32 && dt != AI_F64 && !ints && !bools)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported by %s",
+                             ai_dtype_name(dt), c->node->op_type);
+    reduce_plan p;
+    ai_status st = reduce_setup(c, &p);
+    if (st)
+        return st;
+    out[0].dtype = dt;
+    out[0].ndim = p.out_nd;
+    memcpy(out[0].shape, p.out_shape, sizeof(int64_t) * (size_t)p.out_nd);
+    *ws = 2 * sizeof(double) * (size_t)p.nout; /* sums: value and compensation */
+    return AI_OK;
+}
+
+static ai_status reduce_init(ai_node *n)
+{
+    static const char *names[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
+    reduce_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    for (int k = 0; k <= R_MIN; k++)
+        if (strcmp(n->op_type, names[k]) == 0)
+            p->kind = k;
+    return AI_OK;
+}
+
+#define REDUCE_OP(VAR, NAME)                                                           \
+    static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, 0, reduce_init, reduce_shape,  \
+                                  reduce_forward, reduce_backward};
+
+REDUCE_OP(op_reduce_sum, "ReduceSum")
+REDUCE_OP(op_reduce_mean, "ReduceMean")
+REDUCE_OP(op_reduce_max, "ReduceMax")
+REDUCE_OP(op_reduce_min, "ReduceMin")
+
+const ai_op_def *const ai_ops_reduce[] = {
+    &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, NULL,
+};

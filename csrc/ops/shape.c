@@ -1,4 +1,1236 @@
-/* shape.c — operator family 'shape' (see registry.c). */
+/*
+ * shape.c — operators that move data without arithmetic: Reshape, Flatten,
+ * Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather, Expand, Pad,
+ * Shape, ConstantOfShape.
+ *
+ * Forward kernels copy bytes (ai_dtype_size), so they take every dtype:
+ * int64 matters because shape subgraphs (Shape -> Gather -> Concat ->
+ * Reshape) are constant-folded by running forward at plan time. Backward
+ * takes float32/float64 and adds the output gradient back to where each
+ * element came from (+=).
+ *
+ * Most operators are a "walk": the input and output seen as two strided
+ * views of one index space (Transpose permutes strides, Slice steps them,
+ * Expand zeroes them, Concat/Split offset them). Forward copies src -> dst
+ * along the walk; backward swaps the roles and adds dst-gradient ->
+ * src-gradient.
+ */
+#include <stdlib.h>
+#include <string.h>
+
 #include "../graph.h"
 
-const ai_op_def *const ai_ops_shape[] = {NULL};
+/* ---------------------------------------------------------------- helpers */
+
+static ai_status set_meta(ai_meta *m, ai_dtype dt, int nd, const int64_t *shape)
+{
+    m->dtype = dt;
+    m->ndim = nd;
+    memcpy(m->shape, shape, sizeof(int64_t) * (size_t)nd);
+    return AI_OK;
+}
+
+static int64_t prod(const int64_t *shape, int from, int to)
+{
+    int64_t n = 1;
+    for (int i = from; i < to; i++)
+        n *= shape[i];
+    return n;
+}
+
+/* Reads a 0-D or 1-D int32/int64 tensor into out[0..*n). */
+static ai_status read_ints(const ai_node *node, const ai_tensor *t, const char *what,
+                           int64_t *out, int max, int *n)
+{
+    if (t->dtype != AI_I64 && t->dtype != AI_I32)
+        return ai_node_error(node, AI_ERR_TYPE, "%s is %s; int64 or int32 expected", what,
+                             ai_dtype_name(t->dtype));
+    if (t->ndim > 1)
+        return ai_node_error(node, AI_ERR_VALUE, "%s must be 1-D, got rank %d", what, t->ndim);
+    int64_t len = ai_tensor_numel(t);
+    if (len > max)
+        return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED,
+                             "%s has %lld values; at most %d are supported", what,
+                             (long long)len, max);
+    for (int64_t i = 0; i < len; i++)
+        out[i] = t->dtype == AI_I64 ? ((const int64_t *)t->data)[i]
+                                    : ((const int32_t *)t->data)[i];
+    *n = (int)len;
+    return AI_OK;
+}
+
+/* An integer list that is input `index` from opset `since` on and attribute
+ * `name` before. *n = -1 when absent. An input must be a constant. */
+static ai_status int_list(const ai_ctx *c, int index, int since, const char *name,
+                          int64_t *out, int max, int *n)
+{
+    const ai_node *node = c->node;
+    *n = -1;
+    if (node->opset < since) {
+        if (index < c->n_in && c->in[index])
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "'%s' is an attribute before opset %d, not an input", name,
+                                 since);
+        const int64_t *v;
+        int64_t len;
+        ai_status st = ai_attr_ints(node, name, &v, &len);
+        if (st || len < 0)
+            return st;
+        if (len > max)
+            return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED,
+                                 "attribute '%s' has %lld values; at most %d are supported",
+                                 name, (long long)len, max);
+        for (int64_t i = 0; i < len; i++)
+            out[i] = v[i];
+        *n = (int)len;
+        return AI_OK;
+    }
+    if (index >= c->n_in || !c->in[index])
+        return AI_OK;
+    const ai_tensor *t = ai_ctx_const(c, index);
+    if (!t)
+        return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED, "%s input must be a constant", name);
+    return read_ints(node, t, name, out, max, n);
+}
+
+/* Normalises axes[0..n) against rank into flags (no duplicates). */
+static ai_status axes_flags(const ai_node *node, const int64_t *axes, int n, int rank,
+                            bool *flags)
+{
+    memset(flags, 0, sizeof(bool) * AI_MAX_DIMS);
+    for (int i = 0; i < n; i++) {
+        int a;
+        ai_status st = ai_norm_axis(node, axes[i], rank, &a);
+        if (st)
+            return st;
+        if (flags[a])
+            return ai_node_error(node, AI_ERR_VALUE, "axis %lld appears twice",
+                                 (long long)axes[i]);
+        flags[a] = true;
+    }
+    return AI_OK;
+}
+
+/* Gradients are float32/float64 only. */
+static ai_status check_grad_dtype(const ai_ctx *c, const ai_tensor *g)
+{
+    if (g->dtype == AI_F32 || g->dtype == AI_F64)
+        return AI_OK;
+    return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                         "gradient for %s data is not supported", ai_dtype_name(g->dtype));
+}
+
+/* ---------------------------------------------------------------- strided walks */
+
+/* One row of a walk: n elements of es bytes, strides in elements. */
+typedef void (*row_fn)(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n,
+                       size_t es);
+
+#define COPY_ELEMS(E)                                                                  \
+    for (int64_t j = 0; j < n; j++)                                                    \
+        memcpy(dst + j * sd * (int64_t)(E), src + j * ss * (int64_t)(E), (E));
+
+static void row_copy(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n,
+                     size_t es)
+{
+    if (sd == 1 && ss == 1) {
+        memcpy(dst, src, (size_t)n * es);
+        return;
+    }
+    switch (es) { /* fixed sizes become plain moves */
+    case 1: COPY_ELEMS(1) break;
+    case 2: COPY_ELEMS(2) break;
+    case 4: COPY_ELEMS(4) break;
+    case 8: COPY_ELEMS(8) break;
+    default: COPY_ELEMS(es)
+    }
+}
+
+#define DEFINE_ROW_ADD(NAME, T)                                                        \
+    static void NAME(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n,   \
+                     size_t es)                                                        \
+    {                                                                                  \
+        (void)es;                                                                      \
+        T *d = (T *)dst;                                                               \
+        const T *s = (const T *)src;                                                   \
+        if (sd == 1 && ss == 1) {                                                      \
+            for (int64_t j = 0; j < n; j++)                                            \
+                d[j] += s[j];                                                          \
+        } else {                                                                       \
+            for (int64_t j = 0; j < n; j++)                                            \
+                d[j * sd] += s[j * ss];                                                \
+        }                                                                              \
+    }
+
+DEFINE_ROW_ADD(row_add_f32, float)
+DEFINE_ROW_ADD(row_add_f64, double)
+
+/* dst[od + i . sd] (op)= src[os + i . ss] for every index i of shape. */
+typedef struct {
+    int nd;
+    int64_t shape[AI_MAX_DIMS];
+    int64_t sd[AI_MAX_DIMS], ss[AI_MAX_DIMS]; /* strides in elements */
+    int64_t od, os;                           /* start offsets in elements */
+} walk;
+
+/* A walk over `shape` whose source and destination are both contiguous. */
+static void walk_init(walk *w, int nd, const int64_t *shape)
+{
+    memset(w, 0, sizeof *w);
+    w->nd = nd;
+    memcpy(w->shape, shape, sizeof(int64_t) * (size_t)nd);
+    ai_contiguous_strides(nd, shape, w->sd);
+    ai_contiguous_strides(nd, shape, w->ss);
+}
+
+static walk walk_swapped(const walk *w)
+{
+    walk r = *w;
+    memcpy(r.sd, w->ss, sizeof r.sd);
+    memcpy(r.ss, w->sd, sizeof r.ss);
+    r.od = w->os;
+    r.os = w->od;
+    return r;
+}
+
+static void walk_run(const walk *w0, char *dst, const char *src, size_t es, row_fn row)
+{
+    /* drop size-1 dimensions; merge a dimension into the previous one when
+     * both sides are contiguous across them (long rows, few calls) */
+    walk w = {0};
+    for (int d = 0; d < w0->nd; d++) {
+        if (w0->shape[d] == 0)
+            return;
+        if (w0->shape[d] == 1)
+            continue;
+        int k = w.nd - 1;
+        if (k >= 0 && w.sd[k] == w0->sd[d] * w0->shape[d] &&
+            w.ss[k] == w0->ss[d] * w0->shape[d]) {
+            w.shape[k] *= w0->shape[d];
+        } else {
+            k = w.nd++;
+            w.shape[k] = w0->shape[d];
+        }
+        w.sd[k] = w0->sd[d];
+        w.ss[k] = w0->ss[d];
+    }
+    const int nd = w.nd;
+    const int64_t inner = nd ? w.shape[nd - 1] : 1;
+    const int64_t sd = nd ? w.sd[nd - 1] : 1, ss = nd ? w.ss[nd - 1] : 1;
+    const int64_t rows = nd ? prod(w.shape, 0, nd - 1) : 1, e = (int64_t)es;
+    int64_t idx[AI_MAX_DIMS] = {0}, od = w0->od, os = w0->os;
+    for (int64_t r = 0; r < rows; r++) {
+        row(dst + od * e, sd, src + os * e, ss, inner, es);
+        for (int d = nd - 2; d >= 0; d--) {
+            od += w.sd[d];
+            os += w.ss[d];
+            if (++idx[d] < w.shape[d])
+                break;
+            od -= w.sd[d] * w.shape[d];
+            os -= w.ss[d] * w.shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Forward along w: out <- in. */
+static void walk_copy(const walk *w, ai_tensor *out, const ai_tensor *in)
+{
+    walk_run(w, out->data, in->data, ai_dtype_size(in->dtype), row_copy);
+}
+
+/* Backward along w (the forward walk): din += dout where in -> out. */
+static ai_status walk_add_back(const ai_ctx *c, const walk *w, ai_tensor *din,
+                               const ai_tensor *dout)
+{
+    ai_status st = check_grad_dtype(c, din);
+    if (st)
+        return st;
+    walk b = walk_swapped(w);
+    walk_run(&b, din->data, dout->data, ai_dtype_size(din->dtype),
+             din->dtype == AI_F32 ? row_add_f32 : row_add_f64);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- flat copies */
+
+/* Reshape, Flatten, Squeeze, Unsqueeze: same bytes, another shape. */
+static ai_status flat_forward(ai_ctx *c)
+{
+    size_t n = ai_tensor_nbytes(c->in[0]);
+    if (n)
+        memcpy(c->out[0]->data, c->in[0]->data, n);
+    return AI_OK;
+}
+
+static ai_status flat_backward(ai_ctx *c)
+{
+    ai_status st = check_grad_dtype(c, c->din[0]);
+    if (!st)
+        ai_accumulate(c->din[0], c->dout[0]);
+    return st;
+}
+
+/* ---------------------------------------------------------------- Reshape */
+
+static ai_status reshape_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    int64_t allowzero, s[AI_MAX_DIMS];
+    int n;
+    ai_status st = ai_attr_int(node, "allowzero", 0, &allowzero);
+    if (!st)
+        st = int_list(c, 1, 1, "shape", s, AI_MAX_DIMS, &n);
+    if (st)
+        return st;
+    if (n < 0)
+        return ai_node_error(node, AI_ERR_VALUE, "the shape input is missing");
+    int infer = -1;
+    int64_t known = 1;
+    bool has_zero = false;
+    for (int i = 0; i < n; i++) {
+        if (s[i] == 0 && !allowzero) {
+            if (i >= x->ndim)
+                return ai_node_error(node, AI_ERR_VALUE,
+                                     "shape[%d] = 0 copies input dimension %d, but the input "
+                                     "has rank %d", i, i, x->ndim);
+            s[i] = x->shape[i];
+        }
+        has_zero |= s[i] == 0;
+        if (s[i] == -1) {
+            if (infer >= 0)
+                return ai_node_error(node, AI_ERR_VALUE, "shape has more than one -1");
+            infer = i;
+        } else if (s[i] < 0) {
+            return ai_node_error(node, AI_ERR_VALUE, "shape[%d] = %lld is negative", i,
+                                 (long long)s[i]);
+        } else {
+            known *= s[i];
+        }
+    }
+    int64_t numel = ai_tensor_numel(x);
+    if (infer >= 0) {
+        if (has_zero && allowzero)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "with allowzero=1 the shape cannot hold both 0 and -1");
+        if (known == 0 || numel % known)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "cannot infer the -1 dimension: %lld elements into blocks "
+                                 "of %lld", (long long)numel, (long long)known);
+        s[infer] = numel / known;
+        known *= s[infer];
+    }
+    if (known != numel)
+        return ai_node_error(node, AI_ERR_VALUE,
+                             "cannot reshape %lld elements into a shape of %lld",
+                             (long long)numel, (long long)known);
+    return set_meta(&out[0], x->dtype, n, s);
+}
+
+/* ---------------------------------------------------------------- Flatten */
+
+static ai_status flatten_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    int64_t axis;
+    ai_status st = ai_attr_int(c->node, "axis", 1, &axis);
+    if (st)
+        return st;
+    if (axis < -x->ndim || axis > x->ndim)
+        return ai_node_error(c->node, AI_ERR_VALUE, "axis %lld is out of range for rank %d",
+                             (long long)axis, x->ndim);
+    if (axis < 0)
+        axis += x->ndim;
+    int64_t s[2] = {prod(x->shape, 0, (int)axis), prod(x->shape, (int)axis, x->ndim)};
+    return set_meta(&out[0], x->dtype, 2, s);
+}
+
+/* ---------------------------------------------------------------- Squeeze / Unsqueeze */
+
+static ai_status squeeze_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    int64_t axes[AI_MAX_DIMS], s[AI_MAX_DIMS];
+    bool drop[AI_MAX_DIMS];
+    int n, nd = 0;
+    ai_status st = int_list(c, 1, 13, "axes", axes, AI_MAX_DIMS, &n);
+    if (!st)
+        st = axes_flags(c->node, axes, n < 0 ? 0 : n, x->ndim, drop);
+    if (st)
+        return st;
+    for (int d = 0; d < x->ndim; d++) {
+        if (n <= 0) /* no axes, or an empty list (like onnxruntime): all 1s */
+            drop[d] = x->shape[d] == 1;
+        else if (drop[d] && x->shape[d] != 1)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "cannot squeeze axis %d of size %lld (size 1 expected)", d,
+                                 (long long)x->shape[d]);
+        if (!drop[d])
+            s[nd++] = x->shape[d];
+    }
+    return set_meta(&out[0], x->dtype, nd, s);
+}
+
+static ai_status unsqueeze_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    int64_t axes[AI_MAX_DIMS], s[AI_MAX_DIMS];
+    bool add[AI_MAX_DIMS];
+    int n;
+    ai_status st = int_list(c, 1, 13, "axes", axes, AI_MAX_DIMS, &n);
+    if (st)
+        return st;
+    if (n < 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "axes are missing");
+    const int nd = x->ndim + n;
+    if (nd > AI_MAX_DIMS)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "output rank %d exceeds %d", nd, AI_MAX_DIMS);
+    if ((st = axes_flags(c->node, axes, n, nd, add)))
+        return st;
+    for (int d = 0, k = 0; d < nd; d++)
+        s[d] = add[d] ? 1 : x->shape[k++];
+    return set_meta(&out[0], x->dtype, nd, s);
+}
+
+/* ---------------------------------------------------------------- Transpose */
+
+static ai_status transpose_walk(const ai_ctx *c, int *perm, walk *w)
+{
+    const ai_tensor *x = c->in[0];
+    const int nd = x->ndim;
+    const int64_t *p;
+    int64_t len;
+    ai_status st = ai_attr_ints(c->node, "perm", &p, &len);
+    if (st)
+        return st;
+    if (len >= 0 && len != nd)
+        return ai_node_error(c->node, AI_ERR_VALUE, "perm has %lld entries for rank %d",
+                             (long long)len, nd);
+    bool seen[AI_MAX_DIMS] = {false};
+    for (int i = 0; i < nd; i++) {
+        int64_t a = len < 0 ? nd - 1 - i : p[i];
+        if (a < 0 || a >= nd || seen[a])
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "perm is not a permutation of 0..%d", nd - 1);
+        seen[a] = true;
+        perm[i] = (int)a;
+    }
+    int64_t shape[AI_MAX_DIMS], xs[AI_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        shape[i] = x->shape[perm[i]];
+    walk_init(w, nd, shape);
+    ai_contiguous_strides(nd, x->shape, xs);
+    for (int i = 0; i < nd; i++)
+        w->ss[i] = xs[perm[i]];
+    return AI_OK;
+}
+
+static ai_status transpose_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    int perm[AI_MAX_DIMS];
+    walk w;
+    ai_status st = transpose_walk(c, perm, &w);
+    return st ? st : set_meta(&out[0], c->in[0]->dtype, w.nd, w.shape);
+}
+
+static ai_status transpose_forward(ai_ctx *c)
+{
+    int perm[AI_MAX_DIMS];
+    walk w;
+    ai_status st = transpose_walk(c, perm, &w);
+    if (!st)
+        walk_copy(&w, c->out[0], c->in[0]);
+    return st;
+}
+
+static ai_status transpose_backward(ai_ctx *c)
+{
+    int perm[AI_MAX_DIMS];
+    walk w;
+    ai_status st = transpose_walk(c, perm, &w);
+    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0]);
+}
+
+/* ---------------------------------------------------------------- Concat / Split */
+
+/* Walk between part k (contiguous, `len` long on `axis`, starting at `start`)
+ * and the whole (contiguous, shape `whole`): src = whole, dst = part. */
+static void part_walk(walk *w, int nd, const int64_t *whole, int axis, int64_t start,
+                      int64_t len)
+{
+    int64_t shape[AI_MAX_DIMS];
+    memcpy(shape, whole, sizeof(int64_t) * (size_t)nd);
+    shape[axis] = len;
+    walk_init(w, nd, shape);
+    ai_contiguous_strides(nd, whole, w->ss);
+    w->os = start * w->ss[axis];
+}
+
+static ai_status concat_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_node *node = c->node;
+    const ai_tensor *x0 = c->in[0];
+    int64_t axis;
+    int a;
+    if (!ai_node_attr(node, "axis"))
+        return ai_node_error(node, AI_ERR_VALUE, "attribute 'axis' is required");
+    ai_status st = ai_attr_int(node, "axis", 0, &axis);
+    if (!st)
+        st = ai_norm_axis(node, axis, x0->ndim, &a);
+    if (st)
+        return st;
+    if (x0->ndim == 0)
+        return ai_node_error(node, AI_ERR_VALUE, "cannot concatenate scalars");
+    int64_t shape[AI_MAX_DIMS];
+    memcpy(shape, x0->shape, sizeof shape);
+    shape[a] = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        const ai_tensor *x = c->in[k];
+        if (!x)
+            return ai_node_error(node, AI_ERR_VALUE, "input %d is missing", k);
+        if (x->dtype != x0->dtype || x->ndim != x0->ndim)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "input %d is %s of rank %d; input 0 is %s of rank %d", k,
+                                 ai_dtype_name(x->dtype), x->ndim, ai_dtype_name(x0->dtype),
+                                 x0->ndim);
+        for (int d = 0; d < x->ndim; d++)
+            if (d != a && x->shape[d] != x0->shape[d])
+                return ai_node_error(node, AI_ERR_VALUE,
+                                     "input %d has size %lld in dimension %d; input 0 has "
+                                     "%lld", k, (long long)x->shape[d], d,
+                                     (long long)x0->shape[d]);
+        shape[a] += x->shape[a];
+    }
+    return set_meta(&out[0], x0->dtype, x0->ndim, shape);
+}
+
+static int concat_axis(const ai_ctx *c)
+{
+    int64_t axis = 0;
+    ai_attr_int(c->node, "axis", 0, &axis); /* checked by concat_shape */
+    return (int)(axis < 0 ? axis + c->in[0]->ndim : axis);
+}
+
+static ai_status concat_forward(ai_ctx *c)
+{
+    const int a = concat_axis(c);
+    int64_t start = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        walk w, part;
+        part_walk(&part, c->out[0]->ndim, c->out[0]->shape, a, start, c->in[k]->shape[a]);
+        w = walk_swapped(&part); /* into the whole, from part k */
+        walk_copy(&w, c->out[0], c->in[k]);
+        start += c->in[k]->shape[a];
+    }
+    return AI_OK;
+}
+
+static ai_status concat_backward(ai_ctx *c)
+{
+    const int a = concat_axis(c);
+    int64_t start = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        walk part;
+        part_walk(&part, c->out[0]->ndim, c->out[0]->shape, a, start, c->in[k]->shape[a]);
+        start += c->in[k]->shape[a];
+        if (!c->din[k])
+            continue;
+        walk w = walk_swapped(&part); /* forward walk: in k -> whole */
+        ai_status st = walk_add_back(c, &w, c->din[k], c->dout[0]);
+        if (st)
+            return st;
+    }
+    return AI_OK;
+}
+
+/* Sizes of the outputs along the axis: the split input (opset >= 13) or
+ * attribute, else num_outputs (opset >= 18) or the number of outputs; an
+ * uneven split makes the last part smaller. */
+static ai_status split_sizes(const ai_ctx *c, int *axis, int64_t *sizes)
+{
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    int64_t ax, num;
+    int n;
+    ai_status st = ai_attr_int(node, "axis", 0, &ax);
+    if (!st)
+        st = ai_norm_axis(node, ax, x->ndim, axis);
+    if (!st)
+        st = int_list(c, 1, 13, "split", sizes, AI_MAX_IO, &n);
+    if (!st)
+        st = ai_attr_int(node, "num_outputs", c->n_out, &num);
+    if (st)
+        return st;
+    if (x->ndim == 0)
+        return ai_node_error(node, AI_ERR_VALUE, "cannot split a scalar");
+    const int64_t dim = x->shape[*axis];
+    if (n >= 0) {
+        int64_t total = 0;
+        for (int i = 0; i < n; i++) {
+            if (sizes[i] < 0)
+                return ai_node_error(node, AI_ERR_VALUE, "split[%d] = %lld is negative", i,
+                                     (long long)sizes[i]);
+            total += sizes[i];
+        }
+        if (n != c->n_out || total != dim)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "split has %d sizes summing to %lld; expected %d sizes "
+                                 "summing to %lld", n, (long long)total, c->n_out,
+                                 (long long)dim);
+        return AI_OK;
+    }
+    if (num != c->n_out)
+        return ai_node_error(node, AI_ERR_VALUE, "num_outputs is %lld but the node has %d "
+                             "outputs", (long long)num, c->n_out);
+    const int64_t part = (dim + num - 1) / num;
+    if (part * (num - 1) > dim)
+        return ai_node_error(node, AI_ERR_VALUE, "cannot split %lld into %lld parts",
+                             (long long)dim, (long long)num);
+    for (int i = 0; i < c->n_out; i++)
+        sizes[i] = i < c->n_out - 1 ? part : dim - part * (num - 1);
+    return AI_OK;
+}
+
+static ai_status split_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    int64_t sizes[AI_MAX_IO];
+    int a;
+    ai_status st = split_sizes(c, &a, sizes);
+    for (int k = 0; !st && k < c->n_out; k++) {
+        set_meta(&out[k], c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);
+        out[k].shape[a] = sizes[k];
+    }
+    return st;
+}
+
+static ai_status split_forward(ai_ctx *c)
+{
+    int64_t sizes[AI_MAX_IO], start = 0;
+    int a;
+    ai_status st = split_sizes(c, &a, sizes);
+    for (int k = 0; !st && k < c->n_out; k++) {
+        walk w;
+        part_walk(&w, c->in[0]->ndim, c->in[0]->shape, a, start, sizes[k]);
+        walk_copy(&w, c->out[k], c->in[0]);
+        start += sizes[k];
+    }
+    return st;
+}
+
+static ai_status split_backward(ai_ctx *c)
+{
+    int64_t sizes[AI_MAX_IO], start = 0;
+    int a;
+    ai_status st = split_sizes(c, &a, sizes);
+    for (int k = 0; !st && k < c->n_out; k++) {
+        walk w;
+        part_walk(&w, c->in[0]->ndim, c->in[0]->shape, a, start, sizes[k]);
+        start += sizes[k];
+        st = walk_add_back(c, &w, c->din[0], c->dout[k]);
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------- Slice */
+
+/* The walk from the input to the output: starts/ends/axes/steps inputs
+ * (opset >= 10; attributes starts/ends/axes before), clamped like ONNX. */
+static ai_status slice_walk(const ai_ctx *c, walk *w)
+{
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    const int nd = x->ndim;
+    int64_t starts[AI_MAX_DIMS], ends[AI_MAX_DIMS], axes[AI_MAX_DIMS], steps[AI_MAX_DIMS];
+    int ns, ne, na, nt;
+    ai_status st = int_list(c, 1, 10, "starts", starts, AI_MAX_DIMS, &ns);
+    if (!st)
+        st = int_list(c, 2, 10, "ends", ends, AI_MAX_DIMS, &ne);
+    if (!st)
+        st = int_list(c, 3, 10, "axes", axes, AI_MAX_DIMS, &na);
+    if (!st)
+        st = int_list(c, 4, 10, "steps", steps, AI_MAX_DIMS, &nt);
+    if (st)
+        return st;
+    if (ns < 0 || ne < 0)
+        return ai_node_error(node, AI_ERR_VALUE, "starts and ends are required");
+    if (ne != ns || (na >= 0 && na != ns) || (nt >= 0 && nt != ns))
+        return ai_node_error(node, AI_ERR_VALUE,
+                             "starts, ends, axes and steps must have the same length "
+                             "(%d, %d, %d, %d)", ns, ne, na, nt);
+    bool seen[AI_MAX_DIMS] = {false};
+    walk_init(w, nd, x->shape);
+    ai_contiguous_strides(nd, x->shape, w->ss);
+    for (int k = 0; k < ns; k++) {
+        int a;
+        if ((st = ai_norm_axis(node, na >= 0 ? axes[k] : k, nd, &a)))
+            return st;
+        if (seen[a])
+            return ai_node_error(node, AI_ERR_VALUE, "axis %d is sliced twice", a);
+        seen[a] = true;
+        const int64_t step = nt >= 0 ? steps[k] : 1, dim = x->shape[a];
+        if (step == 0)
+            return ai_node_error(node, AI_ERR_VALUE, "steps[%d] is 0", k);
+        int64_t s = starts[k], e = ends[k], count = 0;
+        if (s < 0)
+            s += dim;
+        if (e < 0)
+            e += dim;
+        if (step > 0) {
+            s = s < 0 ? 0 : (s > dim ? dim : s);
+            e = e < 0 ? 0 : (e > dim ? dim : e);
+            count = e > s ? 1 + (e - s - 1) / step : 0;
+        } else {
+            const int64_t mag = step == INT64_MIN ? INT64_MAX : -step;
+            s = s < 0 ? 0 : (s > dim - 1 ? dim - 1 : s);
+            e = e < -1 ? -1 : (e > dim - 1 ? dim - 1 : e);
+            count = s > e ? 1 + (s - e - 1) / mag : 0;
+        }
+        w->shape[a] = count;
+        if (count > 0) {
+            w->os += s * w->ss[a];
+            w->ss[a] = count > 1 ? step * w->ss[a] : 0;
+        }
+    }
+    ai_contiguous_strides(nd, w->shape, w->sd);
+    return AI_OK;
+}
+
+static ai_status slice_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    walk w;
+    ai_status st = slice_walk(c, &w);
+    return st ? st : set_meta(&out[0], c->in[0]->dtype, w.nd, w.shape);
+}
+
+static ai_status slice_forward(ai_ctx *c)
+{
+    walk w;
+    ai_status st = slice_walk(c, &w);
+    if (!st)
+        walk_copy(&w, c->out[0], c->in[0]);
+    return st;
+}
+
+static ai_status slice_backward(ai_ctx *c)
+{
+    walk w;
+    ai_status st = slice_walk(c, &w);
+    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0]);
+}
+
+/* ---------------------------------------------------------------- Expand */
+
+static ai_status expand_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    int64_t s[AI_MAX_DIMS], shape[AI_MAX_DIMS];
+    int n, nd;
+    ai_status st = int_list(c, 1, 1, "shape", s, AI_MAX_DIMS, &n);
+    if (!st && n < 0)
+        st = ai_node_error(c->node, AI_ERR_VALUE, "the shape input is missing");
+    if (!st)
+        st = ai_broadcast_shape(c->node, x->ndim, x->shape, n, s, &nd, shape);
+    return st ? st : set_meta(&out[0], x->dtype, nd, shape);
+}
+
+static ai_status expand_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    walk w;
+    walk_init(&w, y->ndim, y->shape);
+    ai_broadcast_strides(x->ndim, x->shape, y->ndim, y->shape, w.ss);
+    walk_copy(&w, y, x);
+    return AI_OK;
+}
+
+static ai_status expand_backward(ai_ctx *c)
+{
+    ai_status st = check_grad_dtype(c, c->din[0]);
+    if (!st)
+        ai_reduce_to(c->din[0], c->dout[0]);
+    return st;
+}
+
+/* ---------------------------------------------------------------- Gather */
+
+static ai_status gather_axis(const ai_ctx *c, int *axis)
+{
+    int64_t a;
+    ai_status st = ai_attr_int(c->node, "axis", 0, &a);
+    if (!st && c->in[0]->ndim == 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "cannot gather from a scalar");
+    return st ? st : ai_norm_axis(c->node, a, c->in[0]->ndim, axis);
+}
+
+static ai_status gather_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (st)
+        return st;
+    if (idx->dtype != AI_I64 && idx->dtype != AI_I32)
+        return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s; int64 or int32 expected",
+                             ai_dtype_name(idx->dtype));
+    const int nd = x->ndim - 1 + idx->ndim;
+    if (nd > AI_MAX_DIMS)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "output rank %d exceeds %d", nd,
+                             AI_MAX_DIMS);
+    int64_t s[AI_MAX_DIMS];
+    memcpy(s, x->shape, sizeof(int64_t) * (size_t)a);
+    memcpy(s + a, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
+    memcpy(s + a + idx->ndim, x->shape + a + 1, sizeof(int64_t) * (size_t)(x->ndim - a - 1));
+    return set_meta(&out[0], x->dtype, nd, s);
+}
+
+/* Index i of the indices, made non-negative; -1 when out of range. */
+static int64_t gather_index(const ai_tensor *idx, int64_t i, int64_t dim)
+{
+    int64_t v = idx->dtype == AI_I64 ? ((const int64_t *)idx->data)[i]
+                                     : ((const int32_t *)idx->data)[i];
+    if (v < 0)
+        v += dim;
+    return v >= 0 && v < dim ? v : -1;
+}
+
+/* data (outer, dim, inner), indices (ni) -> out (outer, ni, inner) */
+static ai_status gather_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (st)
+        return st;
+    const int64_t outer = prod(x->shape, 0, a), dim = x->shape[a];
+    const int64_t inner = prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
+    for (int64_t i = 0; i < ni; i++)
+        if (gather_index(idx, i, dim) < 0)
+            return ai_node_error(c->node, AI_ERR_INDEX,
+                                 "index %g is out of range for axis %d of size %lld",
+                                 ai_tensor_get_flat(idx, i), a, (long long)dim);
+    const size_t row = (size_t)inner * ai_dtype_size(x->dtype);
+    if (!row)
+        return AI_OK;
+    const char *xp = x->data;
+    char *yp = c->out[0]->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < ni; i++)
+            memcpy(yp + (size_t)(o * ni + i) * row,
+                   xp + (size_t)(o * dim + gather_index(idx, i, dim)) * row, row);
+    return AI_OK;
+}
+
+/* dx[o, idx[i], :] += dy[o, i, :]; repeated indices accumulate */
+static ai_status gather_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    ai_tensor *dx = c->din[0];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (!st && dx)
+        st = check_grad_dtype(c, dx);
+    if (st || !dx)
+        return st;
+    const int64_t outer = prod(x->shape, 0, a), dim = x->shape[a];
+    const int64_t inner = prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
+    const size_t es = ai_dtype_size(dx->dtype);
+    const row_fn add = dx->dtype == AI_F32 ? row_add_f32 : row_add_f64;
+    if (!inner)
+        return AI_OK;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < ni; i++)
+            add((char *)dx->data + (size_t)((o * dim + gather_index(idx, i, dim)) * inner) * es,
+                1, (const char *)c->dout[0]->data + (size_t)((o * ni + i) * inner) * es, 1,
+                inner, es);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- Pad */
+
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP };
+
+typedef struct {
+    int mode;
+    int64_t before[AI_MAX_DIMS], after[AI_MAX_DIMS];
+    unsigned char value[8];  /* the constant, in the data's dtype */
+} pad_plan;
+
+/* pads (input from opset 11, attribute before), axes (input, opset 18),
+ * constant_value (input from opset 11, attribute 'value' before), mode
+ * (constant, reflect, edge; wrap from opset 19). */
+static ai_status pad_setup(const ai_ctx *c, pad_plan *p, int64_t *shape)
+{
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    const int nd = x->ndim;
+    const char *mode;
+    int64_t pads[2 * AI_MAX_DIMS], axes[AI_MAX_DIMS];
+    int np, na = -1;
+    memset(p, 0, sizeof *p);
+    ai_status st = ai_attr_string(node, "mode", "constant", &mode);
+    if (st)
+        return st;
+    if (strcmp(mode, "constant") == 0)
+        p->mode = PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0)
+        p->mode = PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0)
+        p->mode = PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0)
+        p->mode = PAD_WRAP;
+    else
+        return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED,
+                             "mode '%s' is not supported (constant, reflect, edge, wrap)", mode);
+    if ((st = int_list(c, 1, 11, "pads", pads, 2 * AI_MAX_DIMS, &np)))
+        return st;
+    if ((st = int_list(c, 3, 18, "axes", axes, AI_MAX_DIMS, &na)))
+        return st;
+    if (na < 0) {
+        na = nd;
+        for (int i = 0; i < nd; i++)
+            axes[i] = i;
+    }
+    if (np != 2 * na)
+        return ai_node_error(node, AI_ERR_VALUE, "pads has %d values; %d expected (2 per axis)",
+                             np < 0 ? 0 : np, 2 * na);
+    bool seen[AI_MAX_DIMS];
+    if ((st = axes_flags(node, axes, na, nd, seen)))
+        return st;
+    for (int i = 0; i < na; i++) {
+        int a = (int)(axes[i] < 0 ? axes[i] + nd : axes[i]);
+        p->before[a] = pads[i];
+        p->after[a] = pads[na + i];
+    }
+    for (int d = 0; d < nd; d++) {
+        int64_t n = x->shape[d], out = n + p->before[d] + p->after[d];
+        if (out < 0)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "pads %lld and %lld crop more than axis %d holds (%lld)",
+                                 (long long)p->before[d], (long long)p->after[d], d,
+                                 (long long)n);
+        int64_t kept = p->mode == PAD_WRAP ? n + (p->before[d] < 0 ? p->before[d] : 0) +
+                                                 (p->after[d] < 0 ? p->after[d] : 0)
+                                           : n;
+        if (kept <= 0 && out > 0 && p->mode != PAD_CONSTANT)
+            return ai_node_error(node, AI_ERR_VALUE, "mode '%s' cannot pad axis %d: nothing "
+                                 "is left to repeat", mode, d);
+        if (shape)
+            shape[d] = out;
+    }
+    /* the constant: input 2 (same dtype as the data) or attribute 'value' */
+    if (node->opset >= 11) {
+        const ai_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
+        if (v && (v->dtype != x->dtype || ai_tensor_numel(v) != 1))
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "constant_value must be one %s value, got %s with %lld values",
+                                 ai_dtype_name(x->dtype), ai_dtype_name(v->dtype),
+                                 (long long)ai_tensor_numel(v));
+        if (v && v->data) /* NULL while planning a non-constant value */
+            memcpy(p->value, v->data, ai_dtype_size(x->dtype));
+    } else {
+        double value;
+        if ((st = ai_attr_float(node, "value", 0.0, &value)))
+            return st;
+        ai_tensor src = {.dtype = AI_F64, .data = &value};
+        ai_tensor dst = {.dtype = x->dtype, .data = p->value};
+        if ((st = ai_tensor_copy(&dst, &src)))
+            return st;
+    }
+    return AI_OK;
+}
+
+/* Source index along one axis for output index j (the input has n elements
+ * there, `before` and `after` were added), or -1 for the constant.
+ * Reflection and wrapping repeat like numpy's when the pad exceeds the axis. */
+static int64_t pad_src(int mode, int64_t j, int64_t before, int64_t after, int64_t n)
+{
+    int64_t u = j - before;
+    if (u >= 0 && u < n)
+        return u;
+    if (mode == PAD_CONSTANT)
+        return -1;
+    if (mode == PAD_EDGE)
+        return u < 0 ? 0 : n - 1;
+    if (mode == PAD_WRAP) { /* like torch's circular: crop first, then wrap */
+        const int64_t lo = before < 0 ? -before : 0, m = n - lo - (after < 0 ? -after : 0);
+        const int64_t v = j - (before > 0 ? before : 0);
+        return lo + (v % m + m) % m;
+    }
+    const int64_t period = 2 * (n - 1);
+    if (period == 0)
+        return 0;
+    u %= period;
+    if (u < 0)
+        u += period;
+    return u < n ? u : period - u;
+}
+
+/* Offset (elements) of the input row feeding the output row at idx (the
+ * last axis excluded), or -1 when the row is all constant. */
+static int64_t pad_row(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
+                       const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < x->ndim - 1; d++) {
+        int64_t s = pad_src(p->mode, idx[d], p->before[d], p->after[d], x->shape[d]);
+        if (s < 0)
+            return -1;
+        off += s * xs[d];
+    }
+    return off;
+}
+
+/* Calls the body for each output row: yo (its offset) and xo (pad_row). */
+#define PAD_ROWS(P, X, Y, W, ...)                                                     \
+    do {                                                                               \
+        const int nd_ = (Y)->ndim;                                                     \
+        int64_t xs_[AI_MAX_DIMS], idx_[AI_MAX_DIMS] = {0};                             \
+        ai_contiguous_strides((X)->ndim, (X)->shape, xs_);                             \
+        const int64_t rows_ = nd_ ? prod((Y)->shape, 0, nd_ - 1) : 1;                  \
+        for (int64_t r_ = 0; r_ < rows_; r_++) {                                       \
+            const int64_t yo = r_ * (W), xo = pad_row((P), (X), xs_, idx_);            \
+            __VA_ARGS__;                                                               \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                                    \
+                if (++idx_[d_] < (Y)->shape[d_])                                       \
+                    break;                                                             \
+                idx_[d_] = 0;                                                          \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+static ai_status pad_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    pad_plan p;
+    int64_t shape[AI_MAX_DIMS];
+    ai_status st = pad_setup(c, &p, shape);
+    return st ? st : set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, shape);
+}
+
+static ai_status pad_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    pad_plan p;
+    ai_status st = pad_setup(c, &p, NULL);
+    if (st || ai_tensor_numel(y) == 0)
+        return st;
+    const int nd = y->ndim;
+    const size_t es = ai_dtype_size(x->dtype);
+    const int64_t W = nd ? y->shape[nd - 1] : 1, n = nd ? x->shape[nd - 1] : 1;
+    const int64_t b = nd ? p.before[nd - 1] : 0, e = nd ? p.after[nd - 1] : 0;
+    /* output columns [lo, hi) copy input columns [lo - b, hi - b) */
+    const int64_t lo = b < 0 ? 0 : (b > W ? W : b);
+    const int64_t hi = b + n < lo ? lo : (b + n > W ? W : b + n);
+    PAD_ROWS(&p, x, y, W, {
+        char *yr = (char *)y->data + (size_t)yo * es;
+        const char *xr = (const char *)x->data;
+        for (int64_t j = 0; j < W; j++) {
+            if (xo >= 0 && j >= lo && j < hi)
+                continue; /* the middle, copied below */
+            int64_t s = xo < 0 ? -1 : pad_src(p.mode, j, b, e, n);
+            memcpy(yr + j * es, s < 0 ? (const char *)p.value : xr + (size_t)(xo + s) * es, es);
+        }
+        if (xo >= 0 && hi > lo)
+            memcpy(yr + lo * es, xr + (size_t)(xo + lo - b) * es, (size_t)(hi - lo) * es);
+    });
+    return AI_OK;
+}
+
+#define DEFINE_PAD_BACK(NAME, T)                                                       \
+    static void NAME(const pad_plan *p, ai_tensor *dx, const ai_tensor *dy)            \
+    {                                                                                  \
+        const int nd = dy->ndim;                                                       \
+        const int64_t W = nd ? dy->shape[nd - 1] : 1, n = nd ? dx->shape[nd - 1] : 1;  \
+        const int64_t b = nd ? p->before[nd - 1] : 0, e = nd ? p->after[nd - 1] : 0;  \
+        T *gx = dx->data;                                                              \
+        const T *gy = dy->data;                                                        \
+        PAD_ROWS(p, dx, dy, W, {                                                       \
+            for (int64_t j = 0; xo >= 0 && j < W; j++) {                               \
+                int64_t s = pad_src(p->mode, j, b, e, n);                              \
+                if (s >= 0)                                                            \
+                    gx[xo + s] += gy[yo + j];                                          \
+            }                                                                          \
+        });                                                                            \
+    }
+
+DEFINE_PAD_BACK(pad_back_f32, float)
+DEFINE_PAD_BACK(pad_back_f64, double)
+
+static ai_status pad_backward(ai_ctx *c)
+{
+    pad_plan p;
+    ai_status st = pad_setup(c, &p, NULL);
+    if (!st && c->din[0]) /* no gradient for constant_value */
+        st = check_grad_dtype(c, c->din[0]);
+    if (st || !c->din[0] || ai_tensor_numel(c->dout[0]) == 0)
+        return st;
+    if (c->din[0]->dtype == AI_F32)
+        pad_back_f32(&p, c->din[0], c->dout[0]);
+    else
+        pad_back_f64(&p, c->din[0], c->dout[0]);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- Shape */
+
+/* dims [start, end) of the input's shape (opset 15 attributes), clamped. */
+static int64_t clamp_dim(int64_t i, int64_t r)
+{
+    i = i < 0 ? i + r : i;
+    return i < 0 ? 0 : (i > r ? r : i);
+}
+
+static ai_status shape_range(const ai_ctx *c, int64_t *start, int64_t *end)
+{
+    const int64_t r = c->in[0]->ndim;
+    ai_status st = ai_attr_int(c->node, "start", 0, start);
+    ai_status st_end = ai_attr_int(c->node, "end", r, end);
+    *start = clamp_dim(*start, r);
+    *end = clamp_dim(*end, r);
+    if (*end < *start)
+        *end = *start;
+    return st ? st : st_end;
+}
+
+static ai_status shape_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    int64_t start, end;
+    ai_status st = shape_range(c, &start, &end);
+    int64_t len = end - start;
+    return st ? st : set_meta(&out[0], AI_I64, 1, &len);
+}
+
+/* Runs at plan time on the input's shape alone (AI_OP_FOLD_ON_SHAPE). */
+static ai_status shape_forward(ai_ctx *c)
+{
+    int64_t start, end;
+    ai_status st = shape_range(c, &start, &end);
+    for (int64_t i = start; !st && i < end; i++)
+        ((int64_t *)c->out[0]->data)[i - start] = c->in[0]->shape[i];
+    return st;
+}
+
+/* ---------------------------------------------------------------- ConstantOfShape */
+
+static ai_status cos_value(const ai_ctx *c, const ai_tensor **value)
+{
+    const ai_attr *a = ai_node_attr(c->node, "value");
+    *value = NULL;
+    if (!a)
+        return AI_OK;
+    if (a->type != AI_ATTR_TENSOR || ai_tensor_numel(a->t) != 1)
+        return ai_node_error(c->node, AI_ERR_VALUE, "attribute 'value' must be a one-element "
+                             "tensor");
+    *value = a->t;
+    return AI_OK;
+}
+
+static ai_status cos_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *value;
+    int64_t s[AI_MAX_DIMS];
+    int n;
+    ai_status st = cos_value(c, &value);
+    if (!st)
+        st = int_list(c, 0, 1, "shape", s, AI_MAX_DIMS, &n);
+    if (st)
+        return st;
+    for (int i = 0; i < n; i++)
+        if (s[i] < 0)
+            return ai_node_error(c->node, AI_ERR_VALUE, "shape[%d] = %lld is negative", i,
+                                 (long long)s[i]);
+    return set_meta(&out[0], value ? value->dtype : AI_F32, n, s);
+}
+
+static ai_status cos_forward(ai_ctx *c)
+{
+    const ai_tensor *value;
+    ai_status st = cos_value(c, &value);
+    ai_tensor *y = c->out[0];
+    const size_t es = ai_dtype_size(y->dtype);
+    const int64_t n = ai_tensor_numel(y);
+    if (st || n == 0)
+        return st;
+    if (!value) {
+        memset(y->data, 0, (size_t)n * es); /* the default: float32 zeros */
+        return AI_OK;
+    }
+    for (int64_t i = 0; i < n; i++)
+        memcpy((char *)y->data + (size_t)i * es, value->data, es);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- registry */
+
+#define OP(VAR, NAME, MIN_IN, MAX_IN, MAX_OUT, FLAGS, SHAPE, FWD, BWD)                  \
+    static const ai_op_def VAR = {NAME, "", MIN_IN, MAX_IN, 1, MAX_OUT, FLAGS, NULL,     \
+                                  SHAPE, FWD, BWD};
+
+OP(op_reshape, "Reshape", 2, 2, 1, 0, reshape_shape, flat_forward, flat_backward)
+OP(op_flatten, "Flatten", 1, 1, 1, 0, flatten_shape, flat_forward, flat_backward)
+OP(op_squeeze, "Squeeze", 1, 2, 1, 0, squeeze_shape, flat_forward, flat_backward)
+OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, 0, unsqueeze_shape, flat_forward, flat_backward)
+OP(op_transpose, "Transpose", 1, 1, 1, 0, transpose_shape, transpose_forward,
+   transpose_backward)
+OP(op_concat, "Concat", 1, AI_MAX_IO, 1, 0, concat_shape, concat_forward, concat_backward)
+OP(op_split, "Split", 1, 2, AI_MAX_IO, 0, split_shape, split_forward, split_backward)
+OP(op_slice, "Slice", 1, 5, 1, 0, slice_shape, slice_forward, slice_backward)
+OP(op_expand, "Expand", 2, 2, 1, 0, expand_shape, expand_forward, expand_backward)
+OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
+OP(op_pad, "Pad", 1, 4, 1, 0, pad_shape, pad_forward, pad_backward)
+OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
+OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, 0, cos_shape, cos_forward, NULL)
+
+/* Size: the number of elements, an int64 scalar (folded from the shape). */
+static ai_status size_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)c;
+    (void)ws;
+    (void)state;
+    out[0].dtype = AI_I64;
+    out[0].ndim = 0;
+    return AI_OK;
+}
+
+static ai_status size_forward(ai_ctx *c)
+{
+    *(int64_t *)c->out[0]->data = ai_tensor_numel(c->in[0]);
+    return AI_OK;
+}
+
+OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
+
+const ai_op_def *const ai_ops_shape[] = {
+    &op_reshape, &op_flatten, &op_squeeze, &op_unsqueeze, &op_transpose, &op_concat,
+    &op_split, &op_slice, &op_expand, &op_gather, &op_pad, &op_shape,
+    &op_constant_of_shape, &op_size, NULL,
+};

@@ -461,8 +461,19 @@ static ai_status cast_backward(ai_ctx *c)
 static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, 0, NULL, cast_shape,
                                   cast_forward, cast_backward};
 
+/* CastLike(input, target): Cast to the dtype of `target`. */
+static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    ai_status st = same_shape(c, out, ws, state);
+    out[0].dtype = c->in[1]->dtype;
+    return st;
+}
+
+static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, 0, NULL, cast_like_shape,
+                                       cast_forward, cast_backward};
+
 const ai_op_def *const ai_ops_unary[] = {
     &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
     &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_floor, &op_ceil, &op_round,
-    &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast, NULL,
+    &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast, &op_cast_like, NULL,
 };

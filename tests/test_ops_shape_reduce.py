@@ -1,0 +1,528 @@
+"""Shape and reduction operators of the engine (shape.c, reduce.c) against torch."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
+
+import aidge_interop
+from op_harness import check_op, make_model
+
+DTYPES = [np.float32, np.float64]
+dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+I64 = np.iinfo(np.int64)
+
+
+def _x(shape, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    return rng.uniform(-3, 3, shape).astype(dtype)
+
+
+def _i64(*v):
+    return np.array(v, np.int64)
+
+
+def _fd_check(op_type, x, consts=None, attrs=None, opset=20, eps=1e-6):
+    """Engine gradient of sum(dy * op(x)) against central finite differences."""
+    consts = consts or {}
+    model = make_model(op_type, {"x": x}, attrs, consts, opset=opset)
+    g = aidge_interop.load_onnx(model, param_kinds={n: "const" for n in consts})
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    dy = np.random.default_rng(1).standard_normal(y.shape)
+    (gx,) = g.backward([dy])
+    num = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += eps
+        xm[i] -= eps
+        num[i] = (np.sum(dy * g.forward([xp])[0]) - np.sum(dy * g.forward([xm])[0])) / (2 * eps)
+    np.testing.assert_allclose(gx, num, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------- Reshape, Flatten
+
+RESHAPES = [((2, 3, 4), [4, -1]), ((2, 3, 4), [0, -1]), ((2, 3, 4), [-1]),
+            ((2, 3, 4), [2, 0, 2, 2]), ((5, 7), [7, 1, 5]), ((6,), [1, 2, 1, 3]),
+            ((1,), [])]
+
+
+@dtypes
+@pytest.mark.parametrize("shape,target", RESHAPES, ids=str)
+def test_reshape(shape, target, dtype):
+    x = _x(shape, dtype)
+    out = list(np.empty(shape).reshape([s or shape[i] for i, s in enumerate(target)]).shape)
+    check_op("Reshape", {"x": x}, lambda x, s: x.reshape(out), consts={"s": _i64(*target)})
+
+
+def test_reshape_allowzero():
+    x = np.zeros((0, 3), np.float32)
+    check_op("Reshape", {"x": x}, lambda x, s: x.reshape(3, 0),
+             consts={"s": _i64(3, 0)}, attrs={"allowzero": 1})
+    # without allowzero the 0 copies the input's dimension
+    check_op("Reshape", {"x": x}, lambda x, s: x.reshape(0, 3),
+             consts={"s": _i64(0, 3)})
+
+
+def test_reshape_errors():
+    x = _x((2, 3))
+    with pytest.raises(ValueError, match="reshape 6 elements"):
+        check_op("Reshape", {"x": x}, None, consts={"s": _i64(4, 2)})
+    with pytest.raises(ValueError, match="more than one -1"):
+        check_op("Reshape", {"x": x}, None, consts={"s": _i64(-1, -1)})
+    with pytest.raises(NotImplementedError, match="must be a constant"):
+        check_op("Reshape", {"x": x, "s": _i64(3, 2)}, None)
+
+
+@dtypes
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
+def test_flatten(axis, dtype):
+    x = _x((2, 3, 4), dtype)
+    a = axis % 4 if axis >= 0 else axis + 3
+    check_op("Flatten", {"x": x}, lambda x: x.reshape(int(np.prod(x.shape[:a])), -1),
+             attrs={"axis": axis})
+
+
+# ---------------------------------------------------------------- Transpose
+
+PERMS = [((3, 4), None), ((2, 3, 4), None), ((2, 3, 4), [0, 2, 1]), ((2, 3, 4), [2, 0, 1]),
+         ((3, 5, 2, 7), [1, 3, 0, 2]), ((3, 1, 5), [1, 0, 2]), ((4, 3, 5, 2), [0, 1, 3, 2])]
+
+
+@dtypes
+@pytest.mark.parametrize("shape,perm", PERMS, ids=str)
+def test_transpose(shape, perm, dtype):
+    p = perm or list(range(len(shape)))[::-1]
+    check_op("Transpose", {"x": _x(shape, dtype)}, lambda x: x.permute(*p),
+             attrs={"perm": perm} if perm else None)
+
+
+# ---------------------------------------------------------------- Concat, Split
+
+CONCATS = [([(2, 3), (4, 3)], 0), ([(2, 3, 4), (2, 1, 4), (2, 5, 4)], 1),
+           ([(2, 3, 4), (2, 3, 2)], -1), ([(3, 2), (0, 2), (1, 2)], 0), ([(5,)], 0)]
+
+
+@dtypes
+@pytest.mark.parametrize("shapes,axis", CONCATS, ids=str)
+def test_concat(shapes, axis, dtype):
+    inputs = {f"x{i}": _x(s, dtype, i) for i, s in enumerate(shapes)}
+    check_op("Concat", inputs, lambda *xs: torch.cat(xs, axis), attrs={"axis": axis})
+
+
+@dtypes
+@pytest.mark.parametrize("sizes,axis,dim", [([2, 3, 1], 1, 6), ([4, 0, 1], 0, 5),
+                                            ([3, 3], -1, 6)], ids=str)
+def test_split_sizes_input(sizes, axis, dim, dtype):
+    shape = [dim, 3] if axis == 0 else [2, dim]
+    check_op("Split", {"x": _x(shape, dtype)}, lambda x, s: torch.split(x, sizes, axis),
+             consts={"s": _i64(*sizes)}, attrs={"axis": axis}, n_outputs=len(sizes),
+             opset=13)
+
+
+@dtypes
+def test_split_attribute_and_even(dtype):
+    x = _x((2, 9, 3), dtype)
+    check_op("Split", {"x": x}, lambda x: torch.split(x, [4, 5], 1),
+             attrs={"axis": 1, "split": [4, 5]}, n_outputs=2, opset=11)
+    check_op("Split", {"x": x}, lambda x: torch.split(x, 3, 1), attrs={"axis": 1},
+             n_outputs=3, opset=13)
+
+
+@dtypes
+@pytest.mark.parametrize("dim,n", [(7, 3), (8, 4), (10, 4), (5, 2)])
+def test_split_num_outputs(dim, n, dtype):
+    # opset 18: chunks of ceil(dim / n), the last one smaller, like torch.split
+    x = _x((3, dim), dtype)
+    check_op("Split", {"x": x}, lambda x: torch.split(x, -(-dim // n), 1),
+             attrs={"axis": 1, "num_outputs": n}, n_outputs=n, opset=18)
+
+
+def test_split_errors():
+    with pytest.raises(ValueError, match="summing"):
+        check_op("Split", {"x": _x((6,))}, None, consts={"s": _i64(2, 2)}, n_outputs=2)
+    with pytest.raises(ValueError, match="num_outputs"):
+        check_op("Split", {"x": _x((6,))}, None, attrs={"num_outputs": 3}, n_outputs=2)
+
+
+# ---------------------------------------------------------------- Slice
+
+def _torch_slice(x, starts, ends, axes, steps):
+    """ONNX Slice through index_select; Python slices clamp like ONNX."""
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        idx = list(range(x.shape[a]))[slice(s, e, st)]
+        x = torch.index_select(x, a, torch.tensor(idx, dtype=torch.int64))
+    return x
+
+
+SLICES = [
+    ((5, 6), [1, 2], [4, 5], None, None),
+    ((5, 6), [0], [-1], [1], None),
+    ((7, 8), [1, 0], [100, I64.max], [0, 1], [2, 3]),
+    ((7, 8), [-1], [I64.min], [1], [-1]),
+    ((7, 8), [5, -2], [0, -100], [0, 1], [-2, -3]),
+    ((4, 5, 6), [-10, 2], [10, 2], [2, 0], [1, 1]),          # empty along axis 0
+    ((4, 5, 6), [3, 1, 0], [0, I64.max, 6], [-3, 1, -1], [-1, 2, 4]),
+    ((9,), [20], [-20], None, [-3]),                          # clamped both ends
+    ((9,), [2], [7], None, [I64.max]),
+    ((3, 9), [8], [0], [1], [I64.min]),
+]
+
+
+@dtypes
+@pytest.mark.parametrize("shape,starts,ends,axes,steps", SLICES, ids=str)
+def test_slice(shape, starts, ends, axes, steps, dtype):
+    consts = {"starts": _i64(*starts), "ends": _i64(*ends)}
+    order = ["x", "starts", "ends"]
+    if axes is not None or steps is not None:
+        consts["axes"] = _i64(*(axes if axes is not None else range(len(starts))))
+        order.append("axes")
+    if steps is not None:
+        consts["steps"] = _i64(*steps)
+        order.append("steps")
+    check_op("Slice", {"x": _x(shape, dtype)},
+             lambda x, *_: _torch_slice(x, starts, ends, axes, steps), consts=consts,
+             input_order=order)
+
+
+def test_slice_int32_params_and_opset9_attributes():
+    x = _x((6, 5))
+    check_op("Slice", {"x": x}, lambda x, *_: x[1:5:2, -3:],
+             consts={"starts": np.array([1, -3], np.int32), "ends": np.array([5, 99], np.int32),
+                     "axes": np.array([0, 1], np.int32), "steps": np.array([2, 1], np.int32)})
+    check_op("Slice", {"x": x}, lambda x: x[:, 1:4], opset=9,
+             attrs={"starts": [1], "ends": [4], "axes": [1]})
+
+
+def test_slice_step_zero_is_an_error():
+    with pytest.raises(ValueError, match="steps"):
+        check_op("Slice", {"x": _x((4,))}, None,
+                 consts={"s": _i64(0), "e": _i64(3), "a": _i64(0), "t": _i64(0)})
+
+
+# ---------------------------------------------------------------- Squeeze, Unsqueeze
+
+@dtypes
+@pytest.mark.parametrize("shape,axes", [((1, 3, 1, 4), [0]), ((1, 3, 1, 4), [-2, 0]),
+                                        ((1, 3, 1, 4), None), ((2, 1), [1]), ((1,), None)],
+                         ids=str)
+def test_squeeze(shape, axes, dtype):
+    x = _x(shape, dtype)
+    out = np.squeeze(np.empty(shape), axis=None if axes is None else tuple(axes)).shape
+    check_op("Squeeze", {"x": x}, lambda x, *_: x.reshape(out),
+             consts=None if axes is None else {"a": _i64(*axes)})
+    check_op("Squeeze", {"x": x}, lambda x: x.reshape(out), opset=11,
+             attrs=None if axes is None else {"axes": axes})
+
+
+def test_squeeze_non_unit_axis_is_an_error():
+    with pytest.raises(ValueError, match="cannot squeeze axis 1"):
+        check_op("Squeeze", {"x": _x((1, 3))}, None, consts={"a": _i64(1)})
+
+
+@dtypes
+@pytest.mark.parametrize("shape,axes", [((3, 4), [0]), ((3, 4), [1, -1]), ((3,), [0, 3, 1]),
+                                        ((), [0]), ((2, 3), [-3])], ids=str)
+def test_unsqueeze(shape, axes, dtype):
+    x = _x(shape, dtype)
+    out = np.expand_dims(np.empty(shape), tuple(axes)).shape
+    check_op("Unsqueeze", {"x": x}, lambda x, a: x.reshape(out), consts={"a": _i64(*axes)})
+    check_op("Unsqueeze", {"x": x}, lambda x: x.reshape(out), opset=11, attrs={"axes": axes})
+
+
+# ---------------------------------------------------------------- Gather
+
+def _torch_gather(x, idx, axis):
+    a = axis % x.dim()
+    flat = torch.index_select(x, a, (idx % x.shape[a]).reshape(-1).long())
+    return flat.reshape(x.shape[:a] + idx.shape + x.shape[a + 1:])
+
+
+GATHERS = [((5, 4), [0, 4, 2], 0), ((5, 4), [[1, -1], [3, 3]], 1), ((3, 4, 5), [-5, 0, 0, 2], -1),
+           ((3, 4, 5), 2, 1), ((6,), [[5, 0, 5, 5]], 0), ((3, 4), [], 0)]
+
+
+@dtypes
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32], ids=["i64", "i32"])
+@pytest.mark.parametrize("shape,idx,axis", GATHERS, ids=str)
+def test_gather(shape, idx, axis, idx_dtype, dtype):
+    # repeated indices: gradients of duplicates accumulate
+    check_op("Gather", {"x": _x(shape, dtype)}, lambda x, i: _torch_gather(x, i, axis),
+             consts={"i": np.array(idx, idx_dtype)}, attrs={"axis": axis})
+
+
+def test_gather_runtime_indices_and_range_check():
+    x = _x((4, 3))
+    check_op("Gather", {"x": x, "i": _i64(3, -4, 1)}, lambda x, i: _torch_gather(x, i, 0))
+    with pytest.raises(IndexError, match="out of range"):
+        check_op("Gather", {"x": x, "i": _i64(0, 4)}, None)
+
+
+# ---------------------------------------------------------------- Expand
+
+@dtypes
+@pytest.mark.parametrize("shape,target", [((3, 1), [2, 3, 4]), ((1,), [5]), ((2, 1, 4), [3, 1]),
+                                          ((2, 3), [1, 1]), ((), [2, 2]), ((4, 1, 1), [4, 3, 2])],
+                         ids=str)
+def test_expand(shape, target, dtype):
+    out = np.broadcast_shapes(shape, tuple(target))
+    check_op("Expand", {"x": _x(shape, dtype)}, lambda x, s: x.expand(out),
+             consts={"s": _i64(*target)})
+
+
+# ---------------------------------------------------------------- Pad
+
+def _onnx_pads(torch_pad, rank):
+    """torch (last_begin, last_end, prev_begin, ...) -> ONNX [begins..., ends...]."""
+    b, e = [0] * rank, [0] * rank
+    for k in range(len(torch_pad) // 2):
+        b[rank - 1 - k], e[rank - 1 - k] = torch_pad[2 * k], torch_pad[2 * k + 1]
+    return b + e
+
+
+PADS = [((2, 3, 5), (1, 2)), ((2, 3, 5), (4, 0)), ((2, 3, 4, 5), (1, 2, 2, 1)),
+        ((1, 2, 4, 6), (3, 3, 0, 3)), ((2, 3, 5), (-1, 2)), ((2, 3, 4, 5), (-2, 1, 1, -1))]
+
+
+@dtypes
+@pytest.mark.parametrize("mode,torch_mode", [("constant", "constant"), ("reflect", "reflect"),
+                                             ("edge", "replicate"), ("wrap", "circular")])
+@pytest.mark.parametrize("shape,pad", PADS, ids=str)
+def test_pad(shape, pad, mode, torch_mode, dtype):
+    x = _x(shape, dtype)
+    consts = {"pads": _i64(*_onnx_pads(pad, len(shape)))}
+    kw = {}
+    if mode == "constant":
+        consts["value"] = np.array(1.5, dtype)
+        kw = {"value": 1.5}
+    check_op("Pad", {"x": x}, lambda x, *_: F.pad(x, pad, mode=torch_mode, **kw),
+             consts=consts, attrs={"mode": mode})
+
+
+@dtypes
+def test_pad_constant_crop_and_axes(dtype):
+    x = _x((3, 4, 5), dtype)
+    # constant pads on every axis, incl. the first, and crops
+    check_op("Pad", {"x": x}, lambda x, p: F.pad(x, (2, -1, 0, 1, -1, 2)),
+             consts={"pads": _i64(-1, 0, 2, 2, 1, -1)})
+    # opset 18 axes input: pads only the listed axes
+    check_op("Pad", {"x": x}, lambda x, *_: F.pad(x, (0, 0, 1, 0, 2, 3), mode="constant"),
+             consts={"pads": _i64(2, 1, 3, 0), "value": np.array(0, dtype),
+                     "axes": _i64(0, -2)}, opset=18)
+    # opset 10: pads and value as attributes
+    check_op("Pad", {"x": x}, lambda x: F.pad(x, (1, 1, 0, 2), value=-2.0), opset=10,
+             attrs={"pads": [0, 0, 1, 0, 2, 1], "value": -2.0})
+
+
+@pytest.mark.parametrize("mode", ["reflect", "wrap"])
+def test_pad_wider_than_axis_repeats_like_numpy(mode):
+    x = _x((2, 3))
+    out = check_op("Pad", {"x": x}, lambda x, p: torch.tensor(
+        np.pad(x.detach().numpy(), ((0, 0), (5, 7)), mode=mode)),
+        consts={"pads": _i64(0, 5, 0, 7)}, attrs={"mode": mode}, grad=False)
+    assert out[0].shape == (2, 15)
+
+
+# ---------------------------------------------------------------- Shape, ConstantOfShape
+
+@pytest.mark.parametrize("start,end", [(None, None), (1, None), (1, -1), (-2, None), (-9, 9),
+                                       (3, 1)], ids=str)
+def test_shape(start, end):
+    x = _x((2, 3, 4, 5))
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    dims = list(x.shape)[slice(start, end)]
+    check_op("Shape", {"x": x}, lambda x: torch.tensor(dims, dtype=torch.int64), attrs=attrs,
+             grad=False)
+
+
+@pytest.mark.parametrize("value", [None, np.array([5], np.int64), np.array([-1.5], np.float64),
+                                   np.array([True])], ids=str)
+def test_constant_of_shape(value):
+    attrs = {} if value is None else {"value": numpy_helper.from_array(value)}
+    dt = torch.float32 if value is None else torch.from_numpy(value).dtype
+    fill = 0 if value is None else value[0].item()
+    check_op("ConstantOfShape", {}, lambda s: torch.full((2, 3), fill, dtype=dt),
+             consts={"s": _i64(2, 3)}, attrs=attrs, grad=False)
+    check_op("ConstantOfShape", {}, lambda s: torch.full((), fill, dtype=dt),
+             consts={"s": np.zeros(0, np.int64)}, attrs=attrs, grad=False)
+
+
+# ---------------------------------------------------------------- integer data (shape arithmetic)
+
+INT_CASES = [
+    ("Reshape", lambda x, s: x.reshape(2, 6), {"s": _i64(2, -1)}, {}),
+    ("Flatten", lambda x: x.reshape(3, 4), {}, {"axis": 1}),
+    ("Transpose", lambda x: x.t(), {}, {}),
+    ("Concat", lambda x, c: torch.cat([x, c], 0), {"c": np.ones((1, 4), np.int64)}, {"axis": 0}),
+    ("Slice", lambda x, *_: x.flip(0)[::2, 1:3], {"s": _i64(-1, 1), "e": _i64(I64.min, 3),
+                                            "a": _i64(0, 1), "t": _i64(-2, 1)}, {}),
+    ("Squeeze", lambda x, a: x, {"a": np.zeros(0, np.int64)}, {}),
+    ("Unsqueeze", lambda x, a: x[None], {"a": _i64(0)}, {}),
+    ("Gather", lambda x, i: x[:, [2, 0]], {"i": _i64(-2, 0)}, {"axis": 1}),
+    ("Expand", lambda x, s: x.expand(2, 3, 4), {"s": _i64(2, 1, 1)}, {}),
+    ("Pad", lambda x, *_: F.pad(x, (1, 2), value=7), {"p": _i64(0, 1, 0, 2),
+                                                       "v": np.array(7, np.int64)}, {}),
+    ("Pad", lambda x, p: F.pad(x[None].double(), (1, 2), mode="reflect")[0].long(),
+     {"p": _i64(0, 1, 0, 2)}, {"mode": "reflect"}),
+]
+
+
+@pytest.mark.parametrize("op,fn,consts,attrs", INT_CASES, ids=[c[0] for c in INT_CASES])
+def test_int64_forward(op, fn, consts, attrs):
+    x = _x((3, 4), np.int64)
+    check_op(op, {"x": x}, fn, consts=consts, attrs=attrs, grad=False)
+
+
+def test_int64_split_and_bool_data():
+    x = _x((5,), np.int64)
+    check_op("Split", {"x": x}, lambda x, s: torch.split(x, [2, 3]), consts={"s": _i64(2, 3)},
+             n_outputs=2, grad=False)
+    b = np.array([[True, False, True], [False, False, True]])
+    check_op("Transpose", {"b": b}, lambda b: b.t(), grad=False)
+    check_op("Concat", {"b": b, "c": ~b}, lambda b, c: torch.cat([b, c], 1), attrs={"axis": 1},
+             grad=False)
+
+
+def _shape_subgraph_model():
+    """y = Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): (N, 3, 4) -> (N, 12)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(_i64(0), "axes0"),
+             numpy_helper.from_array(_i64(-1), "minus1")]
+    graph = helper.make_graph(
+        nodes, "shape_subgraph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 12])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_shape_subgraph_is_folded_per_batch_size():
+    g = aidge_interop.load_onnx(_shape_subgraph_model())
+    for n in (2, 5, 2):
+        x = _x((n, 3, 4), np.float32, n)
+        (y,) = g.forward([x], need_backward=True, input_grads=True)
+        np.testing.assert_array_equal(y, x.reshape(n, 12))
+        assert g.memory_stats()["planned_nodes"] == 1  # only Reshape runs; the rest folded
+        dy = _x((n, 12), np.float32, 7)
+        (gx,) = g.backward([dy])
+        np.testing.assert_array_equal(gx, dy.reshape(n, 3, 4))
+
+
+# ---------------------------------------------------------------- reductions
+
+REDUCE = {"ReduceMean": torch.mean, "ReduceSum": torch.sum, "ReduceMax": torch.amax,
+          "ReduceMin": torch.amin}
+AXES = [[1], [0, 2], [-1], [2, 0, 1], [1, 3], None]
+
+
+def _torch_reduce(op, x, axes, keepdims):
+    dims = list(range(x.dim())) if axes is None else axes
+    return REDUCE[op](x, dim=dims, keepdim=bool(keepdims))
+
+
+@dtypes
+@pytest.mark.parametrize("keepdims", [1, 0])
+@pytest.mark.parametrize("axes", AXES, ids=str)
+@pytest.mark.parametrize("op", list(REDUCE))
+def test_reduce(op, axes, keepdims, dtype):
+    x = _x((3, 4, 5, 2) if axes == [1, 3] else (3, 4, 5), dtype)
+    consts = {} if axes is None else {"axes": _i64(*axes)}
+    check_op(op, {"x": x}, lambda x, *_: _torch_reduce(op, x, axes, keepdims),
+             consts=consts, attrs={"keepdims": keepdims})
+    # the same through the axes attribute of the previous opset
+    attrs = {"keepdims": keepdims}
+    if axes is not None:
+        attrs["axes"] = axes
+    check_op(op, {"x": x}, lambda x: _torch_reduce(op, x, axes, keepdims), attrs=attrs,
+             opset=11 if op == "ReduceSum" else 13)
+
+
+@dtypes
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_ties_split_the_gradient(op, dtype):
+    # integers in a small range: many tied maxima/minima per row
+    x = np.random.default_rng(3).integers(0, 3, (4, 6, 5)).astype(dtype)
+    for axes in ([1], [0, 2], None):
+        check_op(op, {"x": x}, lambda x, *_: _torch_reduce(op, x, axes, 1),
+                 consts={} if axes is None else {"a": _i64(*axes)})
+
+
+@pytest.mark.parametrize("op", list(REDUCE))
+def test_reduce_noop_with_empty_axes(op):
+    x = _x((3, 4))
+    check_op(op, {"x": x}, lambda x, a: x * 1, consts={"a": np.zeros(0, np.int64)},
+             attrs={"noop_with_empty_axes": 1})
+    check_op(op, {"x": x}, lambda x: x * 1, attrs={"noop_with_empty_axes": 1})
+    # without the flag, empty axes reduce everything
+    check_op(op, {"x": x}, lambda x, a: _torch_reduce(op, x, None, 1),
+             consts={"a": np.zeros(0, np.int64)})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_reduce_integers(op, dtype):
+    x = _x((4, 5, 3), dtype)
+    check_op(op, {"x": x}, lambda x, a: _torch_reduce(op, x, [0, 2], 0),
+             consts={"a": _i64(0, 2)}, attrs={"keepdims": 0}, grad=False)
+
+
+def test_reduce_max_min_of_bool_are_any_all():
+    x = np.random.default_rng(0).integers(0, 2, (3, 4, 5)).astype(bool)
+    x[0] = False
+    x[1] = True
+    for op, fn in (("ReduceMax", torch.any), ("ReduceMin", torch.all)):
+        check_op(op, {"x": x}, lambda x, a: fn(x, 2), consts={"a": _i64(2)},
+                 attrs={"keepdims": 0}, grad=False)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 1e-7), (np.float64, 1e-15)],
+                         ids=["float32", "float64"])
+def test_reduce_sum_error_does_not_grow_with_length(dtype, rtol):
+    # within a few roundings of the exact sum over 2M elements: a plain
+    # float64 running sum drifts ~1e-13 here, a float32 one ~1e-4
+    n = 1 << 21
+    x = np.random.default_rng(0).uniform(0, 1, (2, n)).astype(dtype)
+    exact = np.array([math.fsum(r) for r in x.astype(np.float64)])
+    for axes, data in (([1], x), ([0], np.ascontiguousarray(x.T))):
+        (y,) = aidge_interop.load_onnx(
+            make_model("ReduceSum", {"x": data}, {"keepdims": 0}, {"a": _i64(*axes)}),
+            param_kinds={"a": "const"}).forward([data])
+        np.testing.assert_allclose(y, exact, rtol=rtol)
+    (m,) = aidge_interop.load_onnx(make_model("ReduceMean", {"x": x})).forward([x])
+    np.testing.assert_allclose(m, [[exact.sum() / (2 * n)]], rtol=rtol)
+
+
+def test_reduce_non_constant_axes_is_an_error():
+    with pytest.raises(NotImplementedError, match="axes input must be a constant"):
+        check_op("ReduceSum", {"x": _x((2, 3)), "a": _i64(0)}, None)
+
+
+# ---------------------------------------------------------------- finite differences
+
+FD_CASES = [
+    ("Pad", (2, 3, 4), {"p": _i64(0, 2, -1, 0, 1, 3)}, {"mode": "reflect"}),
+    ("Pad", (2, 4), {"p": _i64(1, 3, 2, 0)}, {"mode": "edge"}),
+    ("Pad", (2, 5), {"p": _i64(0, -1, 1, 4)}, {"mode": "wrap"}),
+    ("Slice", (5, 6), {"s": _i64(4, 5), "e": _i64(0, -7), "a": _i64(0, 1), "t": _i64(-2, -2)}, {}),
+    ("Gather", (4, 3), {"i": _i64(1, -3, 1, 2)}, {"axis": 0}),
+    ("Expand", (3, 1), {"s": _i64(2, 3, 4)}, {}),
+    ("Transpose", (2, 3, 4), {}, {"perm": [1, 2, 0]}),
+    ("ReduceMax", (3, 4, 5), {"a": _i64(0, 2)}, {}),
+    ("ReduceMean", (3, 4, 5), {"a": _i64(1)}, {"keepdims": 0}),
+]
+
+
+@pytest.mark.parametrize("op,shape,consts,attrs", FD_CASES, ids=[c[0] for c in FD_CASES])
+def test_gradient_finite_differences(op, shape, consts, attrs):
+    _fd_check(op, _x(shape, np.float64, 5), consts, attrs)
