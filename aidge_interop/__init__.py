@@ -38,8 +38,19 @@ from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
 from .graph import Graph
 from .onnx_import import load_onnx
-from .optim import SGD
-from .wrap import AidgeModule, wrap
+
+# torch is imported on first use of these (the pytest plugin stays light)
+_LAZY = {"SGD": ".optim", "wrap": ".wrap", "AidgeModule": ".wrap"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'aidge_interop' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 

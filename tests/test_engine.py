@@ -204,3 +204,12 @@ def test_two_graphs_in_two_threads_match_sequential():
 def test_supported_operators_lists_backward():
     ops = aidge_interop.supported_operators()
     assert ops["Relu"]["backward"] and not ops["Equal"]["backward"]
+
+
+def test_shape_computed_at_run_time_is_refused_with_the_node_named():
+    """Reshape's shape from a float input (not constant at plan time)."""
+    nodes = [helper.make_node("Cast", ["f"], ["s"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape_me")]
+    g = load_onnx(_model(nodes, [("x", [2, 3]), ("f", [2])], ["y"]))
+    with pytest.raises(NotImplementedError, match="reshape_me.*constant"):
+        g.forward([np.zeros((2, 3)), np.array([3.0, 2.0])])

@@ -71,3 +71,28 @@ for pattern in EXCLUDED:
     backend_test.exclude(pattern)
 
 globals().update(backend_test.test_cases)
+
+
+def _report():
+    """Per operator: node tests run and excluded (with the reasons)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    names = [t.name for t in load_model_tests(kind="node")]
+    total_run = total_excl = 0
+    print(f"{'operator':<20}{'run':>5}{'excluded':>10}")
+    for op, pattern in OPERATOR_TESTS.items():
+        matched = [n for n in names if re.match(rf"^{pattern}", n)]
+        excluded = [n for n in matched if any(re.search(p, n + "_cpu") for p in EXCLUDED)]
+        total_run += len(matched) - len(excluded)
+        total_excl += len(excluded)
+        print(f"{op:<20}{len(matched) - len(excluded):>5}{len(excluded):>10}")
+    share = total_run / (total_run + total_excl)
+    print(f"{'total':<20}{total_run:>5}{total_excl:>10}   ({share:.1%} of the node tests of "
+          "these operators run; every one that runs must pass)")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--report" in sys.argv:
+        _report()

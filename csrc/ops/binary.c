@@ -3,8 +3,8 @@
  * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Sum, Equal, Less,
  * Greater, Where.
  *
- * Arithmetic takes float32/float64 (with gradients) and int32/int64 (shape
- * arithmetic, no gradients). Backward forms the elementwise gradient in the
+ * Arithmetic takes float32/float64 (with gradients) and integers of every
+ * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
  * output's shape and sums it over the broadcast axes into each input
  * (ai_reduce_to); when an input has the output's shape it accumulates
  * directly.
@@ -125,17 +125,38 @@ static int64_t int_pow(int64_t a, int64_t e)
     return (int64_t)r;
 }
 
+/* Integer elements of any width, widened to int64 / narrowed with wrap-around. */
+static int64_t int_get(const void *data, ai_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case AI_I8: return ((const int8_t *)data)[i];
+    case AI_U8: return ((const uint8_t *)data)[i];
+    case AI_I16: return ((const int16_t *)data)[i];
+    case AI_I32: return ((const int32_t *)data)[i];
+    default: return ((const int64_t *)data)[i];
+    }
+}
+
+static void int_set(void *data, ai_dtype dt, int64_t i, int64_t v)
+{
+    switch (dt) {
+    case AI_I8: ((int8_t *)data)[i] = (int8_t)(uint8_t)(uint64_t)v; break;
+    case AI_U8: ((uint8_t *)data)[i] = (uint8_t)(uint64_t)v; break;
+    case AI_I16: ((int16_t *)data)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
+    case AI_I32: ((int32_t *)data)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    default: ((int64_t *)data)[i] = v; break;
+    }
+}
+
 static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tensor *y,
                          const ai_tensor *x0, const ai_tensor *x1)
 {
-    const bool i64 = y->dtype == AI_I64;
-    const int64_t *a64 = x0->data, *b64 = x1->data;
-    const int32_t *a32 = x0->data, *b32 = x1->data;
+    const ai_dtype dt = y->dtype;
     ai_status st = AI_OK;
     BCAST_LOOP(b, {
         for (int64_t j = 0; j < inner; j++) {
-            int64_t u = i64 ? a64[ra + j * sa] : a32[ra + j * sa];
-            int64_t v = i64 ? b64[rb + j * sb] : b32[rb + j * sb];
+            int64_t u = int_get(x0->data, dt, ra + j * sa);
+            int64_t v = int_get(x1->data, dt, rb + j * sb);
             int64_t r;
             if (kind == DIV) {
                 if (v == 0) {
@@ -146,18 +167,14 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 }
             } else if (kind == POW) {
                 r = int_pow(u, v);
-            } else {
-                r = (int64_t)((uint64_t)u + 0); /* wrap, never UB */
+            } else { /* wrap around, never undefined behaviour */
                 r = kind == ADD   ? (int64_t)((uint64_t)u + (uint64_t)v)
                     : kind == SUB ? (int64_t)((uint64_t)u - (uint64_t)v)
                     : kind == MUL ? (int64_t)((uint64_t)u * (uint64_t)v)
                     : kind == MIN ? (u < v ? u : v)
                                   : (u > v ? u : v);
             }
-            if (i64)
-                ((int64_t *)y->data)[ro + j] = r;
-            else
-                ((int32_t *)y->data)[ro + j] = (int32_t)r;
+            int_set(y->data, dt, ro + j, r);
         }
     });
     return st;
@@ -232,9 +249,9 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
     ai_dtype dt = a->dtype;
     bool arith = kind <= MAX;
-    if (arith && dt != AI_F32 && dt != AI_F64 && dt != AI_I32 && dt != AI_I64)
+    if (arith && (dt == AI_F16 || dt == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
-                             "dtype %s is not supported (float32, float64, int32, int64)",
+                             "dtype %s is not supported (float32, float64 and integers)",
                              ai_dtype_name(dt));
     int nd;
     int64_t shape[AI_MAX_DIMS];
@@ -417,7 +434,7 @@ static ai_status nary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             return st;
         memcpy(shape, s2, sizeof shape);
     }
-    if (dt != AI_F32 && dt != AI_F64 && dt != AI_I32 && dt != AI_I64)
+    if (dt == AI_F16 || dt == AI_BOOL)
         return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
                              ai_dtype_name(dt));
     out[0].dtype = dt;
@@ -442,8 +459,7 @@ static double nary_get(const ai_tensor *t, int64_t off)
     switch (t->dtype) {
     case AI_F32: return ((const float *)t->data)[off];
     case AI_F64: return ((const double *)t->data)[off];
-    case AI_I32: return ((const int32_t *)t->data)[off];
-    default: return (double)((const int64_t *)t->data)[off];
+    default: return (double)int_get(t->data, t->dtype, off);
     }
 }
 
@@ -462,17 +478,18 @@ static ai_status nary_forward(ai_ctx *c)
             int64_t iacc = 0;
             for (int k = 0; k < c->n_in; k++) {
                 int64_t off = nary_offset(y, st[k], i);
-                if (y->dtype == AI_I64)
-                    iacc += ((const int64_t *)c->in[k]->data)[off];
-                else
+                if (ai_dtype_is_float(y->dtype))
                     acc += nary_get(c->in[k], off);
+                else
+                    iacc = (int64_t)((uint64_t)iacc + (uint64_t)int_get(c->in[k]->data,
+                                                                         y->dtype, off));
             }
-            switch (y->dtype) {
-            case AI_F32: ((float *)y->data)[i] = (float)acc; break;
-            case AI_F64: ((double *)y->data)[i] = acc; break;
-            case AI_I32: ((int32_t *)y->data)[i] = (int32_t)acc; break;
-            default: ((int64_t *)y->data)[i] = iacc; break;
-            }
+            if (y->dtype == AI_F32)
+                ((float *)y->data)[i] = (float)acc;
+            else if (y->dtype == AI_F64)
+                ((double *)y->data)[i] = acc;
+            else
+                int_set(y->data, y->dtype, i, iacc);
         }
         return AI_OK;
     }

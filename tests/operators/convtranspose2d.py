@@ -1,0 +1,14 @@
+"""ConvTranspose2D: ``nn.ConvTranspose2d`` (ONNX ConvTranspose)."""
+from torch import nn
+
+
+class ConvTranspose2DModel(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size=(3, 3), stride=(1, 1),
+                 padding=(0, 0), output_padding=(0, 0), dilation=(1, 1), groups=1, bias=True):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
+                                       padding=padding, output_padding=output_padding,
+                                       dilation=dilation, groups=groups, bias=bias)
+
+    def forward(self, x):
+        return self.conv(x)
