@@ -350,18 +350,6 @@ TINY_JSON = {
 }
 
 
-@pytest.fixture(scope="module")
-def engine_loaded():
-    """Runs wrap() once outside pytester's in-process runs: pytester unloads
-    the modules an inner run imported first, and onnx (protobuf) aborts the
-    interpreter when it is imported a second time."""
-    import torch
-
-    import aidge_interop
-
-    aidge_interop.wrap(torch.nn.Linear(2, 2), [(1, 2)])
-
-
 def tiny_suite(pytester, body, config_kwargs="", json_data=TINY_JSON):
     pytester.makefile(".json", tiny=json.dumps(json_data))
     indented = "\n".join("    " + line for line in body.strip().splitlines())
@@ -369,11 +357,11 @@ def tiny_suite(pytester, body, config_kwargs="", json_data=TINY_JSON):
 
 
 def run(pytester, *args):
-    """An in-process pytest run, without the unrelated plugins that would
-    re-import themselves at every run (hypothesis: seconds) or warn inside
-    an xdist worker (pytest-benchmark)."""
-    return pytester.runpytest("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-                              "-p", "no:benchmark", *args)
+    """A pytest run in a subprocess (an in-process run unloads the modules it
+    imported, and torch cannot be imported twice in one interpreter), without
+    unrelated plugins (hypothesis, pytest-benchmark)."""
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                                         "-p", "no:benchmark", *args)
 
 
 def test_plugin_is_registered_under_pytest11():
@@ -382,7 +370,7 @@ def test_plugin_is_registered_under_pytest11():
     assert entry.value == "aidge_interop.testing.plugin"
 
 
-def test_fixture_yields_the_documented_dict(pytester, engine_loaded):
+def test_fixture_yields_the_documented_dict(pytester):
     tiny_suite(pytester, '''
 case = tiny_case
 assert set(case) == {"name", "torch_model", "aidge_model", "input_size", "output_size",
@@ -416,7 +404,7 @@ torch.testing.assert_close(case["aidge_model"](x), case["torch_model"](x))
     ])
 
 
-def test_same_case_builds_the_same_model_every_time(pytester, engine_loaded):
+def test_same_case_builds_the_same_model_every_time(pytester):
     tiny_suite(pytester, '''
 w = tiny_case["torch_model"].fc.weight
 print("W", tiny_case["name"], float(w.sum()))
@@ -441,7 +429,7 @@ print("W", tiny_case["name"], float(w.sum()))
                  ["XFAIL *plain* - see issue 7", "XFAIL *no_bias* - known engine bug",
                   "FAILED *batch_1*"], id="per_case_last"),
 ])
-def test_marks_follow_the_priority_order(pytester, engine_loaded, config_kwargs, outcomes,
+def test_marks_follow_the_priority_order(pytester, config_kwargs, outcomes,
                                         reasons):
     tiny_suite(pytester, 'assert False, "the engine disagrees"',
                config_kwargs=config_kwargs + ", forward_only_cases=True")
@@ -450,7 +438,7 @@ def test_marks_follow_the_priority_order(pytester, engine_loaded, config_kwargs,
     result.stdout.fnmatch_lines_random(reasons)
 
 
-def test_plugin_markers_select_cases(pytester, engine_loaded):
+def test_plugin_markers_select_cases(pytester):
     tiny_suite(pytester, "pass", config_kwargs="forward_only_cases=True")
     result = run(pytester, "--strict-markers", "-m", "forward_only")
     result.assert_outcomes(passed=1, deselected=2)
@@ -480,7 +468,7 @@ def test_bad_configuration_is_a_collection_error(pytester):
                                  "expected a list of numbers, got 3"])
 
 
-def test_fixture_names_the_case_a_model_cannot_be_built_for(pytester, engine_loaded):
+def test_fixture_names_the_case_a_model_cannot_be_built_for(pytester):
     data = {"c": {"input_specs": [{"name": "data_input", "shape": [2, 6]},
                                   {"name": "weight", "shape": [3, 6]}],
                   "attributes": {"nb_groups": 2}}}

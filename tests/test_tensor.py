@@ -302,30 +302,45 @@ def test_conversion_gpu(dtype, layout):
 
 # ---------------------------------------------------------------- leaks
 
-def _rss():
+LEAK_CHECK = r"""
+import gc, os, sys
+import numpy as np, torch
+from aidge_interop import _C
+from aidge_interop.tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
+
+def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+t = torch.randn(4, 8)
+arr = np.arange(32, dtype=np.int32).reshape(4, 8)[::-1]
+
+def cycle(n):
+    for _ in range(n):
+        back = aidge_tensor_to_torch(torch_tensor_to_aidge(t))
+        np.asarray(torch_tensor_to_aidge(arr))
+        assert back.data_ptr() == t.data_ptr()
+
+cycle(2000)
+gc.collect()
+rss0, objs0, refs0, live0 = rss(), len(gc.get_objects()), sys.getrefcount(t), _C._debug_counters()
+cycle(100_000)
+gc.collect()
+print(rss() - rss0, len(gc.get_objects()) - objs0, sys.getrefcount(t) - refs0,
+      _C._debug_counters() == live0)
+"""
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
 def test_no_leak_100k_round_trips():
-    t = torch.randn(4, 8)
-    arr = np.arange(32, dtype=np.int32).reshape(4, 8)[::-1]
+    # in a fresh interpreter: the test process's own allocations (other tests,
+    # pytest-xdist) must not count
+    import subprocess
 
-    def cycle(n):
-        for _ in range(n):
-            back = aidge_tensor_to_torch(torch_tensor_to_aidge(t))
-            np.asarray(torch_tensor_to_aidge(arr))
-            assert back.data_ptr() == t.data_ptr()
-
-    cycle(2000)
-    gc.collect()
-    rss0, objs0, refs0 = _rss(), len(gc.get_objects()), sys.getrefcount(t)
-    live0 = _C._debug_counters()
-    cycle(100_000)
-    gc.collect()
-    grown = _rss() - rss0
+    out = subprocess.run([sys.executable, "-c", LEAK_CHECK], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    grown, objects, refs, counters_flat = int(out[0]), int(out[1]), int(out[2]), out[3]
     assert grown < 4 << 20, f"resident memory grew by {grown / 2**20:.1f} MiB"
-    assert len(gc.get_objects()) - objs0 < 100
-    assert sys.getrefcount(t) == refs0
-    assert _C._debug_counters() == live0
+    assert objects < 100, f"{objects} more Python objects"
+    assert refs == 0, "the source tensor gained references"
+    assert counters_flat == "True", "engine tensors or storages were not freed"
