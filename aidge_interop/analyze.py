@@ -130,6 +130,8 @@ _NODEID = r"(?P<nodeid>[^\s\[]+::[^\s\[]+(?:\[.*?\])?)"
 _OUTCOME = r"(?P<outcome>" + "|".join(_OUTCOMES) + r")"
 _VERBOSE = re.compile(rf"^{_NODEID} {_OUTCOME}(?: \((?P<reason>.*)\))?\s*(?:\[\s*\d+%\])?\s*$")
 _VERBOSE_XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] {_OUTCOME} {_NODEID}\s*$")
+_XDIST_GLUED = re.compile(rf"^(?P<result>\[gw\d+\] \[\s*\d+%\] {_OUTCOME} {_NODEID}) "
+                          r"(?P<rest>Fatal Python error.*)$")
 _SHORT_SUMMARY = re.compile(rf"^{_OUTCOME} (?P<nodeid>\S.*?)(?: - (?P<msg>.*))?$")
 _RULE = re.compile(r"^=+ ?(?P<title>.*?) ?=+$")
 _SECTION = re.compile(r"^_{3,} (?P<title>.+?) _{3,}$")
@@ -244,7 +246,15 @@ def parse_pytest_output(text: str) -> PytestRun:
     named.
     """
     run = PytestRun()
-    lines = [_ANSI.sub("", line).rstrip("\r") for line in text.splitlines()]
+    lines = []
+    for line in text.splitlines():
+        line = _ANSI.sub("", line).rstrip("\r")
+        # a crashing xdist worker's dump can start right after another
+        # worker's result on the same line: split it off
+        if (m := _XDIST_GLUED.match(line)):
+            lines += [m["result"], m["rest"]]
+        else:
+            lines.append(line)
     rootdir = ""
     sections: list[tuple[str, list[str]]] = []  # (title, body) of FAILURES/ERRORS
     short: dict[str, str] = {}  # nodeid -> short summary message

@@ -236,13 +236,27 @@ def test_xdist_output_and_worker_crash(synthetic_dir):
     expected = {**EXPECTED, "test_crash.py::test_before": ("passed", ""),
                 "test_crash.py::test_engine_crash": ("failed", "crash"),
                 "test_crash.py::test_after": ("passed", "")}
-    got = {n: (t.outcome, t.category) for n, t in run.tests.items()}
-    # the replacement worker's result line for test_after can be written into
-    # the middle of the crashed worker's dump (seen on a loaded machine); it
-    # is then not a result line. Everything else must be exact.
-    if "test_crash.py::test_after" not in got:
-        del expected["test_crash.py::test_after"]
-    assert got == expected
+    assert {n: (t.outcome, t.category) for n, t in run.tests.items()} == expected
+
+
+def test_crash_dump_glued_to_another_workers_result():
+    # seen on a loaded machine: the dump starts on the line of a result
+    out = "\n".join([
+        "[gw1] [ 82%] PASSED test_crash.py::test_before Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f (most recent call first):",
+        '  File "/x/test_crash.py", line 9 in test_engine_crash',
+        "[gw0] node down: Not properly terminated",
+        "[gw0] [ 88%] FAILED test_crash.py::test_engine_crash",
+        "",
+        "replacing crashed worker gw0",
+        "[gw2] [ 94%] PASSED test_crash.py::test_after",
+        "========================= 1 failed, 2 passed in 1.00s =========================",
+    ])
+    run = parse_pytest_output(out)
+    assert {n: t.outcome for n, t in run.tests.items()} == {
+        "test_crash.py::test_before": "passed", "test_crash.py::test_engine_crash": "failed",
+        "test_crash.py::test_after": "passed"}
 
 
 # -- categorize -----------------------------------------------------------------

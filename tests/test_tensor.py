@@ -332,13 +332,16 @@ print(rss() - rss0, len(gc.get_objects()) - objs0, sys.getrefcount(t) - refs0,
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
-def test_no_leak_100k_round_trips():
+def test_no_leak_100k_round_trips(tmp_path):
     # in a fresh interpreter: the test process's own allocations (other tests,
-    # pytest-xdist) must not count
+    # pytest-xdist) must not count; run from tmp_path so that the installed
+    # package is imported, not a source checkout
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", LEAK_CHECK], capture_output=True, text=True,
-                         timeout=300, check=True).stdout.split()
+    proc = subprocess.run([sys.executable, "-c", LEAK_CHECK], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split()
     grown, objects, refs, counters_flat = int(out[0]), int(out[1]), int(out[2]), out[3]
     assert grown < 4 << 20, f"resident memory grew by {grown / 2**20:.1f} MiB"
     assert objects < 100, f"{objects} more Python objects"
