@@ -1310,17 +1310,20 @@ static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n)
     return list;
 }
 
-static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
+/* forward and backward: tensors in, new tensors out, one C call without the GIL */
+typedef ai_status (*graph_call)(ai_graph *, int, const ai_tensor *const *, int, ai_tensor **);
+
+static PyObject *graph_run(GraphObject *self, PyObject *arg, const char *what, int n_args,
+                           bool allow_none, int n_results, graph_call call)
 {
-    ai_graph *g = self->g;
-    if (!g->finalized)
-        return PyErr_Format(PyExc_ValueError, "finalize() the graph before forward");
-    const ai_tensor *ins[AI_MAX_IO * 4];
-    ai_tensor *outs[AI_MAX_IO * 4] = {0};
+    const ai_tensor *args[AI_MAX_IO * 4];
+    ai_tensor *results[AI_MAX_IO * 4] = {0};
     PyObject *keep;
-    if (g->n_inputs > AI_MAX_IO * 4 || g->n_outputs > AI_MAX_IO * 4)
+    if (!self->g->finalized)
+        return PyErr_Format(PyExc_ValueError, "finalize() the graph first");
+    if (n_args > AI_MAX_IO * 4 || n_results > AI_MAX_IO * 4)
         return PyErr_Format(PyExc_ValueError, "too many graph inputs or outputs");
-    if (tensor_args(self, arg, "inputs", g->n_inputs, false, &keep, ins) < 0)
+    if (tensor_args(self, arg, what, n_args, allow_none, &keep, args) < 0)
         return NULL;
     if (graph_enter(self) < 0) {
         Py_DECREF(keep);
@@ -1328,38 +1331,25 @@ static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
     }
     ai_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = ai_graph_forward(g, g->n_inputs, ins, g->n_outputs, outs);
+    st = call(self->g, n_args, args, n_results, results);
     Py_END_ALLOW_THREADS
     graph_leave(self);
     Py_DECREF(keep);
     if (st)
         return raise_status(st);
-    return tensor_list(self, outs, g->n_outputs);
+    return tensor_list(self, results, n_results);
+}
+
+static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
+{
+    return graph_run(self, arg, "inputs", self->g->n_inputs, false, self->g->n_outputs,
+                     ai_graph_forward);
 }
 
 static PyObject *Graph_backward(GraphObject *self, PyObject *arg)
 {
-    ai_graph *g = self->g;
-    const ai_tensor *gouts[AI_MAX_IO * 4];
-    ai_tensor *gins[AI_MAX_IO * 4] = {0};
-    PyObject *keep;
-    if (!g->finalized)
-        return PyErr_Format(PyExc_ValueError, "finalize() the graph before backward");
-    if (tensor_args(self, arg, "grad_outputs", g->n_outputs, true, &keep, gouts) < 0)
-        return NULL;
-    if (graph_enter(self) < 0) {
-        Py_DECREF(keep);
-        return NULL;
-    }
-    ai_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = ai_graph_backward(g, g->n_outputs, gouts, g->n_inputs, gins);
-    Py_END_ALLOW_THREADS
-    graph_leave(self);
-    Py_DECREF(keep);
-    if (st)
-        return raise_status(st);
-    return tensor_list(self, gins, g->n_inputs);
+    return graph_run(self, arg, "grad_outputs", self->g->n_outputs, true, self->g->n_inputs,
+                     ai_graph_backward);
 }
 
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)

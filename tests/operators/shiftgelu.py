@@ -1,39 +1,5 @@
-"""ShiftGeLU: the engine's integer-only GELU, ONNX op ``aidge::ShiftGELU``.
-
-The torch side is the float reference of ``shift_reference.py`` evaluated in
-float64 and rounded to the input's dtype, as the engine evaluates the
-formula (in double, every intermediate an exact integer) and rounds once;
-its gradient is the reference's straight-through one. A
-``torch.autograd.Function`` with a ``symbolic`` makes the ONNX exporter emit
-a single ``ShiftGELU`` node of domain ``aidge``.
-"""
-import torch
-from torch import nn
-
+"""ShiftGeLU: the engine's integer-only GELU, ONNX op ``aidge::ShiftGELU``."""
+from ._shift_op import shift_module
 from .shift_reference import ShiftGELU
 
-_REFERENCE = ShiftGELU()
-
-
-class ShiftGELUFunction(torch.autograd.Function):
-    @staticmethod
-    def symbolic(g, x):
-        return g.op("aidge::ShiftGELU", x).setType(x.type())
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return _REFERENCE(x.double()).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        with torch.enable_grad():
-            x64 = x.detach().double().requires_grad_()
-            (grad,) = torch.autograd.grad(_REFERENCE(x64), x64, grad_output.double())
-        return grad.to(x.dtype)
-
-
-class ShiftGELUModel(nn.Module):
-    def forward(self, x):
-        return ShiftGELUFunction.apply(x)
+ShiftGELUModel = shift_module(ShiftGELU(), "ShiftGELU")
