@@ -17,7 +17,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from torch.utils.dlpack import from_dlpack, to_dlpack
+
 from . import _C
+from ._C import Tensor
 from .onnx_import import build_graph
 from .tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
 
@@ -159,13 +162,25 @@ def _owner(root: torch.nn.Module, dotted: str):
     return m, leaf
 
 
+def _engine_input(x: torch.Tensor):
+    """An engine view of a CPU tensor straight through DLPack (the common case),
+    anything else through the converter: other devices, lazy conj/neg bits,
+    and overlapping layouts (expand), which the graph reads from a copy."""
+    if x.device.type == "cpu" and not (x.is_conj() or x.is_neg()):
+        try:
+            return Tensor.from_dlpack(to_dlpack(x.detach()))
+        except ValueError:
+            pass
+    return torch_tensor_to_aidge(x, copy=x.device.type == "cpu")
+
+
 class _EngineFunction(torch.autograd.Function):
     """Autograd bridge: forward and backward are one engine call each."""
 
     @staticmethod
     def forward(ctx, module, anchor, *inputs):
         ctx.module = module
-        ctx.forward_id = module._forward_id
+        ctx.forward_id = module._calls[0]
         outs = module._run(inputs)
         ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
         return tuple(outs)
@@ -173,7 +188,7 @@ class _EngineFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         module = ctx.module
-        if ctx.forward_id != module._forward_id:
+        if ctx.forward_id != module._calls[0]:
             raise RuntimeError(
                 "AidgeModule: backward of an older forward. The engine keeps the state of "
                 "the latest forward only: run backward before the next forward."
@@ -201,7 +216,7 @@ class AidgeModule(torch.nn.Module):
         self.onnx_model = proto
         self.source_name = type(source).__name__
         self.input_dims = input_dims
-        self._forward_id = 0
+        self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads = [], []
         for name, p in source.named_parameters():
             owner, leaf = _owner(self, name)
@@ -222,8 +237,10 @@ class AidgeModule(torch.nn.Module):
 
     # -- engine calls ------------------------------------------------------
     def _run(self, inputs):
-        outs = self._graph.forward([torch_tensor_to_aidge(x) for x in inputs])
-        return [aidge_tensor_to_torch(o) for o in outs]
+        # the common case (a CPU tensor) straight through DLPack; anything
+        # else through the converter, which handles every layout and device
+        return [from_dlpack(o.__dlpack__()) for o in self._graph.forward(
+            [_engine_input(x) for x in inputs])]
 
     def _backward(self, grad_outputs):
         fresh = []
@@ -257,7 +274,7 @@ class AidgeModule(torch.nn.Module):
         g.training = self.training
         g.need_backward = need_backward
         g.input_grads = input_grads
-        self._forward_id += 1
+        self._calls[0] += 1
         if need_backward:
             outs = _EngineFunction.apply(self, self._anchor, *inputs)
         else:

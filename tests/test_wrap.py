@@ -171,3 +171,12 @@ def test_unused_parameter_is_named():
 
     with pytest.raises(ValueError, match="spare"):
         wrap(Unused(), [(3,)])
+
+
+def test_strided_and_expanded_inputs():
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(model, [(1, 16)])
+    for x in (torch.randn(16, 5).t(), torch.randn(1, 16).expand(4, 16),
+              torch.randn(6, 32)[::2, ::2]):
+        torch.testing.assert_close(wrapped(x), model(x))
