@@ -44,8 +44,6 @@ OPERATOR_TESTS = {
 
 # name regex -> reason. Each is a real limitation of the engine.
 EXCLUDED = {
-    r"test_(add|sub|mul|div|max|min|pow|equal|less|greater|clip|abs|neg)_.*u?int(8|16|32)":
-        "small integer dtypes: engine arithmetic is float32/float64/int32/int64",
     r"test_.*_uint(16|32|64)": "uint16/32/64 are not engine dtypes",
     r"test_.*(bfloat16|float8|FLOAT8|BFLOAT16|INT4|UINT4|INT2|UINT2|FLOAT4|_e4m3|_e5m2|STRING|"
     r"string|int4|uint4)": "bfloat16, float8, 2- and 4-bit and string dtypes are not engine dtypes",

@@ -271,13 +271,16 @@ static ai_status clip_forward(ai_ctx *c)
             double v = ai_tensor_get_flat(c->in[0], i);
             v = v < lo ? lo : v;
             v = v > hi ? hi : v;
-            if (c->in[0]->dtype == AI_I64)
-                ((int64_t *)c->out[0]->data)[i] = (int64_t)v;
-            else if (c->in[0]->dtype == AI_I32)
-                ((int32_t *)c->out[0]->data)[i] = (int32_t)v;
-            else
+            switch (c->in[0]->dtype) { /* v is within the input's range */
+            case AI_I64: ((int64_t *)c->out[0]->data)[i] = (int64_t)v; break;
+            case AI_I32: ((int32_t *)c->out[0]->data)[i] = (int32_t)v; break;
+            case AI_I16: ((int16_t *)c->out[0]->data)[i] = (int16_t)v; break;
+            case AI_I8: ((int8_t *)c->out[0]->data)[i] = (int8_t)v; break;
+            case AI_U8: ((uint8_t *)c->out[0]->data)[i] = (uint8_t)v; break;
+            default:
                 return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
                                      ai_dtype_name(c->in[0]->dtype));
+            }
         }
     }
     return AI_OK;
