@@ -40,7 +40,8 @@ from .graph import Graph
 from .onnx_import import load_onnx
 
 # torch is imported on first use of these (the pytest plugin stays light)
-_LAZY = {"SGD": ".optim", "wrap": ".wrap", "AidgeModule": ".wrap"}
+_LAZY = {"SGD": ".optim", "wrap": ".wrapping", "AidgeModule": ".wrapping",
+         "locate": ".divergence"}
 
 
 def __getattr__(name):

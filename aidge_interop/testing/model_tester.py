@@ -25,6 +25,10 @@ messages start with ``<name>, epoch <i>/<N>, <tensor>:`` where ``<tensor>`` is
     Greatest absolute difference: 0.0021 at index (0, 0, 4, 1) (up to 0.0001 allowed)
     Greatest relative difference: 0.013 at index (0, 0, 4, 1) (up to 0.001 allowed)
 
+A value mismatch also carries a note (PEP 678: shown under the message in
+tracebacks and pytest reports, not part of ``str(error)``) pointing to
+:func:`aidge_interop.locate`, which finds the first diverging node.
+
 A slowdown over ``max_slowdown_ratio`` fails with
 ``<name>: <phase> is <ratio>x slower than torch (...)``.
 """
@@ -290,10 +294,17 @@ class ModelTester:
                 index = tuple(int(i) for i in np.unravel_index(flat, tuple(actual.shape)))
                 line = f"Greatest {kind} difference: {diff} at index {index}"
             lines.append(line + (f" (up to {tol} allowed)" if tol > 0 else ""))
-        self._fail(what, "\n".join(lines))
+        train = self.model1.training or not what.startswith("output")
+        self._fail(what, "\n".join(lines), note=(
+            "To find the first diverging node: aidge_interop.locate(model, inputs"
+            + (", train=True) or `aidge-interop locate MODEL --train`" if train
+               else ") or `aidge-interop locate MODEL`")))
 
-    def _fail(self, what: str, message: str):
-        raise AssertionError(f"{self._where}, {what}: {message}")
+    def _fail(self, what: str, message: str, note: str = ""):
+        error = AssertionError(f"{self._where}, {what}: {message}")
+        if note:
+            error.add_note(note)
+        raise error
 
     # -- epochs ------------------------------------------------------------
     def test_multiple_step(self, input_sizes, label_sizes=None) -> None:

@@ -1,0 +1,650 @@
+"""The ``aidge-interop`` command (also ``python -m aidge_interop``).
+
+::
+
+    aidge-interop compare lenet --train
+    aidge-interop compare mypackage.nets:make_net --shape 8,3,32,32 --json out.json
+    aidge-interop compare nets.py:make_net --shape 1,16 --backends torch,aidge_interop
+    aidge-interop compare model.onnx --plot latency.png
+    aidge-interop locate --help
+
+``compare`` runs one model on several engines (:mod:`aidge_interop.backends`)
+on the same random input, times each on the same number of threads, and
+prints per engine the latency (min / median / max) and the output's error
+against the reference: torch, or ONNX Runtime for an ONNX file. ``--train``
+also times a training step where the engine can train (torch, our engine)
+and compares the loss and gradients of the first step. Progress goes to
+stderr when it is a terminal.
+
+Exit status: 0; 1 when an engine failed, or a backend named in
+``--backends`` is unavailable; 2 for a usage error (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import importlib.util
+import io
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .backends import BACKENDS
+
+__all__ = ["main", "compare", "load_model", "output_errors", "render", "plot_report",
+           "UsageError", "Target"]
+
+TRAINABLE = ("torch", "aidge_interop")  # engines with a backward and an optimizer
+LEARNING_RATE = 0.01
+
+
+class UsageError(Exception):
+    """A mistake in the command line: reported on one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, like every other usage error
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# -- arguments --------------------------------------------------------------------------
+
+def _shape_arg(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in re.split(r"[,x]", text))
+    except ValueError:
+        dims = ()
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a shape: positive integers separated by commas, e.g. 1,3,32,32")
+    return dims
+
+
+def _backends_arg(text: str) -> list[str]:
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in BACKENDS]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {', '.join(map(repr, unknown)) or repr(text)} "
+            f"(known: {', '.join(BACKENDS)})")
+    return list(dict.fromkeys(keys))
+
+
+def _int_arg(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
+    return value
+
+
+# -- the model ------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """What ``compare`` runs: a torch module or an ONNX file, with its input."""
+    label: str
+    kind: str  # "example", "factory" or "onnx"
+    model: object  # torch.nn.Module, or the Path of the ONNX file
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _import_factory(spec: str):
+    """``module:callable`` -> the object (``module`` importable, or a .py file)."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise UsageError(f"model {spec!r}: expected module:callable")
+    path = Path(module_name)
+    from_file = module_name.endswith(".py") or os.sep in module_name
+    if from_file and not path.is_file():
+        raise UsageError(f"no Python file at {module_name!r}")
+    try:
+        if from_file:
+            sys.path.insert(0, str(path.resolve().parent))  # its siblings import, as in a script
+            name = f"aidge_interop_model_{path.stem}"  # never shadows an installed module
+            loader = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[name] = module  # dataclasses and inspect look their module up there
+            loader.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:  # as `python -m` does
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+        return functools.reduce(getattr, attr.split("."), module)
+    except Exception as exc:
+        raise UsageError(f"cannot load {spec!r}: {_one_line(exc)}") from exc
+
+
+def _onnx_target(spec: str, shape) -> Target:
+    import onnx
+
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f"no ONNX file at {spec!r}")
+    try:
+        graph = onnx.load(path, load_external_data=False).graph
+    except Exception as exc:
+        raise UsageError(f"{spec!r} is not a valid ONNX model ({_one_line(exc)})") from exc
+    initializers = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise UsageError(f"{spec!r} has {len(inputs)} inputs; compare takes models with one")
+    tensor_type = inputs[0].type.tensor_type
+    dtype = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64}.get(
+        tensor_type.elem_type)
+    if dtype is None:
+        raise UsageError(f"{spec!r}: input '{inputs[0].name}' is not float32 or float64")
+    dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.shape.dim]
+    if shape is None:
+        if not dims or None in dims:
+            raise UsageError(f"{spec!r}: input '{inputs[0].name}' has dynamic dimensions "
+                             f"{['?' if d is None else d for d in dims]}; give --shape")
+        shape = tuple(dims)
+    elif dims and (len(dims) != len(shape) or any(d not in (None, s)
+                                                  for d, s in zip(dims, shape))):
+        raise UsageError(f"--shape {','.join(map(str, shape))} does not fit input "
+                         f"'{inputs[0].name}' of {spec!r} "
+                         f"({['?' if d is None else d for d in dims]})")
+    return Target(str(path), "onnx", path, tuple(shape), np.dtype(dtype))
+
+
+def load_model(spec: str, shape=None, seed: int = 0) -> Target:
+    """Resolves the MODEL argument: an ``.onnx`` file, a built-in example
+    (:data:`aidge_interop.examples.EXAMPLES`, weights from ``seed``) or
+    ``module:callable`` (a factory returning a ``torch.nn.Module``, or the
+    module itself). The module is put in eval mode and run once on zeros of
+    ``shape`` (required for a factory), so that an unfitting shape is a
+    UsageError here rather than a failure of every engine later."""
+    if spec.endswith(".onnx"):
+        return _onnx_target(spec, shape)
+    import torch
+
+    from .examples import EXAMPLES
+    from .wrapping import _model_dtype
+
+    if spec in EXAMPLES:
+        factory, default_shape, _ = EXAMPLES[spec]
+        module, kind, shape = factory(seed), "example", shape or default_shape
+    elif ":" in spec:
+        if shape is None:
+            raise UsageError(f"give the input shape of {spec!r} with --shape, "
+                             "e.g. --shape 1,3,32,32")
+        obj = _import_factory(spec)
+        try:
+            module = obj if isinstance(obj, torch.nn.Module) else obj()
+        except Exception as exc:
+            raise UsageError(f"{spec!r} raised {_one_line(exc)}") from exc
+        if not isinstance(module, torch.nn.Module):
+            raise UsageError(f"{spec!r} returned a {type(module).__name__}, not a torch.nn.Module")
+        kind = "factory"
+    else:
+        raise UsageError(f"unknown model {spec!r}: give a built-in example "
+                         f"({', '.join(EXAMPLES)}), an .onnx file or module:callable")
+    module.eval()
+    dtype = _model_dtype(module)
+    try:
+        with torch.no_grad():
+            module(torch.zeros(shape, dtype=dtype))
+    except Exception as exc:
+        raise UsageError(f"{spec!r} does not take an input of shape "
+                         f"{','.join(map(str, shape))}: {_one_line(exc)}") from exc
+    return Target(spec, kind, module, tuple(shape), np.dtype(str(dtype).removeprefix("torch.")))
+
+
+# -- measuring --------------------------------------------------------------------------
+
+class _Progress:
+    """One self-rewriting line on ``stream`` when it is a terminal; silent otherwise."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.active = self.stream.isatty()
+        self._last = 0.0
+
+    def update(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.active and (force or now - self._last >= 0.1):
+            self._last = now
+            self.stream.write(f"\r\x1b[K{text}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.active:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _timed(fn, repeat: int, warmup: int, progress: _Progress, what: str):
+    """Runs ``fn`` warmup + repeat times on THREADS threads; returns the
+    timed samples (ms) and the last result. Progress is written between calls."""
+    from . import backends
+
+    samples, result = [], None
+    with backends.limited_threads():
+        for i in range(warmup):
+            progress.update(f"{what}: warm-up {i + 1}/{warmup}")
+            fn()
+        for i in range(repeat):
+            progress.update(f"{what}: run {i + 1}/{repeat}")
+            start = time.perf_counter()
+            result = fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+    return samples, result
+
+
+def _latency(samples: list[float]) -> dict:
+    return {"min": min(samples), "median": float(np.median(samples)), "max": max(samples)}
+
+
+def output_errors(actual, reference) -> dict:
+    """``max_abs`` = max |a - r|; ``max_rel`` = max |a - r| / max |r| (None
+    when r is all zeros; element-wise ratios would blow up on the elements
+    near zero); ``cosine`` = cosine similarity of the flattened arrays (1 for
+    two zero arrays). Computed in float64."""
+    a = np.asarray(actual, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    if a.shape != r.shape:
+        raise ValueError(f"output shape {a.shape} differs from the reference's {r.shape}")
+    diff = np.abs(a - r)
+    scale = float(np.abs(r).max()) if r.size else 0.0
+    norms = float(np.linalg.norm(a) * np.linalg.norm(r))
+    if norms > 0:
+        cosine = float(np.dot(a.ravel(), r.ravel()) / norms)
+    else:
+        cosine = 1.0 if not a.any() and not r.any() else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    return {"max_abs": max_abs, "max_rel": max_abs / scale if scale > 0 else None,
+            "cosine": cosine}
+
+
+def _train_step(key: str, target: Target):
+    """A training step of ``key`` on a fresh copy of the model: a function
+    ``(x, capture) -> (loss, {name: grad} or None)`` doing zero_grad,
+    forward, MSE loss against all-ones labels (ModelTester's), backward, SGD."""
+    import copy
+
+    import torch
+
+    if key == "torch":
+        model = copy.deepcopy(target.model).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    else:
+        from .optim import SGD
+        from .wrapping import wrap
+
+        model = wrap(target.model, [target.shape]).train()
+        optimizer = SGD(model, lr=LEARNING_RATE)
+
+    def step(x, capture=False):
+        optimizer.zero_grad()
+        out = model(x)
+        loss = torch.nn.functional.mse_loss(out, torch.ones_like(out))
+        loss.backward()
+        grads = {n: p.grad.numpy().copy() for n, p in model.named_parameters()
+                 if p.grad is not None} if capture else None
+        optimizer.step()
+        return loss, grads
+
+    return step
+
+
+def _train_case(key, target, x, repeat, warmup, progress, reference):
+    """Times training steps of ``key``; compares its first step (same weights
+    on both sides) with the reference's."""
+    import torch
+
+    progress.update(f"{BACKENDS[key]}: preparing a training step", force=True)
+    step = _train_step(key, target)
+    xt = torch.from_numpy(x)
+    loss, grads = step(xt, capture=True)
+    loss = loss.item()
+    samples, _ = _timed(lambda: step(xt), repeat, warmup, progress, f"{BACKENDS[key]} (training)")
+    entry = {"latency_ms": _latency(samples), "samples_ms": samples, "loss": loss,
+             "loss_abs_error": None, "grad_error": None}
+    if reference is not None and key != "torch":
+        ref_loss, ref_grads = reference
+        missing = [n for n in ref_grads if n not in grads]
+        if missing:
+            raise ValueError(f"no gradient for parameter(s) {missing}")
+        entry["loss_abs_error"] = abs(loss - ref_loss)
+        entry["grad_error"] = output_errors(np.concatenate([grads[n].ravel() for n in ref_grads]),
+                                            np.concatenate([g.ravel() for g in ref_grads.values()]))
+    return entry, (loss, grads)
+
+
+def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 3,
+            train: bool = False, seed: int = 0, progress: _Progress | None = None) -> dict:
+    """Runs ``target`` on the backends ``keys`` (the first one is the
+    reference) and returns the report (what ``--json`` writes). An engine
+    that is unavailable or fails gets ``status`` "unavailable" or "failed"
+    and a ``reason``; the others get latencies and errors."""
+    from . import backends
+
+    progress = progress or _Progress(io.StringIO())
+    x = np.random.default_rng(seed).standard_normal(target.shape).astype(target.dtype)
+    reference, ref_out, ref_train = keys[0], None, None
+    engines = []
+    for key in keys:
+        entry = {"backend": key, "name": BACKENDS[key], "status": "ok", "reason": ""}
+        engines.append(entry)
+        ok, reason = backends.available(key)
+        if not ok:
+            entry.update(status="unavailable", reason=reason)
+            continue
+        try:
+            progress.update(f"{BACKENDS[key]}: preparing", force=True)
+            start = time.perf_counter()
+            run = backends.get_runner(key, target.model, target.shape)
+            entry["prepare_ms"] = (time.perf_counter() - start) * 1e3
+            samples, out = _timed(lambda: run(x), repeat, warmup, progress, BACKENDS[key])
+            entry.update(latency_ms=_latency(samples), samples_ms=samples, error=None)
+            if key == reference:
+                ref_out = out
+            elif ref_out is not None:
+                entry["error"] = output_errors(out, ref_out)
+        except Exception as exc:
+            entry.update(status="failed", reason=_one_line(exc))
+        if train and key in TRAINABLE:
+            try:
+                entry["train"], result = _train_case(key, target, x, repeat, warmup, progress,
+                                                     ref_train)
+                ref_train = result if key == reference else ref_train
+            except Exception as exc:
+                entry["train"] = {"status": "failed", "reason": _one_line(exc)}
+    progress.close()
+    return {
+        "model": target.label, "kind": target.kind, "input_shape": list(target.shape),
+        "dtype": target.dtype.name, "reference": reference, "threads": backends.THREADS,
+        "repeat": repeat, "warmup": warmup, "seed": seed,
+        "train": {"loss": "mse against ones", "optimizer": "SGD", "lr": LEARNING_RATE}
+        if train else None,
+        "versions": _versions(), "engines": engines,
+    }
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    for dist in ("aidge_interop", "torch", "onnx", "onnxruntime", "aidge_core",
+                 "aidge_backend_cpu", "aidge_onnx"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+# -- output ---------------------------------------------------------------------------
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows if len(r) > i) for i in range(max(map(len, rows)))]
+    return ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
+                      for i, c in enumerate(r)).rstrip() for r in rows]
+
+
+def render(report: dict) -> str:
+    """The report as the table ``compare`` prints."""
+    ref = BACKENDS[report["reference"]]
+    shape = "x".join(map(str, report["input_shape"]))
+    threads = report["threads"]
+    lines = [f"{report['model']}: input {shape} {report['dtype']}, {threads} thread"
+             f"{'s' if threads > 1 else ''}, {report['warmup']} warm-up + {report['repeat']} "
+             f"timed runs; errors against {ref}", ""]
+    rows = [["inference", "min ms", "median ms", "max ms", "max abs", "max rel", "cosine"]]
+    notes = []
+    for e in report["engines"]:
+        if e["status"] != "ok":
+            rows.append([e["name"], e["status"]])
+            notes.append(f"{e['name']} {e['status']}: {e['reason']}")
+            continue
+        lat, err = e["latency_ms"], e["error"]
+        row = [e["name"], f"{lat['min']:.3f}", f"{lat['median']:.3f}", f"{lat['max']:.3f}"]
+        if e["backend"] == report["reference"]:
+            row.append("reference")
+        elif err:
+            row += [_fmt(err["max_abs"], ".2e"), _fmt(err["max_rel"], ".2e"),
+                    _fmt(err["cosine"], ".9f")]
+        rows.append(row)
+    lines += _table(rows)
+    trained = [e for e in report["engines"] if "train" in e]
+    if trained:
+        t = report["train"]
+        lines += ["", f"training step: forward, {t['loss']}, backward, {t['optimizer']} "
+                      f"lr {t['lr']}; errors of the first step"]
+        rows = [["training", "min ms", "median ms", "max ms", "loss abs", "grad max abs",
+                 "grad max rel", "grad cosine"]]
+        for e in trained:
+            tr = e["train"]
+            if "status" in tr:
+                rows.append([e["name"], tr["status"]])
+                notes.append(f"{e['name']} training {tr['status']}: {tr['reason']}")
+                continue
+            lat, err = tr["latency_ms"], tr["grad_error"]
+            row = [e["name"], f"{lat['min']:.3f}", f"{lat['median']:.3f}", f"{lat['max']:.3f}"]
+            if e["backend"] == report["reference"]:
+                row.append("reference")
+            elif err:
+                row += [_fmt(tr["loss_abs_error"], ".2e"), _fmt(err["max_abs"], ".2e"),
+                        _fmt(err["max_rel"], ".2e"), _fmt(err["cosine"], ".9f")]
+            rows.append(row)
+        lines += _table(rows)
+    if notes:
+        lines += [""] + notes
+    return "\n".join(lines) + "\n"
+
+
+def _finite(value):
+    """``value`` with NaN and infinities as None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _plot_format(path: str) -> str:
+    """The image format of ``path`` (from its extension), checked before the
+    comparison runs: matplotlib missing or an unknown format is a UsageError."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which is not installed: pip install "
+                         "matplotlib (or pip install 'aidge_interop[plot]')") from None
+    fmt = Path(path).suffix[1:].lower()
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in supported:
+        raise UsageError(f"--plot {path!r}: unknown image format {fmt!r} "
+                         f"(use one of {', '.join(sorted(supported))})")
+    return fmt
+
+
+def plot_report(report: dict, path: str) -> None:
+    """Two panels: latency per engine (median bars, min-max whiskers, log
+    scale; inference and training) and error against the reference (max abs
+    and max rel, log scale; an exact 0 is written on the axis). Written atomically."""
+    from matplotlib.figure import Figure
+
+    from .backends import write_atomic
+
+    fmt = _plot_format(path)
+    ran = [e for e in report["engines"] if e["status"] == "ok"]
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_time, ax_err = fig.subplots(1, 2)
+    width = 0.4
+    for k, (phase, colour) in enumerate((("inference", "tab:blue"), ("training", "tab:orange"))):
+        xs, med, lo, hi = [], [], [], []
+        for i, e in enumerate(ran):
+            lat = e["latency_ms"] if phase == "inference" else e.get("train", {}).get("latency_ms")
+            if lat:
+                xs.append(i + (k - 0.5) * width)
+                med.append(lat["median"])
+                lo.append(lat["median"] - lat["min"])
+                hi.append(lat["max"] - lat["median"])
+        if xs:
+            ax_time.bar(xs, med, width, yerr=[lo, hi], capsize=3, color=colour, label=phase)
+    ax_time.set_xticks(range(len(ran)), [e["name"] for e in ran], rotation=15, ha="right")
+    ax_time.set_yscale("log")
+    ax_time.set_ylabel("latency, ms (median; min-max)")
+    ax_time.set_title(f"{report['model']}, {report['threads']} thread(s)")
+    ax_time.legend(fontsize="small")
+    others = [e for e in ran if e["error"]]
+    for k, (metric, colour) in enumerate((("max_abs", "tab:green"), ("max_rel", "tab:red"))):
+        for i, e in enumerate(others):
+            value, x = e["error"][metric], i + (k - 0.5) * width
+            if value:
+                ax_err.bar(x, value, width, color=colour,
+                           label=metric.replace("_", " ") if i == 0 else None)
+            else:
+                ax_err.annotate("0" if value == 0 else "-", (x, 0), ha="center", va="bottom",
+                                xycoords=("data", "axes fraction"), color=colour)
+    ax_err.set_xticks(range(len(others)), [e["name"] for e in others], rotation=15, ha="right")
+    ax_err.set_yscale("log")
+    ax_err.set_ylabel(f"output error against {BACKENDS[report['reference']]}")
+    ax_err.set_title("inference output error")
+    if ax_err.get_legend_handles_labels()[0]:
+        ax_err.legend(fontsize="small")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=120)
+    write_atomic(path, buffer.getvalue())
+
+
+# -- commands -------------------------------------------------------------------------
+
+def _check_output(option: str, path: str | None) -> None:
+    if path and not Path(path).absolute().parent.is_dir():
+        raise UsageError(f"{option} {path!r}: folder {str(Path(path).absolute().parent)!r} "
+                         "does not exist")
+
+
+def _compare_command(args) -> int:
+    from . import backends
+
+    _check_output("--json", args.json)
+    _check_output("--plot", args.plot)
+    if args.plot:
+        _plot_format(args.plot)
+    target = load_model(args.model, args.shape, args.seed)
+    reference = "onnxruntime" if target.kind == "onnx" else "torch"
+    if target.kind == "onnx":
+        if args.train:
+            raise UsageError("--train needs a torch model (an example or module:callable), "
+                             "not an ONNX file")
+        if args.backends and "torch" in args.backends:
+            raise UsageError("torch cannot run an ONNX file; its reference is onnxruntime")
+    keys = args.backends or [k for k in BACKENDS if not (k == "torch" and target.kind == "onnx")]
+    keys = [reference] + [k for k in keys if k != reference]
+    if "aidge" in keys and backends.available("aidge")[0]:
+        import aidge_core  # its warnings would cut through the table
+
+        aidge_core.Log.set_console_level(aidge_core.Level.Fatal)
+    saved, backends.THREADS = backends.THREADS, args.threads
+    try:
+        report = compare(target, keys, repeat=args.repeat, warmup=args.warmup,
+                         train=args.train, seed=args.seed, progress=_Progress())
+    finally:
+        backends.THREADS = saved
+    sys.stdout.write(render(report))
+    if args.json:
+        text = json.dumps(_finite(report), indent=2, allow_nan=False) + "\n"
+        backends.write_atomic(args.json, text.encode())
+    if args.plot:
+        plot_report(report, args.plot)
+    failed = any(e["status"] == "failed" or e.get("train", {}).get("status") == "failed"
+                 or (e["status"] == "unavailable" and e["backend"] in (args.backends or ()))
+                 for e in report["engines"])
+    return 1 if failed else 0
+
+
+def _parser(prog: str, with_locate: bool) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Run a PyTorch model on several engines and "
+                     "compare them (compare), or find where two diverge (locate).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    cmp = commands.add_parser(
+        "compare", help="latency and output error of one model on several engines",
+        description="Run one model on several engines with the same random input; print "
+                    "per engine the latency (min/median/max) and the output error against the "
+                    "reference (torch; onnxruntime for an ONNX file).",
+        epilog="Exit status: 0; 1 when an engine failed or a backend named in --backends is "
+               "unavailable; 2 for a usage error. ONNX exports are cached in "
+               "$AIDGE_INTEROP_CACHE (default: ~/.cache/aidge_interop/onnx). max rel is "
+               "max |y - ref| / max |ref|.")
+    cmp.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
+                     "an .onnx file, or module:callable (a factory returning a torch.nn.Module; "
+                     "module importable or a path to a .py file)")
+    cmp.add_argument("--shape", type=_shape_arg,
+                     help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
+                          "file's; required for module:callable)")
+    cmp.add_argument("--backends", type=_backends_arg, metavar="LIST",
+                     help=f"comma-separated, among {', '.join(BACKENDS)} (default: all; the "
+                          "reference always runs)")
+    cmp.add_argument("--threads", type=functools.partial(_int_arg, minimum=1), default=1,
+                     help="compute threads of every engine (default %(default)s)")
+    cmp.add_argument("--repeat", type=functools.partial(_int_arg, minimum=1), default=20,
+                     help="timed runs per engine (default %(default)s)")
+    cmp.add_argument("--warmup", type=functools.partial(_int_arg, minimum=0), default=3,
+                     help="untimed runs before them (default %(default)s)")
+    cmp.add_argument("--train", action="store_true",
+                     help="also time a training step (forward, MSE loss, backward, SGD) on the "
+                          "engines that train (torch, aidge_interop) and compare the loss and "
+                          "gradients of the first step")
+    cmp.add_argument("--seed", type=int, default=0,
+                     help="seed of the random input and of an example's weights "
+                          "(default %(default)s)")
+    cmp.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    cmp.add_argument("--plot", metavar="IMAGE",
+                     help="draw latencies and errors (PNG, SVG, PDF...; needs matplotlib)")
+    cmp.set_defaults(run=_compare_command)
+    loc = commands.add_parser(
+        "locate", help="the first node where the engine diverges from a reference",
+        description="Find the first node where the engine's values (forward) or gradients "
+                    "(backward) diverge from a reference.")
+    if with_locate:  # imported only when asked for: the other commands never load it
+        locate = importlib.import_module(".divergence", __package__)
+        locate.add_arguments(loc)
+        loc.set_defaults(run=locate.run)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command line; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(prog or "aidge-interop", with_locate=argv[:1] == ["locate"])
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{parser.prog} {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
