@@ -27,7 +27,7 @@ if _flag("AIDGE_INTEROP_DEBUG"):
 else:
     compile_args += ["-O3", "-g0"]
 if _flag("AIDGE_INTEROP_SANITIZE"):
-    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    san = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-omit-frame-pointer"]
     compile_args += san
     link_args += san
 

@@ -131,6 +131,8 @@ bool ai_tensor_is_contiguous(const ai_tensor *t);
 bool ai_tensor_overlaps(const ai_tensor *t);
 /* Value of the element at flat (row-major) position i, as a double. */
 double ai_tensor_get_flat(const ai_tensor *t, int64_t i);
+/* The same, exact for int64 (floats saturate, NaN gives 0). */
+int64_t ai_tensor_get_flat_i64(const ai_tensor *t, int64_t i);
 
 /* Checks shape/strides and returns numel; AI_ERR_VALUE / AI_ERR_NOMEM. */
 ai_status ai_shape_check(int ndim, const int64_t *shape, size_t itemsize,

@@ -452,7 +452,7 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
             return false;
         const ai_tensor *known = p->folded[g->inputs[i]];
         for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
-            if (ai_tensor_get_flat(known, k) != ai_tensor_get_flat(inputs[i], k))
+            if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k))
                 return false; /* a new value of a shape-like input re-plans */
     }
     return true;

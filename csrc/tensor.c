@@ -454,6 +454,18 @@ static int64_t f_to_i64(double v)
     return (int64_t)v;
 }
 
+/* like ai_tensor_get_flat, but exact for int64 (floats saturate, NaN gives 0) */
+int64_t ai_tensor_get_flat_i64(const ai_tensor *t, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->strides[d];
+        i /= t->shape[d];
+    }
+    const char *p = (const char *)t->data + off * (int64_t)ai_dtype_size(t->dtype);
+    return ai_dtype_is_float(t->dtype) ? f_to_i64(load_f(p, t->dtype)) : load_i(p, t->dtype);
+}
+
 static void store_i(char *p, ai_dtype dt, int64_t v)
 {
     /* integer narrowing wraps modulo 2^bits, as numpy and torch do */

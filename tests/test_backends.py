@@ -287,7 +287,7 @@ def test_failed_export_leaves_no_file(cache, monkeypatch):
     assert list(cache.iterdir()) == []
 
 
-def test_killed_export_leaves_no_file(cache):
+def test_killed_export_leaves_no_file(cache, tmp_path):
     """An export killed with SIGKILL after writing its temporary file, before
     the rename: nothing at the final path; the next export sweeps the
     orphan once it is older than STALE_TEMP_S, not before."""
@@ -306,7 +306,7 @@ def test_killed_export_leaves_no_file(cache):
     """)
     env = dict(os.environ, **{backends.CACHE_ENV: str(cache)})
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
-                            text=True)
+                            text=True, cwd=tmp_path)  # not the checkout: the installed package
     try:
         line = proc.stdout.readline()
     finally:

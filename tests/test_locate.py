@@ -278,7 +278,7 @@ def test_input_count_is_checked(tmp_path):
         aidge_interop.locate(export_onnx_bytes(lenet(), [x]), [x.numpy(), x.numpy()])
 
 
-def test_package_attribute_is_lazy_and_stays_callable():
+def test_package_attribute_is_lazy_and_stays_callable(tmp_path):
     code = ("import sys, aidge_interop\n"
             "f = aidge_interop.locate\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
@@ -288,7 +288,9 @@ def test_package_attribute_is_lazy_and_stays_callable():
             "r = aidge_interop.locate(torch.nn.Linear(4, 2), torch.ones(1, 4), reference='onnx')\n"
             "assert r.first is None and callable(aidge_interop.wrap)\n"
             "print(f.__module__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    # from tmp_path: the installed package, not the checkout's sources
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "aidge_interop.divergence"
 

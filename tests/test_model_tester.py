@@ -472,7 +472,8 @@ def _append_records(path, worker, count):
         tester.test_multiple_step((1, 4))
 
 
-def test_concurrent_writers_never_tear_or_lose_a_record(bench_log):
+def test_concurrent_writers_never_tear_or_lose_a_record(bench_log, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the children import the installed package, not the checkout
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_append_records, args=(str(bench_log), w, 2000))
              for w in range(4)]

@@ -153,3 +153,17 @@ def test_cast_like_and_size():
     like = np.zeros(2, np.float64)
     check_op("CastLike", {"x": x}, lambda x, t: x.double(), consts={"t": like})
     check_op("Size", {"x": x}, lambda x: torch.tensor(x.numel()), grad=False)
+
+
+def test_integer_extremes_are_exact():
+    """Abs/Neg at INT64_MIN wrap like torch (no undefined behaviour); Clip on
+    int64 is exact beyond 2**53."""
+    big = np.array([np.iinfo(np.int64).min, -(2**53) - 1, 2**53 + 1, np.iinfo(np.int64).max],
+                   np.int64)
+    check_op("Abs", {"x": big}, torch.abs, grad=False)
+    check_op("Neg", {"x": big}, torch.neg, grad=False)
+    check_op("Clip", {"x": big}, lambda x, lo: torch.clamp(x, min=lo), grad=False,
+             consts={"lo": np.array(-(2**53) - 1, np.int64)})
+    small = np.array([-128, -3, 5, 127], np.int8)
+    check_op("Clip", {"x": small}, lambda x, lo, hi: torch.clamp(x, lo, hi), grad=False,
+             consts={"lo": np.array(-4, np.int8), "hi": np.array(6, np.int8)})

@@ -103,7 +103,7 @@ UNARY_KERNELS(ceil, ceil(x), 0.0)
 UNARY_KERNELS(round, nearbyint(x), 0.0)
 
 /* Abs, Neg and Identity also take integers (shape arithmetic). */
-#define INT_OR_FLOAT_KERNELS(NAME, FWD, DER)                                           \
+#define INT_OR_FLOAT_KERNELS(NAME, FWD, IFWD, DER)                                     \
     UNARY_KERNELS(NAME##_float, FWD, DER)                                              \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
@@ -115,7 +115,7 @@ UNARY_KERNELS(round, nearbyint(x), 0.0)
             for (int64_t i = 0; i < n; i++) {                                          \
                 int64_t x = dt == AI_I64 ? ((const int64_t *)c->in[0]->data)[i]        \
                                          : ((const int32_t *)c->in[0]->data)[i];       \
-                int64_t y = (int64_t)(FWD);                                            \
+                int64_t y = (IFWD);                                                    \
                 if (dt == AI_I64)                                                      \
                     ((int64_t *)c->out[0]->data)[i] = y;                               \
                 else                                                                   \
@@ -127,8 +127,10 @@ UNARY_KERNELS(round, nearbyint(x), 0.0)
     }                                                                                  \
     static ai_status NAME##_backward(ai_ctx *c) { return NAME##_float_backward(c); }
 
-INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x, x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0))
-INT_OR_FLOAT_KERNELS(neg, -x, -1.0)
+/* integer forms negate in uint64_t: -INT64_MIN wraps to INT64_MIN like torch, no UB */
+INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x, (int64_t)(x < 0 ? 0 - (uint64_t)x : (uint64_t)x),
+                     x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0))
+INT_OR_FLOAT_KERNELS(neg, -x, (int64_t)(0 - (uint64_t)x), -1.0)
 
 static ai_status identity_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->in[0]); }
 
@@ -267,10 +269,22 @@ static ai_status clip_forward(ai_ctx *c)
             y[i] = v > hi ? hi : v;
         }
     } else {
+        /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
+        int64_t ilo = INT64_MIN, ihi = INT64_MAX;
+        if (c->node->opset < 11) {
+            if (lo > -9223372036854775808.0)
+                ilo = lo >= 9223372036854775807.0 ? INT64_MAX : (int64_t)ceil(lo);
+            if (hi < 9223372036854775807.0)
+                ihi = hi <= -9223372036854775808.0 ? INT64_MIN : (int64_t)floor(hi);
+        } else {
+            for (int k = 1; k <= 2 && k < c->n_in; k++)
+                if (c->in[k])
+                    *(k == 1 ? &ilo : &ihi) = ai_tensor_get_flat_i64(c->in[k], 0);
+        }
         for (int64_t i = 0; i < n; i++) {
-            double v = ai_tensor_get_flat(c->in[0], i);
-            v = v < lo ? lo : v;
-            v = v > hi ? hi : v;
+            int64_t v = ai_tensor_get_flat_i64(c->in[0], i);
+            v = v < ilo ? ilo : v;
+            v = v > ihi ? ihi : v;
             switch (c->in[0]->dtype) { /* v is within the input's range */
             case AI_I64: ((int64_t *)c->out[0]->data)[i] = (int64_t)v; break;
             case AI_I32: ((int32_t *)c->out[0]->data)[i] = (int32_t)v; break;
