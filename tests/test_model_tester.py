@@ -13,6 +13,8 @@ import io
 import json
 import multiprocessing
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -473,7 +475,12 @@ def _append_records(path, worker, count):
 
 
 def test_concurrent_writers_never_tear_or_lose_a_record(bench_log, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # the children import the installed package, not the checkout
+    # the children must import the installed package, not the checkout's
+    # sources (pytest-xdist workers have the repository root on sys.path)
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p and Path(p).resolve() != root])
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_append_records, args=(str(bench_log), w, 2000))
              for w in range(4)]
