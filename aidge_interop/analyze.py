@@ -130,8 +130,11 @@ _NODEID = r"(?P<nodeid>[^\s\[]+::[^\s\[]+(?:\[.*?\])?)"
 _OUTCOME = r"(?P<outcome>" + "|".join(_OUTCOMES) + r")"
 _VERBOSE = re.compile(rf"^{_NODEID} {_OUTCOME}(?: \((?P<reason>.*)\))?\s*(?:\[\s*\d+%\])?\s*$")
 _VERBOSE_XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] {_OUTCOME} {_NODEID}\s*$")
-_XDIST_GLUED = re.compile(rf"^(?P<result>\[gw\d+\] \[\s*\d+%\] {_OUTCOME} {_NODEID}) "
-                          r"(?P<rest>Fatal Python error.*)$")
+# a crashing worker's stderr (faulthandler's dump, written piece by piece) can
+# interleave with the controller's result lines anywhere: "[gw0]  File  [ 94%]
+# PASSED <nodeid> "/path", line 1 in f"; the result is recovered from the pieces
+_XDIST_INTERLEAVED = re.compile(rf"(?P<gw>\[gw\d+\])(?P<pre>.*?)(?P<pct>\[\s*\d+%\])\W*?"
+                                rf"{_OUTCOME} {_NODEID}")
 _SHORT_SUMMARY = re.compile(rf"^{_OUTCOME} (?P<nodeid>\S.*?)(?: - (?P<msg>.*))?$")
 _RULE = re.compile(r"^=+ ?(?P<title>.*?) ?=+$")
 _SECTION = re.compile(r"^_{3,} (?P<title>.+?) _{3,}$")
@@ -249,10 +252,11 @@ def parse_pytest_output(text: str) -> PytestRun:
     lines = []
     for line in text.splitlines():
         line = _ANSI.sub("", line).rstrip("\r")
-        # a crashing xdist worker's dump can start right after another
-        # worker's result on the same line: split it off
-        if (m := _XDIST_GLUED.match(line)):
-            lines += [m["result"], m["rest"]]
+        if not _VERBOSE_XDIST.match(line) and (m := _XDIST_INTERLEAVED.search(line)):
+            lines.append(f"{m['gw']} {m['pct']} {m['outcome']} {m['nodeid']}")
+            rest = (line[:m.start()] + m["pre"] + line[m.end():]).strip()
+            if rest:
+                lines.append(rest)
         else:
             lines.append(line)
     rootdir = ""

@@ -259,6 +259,28 @@ def test_crash_dump_glued_to_another_workers_result():
         "test_crash.py::test_after": "passed"}
 
 
+def test_crash_dump_interleaved_inside_results():
+    # seen in CI: faulthandler writes its dump piece by piece while the
+    # controller prints results, so the pieces land inside the result lines
+    out = "\n".join([
+        "test_crash.py::test_before ",
+        '"test_crash.py::test_before , line 121 in _multicall',
+        "Fatal Python error: Segmentation fault",
+        '  File "/x/test_crash.py", line 9 in test_engine_crash',
+        '[gw0]/usr/lib/pluggy/_manager.py [ 88%] "PASSED test_crash.py::test_before , line 120',
+        "test_crash.py::test_after   File \"/usr/lib/pluggy/_hooks.py\", line 512 in __call__",
+        '[gw0]  File  [ 94%] PASSED test_crash.py::test_after "/usr/lib/python.py", line 1 in f',
+        "[gw1] node down: Not properly terminated",
+        "[gw1] [100%] FAILED test_crash.py::test_engine_crash ",
+        "========================= 1 failed, 2 passed in 1.00s =========================",
+    ])
+    run = parse_pytest_output(out)
+    assert run.crash == "Fatal Python error: Segmentation fault"
+    assert {n: t.outcome for n, t in run.tests.items()} == {
+        "test_crash.py::test_before": "passed", "test_crash.py::test_engine_crash": "failed",
+        "test_crash.py::test_after": "passed"}
+
+
 # -- categorize -----------------------------------------------------------------
 
 def _tester_message(model2, **kwargs) -> str:
