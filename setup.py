@@ -12,6 +12,19 @@ from glob import glob
 
 import numpy
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithPortableKernels(build_py):
+    """Ships csrc/portable (the reference kernels every C export copies) as
+    package data aidge_interop/portable/."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "aidge_interop", "portable")
+        self.mkpath(target)
+        for path in sorted(glob("csrc/portable/*.[ch]")):
+            self.copy_file(path, os.path.join(target, os.path.basename(path)))
 
 
 def _flag(name):
@@ -31,7 +44,8 @@ if _flag("AIDGE_INTEROP_SANITIZE"):
     compile_args += san
     link_args += san
 
-sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c") + glob("csrc/kernels/*.c"))
+sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c") + glob("csrc/kernels/*.c")
+                 + glob("csrc/portable/*.c"))
 
 # GEMM library: OpenBLAS from the scipy-openblas32 wheel (a build and runtime
 # dependency; aidge_interop/__init__.py loads it before the extension).
@@ -47,6 +61,7 @@ if not _flag("AIDGE_INTEROP_NO_BLAS"):
     libraries.insert(0, scipy_openblas32.get_library())
 
 setup(
+    cmdclass={"build_py": BuildPyWithPortableKernels},
     ext_modules=[
         Extension(
             "aidge_interop._C",
@@ -55,7 +70,7 @@ setup(
             define_macros=define_macros,
             library_dirs=library_dirs,
             libraries=libraries,
-            depends=sorted(glob("csrc/*.h") + glob("csrc/ops/*.h") + glob("csrc/kernels/*.h")),
+            depends=sorted(glob("csrc/*.h") + glob("csrc/*/*.h")),
             extra_compile_args=compile_args,
             extra_link_args=link_args,
         )

@@ -1,0 +1,291 @@
+/*
+ * quant.c — the integer operators of quantized graphs (ONNX domain
+ * "aidge_interop.quant", written by aidge_interop.quantize). int8
+ * activations and weights, int32 biases and accumulators; every output is
+ * requantized with the attributes `multiplier`, `shift`, `out_min`,
+ * `out_max` (see portable/aidge_kernels.h for the exact arithmetic). The
+ * kernels are the portable ones that C exports run, so an export computes
+ * what the engine computes, bit for bit. Inference only: no backward.
+ *
+ *   QConv(x, w[, b])   Conv attributes strides, dilations, pads, group;
+ *                      1 or 2 spatial dims; explicit pads (no auto_pad)
+ *   QGemm(x, w[, b])   x (N, K), w (M, K): y = x w^T + b
+ *   QAdd(a, b)         same shapes; multiplier_a, multiplier_b, shift
+ *   Requantize(x)      int8 -> int8 with another scale or clamp
+ *   QMaxPool(x), QAveragePool(x)   kernel_shape, strides, dilations, pads;
+ *                      QAveragePool: count_include_pad, rounding half up
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../graph.h"
+#include "../portable/aidge_kernels.h"
+#include "spatial.h"
+
+typedef struct {
+    aik_rq rq;
+    int64_t ma, mb; /* QAdd */
+    int64_t group, count_include_pad;
+    ai_int_list kernel_shape, strides, dilations, pads;
+} q_attrs;
+
+static ai_status read_range(const ai_node *n, const char *name, int64_t dflt, int64_t lo,
+                            int64_t hi, int64_t *out)
+{
+    ai_status st = ai_attr_int(n, name, dflt, out);
+    if (st)
+        return st;
+    if (*out < lo || *out > hi)
+        return ai_node_error(n, AI_ERR_VALUE, "%s is %lld; must be in [%lld, %lld]", name,
+                             (long long)*out, (long long)lo, (long long)hi);
+    return AI_OK;
+}
+
+static ai_status q_init(ai_node *n)
+{
+    q_attrs *a = calloc(1, sizeof *a);
+    if (!a)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = a;
+    int64_t bits, mult, shift, lo, hi;
+    ai_status st;
+    if ((st = read_range(n, "nb_bits", 8, 2, 8, &bits)) ||
+        (st = read_range(n, "multiplier", 1, 1, INT32_MAX, &mult)) ||
+        (st = read_range(n, "shift", 0, 0, 62, &shift)) ||
+        (st = read_range(n, "out_min", -(INT64_C(1) << (bits - 1)), -(INT64_C(1) << (bits - 1)),
+                         (INT64_C(1) << (bits - 1)) - 1, &lo)) ||
+        (st = read_range(n, "out_max", (INT64_C(1) << (bits - 1)) - 1, lo,
+                         (INT64_C(1) << (bits - 1)) - 1, &hi)) ||
+        (st = read_range(n, "multiplier_a", 1, -INT32_MAX, INT32_MAX, &a->ma)) ||
+        (st = read_range(n, "multiplier_b", 1, -INT32_MAX, INT32_MAX, &a->mb)) ||
+        (st = read_range(n, "group", 1, 1, INT32_MAX, &a->group)) ||
+        (st = read_range(n, "count_include_pad", 0, 0, 1, &a->count_include_pad)) ||
+        (st = ai_read_int_list(n, "kernel_shape", 2, 1, &a->kernel_shape)) ||
+        (st = ai_read_int_list(n, "strides", 2, 1, &a->strides)) ||
+        (st = ai_read_int_list(n, "dilations", 2, 1, &a->dilations)) ||
+        (st = ai_read_int_list(n, "pads", 4, 0, &a->pads)))
+        return st;
+    a->rq = (aik_rq){(int32_t)mult, (int32_t)shift, (int32_t)lo, (int32_t)hi};
+    return AI_OK;
+}
+
+static ai_status need_dtype(const ai_node *n, const char *what, const ai_tensor *t,
+                            ai_dtype want)
+{
+    if (t->dtype != want)
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; %s expected", what,
+                             ai_dtype_name(t->dtype), ai_dtype_name(want));
+    return AI_OK;
+}
+
+static bool is_conv(const ai_node *n) { return strcmp(n->op_type, "QConv") == 0; }
+
+/* The window of QConv / QMaxPool / QAveragePool from the input (N, C, [H,] W),
+ * the attributes and, for QConv, the weight (M, C/group, [kh,] kw). */
+static ai_status window_setup(const ai_ctx *c, aik_window *p)
+{
+    const ai_node *n = c->node;
+    const q_attrs *a = n->params;
+    const ai_tensor *x = c->in[0];
+    ai_status st;
+    memset(p, 0, sizeof *p);
+    if ((st = need_dtype(n, "input", x, AI_I8)))
+        return st;
+    if (x->ndim != 3 && x->ndim != 4)
+        return ai_node_error(n, AI_ERR_VALUE, "input has rank %d; (N, C, W) or (N, C, H, W) "
+                             "expected", x->ndim);
+    const int nsp = x->ndim - 2;
+    for (int d = 0; d < x->ndim; d++)
+        if (x->shape[d] > INT32_MAX)
+            return ai_node_error(n, AI_ERR_VALUE, "input dim %d is too large", d);
+    p->n = (int32_t)x->shape[0];
+    p->c = (int32_t)x->shape[1];
+    p->h = nsp == 2 ? (int32_t)x->shape[2] : 1;
+    p->w = (int32_t)x->shape[x->ndim - 1];
+    int64_t k[2], s[2], dl[2], pads[4];
+    if (is_conv(n)) {
+        const ai_tensor *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+        if ((st = need_dtype(n, "weight", w, AI_I8)) ||
+            (b && (st = need_dtype(n, "bias", b, AI_I32))))
+            return st;
+        if (w->ndim != x->ndim)
+            return ai_node_error(n, AI_ERR_VALUE, "weight has rank %d; %d expected", w->ndim,
+                                 x->ndim);
+        p->group = (int32_t)a->group;
+        if (p->c % p->group || w->shape[0] % p->group || w->shape[1] * p->group != p->c)
+            return ai_node_error(n, AI_ERR_VALUE, "input has %d channels, the weight %lld x "
+                                 "%lld, group %d: inconsistent", p->c,
+                                 (long long)w->shape[0], (long long)w->shape[1], p->group);
+        if (w->shape[0] > INT32_MAX)
+            return ai_node_error(n, AI_ERR_VALUE, "too many output channels");
+        p->m = (int32_t)w->shape[0];
+        if (b && (b->ndim != 1 || b->shape[0] != p->m))
+            return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%d,)", p->m);
+        for (int d = 0; d < nsp; d++)
+            k[d] = w->shape[2 + d];
+        if (a->kernel_shape.n >= 0) {
+            int64_t ks[2];
+            if ((st = ai_spatial_list(n, "kernel_shape", &a->kernel_shape, nsp, 1, ks)))
+                return st;
+            for (int d = 0; d < nsp; d++)
+                if (ks[d] != k[d])
+                    return ai_node_error(n, AI_ERR_VALUE, "kernel_shape does not match the "
+                                         "weight");
+        }
+    } else {
+        p->m = p->c;
+        p->group = 1;
+        if (a->kernel_shape.n < 0)
+            return ai_node_error(n, AI_ERR_VALUE, "kernel_shape is required");
+        if ((st = ai_spatial_list(n, "kernel_shape", &a->kernel_shape, nsp, 1, k)))
+            return st;
+    }
+    if ((st = ai_spatial_list(n, "strides", &a->strides, nsp, 1, s)) ||
+        (st = ai_spatial_list(n, "dilations", &a->dilations, nsp, 1, dl)))
+        return st;
+    if (a->pads.n >= 0 && a->pads.n != 2 * nsp)
+        return ai_node_error(n, AI_ERR_VALUE, "pads has %lld values for %d spatial dims",
+                             (long long)a->pads.n, nsp);
+    for (int d = 0; d < 2 * nsp; d++)
+        pads[d] = a->pads.n < 0 ? 0 : a->pads.v[d];
+    int64_t in_sz[2] = {p->h, p->w}, out_sz[2] = {1, 1};
+    const int off = 2 - nsp; /* 1-D: the width is dim 1 of the 2-D window */
+    int64_t kk[2] = {1, 1}, ss[2] = {1, 1}, dd[2] = {1, 1}, pb[2] = {0, 0};
+    for (int d = 0; d < nsp; d++) {
+        kk[off + d] = k[d], ss[off + d] = s[d], dd[off + d] = dl[d];
+        pb[off + d] = pads[d];
+        int64_t span = dl[d] * (k[d] - 1) + 1, padded = in_sz[off + d] + pads[d] + pads[nsp + d];
+        if (pads[d] >= span || pads[nsp + d] >= span)
+            return ai_node_error(n, AI_ERR_VALUE, "pads must be smaller than the window");
+        if (padded < span)
+            return ai_node_error(n, AI_ERR_VALUE, "the window (%lld) is larger than the "
+                                 "padded input (%lld)", (long long)span, (long long)padded);
+        out_sz[off + d] = (padded - span) / s[d] + 1;
+    }
+    p->oh = (int32_t)out_sz[0], p->ow = (int32_t)out_sz[1];
+    p->kh = (int32_t)kk[0], p->kw = (int32_t)kk[1];
+    p->sh = (int32_t)ss[0], p->sw = (int32_t)ss[1];
+    p->dh = (int32_t)dd[0], p->dw = (int32_t)dd[1];
+    p->pt = (int32_t)pb[0], p->pl = (int32_t)pb[1];
+    p->count_include_pad = (int32_t)a->count_include_pad;
+    return AI_OK;
+}
+
+static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    aik_window p;
+    ai_status st = window_setup(c, &p);
+    if (st)
+        return st;
+    const int nsp = c->in[0]->ndim - 2;
+    out[0].dtype = AI_I8;
+    out[0].ndim = c->in[0]->ndim;
+    out[0].shape[0] = p.n, out[0].shape[1] = p.m;
+    if (nsp == 2)
+        out[0].shape[2] = p.oh;
+    out[0].shape[out[0].ndim - 1] = p.ow;
+    return AI_OK;
+}
+
+static ai_status window_forward(ai_ctx *c)
+{
+    const q_attrs *a = c->node->params;
+    aik_window p;
+    ai_status st = window_setup(c, &p);
+    if (st)
+        return st;
+    const int8_t *x = c->in[0]->data;
+    int8_t *y = c->out[0]->data;
+    const char *op = c->node->op_type;
+    if (is_conv(c->node))
+        aik_conv2d_i8(&p, x, c->in[1]->data, c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
+                      &a->rq, y);
+    else if (strcmp(op, "QMaxPool") == 0)
+        aik_maxpool2d_i8(&p, x, y);
+    else
+        aik_avgpool2d_i8(&p, x, y);
+    return AI_OK;
+}
+
+static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    ai_status st;
+    if ((st = need_dtype(n, "input", x, AI_I8)) || (st = need_dtype(n, "weight", w, AI_I8)) ||
+        (b && (st = need_dtype(n, "bias", b, AI_I32))))
+        return st;
+    if (x->ndim != 2 || w->ndim != 2 || x->shape[1] != w->shape[1])
+        return ai_node_error(n, AI_ERR_VALUE, "input (N, K) and weight (M, K) expected");
+    if (w->shape[0] > INT32_MAX || w->shape[1] > INT32_MAX)
+        return ai_node_error(n, AI_ERR_VALUE, "the weight is too large");
+    if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%lld,)",
+                             (long long)w->shape[0]);
+    out[0].dtype = AI_I8;
+    out[0].ndim = 2;
+    out[0].shape[0] = x->shape[0];
+    out[0].shape[1] = w->shape[0];
+    return AI_OK;
+}
+
+static ai_status gemm_forward(ai_ctx *c)
+{
+    const q_attrs *a = c->node->params;
+    const ai_tensor *x = c->in[0], *w = c->in[1];
+    aik_fc_i8(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], x->data, w->data,
+              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL, &a->rq, c->out[0]->data);
+    return AI_OK;
+}
+
+/* QAdd and Requantize: int8 in, int8 out, same shape. */
+static ai_status elementwise_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    ai_status st;
+    for (int i = 0; i < c->n_in; i++)
+        if ((st = need_dtype(n, i ? "input 1" : "input 0", c->in[i], AI_I8)))
+            return st;
+    if (c->n_in == 2) {
+        const ai_tensor *a = c->in[0], *b = c->in[1];
+        if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim))
+            return ai_node_error(n, AI_ERR_VALUE, "inputs must have the same shape "
+                                 "(no broadcasting)");
+    }
+    out[0].dtype = AI_I8;
+    out[0].ndim = c->in[0]->ndim;
+    memcpy(out[0].shape, c->in[0]->shape, sizeof(int64_t) * c->in[0]->ndim);
+    return AI_OK;
+}
+
+static ai_status add_forward(ai_ctx *c)
+{
+    const q_attrs *a = c->node->params;
+    aik_add_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
+               (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
+    return AI_OK;
+}
+
+static ai_status requantize_forward(ai_ctx *c)
+{
+    const q_attrs *a = c->node->params;
+    aik_requant_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, &a->rq, c->out[0]->data);
+    return AI_OK;
+}
+
+#define Q_OP(var, name, min_in, max_in, shape, forward) \
+    static const ai_op_def var = {name, "aidge_interop.quant", min_in, max_in, 1, 1, 0, \
+                                  q_init, shape, forward, NULL};
+Q_OP(op_qconv, "QConv", 2, 3, window_shape, window_forward)
+Q_OP(op_qgemm, "QGemm", 2, 3, gemm_shape, gemm_forward)
+Q_OP(op_qadd, "QAdd", 2, 2, elementwise_shape, add_forward)
+Q_OP(op_requantize, "Requantize", 1, 1, elementwise_shape, requantize_forward)
+Q_OP(op_qmaxpool, "QMaxPool", 1, 1, window_shape, window_forward)
+Q_OP(op_qavgpool, "QAveragePool", 1, 1, window_shape, window_forward)
+
+const ai_op_def *const ai_ops_quant[] = {
+    &op_qconv, &op_qgemm, &op_qadd, &op_requantize, &op_qmaxpool, &op_qavgpool, NULL,
+};

@@ -1,0 +1,94 @@
+/*
+ * aidge_kernels.h — portable reference kernels of the quantized (int8) and
+ * float32 layers: the engine runs its quantized operators on them and
+ * aidge_interop.export_c copies them, unchanged, into every exported C
+ * project. C99, libc only, no allocation, NCHW layout.
+ *
+ * Integer semantics (the same everywhere, documented in docs/quantization.md):
+ *   acc    = bias + sum(x * w)                       int32 accumulator
+ *   y      = clamp(round_shift(acc * multiplier, shift), lo, hi)
+ *   round_shift(v, s) = floor(v / 2^s + 1/2)         rounding half up
+ * Average pools divide with the same rounding: floor(sum / count + 1/2).
+ */
+#ifndef AIDGE_KERNELS_H
+#define AIDGE_KERNELS_H
+
+#include <stdint.h>
+
+/* Requantization of an accumulator to the output's integer range. */
+typedef struct {
+    int32_t multiplier; /* 1 (or a power of two) with single-shift scaling */
+    int32_t shift;      /* right shift, 0..62 */
+    int32_t lo, hi;     /* output clamp: the int range, or [0, hi] for a fused ReLU */
+} aik_rq;
+
+/* A 2-D window over NCHW (1-D layers use h = kh = 1). */
+typedef struct {
+    int32_t n, c, h, w;      /* input */
+    int32_t m, oh, ow;       /* output channels (pools: m = c) and size */
+    int32_t kh, kw;          /* kernel */
+    int32_t sh, sw;          /* strides */
+    int32_t dh, dw;          /* dilations */
+    int32_t pt, pl;          /* padding before (top, left); after is implied by oh, ow */
+    int32_t group;           /* convolutions: groups (c and m divisible) */
+    int32_t count_include_pad; /* average pools */
+} aik_window;
+
+/* floor(v / 2^s + 1/2) for any sign, 0 <= s <= 62 (s == 0: v). */
+static inline int64_t aik_round_shift(int64_t v, int32_t s)
+{
+    if (s <= 0)
+        return v;
+    const int64_t d = (int64_t)1 << s;
+    const int64_t t = v + (d >> 1);
+    int64_t q = t / d; /* C truncates toward zero */
+    if (t % d != 0 && t < 0)
+        q -= 1;
+    return q;
+}
+
+static inline int32_t aik_requant(int64_t acc, const aik_rq *r)
+{
+    int64_t v = aik_round_shift(acc * (int64_t)r->multiplier, r->shift);
+    return (int32_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
+}
+
+/* Convolutions: w is (m, c / group, kh, kw), bias (m) or NULL. */
+void aik_conv2d_i8(const aik_window *p, const int8_t *x, const int8_t *w,
+                   const int32_t *bias, const aik_rq *rq, int8_t *y);
+void aik_conv2d_f32(const aik_window *p, const float *x, const float *w, const float *bias,
+                    float lo, float hi, float *y);
+
+/* Fully connected: y (n, m) = x (n, k) . w (m, k)^T + bias (m) or NULL. */
+void aik_fc_i8(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+               const int32_t *bias, const aik_rq *rq, int8_t *y);
+void aik_fc_f32(int64_t n, int32_t k, int32_t m, const float *x, const float *w,
+                const float *bias, float lo, float hi, float *y);
+
+/* Pools (p->m unused). Max pools ignore padding. */
+void aik_maxpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y);
+void aik_maxpool2d_f32(const aik_window *p, const float *x, float *y);
+void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y);
+void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y);
+
+/* Elementwise over n values. add_i8: y = clamp(round_shift(a*ma + b*mb, shift)). */
+void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,
+                int32_t shift, int32_t lo, int32_t hi, int8_t *y);
+void aik_add_f32(int64_t n, const float *a, const float *b, float *y);
+void aik_requant_i8(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y);
+void aik_clip_i8(int64_t n, const int8_t *x, int32_t lo, int32_t hi, int8_t *y);
+void aik_clip_f32(int64_t n, const float *x, float lo, float hi, float *y);
+
+/* Concatenation of k inputs along one axis: `outer` blocks, input i gives
+ * inner_bytes[i] bytes per block. */
+void aik_concat(int64_t outer, int32_t k, const void *const *inputs,
+                const int64_t *inner_bytes, void *y);
+
+/* Layer checks of exported programs: 0 when equal (floats: within
+ * |got - ref| <= atol + rtol * |ref|), else prints the first mismatch and
+ * returns 1. */
+int aik_check_i8(const char *layer, const int8_t *got, const int8_t *ref, int64_t n);
+int aik_check_f32(const char *layer, const float *got, const float *ref, int64_t n,
+                  double atol, double rtol);
+
+#endif
