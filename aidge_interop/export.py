@@ -681,13 +681,15 @@ def compile_and_run(folder, inputs=None, cc: str | None = None,
                 x = _input_array(x, spec, info["nb_bits"], f"{where}: input {k}")
                 shape = tuple(spec["shape"])
                 if x.shape == shape:
-                    stacked = False
+                    mode = None  # one run
                 elif x.shape[1:] == shape:
-                    stacked = True
+                    mode = "stacked"  # (samples, *shape)
+                elif shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
+                    mode = "batch"  # batch-1 export: the batch axis holds the samples
                 else:
-                    raise ValueError(f"{where}: input {k} has shape {x.shape}; {shape} or "
-                                     f"(samples, *{shape}) expected")
-                batch = (x.shape[0] if stacked else None) if k == 0 else batch
+                    raise ValueError(f"{where}: input {k} has shape {x.shape}; {shape}, "
+                                     f"(samples, *{shape}) or (samples, *{shape[1:]}) expected")
+                batch = mode if k == 0 else batch
                 path = os.path.join(tmp, f"input_{k}.bin")
                 x.tofile(path)
                 args.append(path)
@@ -726,5 +728,10 @@ def _parse_outputs(stdout, info, batch):
         rows = [per[k][s].astype(dtype).reshape(shape) for s in sorted(per[k])]
         if not rows:
             raise BuildError(f"compile_and_run: the program printed no output {k}")
-        outs.append(np.stack(rows) if batch is not None else rows[0])
+        if batch == "stacked":
+            outs.append(np.stack(rows))
+        elif batch == "batch":
+            outs.append(np.concatenate(rows))
+        else:
+            outs.append(rows[0])
     return outs

@@ -247,6 +247,28 @@ def extract_layers(graph, where: str = "extract_layers"):
                 if shape[other[0]] != shape[other[1]]:
                     raise NotImplementedError(f"{nwhere}: broadcasting Add cannot be exported")
                 add(Layer(name, "Add", other, y, sources=[name]))
+        elif op in ("Mul", "Div") and any(val(i) in consts for i in n["inputs"]):
+            c_name = next(val(i) for i in n["inputs"] if val(i) in consts)
+            xin = next((val(i) for i in n["inputs"] if val(i) not in consts), None)
+            layer = fusable(xin) if xin else None
+            c = consts[c_name].astype(np.float64)
+            if op == "Div" and c_name != val(n["inputs"][1]):
+                layer = None  # constant / x is not a scaling
+            m = layer.weight.shape[0] if layer is not None and layer.weight is not None else -1
+            per_channel = c.size == 1 or (c.size == m and (layer.op == "Gemm" or c.ndim >= 3
+                                          and c.shape[-1] * c.shape[-2] == 1 if c.ndim >= 2
+                                          else layer.op == "Gemm"))
+            if layer is None or layer.op not in ("Conv", "Gemm") or layer.lo > -math.inf or \
+                    layer.hi < math.inf or not per_channel:
+                raise NotImplementedError(f"{nwhere}: scaling by a constant is exported only "
+                                          "folded into the Conv/Gemm before it (per tensor or "
+                                          "per output channel)")
+            k = (1.0 / c if op == "Div" else c).reshape(-1)
+            layer.weight = layer.weight * (k.reshape((-1,) + (1,) * (layer.weight.ndim - 1))
+                                           if k.size > 1 else k[0])
+            if layer.bias is not None:
+                layer.bias = layer.bias * k
+            absorb(layer, n)
         elif op in ("Relu", "Clip"):
             if op == "Relu":
                 lo, hi = 0.0, math.inf
@@ -284,7 +306,7 @@ def extract_layers(graph, where: str = "extract_layers"):
         else:
             raise NotImplementedError(
                 f"{nwhere}: not supported by quantization and export (supported: Conv, Gemm, "
-                "MatMul, BatchNormalization, Add, Relu, Clip, MaxPool, AveragePool, "
+                "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
                 "Concat, Identity, Dropout)")
     for layer in layers:
