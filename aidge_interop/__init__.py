@@ -41,7 +41,8 @@ from .onnx_import import load_onnx
 
 # torch is imported on first use of these (the pytest plugin stays light)
 _LAZY = {"SGD": ".optim", "wrap": ".wrapping", "AidgeModule": ".wrapping",
-         "locate": ".divergence"}
+         "locate": ".divergence", "quantize": ".quantization",
+         "QuantizedModel": ".quantization", "export_c": ".export"}
 
 
 def __getattr__(name):
@@ -73,5 +74,5 @@ def get_num_threads() -> int:
 __all__ = [
     "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx",
     "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
-    "__version__",
+    "locate", "quantize", "QuantizedModel", "export_c", "__version__",
 ]
