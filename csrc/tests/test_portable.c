@@ -1,0 +1,70 @@
+/* test_portable.c — the integer arithmetic of the portable kernels against
+ * values worked out by hand (rounding half up on both signs, clamps,
+ * average-pool rounding, a depthwise convolution). */
+#include "../portable/aidge_kernels.h"
+#include <stddef.h>
+
+#include "ctest.h"
+
+TEST(round_shift_rounds_half_up)
+{
+    /* v / 4: 5/4=1.25->1, 6/4=1.5->2, -6/4=-1.5->-1, -7/4=-1.75->-2, -2/4=-0.5->0 */
+    CHECK(aik_round_shift(5, 2) == 1);
+    CHECK(aik_round_shift(6, 2) == 2);
+    CHECK(aik_round_shift(-6, 2) == -1);
+    CHECK(aik_round_shift(-7, 2) == -2);
+    CHECK(aik_round_shift(-2, 2) == 0);
+    CHECK(aik_round_shift(-3, 2) == -1);
+    CHECK(aik_round_shift(-9, 0) == -9);
+    CHECK(aik_round_shift(-(INT64_C(1) << 40), 40) == -1);
+}
+
+TEST(requant_multiplies_shifts_and_clamps)
+{
+    aik_rq r = {3, 1, -127, 127}; /* y = round(acc * 3 / 2) */
+    CHECK(aik_requant(1, &r) == 2);     /* 1.5 -> 2 */
+    CHECK(aik_requant(-1, &r) == -1);   /* -1.5 -> -1 */
+    CHECK(aik_requant(100, &r) == 127); /* 150 clamped */
+    CHECK(aik_requant(-100, &r) == -127);
+    aik_rq relu = {1, 0, 0, 127};
+    CHECK(aik_requant(-5, &relu) == 0);
+}
+
+TEST(avgpool_i8_rounds_half_up)
+{
+    /* 1x1x2x2 input, 2x2 window: sums 3 (0.75 -> 1) and -2 (-0.5 -> 0), -6 (-1.5 -> -1) */
+    aik_window p = {1, 1, 2, 2, 1, 1, 1, 2, 2, 1, 1, 1, 1, 0, 0, 1, 0};
+    int8_t y;
+    const int8_t a[4] = {1, 1, 1, 0}, b[4] = {-1, -1, 0, 0}, c[4] = {-2, -2, -1, -1};
+    aik_avgpool2d_i8(&p, a, &y);
+    CHECK(y == 1);
+    aik_avgpool2d_i8(&p, b, &y);
+    CHECK(y == 0);
+    aik_avgpool2d_i8(&p, c, &y);
+    CHECK(y == -1);
+}
+
+TEST(depthwise_conv_i8_with_padding)
+{
+    /* 2 channels of 2x2, 3x3 depthwise all-ones kernel, pad 1: every output
+     * is the sum of its channel (all positions see the whole 2x2 map) */
+    aik_window p = {1, 2, 2, 2, 2, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2, 0};
+    int8_t x[8] = {1, 2, 3, 4, -1, -2, -3, -5}, w[18], y[8];
+    for (int i = 0; i < 18; i++)
+        w[i] = 1;
+    int32_t bias[2] = {10, 0};
+    aik_rq r = {1, 0, -127, 127};
+    aik_conv2d_i8(&p, x, w, bias, &r, y);
+    for (int i = 0; i < 4; i++) {
+        CHECK(y[i] == 20);
+        CHECK(y[4 + i] == -11);
+    }
+}
+
+const ctest_case portable_cases[] = {
+    CASE(round_shift_rounds_half_up),
+    CASE(requant_multiplies_shifts_and_clamps),
+    CASE(avgpool_i8_rounds_half_up),
+    CASE(depthwise_conv_i8_with_padding),
+    {NULL, NULL},
+};
