@@ -620,10 +620,13 @@ def _write_atomically(folder: Path, files: dict, replacing: bool):
             path.write_text(text)
         (tmp / MARKER).write_text(json.dumps({"files": sorted(files)}) + "\n")
         if replacing:
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=parent))
-            os.rename(folder, old / "export")
-            os.rename(tmp, folder)
-            shutil.rmtree(old)  # the previous export of ours, checked whole above
+            if _exchange(tmp, folder):  # tmp now holds the previous export
+                shutil.rmtree(tmp)
+            else:
+                old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=parent))
+                os.rename(folder, old / "export")
+                os.rename(tmp, folder)
+                shutil.rmtree(old)  # the previous export of ours, checked whole above
         else:
             if folder.exists():
                 folder.rmdir()  # empty (checked); rename needs it gone
@@ -631,6 +634,21 @@ def _write_atomically(folder: Path, files: dict, replacing: bool):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swaps two folders in one step (Linux renameat2 RENAME_EXCHANGE), so
+    that the target never goes missing; False where that is unavailable."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    return False  # e.g. a file system without the flag: the two-rename fallback
 
 
 # -- build and run ------------------------------------------------------------------

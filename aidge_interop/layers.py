@@ -100,6 +100,13 @@ def extract_layers(graph, where: str = "extract_layers"):
         shape.update({v: s for v, s in zip(n["inputs"], n["input_shapes"]) if v})
         shape.update(zip(n["outputs"], n["output_shapes"]))
 
+    # values computed from the graph inputs (the rest is fixed: initializers,
+    # and what is computed from them alone, e.g. an Identity of a parameter)
+    varying = set(inputs)
+    for n in nodes:
+        if any(i in varying for i in n["inputs"]):
+            varying.update(n["outputs"])
+
     # which nodes compute data that reaches an output (shape subgraphs do not)
     data_inputs = {"Pad": 1, "Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Clip": 1, "Conv": 1,
                    "Gemm": 1, "MatMul": 1, "BatchNormalization": 1, "Dropout": 1}
@@ -111,7 +118,7 @@ def extract_layers(graph, where: str = "extract_layers"):
             continue
         needed.add(n["name"])
         k = data_inputs.get(n["op_type"], len(n["inputs"]))
-        stack += [i for i in n["inputs"][:k] if i and i not in consts]
+        stack += [i for i in n["inputs"][:k] if i in varying]
 
     alias = {}  # removed value -> the value it equals
     layers: list[Layer] = []
@@ -127,21 +134,24 @@ def extract_layers(graph, where: str = "extract_layers"):
             name = alias[name]
         return name
 
+    def fixed(name):
+        """A value that does not depend on the inputs: an initializer, or computed
+        from initializers (a folded shape subgraph, an Identity of a parameter)."""
+        return consts[name] if name in consts else graph.intermediate(name)
+
+    def planned(n, i):
+        name = n["inputs"][i] if i < len(n["inputs"]) else ""
+        return fixed(name) if name else None
+
     def const(n, i, what):
         name = n["inputs"][i] if i < len(n["inputs"]) else ""
         if not name:
             return None
-        if name not in consts:
+        if name in varying:
             raise NotImplementedError(f"{where}: {n['op_type']} node '{n['name']}': the {what} "
-                                      f"'{name}' is computed, not a constant; cannot export")
-        return consts[name].astype(np.float64)
-
-    def planned(n, i):
-        """An input computed at plan time (a folded shape subgraph)."""
-        name = n["inputs"][i] if i < len(n["inputs"]) else ""
-        if not name:
-            return None
-        return consts[name] if name in consts else graph.intermediate(name)
+                                      f"'{name}' depends on the inputs, it is not a constant; "
+                                      "cannot export")
+        return planned(n, i).astype(np.float64)
 
     def fusable(x):
         """The layer producing x, when x feeds nothing else and is not an output."""
@@ -229,11 +239,11 @@ def extract_layers(graph, where: str = "extract_layers"):
             absorb(layer, n)
         elif op == "Add":
             other = [val(i) for i in n["inputs"]]
-            if any(i in consts for i in other):
-                c_name = next(i for i in other if i in consts)
-                xin = next(i for i in other if i not in consts)
-                layer = fusable(xin)
-                c = consts[c_name].astype(np.float64)
+            if any(i not in varying for i in other):
+                c_name = next(i for i in other if i not in varying)
+                xin = next((i for i in other if i in varying), None)
+                layer = fusable(xin) if xin else None
+                c = fixed(c_name).astype(np.float64)
                 if layer is None or layer.op not in ("Gemm", "Conv") or layer.hi < math.inf \
                         or layer.lo > -math.inf or c.size != layer.weight.shape[0]:
                     raise NotImplementedError(f"{nwhere}: adding a constant is exported only as "
@@ -247,11 +257,11 @@ def extract_layers(graph, where: str = "extract_layers"):
                 if shape[other[0]] != shape[other[1]]:
                     raise NotImplementedError(f"{nwhere}: broadcasting Add cannot be exported")
                 add(Layer(name, "Add", other, y, sources=[name]))
-        elif op in ("Mul", "Div") and any(val(i) in consts for i in n["inputs"]):
-            c_name = next(val(i) for i in n["inputs"] if val(i) in consts)
-            xin = next((val(i) for i in n["inputs"] if val(i) not in consts), None)
+        elif op in ("Mul", "Div") and any(val(i) not in varying for i in n["inputs"]):
+            c_name = next(val(i) for i in n["inputs"] if val(i) not in varying)
+            xin = next((val(i) for i in n["inputs"] if val(i) in varying), None)
             layer = fusable(xin) if xin else None
-            c = consts[c_name].astype(np.float64)
+            c = fixed(c_name).astype(np.float64)
             if op == "Div" and c_name != val(n["inputs"][1]):
                 layer = None  # constant / x is not a scaling
             m = layer.weight.shape[0] if layer is not None and layer.weight is not None else -1

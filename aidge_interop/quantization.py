@@ -53,11 +53,29 @@ def _as_graph(model, sample_shapes, where):
         from .wrapping import AidgeModule, wrap
 
         if not isinstance(model, AidgeModule):
+            _check_arity(model, len(sample_shapes), where)
             model = wrap(model.eval(), [(1, *s) for s in sample_shapes])
         return Graph(model._graph, model.onnx_model)
     from .onnx_import import load_onnx
 
     return load_onnx(model, where=where)
+
+
+def _check_arity(module, n, where):
+    """A clear error when `n` input arrays cannot feed module.forward."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if not len(required) <= n <= len(positional):
+        raise ValueError(f"{where}: {type(module).__name__}.forward takes {len(required)} "
+                         f"inputs, got {n} arrays")
 
 
 def _as_arrays(inputs, n_inputs, where):
@@ -428,7 +446,8 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
             raise ValueError(f"{where}: the bias does not fit in int32 at this scale")
         bq = b.astype(np.int32)
     k = int(np.prod(w.shape[1:]))
-    bound = k * qmax * qmax + (int(np.abs(bq).max()) if bq is not None and bq.size else 0)
+    # the engine's bound (any int8 input): |x w| <= 128 * 128
+    bound = k * 128 * 128 + (int(np.abs(bq).max()) if bq is not None and bq.size else 0)
     if bound > 2 ** 31 - 1:
         raise ValueError(f"{where}: {k} products per output may overflow the int32 "
                          "accumulator")

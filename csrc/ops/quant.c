@@ -171,11 +171,59 @@ static ai_status window_setup(const ai_ctx *c, aik_window *p)
     return AI_OK;
 }
 
+/* The int32 accumulator of k products of int8 (|x w| <= 128 * 128) plus the
+ * bias never overflows, or the node is refused. */
+static ai_status check_accumulator(const ai_ctx *c, int64_t k)
+{
+    const ai_node *n = c->node;
+    const bool has_bias = c->n_in > 2 && c->in[2];
+    const ai_tensor *bias = has_bias ? ai_ctx_const(c, 2) : NULL;
+    int64_t bmax = has_bias && !bias ? INT32_MAX : 0; /* computed bias: assume the worst */
+    if (bias) {
+        const int32_t *b = bias->data;
+        for (int64_t i = 0; i < ai_tensor_numel(bias); i++) {
+            int64_t v = b[i] < 0 ? -(int64_t)b[i] : b[i];
+            bmax = v > bmax ? v : bmax;
+        }
+    }
+    if (k > (INT32_MAX - bmax) / (128 * 128))
+        return ai_node_error(n, AI_ERR_VALUE, "%lld products per output plus a bias of up to "
+                             "%lld may overflow the int32 accumulator", (long long)k,
+                             (long long)bmax);
+    return AI_OK;
+}
+
+/* Pools: every window sees at least one element of the input (dilation
+ * can make a window fall entirely in the padding). */
+static ai_status check_windows(const ai_node *n, const aik_window *p)
+{
+    const int32_t size[2] = {p->h, p->w}, out[2] = {p->oh, p->ow}, k[2] = {p->kh, p->kw};
+    const int32_t s[2] = {p->sh, p->sw}, d[2] = {p->dh, p->dw}, pad[2] = {p->pt, p->pl};
+    for (int a = 0; a < 2; a++)
+        for (int32_t o = 0; o < out[a]; o++) {
+            bool seen = false;
+            for (int32_t j = 0; j < k[a] && !seen; j++) {
+                int64_t i = (int64_t)o * s[a] - pad[a] + (int64_t)j * d[a];
+                seen = i >= 0 && i < size[a];
+            }
+            if (!seen)
+                return ai_node_error(n, AI_ERR_VALUE, "window %d of spatial axis %d covers "
+                                     "only padding", o, a);
+        }
+    return AI_OK;
+}
+
 static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws, (void)state;
     aik_window p;
     ai_status st = window_setup(c, &p);
+    if (st)
+        return st;
+    if (is_conv(c->node))
+        st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw);
+    else
+        st = check_windows(c->node, &p);
     if (st)
         return st;
     const int nsp = c->in[0]->ndim - 2;
@@ -224,6 +272,8 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
         return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%lld,)",
                              (long long)w->shape[0]);
+    if ((st = check_accumulator(c, w->shape[1])))
+        return st;
     out[0].dtype = AI_I8;
     out[0].ndim = 2;
     out[0].shape[0] = x->shape[0];
