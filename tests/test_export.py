@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from aidge_interop import wrap
+from aidge_interop.examples import _seeded
 from aidge_interop.export import BuildError, ExportError, compile_and_run, export_c
 from aidge_interop.quantization import quantize
 
@@ -27,18 +28,6 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 reason="no C compiler")
 STRICT = "-std=c99 -O1 -Wall -Wextra -Werror -pedantic"
 SANITIZE = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-
-
-def _seeded(model):
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0.0, 0.1)
-                m.running_mean.normal_(0.0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-    return model.eval()
 
 
 class Residual(nn.Module):
@@ -121,8 +110,7 @@ def calibration():
 
 def _case(name, rng):
     factory, shape = CASES[name]
-    torch.manual_seed(0)
-    model = _seeded(factory())
+    model = _seeded(factory, 0).eval()  # seeded weights, random BatchNorm statistics
     x = rng.standard_normal((16, *shape)).astype(np.float32)
     return model, x
 
