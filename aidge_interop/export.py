@@ -195,6 +195,11 @@ def _cname(text):
     return s[-40:] or "layer"
 
 
+def _comment(text):
+    """Text safe inside a C comment."""
+    return str(text).replace("*/", "* /")
+
+
 def _c_array(ctype, name, array):
     flat = np.asarray(array).reshape(-1)
     if ctype == "float":
@@ -248,20 +253,29 @@ class _Writer:
                 cid += "_"
             used.add(cid)
             self.ids.append(cid)
+        self.vid = {v: f"v{k}" for k, v in enumerate(values)}
         self.rom = 0
         self.ref_bytes = 0
         self.files: dict[str, str] = {}
 
     def ptr(self, v):
-        t = self.values[v].ctype
-        return f"(({t} *)((unsigned char *)arena + {self.offsets[v]}))"
+        """The C name of value v: a pointer into the arena (see declarations)."""
+        return self.vid[v]
+
+    def declarations(self):
+        out = []
+        for v, cname in self.vid.items():
+            val = self.values[v]
+            out.append(f"    {val.ctype} *const {cname} = ({val.ctype} *)((unsigned char *)arena + "
+                       f"{self.offsets[v]}); /* '{_comment(v)}' {list(val.shape)} */")
+        return out
 
     def layer_header(self, i, layer):
         cid = self.ids[i]
         x = self.values[layer.inputs[0]] if layer.inputs else None
         y = self.values[layer.output]
-        lines = [f"/* layer {i}: {layer.op} '{layer.name}'",
-                 f" * from: {', '.join(layer.sources) or layer.name}",
+        lines = [f"/* layer {i}: {layer.op} '{_comment(layer.name)}'",
+                 f" * from: {_comment(', '.join(layer.sources) or layer.name)}",
                  f" * output {list(y.shape)} {y.ctype} */",
                  f"#ifndef {cid.upper()}_H", f"#define {cid.upper()}_H", "",
                  '#include "aidge_kernels.h"', ""]
@@ -333,7 +347,7 @@ class _Writer:
                     "    }")
         if layer.op == "Reshape":
             return "/* reshape: the output shares the input's memory */"
-        raise ExportError(f"layer '{layer.name}': {layer.op} cannot be exported")  # pragma: no cover
+        raise ExportError(f"layer '{layer.name}': {layer.op} cannot be exported")
 
     def io_type(self, v):
         return self.values[v].ctype
@@ -347,13 +361,14 @@ class _Writer:
             cid = self.ids[i]
             f[f"layers/{cid}.h"] = self.layer_header(i, layer)
             includes.append(f'#include "layers/{cid}.h"')
-            body.append(f"    /* {i}: {layer.op} '{layer.name}' */")
+            body.append(f"    /* {i}: {layer.op} '{_comment(layer.name)}' */")
             body.append("    " + self.call(i, layer))
             if self.compare and layer.op != "Reshape":
                 ref = self.refs[layer.output]
                 ctype = self.values[layer.output].ctype
-                f[f"reference/{cid}.h"] = (f"/* engine output of layer {i} ('{layer.name}') for "
-                                           "the embedded input */\n" +
+                f[f"reference/{cid}.h"] = (f"/* engine output of layer {i} "
+                                           f"('{_comment(layer.name)}') for the embedded "
+                                           "input */\n" +
                                            _c_array(ctype, f"{cid}_reference", ref))
                 self.ref_bytes += ref.nbytes
                 includes.append(f'#include "reference/{cid}.h"')
@@ -371,9 +386,9 @@ class _Writer:
                    for k, v in enumerate(self.inputs)]
         copy_out = [f"    memcpy(out_{k}, {self.ptr(v)}, {self.values[v].nbytes});"
                     for k, v in enumerate(self.outputs)]
-        sizes = [f"#define MODEL_IN_{k}_SIZE {self.values[v].numel} /* '{v}' "
+        sizes = [f"#define MODEL_IN_{k}_SIZE {self.values[v].numel} /* '{_comment(v)}' "
                  f"{list(self.values[v].shape)} */" for k, v in enumerate(self.inputs)]
-        sizes += [f"#define MODEL_OUT_{k}_SIZE {self.values[v].numel} /* '{v}' "
+        sizes += [f"#define MODEL_OUT_{k}_SIZE {self.values[v].numel} /* '{_comment(v)}' "
                   f"{list(self.values[v].shape)} */" for k, v in enumerate(self.outputs)]
         f["forward.h"] = "\n".join([
             "/* The exported model: one function, a fixed schedule, no heap. */",
@@ -396,7 +411,8 @@ class _Writer:
             "/* every activation lives in this arena, at offsets from a liveness plan */",
             f"static float arena[{max(1, -(-self.arena // 4))}];", "",
             "int model_check = 0;", "",
-            f"{proto}", "{", *copy_in, *body, *copy_out, "    return 0;", "}", ""])
+            f"{proto}", "{", *self.declarations(), "", *copy_in, *body, *copy_out,
+            "    return 0;", "}", ""])
         f["input.h"] = "\n".join(
             ["/* The embedded input. */", "#ifndef MODEL_INPUT_H", "#define MODEL_INPUT_H",
              '#include <stdint.h>', ""] +

@@ -84,8 +84,8 @@ def _window_attrs(node, x_shape, y_shape, weight_shape=None):
 
 def extract_layers(graph, where: str = "extract_layers"):
     """Returns ``(layers, inputs, outputs, shapes)``: the layer list, the
-    graph's input and output value names, and every value's planned shape. ``graph`` must have run a forward (shapes
-    planned) in eval mode."""
+    graph's input and output value names, and every value's planned shape.
+    ``graph`` must have run a forward (shapes planned) in eval mode."""
     nodes = graph.nodes()
     if any(n["output_shapes"] and n["output_shapes"][0] is None for n in nodes):
         raise ValueError(f"{where}: run a forward first (the graph has no planned shapes)")
@@ -316,7 +316,8 @@ def extract_layers(graph, where: str = "extract_layers"):
         else:
             raise NotImplementedError(
                 f"{nwhere}: not supported by quantization and export (supported: Conv, Gemm, "
-                "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, AveragePool, "
+                "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, "
+                "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
                 "Concat, Identity, Dropout)")
     for layer in layers:
