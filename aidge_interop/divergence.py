@@ -433,6 +433,23 @@ def _is_module(model) -> bool:
     return torch is not None and isinstance(model, torch.nn.Module)
 
 
+def torch_graph(model, inputs, where: str):
+    """``(graph, kinds)``: a torch module exported the way :func:`aidge_interop.wrap`
+    exports it (on example ``inputs``, torch tensors) and loaded in the
+    engine, its parameters and buffers kept apart (``kinds``: name ->
+    "param" or "buffer")."""
+    from .wrapping import export_onnx_bytes
+
+    try:
+        source = export_onnx_bytes(model, inputs)
+    except Exception as exc:
+        raise RuntimeError(f"{where}: torch could not export {type(model).__name__} to "
+                           f"ONNX: {exc}") from exc
+    kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in model.named_parameters()}
+    kinds.update({n: "buffer" for n, _ in model.named_buffers()})
+    return load_onnx(onnx.load_from_string(source), param_kinds=kinds, where=where), kinds
+
+
 def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT_RTOL,
            atol: float = DEFAULT_ATOL, train: bool = False, top: int = 3) -> LocateResult:
     """Finds the first node where the engine and a reference disagree.
@@ -470,20 +487,10 @@ def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT
     if is_module:
         import torch
 
-        from .wrapping import export_onnx_bytes
-
         inputs = [torch.as_tensor(x) for x in inputs]
-        try:
-            source = export_onnx_bytes(model, inputs)
-        except Exception as exc:
-            raise RuntimeError(f"locate: torch could not export {type(model).__name__} to "
-                               f"ONNX: {exc}") from exc
-        kinds = {n: ("param" if p.requires_grad else "buffer")
-                 for n, p in model.named_parameters()}
-        kinds.update({n: "buffer" for n, _ in model.named_buffers()})
+        graph, kinds = torch_graph(model, inputs, "locate")
+        proto = graph.proto
         arrays = [x.detach().cpu().numpy() for x in inputs]
-        proto = onnx.load_from_string(source)
-        graph = load_onnx(proto, param_kinds=kinds, where="locate")
     else:
         arrays = [np.asarray(x) for x in inputs]
         graph = load_onnx(model, where="locate")

@@ -521,7 +521,7 @@ ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *r)
         double lo = 0, hi = 0;
         const char *why = act ? "the node before it already ends with an activation"
                         : uses(g, x, &out) != 1 || out ? "its input is also read elsewhere"
-                        : clip && !clip_bounds(g, a, &lo, &hi) ? "its bounds are computed"
+                        : clip && !clip_bounds(g, a, &lo, &hi) ? "its bounds are not constants"
                                                                : NULL;
         if (why) {
             st = report(r, false, a->name, "%s '%s' not fused: %s", a->op_type, a->name, why);
