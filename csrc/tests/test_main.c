@@ -12,8 +12,10 @@ int ctest_failures;
 extern const ctest_case tensor_cases[];
 extern const ctest_case kernel_cases[];
 extern const ctest_case compare_cases[];
+extern const ctest_case recipe_cases[];
 
-static const ctest_case *const suites[] = {tensor_cases, kernel_cases, compare_cases};
+static const ctest_case *const suites[] = {tensor_cases, kernel_cases, compare_cases,
+                                           recipe_cases};
 
 int main(int argc, char **argv)
 {
