@@ -91,6 +91,19 @@ def _int_arg(text: str, minimum: int) -> int:
     return value
 
 
+def _model_arguments(parser) -> None:
+    """MODEL, --shape and --seed: what load_model takes (every command)."""
+    parser.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
+                        "an .onnx file, or module:callable (a factory returning a "
+                        "torch.nn.Module; module importable or a path to a .py file)")
+    parser.add_argument("--shape", type=_shape_arg,
+                        help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
+                             "file's; required for module:callable)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random input and of an example's weights "
+                             "(default %(default)s)")
+
+
 # -- the model ------------------------------------------------------------------------
 
 @dataclass
@@ -636,7 +649,7 @@ def _show_command(args) -> int:
 
 
 def _add_show(commands) -> None:
-    from .divergence import DEFAULT_ATOL, DEFAULT_RTOL, REFERENCES, _tolerance_arg
+    from .divergence import reference_arguments
 
     show = commands.add_parser(
         "show", help="a picture (SVG or HTML) of the engine's graph",
@@ -647,14 +660,7 @@ def _add_show(commands) -> None:
                     "coloured by their error against a reference.",
         epilog="Exit status: 0; 1 when --locate finds a diverging node or the model cannot "
                "be run; 2 for a usage error.")
-    show.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                      "an .onnx file, or module:callable (a factory returning a "
-                      "torch.nn.Module; module importable or a path to a .py file)")
-    show.add_argument("--out", required=True, metavar="FILE",
-                      help="the picture: .svg, or .html (the SVG in a page)")
-    show.add_argument("--shape", type=_shape_arg,
-                      help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                           "file's; required for module:callable)")
+    _model_arguments(show)
     show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
                       help="comma-separated recipes applied in order before drawing "
                            "(constant_fold, fuse_batchnorm, remove_flatten, fuse_activation, "
@@ -663,15 +669,8 @@ def _add_show(commands) -> None:
     show.add_argument("--locate", action="store_true",
                       help="colour nodes by the error of their values against a reference "
                            "(aidge-interop locate, forward, before the recipes)")
-    show.add_argument("--reference", choices=REFERENCES,
-                      help="the reference of --locate (default: onnxruntime)")
-    show.add_argument("--rtol", type=_tolerance_arg, default=DEFAULT_RTOL,
-                      help="relative tolerance of --locate (default %(default)s)")
-    show.add_argument("--atol", type=_tolerance_arg, default=DEFAULT_ATOL,
-                      help="absolute tolerance of --locate (default %(default)s)")
-    show.add_argument("--seed", type=int, default=0,
-                      help="seed of the random input and of an example's weights "
-                           "(default %(default)s)")
+    reference_arguments(show, "the reference of --locate (default: onnxruntime)",
+                        " of --locate")
     show.set_defaults(run=_show_command)
 
 
@@ -690,12 +689,7 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
                "unavailable; 2 for a usage error. ONNX exports are cached in "
                "$AIDGE_INTEROP_CACHE (default: ~/.cache/aidge_interop/onnx). max rel is "
                "max |y - ref| / max |ref|.")
-    cmp.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                     "an .onnx file, or module:callable (a factory returning a torch.nn.Module; "
-                     "module importable or a path to a .py file)")
-    cmp.add_argument("--shape", type=_shape_arg,
-                     help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                          "file's; required for module:callable)")
+    _model_arguments(cmp)
     cmp.add_argument("--backends", type=_backends_arg, metavar="LIST",
                      help=f"comma-separated, among {', '.join(BACKENDS)} (default: all; the "
                           "reference always runs)")
@@ -709,9 +703,6 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
                      help="also time a training step (forward, MSE loss, backward, SGD) on the "
                           "engines that train (torch, aidge_interop) and compare the loss and "
                           "gradients of the first step")
-    cmp.add_argument("--seed", type=int, default=0,
-                     help="seed of the random input and of an example's weights "
-                          "(default %(default)s)")
     cmp.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     cmp.add_argument("--plot", metavar="IMAGE",
                      help="draw latencies and errors (PNG, SVG, PDF...; needs matplotlib)")

@@ -543,11 +543,20 @@ def _tolerance_arg(text: str) -> float:
     return value
 
 
+def reference_arguments(parser, reference_help: str, of: str = "") -> None:
+    """--reference, --rtol and --atol (``of``: what they are for, in the help)."""
+    parser.add_argument("--reference", choices=REFERENCES, help=reference_help)
+    parser.add_argument("--rtol", type=_tolerance_arg, default=DEFAULT_RTOL,
+                        help=f"relative tolerance{of} (default %(default)s)")
+    parser.add_argument("--atol", type=_tolerance_arg, default=DEFAULT_ATOL,
+                        help=f"absolute tolerance{of} (default %(default)s)")
+
+
 def add_arguments(parser) -> None:
     """The options of ``aidge-interop locate`` (``parser``: its argparse sub-parser)."""
     import functools
 
-    from .cli import _int_arg, _shape_arg
+    from .cli import _int_arg, _model_arguments
 
     parser.description = (
         "Run MODEL on the engine and on a reference with every intermediate value kept, and "
@@ -560,26 +569,13 @@ def add_arguments(parser) -> None:
         "ONNX graph and give every node's value; torch gives its submodules' outputs only. "
         "Exit status: 0 when every compared tensor agrees; 1 when a node diverges or a run "
         "failed; 2 for a usage error.")
-    parser.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                        "an .onnx file, or module:callable (a factory returning a "
-                        "torch.nn.Module; module importable or a path to a .py file)")
-    parser.add_argument("--shape", type=_shape_arg,
-                        help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                             "file's; required for module:callable)")
+    _model_arguments(parser)
     parser.add_argument("--train", action="store_true",
                         help="train mode, and compare gradients too (torch models; the "
                              "reference is then torch)")
-    parser.add_argument("--reference", choices=REFERENCES,
-                        help="default: onnxruntime, or torch with --train")
-    parser.add_argument("--rtol", type=_tolerance_arg, default=DEFAULT_RTOL,
-                        help="relative tolerance (default %(default)s)")
-    parser.add_argument("--atol", type=_tolerance_arg, default=DEFAULT_ATOL,
-                        help="absolute tolerance (default %(default)s)")
+    reference_arguments(parser, "default: onnxruntime, or torch with --train")
     parser.add_argument("--top", type=functools.partial(_int_arg, minimum=1), default=3,
                         help="diverging nodes listed per direction (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random input and of an example's weights "
-                             "(default %(default)s)")
     parser.add_argument("--json", metavar="FILE", help="write the full result as JSON")
 
 

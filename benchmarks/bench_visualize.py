@@ -22,17 +22,7 @@ from aidge_interop import load_onnx, recipes  # noqa: E402
 from aidge_interop.divergence import torch_graph  # noqa: E402
 from aidge_interop.visualize import render  # noqa: E402
 from graph_builders import residual_chain  # noqa: E402
-from models import anomaly_model, kws_model, lenet_model, mobilenet_model, \
-    perceptron_model, resnet_model  # noqa: E402
-
-SUITE = {
-    "perceptron": (perceptron_model.perceptron, (1, 16)),
-    "lenet": (lenet_model.lenet, (1, 1, 32, 32)),
-    "anomaly": (anomaly_model.anomaly_autoencoder, (1, 640)),
-    "kws": (kws_model.ds_cnn, (1, 1, 49, 10)),
-    "mobilenet": (mobilenet_model.mobilenet_v1, (1, 3, 96, 96)),
-    "resnet": (resnet_model.resnet8, (1, 3, 32, 32)),
-}
+from models import SAMPLE_SHAPES  # noqa: E402
 
 
 def median_ms(fn, repeat):
@@ -50,8 +40,8 @@ def main():
     parser.add_argument("--nodes", type=int, default=300, help="size of the residual graph")
     args = parser.parse_args()
     graphs = []
-    for name, (factory, shape) in SUITE.items():
-        x = torch.zeros(shape)
+    for name, (factory, shape) in SAMPLE_SHAPES.items():
+        x = torch.zeros((1,) + shape)
         for fused in (False, True):
             graph, _ = torch_graph(factory().eval(), [x], "bench")
             graph.forward(x.numpy())

@@ -49,26 +49,33 @@ static void attr_clear(ai_attr *a)
     ai_tensor_free(a->t);
 }
 
+static void node_clear(ai_node *n)
+{
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+    free(n->params);
+    for (int k = 0; k < n->n_attrs; k++)
+        attr_clear(&n->attrs[k]);
+    free(n->attrs);
+}
+
+static void value_clear(ai_value *v)
+{
+    free(v->name);
+    ai_tensor_free(v->data);
+    ai_tensor_free(v->grad);
+}
+
 void ai_graph_free(ai_graph *g)
 {
     if (!g)
         return;
     ai_plan_free(g->plan);
-    for (int i = 0; i < g->n_values; i++) {
-        free(g->values[i].name);
-        ai_tensor_free(g->values[i].data);
-        ai_tensor_free(g->values[i].grad);
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
-        ai_node *n = &g->nodes[i];
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->params);
-        for (int k = 0; k < n->n_attrs; k++)
-            attr_clear(&n->attrs[k]);
-        free(n->attrs);
-    }
+    for (int i = 0; i < g->n_values; i++)
+        value_clear(&g->values[i]);
+    for (int i = 0; i < g->n_nodes; i++)
+        node_clear(&g->nodes[i]);
     free(g->values);
     free(g->nodes);
     free(g->inputs);
@@ -535,17 +542,6 @@ void ai_graph_move_node(ai_graph *g, int from, int to)
             g->values[g->nodes[i].out[k]].producer = i;
 }
 
-static void node_clear(ai_node *n)
-{
-    free(n->name);
-    free(n->op_type);
-    free(n->domain);
-    free(n->params);
-    for (int k = 0; k < n->n_attrs; k++)
-        attr_clear(&n->attrs[k]);
-    free(n->attrs);
-}
-
 ai_status ai_graph_compact(ai_graph *g, const bool *remove)
 {
     if (g->finalized)
@@ -583,9 +579,7 @@ ai_status ai_graph_compact(ai_graph *g, const bool *remove)
     int nv = 0;
     for (int v = 0; v < g->n_values; v++) {
         if (!remap[v]) {
-            free(g->values[v].name);
-            ai_tensor_free(g->values[v].data);
-            ai_tensor_free(g->values[v].grad);
+            value_clear(&g->values[v]);
             remap[v] = -1;
             continue;
         }

@@ -177,6 +177,17 @@ static ai_status check_finalized(const ai_graph *g, const char *recipe)
     return AI_OK;
 }
 
+/* Checks the graph; *remove: one flag per node (removed at end_edit). */
+static ai_status start(const ai_graph *g, const char *recipe, bool **remove)
+{
+    ai_status st = check_finalized(g, recipe);
+    if (st)
+        return st;
+    if (!(*remove = calloc((size_t)g->n_nodes + 1, sizeof(bool))))
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    return AI_OK;
+}
+
 /* Makes node p write value v (the output of a node it absorbs). */
 static void take_output(ai_graph *g, int p, int v)
 {
@@ -348,17 +359,15 @@ done:
 
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
 {
-    ai_status st = check_finalized(g, "fuse_batchnorm");
-    if (st)
-        return st;
     if (g->training)
         return ai_error(AI_ERR_VALUE,
                         "fuse_batchnorm: the graph is in training mode, where BatchNormalization "
                         "normalises with batch statistics and cannot be folded; set "
                         "training = False (eval) first");
-    bool *remove = calloc((size_t)g->n_nodes + 1, sizeof(bool)), editing = false;
-    if (!remove)
-        return ai_error(AI_ERR_NOMEM, "out of memory");
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_batchnorm", &remove);
+    if (st)
+        return st;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         if (!is_op(&g->nodes[i], "", "BatchNormalization"))
             continue;
@@ -428,12 +437,10 @@ static const char *flatten_axis_of(const ai_graph *g, const ai_node *f, int64_t 
 
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *r)
 {
-    ai_status st = check_finalized(g, "remove_flatten");
+    bool *remove, editing = false;
+    ai_status st = start(g, "remove_flatten", &remove);
     if (st)
         return st;
-    bool *remove = calloc((size_t)g->n_nodes + 1, sizeof(bool)), editing = false;
-    if (!remove)
-        return ai_error(AI_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const ai_node *f = &g->nodes[i];
         if (!is_op(f, "", "Flatten") && !is_op(f, "", "Reshape"))
@@ -503,12 +510,10 @@ static bool clip_bounds(const ai_graph *g, const ai_node *n, double *lo, double 
 
 ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *r)
 {
-    ai_status st = check_finalized(g, "fuse_activation");
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_activation", &remove);
     if (st)
         return st;
-    bool *remove = calloc((size_t)g->n_nodes + 1, sizeof(bool)), editing = false;
-    if (!remove)
-        return ai_error(AI_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const ai_node *a = &g->nodes[i];
         bool relu = is_op(a, "", "Relu"), clip = is_op(a, "", "Clip"), out, act;
@@ -705,15 +710,13 @@ static ai_status fold_node(ai_graph *g, ai_plan *plan, int ni)
 
 ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *r)
 {
-    ai_status st = check_finalized(g, "constant_fold");
+    bool *remove, editing = false;
+    ai_status st = start(g, "constant_fold", &remove);
     if (st)
         return st;
-    bool *remove = calloc((size_t)g->n_nodes + 1, sizeof(bool)), editing = false;
     ai_plan plan = {0}; /* no plan-time values: ai_ctx_const reads constants */
-    plan.folded = calloc((size_t)g->n_values + 1, sizeof(ai_tensor *));
-    if (!remove || !plan.folded) {
+    if (!(plan.folded = calloc((size_t)g->n_values + 1, sizeof(ai_tensor *)))) {
         free(remove);
-        free(plan.folded);
         return ai_error(AI_ERR_NOMEM, "out of memory");
     }
     for (int oi = 0; oi < g->n_nodes && !st; oi++) {

@@ -14,18 +14,10 @@ import aidge_interop
 from aidge_interop import load_onnx, recipes
 from aidge_interop.divergence import torch_graph
 from graph_builders import model
-from models import anomaly_model, kws_model, lenet_model, mobilenet_model, perceptron_model, \
-    resnet_model
+from models import SAMPLE_SHAPES
 
 RTOL, ATOL = 1e-4, 1e-5  # float32, BatchNorm folded: rounding differs in the last bits
-SUITE = {
-    "perceptron": (perceptron_model.perceptron, (3, 16)),
-    "lenet": (lenet_model.lenet, (3, 1, 32, 32)),
-    "anomaly": (anomaly_model.anomaly_autoencoder, (3, 640)),
-    "kws": (kws_model.ds_cnn, (3, 1, 49, 10)),
-    "mobilenet": (mobilenet_model.mobilenet_v1, (2, 3, 96, 96)),
-    "resnet": (resnet_model.resnet8, (3, 3, 32, 32)),
-}
+SUITE = {k: (f, (2 if k == "mobilenet" else 3,) + s) for k, (f, s) in SAMPLE_SHAPES.items()}
 PIPELINE = ("constant_fold", "fuse_batchnorm", "remove_flatten", "fuse_activation")
 
 

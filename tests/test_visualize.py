@@ -18,18 +18,10 @@ from aidge_interop.cli import main
 from aidge_interop.divergence import Check, torch_graph
 from aidge_interop.visualize import layout, render, value_errors
 from graph_builders import residual_chain
-from models import anomaly_model, kws_model, lenet_model, mobilenet_model, perceptron_model, \
-    resnet_model
+from models import SAMPLE_SHAPES, lenet_model, perceptron_model
 
 SVG = "{http://www.w3.org/2000/svg}"
-SUITE = {
-    "perceptron": (perceptron_model.perceptron, (1, 16)),
-    "lenet": (lenet_model.lenet, (1, 1, 32, 32)),
-    "anomaly": (anomaly_model.anomaly_autoencoder, (1, 640)),
-    "kws": (kws_model.ds_cnn, (1, 1, 49, 10)),
-    "mobilenet": (mobilenet_model.mobilenet_v1, (1, 3, 96, 96)),
-    "resnet": (resnet_model.resnet8, (1, 3, 32, 32)),
-}
+SUITE = {k: (f, (1,) + s) for k, (f, s) in SAMPLE_SHAPES.items()}
 
 
 def _graph(name, fused=False):

@@ -99,6 +99,15 @@ static ai_status flat_view(const ai_node *n, const fused_info *f, const ai_tenso
     return AI_OK;
 }
 
+/* Bytes of a tensor, rounded up to the alignment. */
+static size_t scratch_bytes(ai_dtype dtype, int ndim, const int64_t *shape)
+{
+    size_t n = ai_dtype_size(dtype);
+    for (int d = 0; d < ndim; d++)
+        n *= (size_t)shape[d];
+    return (n + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+}
+
 /* The context of the base operator: A flattened, the workspace after the
  * scratch gradient. */
 static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_tensor *views)
@@ -113,15 +122,10 @@ static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_te
         flat_view(c->node, f, c->din[0], &views[1], &v);
         b->din[0] = (ai_tensor *)v;
     }
+    if (c->out[0]) /* not in shape inference */
+        b->workspace = (char *)c->workspace +
+                       scratch_bytes(c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape);
     return AI_OK;
-}
-
-static size_t scratch_bytes(const ai_meta *m)
-{
-    size_t n = ai_dtype_size(m->dtype);
-    for (int d = 0; d < m->ndim; d++)
-        n *= (size_t)m->shape[d];
-    return (n + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
 }
 
 static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -134,7 +138,7 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         return st;
     if (f.act != ACT_NONE && !ai_dtype_is_float(out[0].dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "the activation takes float outputs");
-    size_t scratch = scratch_bytes(&out[0]);
+    size_t scratch = scratch_bytes(out[0].dtype, out[0].ndim, out[0].shape);
     *ws += scratch; /* [masked output gradient | the base's workspace] */
     if (f.act == ACT_CLIP)
         *state = scratch / ai_dtype_size(out[0].dtype); /* one byte per element */
@@ -174,9 +178,6 @@ static ai_status fused_forward(ai_ctx *c)
     ai_status st = fused_read(c->node, &f);
     if (st || (st = base_ctx(c, &f, &b, views)))
         return st;
-    ai_meta m = {c->out[0]->dtype, c->out[0]->ndim, {0}};
-    memcpy(m.shape, c->out[0]->shape, sizeof m.shape);
-    b.workspace = (char *)c->workspace + scratch_bytes(&m);
     if ((st = f.base->forward(&b)))
         return st;
     const int64_t n = ai_tensor_numel(c->out[0]);
@@ -197,9 +198,6 @@ static ai_status fused_backward(ai_ctx *c)
     ai_status st = fused_read(c->node, &f);
     if (st || (st = base_ctx(c, &f, &b, views)))
         return st;
-    ai_meta m = {c->out[0]->dtype, c->out[0]->ndim, {0}};
-    memcpy(m.shape, c->out[0]->shape, sizeof m.shape);
-    b.workspace = (char *)c->workspace + scratch_bytes(&m);
     if (f.act != ACT_NONE) {
         const int64_t n = ai_tensor_numel(c->out[0]);
         g = *c->dout[0];
