@@ -627,7 +627,7 @@ def _show_command(args) -> int:
         else:
             import torch
 
-            graph, _ = torch_graph(target.model, [torch.from_numpy(x)], "show")
+            graph, _, _ = torch_graph(target.model, [torch.from_numpy(x)], "show")
         graph.forward([x])  # plans: every value gets its shape
         result = None
         if args.locate:
@@ -661,6 +661,8 @@ def _add_show(commands) -> None:
         epilog="Exit status: 0; 1 when --locate finds a diverging node or the model cannot "
                "be run; 2 for a usage error.")
     _model_arguments(show)
+    show.add_argument("--out", required=True, metavar="FILE",
+                      help="the picture: .svg, or .html (the SVG in a page)")
     show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
                       help="comma-separated recipes applied in order before drawing "
                            "(constant_fold, fuse_batchnorm, remove_flatten, fuse_activation, "

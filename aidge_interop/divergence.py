@@ -434,10 +434,11 @@ def _is_module(model) -> bool:
 
 
 def torch_graph(model, inputs, where: str):
-    """``(graph, kinds)``: a torch module exported the way :func:`aidge_interop.wrap`
-    exports it (on example ``inputs``, torch tensors) and loaded in the
-    engine, its parameters and buffers kept apart (``kinds``: name ->
-    "param" or "buffer")."""
+    """``(graph, proto, kinds)``: a torch module exported the way
+    :func:`aidge_interop.wrap` exports it (on example ``inputs``, torch
+    tensors; ``proto``: the ONNX model) and loaded in the engine, its
+    parameters and buffers kept apart (``kinds``: name -> "param" or
+    "buffer")."""
     from .wrapping import export_onnx_bytes
 
     try:
@@ -447,7 +448,8 @@ def torch_graph(model, inputs, where: str):
                            f"ONNX: {exc}") from exc
     kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in model.named_parameters()}
     kinds.update({n: "buffer" for n, _ in model.named_buffers()})
-    return load_onnx(onnx.load_from_string(source), param_kinds=kinds, where=where), kinds
+    proto = onnx.load_from_string(source)
+    return load_onnx(proto, param_kinds=kinds, where=where), proto, kinds
 
 
 def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT_RTOL,
@@ -488,8 +490,7 @@ def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT
         import torch
 
         inputs = [torch.as_tensor(x) for x in inputs]
-        graph, kinds = torch_graph(model, inputs, "locate")
-        proto = graph.proto
+        graph, proto, kinds = torch_graph(model, inputs, "locate")
         arrays = [x.detach().cpu().numpy() for x in inputs]
     else:
         arrays = [np.asarray(x) for x in inputs]

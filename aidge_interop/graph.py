@@ -101,15 +101,21 @@ class Graph:
 
     def _after_edit(self, report) -> None:
         """After a recipe: keeps its report and, when the graph ran before,
-        plans it again for the last input shapes (one forward on zeros), so
-        that nodes() has shapes."""
+        plans it again for the last input shapes (one eval forward on zeros:
+        no state changes), so that nodes() has shapes."""
         self.history.append(report)
-        if self._last_inputs is not None:
-            try:
-                self._g.forward([Tensor(x) for x in self._last_inputs])
-            except Exception as exc:
-                raise RuntimeError(f"{report.recipe}: the rewritten graph does not run on the "
-                                   f"last input shapes: {exc}") from exc
+        if self._last_inputs is None:
+            return
+        g = self._g  # an eval forward: no BatchNorm statistics updated, no Dropout drawn
+        saved = g.training, g.need_backward, g.input_grads
+        g.training = g.need_backward = g.input_grads = False
+        try:
+            g.forward([Tensor(x) for x in self._last_inputs])
+        except Exception as exc:
+            raise RuntimeError(f"{report.recipe}: the rewritten graph does not run on the "
+                               f"last input shapes: {exc}") from exc
+        finally:
+            g.training, g.need_backward, g.input_grads = saved
 
     def visualize(self, path, title: str | None = None, comparison=None) -> str:
         """Writes a picture of the graph to ``path`` (``.svg``, or ``.html``

@@ -43,7 +43,7 @@ def main():
     for name, (factory, shape) in SAMPLE_SHAPES.items():
         x = torch.zeros((1,) + shape)
         for fused in (False, True):
-            graph, _ = torch_graph(factory().eval(), [x], "bench")
+            graph, _, _ = torch_graph(factory().eval(), [x], "bench")
             graph.forward(x.numpy())
             if fused:
                 for r in ("constant_fold", "fuse_batchnorm", "remove_flatten", "fuse_activation"):

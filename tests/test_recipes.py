@@ -25,7 +25,7 @@ def _suite_graph(name):
     factory, shape = SUITE[name]
     net = factory().eval()
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
-    graph, _ = torch_graph(net, [x], "test")
+    graph, _, _ = torch_graph(net, [x], "test")
     with torch.no_grad():
         ref = net(x).numpy()
     return graph, x.numpy(), ref
@@ -163,6 +163,20 @@ def test_fuse_activation_skips_a_clip_with_computed_bounds():
     assert recipes.constant_fold(graph) == ["Neg 'neg' folded into constant 'neg_lo' "
                                             "(float32, scalar)"]
     assert recipes.fuse_activation(graph) == ["Conv 'conv' + Clip 'clip' -> FusedConv 'conv'"]
+
+
+def test_recipes_on_a_training_graph_leave_its_state_alone():
+    """The re-plan after a recipe is an eval forward: BatchNorm running
+    statistics are not updated by it, and the graph stays in training mode."""
+    graph, x, _ = _suite_graph("resnet")
+    graph.training = True
+    graph.forward(x, need_backward=True)
+    buffers = {k: v.copy() for k, v in graph.buffers().items()}
+    assert len(recipes.remove_flatten(graph)) == 1
+    assert graph.training and graph._g.need_backward
+    for k, v in graph.buffers().items():
+        np.testing.assert_array_equal(v, buffers[k], err_msg=k)
+    assert all(n["output_shapes"][0] is not None for n in graph.nodes())
 
 
 def test_fuse_batchnorm_refuses_training_mode():

@@ -27,7 +27,7 @@ SUITE = {k: (f, (1,) + s) for k, (f, s) in SAMPLE_SHAPES.items()}
 def _graph(name, fused=False):
     factory, shape = SUITE[name]
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    graph, _ = torch_graph(factory().eval(), [x], "test")
+    graph, _, _ = torch_graph(factory().eval(), [x], "test")
     graph.forward(x.numpy())
     if fused:
         for r in ("constant_fold", "fuse_batchnorm", "remove_flatten", "fuse_activation"):
@@ -188,7 +188,7 @@ def test_comparison_from_locate(tmp_path):
     net = lenet_model.lenet().eval()
     x = torch.randn(1, 1, 32, 32, generator=torch.Generator().manual_seed(0))
     result = aidge_interop.locate(net, x, reference="onnx")
-    graph, _ = torch_graph(net, [x], "test")
+    graph, _, _ = torch_graph(net, [x], "test")
     graph.forward(x.numpy())
     errors = value_errors(result, graph)
     assert set(errors) == {o for n in graph.nodes() for o in n["outputs"]}
