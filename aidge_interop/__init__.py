@@ -38,6 +38,7 @@ from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
 from .graph import Graph
 from .onnx_import import load_onnx
+from . import recipes
 
 # torch is imported on first use of these (the pytest plugin stays light)
 _LAZY = {"SGD": ".optim", "wrap": ".wrapping", "AidgeModule": ".wrapping",
@@ -72,7 +73,7 @@ def get_num_threads() -> int:
 
 
 __all__ = [
-    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx",
+    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx", "recipes",
     "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
     "locate", "quantize", "QuantizedModel", "export_c", "__version__",
 ]

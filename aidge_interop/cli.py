@@ -7,6 +7,7 @@
     aidge-interop compare nets.py:make_net --shape 1,16 --backends torch,aidge_interop
     aidge-interop compare model.onnx --plot latency.png
     aidge-interop locate --help
+    aidge-interop show resnet8 --recipes all --out resnet8.svg
 
 ``compare`` runs one model on several engines (:mod:`aidge_interop.backends`)
 on the same random input, times each on the same number of threads, and
@@ -88,6 +89,19 @@ def _int_arg(text: str, minimum: int) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
     return value
+
+
+def _model_arguments(parser) -> None:
+    """MODEL, --shape and --seed: what load_model takes (every command)."""
+    parser.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
+                        "an .onnx file, or module:callable (a factory returning a "
+                        "torch.nn.Module; module importable or a path to a .py file)")
+    parser.add_argument("--shape", type=_shape_arg,
+                        help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
+                             "file's; required for module:callable)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random input and of an example's weights "
+                             "(default %(default)s)")
 
 
 # -- the model ------------------------------------------------------------------------
@@ -580,9 +594,92 @@ def _compare_command(args) -> int:
     return 1 if failed else 0
 
 
-def _parser(prog: str, with_locate: bool) -> argparse.ArgumentParser:
+def _recipes_arg(text: str) -> list[str]:
+    from .recipes import RECIPES
+
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    if keys == ["all"]:
+        return [k for k in RECIPES if k != "expand_metaops"]
+    unknown = [k for k in keys if k not in RECIPES]
+    if unknown or not keys:
+        raise argparse.ArgumentTypeError(
+            f"unknown recipe {', '.join(map(repr, unknown)) or repr(text)} "
+            f"(known: {', '.join(RECIPES)}, or all)")
+    return keys
+
+
+def _show_command(args) -> int:
+    """``aidge-interop show``: draws the engine's graph of MODEL, after
+    --recipes, coloured by a --locate comparison. Exit status 0; 1 when
+    the comparison finds a diverging node or the model cannot be run."""
+    from .divergence import locate, torch_graph
+    from .onnx_import import load_onnx
+    from .recipes import RECIPES
+
+    _check_output("--out", args.out)
+    if Path(args.out).suffix.lower() not in (".svg", ".html", ".htm"):
+        raise UsageError(f"--out {args.out!r}: the picture is .svg or .html")
+    target = load_model(args.model, args.shape, args.seed)
+    x = np.random.default_rng(args.seed).standard_normal(target.shape).astype(target.dtype)
+    try:
+        if target.kind == "onnx":
+            graph = load_onnx(str(target.model), where="show")
+        else:
+            import torch
+
+            graph, _, _ = torch_graph(target.model, [torch.from_numpy(x)], "show")
+        graph.forward([x])  # plans: every value gets its shape
+        result = None
+        if args.locate:
+            result = locate(target.model, x, reference=args.reference, rtol=args.rtol,
+                            atol=args.atol)
+        for name in args.recipes or []:
+            sys.stdout.write(f"{RECIPES[name](graph)}\n")
+        title = args.title or f"{target.label}, input {'x'.join(map(str, target.shape))}"
+        graph.visualize(args.out, title=title, comparison=result)
+    except Exception as exc:
+        if isinstance(exc, ImportError):  # the reference's package is missing
+            raise UsageError(str(exc)) from exc
+        sys.stderr.write(f"show: {target.label}: {_one_line(exc)}\n")
+        return 1
+    sys.stdout.write(f"wrote {args.out}: {len(graph.nodes())} nodes"
+                     + (f"; {result.first.summary()}" if result and result.first else "")
+                     + "\n")
+    return 1 if result is not None and result.first else 0
+
+
+def _add_show(commands) -> None:
+    from .divergence import reference_arguments
+
+    show = commands.add_parser(
+        "show", help="a picture (SVG or HTML) of the engine's graph",
+        description="Load MODEL in the engine, run it once on a random input (so that every "
+                    "value has a shape), apply --recipes, and write a picture of the graph: "
+                    "op type, name and output shape of every node, parameters folded into "
+                    "their node, fused and quantized nodes marked; with --locate, nodes "
+                    "coloured by their error against a reference.",
+        epilog="Exit status: 0; 1 when --locate finds a diverging node or the model cannot "
+               "be run; 2 for a usage error.")
+    _model_arguments(show)
+    show.add_argument("--out", required=True, metavar="FILE",
+                      help="the picture: .svg, or .html (the SVG in a page)")
+    show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
+                      help="comma-separated recipes applied in order before drawing "
+                           "(constant_fold, fuse_batchnorm, remove_flatten, fuse_activation, "
+                           "expand_metaops), or all (every one but expand_metaops)")
+    show.add_argument("--title", help="title of the picture (default: the model and shape)")
+    show.add_argument("--locate", action="store_true",
+                      help="colour nodes by the error of their values against a reference "
+                           "(aidge-interop locate, forward, before the recipes)")
+    reference_arguments(show, "the reference of --locate (default: onnxruntime)",
+                        " of --locate")
+    show.set_defaults(run=_show_command)
+
+
+def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Run a PyTorch model on several engines and "
-                     "compare them (compare), or find where two diverge (locate).")
+                     "compare them (compare), find where two diverge (locate), or draw the "
+                     "engine's graph (show).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     cmp = commands.add_parser(
@@ -594,12 +691,7 @@ def _parser(prog: str, with_locate: bool) -> argparse.ArgumentParser:
                "unavailable; 2 for a usage error. ONNX exports are cached in "
                "$AIDGE_INTEROP_CACHE (default: ~/.cache/aidge_interop/onnx). max rel is "
                "max |y - ref| / max |ref|.")
-    cmp.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                     "an .onnx file, or module:callable (a factory returning a torch.nn.Module; "
-                     "module importable or a path to a .py file)")
-    cmp.add_argument("--shape", type=_shape_arg,
-                     help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                          "file's; required for module:callable)")
+    _model_arguments(cmp)
     cmp.add_argument("--backends", type=_backends_arg, metavar="LIST",
                      help=f"comma-separated, among {', '.join(BACKENDS)} (default: all; the "
                           "reference always runs)")
@@ -613,9 +705,6 @@ def _parser(prog: str, with_locate: bool) -> argparse.ArgumentParser:
                      help="also time a training step (forward, MSE loss, backward, SGD) on the "
                           "engines that train (torch, aidge_interop) and compare the loss and "
                           "gradients of the first step")
-    cmp.add_argument("--seed", type=int, default=0,
-                     help="seed of the random input and of an example's weights "
-                          "(default %(default)s)")
     cmp.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     cmp.add_argument("--plot", metavar="IMAGE",
                      help="draw latencies and errors (PNG, SVG, PDF...; needs matplotlib)")
@@ -628,13 +717,18 @@ def _parser(prog: str, with_locate: bool) -> argparse.ArgumentParser:
         locate = importlib.import_module(".divergence", __package__)
         locate.add_arguments(loc)
         loc.set_defaults(run=locate.run)
+    if with_show:
+        _add_show(commands)
+    else:
+        commands.add_parser("show", help="a picture (SVG or HTML) of the engine's graph")
     return parser
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command line; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(prog or "aidge-interop", with_locate=argv[:1] == ["locate"])
+    parser = _parser(prog or "aidge-interop", with_locate=argv[:1] == ["locate"],
+                     with_show=argv[:1] == ["show"])
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -433,6 +433,25 @@ def _is_module(model) -> bool:
     return torch is not None and isinstance(model, torch.nn.Module)
 
 
+def torch_graph(model, inputs, where: str):
+    """``(graph, proto, kinds)``: a torch module exported the way
+    :func:`aidge_interop.wrap` exports it (on example ``inputs``, torch
+    tensors; ``proto``: the ONNX model) and loaded in the engine, its
+    parameters and buffers kept apart (``kinds``: name -> "param" or
+    "buffer")."""
+    from .wrapping import export_onnx_bytes
+
+    try:
+        source = export_onnx_bytes(model, inputs)
+    except Exception as exc:
+        raise RuntimeError(f"{where}: torch could not export {type(model).__name__} to "
+                           f"ONNX: {exc}") from exc
+    kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in model.named_parameters()}
+    kinds.update({n: "buffer" for n, _ in model.named_buffers()})
+    proto = onnx.load_from_string(source)
+    return load_onnx(proto, param_kinds=kinds, where=where), proto, kinds
+
+
 def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT_RTOL,
            atol: float = DEFAULT_ATOL, train: bool = False, top: int = 3) -> LocateResult:
     """Finds the first node where the engine and a reference disagree.
@@ -470,20 +489,9 @@ def locate(model, inputs, *, reference: str | None = None, rtol: float = DEFAULT
     if is_module:
         import torch
 
-        from .wrapping import export_onnx_bytes
-
         inputs = [torch.as_tensor(x) for x in inputs]
-        try:
-            source = export_onnx_bytes(model, inputs)
-        except Exception as exc:
-            raise RuntimeError(f"locate: torch could not export {type(model).__name__} to "
-                               f"ONNX: {exc}") from exc
-        kinds = {n: ("param" if p.requires_grad else "buffer")
-                 for n, p in model.named_parameters()}
-        kinds.update({n: "buffer" for n, _ in model.named_buffers()})
+        graph, proto, kinds = torch_graph(model, inputs, "locate")
         arrays = [x.detach().cpu().numpy() for x in inputs]
-        proto = onnx.load_from_string(source)
-        graph = load_onnx(proto, param_kinds=kinds, where="locate")
     else:
         arrays = [np.asarray(x) for x in inputs]
         graph = load_onnx(model, where="locate")
@@ -536,11 +544,20 @@ def _tolerance_arg(text: str) -> float:
     return value
 
 
+def reference_arguments(parser, reference_help: str, of: str = "") -> None:
+    """--reference, --rtol and --atol (``of``: what they are for, in the help)."""
+    parser.add_argument("--reference", choices=REFERENCES, help=reference_help)
+    parser.add_argument("--rtol", type=_tolerance_arg, default=DEFAULT_RTOL,
+                        help=f"relative tolerance{of} (default %(default)s)")
+    parser.add_argument("--atol", type=_tolerance_arg, default=DEFAULT_ATOL,
+                        help=f"absolute tolerance{of} (default %(default)s)")
+
+
 def add_arguments(parser) -> None:
     """The options of ``aidge-interop locate`` (``parser``: its argparse sub-parser)."""
     import functools
 
-    from .cli import _int_arg, _shape_arg
+    from .cli import _int_arg, _model_arguments
 
     parser.description = (
         "Run MODEL on the engine and on a reference with every intermediate value kept, and "
@@ -553,26 +570,13 @@ def add_arguments(parser) -> None:
         "ONNX graph and give every node's value; torch gives its submodules' outputs only. "
         "Exit status: 0 when every compared tensor agrees; 1 when a node diverges or a run "
         "failed; 2 for a usage error.")
-    parser.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                        "an .onnx file, or module:callable (a factory returning a "
-                        "torch.nn.Module; module importable or a path to a .py file)")
-    parser.add_argument("--shape", type=_shape_arg,
-                        help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                             "file's; required for module:callable)")
+    _model_arguments(parser)
     parser.add_argument("--train", action="store_true",
                         help="train mode, and compare gradients too (torch models; the "
                              "reference is then torch)")
-    parser.add_argument("--reference", choices=REFERENCES,
-                        help="default: onnxruntime, or torch with --train")
-    parser.add_argument("--rtol", type=_tolerance_arg, default=DEFAULT_RTOL,
-                        help="relative tolerance (default %(default)s)")
-    parser.add_argument("--atol", type=_tolerance_arg, default=DEFAULT_ATOL,
-                        help="absolute tolerance (default %(default)s)")
+    reference_arguments(parser, "default: onnxruntime, or torch with --train")
     parser.add_argument("--top", type=functools.partial(_int_arg, minimum=1), default=3,
                         help="diverging nodes listed per direction (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random input and of an example's weights "
-                             "(default %(default)s)")
     parser.add_argument("--json", metavar="FILE", help="write the full result as JSON")
 
 

@@ -120,7 +120,11 @@ def _float_model(model, inputs, where):
             if lay.weight is not None:  # extraction folds in float64
                 lay.weight = lay.weight.astype(np.float32)
                 lay.bias = None if lay.bias is None else lay.bias.astype(np.float32)
-        refs = {lay.output: graph.intermediate(lay.output) for lay in layers}
+        refs = dict(zip(ins, inputs))
+        for lay in layers:  # a recipe's flatten has no value of its own in the graph
+            refs[lay.output] = (refs[lay.inputs[0]].reshape(lay.attrs["shape"])
+                                if lay.op == "Reshape" else graph.intermediate(lay.output))
+        refs = {lay.output: refs[lay.output] for lay in layers}
     finally:
         graph.training, graph.keep_intermediates = was
     for v in [*ins, *refs]:

@@ -25,6 +25,14 @@ def _as_tensor(x, where):
         raise type(exc)(f"{where}: {exc}") from None
 
 
+def _replan_input(t: Tensor) -> np.ndarray:
+    """Zeros of t's shape and dtype; small integer inputs (shapes, axes: read
+    at plan time) keep their values."""
+    if t.dtype.startswith("int") and t.numel <= 64:
+        return np.array(t.numpy(), copy=True)
+    return np.zeros(t.shape, dtype=t.dtype)
+
+
 class Graph:
     """A computation graph of the engine.
 
@@ -36,7 +44,9 @@ class Graph:
 
     def __init__(self, cgraph: _C.Graph, proto=None):
         self._g = cgraph
-        self.proto = proto
+        self.proto = proto  # the ONNX model it was loaded from (recipes do not change it)
+        self.history = []  # reports of the recipes applied (aidge_interop.recipes)
+        self._last_inputs = None  # what the last forward was planned for
 
     # -- running ---------------------------------------------------------
     @property
@@ -71,7 +81,9 @@ class Graph:
         """Runs the graph; returns the outputs as NumPy arrays."""
         self._g.need_backward = bool(need_backward or input_grads)
         self._g.input_grads = bool(input_grads)
-        outs = self._g.forward(self._inputs(inputs))
+        tensors = self._inputs(inputs)
+        outs = self._g.forward(tensors)
+        self._last_inputs = [_replan_input(t) for t in tensors]
         return [o.numpy() for o in outs]
 
     __call__ = forward
@@ -86,6 +98,36 @@ class Graph:
             grad_outputs = [grad_outputs]
         gs = [None if g is None else _as_tensor(g, "grad_output") for g in grad_outputs]
         return [None if g is None else g.numpy() for g in self._g.backward(gs)]
+
+    def _after_edit(self, report) -> None:
+        """After a recipe: keeps its report and, when the graph ran before,
+        plans it again for the last input shapes (one eval forward on zeros:
+        no state changes), so that nodes() has shapes."""
+        self.history.append(report)
+        if self._last_inputs is None:
+            return
+        g = self._g  # an eval forward: no BatchNorm statistics updated, no Dropout drawn
+        saved = g.training, g.need_backward, g.input_grads
+        g.training = g.need_backward = g.input_grads = False
+        try:
+            g.forward([Tensor(x) for x in self._last_inputs])
+        except Exception as exc:
+            raise RuntimeError(f"{report.recipe}: the rewritten graph does not run on the "
+                               f"last input shapes: {exc}") from exc
+        finally:
+            g.training, g.need_backward, g.input_grads = saved
+
+    def visualize(self, path, title: str | None = None, comparison=None) -> str:
+        """Writes a picture of the graph to ``path`` (``.svg``, or ``.html``
+        with the SVG inline): every node with its op type, name and output
+        shape, parameters folded into their node, fused and quantized nodes
+        marked, the recipes applied listed. ``comparison``: a result of
+        :func:`aidge_interop.locate`, a :class:`~aidge_interop.testing.ModelTester`
+        that ran, or a mapping value name -> error, to colour nodes by error.
+        Returns the path. See :mod:`aidge_interop.visualize`."""
+        from .visualize import visualize
+
+        return visualize(self, path, title=title, comparison=comparison)
 
     def zero_grad(self):
         self._g.zero_grad()

@@ -171,13 +171,31 @@ def extract_layers(graph, where: str = "extract_layers"):
         layer.sources.append(n["name"])
         by_output[layer.output] = layer
 
-    for n in nodes:
-        if n["name"] not in needed:
-            continue
+    def extract(n):
         op, name = n["op_type"], n["name"]
         nwhere = f"{where}: {op} node '{name}'"
         x = val(n["inputs"][0]) if n["inputs"] else ""
         y = n["outputs"][0]
+        if n["domain"] == "aidge_interop" and op in ("FusedConv", "FusedGemm"):
+            # a recipe's fusion (aidge_interop.recipes): the base operator, an
+            # optional flatten before it and an activation after it
+            a = n["attrs"]
+            if op == "FusedGemm" and a.get("flatten_axis", -1) >= 0:
+                ax, xs = a["flatten_axis"], shape[x]
+                flat = f"{name}.flatten"
+                shape[flat] = (int(np.prod(xs[:ax])), int(np.prod(xs[ax:])))
+                add(Layer(flat, "Reshape", [x], flat, {"shape": list(shape[flat])},
+                          sources=[name]))
+                x = flat
+            base = dict(n, op_type=op[len("Fused"):], domain="",
+                        inputs=[x] + list(n["inputs"][1:]))
+            extract(base)
+            act = a.get("activation", "")
+            if act:
+                lo, hi = (0.0, math.inf) if act == "Relu" else tuple(a["activation_params"])
+                layer = by_output[y]
+                layer.lo, layer.hi = max(layer.lo, lo), min(layer.hi, hi)
+            return
         if n["domain"] not in ("", "ai.onnx"):
             raise NotImplementedError(f"{nwhere}: domain '{n['domain']}' cannot be exported")
         if op in ("Identity", "Dropout"):
@@ -320,6 +338,10 @@ def extract_layers(graph, where: str = "extract_layers"):
                 "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
                 "Concat, Identity, Dropout)")
+    for n in nodes:
+        if n["name"] in needed:
+            extract(n)
+
     for layer in layers:
         if layer.op == "Pad":
             raise NotImplementedError(f"{where}: Pad node '{layer.name}' does not feed a Conv "

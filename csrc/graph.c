@@ -49,26 +49,33 @@ static void attr_clear(ai_attr *a)
     ai_tensor_free(a->t);
 }
 
+static void node_clear(ai_node *n)
+{
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+    free(n->params);
+    for (int k = 0; k < n->n_attrs; k++)
+        attr_clear(&n->attrs[k]);
+    free(n->attrs);
+}
+
+static void value_clear(ai_value *v)
+{
+    free(v->name);
+    ai_tensor_free(v->data);
+    ai_tensor_free(v->grad);
+}
+
 void ai_graph_free(ai_graph *g)
 {
     if (!g)
         return;
     ai_plan_free(g->plan);
-    for (int i = 0; i < g->n_values; i++) {
-        free(g->values[i].name);
-        ai_tensor_free(g->values[i].data);
-        ai_tensor_free(g->values[i].grad);
-    }
-    for (int i = 0; i < g->n_nodes; i++) {
-        ai_node *n = &g->nodes[i];
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->params);
-        for (int k = 0; k < n->n_attrs; k++)
-            attr_clear(&n->attrs[k]);
-        free(n->attrs);
-    }
+    for (int i = 0; i < g->n_values; i++)
+        value_clear(&g->values[i]);
+    for (int i = 0; i < g->n_nodes; i++)
+        node_clear(&g->nodes[i]);
     free(g->values);
     free(g->nodes);
     free(g->inputs);
@@ -491,5 +498,157 @@ ai_status ai_norm_axis(const ai_node *n, int64_t axis, int rank, int *out)
         return ai_node_error(n, AI_ERR_VALUE, "axis %lld is out of range for rank %d",
                              (long long)axis, rank);
     *out = (int)(axis < 0 ? axis + rank : axis);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- editing */
+
+void ai_graph_unfinalize(ai_graph *g)
+{
+    ai_plan_free(g->plan);
+    g->plan = NULL;
+    free(g->order);
+    g->order = NULL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        free(g->nodes[i].params);
+        g->nodes[i].params = NULL;
+        g->nodes[i].op = NULL;
+    }
+    g->finalized = false;
+}
+
+ai_status ai_graph_new_value(ai_graph *g, const char *base, int *out)
+{
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s", base);
+    for (int k = 1; ai_graph_find_value(g, buf) >= 0; k++)
+        snprintf(buf, sizeof buf, "%s:%d", base, k);
+    return value_get(g, buf, out);
+}
+
+void ai_graph_move_node(ai_graph *g, int from, int to)
+{
+    if (from == to)
+        return;
+    ai_node moved = g->nodes[from];
+    if (from < to)
+        memmove(&g->nodes[from], &g->nodes[from + 1], sizeof(ai_node) * (size_t)(to - from));
+    else
+        memmove(&g->nodes[to + 1], &g->nodes[to], sizeof(ai_node) * (size_t)(from - to));
+    g->nodes[to] = moved;
+    int lo = from < to ? from : to, hi = from < to ? to : from;
+    for (int i = lo; i <= hi; i++)
+        for (int k = 0; k < g->nodes[i].n_out; k++)
+            g->values[g->nodes[i].out[k]].producer = i;
+}
+
+ai_status ai_graph_compact(ai_graph *g, const bool *remove)
+{
+    if (g->finalized)
+        return ai_error(AI_ERR_VALUE, "compact: unfinalize the graph first");
+    int kept = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (remove && remove[i]) {
+            for (int k = 0; k < g->nodes[i].n_out; k++)
+                if (g->values[g->nodes[i].out[k]].producer == i)
+                    g->values[g->nodes[i].out[k]].producer = -1;
+            node_clear(&g->nodes[i]);
+            continue;
+        }
+        g->nodes[kept] = g->nodes[i];
+        for (int k = 0; k < g->nodes[kept].n_out; k++)
+            g->values[g->nodes[kept].out[k]].producer = kept;
+        kept++;
+    }
+    g->n_nodes = kept;
+    /* values nothing refers to any more */
+    int *remap = calloc((size_t)g->n_values + 1, sizeof(int));
+    if (!remap)
+        return ai_error(AI_ERR_NOMEM, "out of memory compacting the graph");
+    for (int i = 0; i < g->n_nodes; i++) {
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0)
+                remap[g->nodes[i].in[k]] = 1;
+        for (int k = 0; k < g->nodes[i].n_out; k++)
+            remap[g->nodes[i].out[k]] = 1;
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        remap[g->inputs[i]] = 1;
+    for (int i = 0; i < g->n_outputs; i++)
+        remap[g->outputs[i]] = 1;
+    int nv = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (!remap[v]) {
+            value_clear(&g->values[v]);
+            remap[v] = -1;
+            continue;
+        }
+        g->values[nv] = g->values[v];
+        remap[v] = nv++;
+    }
+    g->n_values = nv;
+    for (int i = 0; i < g->n_nodes; i++) {
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0)
+                g->nodes[i].in[k] = remap[g->nodes[i].in[k]];
+        for (int k = 0; k < g->nodes[i].n_out; k++)
+            g->nodes[i].out[k] = remap[g->nodes[i].out[k]];
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        g->inputs[i] = remap[g->inputs[i]];
+    for (int i = 0; i < g->n_outputs; i++)
+        g->outputs[i] = remap[g->outputs[i]];
+    free(remap);
+    return AI_OK;
+}
+
+ai_status ai_node_set_attr(ai_node *n, const ai_attr *a)
+{
+    ai_attr copy;
+    ai_status st = attr_copy(&copy, a);
+    if (st) {
+        attr_clear(&copy);
+        return st;
+    }
+    for (int i = 0; i < n->n_attrs; i++) {
+        if (strcmp(n->attrs[i].name, a->name) == 0) {
+            attr_clear(&n->attrs[i]);
+            n->attrs[i] = copy;
+            return AI_OK;
+        }
+    }
+    ai_attr *p = realloc(n->attrs, sizeof(ai_attr) * (size_t)(n->n_attrs + 1));
+    if (!p) {
+        attr_clear(&copy);
+        return ai_error(AI_ERR_NOMEM, "out of memory for an attribute");
+    }
+    n->attrs = p;
+    n->attrs[n->n_attrs++] = copy;
+    return AI_OK;
+}
+
+void ai_node_remove_attr(ai_node *n, const char *name)
+{
+    for (int i = 0; i < n->n_attrs; i++) {
+        if (strcmp(n->attrs[i].name, name) == 0) {
+            attr_clear(&n->attrs[i]);
+            n->attrs[i] = n->attrs[--n->n_attrs];
+            return;
+        }
+    }
+}
+
+ai_status ai_node_set_op(ai_node *n, const char *domain, const char *op_type)
+{
+    char *d = dupstr(domain), *t = dupstr(op_type);
+    if (!d || !t) {
+        free(d);
+        free(t);
+        return ai_error(AI_ERR_NOMEM, "out of memory renaming a node's operator");
+    }
+    free(n->domain);
+    free(n->op_type);
+    n->domain = d;
+    n->op_type = t;
     return AI_OK;
 }

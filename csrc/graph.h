@@ -241,6 +241,60 @@ ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out);
 /* Zeroes every parameter gradient. */
 void ai_graph_zero_grad(ai_graph *g);
 
+/* ---------------------------------------------------------------- editing (recipes.c) */
+
+/* Reopens a finalized graph for editing: drops the plan, the order and the
+ * parsed attributes. ai_graph_finalize checks and parses everything again;
+ * the next forward re-plans. */
+void ai_graph_unfinalize(ai_graph *g);
+/* A new, not yet produced activation value named `base`, or `base` with a
+ * suffix (":1", ":2"...) when that name is taken. */
+ai_status ai_graph_new_value(ai_graph *g, const char *base, int *out);
+/* Moves node `from` to position `to`, shifting the nodes between (producer
+ * indices follow). */
+void ai_graph_move_node(ai_graph *g, int from, int to);
+/* Removes the nodes flagged in `remove` (one flag per node, may be NULL),
+ * then every value no node, graph input or graph output uses any more.
+ * Node order is kept. The graph must be unfinalized. */
+ai_status ai_graph_compact(ai_graph *g, const bool *remove);
+/* Sets (adds or replaces) a copy of attribute `a` on node `n`. */
+ai_status ai_node_set_attr(ai_node *n, const ai_attr *a);
+/* Removes attribute `name` from node `n` (no-op when absent). */
+void ai_node_remove_attr(ai_node *n, const char *name);
+/* Changes the operator of node `n` (checked at the next finalize). */
+ai_status ai_node_set_op(ai_node *n, const char *domain, const char *op_type);
+
+/* What a recipe did: one line per change (`node`: the node it concerns) and
+ * one per candidate it left alone, with the reason. */
+typedef struct {
+    char *node;
+    char *text;
+} ai_recipe_entry;
+
+typedef struct {
+    ai_recipe_entry *done, *skipped;
+    int n_done, n_skipped, cap_done, cap_skipped;
+} ai_recipe_report;
+
+void ai_recipe_report_free(ai_recipe_report *r);
+
+/* Graph rewrites (recipes.c). Each works on a finalized graph, leaves it
+ * finalized (re-planned at the next forward) and fills `report`; outputs
+ * are unchanged up to float rounding.
+ *   fuse_batchnorm   inference BatchNormalization after Conv/Gemm folded
+ *                    into their weight and bias (computed in double);
+ *                    AI_ERR_VALUE when the graph is in training mode
+ *   remove_flatten   Flatten/Reshape feeding only Gemms: the Gemms become
+ *                    aidge_interop.FusedGemm with flatten_axis
+ *   fuse_activation  Conv/Gemm + Relu/Clip -> aidge_interop.FusedConv/FusedGemm
+ *   expand_metaops   undoes remove_flatten and fuse_activation
+ *   constant_fold    nodes whose inputs are all constants -> constants */
+ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
+
 /* ---------------------------------------------------------------- SGD */
 
 typedef struct {

@@ -1518,6 +1518,58 @@ static PyObject *Graph_memory_stats(GraphObject *self, PyObject *unused)
                          m.planned_nodes);
 }
 
+/* The recipes of recipes.c, by name. */
+static const struct {
+    const char *name;
+    ai_status (*fn)(ai_graph *, ai_recipe_report *);
+} recipes[] = {
+    {"fuse_batchnorm", ai_recipe_fuse_batchnorm},
+    {"remove_flatten", ai_recipe_remove_flatten},
+    {"fuse_activation", ai_recipe_fuse_activation},
+    {"expand_metaops", ai_recipe_expand_metaops},
+    {"constant_fold", ai_recipe_constant_fold},
+};
+
+static PyObject *entry_list(const ai_recipe_entry *e, int n)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *item = Py_BuildValue("(ss)", e[i].node, e[i].text);
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+}
+
+/* apply_recipe(name) -> (done, skipped): lists of (node name, text). */
+static PyObject *Graph_apply_recipe(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:apply_recipe", &name))
+        return NULL;
+    size_t k = 0;
+    while (k < sizeof recipes / sizeof recipes[0] && strcmp(recipes[k].name, name))
+        k++;
+    if (k == sizeof recipes / sizeof recipes[0])
+        return PyErr_Format(PyExc_ValueError, "unknown recipe '%s'", name);
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_recipe_report r = {0};
+    ai_status st = recipes[k].fn(self->g, &r);
+    graph_leave(self);
+    PyObject *result = NULL;
+    if (st)
+        raise_status(st);
+    else
+        result = Py_BuildValue("(NN)", entry_list(r.done, r.n_done),
+                               entry_list(r.skipped, r.n_skipped));
+    ai_recipe_report_free(&r);
+    return result;
+}
+
 #define GRAPH_FLAG(NAME)                                                               \
     static PyObject *Graph_get_##NAME(GraphObject *self, void *c)                      \
     {                                                                                  \
@@ -1582,6 +1634,8 @@ static PyMethodDef Graph_methods[] = {
     {"nodes", (PyCFunction)Graph_nodes, METH_NOARGS, "Every node."},
     {"memory_stats", (PyCFunction)Graph_memory_stats, METH_NOARGS,
      "Bytes of the current memory plan."},
+    {"apply_recipe", (PyCFunction)Graph_apply_recipe, METH_VARARGS,
+     "apply_recipe(name) -> (done, skipped): rewrites the graph (recipes.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -312,3 +312,27 @@ def test_a_killed_export_leaves_the_old_or_the_new_export_whole(tmp_path):
         assert contents == reference  # every file whole, and the same export each time
         found = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
         assert found == set(listed) | {".aidge_interop_export"}
+
+
+def test_export_after_recipes(tmp_path):
+    """A graph rewritten by the recipes (FusedConv/FusedGemm with a flatten)
+    quantizes and exports like the original."""
+    from aidge_interop import Graph, recipes
+    from aidge_interop.examples import EXAMPLES
+
+    factory, shape, _ = EXAMPLES["lenet"]
+    model = factory(seed=0).eval()
+    wrapped = wrap(model, [shape]).eval()
+    graph = Graph(wrapped._graph, wrapped.onnx_model)
+    x = np.random.default_rng(2).standard_normal((6, *shape[1:])).astype(np.float32)
+    graph.forward([x[:1]])
+    assert recipes.remove_flatten(graph) and recipes.fuse_activation(graph)
+    assert {n["op_type"] for n in graph.nodes()} >= {"FusedConv", "FusedGemm"}
+    export_c(graph, tmp_path / "f32", inputs=[x[:1]], verbose=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(compile_and_run(tmp_path / "f32", cflags=STRICT)[0],
+                                   model(torch.from_numpy(x[:1])).numpy(), rtol=1e-3, atol=1e-5)
+    q = quantize(graph, x)
+    export_c(q, tmp_path / "int8", inputs=[x[:1]], verbose=False)
+    xq = q.quantize_inputs(x)[0]
+    np.testing.assert_array_equal(compile_and_run(tmp_path / "int8", [xq])[0], q.run(xq)[0])

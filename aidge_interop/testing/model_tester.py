@@ -180,6 +180,7 @@ class ModelTester:
             self.optimizer1 = torch.optim.SGD(model1.parameters(), **optimizer2.defaults)
             self.optimizer2 = optimizer2
         self._times = {phase: ([], []) for phase in _PHASES}  # seconds, (model1, model2)
+        self.checks = []  # divergence.Check of every tensor compared by the last unit_test
         self._where = self.name
 
     # -- one step ----------------------------------------------------------
@@ -193,6 +194,7 @@ class ModelTester:
             mode = {True: "train", False: "eval"}
             raise ValueError(f"{self._where}: model1 is in {mode[self.model1.training]} mode, "
                              f"model2 in {mode[self.model2.training]} mode")
+        self.checks = []
         inputs = _as_tuple(input_tensors)
         x1 = [self._leaf(x, _device(self.model1)) for x in inputs]
         x2 = [self._leaf(x, _device(self.model2)) for x in inputs]
@@ -271,10 +273,14 @@ class ModelTester:
             return
         for attr in ("shape", "dtype"):
             if getattr(actual, attr) != getattr(expected, attr):
+                self._record_check(what, tuple(expected.shape), problem=(
+                    f"{attr} {getattr(actual, attr)} in model2, {getattr(expected, attr)} "
+                    "in model1"))
                 self._fail(what, f"The values for attribute '{attr}' do not match: "
                                  f"{getattr(actual, attr)} != {getattr(expected, attr)}.")
         rtol, atol = self.relative_precision, self.absolute_precision
         r = _C.compare(actual.detach().cpu(), expected.detach().cpu(), rtol, atol)
+        self._record_check(what, tuple(actual.shape), r)
         if not r["mismatches"]:
             return
         close = "equal" if rtol == atol == 0 else "close"  # assert_close's wording
@@ -299,6 +305,26 @@ class ModelTester:
             "To find the first diverging node: aidge_interop.locate(model, inputs"
             + (", train=True) or `aidge-interop locate MODEL --train`" if train
                else ") or `aidge-interop locate MODEL`")))
+
+    def _record_check(self, what: str, shape: tuple, r: dict | None = None,
+                      problem: str = "") -> None:
+        """Keeps the figures of one comparison (``_C.compare``'s ``r``, or a
+        metadata ``problem``) in ``checks``: the tensors of the last
+        :meth:`unit_test`, in order (pictures colour nodes with them, see
+        :func:`aidge_interop.visualize.value_errors`)."""
+        from ..divergence import Check
+
+        if r is None:
+            self.checks.append(Check(what, what, shape, problem=problem))
+            return
+
+        def index(flat):
+            return None if flat is None or not shape else tuple(
+                int(i) for i in np.unravel_index(flat, shape))
+
+        self.checks.append(Check(what, what, shape, r["numel"], r["mismatches"],
+                                 r["max_abs_diff"], index(r["max_abs_index"]),
+                                 r["max_rel_diff"], index(r["max_rel_index"])))
 
     def _fail(self, what: str, message: str, note: str = ""):
         error = AssertionError(f"{self._where}, {what}: {message}")

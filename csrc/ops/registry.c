@@ -7,7 +7,9 @@
 
 #include "../graph.h"
 
-#define AI_FAMILIES(X) X(unary) X(binary) X(matmul) X(conv) X(pool) X(norm) X(reduce) X(shape) X(shift) X(quant)
+#define AI_FAMILIES(X)                                                                   \
+    X(unary) X(binary) X(matmul) X(conv) X(pool) X(norm) X(reduce) X(shape) X(shift) X(fused) \
+    X(quant)
 
 #define DECLARE(f) extern const ai_op_def *const ai_ops_##f[];
 AI_FAMILIES(DECLARE)

@@ -10,7 +10,18 @@ from .mobilenet_model import TorchMobileNetV1, mobilenet_v1
 from .perceptron_model import TorchPerceptron, perceptron
 from .resnet_model import TorchResNet8, resnet8
 
+#: name -> (factory, input shape of one sample, without the batch dimension)
+SAMPLE_SHAPES = {
+    "perceptron": (perceptron, (16,)),
+    "lenet": (lenet, (1, 32, 32)),
+    "anomaly": (anomaly_autoencoder, (640,)),
+    "kws": (ds_cnn, (1, 49, 10)),
+    "mobilenet": (mobilenet_v1, (3, 96, 96)),
+    "resnet": (resnet8, (3, 32, 32)),
+}
+
 __all__ = [
+    "SAMPLE_SHAPES",
     "TorchAnomalyAutoencoder", "anomaly_autoencoder",
     "TorchDSCNN", "ds_cnn",
     "TorchLeNet", "lenet",

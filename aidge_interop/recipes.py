@@ -1,0 +1,123 @@
+"""Graph recipes: rewrites of the engine's graph before inference or export.
+
+::
+
+    graph = aidge_interop.load_onnx("model.onnx")
+    recipes.constant_fold(graph)      # shape subgraphs on constants -> constants
+    recipes.fuse_batchnorm(graph)     # Conv/Gemm + BatchNormalization -> Conv/Gemm
+    recipes.remove_flatten(graph)     # Flatten/Reshape + Gemm -> FusedGemm(flatten_axis)
+    report = recipes.fuse_activation(graph)   # Conv/Gemm + Relu/Clip -> FusedConv/FusedGemm
+    print(report)                     # what changed, and what was left alone and why
+    recipes.expand_metaops(graph)     # FusedConv/FusedGemm -> Flatten, Conv/Gemm, Relu/Clip
+
+Each recipe is one C call (``csrc/recipes.c``) that edits the graph in
+place: weights are rewritten in the engine's own parameter storage (BatchNorm
+folding is computed in double), absorbed nodes and the values nothing uses
+any more are removed, and the graph is checked again. Value names are kept:
+a fused node writes the value its last absorbed node wrote, so the graph
+outputs and every consumer downstream are unchanged. The next forward
+re-plans (shapes, schedule, memory); when the graph had run before, the
+recipe runs one forward on zeros of the last input shapes at once, so that
+:meth:`Graph.nodes` and pictures show shapes.
+
+Each returns a :class:`RecipeReport`: a list of one line per change (``str``)
+with ``skipped`` (the candidates left alone, each with the reason),
+``nodes`` (name of the node each change concerns, same order) and
+``recipe``. The graph's :attr:`Graph.history` keeps every report.
+
+The fused operators live in domain ``aidge_interop`` (``csrc/ops/fused.c``):
+``FusedConv`` and ``FusedGemm`` carry their base operator's attributes plus
+``activation`` (``"Relu"``, ``"Clip"`` or none), ``activation_params``
+(Clip's min and max) and, for FusedGemm, ``flatten_axis``; forward and
+backward are exact (the same kernels as the unfused nodes).
+"""
+from __future__ import annotations
+
+__all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
+           "constant_fold", "RecipeReport", "RECIPES"]
+
+
+class RecipeReport(list):
+    """What a recipe did: one ``str`` per change; ``skipped``: one ``str``
+    per candidate left alone, with the reason; ``nodes``: the node each
+    change concerns (parallel to the list)."""
+
+    def __init__(self, recipe: str, done, skipped):
+        super().__init__(text for _, text in done)
+        self.recipe = recipe
+        self.nodes = [node for node, _ in done]
+        self.skipped = [text for _, text in skipped]
+        self.skipped_nodes = [node for node, _ in skipped]
+
+    def __str__(self) -> str:
+        lines = [f"{self.recipe}: {len(self)} change(s)"] + [f"  {t}" for t in self]
+        if self.skipped:
+            lines += [f"  skipped: {t}" for t in self.skipped]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"RecipeReport({self.recipe!r}, {list(self)!r}, skipped={self.skipped!r})"
+
+
+def _apply(name: str, graph) -> RecipeReport:
+    from .graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{name}: argument 'graph' must be an aidge_interop Graph (from "
+                        f"load_onnx), not {type(graph).__name__}")
+    done, skipped = graph._g.apply_recipe(name)
+    report = RecipeReport(name, done, skipped)
+    graph._after_edit(report)
+    return report
+
+
+def fuse_batchnorm(graph) -> RecipeReport:
+    """Folds every inference BatchNormalization that follows a Conv or Gemm
+    (plain or fused without activation) into its weight and bias:
+    ``W' = W * s``, ``b' = (beta * b - mean) * s + shift`` with
+    ``s = scale / sqrt(var + eps)`` per output channel, in double, written
+    back in place; a node without bias gets a new one (``<weight stem>.bias``).
+    Raises ValueError when the graph is in training mode (batch statistics
+    cannot be folded). BatchNorms whose producer's output, weight or bias is
+    shared, or whose node says ``training_mode=1``, are skipped (see
+    ``report.skipped``)."""
+    return _apply("fuse_batchnorm", graph)
+
+
+def remove_flatten(graph) -> RecipeReport:
+    """Removes each Flatten, or Reshape to 2-D that keeps the batch free
+    (``[-1, n]`` or ``[0, -1]``, constant target shape), whose output only
+    feeds Gemms (as A): those Gemms become ``FusedGemm`` with
+    ``flatten_axis``, which reads A of any rank as a matrix."""
+    return _apply("remove_flatten", graph)
+
+
+def fuse_activation(graph) -> RecipeReport:
+    """Fuses each Relu, and each Clip with constant bounds, into the Conv or
+    Gemm before it when it is that node's only reader: ``FusedConv`` or
+    ``FusedGemm`` with ``activation``."""
+    return _apply("fuse_activation", graph)
+
+
+def expand_metaops(graph) -> RecipeReport:
+    """Undoes :func:`remove_flatten` and :func:`fuse_activation`: every
+    FusedConv/FusedGemm becomes [Flatten,] Conv/Gemm [, Relu/Clip] again,
+    with the node and value names they had."""
+    return _apply("expand_metaops", graph)
+
+
+def constant_fold(graph) -> RecipeReport:
+    """Computes every node whose inputs are all constants (not parameters,
+    not graph inputs) and replaces it by constant values; nodes that are
+    random (Dropout) are left alone."""
+    return _apply("constant_fold", graph)
+
+
+#: name -> recipe, in the order ``aidge-interop show --recipes all`` applies them
+RECIPES = {
+    "constant_fold": constant_fold,
+    "fuse_batchnorm": fuse_batchnorm,
+    "remove_flatten": remove_flatten,
+    "fuse_activation": fuse_activation,
+    "expand_metaops": expand_metaops,
+}

@@ -1,0 +1,222 @@
+/*
+ * fused.c — the engine's fused operators (domain "aidge_interop"), written by
+ * the recipes (recipes.c) and undone by expand_metaops:
+ *
+ *   FusedConv   Conv, then an activation, in one node
+ *   FusedGemm   [Flatten,] Gemm, then an activation, in one node
+ *
+ * Attributes: those of the base operator, plus
+ *   activation         "Relu", "Clip" or "" (none; the default)
+ *   activation_params  floats (min, max) of Clip
+ *   flatten_axis       FusedGemm: A of any rank is read as the 2-D
+ *                      (prod(shape[:axis]), prod(shape[axis:])), like ONNX
+ *                      Flatten; absent: A must be 2-D, as for Gemm
+ *   activation_node, activation_input, flatten_node, flatten_output
+ *                      names of the nodes and values the recipe removed
+ *                      (strings; expand_metaops gives them back)
+ *
+ * Each is a wrapper around its base operator's own shape, forward and
+ * backward (same kernels, same numbers): forward runs the base into the
+ * output and applies the activation in place. Backward is exact: Relu's
+ * mask is read from the output (y > 0 exactly where x > 0); Clip's mask
+ * (min <= x <= max, inclusive like torch.clamp and the engine's Clip) is
+ * kept as one byte per element in the node's state, since the output
+ * cannot tell x == min from x < min. The masked output gradient goes
+ * to the base backward through the first part of the workspace.
+ */
+#include <string.h>
+
+#include "../graph.h"
+
+enum { ACT_NONE, ACT_RELU, ACT_CLIP };
+
+typedef struct {
+    const ai_op_def *base;
+    int act;
+    double lo, hi;
+    int64_t flatten_axis; /* -1: none */
+} fused_info;
+
+static ai_status fused_read(const ai_node *n, fused_info *f)
+{
+    const char *act;
+    const double *params;
+    int64_t n_params;
+    bool gemm = strcmp(n->op_type, "FusedGemm") == 0;
+    ai_status st;
+    f->base = ai_op_find("", gemm ? "Gemm" : "Conv");
+    if ((st = ai_attr_string(n, "activation", "", &act)) ||
+        (st = ai_attr_floats(n, "activation_params", &params, &n_params)) ||
+        (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)))
+        return st;
+    if (!act[0]) {
+        f->act = ACT_NONE;
+    } else if (!strcmp(act, "Relu")) {
+        f->act = ACT_RELU;
+    } else if (!strcmp(act, "Clip")) {
+        f->act = ACT_CLIP;
+        if (n_params != 2)
+            return ai_node_error(n, AI_ERR_VALUE, "activation Clip needs activation_params "
+                                 "(min, max), got %lld values", (long long)n_params);
+        f->lo = params[0];
+        f->hi = params[1];
+    } else {
+        return ai_node_error(n, AI_ERR_VALUE, "activation '%s'; 'Relu', 'Clip' or '' "
+                             "expected", act);
+    }
+    if (f->flatten_axis != -1 && (!gemm || f->flatten_axis < 0))
+        return ai_node_error(n, AI_ERR_VALUE, "flatten_axis %lld: only FusedGemm takes one, "
+                             ">= 0", (long long)f->flatten_axis);
+    return AI_OK;
+}
+
+static ai_status fused_init(ai_node *n)
+{
+    fused_info f;
+    ai_status st = fused_read(n, &f);
+    return st ? st : f.base->init(n); /* the base operator's params */
+}
+
+/* *view = t read as 2-D at flatten_axis (t itself when there is no axis). */
+static ai_status flat_view(const ai_node *n, const fused_info *f, const ai_tensor *t,
+                           ai_tensor *view, const ai_tensor **out)
+{
+    *out = t;
+    if (!t || f->flatten_axis < 0)
+        return AI_OK;
+    if (f->flatten_axis > t->ndim)
+        return ai_node_error(n, AI_ERR_VALUE, "flatten_axis %lld is out of range for rank %d",
+                             (long long)f->flatten_axis, t->ndim);
+    int64_t rows = 1, cols = 1;
+    for (int d = 0; d < t->ndim; d++)
+        *(d < f->flatten_axis ? &rows : &cols) *= t->shape[d];
+    *view = *t;
+    view->ndim = 2;
+    view->shape[0] = rows;
+    view->shape[1] = cols;
+    ai_contiguous_strides(2, view->shape, view->strides);
+    *out = view;
+    return AI_OK;
+}
+
+/* Bytes of a tensor, rounded up to the alignment. */
+static size_t scratch_bytes(ai_dtype dtype, int ndim, const int64_t *shape)
+{
+    size_t n = ai_dtype_size(dtype);
+    for (int d = 0; d < ndim; d++)
+        n *= (size_t)shape[d];
+    return (n + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+}
+
+/* The context of the base operator: A flattened, the workspace after the
+ * scratch gradient. */
+static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_tensor *views)
+{
+    const ai_tensor *v;
+    *b = *c;
+    ai_status st = flat_view(c->node, f, c->in[0], &views[0], &v);
+    if (st)
+        return st;
+    b->in[0] = (ai_tensor *)v;
+    if (c->din[0]) {
+        flat_view(c->node, f, c->din[0], &views[1], &v);
+        b->din[0] = (ai_tensor *)v;
+    }
+    if (c->out[0]) /* not in shape inference */
+        b->workspace = (char *)c->workspace +
+                       scratch_bytes(c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape);
+    return AI_OK;
+}
+
+static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    fused_info f;
+    ai_ctx b;
+    ai_tensor views[2];
+    ai_status st = fused_read(c->node, &f);
+    if (st || (st = base_ctx(c, &f, &b, views)) || (st = f.base->shape(&b, out, ws, state)))
+        return st;
+    if (f.act != ACT_NONE && !ai_dtype_is_float(out[0].dtype))
+        return ai_node_error(c->node, AI_ERR_TYPE, "the activation takes float outputs");
+    size_t scratch = scratch_bytes(out[0].dtype, out[0].ndim, out[0].shape);
+    *ws += scratch; /* [masked output gradient | the base's workspace] */
+    if (f.act == ACT_CLIP)
+        *state = scratch / ai_dtype_size(out[0].dtype); /* one byte per element */
+    return AI_OK;
+}
+
+#define DEFINE_ACTIVATE(SUF, T)                                                         \
+    static void activate_##SUF(T *y, uint8_t *mask, int64_t n, int act, T lo, T hi)     \
+    {                                                                                   \
+        if (act == ACT_RELU) {                                                          \
+            for (int64_t i = 0; i < n; i++)                                             \
+                y[i] = (y[i] > 0 || y[i] != y[i]) ? y[i] : 0; /* NaN passes */          \
+            return;                                                                     \
+        }                                                                               \
+        for (int64_t i = 0; i < n; i++) {                                               \
+            T x = y[i], v = x < lo ? lo : x; /* NaN passes, like Clip */                \
+            mask[i] = x >= lo && x <= hi;                                               \
+            y[i] = v > hi ? hi : v;                                                     \
+        }                                                                               \
+    }                                                                                   \
+    /* g = dy where the gradient passes, else 0 */                                      \
+    static void mask_grad_##SUF(T *g, const T *dy, const T *y, const uint8_t *mask,      \
+                                int64_t n, int act)                                     \
+    {                                                                                   \
+        for (int64_t i = 0; i < n; i++)                                                 \
+            g[i] = (act == ACT_RELU ? y[i] > 0 : mask[i] != 0) ? dy[i] : 0;             \
+    }
+
+DEFINE_ACTIVATE(f32, float)
+DEFINE_ACTIVATE(f64, double)
+
+static ai_status fused_forward(ai_ctx *c)
+{
+    fused_info f;
+    ai_ctx b;
+    ai_tensor views[2];
+    ai_status st = fused_read(c->node, &f);
+    if (st || (st = base_ctx(c, &f, &b, views)))
+        return st;
+    if ((st = f.base->forward(&b)))
+        return st;
+    const int64_t n = ai_tensor_numel(c->out[0]);
+    if (f.act == ACT_NONE || !n)
+        return AI_OK;
+    if (c->out[0]->dtype == AI_F32)
+        activate_f32(c->out[0]->data, c->state, n, f.act, (float)f.lo, (float)f.hi);
+    else
+        activate_f64(c->out[0]->data, c->state, n, f.act, f.lo, f.hi);
+    return AI_OK;
+}
+
+static ai_status fused_backward(ai_ctx *c)
+{
+    fused_info f;
+    ai_ctx b;
+    ai_tensor views[2], g;
+    ai_status st = fused_read(c->node, &f);
+    if (st || (st = base_ctx(c, &f, &b, views)))
+        return st;
+    if (f.act != ACT_NONE) {
+        const int64_t n = ai_tensor_numel(c->out[0]);
+        g = *c->dout[0];
+        ai_contiguous_strides(g.ndim, g.shape, g.strides);
+        g.data = c->workspace;
+        if (n && c->out[0]->dtype == AI_F32)
+            mask_grad_f32(g.data, c->dout[0]->data, c->out[0]->data, c->state, n, f.act);
+        else if (n)
+            mask_grad_f64(g.data, c->dout[0]->data, c->out[0]->data, c->state, n, f.act);
+        b.dout[0] = &g;
+    }
+    return f.base->backward(&b);
+}
+
+static const ai_op_def op_fused_conv = {"FusedConv", "aidge_interop", 2, 3, 1, 1, 0,
+                                        fused_init, fused_shape, fused_forward,
+                                        fused_backward};
+static const ai_op_def op_fused_gemm = {"FusedGemm", "aidge_interop", 2, 3, 1, 1, 0,
+                                        fused_init, fused_shape, fused_forward,
+                                        fused_backward};
+
+const ai_op_def *const ai_ops_fused[] = {&op_fused_conv, &op_fused_gemm, NULL};

@@ -1,0 +1,754 @@
+/*
+ * recipes.c — graph rewrites: fold BatchNorm into Conv/Gemm, drop Flatten
+ * before Gemm, fuse Conv/Gemm with their activation, undo those fusions,
+ * fold constant subgraphs. See graph.h for the list and ops/fused.c for
+ * the fused operators.
+ *
+ * Every recipe first decides, node by node, what it can rewrite (reasons
+ * for what it cannot go to report->skipped), then edits: the graph is
+ * unfinalized, nodes are rewired in place (a fused node takes over the
+ * output value of the node it absorbs, so value names downstream and the
+ * graph outputs are kept), absorbed nodes and the values nothing uses any
+ * more are removed, and the graph is finalized again. The node array stays
+ * in topological order (new nodes are inserted next to the node they come
+ * from). Arithmetic on weights is done in double and written back to the
+ * engine's parameter storage in place.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "plan.h"
+
+#define FUSED_DOMAIN "aidge_interop"
+
+/* ---------------------------------------------------------------- report */
+
+static char *format(const char *fmt, va_list ap)
+{
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf) + 1;
+    char *s = malloc(n);
+    if (s)
+        memcpy(s, buf, n);
+    return s;
+}
+
+static ai_status report(ai_recipe_report *r, bool done, const char *node, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static ai_status report(ai_recipe_report *r, bool done, const char *node, const char *fmt, ...)
+{
+    ai_recipe_entry **list = done ? &r->done : &r->skipped;
+    int *n = done ? &r->n_done : &r->n_skipped, *cap = done ? &r->cap_done : &r->cap_skipped;
+    if (*n == *cap) {
+        int ncap = *cap ? 2 * *cap : 8;
+        ai_recipe_entry *p = realloc(*list, sizeof **list * (size_t)ncap);
+        if (!p)
+            return ai_error(AI_ERR_NOMEM, "out of memory for a recipe report");
+        *list = p;
+        *cap = ncap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = format(fmt, ap);
+    va_end(ap);
+    size_t len = strlen(node) + 1;
+    char *name = malloc(len);
+    if (!text || !name) {
+        free(text);
+        free(name);
+        return ai_error(AI_ERR_NOMEM, "out of memory for a recipe report");
+    }
+    memcpy(name, node, len);
+    (*list)[(*n)++] = (ai_recipe_entry){name, text};
+    return AI_OK;
+}
+
+void ai_recipe_report_free(ai_recipe_report *r)
+{
+    for (int i = 0; i < r->n_done; i++) {
+        free(r->done[i].node);
+        free(r->done[i].text);
+    }
+    for (int i = 0; i < r->n_skipped; i++) {
+        free(r->skipped[i].node);
+        free(r->skipped[i].text);
+    }
+    free(r->done);
+    free(r->skipped);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static bool is_op(const ai_node *n, const char *domain, const char *op_type)
+{
+    const char *d = strcmp(n->domain, "ai.onnx") == 0 ? "" : n->domain;
+    return strcmp(d, domain) == 0 && strcmp(n->op_type, op_type) == 0;
+}
+
+enum { BASE_NONE, BASE_CONV, BASE_GEMM };
+
+/* Conv or Gemm, plain or fused; *activation says whether a fused one
+ * already ends with an activation. */
+static int base_kind(const ai_node *n, bool *activation)
+{
+    const char *act = "";
+    *activation = false;
+    if (is_op(n, "", "Conv"))
+        return BASE_CONV;
+    if (is_op(n, "", "Gemm"))
+        return BASE_GEMM;
+    bool conv = is_op(n, FUSED_DOMAIN, "FusedConv"), gemm = is_op(n, FUSED_DOMAIN, "FusedGemm");
+    if (!conv && !gemm)
+        return BASE_NONE;
+    const ai_attr *a = ai_node_attr(n, "activation");
+    if (a && a->type == AI_ATTR_STRING && a->s)
+        act = a->s;
+    *activation = act[0] != 0;
+    return conv ? BASE_CONV : BASE_GEMM;
+}
+
+/* How many node inputs read value v; *is_output when it is a graph output. */
+static int uses(const ai_graph *g, int v, bool *is_output)
+{
+    int count = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            count += g->nodes[i].in[k] == v;
+    *is_output = false;
+    for (int i = 0; i < g->n_outputs; i++)
+        *is_output |= g->outputs[i] == v;
+    return count;
+}
+
+static bool has_data(const ai_graph *g, int v)
+{
+    return v >= 0 && g->values[v].kind != AI_VAL_INPUT && g->values[v].kind != AI_VAL_ACT &&
+           g->values[v].data;
+}
+
+static bool is_constant(const ai_graph *g, int v)
+{
+    return v >= 0 && g->values[v].kind == AI_VAL_CONST && g->values[v].data;
+}
+
+static void set_flat(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F32)
+        ((float *)t->data)[i] = (float)v;
+    else
+        ((double *)t->data)[i] = v;
+}
+
+/* Unfinalizes, for edits that add nodes or values (the plan's shapes are
+ * gone from then on). */
+static void begin_edit(ai_graph *g, bool *editing)
+{
+    if (!*editing)
+        ai_graph_unfinalize(g);
+    *editing = true;
+}
+
+/* Unfinalizes (when begin_edit did not), removes the flagged nodes and what
+ * nothing uses any more, and finalizes again. */
+static ai_status end_edit(ai_graph *g, bool editing, const bool *remove)
+{
+    if (!editing)
+        return AI_OK;
+    if (g->finalized)
+        ai_graph_unfinalize(g);
+    ai_status st = ai_graph_compact(g, remove);
+    return st ? st : ai_graph_finalize(g);
+}
+
+static ai_status check_finalized(const ai_graph *g, const char *recipe)
+{
+    if (!g->finalized)
+        return ai_error(AI_ERR_VALUE, "%s: the graph is not finalized", recipe);
+    return AI_OK;
+}
+
+/* Checks the graph; *remove: one flag per node (removed at end_edit). */
+static ai_status start(const ai_graph *g, const char *recipe, bool **remove)
+{
+    ai_status st = check_finalized(g, recipe);
+    if (st)
+        return st;
+    if (!(*remove = calloc((size_t)g->n_nodes + 1, sizeof(bool))))
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    return AI_OK;
+}
+
+/* Makes node p write value v (the output of a node it absorbs). */
+static void take_output(ai_graph *g, int p, int v)
+{
+    g->values[g->nodes[p].out[0]].producer = -1;
+    g->nodes[p].out[0] = v;
+    g->values[v].producer = p;
+    g->values[v].producer_slot = 0;
+}
+
+static ai_status set_string(ai_node *n, const char *name, const char *s)
+{
+    ai_attr a = {.name = (char *)name, .type = AI_ATTR_STRING, .s = (char *)s};
+    return ai_node_set_attr(n, &a);
+}
+
+static ai_status set_number(ai_node *n, const char *name, ai_attr_type type, double v)
+{
+    ai_attr a = {.name = (char *)name, .type = type, .i = (int64_t)v, .f = v};
+    return ai_node_set_attr(n, &a);
+}
+
+/* ---------------------------------------------------------------- fuse_batchnorm */
+
+/* Why BatchNormalization node i cannot be folded into its producer (NULL
+ * if it can); *p is the producer. */
+static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channels)
+{
+    const ai_node *bn = &g->nodes[i];
+    bool act, out;
+    int64_t training_mode = 0;
+    *p = g->values[bn->in[0]].producer;
+    if (*p < 0)
+        return "its input is not computed by a node";
+    const ai_node *n = &g->nodes[*p];
+    int kind = base_kind(n, &act);
+    if (kind == BASE_NONE)
+        return "it does not follow a Conv or Gemm";
+    if (act)
+        return "the node before it ends with an activation";
+    if (uses(g, bn->in[0], &out) != 1 || out)
+        return "the output of the node before it is also read elsewhere";
+    for (int k = 1; k < bn->n_out; k++)
+        if (uses(g, bn->out[k], &out) || out)
+            return "its running-statistics outputs are used";
+    ai_attr_int(bn, "training_mode", 0, &training_mode);
+    if (training_mode)
+        return "training_mode=1: it normalises with batch statistics";
+    const int w = n->in[1];
+    if (!has_data(g, w) || !ai_dtype_is_float(g->values[w].data->dtype))
+        return "the weight is not a float initializer";
+    if (uses(g, w, &out) != 1 || out)
+        return "the weight is shared with other nodes";
+    const ai_tensor *W = g->values[w].data;
+    if (kind == BASE_CONV) {
+        *channels = W->ndim >= 1 ? W->shape[0] : 0;
+    } else {
+        int64_t tb = 0;
+        ai_attr_int(n, "transB", 0, &tb);
+        if (W->ndim != 2)
+            return "the Gemm's B is not 2-D";
+        *channels = W->shape[tb ? 0 : 1];
+    }
+    for (int k = 1; k <= 4; k++) {
+        int v = bn->in[k];
+        if (!has_data(g, v) || !ai_dtype_is_float(g->values[v].data->dtype))
+            return "its scale, bias, mean and variance are not all float initializers";
+        if (ai_tensor_numel(g->values[v].data) != *channels)
+            return "its statistics do not have one value per output channel";
+    }
+    if (*channels < 1)
+        return "the weight has no output channels";
+    if (n->n_in > 2 && n->in[2] >= 0) {
+        int b = n->in[2];
+        const ai_tensor *B = has_data(g, b) ? g->values[b].data : NULL;
+        if (!B || !ai_dtype_is_float(B->dtype))
+            return "the bias is not a float initializer";
+        if (uses(g, b, &out) != 1 || out)
+            return "the bias is shared with other nodes";
+        int64_t nb = ai_tensor_numel(B);
+        if (nb != *channels && !(kind == BASE_GEMM && nb == 1))
+            return "the bias does not have one value per output channel";
+        if (kind == BASE_GEMM && B->ndim == 2 && B->shape[0] != 1)
+            return "the Gemm's C has one row per sample";
+    }
+    return NULL;
+}
+
+/* A new float initializer "<weight stem>.bias" of `channels` values for node p. */
+static ai_status new_bias(ai_graph *g, int p, int64_t channels, int *out)
+{
+    const ai_value *w = &g->values[g->nodes[p].in[1]];
+    char stem[520], name[600];
+    snprintf(stem, sizeof stem, "%s", w->name);
+    size_t len = strlen(stem);
+    if (len > 7 && strcmp(stem + len - 7, ".weight") == 0)
+        stem[len - 7] = 0;
+    snprintf(name, sizeof name, "%s.bias", stem);
+    for (int k = 1; ai_graph_find_value(g, name) >= 0; k++)
+        snprintf(name, sizeof name, "%s.bias:%d", stem, k);
+    ai_tensor *t;
+    ai_status st = ai_tensor_new(&t, w->data->dtype, 1, &channels);
+    if (st || (st = ai_graph_add_initializer(g, name, w->kind, t)))
+        return st;
+    *out = ai_graph_find_value(g, name);
+    return AI_OK;
+}
+
+static ai_status fold_bn(ai_graph *g, int i, int p, int64_t C)
+{
+    ai_node *bn = &g->nodes[i];
+    double eps = 1e-5, alpha = 1.0, beta = 1.0;
+    int64_t tb = 0;
+    ai_attr_float(bn, "epsilon", 1e-5, &eps);
+    bool act;
+    const bool gemm = base_kind(&g->nodes[p], &act) == BASE_GEMM;
+    if (gemm) {
+        ai_attr_float(&g->nodes[p], "alpha", 1.0, &alpha);
+        ai_attr_float(&g->nodes[p], "beta", 1.0, &beta);
+        ai_attr_int(&g->nodes[p], "transB", 0, &tb);
+    }
+    const ai_tensor *scale = g->values[bn->in[1]].data, *shift = g->values[bn->in[2]].data;
+    const ai_tensor *mean = g->values[bn->in[3]].data, *var = g->values[bn->in[4]].data;
+    double *s = malloc(sizeof(double) * (size_t)(C ? C : 1));
+    if (!s)
+        return ai_error(AI_ERR_NOMEM, "out of memory folding a BatchNormalization");
+    for (int64_t c = 0; c < C; c++)
+        s[c] = ai_tensor_get_flat(scale, c) / sqrt(ai_tensor_get_flat(var, c) + eps);
+    /* weight: output channel c scaled by s[c] */
+    ai_tensor *W = g->values[g->nodes[p].in[1]].data;
+    const int64_t nw = ai_tensor_numel(W);
+    for (int64_t k = 0; k < nw; k++) {
+        int64_t c = gemm && !tb ? k % C : k / (nw / C);
+        set_flat(W, k, ai_tensor_get_flat(W, k) * s[c]);
+    }
+    /* bias: (beta * b - mean) * s + shift, a new (C,) value when there is none
+     * or when Gemm's C is one broadcast scalar */
+    ai_node *n = &g->nodes[p];
+    int b = n->n_in > 2 ? n->in[2] : -1;
+    double scalar = 0;
+    ai_status st = AI_OK;
+    if (b >= 0 && ai_tensor_numel(g->values[b].data) == 1 && C != 1) {
+        scalar = ai_tensor_get_flat(g->values[b].data, 0);
+        b = -2; /* replaced below */
+    }
+    if (b < 0) {
+        int nb;
+        if ((st = new_bias(g, p, C, &nb)))
+            goto done;
+        n = &g->nodes[p];
+        ai_tensor *B = g->values[nb].data;
+        for (int64_t c = 0; c < C; c++)
+            set_flat(B, c, b == -2 ? scalar : 0.0);
+        n->in[2] = nb;
+        n->n_in = 3;
+        b = nb;
+    }
+    ai_tensor *B = g->values[b].data;
+    for (int64_t c = 0; c < C; c++)
+        set_flat(B, c, (beta * ai_tensor_get_flat(B, c) - ai_tensor_get_flat(mean, c)) * s[c] +
+                           ai_tensor_get_flat(shift, c));
+    if (gemm && beta != 1.0)
+        st = set_number(n, "beta", AI_ATTR_FLOAT, 1.0);
+    (void)alpha; /* op(A) @ op(B) keeps its alpha: the scale went into B */
+    take_output(g, p, g->nodes[i].out[0]);
+done:
+    free(s);
+    return st;
+}
+
+ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
+{
+    if (g->training)
+        return ai_error(AI_ERR_VALUE,
+                        "fuse_batchnorm: the graph is in training mode, where BatchNormalization "
+                        "normalises with batch statistics and cannot be folded; set "
+                        "training = False (eval) first");
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_batchnorm", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        if (!is_op(&g->nodes[i], "", "BatchNormalization"))
+            continue;
+        int p;
+        int64_t C = 0;
+        const char *why = bn_obstacle(g, i, &p, &C);
+        if (why) {
+            st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' not folded: %s",
+                        g->nodes[i].name, why);
+            continue;
+        }
+        begin_edit(g, &editing);
+        if ((st = fold_bn(g, i, p, C)))
+            break;
+        remove[i] = true;
+        const ai_node *n = &g->nodes[p];
+        st = report(r, true, n->name, "BatchNormalization '%s' folded into %s '%s' (weight '%s' "
+                    "and bias '%s' rescaled)", g->nodes[i].name, n->op_type, n->name,
+                    g->values[n->in[1]].name, g->values[n->in[2]].name);
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
+/* ---------------------------------------------------------------- remove_flatten */
+
+/* Flatten axis equivalent to Flatten/Reshape node f, or a reason. */
+static const char *flatten_axis_of(const ai_graph *g, const ai_node *f, int64_t *axis)
+{
+    ai_meta m;
+    bool known = ai_graph_value_meta(g, f->in[0], &m);
+    if (is_op(f, "", "Flatten")) {
+        ai_attr_int(f, "axis", 1, axis);
+        if (*axis < 0 && !known)
+            return "its axis is negative and the input's rank is unknown (run a forward first)";
+        if (*axis < 0)
+            *axis += m.ndim;
+        return *axis < 0 ? "its axis is out of range" : NULL;
+    }
+    int sv = f->n_in > 1 ? f->in[1] : -1;
+    if (!is_constant(g, sv))
+        return "its target shape is computed, not a constant (run constant_fold first)";
+    const ai_tensor *s = g->values[sv].data;
+    int64_t allowzero = 0;
+    ai_attr_int(f, "allowzero", 0, &allowzero);
+    if (ai_tensor_numel(s) != 2)
+        return "its target shape is not 2-D";
+    if (!known)
+        return "the input's shape is unknown (run a forward first)";
+    const int64_t s0 = ai_tensor_get_flat_i64(s, 0), s1 = ai_tensor_get_flat_i64(s, 1);
+    for (int k = 1; k <= m.ndim; k++) {
+        int64_t tail = 1;
+        for (int d = k; d < m.ndim; d++)
+            tail *= m.shape[d];
+        /* the batch dimension must be inferred (-1) or copied (0), never written */
+        bool lead = s0 == -1 || (s0 == 0 && !allowzero && k == 1);
+        bool cols = s1 == tail || (s1 == -1 && s0 == 0 && !allowzero && k == 1);
+        if (lead && cols) {
+            *axis = k;
+            return NULL;
+        }
+    }
+    return "its target shape is not a flatten that keeps the batch dimension free (-1 or 0 first)";
+}
+
+ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "remove_flatten", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *f = &g->nodes[i];
+        if (!is_op(f, "", "Flatten") && !is_op(f, "", "Reshape"))
+            continue;
+        const int v = f->out[0];
+        bool out, gemms = true, act;
+        int n_uses = uses(g, v, &out);
+        for (int j = 0; j < g->n_nodes; j++)
+            for (int k = 0; k < g->nodes[j].n_in; k++)
+                if (g->nodes[j].in[k] == v)
+                    gemms &= k == 0 && base_kind(&g->nodes[j], &act) == BASE_GEMM &&
+                             !ai_node_attr(&g->nodes[j], "flatten_axis");
+        int64_t axis = 1;
+        const char *why = out ? "its output is a graph output"
+                        : !n_uses || !gemms ? "it does not feed only Gemm nodes (as A)"
+                                            : flatten_axis_of(g, f, &axis);
+        if (why) {
+            st = report(r, false, f->name, "%s '%s' kept: %s", f->op_type, f->name, why);
+            continue;
+        }
+        editing = true; /* unfinalized at the end: Reshapes read the planned shapes */
+        for (int j = 0; j < g->n_nodes && !st; j++) {
+            ai_node *n = &g->nodes[j];
+            if (n->n_in < 1 || n->in[0] != v)
+                continue;
+            n->in[0] = g->nodes[i].in[0];
+            if ((st = ai_node_set_op(n, FUSED_DOMAIN, "FusedGemm")) ||
+                (st = set_number(n, "flatten_axis", AI_ATTR_INT, (double)axis)) ||
+                (st = set_string(n, "flatten_node", g->nodes[i].name)) ||
+                (st = set_string(n, "flatten_output", g->values[v].name)) ||
+                (st = report(r, true, n->name, "%s '%s' removed: Gemm '%s' reads its input "
+                             "flattened at axis %lld (FusedGemm)", g->nodes[i].op_type,
+                             g->nodes[i].name, n->name, (long long)axis)))
+                break;
+        }
+        remove[i] = true;
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
+/* ---------------------------------------------------------------- fuse_activation */
+
+/* Clip bounds from attributes (opset < 11) or constant inputs; false when
+ * a bound is computed. */
+static bool clip_bounds(const ai_graph *g, const ai_node *n, double *lo, double *hi)
+{
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (n->opset < 11) {
+        ai_attr_float(n, "min", -INFINITY, lo);
+        ai_attr_float(n, "max", INFINITY, hi);
+        return true;
+    }
+    for (int k = 1; k <= 2 && k < n->n_in; k++) {
+        int v = n->in[k];
+        if (v < 0)
+            continue;
+        if (!is_constant(g, v) || ai_tensor_numel(g->values[v].data) != 1)
+            return false;
+        *(k == 1 ? lo : hi) = ai_tensor_get_flat(g->values[v].data, 0);
+    }
+    return true;
+}
+
+ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_activation", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *a = &g->nodes[i];
+        bool relu = is_op(a, "", "Relu"), clip = is_op(a, "", "Clip"), out, act;
+        if ((!relu && !clip) || a->in[0] < 0)
+            continue;
+        const int x = a->in[0], p = g->values[x].producer;
+        int kind = p >= 0 ? base_kind(&g->nodes[p], &act) : BASE_NONE;
+        if (kind == BASE_NONE)
+            continue; /* not a candidate: nothing to report */
+        double lo = 0, hi = 0;
+        const char *why = act ? "the node before it already ends with an activation"
+                        : uses(g, x, &out) != 1 || out ? "its input is also read elsewhere"
+                        : clip && !clip_bounds(g, a, &lo, &hi) ? "its bounds are not constants"
+                                                               : NULL;
+        if (why) {
+            st = report(r, false, a->name, "%s '%s' not fused: %s", a->op_type, a->name, why);
+            continue;
+        }
+        editing = true;
+        ai_node *n = &g->nodes[p];
+        double bounds[2] = {lo, hi};
+        ai_attr params = {.name = "activation_params", .type = AI_ATTR_FLOATS, .n = 2,
+                          .floats = bounds};
+        char *old_type = n->op_type;
+        if ((st = report(r, true, n->name, "%s '%s' + %s '%s' -> %s '%s'", old_type, n->name,
+                         g->nodes[i].op_type, g->nodes[i].name,
+                         kind == BASE_CONV ? "FusedConv" : "FusedGemm", n->name)) ||
+            (st = ai_node_set_op(n, FUSED_DOMAIN, kind == BASE_CONV ? "FusedConv" : "FusedGemm")) ||
+            (st = set_string(n, "activation", relu ? "Relu" : "Clip")) ||
+            (clip && (st = ai_node_set_attr(n, &params))) ||
+            (st = set_string(n, "activation_node", g->nodes[i].name)) ||
+            (st = set_string(n, "activation_input", g->values[x].name)))
+            break;
+        take_output(g, p, g->nodes[i].out[0]);
+        remove[i] = true;
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
+/* ---------------------------------------------------------------- expand_metaops */
+
+static const char *string_attr(const ai_node *n, const char *name, const char *dflt)
+{
+    const ai_attr *a = ai_node_attr(n, name);
+    return a && a->type == AI_ATTR_STRING && a->s && a->s[0] ? a->s : dflt;
+}
+
+/* Adds node `name` (op_type, one input, one output) and moves it to `pos`. */
+static ai_status insert_node(ai_graph *g, int pos, const char *name, const char *op_type,
+                             int opset, int in, int out, int n_attrs, const ai_attr *attrs)
+{
+    const char *ins[1] = {g->values[in].name}, *outs[1] = {g->values[out].name};
+    ai_status st = ai_graph_add_node(g, name, "", op_type, opset, 1, ins, 1, outs, n_attrs, attrs);
+    if (!st)
+        ai_graph_move_node(g, g->n_nodes - 1, pos);
+    return st;
+}
+
+/* Node i (fused) becomes Flatten? -> Conv/Gemm -> activation?; *i moves
+ * to the last of them. */
+static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
+{
+    ai_node *n = &g->nodes[*i];
+    char name[512], buf[600], flat_node[600], flat_out[600], act_node[600], act_in[600];
+    char act[16]; /* copies: the attributes are removed below */
+    snprintf(act, sizeof act, "%s", string_attr(n, "activation", ""));
+    int64_t axis = -1;
+    ai_attr_int(n, "flatten_axis", -1, &axis);
+    snprintf(name, sizeof name, "%s", n->name);
+    snprintf(buf, sizeof buf, "%s/Flatten", name);
+    snprintf(flat_node, sizeof flat_node, "%s", string_attr(n, "flatten_node", buf));
+    snprintf(buf, sizeof buf, "%s/Flatten_output_0", name);
+    snprintf(flat_out, sizeof flat_out, "%s", string_attr(n, "flatten_output", buf));
+    snprintf(buf, sizeof buf, "%s/%s", name, act);
+    snprintf(act_node, sizeof act_node, "%s", string_attr(n, "activation_node", buf));
+    snprintf(buf, sizeof buf, "%s_output_0", name);
+    snprintf(act_in, sizeof act_in, "%s", string_attr(n, "activation_input", buf));
+    double lo = -INFINITY, hi = INFINITY;
+    const double *params;
+    int64_t n_params;
+    ai_attr_floats(n, "activation_params", &params, &n_params);
+    if (n_params == 2) {
+        lo = params[0];
+        hi = params[1];
+    }
+    const bool conv = strcmp(n->op_type, "FusedConv") == 0;
+    const int opset = n->opset;
+    ai_status st = ai_node_set_op(n, "", conv ? "Conv" : "Gemm");
+    static const char *const fused_attrs[] = {"activation", "activation_params",
+                                              "activation_node", "activation_input",
+                                              "flatten_axis", "flatten_node", "flatten_output"};
+    for (size_t k = 0; k < sizeof fused_attrs / sizeof *fused_attrs; k++)
+        ai_node_remove_attr(n, fused_attrs[k]);
+    if (st)
+        return st;
+    if (axis >= 0) {
+        /* several Gemms may have read one Flatten: the first expansion makes it */
+        int v = ai_graph_find_value(g, flat_out), src = n->in[0];
+        bool reuse = v >= 0 && g->values[v].producer >= 0 &&
+                     is_op(&g->nodes[g->values[v].producer], "", "Flatten") &&
+                     g->nodes[g->values[v].producer].in[0] == src;
+        if (!reuse) {
+            ai_attr a = {.name = "axis", .type = AI_ATTR_INT, .i = axis};
+            if ((st = ai_graph_new_value(g, flat_out, &v)) ||
+                (st = insert_node(g, *i, flat_node, "Flatten", opset, src, v, 1, &a)))
+                return st;
+            (*i)++;
+        }
+        g->nodes[*i].in[0] = v;
+    }
+    if (act[0]) {
+        int mid, out = g->nodes[*i].out[0];
+        if ((st = ai_graph_new_value(g, act_in, &mid)))
+            return st;
+        take_output(g, *i, mid);
+        ai_attr bounds[2] = {{.name = "min", .type = AI_ATTR_FLOAT, .f = lo},
+                             {.name = "max", .type = AI_ATTR_FLOAT, .f = hi}};
+        bool clip = strcmp(act, "Clip") == 0;
+        /* Clip with bounds as attributes: the opset 6 form */
+        if ((st = insert_node(g, *i + 1, act_node, clip ? "Clip" : "Relu", clip ? 6 : opset,
+                              mid, out, clip ? 2 : 0, bounds)))
+            return st;
+        (*i)++;
+    }
+    return report(r, true, name, "%s '%s' expanded into %s%s%s%s", conv ? "FusedConv" : "FusedGemm",
+                  name, axis >= 0 ? "Flatten, " : "", conv ? "Conv" : "Gemm", act[0] ? ", " : "",
+                  act);
+}
+
+ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *r)
+{
+    ai_status st = check_finalized(g, "expand_metaops");
+    bool editing = false;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *n = &g->nodes[i];
+        if (!is_op(n, FUSED_DOMAIN, "FusedConv") && !is_op(n, FUSED_DOMAIN, "FusedGemm"))
+            continue;
+        begin_edit(g, &editing);
+        st = expand_node(g, &i, r);
+    }
+    return st ? st : end_edit(g, editing, NULL);
+}
+
+/* ---------------------------------------------------------------- constant_fold */
+
+/* Runs node n on its constant inputs; its outputs become constants. */
+static ai_status fold_node(ai_graph *g, ai_plan *plan, int ni)
+{
+    const ai_node *n = &g->nodes[ni];
+    ai_ctx c = {.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out, .training = g->training,
+                .plan = plan};
+    for (int k = 0; k < n->n_in; k++)
+        c.in[k] = n->in[k] >= 0 ? g->values[n->in[k]].data : NULL;
+    ai_meta om[AI_MAX_IO];
+    memset(om, 0, sizeof om);
+    size_t ws = 0, state_bytes = 0;
+    ai_status st = n->op->shape(&c, om, &ws, &state_bytes);
+    ai_tensor *outs[AI_MAX_IO] = {0};
+    void *work = NULL, *state = NULL;
+    for (int k = 0; k < n->n_out && !st; k++) {
+        int64_t numel;
+        if ((unsigned)om[k].dtype >= AI_DTYPE_COUNT ||
+            ai_shape_check(om[k].ndim, om[k].shape, ai_dtype_size(om[k].dtype), &numel))
+            st = ai_node_error(n, AI_ERR_VALUE, "output %d has an invalid shape", k);
+        else
+            st = ai_tensor_new(&outs[k], om[k].dtype, om[k].ndim, om[k].shape);
+        c.out[k] = outs[k];
+    }
+    if (!st && ((ws && !(work = calloc(1, ws))) ||
+                (state_bytes && !(state = calloc(1, state_bytes)))))
+        st = ai_error(AI_ERR_NOMEM, "out of memory folding node '%s'", n->name);
+    c.workspace = work;
+    c.state = state;
+    if (!st)
+        st = n->op->forward(&c);
+    free(work);
+    free(state);
+    for (int k = 0; k < n->n_out; k++) {
+        if (st) {
+            ai_tensor_free(outs[k]);
+            continue;
+        }
+        ai_value *v = &g->values[n->out[k]];
+        v->kind = AI_VAL_CONST;
+        v->dtype = outs[k]->dtype;
+        v->data = outs[k];
+        v->producer = -1;
+    }
+    return st;
+}
+
+ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "constant_fold", &remove);
+    if (st)
+        return st;
+    ai_plan plan = {0}; /* no plan-time values: ai_ctx_const reads constants */
+    if (!(plan.folded = calloc((size_t)g->n_values + 1, sizeof(ai_tensor *)))) {
+        free(remove);
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    }
+    for (int oi = 0; oi < g->n_nodes && !st; oi++) {
+        const int i = g->order[oi];
+        const ai_node *n = &g->nodes[i];
+        bool all_const = !(n->op->flags & AI_OP_NO_FOLD), any = false;
+        for (int k = 0; k < n->n_in && all_const; k++) {
+            all_const = n->in[k] < 0 || is_constant(g, n->in[k]);
+            any |= n->in[k] >= 0;
+        }
+        if (!all_const || !any)
+            continue;
+        if (fold_node(g, &plan, i)) {
+            st = report(r, false, n->name, "%s '%s' not folded: %s", n->op_type, n->name,
+                        ai_last_error());
+            continue;
+        }
+        remove[i] = true;
+        char shape[200] = "";
+        const ai_tensor *t = g->values[n->out[0]].data;
+        for (int d = 0, len = 0; d < t->ndim && len < 180; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%lld", d ? "x" : "",
+                            (long long)t->shape[d]);
+        st = report(r, true, n->name, "%s '%s' folded into constant '%s' (%s%s%s)", n->op_type,
+                    n->name, g->values[n->out[0]].name, ai_dtype_name(t->dtype),
+                    t->ndim ? " " : ", scalar", shape);
+    }
+    free(plan.folded);
+    for (int i = 0; i < g->n_nodes; i++)
+        editing |= remove[i];
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}

@@ -1,0 +1,333 @@
+"""Graph recipes (aidge_interop.recipes, csrc/recipes.c, csrc/ops/fused.c).
+
+Every rewrite must leave the outputs as they were: each model of the suite
+(eval mode) runs on the engine before and after, and against torch; fused
+operators must give the same gradients as the nodes they replace (same
+kernels: exactly equal) and as torch autograd; every skip names its reason.
+"""
+import numpy as np
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import aidge_interop
+from aidge_interop import load_onnx, recipes
+from aidge_interop.divergence import torch_graph
+from graph_builders import model
+from models import SAMPLE_SHAPES
+
+RTOL, ATOL = 1e-4, 1e-5  # float32, BatchNorm folded: rounding differs in the last bits
+SUITE = {k: (f, (2 if k == "mobilenet" else 3,) + s) for k, (f, s) in SAMPLE_SHAPES.items()}
+PIPELINE = ("constant_fold", "fuse_batchnorm", "remove_flatten", "fuse_activation")
+
+
+def _suite_graph(name):
+    factory, shape = SUITE[name]
+    net = factory().eval()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    graph, _, _ = torch_graph(net, [x], "test")
+    with torch.no_grad():
+        ref = net(x).numpy()
+    return graph, x.numpy(), ref
+
+
+def _ops(graph):
+    return [n["op_type"] for n in graph.nodes()]
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_recipes_preserve_outputs_of_the_suite(name):
+    graph, x, ref = _suite_graph(name)
+    before = graph.forward(x)[0]
+    np.testing.assert_allclose(before, ref, rtol=RTOL, atol=ATOL)
+    n_bn = _ops(graph).count("BatchNormalization")
+    for recipe in PIPELINE:
+        report = recipes.RECIPES[recipe](graph)
+        assert report.recipe == recipe and len(report.nodes) == len(report)
+        after = graph.forward(x)[0]
+        np.testing.assert_allclose(after, before, rtol=RTOL, atol=ATOL, err_msg=recipe)
+        np.testing.assert_allclose(after, ref, rtol=RTOL, atol=ATOL, err_msg=recipe)
+        if recipe == "fuse_batchnorm":  # every BatchNorm of the suite follows a Conv/Gemm
+            assert len(report) == n_bn and not report.skipped
+    ops = _ops(graph)
+    assert "BatchNormalization" not in ops
+    assert not {"Flatten", "Shape", "Gather"} & set(ops)
+    # another batch size: nothing the recipes did depends on it
+    x5 = np.random.default_rng(2).standard_normal((5,) + x.shape[1:]).astype(np.float32)
+    factory, _ = SUITE[name]
+    with torch.no_grad():
+        ref5 = factory().eval()(torch.from_numpy(x5)).numpy()
+    np.testing.assert_allclose(graph.forward(x5)[0], ref5, rtol=RTOL, atol=ATOL)
+    # expand_metaops gives the unfused graph back (BatchNorms stay folded)
+    report = recipes.expand_metaops(graph)
+    assert len(report) == sum(op.startswith("Fused") for op in ops)
+    assert not any(op.startswith("Fused") for op in _ops(graph))
+    np.testing.assert_allclose(graph.forward(x5)[0], ref5, rtol=RTOL, atol=ATOL)
+    assert [r.recipe for r in graph.history] == list(PIPELINE) + ["expand_metaops"]
+
+
+def test_expand_metaops_restores_names_and_order():
+    graph, x, _ = _suite_graph("lenet")
+    original = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    recipes.remove_flatten(graph)
+    recipes.fuse_activation(graph)
+    assert _ops(graph) == ["FusedConv", "MaxPool", "FusedConv", "MaxPool", "FusedGemm",
+                           "FusedGemm", "Gemm"]
+    recipes.expand_metaops(graph)
+    restored = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    assert restored == original
+    assert not any(k in n["attrs"] for n in graph.nodes()
+                   for k in ("activation", "flatten_axis", "activation_node"))
+
+
+@pytest.mark.parametrize("name", ["lenet", "perceptron"])
+def test_fused_backward_equals_unfused(name):
+    """Training through FusedConv/FusedGemm (Relu, flatten): the same kernels
+    as the nodes they replace, so gradients are equal to the last bit."""
+    plain, x, _ = _suite_graph(name)
+    fused, _, _ = _suite_graph(name)
+    recipes.remove_flatten(fused)
+    assert len(recipes.fuse_activation(fused)) >= 1
+    gy = np.random.default_rng(3).standard_normal(plain.forward(x)[0].shape).astype(np.float32)
+    results = []
+    for graph in (plain, fused):
+        graph.training = True
+        graph.zero_grad()
+        y = graph.forward(x, need_backward=True, input_grads=True)[0]
+        dx = graph.backward([gy])[0]
+        results.append((y, dx, {k: v.copy() for k, v in graph.grads().items()}))
+    (y0, dx0, g0), (y1, dx1, g1) = results
+    np.testing.assert_array_equal(y1, y0)
+    np.testing.assert_array_equal(dx1, dx0)
+    assert g1.keys() == g0.keys()
+    for k in g0:
+        np.testing.assert_array_equal(g1[k], g0[k], err_msg=k)
+
+
+def _conv_clip_model(clip_inputs, opset=17):
+    rng = np.random.default_rng(4)
+    w = rng.normal(0, 1, (3, 2, 3, 3)).astype(np.float32)
+    b = np.array([0.0, 0.5, -0.5], np.float32)
+    inits = {"w": w, "b": b, "fc.w": rng.normal(0, 1, (4, 3 * 4 * 4)).astype(np.float32)}
+    nodes = [helper.make_node("Constant", [], [k], name=k,
+                              value=numpy_helper.from_array(np.array(v, np.float32)))
+             for k, v in (("lo", 0.0), ("hi", 1.0))]  # what torch.clamp exports
+    nodes += [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Clip", ["c", *clip_inputs], ["r"], name="clip"),
+             helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "fc.w"], ["y"], name="fc", transB=1),
+             helper.make_node("Relu", ["y"], ["z"], name="relu")]
+    return model(nodes, [("x", (1, 2, 6, 6))], [("z", (1, 4))], inits, opset)
+
+
+def test_fused_clip_forward_and_backward_against_torch():
+    """Clip's gradient passes at its bounds (torch.clamp): the fused node keeps
+    a mask, since the output cannot tell x == min from x < min. Zero inputs
+    make the first channel's pre-activation exactly 0 == min."""
+    graph = load_onnx(_conv_clip_model(["lo", "hi"]))  # Conv, Clip, Flatten, Gemm, Relu
+    x = np.random.default_rng(5).standard_normal((2, 2, 6, 6)).astype(np.float32)
+    x[0] = 0.0
+    graph.forward(x)
+    recipes.remove_flatten(graph)
+    report = recipes.fuse_activation(graph)
+    assert _ops(graph) == ["FusedConv", "FusedGemm"], report
+    clip = next(n for n in graph.nodes() if n["op_type"] == "FusedConv")["attrs"]
+    assert clip["activation"] == "Clip" and clip["activation_params"] == (0.0, 1.0)
+    gy = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)
+    graph.training = True
+    y = graph.forward(x, need_backward=True, input_grads=True)[0]
+    dx = graph.backward([gy])[0]
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in graph.parameters().items()}
+    xt = torch.tensor(x, requires_grad=True)
+    r = torch.clamp(torch.nn.functional.conv2d(xt, p["w"], p["b"]), 0.0, 1.0)
+    yt = torch.relu(r.flatten(1) @ p["fc.w"].T)
+    yt.backward(torch.from_numpy(gy))
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+    for k, g in graph.grads().items():
+        np.testing.assert_allclose(g, p[k].grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    recipes.expand_metaops(graph)
+    assert _ops(graph) == ["Conv", "Clip", "Flatten", "Gemm", "Relu"]
+    graph.training = False
+    np.testing.assert_allclose(graph.forward(x)[0], y, rtol=0, atol=0)
+
+
+def test_fuse_activation_skips_a_clip_with_computed_bounds():
+    proto = _conv_clip_model(["lo", "hi"])
+    proto.graph.node.insert(2, helper.make_node("Neg", ["lo"], ["neg_lo"], name="neg"))
+    clip = next(n for n in proto.graph.node if n.op_type == "Clip")
+    clip.input[1] = "neg_lo"  # Clip(c, -lo, hi): computed, until constant_fold
+    graph = load_onnx(proto)
+    report = recipes.fuse_activation(graph)
+    assert report.skipped == ["Clip 'clip' not fused: its bounds are not constants"]
+    assert recipes.constant_fold(graph) == ["Neg 'neg' folded into constant 'neg_lo' "
+                                            "(float32, scalar)"]
+    assert recipes.fuse_activation(graph) == ["Conv 'conv' + Clip 'clip' -> FusedConv 'conv'"]
+
+
+def test_recipes_on_a_training_graph_leave_its_state_alone():
+    """The re-plan after a recipe is an eval forward: BatchNorm running
+    statistics are not updated by it, and the graph stays in training mode."""
+    graph, x, _ = _suite_graph("resnet")
+    graph.training = True
+    graph.forward(x, need_backward=True)
+    buffers = {k: v.copy() for k, v in graph.buffers().items()}
+    assert len(recipes.remove_flatten(graph)) == 1
+    assert graph.training and graph._g.need_backward
+    for k, v in graph.buffers().items():
+        np.testing.assert_array_equal(v, buffers[k], err_msg=k)
+    assert all(n["output_shapes"][0] is not None for n in graph.nodes())
+
+
+def test_fuse_batchnorm_refuses_training_mode():
+    graph, _, _ = _suite_graph("resnet")
+    graph.training = True
+    with pytest.raises(ValueError, match="training mode.*batch statistics"):
+        recipes.fuse_batchnorm(graph)
+    assert "BatchNormalization" in _ops(graph)  # untouched
+
+
+def _bn_model(producer: str, bias: str, extra_reader: bool = False):
+    """X -> Conv/Gemm -> BatchNormalization [-> also Relu of the Conv output]."""
+    rng = np.random.default_rng(7)
+    c = 5
+    inits = {"scale": rng.uniform(0.5, 1.5, c), "shift": rng.normal(0, 0.1, c),
+             "mean": rng.normal(0, 0.1, c), "var": rng.uniform(0.5, 1.5, c)}
+    inits = {k: v.astype(np.float32) for k, v in inits.items()}
+    if producer == "Conv":
+        inits["w"] = rng.normal(0, 1, (c, 3, 3, 3)).astype(np.float32)
+        x, args, kw = ("x", (1, 3, 5, 5)), {}, {}
+    else:  # Gemm with B (K, N), transB=0, alpha and beta not 1
+        inits["w"] = rng.normal(0, 1, (6, c)).astype(np.float32)
+        x, kw = ("x", (1, 6)), {"alpha": 0.5, "beta": 2.0}
+    if bias == "vector":
+        inits["b"] = rng.normal(0, 1, c).astype(np.float32)
+    elif bias == "scalar":
+        inits["b"] = np.array([0.3], np.float32)
+    ins = ["x", "w"] + (["b"] if bias != "none" else [])
+    nodes = [helper.make_node(producer, ins, ["p"], name="prod", **kw),
+             helper.make_node("BatchNormalization", ["p", "scale", "shift", "mean", "var"],
+                              ["y"], name="bn", epsilon=1e-3)]
+    outputs = [("y", (1, c))]
+    if extra_reader:
+        nodes.append(helper.make_node("Relu", ["p"], ["r"], name="relu"))
+        outputs.append(("r", (1, c)))
+    return model(nodes, [x], outputs, inits)
+
+
+@pytest.mark.parametrize("producer,bias", [("Conv", "vector"), ("Conv", "none"),
+                                           ("Gemm", "vector"), ("Gemm", "none"),
+                                           ("Gemm", "scalar")])
+def test_fuse_batchnorm_arithmetic(producer, bias):
+    proto = _bn_model(producer, bias)
+    graph = load_onnx(proto)
+    shape = (4, 3, 5, 5) if producer == "Conv" else (4, 6)
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    ref = session.run(None, {"x": x})[0]
+    report = recipes.fuse_batchnorm(graph)
+    assert report == [f"BatchNormalization 'bn' folded into {producer} 'prod' (weight 'w' and "
+                      f"bias '{'b' if bias == 'vector' else 'w.bias'}' rescaled)"]
+    assert report.nodes == ["prod"]
+    assert _ops(graph) == [producer]
+    assert set(graph.parameters()) == {"w", "b" if bias == "vector" else "w.bias"}
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_batchnorm_skips_with_reasons():
+    graph = load_onnx(_bn_model("Conv", "vector", extra_reader=True))
+    report = recipes.fuse_batchnorm(graph)
+    assert report == [] and report.skipped == [
+        "BatchNormalization 'bn' not folded: the output of the node before it is also read "
+        "elsewhere"]
+    assert report.skipped_nodes == ["bn"]
+    assert _ops(graph) == ["Conv", "BatchNormalization", "Relu"]
+
+
+def _reshape_model(shape, computed=False):
+    rng = np.random.default_rng(9)
+    inits = {"w": rng.normal(0, 1, (3, 12)).astype(np.float32)}
+    nodes = []
+    if computed:  # x.view(x.size(0), -1), as the TorchScript exporter writes it
+        inits.update(idx=np.array(0, np.int64), minus1=np.array([-1], np.int64),
+                     axes=np.array([0], np.int64))
+        nodes += [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+                  helper.make_node("Gather", ["s", "idx"], ["n"], name="gather"),
+                  helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+                  helper.make_node("Concat", ["n1", "minus1"], ["target"], name="cat", axis=0)]
+    else:
+        inits["target"] = np.array(shape, np.int64)
+    nodes += [helper.make_node("Reshape", ["x", "target"], ["f"], name="reshape"),
+              helper.make_node("Gemm", ["f", "w"], ["y"], name="fc", transB=1)]
+    return model(nodes, [("x", (1, 3, 2, 2))], [("y", (1, 3))], inits)
+
+
+@pytest.mark.parametrize("shape,removed", [((-1, 12), True), ((0, -1), True), ((0, 12), True),
+                                           ((2, -1), False), ((-1, 6), None)])
+def test_remove_flatten_reshape(shape, removed):
+    x = np.random.default_rng(10).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    if removed is None:  # (-1, 6) does not fit a Gemm of K = 12 at all
+        graph = load_onnx(_reshape_model(shape))
+        with pytest.raises(ValueError):
+            graph.forward(x)
+        return
+    graph = load_onnx(_reshape_model(shape))
+    before = graph.forward(x)[0]
+    report = recipes.remove_flatten(graph)
+    if removed:
+        assert report == ["Reshape 'reshape' removed: Gemm 'fc' reads its input flattened at "
+                          "axis 1 (FusedGemm)"]
+        assert _ops(graph) == ["FusedGemm"]
+        x3 = np.random.default_rng(11).standard_normal((3, 3, 2, 2)).astype(np.float32)
+        np.testing.assert_allclose(graph.forward(x3)[0], x3.reshape(3, 12) @
+                                   graph.parameters()["w"].T, rtol=1e-5, atol=1e-6)
+    else:
+        assert report == [] and "batch dimension free" in report.skipped[0]
+    np.testing.assert_allclose(graph.forward(x)[0], before, rtol=0, atol=0)
+
+
+def test_remove_flatten_needs_a_constant_target_shape():
+    graph = load_onnx(_reshape_model(None, computed=True))
+    x = np.ones((2, 3, 2, 2), np.float32)
+    graph.forward(x)
+    report = recipes.remove_flatten(graph)
+    assert report == [] and "computed, not a constant" in report.skipped[0]
+    assert recipes.constant_fold(graph) == []  # it depends on the input's shape
+
+
+def test_constant_fold_the_pad_subgraph():
+    """DS-CNN's ZeroPad2d exports a Shape/Gather/.../Cast chain on a constant:
+    folded into the pads, valid for any batch size."""
+    graph, x, ref = _suite_graph("kws")
+    n_nodes = len(graph.nodes())
+    report = recipes.constant_fold(graph)
+    assert len(report) == 12 and all("folded into constant" in line for line in report)
+    assert len(graph.nodes()) == n_nodes - 12
+    pad = next(n for n in graph.nodes() if n["op_type"] == "Pad")
+    kinds = {v["name"]: v["kind"] for v in graph._g.values()}
+    assert kinds[pad["inputs"][1]] == "const"
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=RTOL, atol=ATOL)
+
+
+def test_recipes_take_a_graph():
+    with pytest.raises(TypeError, match="fuse_batchnorm: argument 'graph' must be"):
+        recipes.fuse_batchnorm("model.onnx")
+    graph, _, _ = _suite_graph("perceptron")
+    with pytest.raises(ValueError, match="unknown recipe 'nope'"):
+        graph._g.apply_recipe("nope")
+
+
+def test_fused_operators_are_registered_and_checked():
+    ops = aidge_interop.supported_operators()
+    assert ops["FusedConv"] == {"domain": "aidge_interop", "backward": True}
+    assert ops["FusedGemm"] == {"domain": "aidge_interop", "backward": True}
+    bad = _conv_clip_model(["lo", "hi"])
+    conv = next(n for n in bad.graph.node if n.op_type == "Conv")
+    conv.op_type, conv.domain = "FusedConv", "aidge_interop"
+    conv.attribute.append(helper.make_attribute("activation", "Swish"))
+    bad.opset_import.append(helper.make_opsetid("aidge_interop", 1))
+    with pytest.raises(ValueError, match="FusedConv node 'conv': activation 'Swish'"):
+        load_onnx(bad)
