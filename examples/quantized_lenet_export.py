@@ -80,6 +80,9 @@ q = quantize(engine_model, x_train[:200], nb_bits=8, single_shift=True, clipping
 int8_acc = q.accuracy(x_test, y_test)
 print(f"int8 accuracy (engine):  {100 * int8_acc:.2f} %")
 print(q.summary())
+picture = Path(tempfile.gettempdir()) / "lenet_int8.svg"
+q.graph.visualize(picture, title="int8 LeNet")  # quantized nodes show their bits and shift
+print(f"graph picture: {picture}")
 
 # %% [markdown]
 # ## 3. Export, compile, run
