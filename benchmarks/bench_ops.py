@@ -88,7 +88,7 @@ CASES = {
 }
 
 
-def _model(op_type, inputs, attrs, consts):
+def one_node_model(op_type, inputs, attrs, consts):
     names = list(inputs) + list(consts)
     domain = "aidge" if op_type.startswith("Shift") else ""
     node = helper.make_node(op_type, names, ["y"], domain=domain or None, **attrs)
@@ -106,7 +106,7 @@ def callables(name):
     case ``name`` (torch ones absent when torch has no equivalent). Backward
     runs alone, repeatedly, on the state of one forward."""
     op_type, inputs, attrs, consts, torch_fn = CASES[name]
-    g = aidge_interop.load_onnx(_model(op_type, inputs, attrs, consts),
+    g = aidge_interop.load_onnx(one_node_model(op_type, inputs, attrs, consts),
                                 param_kinds={n: "const" for n in consts})._g
     g.need_backward = True
     g.input_grads = True
