@@ -178,8 +178,11 @@ static conv_tap conv_tap_of(const conv_geom *g, int64_t r)
 }
 
 /* One input channel per group (depthwise, any channel multiplier): the direct
- * kernels of conv_impl.h, no columns. */
-static bool conv_depthwise(const ai_conv_params *p) { return p->C == p->group; }
+ * kernels of conv_impl.h, no columns. (One group is a plain conv: GEMM.) */
+static bool conv_depthwise(const ai_conv_params *p)
+{
+    return p->C == p->group && p->group > 1;
+}
 
 enum { DW_FWD, DW_DX, DW_DW }; /* modes of dw_plane (conv_impl.h) */
 

@@ -8,48 +8,64 @@
  * Cg = C/group, Mg = M/group. Grid side: Conv y, ConvTranspose x.
  */
 
-/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
-static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
-{
-    for (int64_t r = 0; r < C * g->ksize; r++) {
-        conv_tap t = conv_tap_of(g, r);
-        const T *src = img + t.plane;
-        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
-            int64_t i0 = o0 * g->s[0] + t.off[0];
-            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
-                int64_t i1 = o1 * g->s[1] + t.off[1];
-                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
-                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
-                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
-                    int64_t i2 = o2 * g->s[2] + t.off[2];
-                    *col = inside && 0 <= i2 && i2 < g->img[2] ? src[base + i2] : 0;
-                }
-            }
-        }
+/* For row r of the columns and each grid row (o0, o1), calls BODY with
+ * `rowp` (the grid row's columns, grid[2] long), `src` (the image row's
+ * element for o2 = 0: src[o2 * s2] for o2 in [lo2, hi2)), or src NULL when
+ * the row lies in the padding; [lo2, hi2) are the grid positions inside. */
+#define FOR_COLUMN_ROWS(ROWS, IMG, COL, BODY)                                          \
+    for (int64_t r = 0; r < (ROWS); r++) {                                             \
+        conv_tap t = conv_tap_of(g, r);                                                \
+        int64_t lo[3], hi[3];                                                          \
+        for (int i = 0; i < 3; i++)                                                    \
+            tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);       \
+        const int64_t lo2 = lo[2], hi2 = hi[2], s2 = g->s[2];                          \
+        (void)s2;                                                                      \
+        for (int64_t o0 = 0; o0 < g->grid[0]; o0++)                                    \
+            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {                              \
+                T *rowp = (COL) + ((r * g->grid[0] + o0) * g->grid[1] + o1) * g->grid[2]; \
+                bool in = o0 >= lo[0] && o0 < hi[0] && o1 >= lo[1] && o1 < hi[1];      \
+                T *src = !in ? NULL                                                    \
+                             : (IMG) + t.plane +                                       \
+                                   ((o0 * g->s[0] + t.off[0]) * g->img[1] +            \
+                                    o1 * g->s[1] + t.off[1]) * g->img[2] + t.off[2];   \
+                BODY;                                                                  \
+            }                                                                          \
     }
+
+/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
+AI_VECTOR_CLONES static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
+{
+    FOR_COLUMN_ROWS(C * g->ksize, (T *)img, col, {
+        if (!src) {
+            memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
+            continue;
+        }
+        for (int64_t j = 0; j < lo2; j++)
+            rowp[j] = 0;
+        if (s2 == 1)
+            memcpy(rowp + lo2, src + lo2, sizeof(T) * (size_t)(hi2 - lo2));
+        else
+            for (int64_t j = lo2; j < hi2; j++)
+                rowp[j] = src[j * s2];
+        for (int64_t j = hi2; j < g->grid[2]; j++)
+            rowp[j] = 0;
+    });
 }
 
 /* img (C, image) += the columns col (C*K, grid) summed back onto the image:
  * the adjoint of im2col. */
-static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
+AI_VECTOR_CLONES static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
 {
-    for (int64_t r = 0; r < C * g->ksize; r++) {
-        conv_tap t = conv_tap_of(g, r);
-        T *dst = img + t.plane;
-        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
-            int64_t i0 = o0 * g->s[0] + t.off[0];
-            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
-                int64_t i1 = o1 * g->s[1] + t.off[1];
-                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
-                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
-                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
-                    int64_t i2 = o2 * g->s[2] + t.off[2];
-                    if (inside && 0 <= i2 && i2 < g->img[2])
-                        dst[base + i2] += *col;
-                }
-            }
-        }
-    }
+    FOR_COLUMN_ROWS(C * g->ksize, img, (T *)col, {
+        if (!src)
+            continue;
+        if (s2 == 1)
+            for (int64_t j = lo2; j < hi2; j++)
+                src[j] += rowp[j];
+        else
+            for (int64_t j = lo2; j < hi2; j++)
+                src[j * s2] += rowp[j];
+    });
 }
 
 /* The columns of img (C, image): img itself for a pointwise conv, else
@@ -320,3 +336,4 @@ void FN(ai_convtranspose_backward)(const ai_conv_params *p, T *dx, T *dw, T *db,
 #undef T
 #undef SFX
 #undef GEMM
+#undef FOR_COLUMN_ROWS
