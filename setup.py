@@ -31,7 +31,12 @@ def _flag(name):
     return os.environ.get(name, "").lower() not in ("", "0", "false", "no")
 
 
-compile_args = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden"]
+# -fno-trapping-math: no floating-point traps are enabled, so comparisons and
+# selects may be vectorised (if-converted); -fno-math-errno: sqrt and friends
+# need not set errno, so they vectorise. Values are unchanged (unlike
+# -ffast-math, nothing is reassociated or contracted).
+compile_args = ["-std=c11", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-trapping-math",
+                "-fno-math-errno"]
 link_args = []
 if _flag("AIDGE_INTEROP_WERROR") or _flag("CI"):
     compile_args.append("-Werror")

@@ -4,13 +4,14 @@ For a representative case of every operator: the median time of the engine
 (one-node graph, one C call) and of torch (the equivalent function, autograd
 for backward), and their ratio engine / torch (below 1: the engine is faster).
 
-    python benchmarks/bench_ops.py [--repeat 50] [--only Conv,Gemm] [--json out.json]
+    python benchmarks/bench_ops.py [--budget 0.3] [--only Conv,Gemm] [--json out.json]
+
+Engine and torch calls are interleaved and medians kept (see timing.py).
+benchmarks/run.py runs these cases too, with the operator and model suites.
 """
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import aidge_interop
 from aidge_interop import Tensor
+from timing import interleaved_medians
 
 R = np.random.default_rng(0)
 
@@ -86,7 +88,7 @@ CASES = {
 }
 
 
-def _model(op_type, inputs, attrs, consts):
+def one_node_model(op_type, inputs, attrs, consts):
     names = list(inputs) + list(consts)
     domain = "aidge" if op_type.startswith("Shift") else ""
     node = helper.make_node(op_type, names, ["y"], domain=domain or None, **attrs)
@@ -99,44 +101,47 @@ def _model(op_type, inputs, attrs, consts):
     return helper.make_model(g, opset_imports=imports)
 
 
-def _median_ms(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def bench(name, repeat):
+def callables(name):
+    """``{"engine_fwd", "engine_bwd", "torch_fwd", "torch_bwd"}`` -> callable for
+    case ``name`` (torch ones absent when torch has no equivalent). Backward
+    runs alone, repeatedly, on the state of one forward."""
     op_type, inputs, attrs, consts, torch_fn = CASES[name]
-    g = aidge_interop.load_onnx(_model(op_type, inputs, attrs, consts),
+    g = aidge_interop.load_onnx(one_node_model(op_type, inputs, attrs, consts),
                                 param_kinds={n: "const" for n in consts})._g
     g.need_backward = True
     g.input_grads = True
     xs = [Tensor(a) for a in inputs.values()]
     (y,) = g.forward(xs)
     dy = [Tensor(np.ones(y.shape, np.float32))]
-    row = {"op": name, "engine_fwd_ms": _median_ms(lambda: g.forward(xs), repeat)}
-    g.forward(xs)  # backward alone, repeatedly, on the state of one forward
-    row["engine_bwd_ms"] = _median_ms(lambda: g.backward(dy), repeat)
+    fns = {"engine_fwd": lambda: g.forward(xs), "engine_bwd": lambda: g.backward(dy)}
     if torch_fn is not None:
         ts = [torch.tensor(a, requires_grad=True) for a in inputs.values()]
         cs = [torch.tensor(np.asarray(c)) for c in consts.values()]
-        with torch.no_grad():
-            row["torch_fwd_ms"] = _median_ms(lambda: torch_fn(*ts, *cs), repeat)
+
+        def torch_fwd():
+            with torch.no_grad():
+                return torch_fn(*ts, *cs)
+
         gt = torch.ones(y.shape)
         out = torch_fn(*ts, *cs)
-        row["torch_bwd_ms"] = _median_ms(
-            lambda: torch.autograd.grad(out, ts, gt, retain_graph=True), repeat)
-    return row
+        fns["torch_fwd"] = torch_fwd
+        fns["torch_bwd"] = lambda: torch.autograd.grad(out, ts, gt, retain_graph=True)
+    return fns
+
+
+def bench(name, budget_s=0.3):
+    """Median ms of each callable of ``name``, engine and torch interleaved."""
+    fns = callables(name)
+    keys = list(fns)
+    return {"op": name, **{k + "_ms": t * 1e3 for k, t in
+                           zip(keys, interleaved_medians([fns[k] for k in keys], budget_s))}}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--budget", type=float, default=0.3,
+                        help="seconds of timing per case")
     parser.add_argument("--only", default="")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json")
@@ -151,7 +156,7 @@ def main():
     rows = []
     for name in names:
         try:
-            row = bench(name, args.repeat)
+            row = bench(name, args.budget)
         except (NotImplementedError, ValueError, TypeError) as exc:
             print(f"{name:<20} n/a ({str(exc)[:60]})")
             continue

@@ -6,8 +6,10 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "gemm.h"
+#include "simd.h"
 
 /* Largest attribute or size accepted: keeps every formula below in int64. */
 #define MAX_ATTR INT64_C(0x7fffffff)
@@ -175,9 +177,42 @@ static conv_tap conv_tap_of(const conv_geom *g, int64_t r)
     return t;
 }
 
+/* One input channel per group (depthwise, any channel multiplier): the direct
+ * kernels of conv_impl.h, no columns. (One group is a plain conv: GEMM.) */
+static bool conv_depthwise(const ai_conv_params *p)
+{
+    return p->C == p->group && p->group > 1;
+}
+
+enum { DW_FWD, DW_DX, DW_DW }; /* modes of dw_plane (conv_impl.h) */
+
+/* The output positions [*lo, *hi) of a grid dim of size `grid` whose input
+ * position o * s + off lies in [0, img). */
+static void tap_range(int64_t off, int64_t s, int64_t img, int64_t grid, int64_t *lo,
+                      int64_t *hi)
+{
+    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    *hi = img - 1 - off < 0 ? 0 : (img - 1 - off) / s + 1;
+    *hi = *hi < grid ? *hi : grid;
+    *lo = *lo < *hi ? *lo : *hi;
+}
+
+/* A depthwise conv with one output per input channel, at least 8 channels
+ * and a narrow output runs channels-last (the rows are too short to
+ * vectorise plane by plane); its workspace is one (grid, C), one (image, C)
+ * and one (kernel, C) buffer. */
+static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
+{
+    return p->M == p->C && p->C >= 8 && g->grid[2] < 32;
+}
+
 static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool transposed)
 {
     conv_geom g = conv_geom_of(p, transposed);
+    if (!transposed && conv_depthwise(p))
+        return !depthwise_channels_last(p, &g) ? 0
+               : (size_t)(p->C * (g.grid_size + g.img_size + g.ksize)) *
+                     ai_dtype_size(dtype);
     if (g.pointwise)
         return 0;
     int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */

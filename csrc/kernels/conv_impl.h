@@ -8,48 +8,64 @@
  * Cg = C/group, Mg = M/group. Grid side: Conv y, ConvTranspose x.
  */
 
-/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
-static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
-{
-    for (int64_t r = 0; r < C * g->ksize; r++) {
-        conv_tap t = conv_tap_of(g, r);
-        const T *src = img + t.plane;
-        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
-            int64_t i0 = o0 * g->s[0] + t.off[0];
-            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
-                int64_t i1 = o1 * g->s[1] + t.off[1];
-                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
-                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
-                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
-                    int64_t i2 = o2 * g->s[2] + t.off[2];
-                    *col = inside && 0 <= i2 && i2 < g->img[2] ? src[base + i2] : 0;
-                }
-            }
-        }
+/* For row r of the columns and each grid row (o0, o1), calls BODY with
+ * `rowp` (the grid row's columns, grid[2] long), `src` (the image row's
+ * element for o2 = 0: src[o2 * s2] for o2 in [lo2, hi2)), or src NULL when
+ * the row lies in the padding; [lo2, hi2) are the grid positions inside. */
+#define FOR_COLUMN_ROWS(ROWS, IMG, COL, BODY)                                          \
+    for (int64_t r = 0; r < (ROWS); r++) {                                             \
+        conv_tap t = conv_tap_of(g, r);                                                \
+        int64_t lo[3], hi[3];                                                          \
+        for (int i = 0; i < 3; i++)                                                    \
+            tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);       \
+        const int64_t lo2 = lo[2], hi2 = hi[2], s2 = g->s[2];                          \
+        (void)s2;                                                                      \
+        for (int64_t o0 = 0; o0 < g->grid[0]; o0++)                                    \
+            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {                              \
+                T *rowp = (COL) + ((r * g->grid[0] + o0) * g->grid[1] + o1) * g->grid[2]; \
+                bool in = o0 >= lo[0] && o0 < hi[0] && o1 >= lo[1] && o1 < hi[1];      \
+                T *src = !in ? NULL                                                    \
+                             : (IMG) + t.plane +                                       \
+                                   ((o0 * g->s[0] + t.off[0]) * g->img[1] +            \
+                                    o1 * g->s[1] + t.off[1]) * g->img[2] + t.off[2];   \
+                BODY;                                                                  \
+            }                                                                          \
     }
+
+/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
+AI_VECTOR_CLONES static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
+{
+    FOR_COLUMN_ROWS(C * g->ksize, (T *)img, col, {
+        if (!src) {
+            memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
+            continue;
+        }
+        for (int64_t j = 0; j < lo2; j++)
+            rowp[j] = 0;
+        if (s2 == 1)
+            memcpy(rowp + lo2, src + lo2, sizeof(T) * (size_t)(hi2 - lo2));
+        else
+            for (int64_t j = lo2; j < hi2; j++)
+                rowp[j] = src[j * s2];
+        for (int64_t j = hi2; j < g->grid[2]; j++)
+            rowp[j] = 0;
+    });
 }
 
 /* img (C, image) += the columns col (C*K, grid) summed back onto the image:
  * the adjoint of im2col. */
-static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
+AI_VECTOR_CLONES static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
 {
-    for (int64_t r = 0; r < C * g->ksize; r++) {
-        conv_tap t = conv_tap_of(g, r);
-        T *dst = img + t.plane;
-        for (int64_t o0 = 0; o0 < g->grid[0]; o0++) {
-            int64_t i0 = o0 * g->s[0] + t.off[0];
-            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {
-                int64_t i1 = o1 * g->s[1] + t.off[1];
-                bool inside = 0 <= i0 && i0 < g->img[0] && 0 <= i1 && i1 < g->img[1];
-                int64_t base = (i0 * g->img[1] + i1) * g->img[2];
-                for (int64_t o2 = 0; o2 < g->grid[2]; o2++, col++) {
-                    int64_t i2 = o2 * g->s[2] + t.off[2];
-                    if (inside && 0 <= i2 && i2 < g->img[2])
-                        dst[base + i2] += *col;
-                }
-            }
-        }
-    }
+    FOR_COLUMN_ROWS(C * g->ksize, img, (T *)col, {
+        if (!src)
+            continue;
+        if (s2 == 1)
+            for (int64_t j = lo2; j < hi2; j++)
+                src[j] += rowp[j];
+        else
+            for (int64_t j = lo2; j < hi2; j++)
+                src[j * s2] += rowp[j];
+    });
 }
 
 /* The columns of img (C, image): img itself for a pointwise conv, else
@@ -95,6 +111,138 @@ static void FN(bias_backward)(T *db, const T *dy, int64_t N, int64_t M, int64_t 
     }
 }
 
+/* The direct kernel of one depthwise plane pair, tap by tap: for each tap k
+ * and each output position o whose input position i = o * s + off is inside
+ * the image, in mode
+ *   DW_FWD:  grid[o] += w[k] * img[i]         (forward: grid = y, img = x)
+ *   DW_DX:   img[i]  += w[k] * grid[o]        (backward: grid = dy, img = dx)
+ *   DW_DW:   w[k]    += sum_o grid[o] * img[i] (backward: grid = dy, img = x)
+ * (modes defined in conv.c)
+ * Rows along the last dim are contiguous on the grid side; with stride 1 on
+ * the image side too, so the inner loops vectorise. */
+AI_VECTOR_CLONES static void FN(dw_plane)(int mode, T *grid, T *img, T *w, const conv_geom *g)
+{
+    for (int64_t r = 0; r < g->ksize; r++) {
+        conv_tap t = conv_tap_of(g, r);
+        int64_t lo[3], hi[3];
+        for (int i = 0; i < 3; i++)
+            tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);
+        const T wk = w[r];
+        const int64_t s2 = g->s[2], n2 = hi[2] - lo[2];
+        T acc[8] = {0};
+        for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
+            for (int64_t o1 = lo[1]; o1 < hi[1]; o1++) {
+                T *gr = grid + (o0 * g->grid[1] + o1) * g->grid[2] + lo[2];
+                T *im = img + ((o0 * g->s[0] + t.off[0]) * g->img[1] + o1 * g->s[1] +
+                               t.off[1]) * g->img[2] + lo[2] * s2 + t.off[2];
+                if (mode == DW_FWD && s2 == 1)
+                    for (int64_t j = 0; j < n2; j++)
+                        gr[j] += wk * im[j];
+                else if (mode == DW_FWD)
+                    for (int64_t j = 0; j < n2; j++)
+                        gr[j] += wk * im[j * s2];
+                else if (mode == DW_DX && s2 == 1)
+                    for (int64_t j = 0; j < n2; j++)
+                        im[j] += wk * gr[j];
+                else if (mode == DW_DX)
+                    for (int64_t j = 0; j < n2; j++)
+                        im[j * s2] += wk * gr[j];
+                else { /* 8 partial sums: vectorises, and the error grows 8x slower */
+                    int64_t j = 0;
+                    if (s2 == 1)
+                        for (; j + 8 <= n2; j += 8)
+                            for (int l = 0; l < 8; l++)
+                                acc[l] += gr[j + l] * im[j + l];
+                    for (; j < n2; j++)
+                        acc[j % 8] += gr[j] * im[j * s2];
+                }
+            }
+        if (mode == DW_DW)
+            w[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
+/* dw_plane in channels-last form, for one input channel per output channel:
+ * grid (OS, C), img (IS, C), w (K, C), channels innermost, so the inner
+ * loops run over C channels whatever the image width. Same modes, same
+ * order of operations per element (tap by tap, positions in order) as
+ * dw_plane for DW_FWD and DW_DX. */
+AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *w,
+                                                  int64_t C, const conv_geom *g)
+{
+    for (int64_t r = 0; r < g->ksize; r++) {
+        conv_tap t = conv_tap_of(g, r);
+        int64_t lo[3], hi[3];
+        for (int i = 0; i < 3; i++)
+            tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);
+        T *wr = w + r * C;
+        for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
+            for (int64_t o1 = lo[1]; o1 < hi[1]; o1++)
+                for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) {
+                    T *gr = grid + ((o0 * g->grid[1] + o1) * g->grid[2] + o2) * C;
+                    T *im = img + (((o0 * g->s[0] + t.off[0]) * g->img[1] + o1 * g->s[1] +
+                                    t.off[1]) * g->img[2] + o2 * g->s[2] + t.off[2]) * C;
+                    if (mode == DW_FWD)
+                        for (int64_t c = 0; c < C; c++)
+                            gr[c] += wr[c] * im[c];
+                    else if (mode == DW_DX)
+                        for (int64_t c = 0; c < C; c++)
+                            im[c] += wr[c] * gr[c];
+                    else
+                        for (int64_t c = 0; c < C; c++)
+                            wr[c] += gr[c] * im[c];
+                }
+    }
+}
+
+/* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles. */
+static void FN(transpose)(T *dst, const T *src, int64_t rows, int64_t cols, bool add)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 16)
+        for (int64_t j0 = 0; j0 < cols; j0 += 16)
+            for (int64_t i = i0; i < rows && i < i0 + 16; i++)
+                for (int64_t j = j0; j < cols && j < j0 + 16; j++)
+                    dst[j * rows + i] = (add ? dst[j * rows + i] : 0) + src[i * cols + j];
+}
+
+/* Depthwise conv (one input channel per group, Mg output channels each).
+ * Narrow images with one output per input channel go channels-last through
+ * `ws` (DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid =
+ * dy, img = x, w = dw); the others plane by plane. */
+static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws)
+{
+    conv_geom g = conv_geom_of(p, false);
+    int64_t C = p->C, Mg = p->M / p->group, IS = g.img_size, OS = g.grid_size;
+    if (!depthwise_channels_last(p, &g)) {
+        for (int64_t n = 0; n < p->N; n++)
+            for (int64_t m = 0; m < p->M; m++)
+                FN(dw_plane)(mode, grid + (n * p->M + m) * OS, img + (n * C + m / Mg) * IS,
+                             w + m * g.ksize, &g);
+        return;
+    }
+    T *gt = ws, *it = gt + OS * C, *wt = it + IS * C; /* (OS, C), (IS, C), (K, C) */
+    if (mode == DW_DW)
+        memset(wt, 0, sizeof(T) * (size_t)(g.ksize * C));
+    else
+        FN(transpose)(wt, w, C, g.ksize, false);
+    for (int64_t n = 0; n < p->N; n++) {
+        T *gn = grid + n * C * OS, *in = img + n * C * IS;
+        FN(transpose)(gt, gn, C, OS, false);
+        if (mode == DW_DX)
+            memset(it, 0, sizeof(T) * (size_t)(IS * C));
+        else
+            FN(transpose)(it, in, C, IS, false);
+        FN(dw_channels_last)(mode, gt, it, wt, C, &g);
+        if (mode == DW_FWD)
+            FN(transpose)(gn, gt, OS, C, false);
+        else if (mode == DW_DX)
+            FN(transpose)(in, it, IS, C, true);
+    }
+    if (mode == DW_DW)
+        FN(transpose)(w, wt, g.ksize, C, true);
+}
+
 /* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
  * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
 void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
@@ -104,6 +252,10 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
     FN(fill_bias)(y, b, p->N, p->M, OS);
+    if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
+        FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace);
+        return;
+    }
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t grp = 0; grp < p->group; grp++) {
             const T *col = FN(columns)(workspace, x + (n * p->C + grp * Cg) * IS, Cg, &g);
@@ -120,7 +272,13 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
     conv_geom g = conv_geom_of(p, false);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
-    for (int64_t n = 0; n < p->N; n++)
+    if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
+        if (dw)
+            FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace);
+        if (dx)
+            FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace);
+    }
+    for (int64_t n = 0; n < p->N && !conv_depthwise(p); n++)
         for (int64_t grp = 0; grp < p->group; grp++) {
             const T *dyg = dy + (n * p->M + grp * Mg) * OS;
             int64_t xoff = (n * p->C + grp * Cg) * IS;
@@ -178,3 +336,4 @@ void FN(ai_convtranspose_backward)(const ai_conv_params *p, T *dx, T *dw, T *db,
 #undef T
 #undef SFX
 #undef GEMM
+#undef FOR_COLUMN_ROWS

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/simd.h"
 
 enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE, SUM };
 
@@ -31,12 +32,28 @@ typedef struct {
     int64_t st[3][AI_MAX_DIMS]; /* strides of up to three operands */
 } bcast;
 
+/* The output's dims with each operand's strides; adjacent dims that every
+ * operand walks as one (same shape, both broadcast) merge, so the innermost
+ * rows are as long as possible (a same-shape operation is a single row). */
 static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *ins, int n)
 {
-    b->nd = out->ndim;
-    memcpy(b->shape, out->shape, sizeof b->shape);
+    int64_t st[3][AI_MAX_DIMS] = {{0}};
     for (int k = 0; k < n; k++)
-        ai_broadcast_strides(ins[k]->ndim, ins[k]->shape, out->ndim, out->shape, b->st[k]);
+        ai_broadcast_strides(ins[k]->ndim, ins[k]->shape, out->ndim, out->shape, st[k]);
+    memset(b, 0, sizeof *b);
+    for (int d = 0; d < out->ndim; d++) {
+        bool merge = b->nd > 0;
+        for (int k = 0; k < 3 && merge; k++)
+            merge = b->st[k][b->nd - 1] == st[k][d] * out->shape[d];
+        if (merge) {
+            b->shape[b->nd - 1] *= out->shape[d];
+        } else {
+            b->shape[b->nd] = out->shape[d];
+            b->nd++;
+        }
+        for (int k = 0; k < 3; k++)
+            b->st[k][b->nd - 1] = st[k][d];
+    }
 }
 
 #define BCAST_LOOP(B, ...)                                                           \
@@ -77,28 +94,51 @@ static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *i
      : (KIND) == MAX ? ((A) > (B) || (A) != (A) ? (A) : (B))                         \
                      : (A))
 
+/* STMT for j in [0, inner) with a_ = pa[j * sa], b_ = pb[j * sb]: the
+ * contiguous and scalar-operand cases as their own loops, which vectorise. */
+#define BINARY_ROW(T, STMT)                                                           \
+    do {                                                                             \
+        if (sa == 1 && sb == 1) {                                                    \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                const T a_ = pa[j], b_ = pb[j];                                      \
+                STMT;                                                                \
+            }                                                                        \
+        } else if (sa == 1 && sb == 0) {                                             \
+            const T b_ = pb[0];                                                      \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                const T a_ = pa[j];                                                  \
+                STMT;                                                                \
+            }                                                                        \
+        } else {                                                                     \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                const T a_ = pa[j * sa], b_ = pb[j * sb];                            \
+                STMT;                                                                \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
+
 #define DEFINE_FLOAT_FWD(NAME, T, POWF)                                              \
-    static void NAME(const bcast *b, int kind, T *y, const T *x0, const T *x1)       \
+    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, T *y, const T *x0, const T *x1)       \
     {                                                                                \
         BCAST_LOOP(b, {                                                              \
             const T *pa = x0 + ra, *pb = x1 + rb;                                    \
             T *po = y + ro;                                                          \
             switch (kind) {                                                          \
             case DIV:                                                                \
-                for (int64_t j = 0; j < inner; j++)                                  \
-                    po[j] = pa[j * sa] / pb[j * sb];                                 \
+                BINARY_ROW(T, po[j] = a_ / b_);                                       \
                 break;                                                               \
             case POW:                                                                \
                 for (int64_t j = 0; j < inner; j++)                                  \
                     po[j] = POWF(pa[j * sa], pb[j * sb]);                            \
                 break;                                                               \
             case ADD:                                                                \
-                for (int64_t j = 0; j < inner; j++)                                  \
-                    po[j] = pa[j * sa] + pb[j * sb];                                 \
+                BINARY_ROW(T, po[j] = a_ + b_);                                       \
+                break;                                                               \
+            case SUB:                                                                \
+                BINARY_ROW(T, po[j] = a_ - b_);                                       \
                 break;                                                               \
             case MUL:                                                                \
-                for (int64_t j = 0; j < inner; j++)                                  \
-                    po[j] = pa[j * sa] * pb[j * sb];                                 \
+                BINARY_ROW(T, po[j] = a_ * b_);                                       \
                 break;                                                               \
             default:                                                                 \
                 for (int64_t j = 0; j < inner; j++)                                  \

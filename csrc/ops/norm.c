@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/fastmath.h"
+#include "../kernels/simd.h"
 
 static ai_status float_input(const ai_ctx *c)
 {
@@ -597,8 +599,80 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                  \
     }
 
-DEFINE_SM_KERNELS(f32, float, expf)
+DEFINE_SM_KERNELS(f32, float, ai_expf)
 DEFINE_SM_KERNELS(f64, double, exp)
+
+/* The same along contiguous rows (inner == 1, the usual last axis), in loops
+ * that vectorise: 8 lanes for the max and for the double sums. */
+#define DEFINE_SM_ROW_KERNELS(SUF, T, EXPF)                                                \
+    AI_VECTOR_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,        \
+                                                       int64_t R, int64_t L)               \
+    {                                                                                      \
+        for (int64_t r = 0; r < R; r++) {                                                  \
+            const T *xr = x + r * L;                                                       \
+            T *yr = y + r * L;                                                             \
+            T m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,                         \
+                       -INFINITY, -INFINITY, -INFINITY, -INFINITY};                        \
+            bool nan = false;                                                              \
+            int64_t l = 0;                                                                 \
+            for (; l + 8 <= L; l += 8)                                                     \
+                for (int k = 0; k < 8; k++) {                                              \
+                    m8[k] = xr[l + k] > m8[k] ? xr[l + k] : m8[k];                         \
+                    nan |= xr[l + k] != xr[l + k];                                         \
+                }                                                                          \
+            for (; l < L; l++) {                                                           \
+                m8[0] = xr[l] > m8[0] ? xr[l] : m8[0];                                     \
+                nan |= xr[l] != xr[l];                                                     \
+            }                                                                              \
+            double m = nan ? NAN : -INFINITY;                                              \
+            for (int k = 0; k < 8 && !nan; k++)                                            \
+                m = m8[k] > m ? m8[k] : m;                                                 \
+            const T mt = (T)m;                                                             \
+            for (l = 0; l < L; l++) /* y holds exp(x - max) until the last pass */         \
+                yr[l] = EXPF(xr[l] - mt);                                                  \
+            double s8[8] = {0};                                                            \
+            for (l = 0; l + 8 <= L; l += 8)                                                \
+                for (int k = 0; k < 8; k++)                                                \
+                    s8[k] += yr[l + k];                                                    \
+            for (; l < L; l++)                                                             \
+                s8[0] += yr[l];                                                            \
+            const double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) +                       \
+                               ((s8[4] + s8[5]) + (s8[6] + s8[7]));                        \
+            const double ls = log(sum);                                                    \
+            if (log_)                                                                      \
+                for (l = 0; l < L; l++)                                                    \
+                    yr[l] = (T)(xr[l] - m - ls);                                           \
+            else                                                                           \
+                for (l = 0; l < L; l++)                                                    \
+                    yr[l] = (T)(yr[l] / sum);                                              \
+        }                                                                                  \
+    }                                                                                      \
+    AI_VECTOR_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,    \
+                                                        bool log_, int64_t R, int64_t L)   \
+    {                                                                                      \
+        for (int64_t r = 0; r < R; r++) {                                                  \
+            const T *dyr = dy + r * L, *yr = y + r * L;                                    \
+            T *dxr = dx + r * L;                                                           \
+            double s8[8] = {0};                                                            \
+            int64_t l = 0;                                                                 \
+            for (; l + 8 <= L; l += 8)                                                     \
+                for (int k = 0; k < 8; k++)                                                \
+                    s8[k] += log_ ? (double)dyr[l + k] : (double)dyr[l + k] * yr[l + k];   \
+            for (; l < L; l++)                                                             \
+                s8[0] += log_ ? (double)dyr[l] : (double)dyr[l] * yr[l];                   \
+            const double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) +                       \
+                               ((s8[4] + s8[5]) + (s8[6] + s8[7]));                        \
+            if (log_)                                                                      \
+                for (l = 0; l < L; l++)                                                    \
+                    dxr[l] += (T)(dyr[l] - EXPF(yr[l]) * sum);                             \
+            else                                                                           \
+                for (l = 0; l < L; l++)                                                    \
+                    dxr[l] += (T)(yr[l] * (dyr[l] - sum));                                 \
+        }                                                                                  \
+    }
+
+DEFINE_SM_ROW_KERNELS(f32, float, ai_expf)
+DEFINE_SM_ROW_KERNELS(f64, double, exp)
 
 static bool sm_is_log(const ai_ctx *c)
 {
@@ -612,7 +686,11 @@ static ai_status sm_forward(ai_ctx *c)
     if (st)
         return st;
     double *mx = c->workspace, *sum = mx + d.inner;
-    if (c->in[0]->dtype == AI_F32)
+    if (d.inner == 1 && c->in[0]->dtype == AI_F32)
+        sm_rows_forward_f32(c->out[0]->data, c->in[0]->data, sm_is_log(c), d.outer, d.L);
+    else if (d.inner == 1)
+        sm_rows_forward_f64(c->out[0]->data, c->in[0]->data, sm_is_log(c), d.outer, d.L);
+    else if (c->in[0]->dtype == AI_F32)
         sm_forward_f32(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
     else
         sm_forward_f64(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
@@ -625,7 +703,13 @@ static ai_status sm_backward(ai_ctx *c)
     ai_status st = sm_dims_of(c, &d);
     if (st)
         return st;
-    if (c->in[0]->dtype == AI_F32)
+    if (d.inner == 1 && c->in[0]->dtype == AI_F32)
+        sm_rows_backward_f32(c->din[0]->data, c->dout[0]->data, c->out[0]->data,
+                             sm_is_log(c), d.outer, d.L);
+    else if (d.inner == 1)
+        sm_rows_backward_f64(c->din[0]->data, c->dout[0]->data, c->out[0]->data,
+                             sm_is_log(c), d.outer, d.L);
+    else if (c->in[0]->dtype == AI_F32)
         sm_backward_f32(c->din[0]->data, c->dout[0]->data, c->out[0]->data, sm_is_log(c),
                         c->workspace, d);
     else

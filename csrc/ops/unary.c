@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/fastmath.h"
+#include "../kernels/simd.h"
 
 typedef struct {
     double alpha; /* LeakyRelu slope */
@@ -30,20 +32,47 @@ static double gelu_tanh_deriv(double x)
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
 }
 
-/* FWD(x) computes y; DER(x, y) is dy/dx. P is the node's unary_params. */
-#define UNARY_KERNELS(NAME, FWD, DER)                                                  \
+/* FWD(x) computes y; DER(x, y) is dy/dx, in double; P is the node's
+ * unary_params. UNARY_KERNELS2 gives float32 its own expressions FWD32 and
+ * DER32 of xf, yf (floats), for functions where float arithmetic gives the
+ * same values (selects, sqrt, one rounding) or stays within torch's own float
+ * accuracy (ai_expf), and vectorises; the float64 path keeps FWD and DER. */
+#define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER)                                  \
+    AI_VECTOR_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,    \
+                                                const float *xp, int64_t n)           \
+    {                                                                                  \
+        const unary_params Pv = *P_, *P = &Pv; /* a copy: no aliasing with yp */       \
+        (void)P;                                                                       \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            const float xf = xp[i];                                                    \
+            const double x = xf;                                                       \
+            (void)x;                                                                   \
+            yp[i] = (float)(FWD32);                                                    \
+        }                                                                              \
+    }                                                                                  \
+    AI_VECTOR_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,    \
+                                                const float *xp, const float *yp,     \
+                                                const float *dy, int64_t n)           \
+    {                                                                                  \
+        const unary_params Pv = *P_, *P = &Pv;                                         \
+        (void)P;                                                                       \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            const float xf = xp[i], yf = yp[i];                                        \
+            const double x = xf, y = yf;                                               \
+            (void)x;                                                                   \
+            (void)y;                                                                   \
+            (void)xf;                                                                  \
+            (void)yf;                                                                  \
+            dx[i] += (float)(dy[i] * (DER32));                                         \
+        }                                                                              \
+    }                                                                                  \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
         const unary_params *P = c->node->params;                                       \
         (void)P;                                                                       \
         int64_t n = ai_tensor_numel(c->in[0]);                                         \
         if (c->in[0]->dtype == AI_F32) {                                               \
-            const float *xp = c->in[0]->data;                                          \
-            float *yp = c->out[0]->data;                                               \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i];                                                      \
-                yp[i] = (float)(FWD);                                                  \
-            }                                                                          \
+            NAME##_f32_fwd(P, c->out[0]->data, c->in[0]->data, n);                     \
         } else {                                                                       \
             const double *xp = c->in[0]->data;                                         \
             double *yp = c->out[0]->data;                                              \
@@ -60,15 +89,8 @@ static double gelu_tanh_deriv(double x)
         (void)P;                                                                       \
         int64_t n = ai_tensor_numel(c->in[0]);                                         \
         if (c->in[0]->dtype == AI_F32) {                                               \
-            const float *xp = c->in[0]->data, *yp = c->out[0]->data;                   \
-            const float *dy = c->dout[0]->data;                                        \
-            float *dx = c->din[0]->data;                                               \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i], y = yp[i];                                           \
-                (void)x;                                                               \
-                (void)y;                                                               \
-                dx[i] += (float)(dy[i] * (DER));                                       \
-            }                                                                          \
+            NAME##_f32_bwd(P, c->din[0]->data, c->in[0]->data, c->out[0]->data,        \
+                           c->dout[0]->data, n);                                       \
         } else {                                                                       \
             const double *xp = c->in[0]->data, *yp = c->out[0]->data;                  \
             const double *dy = c->dout[0]->data;                                       \
@@ -83,9 +105,13 @@ static double gelu_tanh_deriv(double x)
         return AI_OK;                                                                  \
     }
 
-UNARY_KERNELS(relu, (x > 0 || x != x) ? x : 0.0, x > 0 ? 1.0 : 0.0)
+#define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS2(NAME, FWD, DER, FWD, DER)
+
+UNARY_KERNELS2(relu, (xf > 0 || xf != xf) ? xf : 0.0f, xf > 0 ? 1.0f : 0.0f,
+               (x > 0 || x != x) ? x : 0.0, x > 0 ? 1.0 : 0.0)
 UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
-UNARY_KERNELS(sigmoid, 1.0 / (1.0 + exp(-x)), y * (1.0 - y))
+UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
+               1.0 / (1.0 + exp(-x)), y * (1.0 - y))
 UNARY_KERNELS(tanh, tanh(x), 1.0 - y * y)
 UNARY_KERNELS(gelu,
               P->tanh ? 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
@@ -93,9 +119,9 @@ UNARY_KERNELS(gelu,
               P->tanh ? gelu_tanh_deriv(x)
                       : 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
 UNARY_KERNELS(erf, erf(x), TWO_INV_SQRT_PI * exp(-x * x))
-UNARY_KERNELS(sqrt, sqrt(x), 0.5 / y)
-UNARY_KERNELS(reciprocal, 1.0 / x, -y * y)
-UNARY_KERNELS(exp, exp(x), y)
+UNARY_KERNELS2(sqrt, sqrtf(xf), 0.5 / y, sqrt(x), 0.5 / y)
+UNARY_KERNELS2(reciprocal, 1.0f / xf, -y * y, 1.0 / x, -y * y)
+UNARY_KERNELS2(exp, ai_expf(xf), yf, exp(x), y)
 UNARY_KERNELS(log, log(x), 1.0 / x)
 UNARY_KERNELS(softplus, x > 20 ? x : log1p(exp(x)), 1.0 / (1.0 + exp(-x)))
 UNARY_KERNELS(floor, floor(x), 0.0)

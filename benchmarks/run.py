@@ -1,0 +1,404 @@
+"""The engine against PyTorch (and ONNX Runtime), in one process and one run.
+
+Sections, each timed at every thread count of ``--threads`` (torch, the
+engine and ONNX Runtime set to the same count):
+
+- ``ops``: every operator case of ``configs/`` (the operator suite's
+  ``OperatorConfig`` list), the wrapped module against the torch module:
+  forward (no autograd) and backward (``out.backward(g)`` repeated on one
+  forward's state: input and parameter gradients).
+- ``kernels``: the representative cases of ``bench_ops.py`` (one-node
+  graphs of realistic sizes), forward and backward alone.
+- ``models``: every model of the model suite: eval forward (also against
+  ONNX Runtime on the same ONNX graph) and a full training step (forward,
+  MSE loss, backward, SGD step).
+- ``overhead``: one forward of a wrapped 16-feature Linear (per-call cost).
+- ``memory`` (not with ``--quick``): the training step's peak resident
+  memory growth, engine and torch, each in a fresh subprocess.
+
+Engine and torch calls alternate sample by sample and medians are kept
+(timing.py): the ratios hold on a loaded machine better than the absolute
+times do. Ratios are engine / reference: below 1 the engine is faster.
+
+    python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
+                             [--sections ops,kernels,models,overhead,memory] [--batch 16]
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import aidge_interop  # noqa: E402
+from timing import interleaved_medians  # noqa: E402
+
+MODELS = {  # name: (factory module, factory, input shape without the batch)
+    "Perceptron": ("perceptron_model", "perceptron", (16,)),
+    "LeNet": ("lenet_model", "lenet", (1, 32, 32)),
+    "Anomaly": ("anomaly_model", "anomaly_autoencoder", (640,)),
+    "KWS": ("kws_model", "ds_cnn", (1, 49, 10)),
+    "MobileNet": ("mobilenet_model", "mobilenet_v1", (3, 96, 96)),
+    "ResNet8": ("resnet_model", "resnet8", (3, 32, 32)),
+}
+SECTIONS = ("ops", "kernels", "models", "overhead", "memory")
+LR = 0.01
+
+
+def set_threads(n):
+    torch.set_num_threads(n)
+    aidge_interop.set_num_threads(n)
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+# -- operator cases of configs/ ---------------------------------------------------
+
+def operator_configs():
+    import test_operators
+    from aidge_interop.testing import OperatorConfig
+
+    return [v for v in vars(test_operators).values() if isinstance(v, OperatorConfig)]
+
+
+def bench_operator_cases(budget):
+    from aidge_interop.testing.operators import _instantiate, build_cases
+
+    rows = []
+    for cfg in operator_configs():
+        for case in build_cases(cfg):
+            if case.expected_failure:
+                continue
+            try:
+                inst = _instantiate(cfg, case)
+            except Exception as exc:  # a case the engine cannot build: reported, not timed
+                print(f"  {case.id}: not built ({type(exc).__name__}: {str(exc)[:80]})")
+                continue
+            tm, am = inst["torch_model"], inst["aidge_model"]
+            x = torch.randn(case.input_size)
+
+            def fwd(m):
+                def run():
+                    with torch.no_grad():
+                        return m(x)
+                return run
+
+            row = {"case": case.id}
+            t_eng, t_torch = interleaved_medians([fwd(am), fwd(tm)], budget)
+            row.update(engine_fwd=t_eng, torch_fwd=t_torch)
+            if case.test_backward:
+                bwd = []
+                for m in (am, tm):
+                    xg = x.clone().requires_grad_(True)
+                    out = m(xg)
+                    g = torch.randn_like(out)
+                    bwd.append(lambda out=out, g=g: out.backward(g, retain_graph=True))
+                t_eng, t_torch = interleaved_medians(bwd, budget)
+                row.update(engine_bwd=t_eng, torch_bwd=t_torch)
+            rows.append(row)
+            _print_row(row["case"], row, ("fwd", "bwd"))
+    return rows
+
+
+def bench_kernels(budget):
+    import bench_ops
+
+    rows = []
+    for name in bench_ops.CASES:
+        fns = bench_ops.callables(name)
+        keys = list(fns)
+        row = {"case": name, **dict(zip(keys, interleaved_medians([fns[k] for k in keys],
+                                                                  budget)))}
+        rows.append(row)
+        _print_row(name, row, ("fwd", "bwd"))
+    return rows
+
+
+# -- models ---------------------------------------------------------------------------
+
+def build_model(name, seed=0):
+    import importlib
+
+    module, factory, _ = MODELS[name]
+    return getattr(importlib.import_module(f"models.{module}"), factory)(seed)
+
+
+def ort_session(proto, threads):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(proto.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def train_step(model, optimizer, x, y):
+    def step():
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def bench_models(budget, batch, threads):
+    rows = []
+    for name, (_, _, shape) in MODELS.items():
+        x = torch.randn(batch, *shape)
+        row = {"case": name, "batch": batch}
+        # eval forward: torch, engine, ONNX Runtime on the engine's ONNX graph
+        tm = build_model(name).eval()
+        am = aidge_interop.wrap(copy.deepcopy(tm), [tuple(x.shape)])
+        session = ort_session(am.onnx_model, threads)
+        feed = {session.get_inputs()[0].name: x.numpy()}
+
+        def fwd(m):
+            def run():
+                with torch.no_grad():
+                    return m(x)
+            return run
+
+        row["engine_fwd"], row["torch_fwd"], row["ort_fwd"] = interleaved_medians(
+            [fwd(am), fwd(tm), lambda: session.run(None, feed)], budget)
+        # training step: forward, MSE loss, backward, SGD
+        tm = build_model(name).train()
+        am = aidge_interop.wrap(copy.deepcopy(tm), [tuple(x.shape)])
+        with torch.no_grad():
+            y = torch.randn_like(tm(x))
+        steps = [train_step(am, aidge_interop.SGD(am, lr=LR), x, y),
+                 train_step(tm, torch.optim.SGD(tm.parameters(), lr=LR), x, y)]
+        row["engine_train"], row["torch_train"] = interleaved_medians(steps, budget)
+        stats = am.memory_stats()
+        row["engine_plan_peak_bytes"] = stats.get("peak_bytes", stats.get("peak"))
+        rows.append(row)
+        _print_row(name, row, ("fwd", "train"), ort=True)
+    return rows
+
+
+def bench_overhead(budget):
+    lin = torch.nn.Linear(16, 16)
+    am = aidge_interop.wrap(copy.deepcopy(lin), [(1, 16)])
+    x = torch.randn(1, 16)
+
+    def fwd(m):
+        def run():
+            with torch.no_grad():
+                return m(x)
+        return run
+
+    t_eng, t_torch = interleaved_medians([fwd(am), fwd(lin)], budget, max_samples=500)
+    row = {"case": "Linear16", "engine_fwd": t_eng, "torch_fwd": t_torch}
+    _print_row("Linear16 (per call)", row, ("fwd",))
+    return [row]
+
+
+# -- memory: a fresh process per (model, side) -------------------------------------
+
+def _rss_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def memory_child(name, side, batch, threads):
+    """Peak RSS growth (bytes) over 5 training steps, after setup and one step."""
+    set_threads(threads)
+    _, _, shape = MODELS[name]
+    x = torch.randn(batch, *shape)
+    model = build_model(name).train()
+    if side == "engine":
+        model = aidge_interop.wrap(model, [tuple(x.shape)])
+        opt = aidge_interop.SGD(model, lr=LR)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+    with torch.no_grad():
+        y = torch.randn_like(model(x))
+    step = train_step(model, opt, x, y)
+    base = _rss_kib("VmRSS")
+    try:  # reset the peak (VmHWM) to the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    for _ in range(5):
+        step()
+    print(json.dumps({"growth_bytes": max(0, _rss_kib("VmHWM") - base) * 1024}))
+
+
+def bench_memory(batch, threads):
+    rows = []
+    for name in MODELS:
+        row = {"case": name, "batch": batch}
+        for side in ("engine", "torch"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--memory-child", name, side, str(batch),
+                 str(threads)], capture_output=True, text=True, cwd=ROOT / "benchmarks")
+            if out.returncode:
+                print(f"  {name} {side}: failed\n{out.stderr[-2000:]}")
+                continue
+            row[f"{side}_mem"] = json.loads(out.stdout.strip().splitlines()[-1])["growth_bytes"]
+        rows.append(row)
+        e, t = row.get("engine_mem"), row.get("torch_mem")
+        print(f"{name:<34}{(e or 0) / 2**20:9.2f} MiB{(t or 0) / 2**20:9.2f} MiB"
+              f"{(e / t) if e is not None and t else float('nan'):7.2f}")
+    return rows
+
+
+# -- report ---------------------------------------------------------------------------
+
+def _print_row(label, row, kinds, ort=False):
+    cells = []
+    for k in kinds:
+        e, t = row.get(f"engine_{k}"), row.get(f"torch_{k}")
+        if e is None:
+            cells.append(" " * 27)
+            continue
+        r = e / t if t else float("nan")
+        cells.append(f"{e * 1e3:9.3f}{(t or float('nan')) * 1e3:9.3f}{r:7.2f}  ")
+    if ort:
+        o = row["ort_fwd"]
+        cells.append(f"{o * 1e3:9.3f}{row['engine_fwd'] / o:7.2f}")
+    print(f"{label[:34]:<34}" + "".join(cells))
+    sys.stdout.flush()
+
+
+def _header(title, kinds, ort=False):
+    print(f"\n== {title} (ms, medians; ratio engine/torch)")
+    cols = "".join(f"{'eng ' + k:>9}{'torch ' + k:>9}{'ratio':>7}  " for k in kinds)
+    print(f"{'case':<34}{cols}" + (f"{'ort fwd':>9}{'e/ort':>7}" if ort else ""))
+
+
+def summary(rows, kinds):
+    out = {}
+    for k in kinds:
+        ratios = [r[f"engine_{k}"] / r[f"torch_{k}"] for r in rows
+                  if r.get(f"torch_{k}") and r.get(f"engine_{k}")]
+        if ratios:
+            worst = max(rows, key=lambda r: (r.get(f"engine_{k}") or 0) /
+                        (r.get(f"torch_{k}") or math.inf))
+            out[k] = {"geomean": geomean(ratios), "max": max(ratios), "worst": worst["case"],
+                      "n": len(ratios)}
+    return out
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(t, sec, k) for t, res in results.items() for sec, kinds in
+              (("ops", ("fwd", "bwd")), ("kernels", ("fwd", "bwd")),
+               ("models", ("fwd", "train"))) if res.get(sec) for k in kinds]
+    if not panels:
+        return
+    fig, axes = plt.subplots(len(panels), 1, figsize=(16, 3.2 * len(panels)), squeeze=False)
+    for ax, (threads, sec, k) in zip(axes[:, 0], panels):
+        rows = [r for r in results[threads][sec] if r.get(f"torch_{k}")]
+        ratios = [r[f"engine_{k}"] / r[f"torch_{k}"] for r in rows]
+        ax.bar(range(len(rows)), ratios,
+               color=["tab:green" if v <= 1 else "tab:red" for v in ratios])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([r["case"] for r in rows], rotation=90, fontsize=5 if
+                           len(rows) > 40 else 8)
+        ax.set_ylabel("engine / torch")
+        ax.set_title(f"{sec} {k}, {threads} thread(s): geomean {geomean(ratios):.2f}")
+    fig.tight_layout()
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="short timing budget per case, no memory section")
+    parser.add_argument("--threads", default="1,2", help="thread counts, e.g. 1,2")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--batch", type=int, default=16, help="model batch size")
+    parser.add_argument("--budget", type=float, help="timing seconds per case")
+    parser.add_argument("--json", help="write every measurement here")
+    parser.add_argument("--plot", help="draw the ratios (PNG)")
+    parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        name, side, batch, threads = args.memory_child
+        return memory_child(name, side, int(batch), int(threads))
+    sections = [s for s in args.sections.split(",") if s]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {sorted(unknown)}; choose among {SECTIONS}")
+    if args.quick and "memory" in sections and args.sections == ",".join(SECTIONS):
+        sections.remove("memory")
+    budget = args.budget or (0.08 if args.quick else 0.4)
+    threads_list = [int(t) for t in args.threads.split(",")]
+    warnings.filterwarnings("ignore")
+    print(f"engine GEMM: {aidge_interop._C.gemm_backend()}; torch {torch.__version__}; "
+          f"batch {args.batch}; budget {budget}s per case")
+    results = {}
+    for threads in threads_list:
+        set_threads(threads)
+        print(f"\n######## {threads} thread(s)")
+        res = results[threads] = {}
+        if "ops" in sections:
+            _header("operator cases of configs/ (wrapped module)", ("fwd", "bwd"))
+            res["ops"] = bench_operator_cases(budget)
+        if "kernels" in sections:
+            _header("kernels (bench_ops.py, one-node graphs)", ("fwd", "bwd"))
+            res["kernels"] = bench_kernels(budget)
+        if "models" in sections:
+            _header(f"models, batch {args.batch}", ("fwd", "train"), ort=True)
+            res["models"] = bench_models(budget * 2, args.batch, threads)
+        if "overhead" in sections:
+            _header("per-call overhead", ("fwd",))
+            res["overhead"] = bench_overhead(budget)
+        if "memory" in sections:
+            print(f"\n== training-step peak RSS growth, batch {args.batch}\n"
+                  f"{'model':<34}{'engine':>13}{'torch':>13}{'ratio':>7}")
+            res["memory"] = bench_memory(args.batch, threads)
+    print("\n== summary (geometric mean / max of engine/torch)")
+    summaries = {}
+    for threads, res in results.items():
+        for sec, kinds in (("ops", ("fwd", "bwd")), ("kernels", ("fwd", "bwd")),
+                           ("models", ("fwd", "train"))):
+            if res.get(sec):
+                s = summaries.setdefault(str(threads), {})[sec] = summary(res[sec], kinds)
+                for k, v in s.items():
+                    print(f"{threads} thread(s) {sec:<8}{k:<6} geomean {v['geomean']:6.2f}  "
+                          f"max {v['max']:6.2f} ({v['worst']})")
+        for r in res.get("models", []):
+            print(f"{threads} thread(s) {r['case']:<11} train {r['engine_train'] / r['torch_train']:5.2f}"
+                  f"  eval/torch {r['engine_fwd'] / r['torch_fwd']:5.2f}"
+                  f"  eval/ort {r['engine_fwd'] / r['ort_fwd']:5.2f}")
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"results": results, "summary": summaries, "batch": args.batch,
+                       "budget_s": budget, "torch": torch.__version__}, f, indent=1)
+        os.replace(tmp, args.json)
+    if args.plot:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()

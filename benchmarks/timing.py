@@ -1,0 +1,36 @@
+"""Interleaved timing: the contenders of one measurement run turn by turn.
+
+On a shared or noisy machine, timing engine and torch in separate blocks
+lets a burst of load favour one of them; alternating them sample by sample
+and keeping medians spreads the noise over both.
+"""
+import statistics
+import time
+
+
+def _sample(fn, inner):
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=2e-4):
+    """Median seconds per call of each callable of ``fns``, sampled in turn.
+
+    Each sample runs a callable ``inner`` times (enough for ``sample_s``, so
+    microsecond calls are not timer noise); the number of samples fills
+    ``budget_s`` for all callables together, within [min_samples, max_samples].
+    """
+    inners = []
+    for fn in fns:  # warm-up, and the size of one sample
+        fn()
+        t = _sample(fn, 1)
+        inners.append(max(1, min(1000, int(sample_s / max(t, 1e-9)))))
+    per_round = sum(_sample(fn, k) * k for fn, k in zip(fns, inners))
+    rounds = int(min(max_samples, max(min_samples, budget_s / max(per_round, 1e-9))))
+    samples = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, k, out in zip(fns, inners, samples):
+            out.append(_sample(fn, k))
+    return [statistics.median(s) for s in samples]

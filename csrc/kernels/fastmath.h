@@ -1,0 +1,43 @@
+/*
+ * fastmath.h — float32 exp written without branches or library calls, so
+ * that loops calling it vectorise (glibc's expf is a scalar call).
+ *
+ * ai_expf: Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after the range
+ * reduction x = n ln2 + r (ln2 split in two), scaled by 2^n through the
+ * exponent bits: within 2 ulp of exp over the normal range. exp(+inf) = inf,
+ * exp(-inf) = 0, NaN stays NaN; results below 2^-125 (x < -86.64) are 0
+ * instead of denormals.
+ */
+#ifndef AI_FASTMATH_H
+#define AI_FASTMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float ai_expf(float x)
+{
+    const float hi = 88.72283f, lo = -86.64f;
+    float xc = x > hi ? hi : x;
+    xc = xc < lo ? lo : xc;
+    xc = xc == xc ? xc : 0.0f; /* NaN: a defined conversion below; result fixed last */
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e = p * r * r + r + 1.0f;
+    const int32_t bits = ((int32_t)n + 126) * (1 << 23); /* 2^(n-1), n in [-125, 128] */
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    float res = e * s * 2.0f;
+    res = x > hi ? (float)INFINITY : res;
+    res = x < lo ? 0.0f : res;
+    return x == x ? res : x;
+}
+
+#endif
