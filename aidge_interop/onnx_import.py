@@ -14,6 +14,8 @@ from ._C import Tensor
 
 __all__ = ["load_onnx", "build_graph", "ONNX_DTYPES"]
 
+MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
+
 # TensorProto.DataType -> engine dtype name
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
@@ -157,6 +159,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
     opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+    for domain, version in opsets.items():
+        if not 1 <= version <= MAX_OPSET:
+            raise ValueError(f"{where}: opset_import of domain '{domain}' has version "
+                             f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
     g = _C.Graph()

@@ -377,6 +377,8 @@ static ai_status dropout_forward(ai_ctx *c)
     uint8_t *mask = (uint8_t *)(s + 1);
     int64_t n = ai_tensor_numel(c->in[0]);
     double r = dropout_ratio(c);
+    if (!(r >= 0 && r < 1)) /* a ratio given at run time: checked here, before use */
+        return ai_node_error(c->node, AI_ERR_VALUE, "ratio %g is outside [0, 1)", r);
     s->active = c->training && r > 0;
     s->scale = s->active ? 1.0 / (1.0 - r) : 1.0;
     if (s->active) {
@@ -463,8 +465,9 @@ static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->i
 
 static ai_status cast_backward(ai_ctx *c)
 {
-    if (!ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
-        return AI_OK; /* no gradient through a cast to integers */
+    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
+        return AI_OK; /* no gradient through a cast to integers, nor to a CastLike
+                         input that needs none (a constant cast like x) */
     ai_tensor *tmp;
     ai_status st = ai_tensor_new(&tmp, c->din[0]->dtype, c->din[0]->ndim, c->din[0]->shape);
     if (st)
