@@ -90,7 +90,28 @@ def _to_array(tensor_proto, where):
             f"{_ONNX_TYPE_NAMES.get(t, t)}, not supported by the engine "
             f"(supported: {', '.join(sorted(set(ONNX_DTYPES.values())))})"
         )
-    return numpy_helper.to_array(tensor_proto)
+    try:
+        return numpy_helper.to_array(tensor_proto)
+    except ValueError as exc:  # data that does not fill the dims, ...
+        raise ValueError(f"{where}: tensor '{tensor_proto.name}': {exc}") from exc
+
+
+def _check_attribute_names(node, opset, where):
+    """Refuses attributes that the operator's ONNX schema does not define
+    (a typo would otherwise be ignored silently, and the default used)."""
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except defs.SchemaError:  # not an ONNX operator: the engine names it
+        return
+    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown attribute{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(u) for u in unknown)}; {node.op_type} (opset {opset}) takes "
+            f"{', '.join(sorted(schema.attributes)) or 'none'}"
+        )
 
 
 def _float_attr(f: float) -> float:
@@ -194,6 +215,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
         domain = node.domain or ""
         opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
         node_where = f"{where}: {node.op_type} node '{name}'"
+        if domain in ("", "ai.onnx"):
+            _check_attribute_names(node, opset, node_where)
         attrs = _attributes(node, node_where)
         if node.op_type == "Constant" and domain in ("", "ai.onnx"):
             if len(node.output) != 1:

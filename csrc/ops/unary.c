@@ -30,8 +30,11 @@ static double gelu_tanh_deriv(double x)
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
 }
 
-/* FWD(x) computes y; DER(x, y) is dy/dx. P is the node's unary_params. */
-#define UNARY_KERNELS(NAME, FWD, DER)                                                  \
+/* FWD(x) computes y; DER(x, y) is dy/dx. P is the node's unary_params.
+ * Where PASS(x) is false the gradient is not dy * DER but nothing at all, as
+ * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out. */
+#define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS_PASS(NAME, FWD, DER, 1)
+#define UNARY_KERNELS_PASS(NAME, FWD, DER, PASS)                                       \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
         const unary_params *P = c->node->params;                                       \
@@ -67,7 +70,8 @@ static double gelu_tanh_deriv(double x)
                 double x = xp[i], y = yp[i];                                           \
                 (void)x;                                                               \
                 (void)y;                                                               \
-                dx[i] += (float)(dy[i] * (DER));                                       \
+                if (PASS)                                                              \
+                    dx[i] += (float)(dy[i] * (DER));                                   \
             }                                                                          \
         } else {                                                                       \
             const double *xp = c->in[0]->data, *yp = c->out[0]->data;                  \
@@ -77,13 +81,14 @@ static double gelu_tanh_deriv(double x)
                 double x = xp[i], y = yp[i];                                           \
                 (void)x;                                                               \
                 (void)y;                                                               \
-                dx[i] += dy[i] * (DER);                                                \
+                if (PASS)                                                              \
+                    dx[i] += dy[i] * (DER);                                            \
             }                                                                          \
         }                                                                              \
         return AI_OK;                                                                  \
     }
 
-UNARY_KERNELS(relu, (x > 0 || x != x) ? x : 0.0, x > 0 ? 1.0 : 0.0)
+UNARY_KERNELS_PASS(relu, (x > 0 || x != x) ? x : 0.0, 1.0, !(x <= 0))
 UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
 UNARY_KERNELS(sigmoid, 1.0 / (1.0 + exp(-x)), y * (1.0 - y))
 UNARY_KERNELS(tanh, tanh(x), 1.0 - y * y)
@@ -98,9 +103,9 @@ UNARY_KERNELS(reciprocal, 1.0 / x, -y * y)
 UNARY_KERNELS(exp, exp(x), y)
 UNARY_KERNELS(log, log(x), 1.0 / x)
 UNARY_KERNELS(softplus, x > 20 ? x : log1p(exp(x)), 1.0 / (1.0 + exp(-x)))
-UNARY_KERNELS(floor, floor(x), 0.0)
-UNARY_KERNELS(ceil, ceil(x), 0.0)
-UNARY_KERNELS(round, nearbyint(x), 0.0)
+UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
+UNARY_KERNELS_PASS(ceil, ceil(x), 0.0, 0)
+UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
 
 /* Abs, Neg and Identity also take integers (shape arithmetic). */
 #define INT_OR_FLOAT_KERNELS(NAME, FWD, IFWD, DER)                                     \
@@ -349,6 +354,11 @@ static double dropout_ratio(const ai_ctx *c)
 
 static ai_status dropout_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
+    for (int k = 1; k < c->n_in; k++)
+        if (c->in[k] && ai_tensor_numel(c->in[k]) != 1)
+            return ai_node_error(c->node, AI_ERR_VALUE, "%s must be a scalar, got %lld values",
+                                 k == 1 ? "ratio" : "training_mode",
+                                 (long long)ai_tensor_numel(c->in[k]));
     double r = c->n_in > 1 && c->in[1] && !ai_ctx_const(c, 1) ? 0.5 : dropout_ratio(c);
     if (!(r >= 0 && r < 1))
         return ai_node_error(c->node, AI_ERR_VALUE, "ratio %g is outside [0, 1)", r);
