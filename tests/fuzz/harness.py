@@ -24,7 +24,7 @@ from onnx import TensorProto
 # an unknown value name, RecursionError never)
 EXPECTED = (ValueError, TypeError, NotImplementedError, IndexError, MemoryError, KeyError)
 
-MAX_INPUT_ELEMENTS = 1 << 16  # larger declared inputs are skipped, not built in NumPy
+MAX_INPUT_ELEMENTS = 1 << 12  # larger declared inputs are skipped (the run stays fast)
 SYMBOLIC_DIM = 2
 
 _NP = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
