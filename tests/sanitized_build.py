@@ -36,11 +36,6 @@ def can_build() -> str | None:
     return None
 
 
-def asan_runtime() -> str:
-    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True)
-    return out.stdout.strip()
-
-
 def build_package(dest: Path, cflags: str = "-O1 -g") -> Path:
     """Builds the sanitized package under dest; returns dest (for PYTHONPATH)."""
     dest = Path(dest)
@@ -61,8 +56,20 @@ def build_package(dest: Path, cflags: str = "-O1 -g") -> Path:
     return dest
 
 
+def _gcc_file(name: str) -> str:
+    out = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def asan_runtime() -> str:
+    return _gcc_file("libasan.so")
+
+
 def sanitizer_env(dest: Path, **extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(dest), LD_PRELOAD=asan_runtime(),
+    # libstdc++ from the start too: ASan intercepts C++ throws (onnx's and
+    # torch's pybind11 errors) and must find the real __cxa_throw
+    preload = f"{asan_runtime()}:{_gcc_file('libstdc++.so.6')}"
+    env = dict(os.environ, PYTHONPATH=str(dest), LD_PRELOAD=preload,
                ASAN_OPTIONS=ASAN_OPTIONS, UBSAN_OPTIONS=UBSAN_OPTIONS)
     env.update(extra)
     return env

@@ -48,7 +48,8 @@ def _input_arrays(proto, rng):
                      for d in tt.shape.dim]
         else:
             shape = [SYMBOLIC_DIM]
-        if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.float64)) > MAX_INPUT_ELEMENTS:
+        if any(d < 0 or d > MAX_INPUT_ELEMENTS for d in shape) or \
+                np.prod(shape, dtype=np.float64) > MAX_INPUT_ELEMENTS:  # empty ones too
             return None
         if np.dtype(dtype).kind == "f":
             a = rng.standard_normal(shape).astype(dtype)

@@ -64,11 +64,8 @@ def _sanitized_env(out: Path) -> dict:
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim),
                     str(HERE / "sancov_forward.c"), "-ldl"], check=True)
     core = next(Path(atheris.__file__).parent.glob("core_with_libfuzzer*.so"))
-    cxx = subprocess.run(["gcc", "-print-file-name=libstdc++.so.6"], capture_output=True,
-                         text=True).stdout.strip()
     env = sanitizer_env(dest, AIDGE_FUZZ_LIBFUZZER=str(core))
-    # the ASan runtime intercepts C++ throws (atheris' pybind11): libstdc++ must be loaded
-    env["LD_PRELOAD"] = ":".join([str(shim), env["LD_PRELOAD"], cxx])
+    env["LD_PRELOAD"] = f"{shim}:{env['LD_PRELOAD']}"
     env["ASAN_OPTIONS"] += ":verify_asan_link_order=0:max_allocation_size_mb=2048"
     return env
 
