@@ -94,6 +94,8 @@ _runners: OrderedDict[tuple, Callable[[np.ndarray], np.ndarray]] = OrderedDict()
 _FINGERPRINT_ATTR = "_aidge_interop_fingerprint"
 # the files export_onnx writes, and only those, are pruned
 _EXPORT_NAME = re.compile(r"[0-9a-f]{12}_[0-9]+(x[0-9]+)*_opset[0-9]+\.onnx")
+# the temporary files write_atomic makes for them (a killed export leaves one)
+_EXPORT_TEMP = re.compile(r"\.(" + _EXPORT_NAME.pattern + r")\.[0-9]+\.[0-9a-f]{8}\.tmp")
 
 
 def _check_key(key: str) -> None:
@@ -276,7 +278,7 @@ def _prune_onnx(keep: Path) -> None:
     files = []
     for entry in os.scandir(keep.parent):
         try:
-            if entry.name.endswith(".tmp") and entry.name.startswith("."):
+            if _EXPORT_TEMP.fullmatch(entry.name):
                 if now - entry.stat().st_mtime > STALE_TEMP_S:
                     os.unlink(entry.path)
             elif _EXPORT_NAME.fullmatch(entry.name) and entry.name != keep.name:

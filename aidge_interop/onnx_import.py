@@ -14,6 +14,8 @@ from ._C import Tensor
 
 __all__ = ["load_onnx", "build_graph", "ONNX_DTYPES"]
 
+MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
+
 # TensorProto.DataType -> engine dtype name
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
@@ -88,7 +90,28 @@ def _to_array(tensor_proto, where):
             f"{_ONNX_TYPE_NAMES.get(t, t)}, not supported by the engine "
             f"(supported: {', '.join(sorted(set(ONNX_DTYPES.values())))})"
         )
-    return numpy_helper.to_array(tensor_proto)
+    try:
+        return numpy_helper.to_array(tensor_proto)
+    except ValueError as exc:  # data that does not fill the dims, ...
+        raise ValueError(f"{where}: tensor '{tensor_proto.name}': {exc}") from exc
+
+
+def _check_attribute_names(node, opset, where):
+    """Refuses attributes that the operator's ONNX schema does not define
+    (a typo would otherwise be ignored silently, and the default used)."""
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except defs.SchemaError:  # not an ONNX operator: the engine names it
+        return
+    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown attribute{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(u) for u in unknown)}; {node.op_type} (opset {opset}) takes "
+            f"{', '.join(sorted(schema.attributes)) or 'none'}"
+        )
 
 
 def _float_attr(f: float) -> float:
@@ -157,6 +180,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
     opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+    for domain, version in opsets.items():
+        if not 1 <= version <= MAX_OPSET:
+            raise ValueError(f"{where}: opset_import of domain '{domain}' has version "
+                             f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
     g = _C.Graph()
@@ -188,6 +215,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
         domain = node.domain or ""
         opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
         node_where = f"{where}: {node.op_type} node '{name}'"
+        if domain in ("", "ai.onnx"):
+            _check_attribute_names(node, opset, node_where)
         attrs = _attributes(node, node_where)
         if node.op_type == "Constant" and domain in ("", "ai.onnx"):
             if len(node.output) != 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import threading
 import warnings
 from typing import Sequence
 
@@ -27,6 +28,10 @@ from .tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
 
 DEFAULT_OPSET = 20
+
+# torch.onnx.export keeps global state (GLOBALS.in_onnx_export): one export at a
+# time, whatever the number of threads wrapping models
+_EXPORT_LOCK = threading.Lock()
 
 
 def _normalize_dims(input_dims) -> list[tuple[int, ...]]:
@@ -79,7 +84,7 @@ def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Ten
             dynamic = {n: {0: "batch"} for n, x in zip(in_names, example_inputs) if x.dim() > 0}
             dynamic.update({n: {0: "batch"} for n in out_names})
         buf = io.BytesIO()
-        with warnings.catch_warnings():
+        with _EXPORT_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 model, tuple(example_inputs), buf, dynamo=False, opset_version=opset,

@@ -365,6 +365,9 @@ ai_status ai_graph_finalize(ai_graph *g)
                                  n->n_out, op->name, op->min_out, op->max_out);
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
+            if (v < 0 && (k < op->min_in || op->max_in == AI_MAX_IO)) /* variadic: all */
+                return ai_node_error(n, AI_ERR_VALUE, "input %d is empty, but %s needs it",
+                                     k, op->name);
             if (v >= 0 && g->values[v].kind == AI_VAL_ACT && g->values[v].producer < 0)
                 return ai_node_error(n, AI_ERR_VALUE,
                                      "input '%s' is not a graph input, an initializer or "

@@ -998,6 +998,7 @@ typedef struct {
     ai_graph *g;
     PyTypeObject *tensor_type; /* strong reference */
     atomic_int busy;           /* one call at a time on a graph */
+    unsigned long forward_thread; /* the thread of the latest forward (its state is kept) */
 } GraphObject;
 
 static int graph_enter(GraphObject *self)
@@ -1342,12 +1343,21 @@ static PyObject *graph_run(GraphObject *self, PyObject *arg, const char *what, i
 
 static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
 {
-    return graph_run(self, arg, "inputs", self->g->n_inputs, false, self->g->n_outputs,
-                     ai_graph_forward);
+    PyObject *out = graph_run(self, arg, "inputs", self->g->n_inputs, false,
+                              self->g->n_outputs, ai_graph_forward);
+    if (out) /* the GIL is held: no other thread's call can come in between */
+        self->forward_thread = PyThread_get_thread_ident();
+    return out;
 }
 
 static PyObject *Graph_backward(GraphObject *self, PyObject *arg)
 {
+    if (self->forward_thread && self->forward_thread != PyThread_get_thread_ident())
+        return PyErr_Format(PyExc_RuntimeError,
+                            "backward in another thread than the latest forward (thread "
+                            "%lu): a graph keeps the state of its latest forward only, so "
+                            "another thread's forward came in between; use one graph per "
+                            "thread", self->forward_thread);
     return graph_run(self, arg, "grad_outputs", self->g->n_outputs, true, self->g->n_inputs,
                      ai_graph_backward);
 }
@@ -1382,12 +1392,14 @@ static PyObject *Graph_value_tensor(GraphObject *self, PyObject *args, bool grad
     int v;
     if (!PyArg_ParseTuple(args, "U", &name) || find_value(self, name, &v) < 0)
         return NULL;
-    ai_tensor *src = grad ? self->g->values[v].grad : self->g->values[v].data;
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_tensor *src = grad ? self->g->values[v].grad : self->g->values[v].data, *t = NULL;
+    ai_status st = src ? ai_tensor_share(&t, src) : AI_OK;
+    graph_leave(self);
     if (!src)
         return PyErr_Format(PyExc_ValueError, "value %R has no %s (not an initializer%s)",
                             name, grad ? "gradient" : "data", grad ? " parameter" : "");
-    ai_tensor *t;
-    ai_status st = ai_tensor_share(&t, src);
     return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
 }
 
@@ -1407,7 +1419,10 @@ static PyObject *Graph_intermediate(GraphObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "s:intermediate", &name))
         return NULL;
     ai_tensor *t;
+    if (graph_enter(self) < 0) /* the plan may change under a running forward */
+        return NULL;
     ai_status st = ai_graph_intermediate(self->g, name, &t);
+    graph_leave(self);
     return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
 }
 
@@ -1423,6 +1438,8 @@ static PyObject *Graph_values(GraphObject *self, PyObject *unused)
     (void)unused;
     static const char *kinds[] = {"input", "param", "buffer", "const", "activation"};
     const ai_graph *g = self->g;
+    if (graph_enter(self) < 0) /* the metas are the plan's */
+        return NULL;
     PyObject *list = PyList_New(0);
     for (int v = 0; list && v < g->n_values; v++) {
         const ai_value *val = &g->values[v];
@@ -1436,6 +1453,7 @@ static PyObject *Graph_values(GraphObject *self, PyObject *unused)
             Py_CLEAR(list);
         Py_XDECREF(item);
     }
+    graph_leave(self);
     return list;
 }
 
@@ -1506,7 +1524,10 @@ static PyObject *Graph_memory_stats(GraphObject *self, PyObject *unused)
 {
     (void)unused;
     ai_memory_stats m;
+    if (graph_enter(self) < 0)
+        return NULL;
     ai_status st = ai_graph_memory_stats(self->g, &m);
+    graph_leave(self);
     if (st)
         return raise_status(st);
     return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:i}", "peak_bytes",
@@ -1580,9 +1601,10 @@ static PyObject *Graph_apply_recipe(GraphObject *self, PyObject *args)
     {                                                                                  \
         (void)c;                                                                       \
         int b = v ? PyObject_IsTrue(v) : 0;                                            \
-        if (b < 0)                                                                     \
+        if (b < 0 || graph_enter(self) < 0) /* not while another thread runs it */     \
             return -1;                                                                 \
         self->g->NAME = b;                                                             \
+        graph_leave(self);                                                             \
         return 0;                                                                      \
     }
 

@@ -571,7 +571,7 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
         const ai_meta *m = &p->meta[v];
-        if (!grad_outputs[i] || !p->needs_grad[v])
+        if (!grad_outputs[i])
             continue;
         const ai_tensor *go = grad_outputs[i];
         bool same = go->ndim == m->ndim && go->dtype == m->dtype;
@@ -583,6 +583,8 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
                             "(rank %d), got %s of rank %d", g->values[v].name,
                             ai_dtype_name(m->dtype), m->ndim, ai_dtype_name(go->dtype),
                             go->ndim);
+        if (!p->needs_grad[v]) /* checked all the same: a wrong gradient is an error */
+            continue;
         ai_tensor *dst = grad_of(g, p, v), *tmp = NULL;
         if (!ai_tensor_is_contiguous(go)) {
             if ((st = ai_tensor_clone(&tmp, go)))

@@ -235,11 +235,22 @@ class _Parser:
             raise ValueError(f"{self.file}: cannot read the configuration of operator "
                              f"{cfg.name!r}: {exc.strerror}") from exc
         try:
-            self.data = json.loads(text)
+            self.data = json.loads(text, object_pairs_hook=self._unique_keys)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{self.file}:{exc.lineno}:{exc.colno}: not valid JSON: "
                              f"{exc.msg}") from exc
         self.ids: dict[str, str] = {}  # case id -> JSON path that produced it
+
+    def _unique_keys(self, pairs: list) -> dict:
+        """A JSON object; a key given twice is an error (json would keep the
+        last silently, and a case would vanish)."""
+        out = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError(f"{self.file}: key {key!r} appears twice in one object "
+                                 f"(keys: {', '.join(k for k, _ in pairs)})")
+            out[key] = value
+        return out
 
     def error(self, path: str, msg: str) -> ValueError:
         return ValueError(f"{self.file}: {path or '<top level>'}: {msg}")

@@ -302,6 +302,8 @@ DEFINE_SUM_BACK(sum_back_f64, double)
     static void NAME(const reduce_plan *p, T *dx, const T *dy, const T *x, const T *y, \
                      T *w)                                                             \
     {                                                                                  \
+        if (p->nout == 0)                                                              \
+            return; /* an empty output: no workspace either */                         \
         memset(w, 0, sizeof(T) * (size_t)p->nout);                                     \
         FOR_ROWS(p, {                                                                  \
             for (int64_t j = 0; j < L; j++)                                            \

@@ -133,6 +133,8 @@ typedef void (*row_fn)(char *dst, int64_t sd, const char *src, int64_t ss, int64
 static void row_copy(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n,
                      size_t es)
 {
+    if (n == 0) /* an empty row of an empty tensor, whose data may be NULL */
+        return;
     if (sd == 1 && ss == 1) {
         memcpy(dst, src, (size_t)n * es);
         return;
@@ -308,6 +310,10 @@ static ai_status reshape_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *stat
             return ai_node_error(node, AI_ERR_VALUE, "shape[%d] = %lld is negative", i,
                                  (long long)s[i]);
         } else {
+            if (s[i] && known > INT64_MAX / s[i])
+                return ai_node_error(node, AI_ERR_VALUE,
+                                     "shape has more than 2^63 elements (shape[%d] = %lld)",
+                                     i, (long long)s[i]);
             known *= s[i];
         }
     }
@@ -699,7 +705,7 @@ static ai_status slice_walk(const ai_ctx *c, walk *w)
             const int64_t mag = step == INT64_MIN ? INT64_MAX : -step;
             s = s < 0 ? 0 : (s > dim - 1 ? dim - 1 : s);
             e = e < -1 ? -1 : (e > dim - 1 ? dim - 1 : e);
-            count = s > e ? 1 + (s - e - 1) / mag : 0;
+            count = dim > 0 && s > e ? 1 + (s - e - 1) / mag : 0; /* dim 0: s is 0 > e */
         }
         w->shape[a] = count;
         if (count > 0) {
@@ -924,8 +930,16 @@ static ai_status pad_setup(const ai_ctx *c, pad_plan *p, int64_t *shape)
         p->before[a] = pads[i];
         p->after[a] = pads[na + i];
     }
+    for (int i = 0; i < np; i++)
+        if (pads[i] < -INT32_MAX || pads[i] > INT32_MAX)
+            return ai_node_error(node, AI_ERR_VALUE, "pads[%d] = %lld is out of range "
+                                 "(at most 2^31-1 either way)", i, (long long)pads[i]);
     for (int d = 0; d < nd; d++) {
-        int64_t n = x->shape[d], out = n + p->before[d] + p->after[d];
+        int64_t n = x->shape[d], pad = p->before[d] + p->after[d]; /* |pad| <= 2^32 */
+        if (pad > 0 && n > INT64_MAX - pad)
+            return ai_node_error(node, AI_ERR_VALUE, "padding axis %d (%lld) overflows",
+                                 d, (long long)n);
+        int64_t out = n + pad;
         if (out < 0)
             return ai_node_error(node, AI_ERR_VALUE,
                                  "pads %lld and %lld crop more than axis %d holds (%lld)",

@@ -15,8 +15,8 @@ ai_status ai_read_int_list(const ai_node *n, const char *name, int max, int64_t 
                              name, (long long)l->n, max);
     for (int64_t i = 0; i < l->n; i++) {
         if (v[i] < lo || v[i] > INT32_MAX)
-            return ai_node_error(n, AI_ERR_VALUE, "%s[%lld] is %lld; must be >= %lld", name,
-                                 (long long)i, (long long)v[i], (long long)lo);
+            return ai_node_error(n, AI_ERR_VALUE, "%s[%lld] is %lld; must be in [%lld, %d]",
+                                 name, (long long)i, (long long)v[i], (long long)lo, INT32_MAX);
         l->v[i] = v[i];
     }
     return AI_OK;

@@ -36,8 +36,15 @@ static double gelu_tanh_deriv(double x)
  * unary_params. UNARY_KERNELS2 gives float32 its own expressions FWD32 and
  * DER32 of xf, yf (floats), for functions where float arithmetic gives the
  * same values (selects, sqrt, one rounding) or stays within torch's own float
- * accuracy (ai_expf), and vectorises; the float64 path keeps FWD and DER. */
-#define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER)                                  \
+ * accuracy (ai_expf), and vectorises; the float64 path keeps FWD and DER.
+ * Where PASS(x) is false the gradient is not dy * DER but nothing at all, as
+ * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out. */
+#define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS2(NAME, FWD, DER, FWD, DER)
+#define UNARY_KERNELS_PASS(NAME, FWD, DER, PASS) \
+    UNARY_KERNELS2_PASS(NAME, FWD, DER, FWD, DER, PASS)
+#define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER) \
+    UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, 1)
+#define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS)                       \
     AI_VECTOR_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,    \
                                                 const float *xp, int64_t n)           \
     {                                                                                  \
@@ -63,7 +70,7 @@ static double gelu_tanh_deriv(double x)
             (void)y;                                                                   \
             (void)xf;                                                                  \
             (void)yf;                                                                  \
-            dx[i] += (float)(dy[i] * (DER32));                                         \
+            dx[i] += (PASS) ? (float)(dy[i] * (DER32)) : 0.0f;                         \
         }                                                                              \
     }                                                                                  \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
@@ -99,16 +106,15 @@ static double gelu_tanh_deriv(double x)
                 double x = xp[i], y = yp[i];                                           \
                 (void)x;                                                               \
                 (void)y;                                                               \
-                dx[i] += dy[i] * (DER);                                                \
+                if (PASS)                                                              \
+                    dx[i] += dy[i] * (DER);                                            \
             }                                                                          \
         }                                                                              \
         return AI_OK;                                                                  \
     }
 
-#define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS2(NAME, FWD, DER, FWD, DER)
-
-UNARY_KERNELS2(relu, (xf > 0 || xf != xf) ? xf : 0.0f, xf > 0 ? 1.0f : 0.0f,
-               (x > 0 || x != x) ? x : 0.0, x > 0 ? 1.0 : 0.0)
+UNARY_KERNELS2_PASS(relu, (xf > 0 || xf != xf) ? xf : 0.0f, 1.0f, (x > 0 || x != x) ? x : 0.0,
+                    1.0, !(x <= 0))
 UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
 UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
                1.0 / (1.0 + exp(-x)), y * (1.0 - y))
@@ -124,9 +130,9 @@ UNARY_KERNELS2(reciprocal, 1.0f / xf, -y * y, 1.0 / x, -y * y)
 UNARY_KERNELS2(exp, ai_expf(xf), yf, exp(x), y)
 UNARY_KERNELS(log, log(x), 1.0 / x)
 UNARY_KERNELS(softplus, x > 20 ? x : log1p(exp(x)), 1.0 / (1.0 + exp(-x)))
-UNARY_KERNELS(floor, floor(x), 0.0)
-UNARY_KERNELS(ceil, ceil(x), 0.0)
-UNARY_KERNELS(round, nearbyint(x), 0.0)
+UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
+UNARY_KERNELS_PASS(ceil, ceil(x), 0.0, 0)
+UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
 
 /* Abs, Neg and Identity also take integers (shape arithmetic). */
 #define INT_OR_FLOAT_KERNELS(NAME, FWD, IFWD, DER)                                     \
@@ -375,6 +381,11 @@ static double dropout_ratio(const ai_ctx *c)
 
 static ai_status dropout_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
+    for (int k = 1; k < c->n_in; k++)
+        if (c->in[k] && ai_tensor_numel(c->in[k]) != 1)
+            return ai_node_error(c->node, AI_ERR_VALUE, "%s must be a scalar, got %lld values",
+                                 k == 1 ? "ratio" : "training_mode",
+                                 (long long)ai_tensor_numel(c->in[k]));
     double r = c->n_in > 1 && c->in[1] && !ai_ctx_const(c, 1) ? 0.5 : dropout_ratio(c);
     if (!(r >= 0 && r < 1))
         return ai_node_error(c->node, AI_ERR_VALUE, "ratio %g is outside [0, 1)", r);
@@ -403,6 +414,8 @@ static ai_status dropout_forward(ai_ctx *c)
     uint8_t *mask = (uint8_t *)(s + 1);
     int64_t n = ai_tensor_numel(c->in[0]);
     double r = dropout_ratio(c);
+    if (!(r >= 0 && r < 1)) /* a ratio given at run time: checked here, before use */
+        return ai_node_error(c->node, AI_ERR_VALUE, "ratio %g is outside [0, 1)", r);
     s->active = c->training && r > 0;
     s->scale = s->active ? 1.0 / (1.0 - r) : 1.0;
     if (s->active) {
@@ -489,8 +502,9 @@ static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->i
 
 static ai_status cast_backward(ai_ctx *c)
 {
-    if (!ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
-        return AI_OK; /* no gradient through a cast to integers */
+    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
+        return AI_OK; /* no gradient through a cast to integers, nor to a CastLike
+                         input that needs none (a constant cast like x) */
     ai_tensor *tmp;
     ai_status st = ai_tensor_new(&tmp, c->din[0]->dtype, c->din[0]->ndim, c->din[0]->shape);
     if (st)

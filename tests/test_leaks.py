@@ -1,0 +1,77 @@
+"""Long runs leak nothing: resident memory, Python objects (and the total
+reference count on a debug build of CPython) and the engine's own counts of
+live tensors and storages stay flat.
+
+The 10,000-cycle test is marked ``slow`` (it takes minutes: each cycle
+exports the model to ONNX); it runs in CI all the same, and
+``pytest -m "not slow"`` leaves it out of a quick local run.
+"""
+import gc
+import sys
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+import aidge_interop as ai
+from aidge_interop import _C
+from aidge_interop.tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
+
+RSS_BOUND = 16 << 20  # bytes of resident growth allowed after the warm-up
+OBJECTS_BOUND = 200   # Python objects allowed to appear after the warm-up
+
+
+def snapshot():
+    gc.collect()
+    return {"rss": psutil.Process().memory_info().rss, "objects": len(gc.get_objects()),
+            "refs": getattr(sys, "gettotalrefcount", lambda: 0)(), **_C._debug_counters()}
+
+
+def assert_flat(before, after, what):
+    for key in ("tensors", "storages", "owned_bytes"):
+        assert after[key] == before[key], f"{what}: engine {key} {before[key]} -> {after[key]}"
+    assert after["rss"] - before["rss"] < RSS_BOUND, \
+        f"{what}: resident memory grew by {(after['rss'] - before['rss']) >> 20} MiB"
+    assert after["objects"] - before["objects"] < OBJECTS_BOUND, \
+        f"{what}: {after['objects'] - before['objects']} more Python objects"
+    assert after["refs"] - before["refs"] < 10 * OBJECTS_BOUND, f"{what}: reference count grew"
+
+
+def run_cycles(n, warmup, cycle):
+    for _ in range(warmup):  # allocator pools, caches, lazy imports
+        cycle()
+    before = snapshot()
+    for _ in range(n - warmup):
+        cycle()
+    return before, snapshot()
+
+
+@pytest.mark.slow
+def test_ten_thousand_wrap_forward_backward_sgd_cycles():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, target = torch.randn(4, 8), torch.randn(4, 4)
+
+    def cycle():
+        wrapped = ai.wrap(model, [(4, 8)])
+        opt = ai.SGD(wrapped, lr=0.01)
+        torch.nn.functional.mse_loss(wrapped(x), target).backward()
+        opt.step()
+
+    before, after = run_cycles(10_000, 300, cycle)
+    assert_flat(before, after, "10,000 wrap/forward/backward/SGD cycles")
+
+
+def test_hundred_thousand_tensor_round_trips():
+    t = torch.randn(16, 8)
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+
+    def cycle():
+        back = aidge_tensor_to_torch(torch_tensor_to_aidge(t))  # DLPack, zero copy
+        assert back.data_ptr() == t.data_ptr()
+        copied = ai.Tensor(a, copy=True).numpy()
+        assert copied[2, 3] == 11.0
+
+    before, after = run_cycles(100_000, 2_000, cycle)
+    assert_flat(before, after, "100,000 tensor round trips")
