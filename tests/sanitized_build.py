@@ -53,6 +53,10 @@ def build_package(dest: Path, cflags: str = "-O1 -g") -> Path:
     shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
     for so in build.glob("_C*"):
         shutil.copy2(so, pkg / so.name)
+    # the portable kernels the C export copies, laid out as an install does
+    (pkg / "portable").mkdir(exist_ok=True)
+    for src in sorted((CSRC / "portable").glob("*.[ch]")):
+        shutil.copy2(src, pkg / "portable" / src.name)
     return dest
 
 
