@@ -183,11 +183,16 @@ class _EngineFunction(torch.autograd.Function):
         ctx.forward_id = module._calls[0]
         outs = module._run(inputs)
         ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        # the outputs are the engine's own forward results (no copy), which
+        # backward may read: saving them makes torch refuse a backward after
+        # an in-place change to them instead of computing a wrong gradient
+        ctx.save_for_backward(*outs)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         module = ctx.module
+        ctx.saved_tensors  # noqa: B018 (torch's in-place check of the outputs)
         if ctx.forward_id != module._calls[0]:
             raise RuntimeError(
                 "AidgeModule: backward of an older forward. The engine keeps the state of "
