@@ -166,12 +166,12 @@ def _engine_input(x: torch.Tensor):
     """An engine view of a CPU tensor straight through DLPack (the common case),
     anything else through the converter: other devices, lazy conj/neg bits,
     and overlapping layouts (expand), which the graph reads from a copy."""
-    if x.device.type == "cpu" and not (x.is_conj() or x.is_neg()):
-        try:
-            return Tensor.from_dlpack(to_dlpack(x.detach()))
+    if x.is_cpu and not (x.is_conj() or x.is_neg()):
+        try:  # (to_dlpack takes a tensor that requires grad: no detach needed)
+            return Tensor.from_dlpack(to_dlpack(x))
         except ValueError:
             pass
-    return torch_tensor_to_aidge(x, copy=x.device.type == "cpu")
+    return torch_tensor_to_aidge(x, copy=x.is_cpu)
 
 
 class _EngineFunction(torch.autograd.Function):
@@ -221,6 +221,7 @@ class AidgeModule(torch.nn.Module):
         self.onnx_model = proto
         self.source_name = type(source).__name__
         self.input_dims = input_dims
+        self._n_inputs = len(graph.input_names)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads = [], []
         for name, p in source.named_parameters():
@@ -264,18 +265,19 @@ class AidgeModule(torch.nn.Module):
         return [None if g is None else aidge_tensor_to_torch(g) for g in input_grads]
 
     def forward(self, *inputs):
-        n = len(self._graph.input_names)
-        if len(inputs) != n:
-            raise TypeError(f"AidgeModule({self.source_name}).forward takes {n} input(s), "
-                            f"got {len(inputs)}")
+        # kept lean: this is the per-call overhead of every wrapped model
+        g = self._graph
+        if len(inputs) != self._n_inputs:
+            raise TypeError(f"AidgeModule({self.source_name}).forward takes "
+                            f"{self._n_inputs} input(s), got {len(inputs)}")
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"AidgeModule({self.source_name}): input {i} must be a "
                                 f"torch.Tensor, not {type(x).__name__}")
-        grad_on = torch.is_grad_enabled()
-        input_grads = grad_on and any(x.requires_grad for x in inputs)
-        need_backward = input_grads or (grad_on and any(p.requires_grad for p in self._params))
-        g = self._graph
+        input_grads = need_backward = False
+        if torch.is_grad_enabled():
+            input_grads = any(x.requires_grad for x in inputs)
+            need_backward = input_grads or any(p.requires_grad for p in self._params)
         g.training = self.training
         g.need_backward = need_backward
         g.input_grads = input_grads
