@@ -47,12 +47,23 @@ class SGD:
     def step(self):
         """One update of every parameter that has a gradient."""
         d = self.defaults
+        if d["momentum"] == 0:  # plain SGD (no buffers): one list, kept lean
+            ps, gs = [], []
+            for i, p in enumerate(self.params):
+                if p.grad is not None and p.requires_grad:
+                    pv, gv = self._view(i, p)
+                    ps.append(pv)
+                    gs.append(gv)
+            if ps:
+                _C.sgd_step(ps, gs, None, d["lr"], 0.0, d["dampening"], d["weight_decay"],
+                            d["nesterov"], d["maximize"], False)
+            return
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
         for i, p in enumerate(self.params):
             if p.grad is None or not p.requires_grad:
                 continue
             started = self._buffers[i] is not None
-            if d["momentum"] != 0 and not started:
+            if not started:
                 self._buffers[i] = _C.zeros(tuple(p.shape), str(p.dtype).removeprefix("torch."))
             ps, gs, bs = groups[started]
             pv, gv = self._view(i, p)
@@ -61,7 +72,7 @@ class SGD:
             bs.append(self._buffers[i])
         for started, (ps, gs, bs) in groups.items():
             if ps:
-                _C.sgd_step(ps, gs, bs if d["momentum"] != 0 else None, d["lr"],
+                _C.sgd_step(ps, gs, bs, d["lr"],
                             d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
                             d["maximize"], started)
 

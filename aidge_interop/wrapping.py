@@ -255,7 +255,7 @@ class AidgeModule(torch.nn.Module):
             if g is None or g.data_ptr() != eg.data_ptr():
                 eg.zero_()  # the engine accumulates; start from zero for this parameter
                 fresh.append((p, eg, g))
-        gs = [None if g is None else torch_tensor_to_aidge(g.contiguous()) for g in grad_outputs]
+        gs = [None if g is None else _engine_input(g) for g in grad_outputs]
         input_grads = self._graph.backward(gs)
         for p, eg, g in fresh:
             if g is None:
