@@ -262,7 +262,8 @@ class AidgeModule(torch.nn.Module):
                 p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
-        return [None if g is None else aidge_tensor_to_torch(g) for g in input_grads]
+        # fresh contiguous engine tensors: straight through DLPack
+        return [None if g is None else from_dlpack(g.__dlpack__()) for g in input_grads]
 
     def forward(self, *inputs):
         # kept lean: this is the per-call overhead of every wrapped model
