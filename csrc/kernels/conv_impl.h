@@ -241,7 +241,12 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
         FN(transpose)(wt, w, C, g.ksize, false);
     for (int64_t n = 0; n < p->N; n++) {
         T *gn = grid + n * C * OS, *in = img + n * C * IS;
-        FN(transpose)(gt, gn, C, OS, false);
+        if (mode == DW_FWD) /* y holds only the bias (fill_bias): plane c is b[c] */
+            for (int64_t o = 0; o < OS; o++)
+                for (int64_t c = 0; c < C; c++)
+                    gt[o * C + c] = gn[c * OS];
+        else
+            FN(transpose)(gt, gn, C, OS, false);
         if (mode == DW_DX)
             memset(it, 0, sizeof(T) * (size_t)(IS * C));
         else
