@@ -38,27 +38,53 @@ class SGD:
         self.defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
                              weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
         self._buffers = [None] * len(self.params)
+        # engine views of each parameter and its gradient, kept across steps:
+        # a view keeps its torch memory alive, so a data pointer seen again
+        # is the same memory (an AidgeModule's p.grad is the engine's buffer)
+        self._views = [None] * len(self.params)
 
     @torch.no_grad()
     def step(self):
         """One update of every parameter that has a gradient."""
         d = self.defaults
+        if d["momentum"] == 0:  # plain SGD (no buffers): one list, kept lean
+            ps, gs = [], []
+            for i, p in enumerate(self.params):
+                if p.grad is not None and p.requires_grad:
+                    pv, gv = self._view(i, p)
+                    ps.append(pv)
+                    gs.append(gv)
+            if ps:
+                _C.sgd_step(ps, gs, None, d["lr"], 0.0, d["dampening"], d["weight_decay"],
+                            d["nesterov"], d["maximize"], False)
+            return
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
         for i, p in enumerate(self.params):
             if p.grad is None or not p.requires_grad:
                 continue
             started = self._buffers[i] is not None
-            if d["momentum"] != 0 and not started:
+            if not started:
                 self._buffers[i] = _C.zeros(tuple(p.shape), str(p.dtype).removeprefix("torch."))
             ps, gs, bs = groups[started]
-            ps.append(torch_tensor_to_aidge(p))
-            gs.append(torch_tensor_to_aidge(p.grad.contiguous()))
+            pv, gv = self._view(i, p)
+            ps.append(pv)
+            gs.append(gv)
             bs.append(self._buffers[i])
         for started, (ps, gs, bs) in groups.items():
             if ps:
-                _C.sgd_step(ps, gs, bs if d["momentum"] != 0 else None, d["lr"],
+                _C.sgd_step(ps, gs, bs, d["lr"],
                             d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
                             d["maximize"], started)
+
+    def _view(self, i, p):
+        g = p.grad
+        key = (p.data_ptr(), g.data_ptr(), g.is_contiguous())
+        cached = self._views[i]
+        if cached is not None and cached[0] == key and key[2]:
+            return cached[1]
+        views = (torch_tensor_to_aidge(p), torch_tensor_to_aidge(g.contiguous()))
+        self._views[i] = (key, views)
+        return views
 
     def zero_grad(self, set_to_none: bool = False):
         """Zeroes gradients in place (keeps an AidgeModule's p.grad the engine's

@@ -171,12 +171,12 @@ def _engine_input(x: torch.Tensor):
     """An engine view of a CPU tensor straight through DLPack (the common case),
     anything else through the converter: other devices, lazy conj/neg bits,
     and overlapping layouts (expand), which the graph reads from a copy."""
-    if x.device.type == "cpu" and not (x.is_conj() or x.is_neg()):
-        try:
-            return Tensor.from_dlpack(to_dlpack(x.detach()))
+    if x.is_cpu and not (x.is_conj() or x.is_neg()):
+        try:  # (to_dlpack takes a tensor that requires grad: no detach needed)
+            return Tensor.from_dlpack(to_dlpack(x))
         except ValueError:
             pass
-    return torch_tensor_to_aidge(x, copy=x.device.type == "cpu")
+    return torch_tensor_to_aidge(x, copy=x.is_cpu)
 
 
 class _EngineFunction(torch.autograd.Function):
@@ -188,11 +188,16 @@ class _EngineFunction(torch.autograd.Function):
         ctx.forward_id = module._calls[0]
         outs = module._run(inputs)
         ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        # the outputs are the engine's own forward results (no copy), which
+        # backward may read: saving them makes torch refuse a backward after
+        # an in-place change to them instead of computing a wrong gradient
+        ctx.save_for_backward(*outs)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         module = ctx.module
+        ctx.saved_tensors  # noqa: B018 (torch's in-place check of the outputs)
         if ctx.forward_id != module._calls[0]:
             raise RuntimeError(
                 "AidgeModule: backward of an older forward. The engine keeps the state of "
@@ -221,6 +226,7 @@ class AidgeModule(torch.nn.Module):
         self.onnx_model = proto
         self.source_name = type(source).__name__
         self.input_dims = input_dims
+        self._n_inputs = len(graph.input_names)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads = [], []
         for name, p in source.named_parameters():
@@ -254,28 +260,30 @@ class AidgeModule(torch.nn.Module):
             if g is None or g.data_ptr() != eg.data_ptr():
                 eg.zero_()  # the engine accumulates; start from zero for this parameter
                 fresh.append((p, eg, g))
-        gs = [None if g is None else torch_tensor_to_aidge(g.contiguous()) for g in grad_outputs]
+        gs = [None if g is None else _engine_input(g) for g in grad_outputs]
         input_grads = self._graph.backward(gs)
         for p, eg, g in fresh:
             if g is None:
                 p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
-        return [None if g is None else aidge_tensor_to_torch(g) for g in input_grads]
+        # fresh contiguous engine tensors: straight through DLPack
+        return [None if g is None else from_dlpack(g.__dlpack__()) for g in input_grads]
 
     def forward(self, *inputs):
-        n = len(self._graph.input_names)
-        if len(inputs) != n:
-            raise TypeError(f"AidgeModule({self.source_name}).forward takes {n} input(s), "
-                            f"got {len(inputs)}")
+        # kept lean: this is the per-call overhead of every wrapped model
+        g = self._graph
+        if len(inputs) != self._n_inputs:
+            raise TypeError(f"AidgeModule({self.source_name}).forward takes "
+                            f"{self._n_inputs} input(s), got {len(inputs)}")
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor):
                 raise TypeError(f"AidgeModule({self.source_name}): input {i} must be a "
                                 f"torch.Tensor, not {type(x).__name__}")
-        grad_on = torch.is_grad_enabled()
-        input_grads = grad_on and any(x.requires_grad for x in inputs)
-        need_backward = input_grads or (grad_on and any(p.requires_grad for p in self._params))
-        g = self._graph
+        input_grads = need_backward = False
+        if torch.is_grad_enabled():
+            input_grads = any(x.requires_grad for x in inputs)
+            need_backward = input_grads or any(p.requires_grad for p in self._params)
         g.training = self.training
         g.need_backward = need_backward
         g.input_grads = input_grads

@@ -38,6 +38,7 @@ void ai_plan_free(ai_plan *p)
     free(p->act);
     free(p->gradv);
     free(p->needs_grad);
+    free(p->fresh);
     free(p->grad_ready);
     free(p->def_step);
     free(p->last_step);
@@ -246,6 +247,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     ALLOC(p->act, V);
     ALLOC(p->gradv, V);
     ALLOC(p->needs_grad, V);
+    ALLOC(p->fresh, V);
     ALLOC(p->grad_ready, V);
     ALLOC(p->def_step, V);
     ALLOC(p->last_step, V);
@@ -352,11 +354,24 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     for (int i = 0; i < g->n_outputs; i++)
         p->last_step[g->outputs[i]] = S; /* read when forward returns */
 
+    /* Zero-copy outputs and input gradients: a computed graph output gets a
+     * fresh tensor at each forward (the caller receives it, the plan keeps a
+     * reference until the next forward for backward and intermediate()), and
+     * so does a graph input's gradient at each backward. No copy in the
+     * steady state, and a result the caller keeps is never overwritten. With
+     * keep_intermediates every value, outputs included, stays in the arena. */
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        p->fresh[v] |= !p->keep_all && g->values[v].kind == AI_VAL_ACT && !p->folded[v] &&
+                       p->def_step[v] >= 0;
+    }
+
     ALLOC(items, 2 * V);
     int n_items = 0;
     size_t zeros_bytes = 0;
     for (int v = 0; v < V; v++) {
-        if (g->values[v].kind != AI_VAL_ACT || p->folded[v] || p->def_step[v] < 0)
+        if (g->values[v].kind != AI_VAL_ACT || p->folded[v] || p->def_step[v] < 0 ||
+            p->fresh[v])
             continue;
         int last = p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v];
         items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
@@ -369,8 +384,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     if (p->need_backward) {
         for (int v = 0; v < V; v++) {
             const ai_value *val = &g->values[v];
-            if (!p->needs_grad[v] || val->kind == AI_VAL_PARAM)
-                continue;
+            if (!p->needs_grad[v] || val->kind == AI_VAL_PARAM || val->kind == AI_VAL_INPUT)
+                continue; /* input gradients are fresh tensors (see above) */
             bool is_out = false;
             for (int i = 0; i < g->n_outputs; i++)
                 is_out |= g->outputs[i] == v;
@@ -517,6 +532,16 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
         if (st)
             return st;
     }
+    for (int i = 0; i < n_out; i++) {
+        int v = g->outputs[i];
+        if (!p->fresh[v])
+            continue; /* (a value listed twice is allocated twice, harmlessly) */
+        ai_tensor_free(p->act[v]); /* the caller may still hold it: only our reference */
+        p->act[v] = NULL;
+        if ((st = ai_tensor_new(&p->act[v], p->meta[v].dtype, p->meta[v].ndim,
+                                p->meta[v].shape)))
+            return st;
+    }
     for (int s = 0; s < p->n_sched; s++) {
         ai_ctx c;
         ctx_bind(&c, g, p, p->sched[s]);
@@ -524,7 +549,10 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
             return st;
     }
     for (int i = 0; i < n_out; i++) {
-        if ((st = ai_tensor_clone(&outputs[i], runtime(g, p, g->outputs[i])))) {
+        int v = g->outputs[i];
+        st = p->fresh[v] ? ai_tensor_share(&outputs[i], p->act[v])
+                         : ai_tensor_clone(&outputs[i], runtime(g, p, v));
+        if (st) {
             for (int k = 0; k < i; k++) {
                 ai_tensor_free(outputs[k]);
                 outputs[k] = NULL;
@@ -568,6 +596,17 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
     for (int i = 0; i < n_in; i++)
         input_grads[i] = NULL;
     memset(p->grad_ready, 0, sizeof(bool) * (size_t)p->n_values);
+    for (int i = 0; i < n_in; i++) {
+        int v = g->inputs[i];
+        if (!p->needs_grad[v])
+            continue;
+        ai_tensor_free(p->gradv[v]); /* fresh and zeroed: the caller may keep the last one */
+        p->gradv[v] = NULL;
+        if ((st = ai_tensor_new(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,
+                                p->meta[v].shape)))
+            return st;
+        p->grad_ready[v] = true;
+    }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
         const ai_meta *m = &p->meta[v];
@@ -626,7 +665,7 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
-        if ((st = ai_tensor_clone(&input_grads[i], grad_of(g, p, v)))) {
+        if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {
             for (int k = 0; k < i; k++) {
                 ai_tensor_free(input_grads[k]);
                 input_grads[k] = NULL;

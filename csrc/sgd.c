@@ -12,23 +12,30 @@
 #include <math.h>
 
 #include "graph.h"
+#include "kernels/simd.h"
 
 /* FMA like torch's vectorised kernels (a.add_(b, alpha) is fmadd(b, alpha, a)),
  * so that both sides round alike. */
 #define DEFINE_SGD(NAME, T, FMA)                                                      \
-    static void NAME(const ai_sgd_config *c, int64_t n, T *p, const T *g, T *buf,     \
-                     bool first)                                                      \
+    AI_FMA_CLONES static void NAME(const ai_sgd_config *c, int64_t n, T *p,           \
+                                   const T *g, T *buf, bool first)                    \
     {                                                                                 \
         const T wd = (T)c->weight_decay, mom = (T)c->momentum;                        \
         const T damp = (T)(1.0 - c->dampening);                                       \
         const T lr = (T)-c->lr;                                                       \
+        const bool maximize = c->maximize, nesterov = c->nesterov;                    \
+        if (!maximize && wd == 0 && mom == 0) { /* plain SGD: vectorises */        \
+            for (int64_t i = 0; i < n; i++)                                           \
+                p[i] = FMA(g[i], lr, p[i]);                                           \
+            return;                                                                   \
+        }                                                                             \
         for (int64_t i = 0; i < n; i++) {                                             \
-            T d = c->maximize ? -g[i] : g[i];                                         \
+            T d = maximize ? -g[i] : g[i];                                            \
             if (wd != 0)                                                              \
                 d = FMA(p[i], wd, d);                                                 \
             if (mom != 0) {                                                           \
                 buf[i] = first ? d : FMA(d, damp, buf[i] * mom);                      \
-                d = c->nesterov ? FMA(buf[i], mom, d) : buf[i];                       \
+                d = nesterov ? FMA(buf[i], mom, d) : buf[i];                          \
             }                                                                         \
             p[i] = FMA(d, lr, p[i]);                                                  \
         }                                                                             \

@@ -93,11 +93,13 @@ static void FN(gemm_col2im)(T *img, const T *A, const T *B, int64_t kdim, int64_
 }
 
 /* y (N, M, S): y[n, m, :] = b[m], or 0 without bias. */
-static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
+AI_VECTOR_CLONES static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
 {
-    for (int64_t nm = 0; nm < N * M; nm++)
+    for (int64_t nm = 0; nm < N * M; nm++, y += S) {
+        const T v = b ? b[nm % M] : 0;
         for (int64_t s = 0; s < S; s++)
-            *y++ = b ? b[nm % M] : 0;
+            y[s] = v;
+    }
 }
 
 /* db (M) += sum of dy (N, M, S) over n and s. */
@@ -196,14 +198,25 @@ AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *
     }
 }
 
-/* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles. */
-static void FN(transpose)(T *dst, const T *src, int64_t rows, int64_t cols, bool add)
+/* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles (the
+ * branch outside the loops: a plain copy when not adding). */
+AI_VECTOR_CLONES static void FN(transpose)(T *dst, const T *src, int64_t rows, int64_t cols,
+                                           bool add)
 {
     for (int64_t i0 = 0; i0 < rows; i0 += 16)
-        for (int64_t j0 = 0; j0 < cols; j0 += 16)
-            for (int64_t i = i0; i < rows && i < i0 + 16; i++)
-                for (int64_t j = j0; j < cols && j < j0 + 16; j++)
-                    dst[j * rows + i] = (add ? dst[j * rows + i] : 0) + src[i * cols + j];
+        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+            const int64_t i1 = i0 + 16 < rows ? i0 + 16 : rows;
+            const int64_t j1 = j0 + 16 < cols ? j0 + 16 : cols;
+            if (add) {
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        dst[j * rows + i] += src[i * cols + j];
+            } else {
+                for (int64_t j = j0; j < j1; j++)
+                    for (int64_t i = i0; i < i1; i++)
+                        dst[j * rows + i] = src[i * cols + j];
+            }
+        }
 }
 
 /* Depthwise conv (one input channel per group, Mg output channels each).
@@ -228,7 +241,12 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
         FN(transpose)(wt, w, C, g.ksize, false);
     for (int64_t n = 0; n < p->N; n++) {
         T *gn = grid + n * C * OS, *in = img + n * C * IS;
-        FN(transpose)(gt, gn, C, OS, false);
+        if (mode == DW_FWD) /* y holds only the bias (fill_bias): plane c is b[c] */
+            for (int64_t o = 0; o < OS; o++)
+                for (int64_t c = 0; c < C; c++)
+                    gt[o * C + c] = gn[c * OS];
+        else
+            FN(transpose)(gt, gn, C, OS, false);
         if (mode == DW_DX)
             memset(it, 0, sizeof(T) * (size_t)(IS * C));
         else

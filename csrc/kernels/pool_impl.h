@@ -18,9 +18,44 @@ static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t NC, int6
 
 /* y, idx (NC, out) = max of x (NC, in) over each window, and where it is;
  * backward needs idx. */
+/* ai_maxpool_forward when every window lies inside the input, undilated
+ * (no window clipping): the same scan and tie rule, with the window
+ * arithmetic out of the loops. */
+static void FN(maxpool_inside)(const pool_geom *g, int64_t NC, T *y, int64_t *idx, const T *x)
+{
+    const int64_t in1 = g->in[1], in2 = g->in[2], k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
+    for (int64_t nc = 0; nc < NC; nc++, x += g->in_size)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++)
+                for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
+                    const int64_t base = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2 + o2 * g->s[2];
+                    T best = -INFINITY;
+                    int64_t at = base;
+                    for (int64_t j0 = 0; j0 < k0; j0++)
+                        for (int64_t j1 = 0; j1 < k1; j1++)
+                            for (int64_t j2 = 0; j2 < k2; j2++) {
+                                int64_t i = base + (j0 * in1 + j1) * in2 + j2;
+                                if (x[i] > best || isnan(x[i])) {
+                                    best = x[i];
+                                    at = i;
+                                }
+                            }
+                    *y++ = best;
+                    *idx++ = at;
+                }
+}
+
 void FN(ai_maxpool_forward)(const ai_pool_params *p, T *y, int64_t *idx, const T *x)
 {
     pool_geom g = pool_geom_of(p);
+    bool inside = true;
+    for (int i = 0; i < 3; i++)
+        inside = inside && g.d[i] == 1 && g.pb[i] == 0 &&
+                 (g.out[i] - 1) * g.s[i] + g.k[i] <= g.in[i];
+    if (inside) {
+        FN(maxpool_inside)(&g, p->N * p->C, y, idx, x);
+        return;
+    }
     for (int64_t nc = 0; nc < p->N * p->C; nc++, x += g.in_size)
         for (int64_t o0 = 0; o0 < g.out[0]; o0++) {
             pool_win w0 = pool_win_of(&g, 0, o0);

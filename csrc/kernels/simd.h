@@ -11,8 +11,12 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && \
     !defined(AI_NO_VECTOR_CLONES)
 #define AI_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+/* for loops written with explicit fma()/fmaf() calls (exact in every clone):
+ * the FMA unit (with AVX) instead of a libm call per element */
+#define AI_FMA_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define AI_VECTOR_CLONES
+#define AI_FMA_CLONES
 #endif
 
 #endif

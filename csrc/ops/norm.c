@@ -163,8 +163,9 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             var[ch] /= cnt;                                                                \
     }                                                                                      \
     /* y = (x - mean) * invstd * scale + bias */                                           \
-    static void bn_forward_##SUF(T *y, const T *x, const double *mean, const double *invstd, \
-                                 const T *scale, const T *bias, bn_dims d)                 \
+    AI_VECTOR_CLONES static void bn_forward_##SUF(T *y, const T *x, const double *mean,    \
+                                                  const double *invstd, const T *scale,    \
+                                                  const T *bias, bn_dims d)                \
     {                                                                                      \
         for (int64_t n = 0; n < d.N; n++)                                                  \
             for (int64_t ch = 0; ch < d.C; ch++) {                                         \
@@ -195,9 +196,11 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     }                                                                                      \
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
      * statistics, dx += scale * invstd * dy with fixed ones */                            \
-    static void bn_backward_##SUF(T *dx, const T *dy, const T *x, const double *mean,      \
-                                  const double *invstd, const T *scale, const double *sdy, \
-                                  const double *sdyx, bool batch_stats, bn_dims d)         \
+    AI_VECTOR_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,         \
+                                                   const double *mean,                     \
+                                                   const double *invstd, const T *scale,   \
+                                                   const double *sdy, const double *sdyx,  \
+                                                   bool batch_stats, bn_dims d)            \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
         for (int64_t n = 0; n < d.N; n++)                                                  \
