@@ -50,11 +50,14 @@ static void *fma_loop(void *arg)
     vf a = {1, 1, 1, 1, 1, 1, 1, 1}, b = a * 0.999999f;
     vf x0 = a, x1 = a, x2 = a, x3 = a, x4 = a, x5 = a, x6 = a, x7 = a, x8 = a, x9 = a,
        x10 = a, x11 = a;
+    /* Every accumulator goes through the empty asm: the compiler can neither see
+       that the twelve chains hold equal values (and merge them) nor drop any. */
     for (long i = 0; i < j->iters; i++) {
+        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5),
+                              "+x"(x6), "+x"(x7), "+x"(x8), "+x"(x9), "+x"(x10), "+x"(x11));
         x0 = x0 * b + a; x1 = x1 * b + a; x2 = x2 * b + a; x3 = x3 * b + a;
         x4 = x4 * b + a; x5 = x5 * b + a; x6 = x6 * b + a; x7 = x7 * b + a;
         x8 = x8 * b + a; x9 = x9 * b + a; x10 = x10 * b + a; x11 = x11 * b + a;
-        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3));
     }
     vf s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10 + x11;
     j->out = s[0] + s[7];

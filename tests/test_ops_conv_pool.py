@@ -69,6 +69,14 @@ CONV_CASES = {
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
     "3d": (2, 2, 3, (5, 6, 4), (3, 2, 3), (1, 2, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1), 1, True),
     "3d_groups_dil": (1, 4, 6, (7, 5, 6), (2, 2, 2), (2, 1, 1), (2, 1, 2), None, 2, False),
+    # stride 1, >= 8 channels per group: one GEMM per kernel tap on padded planes
+    "2d_shifted_3x3": (3, 16, 12, (9, 10), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_shifted_groups_dil_asym": (2, 16, 10, (20, 18), (3, 2), (1, 1), (2, 1), (2, 0, 1, 1),
+                                   2, True),
+    "2d_shifted_unpadded_5x5": (2, 8, 6, (28, 28), (5, 5), (1, 1), (1, 1), None, 1, False),
+    "1d_shifted": (4, 8, 5, (60,), (5,), (1,), (2,), (3, 1), 1, False),
+    # large enough planes that the batch goes through in chunks (3 images, then 1)
+    "2d_shifted_chunks": (4, 16, 16, (128, 128), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
 }
 
 

@@ -206,9 +206,69 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
     return p->M == p->C && p->C >= 8 && g->grid[2] < 32;
 }
 
+/*
+ * Stride-1 Conv of 1 or 2 spatial dims as "shifted GEMMs", without im2col.
+ * The images are zero-padded into planes of P1 rows of P2 (padded height and
+ * width) and a zero tail, `nb` images side by side in one row per channel
+ * (`span` = nb * PS elements). On the output grid "out1 rows of P2" (the last
+ * P2 - out2 of each row are junk), kernel tap k = (k1, k2) reads the padded
+ * planes from offset off_k = k1 * d1 * P2 + k2 * d2 on: its operand is a view,
+ * and the conv is one GEMM per tap, W_k (M, C) @ planes, accumulated. The
+ * junk columns cost (P2 - out2) / P2 more flops; a few input channels per
+ * group make each GEMM too thin, so those convs keep im2col.
+ */
+typedef struct {
+    int64_t P2, PS, L, nb, span; /* padded row, plane, grid of one image, images, row */
+    int64_t cb; /* grid columns per block: every tap's GEMM on a block that stays in cache */
+} conv_shift;
+
+#ifndef CONV_SHIFT_MIN_CG
+#define CONV_SHIFT_MIN_CG 8 /* fewer input channels per group: im2col */
+#endif
+#ifndef CONV_SHIFT_BLOCK
+#define CONV_SHIFT_BLOCK 65536 /* elements of an output block: 256 KiB of float32 */
+#endif
+
+static bool conv_shift_of(const ai_conv_params *p, const conv_geom *g, conv_shift *sh)
+{
+    int64_t Cg = p->C / p->group, P1 = g->grid[1] + (g->k[1] - 1) * g->d[1];
+    if (g->pointwise || conv_depthwise(p) || g->img[0] != 1 || g->s[1] != 1 ||
+        g->s[2] != 1 || Cg < CONV_SHIFT_MIN_CG || p->N == 0)
+        return false;
+    sh->P2 = g->grid[2] + (g->k[2] - 1) * g->d[2];
+    /* padded sizes at most twice the output's: the products below fit int64 */
+    if (P1 > 2 * g->grid[1] || sh->P2 > 2 * g->grid[2])
+        return false;
+    sh->PS = P1 * sh->P2 + (g->k[2] - 1) * g->d[2];
+    sh->L = g->grid[1] * sh->P2;
+    if (2 * sh->PS > 3 * g->grid_size) /* more than 1.5x the flops of im2col */
+        return false;
+    if (sh->PS > (INT64_C(1) << 40) / (2 * p->C + p->M)) /* leave the huge to im2col */
+        return false;
+    /* images per chunk: buffers of about 2^20 elements, at least one image */
+    int64_t rows = p->C > p->M ? p->C : p->M;
+    sh->nb = (INT64_C(1) << 20) / (sh->PS * rows);
+    sh->nb = sh->nb < 1 ? 1 : sh->nb > p->N ? p->N : sh->nb;
+    sh->span = sh->nb * sh->PS;
+    int64_t cg_mg = Cg > p->M / p->group ? Cg : p->M / p->group;
+    sh->cb = (CONV_SHIFT_BLOCK / cg_mg + 15) / 16 * 16;
+    return true;
+}
+
+/* Elements of the shifted-GEMM workspace: padded x and padded dx (C, span),
+ * the output grid (M, span), the weights and their gradient per tap (K, M, Cg). */
+static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
+                                const conv_shift *sh)
+{
+    return (2 * p->C + p->M) * sh->span + 2 * g->ksize * p->M * (p->C / p->group);
+}
+
 static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool transposed)
 {
     conv_geom g = conv_geom_of(p, transposed);
+    conv_shift sh;
+    if (!transposed && conv_shift_of(p, &g, &sh))
+        return (size_t)conv_shift_elems(p, &g, &sh) * ai_dtype_size(dtype);
     if (!transposed && conv_depthwise(p))
         return !depthwise_channels_last(p, &g) ? 0
                : (size_t)(p->C * (g.grid_size + g.img_size + g.ksize)) *

@@ -261,6 +261,155 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
         FN(transpose)(w, wt, g.ksize, C, true);
 }
 
+/* The shifted-GEMM conv (conv_shift_of in conv.c). Buffers in ws: xp (C,
+ * span) padded x, grid (M, span), dxp (C, span) padded dx, wt and dwt (K, M,
+ * Cg) with wt[k][m][c] = w[m][c][k]. */
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    const conv_shift *sh;
+    int64_t Cg, Mg;
+    T *xp, *grid, *dxp, *wt, *dwt;
+} FN(shift_bufs);
+
+static FN(shift_bufs) FN(shift_bufs_of)(const ai_conv_params *p, const conv_geom *g,
+                                        const conv_shift *sh, T *ws)
+{
+    FN(shift_bufs) s = {.p = p, .g = g, .sh = sh, .Cg = p->C / p->group,
+                        .Mg = p->M / p->group, .xp = ws};
+    s.grid = s.xp + p->C * sh->span;
+    s.dxp = s.grid + p->M * sh->span;
+    s.wt = s.dxp + p->C * sh->span;
+    s.dwt = s.wt + g->ksize * p->M * s.Cg;
+    return s;
+}
+
+/* Offset of the image element (row i1, column i2) in its padded plane. */
+static int64_t FN(shift_pos)(const FN(shift_bufs) *s, int64_t i1, int64_t i2)
+{
+    return (i1 + s->g->p[1]) * s->sh->P2 + i2 + s->g->p[2];
+}
+
+/* Images n0 .. n0+cnt of src (N, C, image) into the interiors of the padded
+ * planes xp (C, span); the padding is left as it is (zero). */
+static void FN(shift_pad)(const FN(shift_bufs) *s, T *xp, const T *src, int64_t n0,
+                          int64_t cnt)
+{
+    const conv_geom *g = s->g;
+    int64_t C = s->p->C;
+    for (int64_t i = 0; i < cnt; i++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i1 = 0; i1 < g->img[1]; i1++)
+                memcpy(xp + c * s->sh->span + i * s->sh->PS + FN(shift_pos)(s, i1, 0),
+                       src + ((n0 + i) * C + c) * g->img_size + i1 * g->img[2],
+                       sizeof(T) * (size_t)g->img[2]);
+}
+
+/* The tap offset off_k of kernel tap k. */
+static int64_t FN(shift_off)(const FN(shift_bufs) *s, int64_t k)
+{
+    const conv_geom *g = s->g;
+    return k / g->k[2] * g->d[1] * s->sh->P2 + k % g->k[2] * g->d[2];
+}
+
+static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
+                              const conv_shift *sh, T *y, const T *x, const T *w,
+                              const T *b, T *ws)
+{
+    FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
+    int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t k = 0; k < K; k++)
+                s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
+    memset(s.xp, 0, sizeof(T) * (size_t)(p->C * sh->span));
+    for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
+        int64_t cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb;
+        int64_t cols = (cnt - 1) * sh->PS + sh->L;
+        FN(shift_pad)(&s, s.xp, x, n0, cnt);
+        for (int64_t grp = 0; grp < p->group; grp++)
+            for (int64_t c0 = 0; c0 < cols; c0 += sh->cb) /* the block stays in cache */
+                for (int64_t k = 0; k < K; k++)
+                    GEMM(false, false, Mg, cols - c0 < sh->cb ? cols - c0 : sh->cb, Cg, 1,
+                         s.wt + (k * M + grp * Mg) * Cg, Cg,
+                         s.xp + grp * Cg * sh->span + FN(shift_off)(&s, k) + c0, sh->span,
+                         k ? 1 : 0, s.grid + grp * Mg * sh->span + c0, sh->span);
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t m = 0; m < M; m++) {
+                const T bias = b ? b[m] : 0;
+                T *yr = y + ((n0 + i) * M + m) * OS;
+                const T *gr = s.grid + m * sh->span + i * sh->PS;
+                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, yr += g->grid[2], gr += sh->P2)
+                    for (int64_t o2 = 0; o2 < g->grid[2]; o2++)
+                        yr[o2] = gr[o2] + bias;
+            }
+    }
+}
+
+/* dx += conv's data gradient, dw += its weight gradient (either may be NULL):
+ * per tap, dxp[off_k:] += W_k^T @ grid(dy), dW_k += grid(dy) @ xp[off_k:]^T;
+ * the junk columns of grid(dy) are zero, so they add nothing. */
+static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
+                               const conv_shift *sh, T *dx, T *dw, const T *dy,
+                               const T *x, const T *w, T *ws)
+{
+    FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
+    int64_t K = g->ksize, M = p->M, C = p->C, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
+    for (int64_t m = 0; dx && m < M; m++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t k = 0; k < K; k++)
+                s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
+    if (dw) {
+        memset(s.dwt, 0, sizeof(T) * (size_t)(K * M * Cg));
+        memset(s.xp, 0, sizeof(T) * (size_t)(C * sh->span));
+    }
+    memset(s.grid, 0, sizeof(T) * (size_t)(M * sh->span));
+    for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
+        int64_t cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb;
+        int64_t cols = (cnt - 1) * sh->PS + sh->L;
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t m = 0; m < M; m++) {
+                const T *dr = dy + ((n0 + i) * M + m) * OS;
+                T *gr = s.grid + m * sh->span + i * sh->PS;
+                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, dr += g->grid[2], gr += sh->P2)
+                    memcpy(gr, dr, sizeof(T) * (size_t)g->grid[2]);
+            }
+        if (dw) {
+            FN(shift_pad)(&s, s.xp, x, n0, cnt);
+            for (int64_t grp = 0; grp < p->group; grp++)
+                for (int64_t k = 0; k < K; k++)
+                    GEMM(false, true, Mg, Cg, cols, 1, s.grid + grp * Mg * sh->span,
+                         sh->span, s.xp + grp * Cg * sh->span + FN(shift_off)(&s, k),
+                         sh->span, 1, s.dwt + (k * M + grp * Mg) * Cg, Cg);
+        }
+        if (dx) {
+            memset(s.dxp, 0, sizeof(T) * (size_t)(C * sh->span));
+            for (int64_t grp = 0; grp < p->group; grp++)
+                for (int64_t c0 = 0; c0 < cols; c0 += sh->cb)
+                    for (int64_t k = 0; k < K; k++)
+                        GEMM(true, false, Cg, cols - c0 < sh->cb ? cols - c0 : sh->cb, Mg, 1,
+                             s.wt + (k * M + grp * Mg) * Cg, Cg,
+                             s.grid + grp * Mg * sh->span + c0, sh->span, 1,
+                             s.dxp + grp * Cg * sh->span + FN(shift_off)(&s, k) + c0,
+                             sh->span);
+            for (int64_t i = 0; i < cnt; i++)
+                for (int64_t c = 0; c < C; c++) {
+                    T *dr = dx + ((n0 + i) * C + c) * g->img_size;
+                    const T *pr = s.dxp + c * sh->span + i * sh->PS;
+                    for (int64_t i1 = 0; i1 < g->img[1]; i1++, dr += g->img[2]) {
+                        const T *src = pr + FN(shift_pos)(&s, i1, 0);
+                        for (int64_t i2 = 0; i2 < g->img[2]; i2++)
+                            dr[i2] += src[i2];
+                    }
+                }
+        }
+    }
+    for (int64_t m = 0; dw && m < M; m++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t k = 0; k < K; k++)
+                dw[(m * Cg + c) * K + k] += s.dwt[(k * M + m) * Cg + c];
+}
+
 /* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
  * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
 void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
@@ -269,6 +418,11 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
     conv_geom g = conv_geom_of(p, false);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
+    conv_shift sh;
+    if (conv_shift_of(p, &g, &sh)) {
+        FN(shift_forward)(p, &g, &sh, y, x, w, b, workspace);
+        return;
+    }
     FN(fill_bias)(y, b, p->N, p->M, OS);
     if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
         FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace);
@@ -290,6 +444,14 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
     conv_geom g = conv_geom_of(p, false);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
+    conv_shift sh;
+    if (conv_shift_of(p, &g, &sh)) {
+        if (dx || dw)
+            FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace);
+        if (db)
+            FN(bias_backward)(db, dy, p->N, p->M, OS);
+        return;
+    }
     if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
         if (dw)
             FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace);
