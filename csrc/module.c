@@ -23,6 +23,7 @@
 #include "dlpack.h"
 #include "graph.h"
 #include "kernels/gemm.h"
+#include "parallel.h"
 
 /* ------------------------------------------------------------ state */
 
@@ -1783,7 +1784,7 @@ static PyObject *py_set_num_threads(PyObject *module, PyObject *arg)
         return NULL;
     if (n < 1)
         return PyErr_Format(PyExc_ValueError, "number of threads must be >= 1, got %ld", n);
-    ai_gemm_set_threads((int)n);
+    ai_set_num_threads(n > AI_MAX_THREADS ? AI_MAX_THREADS : (int)n);
     return Py_NewRef(Py_None);
 }
 
@@ -1791,7 +1792,7 @@ static PyObject *py_get_num_threads(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    return PyLong_FromLong(ai_gemm_get_threads());
+    return PyLong_FromLong(ai_get_num_threads());
 }
 
 /* ------------------------------------------------------------ module functions */
@@ -1903,8 +1904,8 @@ static PyMethodDef module_methods[] = {
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
-    {"set_num_threads", py_set_num_threads, METH_O, "Threads of the GEMM library."},
-    {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the GEMM library."},
+    {"set_num_threads", py_set_num_threads, METH_O, "Threads of the engine (its pool; GEMMs included)."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,6 +4,10 @@
  */
 #include "gemm.h"
 
+#include <stddef.h>
+
+#include "../parallel.h"
+
 #ifdef AI_HAVE_OPENBLAS
 /* declared here rather than through the wheel's cblas.h, whose symbol
  * prefix depends on how it was configured */
@@ -51,12 +55,10 @@ int scipy_openblas_get_num_threads(void);
 DEFINE_REF_GEMM(ai_gemm_ref_f32, float)
 DEFINE_REF_GEMM(ai_gemm_ref_f64, double)
 
-void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                 float *C, int64_t ldc)
+static void gemm_serial_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                            const float *A, int64_t lda, const float *B, int64_t ldb,
+                            float beta, float *C, int64_t ldc)
 {
-    if (M == 0 || N == 0)
-        return;
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
         FITS_INT(ldb) && FITS_INT(ldc)) {
@@ -69,12 +71,10 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     ai_gemm_ref_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void ai_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                 const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                 double *C, int64_t ldc)
+static void gemm_serial_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                            const double *A, int64_t lda, const double *B, int64_t ldb,
+                            double beta, double *C, int64_t ldc)
 {
-    if (M == 0 || N == 0)
-        return;
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
         FITS_INT(ldb) && FITS_INT(ldc)) {
@@ -85,6 +85,90 @@ void ai_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
     }
 #endif
     ai_gemm_ref_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/*
+ * Threads: the engine's pool splits C into column panels (N, in units of 16
+ * columns) or row panels (M, units of 8 rows), whichever dimension is larger,
+ * and each thread runs the library single-threaded on its panel. Each element
+ * of C is one sum over the whole K, but the library picks kernels by panel
+ * size, so the last bits of a sum may depend on the thread count (as in
+ * torch). Products under about 2 MFLOP per thread stay on one thread.
+ */
+#define SPLIT_N_UNIT 16
+#define SPLIT_M_UNIT 8
+#define MIN_FLOPS_PER_THREAD (INT64_C(1) << 21)
+
+typedef struct {
+    bool ta, tb, f64, split_n;
+    int64_t M, N, K, lda, ldb, ldc;
+    double alpha, beta;
+    const void *A, *B;
+    void *C;
+} gemm_job;
+
+static void gemm_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const gemm_job *j = ctx;
+    const size_t es = j->f64 ? sizeof(double) : sizeof(float);
+    const char *A = j->A, *B = j->B;
+    char *C = j->C;
+    int64_t M = j->M, N = j->N;
+    if (j->split_n) {
+        int64_t c0 = lo * SPLIT_N_UNIT, c1 = hi * SPLIT_N_UNIT < N ? hi * SPLIT_N_UNIT : N;
+        B += (size_t)(j->tb ? c0 * j->ldb : c0) * es;
+        C += (size_t)c0 * es;
+        N = c1 - c0;
+    } else {
+        int64_t r0 = lo * SPLIT_M_UNIT, r1 = hi * SPLIT_M_UNIT < M ? hi * SPLIT_M_UNIT : M;
+        A += (size_t)(j->ta ? r0 : r0 * j->lda) * es;
+        C += (size_t)(r0 * j->ldc) * es;
+        M = r1 - r0;
+    }
+    if (j->f64)
+        gemm_serial_f64(j->ta, j->tb, M, N, j->K, j->alpha, (const double *)A, j->lda,
+                        (const double *)B, j->ldb, j->beta, (double *)C, j->ldc);
+    else
+        gemm_serial_f32(j->ta, j->tb, M, N, j->K, (float)j->alpha, (const float *)A, j->lda,
+                        (const float *)B, j->ldb, (float)j->beta, (float *)C, j->ldc);
+}
+
+static void gemm_parallel(gemm_job *j)
+{
+    j->split_n = j->N >= j->M;
+    int64_t unit = j->split_n ? SPLIT_N_UNIT : SPLIT_M_UNIT;
+    int64_t units = ((j->split_n ? j->N : j->M) + unit - 1) / unit;
+    int64_t other = j->split_n ? j->M : j->N;
+    /* flops of one unit, saturated: only the grain depends on it */
+    int64_t unit_flops = 2 * unit * (j->K < INT64_C(1) << 20 ? j->K : INT64_C(1) << 20) *
+                         (other < INT64_C(1) << 20 ? other : INT64_C(1) << 20);
+    int64_t grain = unit_flops > 0 ? (MIN_FLOPS_PER_THREAD + unit_flops - 1) / unit_flops
+                                   : units;
+    ai_parallel_for(units, grain, gemm_range, j);
+}
+
+void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                 float *C, int64_t ldc)
+{
+    if (M == 0 || N == 0)
+        return;
+    gemm_job j = {.ta = ta, .tb = tb, .f64 = false, .M = M, .N = N, .K = K, .lda = lda,
+                  .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B,
+                  .C = C};
+    gemm_parallel(&j);
+}
+
+void ai_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                 const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                 double *C, int64_t ldc)
+{
+    if (M == 0 || N == 0)
+        return;
+    gemm_job j = {.ta = ta, .tb = tb, .f64 = true, .M = M, .N = N, .K = K, .lda = lda,
+                  .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta, .A = A, .B = B,
+                  .C = C};
+    gemm_parallel(&j);
 }
 
 const char *ai_gemm_backend(void)

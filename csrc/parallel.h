@@ -1,0 +1,40 @@
+/*
+ * parallel.h — the engine's thread pool.
+ *
+ * ai_parallel_for(n, grain, fn, ctx) calls fn(ctx, lo, hi) on contiguous
+ * ranges that cover [0, n) exactly once, each at least `grain` long (but the
+ * last), on at most ai_get_num_threads() threads: the calling thread runs
+ * the first range, pool workers the others; it returns when all are done.
+ * The split depends only on n, grain and the thread count, never on timing.
+ *
+ * It runs fn(ctx, 0, n) on the calling thread alone when one thread is set,
+ * when n < 2 * grain, when called from inside a range (nested), or when
+ * another thread is using the pool (two graphs run from two Python threads:
+ * each still computes, one of them serially).
+ *
+ * Workers are started on first use, spin for a few microseconds after a job
+ * (the next operator's job usually follows at once), then sleep on a
+ * condition variable. A forked child starts with an empty pool.
+ *
+ * ai_set_num_threads also sets the GEMM library to one thread: the engine
+ * splits matrix products itself (kernels/gemm.c), so that one pool, with one
+ * policy, is all the threads the engine runs.
+ */
+#ifndef AI_PARALLEL_H
+#define AI_PARALLEL_H
+
+#include <stdint.h>
+
+#define AI_MAX_THREADS 256
+
+typedef void (*ai_range_fn)(void *ctx, int64_t lo, int64_t hi);
+
+void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx);
+
+/* n in [1, AI_MAX_THREADS] (clamped). The default is the GEMM library's
+ * thread count at load time (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the
+ * number of CPUs), 1 without it. */
+void ai_set_num_threads(int n);
+int ai_get_num_threads(void);
+
+#endif
