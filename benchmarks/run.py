@@ -35,6 +35,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
+# With 2+ threads the contenders run turn by turn, and a library whose idle
+# workers keep spinning after its call (torch's OpenMP: ~0.3 ms; ONNX
+# Runtime's pool) takes a core from the next contender's call. Torch's
+# workers sleep when idle (set before torch loads; it has no effect on one
+# thread), ONNX Runtime's too (ort_session); the engine's pool spins ~20 us.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -143,6 +149,7 @@ def ort_session(proto, threads):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(proto.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "../parallel.h"
 #include "gemm.h"
 #include "simd.h"
 

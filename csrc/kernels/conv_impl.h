@@ -290,19 +290,36 @@ static int64_t FN(shift_pos)(const FN(shift_bufs) *s, int64_t i1, int64_t i2)
     return (i1 + s->g->p[1]) * s->sh->P2 + i2 + s->g->p[2];
 }
 
-/* Images n0 .. n0+cnt of src (N, C, image) into the interiors of the padded
- * planes xp (C, span); the padding is left as it is (zero). */
-static void FN(shift_pad)(const FN(shift_bufs) *s, T *xp, const T *src, int64_t n0,
-                          int64_t cnt)
+/* A chunk of images n0 .. n0+cnt of the shifted conv, for the pool's ranges. */
+typedef struct {
+    const FN(shift_bufs) *s;
+    const T *src, *b;
+    T *dst;
+    int64_t n0, cnt, cols;
+} FN(shift_job);
+
+/* Planes [lo, hi) of the chunk's (image, channel) planes of src (N, C, image)
+ * into the interiors of the padded planes xp (C, span); the padding is left
+ * as it is (zero). */
+static void FN(shift_pad_range)(void *ctx, int64_t lo, int64_t hi)
 {
+    const FN(shift_job) *j = ctx;
+    const FN(shift_bufs) *s = j->s;
     const conv_geom *g = s->g;
     int64_t C = s->p->C;
-    for (int64_t i = 0; i < cnt; i++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t i1 = 0; i1 < g->img[1]; i1++)
-                memcpy(xp + c * s->sh->span + i * s->sh->PS + FN(shift_pos)(s, i1, 0),
-                       src + ((n0 + i) * C + c) * g->img_size + i1 * g->img[2],
-                       sizeof(T) * (size_t)g->img[2]);
+    for (int64_t ic = lo; ic < hi; ic++) {
+        int64_t i = ic / C, c = ic % C;
+        for (int64_t i1 = 0; i1 < g->img[1]; i1++)
+            memcpy(j->dst + c * s->sh->span + i * s->sh->PS + FN(shift_pos)(s, i1, 0),
+                   j->src + ((j->n0 + i) * C + c) * g->img_size + i1 * g->img[2],
+                   sizeof(T) * (size_t)g->img[2]);
+    }
+}
+
+static void FN(shift_pad)(FN(shift_job) *j)
+{
+    int64_t planes = j->cnt * j->s->p->C;
+    ai_parallel_for(planes, 1 + (1 << 14) / j->s->g->img_size, FN(shift_pad_range), j);
 }
 
 /* The tap offset off_k of kernel tap k. */
@@ -312,37 +329,64 @@ static int64_t FN(shift_off)(const FN(shift_bufs) *s, int64_t k)
     return k / g->k[2] * g->d[1] * s->sh->P2 + k % g->k[2] * g->d[2];
 }
 
+/* Columns [c0, c1) of the output grid of group grp (all its taps), then
+ * their valid positions into y (+ bias): the block is still in cache. */
+static void FN(shift_fwd_block)(const FN(shift_job) *j, int64_t grp, int64_t c0, int64_t c1)
+{
+    const FN(shift_bufs) *s = j->s;
+    const conv_shift *sh = s->sh;
+    const conv_geom *g = s->g;
+    int64_t M = s->p->M, Cg = s->Cg, Mg = s->Mg, span = sh->span;
+    for (int64_t k = 0; k < g->ksize; k++)
+        GEMM(false, false, Mg, c1 - c0, Cg, 1, s->wt + (k * M + grp * Mg) * Cg, Cg,
+             s->xp + grp * Cg * span + FN(shift_off)(s, k) + c0, span, k ? 1 : 0,
+             s->grid + grp * Mg * span + c0, span);
+    for (int64_t col = c0; col < c1;) { /* one grid row segment at a time */
+        int64_t i = col / sh->PS, rem = col - i * sh->PS;
+        int64_t o1 = rem / sh->P2, o2 = rem % sh->P2;
+        int64_t seg = sh->P2 - o2 < c1 - col ? sh->P2 - o2 : c1 - col;
+        seg = seg < sh->PS - rem ? seg : sh->PS - rem; /* the plane's tail ends a row */
+        int64_t n = o1 < g->grid[1] && o2 < g->grid[2]
+                        ? (g->grid[2] - o2 < seg ? g->grid[2] - o2 : seg) : 0;
+        for (int64_t m = grp * Mg; m < (grp + 1) * Mg && n > 0; m++) {
+            const T bias = j->b ? j->b[m] : 0, *gr = s->grid + m * span + col;
+            T *yr = j->dst + ((j->n0 + i) * M + m) * g->grid_size + o1 * g->grid[2] + o2;
+            for (int64_t e = 0; e < n; e++)
+                yr[e] = gr[e] + bias;
+        }
+        col += seg;
+    }
+}
+
+static void FN(shift_fwd_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(shift_job) *j = ctx;
+    int64_t cb = j->s->sh->cb, blocks = (j->cols + cb - 1) / cb;
+    for (int64_t item = lo; item < hi; item++) {
+        int64_t grp = item / blocks, c0 = item % blocks * cb;
+        FN(shift_fwd_block)(j, grp, c0, c0 + cb < j->cols ? c0 + cb : j->cols);
+    }
+}
+
 static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
                               const conv_shift *sh, T *y, const T *x, const T *w,
                               const T *b, T *ws)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
-    int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
+    int64_t K = g->ksize, M = p->M, Cg = s.Cg;
     for (int64_t m = 0; m < M; m++)
         for (int64_t c = 0; c < Cg; c++)
             for (int64_t k = 0; k < K; k++)
                 s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
     memset(s.xp, 0, sizeof(T) * (size_t)(p->C * sh->span));
     for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
-        int64_t cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb;
-        int64_t cols = (cnt - 1) * sh->PS + sh->L;
-        FN(shift_pad)(&s, s.xp, x, n0, cnt);
-        for (int64_t grp = 0; grp < p->group; grp++)
-            for (int64_t c0 = 0; c0 < cols; c0 += sh->cb) /* the block stays in cache */
-                for (int64_t k = 0; k < K; k++)
-                    GEMM(false, false, Mg, cols - c0 < sh->cb ? cols - c0 : sh->cb, Cg, 1,
-                         s.wt + (k * M + grp * Mg) * Cg, Cg,
-                         s.xp + grp * Cg * sh->span + FN(shift_off)(&s, k) + c0, sh->span,
-                         k ? 1 : 0, s.grid + grp * Mg * sh->span + c0, sh->span);
-        for (int64_t i = 0; i < cnt; i++)
-            for (int64_t m = 0; m < M; m++) {
-                const T bias = b ? b[m] : 0;
-                T *yr = y + ((n0 + i) * M + m) * OS;
-                const T *gr = s.grid + m * sh->span + i * sh->PS;
-                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, yr += g->grid[2], gr += sh->P2)
-                    for (int64_t o2 = 0; o2 < g->grid[2]; o2++)
-                        yr[o2] = gr[o2] + bias;
-            }
+        FN(shift_job) j = {.s = &s, .src = x, .b = b, .dst = s.xp, .n0 = n0,
+                           .cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb};
+        j.cols = (j.cnt - 1) * sh->PS + sh->L;
+        FN(shift_pad)(&j);
+        j.dst = y;
+        ai_parallel_for(p->group * ((j.cols + sh->cb - 1) / sh->cb), 1, FN(shift_fwd_range),
+                        &j);
     }
 }
 
@@ -375,7 +419,8 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                     memcpy(gr, dr, sizeof(T) * (size_t)g->grid[2]);
             }
         if (dw) {
-            FN(shift_pad)(&s, s.xp, x, n0, cnt);
+            FN(shift_job) j = {.s = &s, .src = x, .dst = s.xp, .n0 = n0, .cnt = cnt};
+            FN(shift_pad)(&j);
             for (int64_t grp = 0; grp < p->group; grp++)
                 for (int64_t k = 0; k < K; k++)
                     GEMM(false, true, Mg, Cg, cols, 1, s.grid + grp * Mg * sh->span,
