@@ -167,3 +167,48 @@ def test_integer_extremes_are_exact():
     small = np.array([-128, -3, 5, 127], np.int8)
     check_op("Clip", {"x": small}, lambda x, lo, hi: torch.clamp(x, lo, hi), grad=False,
              consts={"lo": np.array(-4, np.int8), "hi": np.array(6, np.int8)})
+
+
+def _float32_grid():
+    """Every 2003rd float32 in [-20, 20] (5.5e5 values of each sign, the
+    tiny ones included), the boundaries, and the special values."""
+    pos = np.arange(0, np.float32(20).view(np.int32), 2003, dtype=np.int32).view(np.float32)
+    return np.concatenate([pos, -pos, np.float32([0.625, -0.625, 9.0, 9.1, 1e30, -1e30,
+                                                  np.inf, -np.inf, np.nan])])
+
+
+@pytest.mark.parametrize("name,ref,ulps,atol", [
+    ("Tanh", np.tanh, 4, 0),
+    ("Sigmoid", lambda x: 1 / (1 + np.exp(-x)), 4, 0),
+    ("Exp", np.exp, 2, 0),
+    # 0.5 x (1 + tanh(u)) as x / (1 + exp(-2u)): no cancellation, even in float64.
+    # In the far negative tail (result < 1e-6) u's own float32 rounding, times
+    # exp's condition number 2|u|, leaves more ulps of a tiny result: there the
+    # bound is absolute, 2^-24 (torch's float32 path returns 0 there).
+    ("Gelu_tanh", lambda x: x / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+     8, 2.0**-24),
+])
+def test_float32_kernels_are_accurate_to_a_few_ulp(name, ref, ulps, atol):
+    """The float32 paths (vectorised exp/tanh of kernels/fastmath.h) against
+    the float64 function, in units in the last place of the float32 result
+    (denormal results: absolute 2^-126), or within `atol`; special values
+    exactly as numpy."""
+    import aidge_interop as ai
+    from op_harness import make_model
+
+    fn, attrs, op = UNARY[name]
+    x = _float32_grid()
+    graph = ai.load_onnx(make_model(op or name, {"x": x}, attrs))._g
+    y = graph.forward([ai.Tensor(x)])[0].numpy().astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = ref(x.astype(np.float64))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(y[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    w32 = want[finite].astype(np.float32)
+    ulp = np.maximum(np.spacing(np.abs(w32)).astype(np.float64), 2.0**-126)
+    diff = np.abs(y[finite] - want[finite])
+    err = np.where(diff <= atol, 0, diff / ulp)
+    worst = int(np.argmax(err))
+    assert err[worst] <= ulps, (f"{name}: {err[worst]:.1f} ulp at x={x[finite][worst]!r} "
+                                f"(got {y[finite][worst]!r}, want {want[finite][worst]!r})")

@@ -7,6 +7,10 @@
  * exponent bits: within 2 ulp of exp over the normal range. exp(+inf) = inf,
  * exp(-inf) = 0, NaN stays NaN; results below 2^-125 (x < -86.64) are 0
  * instead of denormals.
+ *
+ * ai_tanhf: an odd polynomial (Cephes' tanhf coefficients) for |x| < 0.625,
+ * else sign(x) (1 - 2 / (exp(2|x|) + 1)) with ai_expf: within a few ulp of
+ * tanh; +-1 beyond |x| = 9.01 (as float32 tanh), NaN stays NaN.
  */
 #ifndef AI_FASTMATH_H
 #define AI_FASTMATH_H
@@ -38,6 +42,20 @@ static inline float ai_expf(float x)
     res = x > hi ? (float)INFINITY : res;
     res = x < lo ? 0.0f : res;
     return x == x ? res : x;
+}
+
+static inline float ai_tanhf(float x)
+{
+    const float a = fabsf(x), z = x * x;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    const float small = p * z * x + x;
+    const float big = 1.0f - 2.0f / (ai_expf(2.0f * (a < 9.1f ? a : 9.1f)) + 1.0f);
+    const float r = a < 0.625f ? small : copysignf(big, x);
+    return x == x ? r : x;
 }
 
 #endif

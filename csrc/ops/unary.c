@@ -118,8 +118,15 @@ UNARY_KERNELS2_PASS(relu, (xf > 0 || xf != xf) ? xf : 0.0f, 1.0f, (x > 0 || x !=
 UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
 UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
                1.0 / (1.0 + exp(-x)), y * (1.0 - y))
-UNARY_KERNELS(tanh, tanh(x), 1.0 - y * y)
-UNARY_KERNELS(gelu,
+UNARY_KERNELS2(tanh, ai_tanhf(xf), 1.0f - yf * yf, tanh(x), 1.0 - y * y)
+/* float32 Gelu(tanh): 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), without the
+ * cancellation of 1 + tanh(u) for u << 0 */
+UNARY_KERNELS2(gelu,
+               P->tanh ? xf / (1.0f + ai_expf(-2.0f * (float)SQRT_2_PI *
+                                              (xf + 0.044715f * xf * xf * xf)))
+                       : (float)(0.5 * x * (1 + erf(x * SQRT1_2))),
+               P->tanh ? gelu_tanh_deriv(x)
+                       : 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI,
               P->tanh ? 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
                       : 0.5 * x * (1 + erf(x * SQRT1_2)),
               P->tanh ? gelu_tanh_deriv(x)
