@@ -75,6 +75,12 @@ CONV_CASES = {
                                    2, True),
     "2d_shifted_unpadded_5x5": (2, 8, 6, (28, 28), (5, 5), (1, 1), (1, 1), None, 1, False),
     "1d_shifted": (4, 8, 5, (60,), (5,), (1,), (2,), (3, 1), 1, False),
+    # strided, >= 8 channels per group: im2col (the shifted form is stride-1 only)
+    "2d_shifted_stride2_3x3": (3, 16, 12, (17, 16), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_shifted_stride2_1x1": (2, 8, 6, (15, 16), (1, 1), (2, 2), (1, 1), None, 1, True),
+    "2d_shifted_stride21_dil_asym": (2, 16, 10, (21, 19), (3, 2), (2, 1), (2, 2), (2, 0, 1, 3),
+                                     2, False),
+    "1d_shifted_stride3": (3, 8, 5, (61,), (4,), (3,), (1,), (2, 1), 1, True),
     # large enough planes that the batch goes through in chunks (3 images, then 1)
     "2d_shifted_chunks": (4, 16, 16, (128, 128), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
 }

@@ -209,17 +209,21 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
 
 /*
  * Stride-1 Conv of 1 or 2 spatial dims as "shifted GEMMs", without im2col.
- * The images are zero-padded into planes of P1 rows of P2 (padded height and
- * width) and a zero tail, `nb` images side by side in one row per channel
- * (`span` = nb * PS elements). On the output grid "out1 rows of P2" (the last
- * P2 - out2 of each row are junk), kernel tap k = (k1, k2) reads the padded
- * planes from offset off_k = k1 * d1 * P2 + k2 * d2 on: its operand is a view,
- * and the conv is one GEMM per tap, W_k (M, C) @ planes, accumulated. The
- * junk columns cost (P2 - out2) / P2 more flops; a few input channels per
- * group make each GEMM too thin, so those convs keep im2col.
+ * The images are zero-padded into planes of Q1 rows of Q2 (the padded height
+ * and width) and a zero tail, `nb` images side by side in one row per
+ * channel (`span` = nb * PS elements). On the output grid "out1 rows of Q2"
+ * (the last Q2 - out2 of each row are junk), kernel tap k = (k1, k2) reads
+ * the padded planes from offset off_k = k1 d1 Q2 + k2 d2 on: its operand is
+ * a view, and the conv is one GEMM per tap, W_k (M, C) @ planes,
+ * accumulated. The junk columns cost (Q2 - out2) / Q2 more flops; a few
+ * input channels per group make each GEMM too thin, so those convs keep
+ * im2col. (Strided convs split into stride-phase planes the same way were
+ * measured no faster than im2col: each tap's GEMM gets 1/stride^2 of the
+ * columns with the same thin K.)
  */
 typedef struct {
-    int64_t P2, PS, L, nb, span; /* padded row, plane, grid of one image, images, row */
+    int64_t Q1, Q2, PS, L; /* padded rows and row, plane + tail, grid of one image */
+    int64_t nb, span;      /* images per chunk, elements per channel row */
     int64_t cb; /* grid columns per block: every tap's GEMM on a block that stays in cache */
 } conv_shift;
 
@@ -232,22 +236,24 @@ typedef struct {
 
 static bool conv_shift_of(const ai_conv_params *p, const conv_geom *g, conv_shift *sh)
 {
-    int64_t Cg = p->C / p->group, P1 = g->grid[1] + (g->k[1] - 1) * g->d[1];
-    if (g->pointwise || conv_depthwise(p) || g->img[0] != 1 || g->s[1] != 1 ||
-        g->s[2] != 1 || Cg < CONV_SHIFT_MIN_CG || p->N == 0)
+    int64_t Cg = p->C / p->group;
+    if (g->pointwise || conv_depthwise(p) || g->img[0] != 1 || Cg < CONV_SHIFT_MIN_CG ||
+        p->N == 0 || g->s[1] != 1 || g->s[2] != 1)
         return false;
-    sh->P2 = g->grid[2] + (g->k[2] - 1) * g->d[2];
-    /* padded sizes at most twice the output's: the products below fit int64 */
-    if (P1 > 2 * g->grid[1] || sh->P2 > 2 * g->grid[2])
+    int64_t tail = (g->k[2] - 1) * g->d[2]; /* largest shift along a row */
+    sh->Q1 = g->grid[1] + (g->k[1] - 1) * g->d[1];
+    sh->Q2 = g->grid[2] + tail;
+    /* planes at most twice the output's sides: the products below fit int64 */
+    if (sh->Q1 > 2 * g->grid[1] || sh->Q2 > 2 * g->grid[2])
         return false;
-    sh->PS = P1 * sh->P2 + (g->k[2] - 1) * g->d[2];
-    sh->L = g->grid[1] * sh->P2;
-    if (2 * sh->PS > 3 * g->grid_size) /* more than 1.5x the flops of im2col */
+    sh->PS = sh->Q1 * sh->Q2 + tail;
+    sh->L = g->grid[1] * sh->Q2;
+    if (2 * sh->L > 3 * g->grid_size) /* more than 1.5x the flops of im2col */
         return false;
-    if (sh->PS > (INT64_C(1) << 40) / (2 * p->C + p->M)) /* leave the huge to im2col */
+    int64_t rows = p->C > p->M ? p->C : p->M;
+    if (sh->PS > (INT64_C(1) << 40) / (2 * rows)) /* leave the huge to im2col */
         return false;
     /* images per chunk: buffers of about 2^20 elements, at least one image */
-    int64_t rows = p->C > p->M ? p->C : p->M;
     sh->nb = (INT64_C(1) << 20) / (sh->PS * rows);
     sh->nb = sh->nb < 1 ? 1 : sh->nb > p->N ? p->N : sh->nb;
     sh->span = sh->nb * sh->PS;

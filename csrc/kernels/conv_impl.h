@@ -284,35 +284,36 @@ static FN(shift_bufs) FN(shift_bufs_of)(const ai_conv_params *p, const conv_geom
     return s;
 }
 
-/* Offset of the image element (row i1, column i2) in its padded plane. */
-static int64_t FN(shift_pos)(const FN(shift_bufs) *s, int64_t i1, int64_t i2)
-{
-    return (i1 + s->g->p[1]) * s->sh->P2 + i2 + s->g->p[2];
-}
-
 /* A chunk of images n0 .. n0+cnt of the shifted conv, for the pool's ranges. */
 typedef struct {
     const FN(shift_bufs) *s;
     const T *src, *b;
     T *dst;
     int64_t n0, cnt, cols;
+    bool add; /* shift_unpad: dst (N, C, image) += the planes' interiors */
 } FN(shift_job);
 
-/* Planes [lo, hi) of the chunk's (image, channel) planes of src (N, C, image)
- * into the interiors of the padded planes xp (C, span); the padding is left
- * as it is (zero). */
+/* Planes [lo, hi) of the chunk's (image, channel) planes: src (N, C, image)
+ * into the interiors of the padded planes dst (C, span) (the padding is left
+ * as it is: zero), or with `add` the interiors of the padded planes src into
+ * dst (N, C, image) +=. */
 static void FN(shift_pad_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(shift_job) *j = ctx;
     const FN(shift_bufs) *s = j->s;
     const conv_geom *g = s->g;
-    int64_t C = s->p->C;
+    int64_t C = s->p->C, W = g->img[2];
     for (int64_t ic = lo; ic < hi; ic++) {
         int64_t i = ic / C, c = ic % C;
-        for (int64_t i1 = 0; i1 < g->img[1]; i1++)
-            memcpy(j->dst + c * s->sh->span + i * s->sh->PS + FN(shift_pos)(s, i1, 0),
-                   j->src + ((j->n0 + i) * C + c) * g->img_size + i1 * g->img[2],
-                   sizeof(T) * (size_t)g->img[2]);
+        T *image = (T *)(j->add ? j->dst : j->src) + ((j->n0 + i) * C + c) * g->img_size;
+        T *plane = (T *)(j->add ? j->src : j->dst) + c * s->sh->span + i * s->sh->PS +
+                   g->p[1] * s->sh->Q2 + g->p[2];
+        for (int64_t i1 = 0; i1 < g->img[1]; i1++, image += W, plane += s->sh->Q2)
+            if (!j->add)
+                memcpy(plane, image, sizeof(T) * (size_t)W);
+            else
+                for (int64_t e = 0; e < W; e++)
+                    image[e] += plane[e];
     }
 }
 
@@ -322,11 +323,12 @@ static void FN(shift_pad)(FN(shift_job) *j)
     ai_parallel_for(planes, 1 + (1 << 14) / j->s->g->img_size, FN(shift_pad_range), j);
 }
 
-/* The tap offset off_k of kernel tap k. */
-static int64_t FN(shift_off)(const FN(shift_bufs) *s, int64_t k)
+/* The operand of tap k for group grp: its padded plane rows, from off_k on. */
+static T *FN(shift_operand)(const FN(shift_bufs) *s, T *planes, int64_t grp, int64_t k)
 {
     const conv_geom *g = s->g;
-    return k / g->k[2] * g->d[1] * s->sh->P2 + k % g->k[2] * g->d[2];
+    return planes + grp * s->Cg * s->sh->span + k / g->k[2] * g->d[1] * s->sh->Q2 +
+           k % g->k[2] * g->d[2];
 }
 
 /* Columns [c0, c1) of the output grid of group grp (all its taps), then
@@ -339,12 +341,12 @@ static void FN(shift_fwd_block)(const FN(shift_job) *j, int64_t grp, int64_t c0,
     int64_t M = s->p->M, Cg = s->Cg, Mg = s->Mg, span = sh->span;
     for (int64_t k = 0; k < g->ksize; k++)
         GEMM(false, false, Mg, c1 - c0, Cg, 1, s->wt + (k * M + grp * Mg) * Cg, Cg,
-             s->xp + grp * Cg * span + FN(shift_off)(s, k) + c0, span, k ? 1 : 0,
+             FN(shift_operand)(s, s->xp, grp, k) + c0, span, k ? 1 : 0,
              s->grid + grp * Mg * span + c0, span);
     for (int64_t col = c0; col < c1;) { /* one grid row segment at a time */
         int64_t i = col / sh->PS, rem = col - i * sh->PS;
-        int64_t o1 = rem / sh->P2, o2 = rem % sh->P2;
-        int64_t seg = sh->P2 - o2 < c1 - col ? sh->P2 - o2 : c1 - col;
+        int64_t o1 = rem / sh->Q2, o2 = rem % sh->Q2;
+        int64_t seg = sh->Q2 - o2 < c1 - col ? sh->Q2 - o2 : c1 - col;
         seg = seg < sh->PS - rem ? seg : sh->PS - rem; /* the plane's tail ends a row */
         int64_t n = o1 < g->grid[1] && o2 < g->grid[2]
                         ? (g->grid[2] - o2 < seg ? g->grid[2] - o2 : seg) : 0;
@@ -398,14 +400,15 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                                const T *x, const T *w, T *ws)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
-    int64_t K = g->ksize, M = p->M, C = p->C, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
+    int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
+    size_t planes = sizeof(T) * (size_t)(p->C * sh->span);
     for (int64_t m = 0; dx && m < M; m++)
         for (int64_t c = 0; c < Cg; c++)
             for (int64_t k = 0; k < K; k++)
                 s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
     if (dw) {
         memset(s.dwt, 0, sizeof(T) * (size_t)(K * M * Cg));
-        memset(s.xp, 0, sizeof(T) * (size_t)(C * sh->span));
+        memset(s.xp, 0, planes);
     }
     memset(s.grid, 0, sizeof(T) * (size_t)(M * sh->span));
     for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
@@ -415,7 +418,7 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
             for (int64_t m = 0; m < M; m++) {
                 const T *dr = dy + ((n0 + i) * M + m) * OS;
                 T *gr = s.grid + m * sh->span + i * sh->PS;
-                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, dr += g->grid[2], gr += sh->P2)
+                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, dr += g->grid[2], gr += sh->Q2)
                     memcpy(gr, dr, sizeof(T) * (size_t)g->grid[2]);
             }
         if (dw) {
@@ -424,29 +427,21 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
             for (int64_t grp = 0; grp < p->group; grp++)
                 for (int64_t k = 0; k < K; k++)
                     GEMM(false, true, Mg, Cg, cols, 1, s.grid + grp * Mg * sh->span,
-                         sh->span, s.xp + grp * Cg * sh->span + FN(shift_off)(&s, k),
-                         sh->span, 1, s.dwt + (k * M + grp * Mg) * Cg, Cg);
+                         sh->span, FN(shift_operand)(&s, s.xp, grp, k), sh->span, 1,
+                         s.dwt + (k * M + grp * Mg) * Cg, Cg);
         }
         if (dx) {
-            memset(s.dxp, 0, sizeof(T) * (size_t)(C * sh->span));
+            memset(s.dxp, 0, planes);
             for (int64_t grp = 0; grp < p->group; grp++)
                 for (int64_t c0 = 0; c0 < cols; c0 += sh->cb)
                     for (int64_t k = 0; k < K; k++)
                         GEMM(true, false, Cg, cols - c0 < sh->cb ? cols - c0 : sh->cb, Mg, 1,
                              s.wt + (k * M + grp * Mg) * Cg, Cg,
                              s.grid + grp * Mg * sh->span + c0, sh->span, 1,
-                             s.dxp + grp * Cg * sh->span + FN(shift_off)(&s, k) + c0,
-                             sh->span);
-            for (int64_t i = 0; i < cnt; i++)
-                for (int64_t c = 0; c < C; c++) {
-                    T *dr = dx + ((n0 + i) * C + c) * g->img_size;
-                    const T *pr = s.dxp + c * sh->span + i * sh->PS;
-                    for (int64_t i1 = 0; i1 < g->img[1]; i1++, dr += g->img[2]) {
-                        const T *src = pr + FN(shift_pos)(&s, i1, 0);
-                        for (int64_t i2 = 0; i2 < g->img[2]; i2++)
-                            dr[i2] += src[i2];
-                    }
-                }
+                             FN(shift_operand)(&s, s.dxp, grp, k) + c0, sh->span);
+            FN(shift_job) j = {.s = &s, .src = s.dxp, .dst = dx, .n0 = n0, .cnt = cnt,
+                               .add = true};
+            FN(shift_pad)(&j);
         }
     }
     for (int64_t m = 0; dw && m < M; m++)
