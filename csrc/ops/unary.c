@@ -119,18 +119,28 @@ UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
 UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
                1.0 / (1.0 + exp(-x)), y * (1.0 - y))
 UNARY_KERNELS2(tanh, ai_tanhf(xf), 1.0f - yf * yf, tanh(x), 1.0 - y * y)
-/* float32 Gelu(tanh): 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), without the
- * cancellation of 1 + tanh(u) for u << 0 */
-UNARY_KERNELS2(gelu,
-               P->tanh ? xf / (1.0f + ai_expf(-2.0f * (float)SQRT_2_PI *
-                                              (xf + 0.044715f * xf * xf * xf)))
-                       : (float)(0.5 * x * (1 + erf(x * SQRT1_2))),
-               P->tanh ? gelu_tanh_deriv(x)
-                       : 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI,
-              P->tanh ? 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x)))
-                      : 0.5 * x * (1 + erf(x * SQRT1_2)),
-              P->tanh ? gelu_tanh_deriv(x)
-                      : 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
+/* Gelu: two kernels, chosen per node (approximate "tanh" or "none"). In
+ * float32 Gelu(tanh) is 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), without the
+ * cancellation of 1 + tanh(u) for u << 0, and vectorises. */
+UNARY_KERNELS2(gelu_tanh,
+               xf / (1.0f + ai_expf(-2.0f * (float)SQRT_2_PI * (xf + 0.044715f * xf * xf * xf))),
+               gelu_tanh_deriv(x), 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x))),
+               gelu_tanh_deriv(x))
+UNARY_KERNELS(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)),
+              0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
+
+static ai_status gelu_forward(ai_ctx *c)
+{
+    return ((const unary_params *)c->node->params)->tanh ? gelu_tanh_forward(c)
+                                                          : gelu_erf_forward(c);
+}
+
+static ai_status gelu_backward(ai_ctx *c)
+{
+    return ((const unary_params *)c->node->params)->tanh ? gelu_tanh_backward(c)
+                                                          : gelu_erf_backward(c);
+}
+
 UNARY_KERNELS(erf, erf(x), TWO_INV_SQRT_PI * exp(-x * x))
 UNARY_KERNELS2(sqrt, sqrtf(xf), 0.5 / y, sqrt(x), 0.5 / y)
 UNARY_KERNELS2(reciprocal, 1.0f / xf, -y * y, 1.0 / x, -y * y)
