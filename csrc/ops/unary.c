@@ -32,6 +32,20 @@ static double gelu_tanh_deriv(double x)
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
 }
 
+/* float32 Gelu(tanh) as x s with s = 1 / (1 + exp(-2u)) = (1 + tanh(u)) / 2,
+ * u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation in 1 + tanh(u) for
+ * u << 0; its derivative s + x s (1 - s) 2u'. Both vectorise (ai_expf). */
+static inline float gelu_tanh_sf(float xf)
+{
+    return 1.0f / (1.0f + ai_expf(-2.0f * (float)SQRT_2_PI * (xf + 0.044715f * xf * xf * xf)));
+}
+
+static inline float gelu_tanh_deriv_f(float xf)
+{
+    const float s = gelu_tanh_sf(xf);
+    return s + xf * s * (1.0f - s) * 2.0f * (float)SQRT_2_PI * (1.0f + 3 * 0.044715f * xf * xf);
+}
+
 /* FWD(x) computes y; DER(x, y) is dy/dx, in double; P is the node's
  * unary_params. UNARY_KERNELS2 gives float32 its own expressions FWD32 and
  * DER32 of xf, yf (floats), for functions where float arithmetic gives the
@@ -115,16 +129,15 @@ static double gelu_tanh_deriv(double x)
 
 UNARY_KERNELS2_PASS(relu, (xf > 0 || xf != xf) ? xf : 0.0f, 1.0f, (x > 0 || x != x) ? x : 0.0,
                     1.0, !(x <= 0))
-UNARY_KERNELS(leaky_relu, x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
+/* float32 LeakyRelu as torch computes it: the slope rounded to float, one product */
+UNARY_KERNELS2(leaky_relu, xf > 0 ? xf : (float)P->alpha * xf, xf > 0 ? 1.0f : (float)P->alpha,
+               x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
 UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
                1.0 / (1.0 + exp(-x)), y * (1.0 - y))
 UNARY_KERNELS2(tanh, ai_tanhf(xf), 1.0f - yf * yf, tanh(x), 1.0 - y * y)
-/* Gelu: two kernels, chosen per node (approximate "tanh" or "none"). In
- * float32 Gelu(tanh) is 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), without the
- * cancellation of 1 + tanh(u) for u << 0, and vectorises. */
-UNARY_KERNELS2(gelu_tanh,
-               xf / (1.0f + ai_expf(-2.0f * (float)SQRT_2_PI * (xf + 0.044715f * xf * xf * xf))),
-               gelu_tanh_deriv(x), 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x))),
+/* Gelu: two kernels, chosen per node (approximate "tanh" or "none"). */
+UNARY_KERNELS2(gelu_tanh, xf * gelu_tanh_sf(xf), gelu_tanh_deriv_f(xf),
+               0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x))),
                gelu_tanh_deriv(x))
 UNARY_KERNELS(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)),
               0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
