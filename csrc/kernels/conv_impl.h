@@ -290,7 +290,7 @@ typedef struct {
     const T *src, *b;
     T *dst;
     int64_t n0, cnt, cols;
-    bool add; /* shift_unpad: dst (N, C, image) += the planes' interiors */
+    bool add; /* shift_pad_range direction: planes src added into the image dst */
 } FN(shift_job);
 
 /* Planes [lo, hi) of the chunk's (image, channel) planes: src (N, C, image)
