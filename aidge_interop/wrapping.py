@@ -397,7 +397,7 @@ class AidgeModule(torch.nn.Module):
         self._calls[0] += 1
         if need_backward:
             outs = _EngineFunction.apply(self, self._anchor, *inputs)
-        elif self._fused is not False and not self.training:
+        elif not self.training and self._fused is not False:
             outs = self._run_fused(inputs)
         else:
             outs = self._run(inputs)
