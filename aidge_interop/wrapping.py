@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from . import _C
@@ -232,6 +233,20 @@ class _EngineParameter(torch.nn.Parameter):
 _INFERENCE_RECIPES = ("constant_fold", "fuse_batchnorm", "remove_flatten", "fuse_activation")
 _version = operator.attrgetter("_version")
 
+# torch's fused optimizers (``fused=True``) write the parameters without
+# bumping their version counters: every torch optimizer step in the process
+# is counted instead (a global post-step hook, installed with the first module)
+_OPTIMIZER_STEPS = [0]
+_STEP_HOOK = []
+
+
+def _count_optimizer_steps():
+    with _EXPORT_LOCK:
+        if not _STEP_HOOK:
+            def count(optimizer, args, kwargs):
+                _OPTIMIZER_STEPS[0] += 1
+            _STEP_HOOK.append(register_optimizer_step_post_hook(count))
+
 
 class AidgeModule(torch.nn.Module):
     """A torch module computed by the engine (returned by :func:`wrap`).
@@ -257,12 +272,14 @@ class AidgeModule(torch.nn.Module):
     outlive a change of them. It is rebuilt before a forward when its *key*
     moved: the sum of torch's version counters of every parameter and
     buffer (every torch in-place write bumps them: optimizers,
-    ``load_state_dict``, ``p.mul_()`` under ``no_grad``, ``p.grad``-free
-    edits alike), plus a counter of the module's own writes behind torch's
-    back: train-mode forwards (the engine updates BatchNorm running
-    statistics in C) and reads of ``p.data`` (whose result has a version
-    counter of its own). :class:`aidge_interop.SGD` bumps the version
-    counters of the parameters it updates. Memory written by other means
+    ``load_state_dict``, ``p.mul_()`` under ``no_grad``), the number of
+    torch optimizer steps in the process (a global post-step hook: torch's
+    ``fused=True`` optimizers do not bump version counters), and a counter
+    of the module's own writes behind torch's back: train-mode forwards
+    (the engine updates BatchNorm running statistics in C) and reads of
+    ``p.data`` (whose result has a version counter of its own).
+    :class:`aidge_interop.SGD` bumps the version counters of the
+    parameters it updates. Memory written by other means
     torch cannot see (NumPy or DLPack views of a parameter) must be
     followed by ``torch.autograd.graph.increment_version(p)`` — as torch's
     own autograd checks require — or ``fuse_inference`` set again, which
@@ -305,6 +322,7 @@ class AidgeModule(torch.nn.Module):
         self._watched = [t.detach() for t in itertools.chain(self.parameters(), self.buffers())]
         self._fused = self._fused_key = None
         self.fuse_inference = fuse_inference
+        _count_optimizer_steps()
         self._fused_call = [0]  # the forward (self._calls) that ran the fused graph last
         self.train(source.training)
 
@@ -344,7 +362,7 @@ class AidgeModule(torch.nn.Module):
         return [None if g is None else from_dlpack(g.__dlpack__()) for g in input_grads]
 
     def _inference_key(self):
-        return self._writes[0], sum(map(_version, self._watched))
+        return self._writes[0], _OPTIMIZER_STEPS[0], sum(map(_version, self._watched))
 
     def _build_fused(self):
         """The fused inference graph from the current values, or False when the

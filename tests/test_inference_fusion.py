@@ -77,6 +77,12 @@ def _torch_sgd(model, wrapped, x):
         torch.optim.SGD(m.parameters(), lr=0.5, momentum=0.9).step()
 
 
+def _torch_fused_adam(model, wrapped, x):  # its step does not bump version counters
+    for m in (model, wrapped):
+        torch.nn.functional.mse_loss(m(x), torch.ones(3, 3)).backward()
+        torch.optim.Adam(m.parameters(), lr=0.1, fused=True).step()
+
+
 def _engine_sgd(model, wrapped, x, momentum=0.0):
     torch.nn.functional.mse_loss(model(x), torch.ones(3, 3)).backward()
     torch.optim.SGD(model.parameters(), lr=0.5, momentum=momentum).step()
@@ -121,6 +127,7 @@ def _numpy_write(model, wrapped, x):
 
 CHANGES = {
     "torch_sgd": _torch_sgd,
+    "torch_fused_adam": _torch_fused_adam,
     "engine_sgd": _engine_sgd,
     "engine_sgd_momentum": lambda m, w, x: _engine_sgd(m, w, x, momentum=0.9),
     "inplace_no_grad": _inplace,
