@@ -289,9 +289,8 @@ class AidgeModule(torch.nn.Module):
     (the engine updates BatchNorm running statistics in C) and reads of
     ``p.data`` (whose result has a version counter of its own).
     :class:`aidge_interop.SGD` bumps the version counters of the
-    parameters it updates. Memory written by other means
-    torch cannot see (NumPy or DLPack views of a parameter) must be
-    followed by ``torch.autograd.graph.increment_version(p)`` — as torch's
+    parameters it updates. Memory written by other means torch cannot
+    see (NumPy or DLPack views, ``.data`` of a buffer) must be followed by ``torch.autograd.graph.increment_version(p)`` — as torch's
     own autograd checks require — or ``fuse_inference`` set again, which
     drops the fused graph. The check costs one attribute read per
     parameter and buffer per eval forward.
@@ -325,9 +324,10 @@ class AidgeModule(torch.nn.Module):
             if leaf == "num_batches_tracked":
                 self._batch_counters.append(t)
         self._anchor = torch.zeros(0, requires_grad=True)
-        # fused inference: the engine values it is built from (name -> Tensor)
-        # and kinds, plain aliases of their torch tensors (same version counters,
-        # a cheap _version), the graph (None: not built, False: none)
+        # fused inference: the engine values it is built from (name -> Tensor),
+        # plain aliases of every parameter and buffer (same version counters, a
+        # cheaper _version than a Parameter's), the graph (None: not built yet,
+        # False: none) and the key it was built for
         self._sources = {n: graph.value(n) for n in in_graph}
         self._watched = [t.detach() for t in itertools.chain(self.parameters(), self.buffers())]
         self._fused = self._fused_key = None

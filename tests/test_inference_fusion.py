@@ -259,3 +259,19 @@ def test_fused_outputs_do_not_alias_the_main_graph():
     wrapped.requires_grad_(False).train()
     _eval(wrapped, x + 1)
     assert np.array_equal(fused_out.numpy(), kept.numpy())
+
+
+def test_a_graph_that_cannot_be_fused_warns_and_runs_the_main_graph(monkeypatch):
+    from aidge_interop import recipes
+
+    def broken(graph):
+        raise ValueError("recipe failed on purpose")
+
+    monkeypatch.setitem(recipes.RECIPES, "fuse_batchnorm", broken)
+    model, wrapped = _pair()
+    x = torch.randn(3, 2, 6, 6)
+    with pytest.warns(RuntimeWarning, match="ConvBN.*recipe failed on purpose"):
+        out = _eval(wrapped, x)
+    torch.testing.assert_close(out, _eval(model, x), **TOL)
+    assert wrapped.memory_stats()["last_graph"] == "main"
+    assert wrapped._fused is False  # not tried again
