@@ -169,13 +169,15 @@ def _elem_type(value_info):
     return t.tensor_type.elem_type
 
 
-def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str = "load_onnx"):
+def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
+                where: str = "load_onnx"):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
     ``"const"``; by default float initializers are parameters (BatchNorm
-    running statistics: buffers) and the others constants. Returns
-    ``(graph, proto)``.
+    running statistics: buffers) and the others constants. ``values`` maps
+    initializer names to engine Tensors that replace the stored values
+    (copied; same shape and dtype expected). Returns ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -202,14 +204,17 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, where: str 
     stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
              for k in (3, 4) if len(n.input) > k}
     for init in graph.initializer:
-        if init.data_location == _onnx().TensorProto.EXTERNAL:
-            _load_external(init, base_dir, where)
-        array = _to_array(init, where)
         kind = (param_kinds or {}).get(init.name)
-        if kind is None:
-            trainable = array.dtype.kind == "f" and array.dtype != np.float16
-            kind = "buffer" if init.name in stats else "param" if trainable else "const"
-        g.add_initializer(init.name, Tensor(array, copy=True), kind)
+        value = (values or {}).get(init.name)
+        if value is None:
+            if init.data_location == _onnx().TensorProto.EXTERNAL:
+                _load_external(init, base_dir, where)
+            array = _to_array(init, where)
+            if kind is None:
+                trainable = array.dtype.kind == "f" and array.dtype != np.float16
+                kind = "buffer" if init.name in stats else "param" if trainable else "const"
+            value = Tensor(array, copy=True)
+        g.add_initializer(init.name, value, kind or "const")
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         domain = node.domain or ""

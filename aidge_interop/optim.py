@@ -8,6 +8,10 @@ from .tensor_converter import torch_tensor_to_aidge
 
 __all__ = ["SGD"]
 
+# the update writes the parameters' memory in C: tell torch, like its own
+# in-place ops do (autograd's checks, AidgeModule's fused inference graph)
+_increment_version = torch._C._increment_version
+
 
 class SGD:
     """Stochastic gradient descent computed by the engine.
@@ -15,7 +19,9 @@ class SGD:
     ``SGD(params_or_module, lr, momentum=0, dampening=0, weight_decay=0,
     nesterov=False, maximize=False)`` — the same arguments and update as
     ``torch.optim.SGD``. Works on any torch parameters (an AidgeModule's are
-    the engine's own memory): the update runs in C, in place, GIL released.
+    the engine's own memory): the update runs in C, in place, GIL released,
+    and bumps the updated parameters' version counters like a torch in-place
+    op.
     """
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
@@ -48,16 +54,19 @@ class SGD:
         """One update of every parameter that has a gradient."""
         d = self.defaults
         if d["momentum"] == 0:  # plain SGD (no buffers): one list, kept lean
-            ps, gs = [], []
+            ps, gs, updated = [], [], []
             for i, p in enumerate(self.params):
                 if p.grad is not None and p.requires_grad:
                     pv, gv = self._view(i, p)
                     ps.append(pv)
                     gs.append(gv)
+                    updated.append(p)
             if ps:
                 _C.sgd_step(ps, gs, None, d["lr"], 0.0, d["dampening"], d["weight_decay"],
                             d["nesterov"], d["maximize"], False)
+                _increment_version(updated)
             return
+        updated = []
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
         for i, p in enumerate(self.params):
             if p.grad is None or not p.requires_grad:
@@ -66,6 +75,7 @@ class SGD:
             if not started:
                 self._buffers[i] = _C.zeros(tuple(p.shape), str(p.dtype).removeprefix("torch."))
             ps, gs, bs = groups[started]
+            updated.append(p)
             pv, gv = self._view(i, p)
             ps.append(pv)
             gs.append(gv)
@@ -75,6 +85,7 @@ class SGD:
                 _C.sgd_step(ps, gs, bs, d["lr"],
                             d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
                             d["maximize"], started)
+        _increment_version(updated)
 
     def _view(self, i, p):
         g = p.grad
