@@ -1769,6 +1769,51 @@ static PyObject *py_supported_operators(PyObject *module, PyObject *unused)
     return list;
 }
 
+/* same_contents(a, b): True when the two sequences of Tensors have the same
+ * length and each pair the same dtype, shape and bytes (memcmp, GIL
+ * released: NaN equals the same NaN). The fused inference graph of an
+ * AidgeModule checks its source values against a snapshot with it. */
+static PyObject *py_same_contents(PyObject *module, PyObject *args)
+{
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO:same_contents", &a, &b))
+        return NULL;
+    PyTypeObject *tt = ((module_state *)PyModule_GetState(module))->tensor_type;
+    PyObject *sa = PySequence_Fast(a, "same_contents: a sequence of Tensors expected");
+    PyObject *sb = sa ? PySequence_Fast(b, "same_contents: a sequence of Tensors expected")
+                      : NULL;
+    PyObject *res = NULL;
+    if (!sb)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sa);
+    bool same = n == PySequence_Fast_GET_SIZE(sb);
+    for (Py_ssize_t i = 0; same && i < n; i++) {
+        PyObject *oa = PySequence_Fast_GET_ITEM(sa, i), *ob = PySequence_Fast_GET_ITEM(sb, i);
+        if (!PyObject_TypeCheck(oa, tt) || !PyObject_TypeCheck(ob, tt)) {
+            PyErr_SetString(PyExc_TypeError, "same_contents: every item must be a Tensor");
+            goto done;
+        }
+        const ai_tensor *ta = ((TensorObject *)oa)->t, *tb = ((TensorObject *)ob)->t;
+        if (!ai_tensor_is_contiguous(ta) || !ai_tensor_is_contiguous(tb)) {
+            PyErr_SetString(PyExc_ValueError, "same_contents: contiguous Tensors expected");
+            goto done;
+        }
+        same = ta->dtype == tb->dtype && ta->ndim == tb->ndim &&
+               memcmp(ta->shape, tb->shape, sizeof(int64_t) * (size_t)ta->ndim) == 0;
+        size_t nbytes = same ? ai_tensor_nbytes(ta) : 0;
+        if (same && nbytes) {
+            Py_BEGIN_ALLOW_THREADS
+            same = memcmp(ta->data, tb->data, nbytes) == 0;
+            Py_END_ALLOW_THREADS
+        }
+    }
+    res = PyBool_FromLong(same);
+done:
+    Py_XDECREF(sa);
+    Py_XDECREF(sb);
+    return res;
+}
+
 static PyObject *py_gemm_backend(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -1904,6 +1949,8 @@ static PyMethodDef module_methods[] = {
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
+    {"same_contents", py_same_contents, METH_VARARGS,
+     "same_contents(a, b): same dtypes, shapes and bytes, pair by pair."},
     {"set_num_threads", py_set_num_threads, METH_O, "Threads of the engine (its pool; GEMMs included)."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
     {NULL, NULL, 0, NULL},
