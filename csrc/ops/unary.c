@@ -15,6 +15,7 @@
 #include "../graph.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/simd.h"
+#include "../parallel.h"
 
 typedef struct {
     double alpha; /* LeakyRelu slope */
@@ -25,6 +26,22 @@ static const double SQRT1_2 = 0.70710678118654752440;
 static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2/pi) */
 static const double INV_SQRT_2PI = 0.39894228040143267794;
 static const double TWO_INV_SQRT_PI = 1.12837916709551257390;
+
+/* The operands of one elementwise job: x, y (forward's input and output),
+ * and in backward dy, dx; split by element ranges on the thread pool. */
+typedef struct {
+    const unary_params *P;
+    bool f64;
+    const void *x, *dy;
+    void *y, *dx;
+} unary_job;
+
+static unary_job unary_job_of(const ai_ctx *c, bool backward)
+{
+    return (unary_job){c->node->params, c->in[0]->dtype == AI_F64, c->in[0]->data,
+                       backward ? c->dout[0]->data : NULL, c->out[0]->data,
+                       backward ? c->din[0]->data : NULL};
+}
 
 static double gelu_tanh_deriv(double x)
 {
@@ -73,43 +90,51 @@ static double gelu_tanh_deriv(double x)
             dx[i] += (PASS) ? (float)(dy[i] * (DER32)) : 0.0f;                         \
         }                                                                              \
     }                                                                                  \
+    static void NAME##_fwd_range(void *ctx, int64_t lo, int64_t hi)                    \
+    {                                                                                  \
+        const unary_job *j = ctx;                                                      \
+        const unary_params *P = j->P;                                                  \
+        if (!j->f64) {                                                                 \
+            NAME##_f32_fwd(P, (float *)j->y + lo, (const float *)j->x + lo, hi - lo);  \
+            return;                                                                    \
+        }                                                                              \
+        const double *xp = j->x;                                                       \
+        double *yp = j->y;                                                             \
+        for (int64_t i = lo; i < hi; i++) {                                            \
+            double x = xp[i];                                                          \
+            yp[i] = (FWD);                                                             \
+        }                                                                              \
+    }                                                                                  \
+    static void NAME##_bwd_range(void *ctx, int64_t lo, int64_t hi)                    \
+    {                                                                                  \
+        const unary_job *j = ctx;                                                      \
+        const unary_params *P = j->P;                                                  \
+        if (!j->f64) {                                                                 \
+            NAME##_f32_bwd(P, (float *)j->dx + lo, (const float *)j->x + lo,           \
+                           (const float *)j->y + lo, (const float *)j->dy + lo,        \
+                           hi - lo);                                                   \
+            return;                                                                    \
+        }                                                                              \
+        const double *xp = j->x, *yp = j->y, *dy = j->dy;                              \
+        double *dx = j->dx;                                                            \
+        for (int64_t i = lo; i < hi; i++) {                                            \
+            double x = xp[i], y = yp[i];                                               \
+            (void)x;                                                                   \
+            (void)y;                                                                   \
+            if (PASS)                                                                  \
+                dx[i] += dy[i] * (DER);                                                \
+        }                                                                              \
+    }                                                                                  \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
-        const unary_params *P = c->node->params;                                       \
-        (void)P;                                                                       \
-        int64_t n = ai_tensor_numel(c->in[0]);                                         \
-        if (c->in[0]->dtype == AI_F32) {                                               \
-            NAME##_f32_fwd(P, c->out[0]->data, c->in[0]->data, n);                     \
-        } else {                                                                       \
-            const double *xp = c->in[0]->data;                                         \
-            double *yp = c->out[0]->data;                                              \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i];                                                      \
-                yp[i] = (FWD);                                                         \
-            }                                                                          \
-        }                                                                              \
+        unary_job j = unary_job_of(c, false);                                          \
+        ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, NAME##_fwd_range, &j); \
         return AI_OK;                                                                  \
     }                                                                                  \
     static ai_status NAME##_backward(ai_ctx *c)                                        \
     {                                                                                  \
-        const unary_params *P = c->node->params;                                       \
-        (void)P;                                                                       \
-        int64_t n = ai_tensor_numel(c->in[0]);                                         \
-        if (c->in[0]->dtype == AI_F32) {                                               \
-            NAME##_f32_bwd(P, c->din[0]->data, c->in[0]->data, c->out[0]->data,        \
-                           c->dout[0]->data, n);                                       \
-        } else {                                                                       \
-            const double *xp = c->in[0]->data, *yp = c->out[0]->data;                  \
-            const double *dy = c->dout[0]->data;                                       \
-            double *dx = c->din[0]->data;                                              \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i], y = yp[i];                                           \
-                (void)x;                                                               \
-                (void)y;                                                               \
-                if (PASS)                                                              \
-                    dx[i] += dy[i] * (DER);                                            \
-            }                                                                          \
-        }                                                                              \
+        unary_job j = unary_job_of(c, true);                                           \
+        ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, NAME##_bwd_range, &j); \
         return AI_OK;                                                                  \
     }
 
