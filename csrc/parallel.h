@@ -38,9 +38,10 @@ void ai_set_num_threads(int n);
 int ai_get_num_threads(void);
 
 /* Grain of the memory-bound kernels (elementwise, normalisations, pooling):
- * ranges of at least this many elements, so that a tensor under twice as
- * many stays on one thread (a job costs a few microseconds to hand out). */
-#define AI_GRAIN_ELEMS INT64_C(16384)
+ * ranges of at least this many elements (torch's GRAIN_SIZE), so that a
+ * tensor under twice as many stays on one thread: handing out a job costs
+ * microseconds, more when a worker has gone to sleep. */
+#define AI_GRAIN_ELEMS INT64_C(32768)
 
 /* The grain in items of `per_item` elements each (planes, rows, channels). */
 static inline int64_t ai_grain_of(int64_t per_item)
