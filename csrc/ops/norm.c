@@ -130,7 +130,7 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     for (int k = 1; k < c->n_out; k++)
         copy_meta(&out[k], c->in[k + 2]);
     *state = sizeof(bn_state) + 2 * (size_t)d.C * sizeof(double);
-    *ws = 2 * (size_t)d.C * sizeof(double);    /* backward sums */
+    *ws = 2 * (size_t)d.C * sizeof(double);    /* forward: variances; backward: sums */
     return AI_OK;
 }
 
@@ -221,63 +221,77 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 DEFINE_BN_KERNELS(f32, float)
 DEFINE_BN_KERNELS(f64, double)
 
-/* One pass of BatchNormalization on the thread pool: the statistics and
- * sums over channels, the elementwise passes over (n, c) planes. */
+/* BatchNormalization on the thread pool. Training: one job over channels,
+ * each channel's statistics (or backward sums) and then its N planes; eval:
+ * one job over the (n, c) planes. */
 typedef struct {
     bool f64, batch_stats;
     bn_dims d;
+    double eps;
     const void *x, *dy, *scale, *bias;
-    void *out; /* y or dx */
-    double *mean, *invstd, *sdy, *sdyx;
+    void *out;                 /* y or dx (NULL: no dx) */
+    double *mean, *invstd;     /* forward: written in training */
+    double *var, *sdy, *sdyx;  /* per channel: the batch variance, backward's sums */
 } bn_job;
 
-static void bn_stats_range(void *ctx, int64_t lo, int64_t hi)
+static void bn_planes(const bn_job *j, bool backward, int64_t p0, int64_t p1)
+{
+    if (backward && j->f64)
+        bn_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
+                        j->batch_stats, j->d, p0, p1);
+    else if (backward)
+        bn_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
+                        j->batch_stats, j->d, p0, p1);
+    else if (j->f64)
+        bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
+    else
+        bn_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
+}
+
+/* The planes of channels [c0, c1). */
+static void bn_channel_planes(const bn_job *j, bool backward, int64_t c0, int64_t c1)
+{
+    for (int64_t n = 0; n < j->d.N; n++)
+        bn_planes(j, backward, n * j->d.C + c0, n * j->d.C + c1);
+}
+
+static void bn_forward_planes_range(void *ctx, int64_t lo, int64_t hi)
+{
+    bn_planes(ctx, false, lo, hi);
+}
+
+/* Training forward of channels [lo, hi): mean, var, invstd, then y. */
+static void bn_train_forward_range(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
     if (j->f64)
-        bn_stats_f64(j->mean, j->invstd, j->x, j->d, lo, hi);
+        bn_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
     else
-        bn_stats_f32(j->mean, j->invstd, j->x, j->d, lo, hi);
+        bn_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
+    for (int64_t ch = lo; ch < hi; ch++)
+        j->invstd[ch] = 1.0 / sqrt(j->var[ch] + j->eps);
+    bn_channel_planes(j, false, lo, hi);
 }
 
-static void bn_forward_range(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_job *j = ctx;
-    if (j->f64)
-        bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
-    else
-        bn_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
-}
-
-static void bn_sums_range(void *ctx, int64_t lo, int64_t hi)
+/* Backward of channels [lo, hi): the sums, then dx. */
+static void bn_backward_range(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
     if (j->f64)
         bn_sums_f64(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
     else
         bn_sums_f32(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
+    if (j->out)
+        bn_channel_planes(j, true, lo, hi);
 }
 
-static void bn_backward_range(void *ctx, int64_t lo, int64_t hi)
+/* Over channels (N*S elements each) or planes (S each). */
+static void bn_run(bn_job *j, bool channels, ai_range_fn fn)
 {
-    const bn_job *j = ctx;
-    if (j->f64)
-        bn_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->d, lo, hi);
+    if (channels)
+        ai_parallel_for(j->d.C, ai_grain_of(j->d.N * j->d.S), fn, j);
     else
-        bn_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->d, lo, hi);
-}
-
-/* Over channels (the reductions) or planes, each item N*S or S elements. */
-static void bn_run_channels(bn_job *j, ai_range_fn fn)
-{
-    ai_parallel_for(j->d.C, ai_grain_of(j->d.N * j->d.S), fn, j);
-}
-
-static void bn_run_planes(bn_job *j, ai_range_fn fn)
-{
-    ai_parallel_for(j->d.N * j->d.C, ai_grain_of(j->d.S), fn, j);
+        ai_parallel_for(j->d.N * j->d.C, ai_grain_of(j->d.S), fn, j);
 }
 
 /* Running statistics are updated in place when they are state of the
@@ -295,38 +309,36 @@ static ai_status bn_forward(ai_ctx *c)
     ai_tensor *rm = c->in[3], *rv = c->in[4];
     const bn_dims d = bn_dims_of(x);
     bn_state *sv = c->state;
-    double *mean = sv->stats, *invstd = mean + d.C;
+    double *mean = sv->stats, *invstd = mean + d.C, *var = c->workspace;
     sv->batch_stats = bn_training(c);
-    bn_job j = {.f64 = x->dtype == AI_F64, .d = d, .x = x->data, .scale = c->in[1]->data,
-                .bias = c->in[2]->data, .out = c->out[0]->data, .mean = mean,
-                .invstd = invstd};
-    if (sv->batch_stats) {
-        const double cnt = (double)(d.N * d.S), mom = p->momentum;
-        const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
-        bn_run_channels(&j, bn_stats_range); /* invstd holds the variance */
-        for (int64_t ch = 0; ch < d.C; ch++) {
-            double var = invstd[ch];
-            double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
-            double new_v = mom * get_d(rv, ch) + (1 - mom) * var * cnt / (cnt - 1);
-            invstd[ch] = 1.0 / sqrt(var + p->eps);
-            if (update_m)
-                set_d(rm, ch, new_m);
-            if (update_v)
-                set_d(rv, ch, new_v);
-            if (c->n_out > 1)
-                set_d(c->out[1], ch, new_m);
-            if (c->n_out > 2)
-                set_d(c->out[2], ch, new_v);
-        }
-    } else {
+    bn_job j = {.f64 = x->dtype == AI_F64, .d = d, .eps = p->eps, .x = x->data,
+                .scale = c->in[1]->data, .bias = c->in[2]->data, .out = c->out[0]->data,
+                .mean = mean, .invstd = invstd, .var = var};
+    if (!sv->batch_stats) {
         for (int64_t ch = 0; ch < d.C; ch++) {
             mean[ch] = get_d(rm, ch);
             invstd[ch] = 1.0 / sqrt(get_d(rv, ch) + p->eps);
         }
         for (int k = 1; k < c->n_out; k++)
             memcpy(c->out[k]->data, c->in[k + 2]->data, ai_tensor_nbytes(c->in[k + 2]));
+        bn_run(&j, false, bn_forward_planes_range);
+        return AI_OK;
     }
-    bn_run_planes(&j, bn_forward_range);
+    bn_run(&j, true, bn_train_forward_range);
+    const double cnt = (double)(d.N * d.S), mom = p->momentum;
+    const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
+    for (int64_t ch = 0; ch < d.C; ch++) {
+        double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
+        double new_v = mom * get_d(rv, ch) + (1 - mom) * var[ch] * cnt / (cnt - 1);
+        if (update_m)
+            set_d(rm, ch, new_m);
+        if (update_v)
+            set_d(rv, ch, new_v);
+        if (c->n_out > 1)
+            set_d(c->out[1], ch, new_m);
+        if (c->n_out > 2)
+            set_d(c->out[2], ch, new_v);
+    }
     return AI_OK;
 }
 
@@ -334,16 +346,14 @@ static ai_status bn_backward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *dy = c->dout[0];
     const bn_dims d = bn_dims_of(x);
-    const bn_state *sv = c->state;
-    const double *mean = sv->stats, *invstd = mean + d.C;
+    bn_state *sv = c->state;
+    double *mean = sv->stats, *invstd = mean + d.C;
     double *sdy = c->workspace, *sdyx = sdy + d.C;
     bn_job j = {.f64 = x->dtype == AI_F64, .batch_stats = sv->batch_stats, .d = d,
                 .x = x->data, .dy = dy->data, .scale = c->in[1]->data,
-                .out = c->din[0] ? c->din[0]->data : NULL, .mean = (double *)mean,
-                .invstd = (double *)invstd, .sdy = sdy, .sdyx = sdyx};
-    bn_run_channels(&j, bn_sums_range);
-    if (c->din[0])
-        bn_run_planes(&j, bn_backward_range);
+                .out = c->din[0] ? c->din[0]->data : NULL, .mean = mean, .invstd = invstd,
+                .sdy = sdy, .sdyx = sdyx};
+    bn_run(&j, true, bn_backward_range);
     for (int64_t ch = 0; ch < d.C; ch++) {
         if (c->din[1])
             set_d(c->din[1], ch, get_d(c->din[1], ch) + sdyx[ch] * invstd[ch]);
