@@ -174,6 +174,14 @@ def test_unary_split_between_threads(threads, op, fn, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_clip_split_between_threads(threads, dtype):
+    """ReLU6: bounds as constant inputs."""
+    check_threads("Clip", {"x": 4 * _rand((100_003,), dtype)},
+                  lambda x, lo, hi: torch.clamp(x, lo, hi),
+                  consts={"min": np.array(0, dtype), "max": np.array(6, dtype)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("op,fn,b_shape", [
     ("Add", torch.add, (4, 64, 20, 20)), ("Mul", torch.mul, (64, 1, 1)),
     ("Sub", torch.sub, (1, 1, 20)), ("Div", torch.div, (64, 1, 20)),

@@ -294,6 +294,53 @@ static ai_status clip_bounds(const ai_ctx *c, double *lo, double *hi)
     return AI_OK;
 }
 
+/* Float Clip split by element ranges: y = clip(x), or dx += dy inside the
+ * bounds (inclusive, like torch.clamp). */
+typedef struct {
+    bool f64;
+    double lo, hi;
+    const void *x, *dy;
+    void *out; /* y or dx */
+} clip_job;
+
+static void clip_forward_range(void *ctx, int64_t a, int64_t b)
+{
+    const clip_job *j = ctx;
+    if (j->f64) {
+        const double *x = j->x;
+        double *y = j->out;
+        for (int64_t i = a; i < b; i++) {
+            double v = x[i] < j->lo ? j->lo : x[i];
+            y[i] = v > j->hi ? j->hi : v;
+        }
+    } else {
+        const float *x = j->x;
+        float *y = j->out;
+        const float l = (float)j->lo, h = (float)j->hi;
+        for (int64_t i = a; i < b; i++) {
+            float v = x[i] < l ? l : x[i]; /* NaN passes through, like torch */
+            y[i] = v > h ? h : v;
+        }
+    }
+}
+
+static void clip_backward_range(void *ctx, int64_t a, int64_t b)
+{
+    const clip_job *j = ctx;
+    if (j->f64) {
+        const double *x = j->x, *dy = j->dy;
+        double *dx = j->out;
+        for (int64_t i = a; i < b; i++)
+            dx[i] += (x[i] >= j->lo && x[i] <= j->hi) ? dy[i] : 0.0;
+    } else {
+        const float *x = j->x, *dy = j->dy;
+        float *dx = j->out;
+        const float l = (float)j->lo, h = (float)j->hi;
+        for (int64_t i = a; i < b; i++)
+            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
+    }
+}
+
 static ai_status clip_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     for (int k = 1; k < c->n_in; k++)
@@ -310,21 +357,9 @@ static ai_status clip_forward(ai_ctx *c)
     if (st)
         return st;
     int64_t n = ai_tensor_numel(c->in[0]);
-    if (c->in[0]->dtype == AI_F32) {
-        const float *x = c->in[0]->data;
-        float *y = c->out[0]->data;
-        const float l = (float)lo, h = (float)hi;
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] < l ? l : x[i]; /* NaN passes through, like torch */
-            y[i] = v > h ? h : v;
-        }
-    } else if (c->in[0]->dtype == AI_F64) {
-        const double *x = c->in[0]->data;
-        double *y = c->out[0]->data;
-        for (int64_t i = 0; i < n; i++) {
-            double v = x[i] < lo ? lo : x[i];
-            y[i] = v > hi ? hi : v;
-        }
+    if (ai_dtype_is_float(c->in[0]->dtype) && c->in[0]->dtype != AI_F16) {
+        clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, NULL, c->out[0]->data};
+        ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
     } else {
         /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
         int64_t ilo = INT64_MIN, ihi = INT64_MAX;
@@ -363,19 +398,9 @@ static ai_status clip_backward(ai_ctx *c)
     ai_status st = clip_bounds(c, &lo, &hi);
     if (st)
         return st;
-    int64_t n = ai_tensor_numel(c->in[0]);
-    if (c->in[0]->dtype == AI_F32) {
-        const float *x = c->in[0]->data, *dy = c->dout[0]->data;
-        float *dx = c->din[0]->data;
-        const float l = (float)lo, h = (float)hi;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
-    } else {
-        const double *x = c->in[0]->data, *dy = c->dout[0]->data;
-        double *dx = c->din[0]->data;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += (x[i] >= lo && x[i] <= hi) ? dy[i] : 0.0;
-    }
+    clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, c->dout[0]->data,
+                  c->din[0]->data};
+    ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, clip_backward_range, &j);
     return AI_OK;
 }
 
