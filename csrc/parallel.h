@@ -37,4 +37,18 @@ void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx);
 void ai_set_num_threads(int n);
 int ai_get_num_threads(void);
 
+/* Grain of the memory-bound kernels (elementwise, normalisations, pooling):
+ * ranges of at least this many elements (torch's GRAIN_SIZE), so that a
+ * tensor under twice as many stays on one thread: handing out a job costs
+ * microseconds, more when a worker has gone to sleep. */
+#define AI_GRAIN_ELEMS INT64_C(32768)
+
+/* The grain in items of `per_item` elements each (planes, rows, channels). */
+static inline int64_t ai_grain_of(int64_t per_item)
+{
+    if (per_item >= AI_GRAIN_ELEMS)
+        return 1;
+    return per_item > 0 ? AI_GRAIN_ELEMS / per_item : AI_GRAIN_ELEMS;
+}
+
 #endif

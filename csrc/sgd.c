@@ -13,6 +13,7 @@
 
 #include "graph.h"
 #include "kernels/simd.h"
+#include "parallel.h"
 
 /* FMA like torch's vectorised kernels (a.add_(b, alpha) is fmadd(b, alpha, a)),
  * so that both sides round alike. */
@@ -44,6 +45,25 @@
 DEFINE_SGD(sgd_f32, float, fmaf)
 DEFINE_SGD(sgd_f64, double, fma)
 
+/* One parameter's update, split by element ranges on the thread pool. */
+typedef struct {
+    const ai_sgd_config *cfg;
+    ai_tensor *p, *buf;
+    const ai_tensor *g;
+    bool first;
+} sgd_job;
+
+static void sgd_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const sgd_job *j = ctx;
+    if (j->p->dtype == AI_F32)
+        sgd_f32(j->cfg, hi - lo, (float *)j->p->data + lo, (const float *)j->g->data + lo,
+                j->buf ? (float *)j->buf->data + lo : NULL, j->first);
+    else
+        sgd_f64(j->cfg, hi - lo, (double *)j->p->data + lo, (const double *)j->g->data + lo,
+                j->buf ? (double *)j->buf->data + lo : NULL, j->first);
+}
+
 ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
                       const ai_tensor *const *g, ai_tensor *const *buf, bool *started)
 {
@@ -70,13 +90,8 @@ ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
             return ai_error(AI_ERR_VALUE, "parameter %d is read-only", i);
     }
     for (int i = 0; i < n; i++) {
-        int64_t np = ai_tensor_numel(p[i]);
-        if (p[i]->dtype == AI_F32)
-            sgd_f32(cfg, np, p[i]->data, g[i]->data, buf ? buf[i] ? buf[i]->data : NULL : NULL,
-                    !*started);
-        else
-            sgd_f64(cfg, np, p[i]->data, g[i]->data, buf ? buf[i] ? buf[i]->data : NULL : NULL,
-                    !*started);
+        sgd_job j = {cfg, p[i], buf ? buf[i] : NULL, g[i], !*started};
+        ai_parallel_for(ai_tensor_numel(p[i]), AI_GRAIN_ELEMS, sgd_range, &j);
     }
     *started = true;
     return AI_OK;

@@ -2,6 +2,11 @@
 do not depend on the thread count, two graphs sharing the pool from two
 Python threads, and a forked child that inherits a started pool.
 
+Every operator whose kernels split their work on the pool (elementwise,
+BatchNormalization, Softmax, pooling, depthwise and im2col convolution, SGD)
+runs at 1, 2 and 3 threads on tensors above the grain (csrc/parallel.h
+AI_GRAIN_ELEMS = 32768 elements): bit-identical results, and torch's.
+
 Timings are not asserted here (benchmarks/run.py and peak.py show them).
 """
 import multiprocessing
@@ -13,7 +18,7 @@ import torch
 
 import aidge_interop as ai
 from aidge_interop.examples import lenet, resnet8
-from op_harness import make_model
+from op_harness import check_op, make_model
 from test_concurrency import forward_backward, graph_of, run_threads
 
 
@@ -119,3 +124,160 @@ def test_forked_child_runs_with_a_fresh_pool(threads):
         proc.kill()
     assert result is not None, "the forked child hangs in the engine's thread pool"
     assert result == ("ok", y.tobytes(), dx.tobytes())
+
+
+# ---------------------------------------------------------------- operators split on the pool
+
+def _op_results(op, inputs, attrs, consts, training):
+    """Outputs and input gradients of a one-node graph at 1, 2 and 3 threads."""
+    g = ai.load_onnx(make_model(op, inputs, attrs, consts),
+                     param_kinds={n: "const" for n in consts})
+    g.training = training
+    runs = []
+    for n in (1, 2, 3):
+        ai.set_num_threads(n)
+        outs = [o.copy() for o in g.forward(list(inputs.values()), need_backward=True,
+                                             input_grads=True)]
+        gos = [np.random.default_rng(7).standard_normal(o.shape).astype(o.dtype)
+               for o in outs]
+        runs.append(outs + [d.copy() for d in g.backward(gos) if d is not None])
+    return runs
+
+
+def check_threads(op, inputs, torch_fn, attrs=None, consts=None, training=False):
+    """Bit-identical at 1, 2 and 3 threads; agrees with torch (op_harness) at 2."""
+    consts = consts or {}
+    runs = _op_results(op, inputs, attrs, consts, training)
+    for run in runs[1:]:
+        assert len(run) == len(runs[0])
+        for a, b in zip(run, runs[0]):
+            np.testing.assert_array_equal(a, b)
+    ai.set_num_threads(2)
+    check_op(op, inputs, torch_fn, attrs=attrs, consts=consts, training=training)
+
+
+def _rand(shape, dtype, seed=0, positive=False):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    return np.abs(x) + 0.5 if positive else x
+
+
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,fn", [("Relu", torch.relu), ("Sigmoid", torch.sigmoid),
+                                   ("Tanh", torch.tanh),
+                                   ("Gelu", torch.nn.functional.gelu)],
+                         ids=["relu", "sigmoid", "tanh", "gelu"])
+def test_unary_split_between_threads(threads, op, fn, dtype):
+    check_threads(op, {"x": _rand((100_003,), dtype)}, fn)  # odd: ranges cut vectors
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_clip_split_between_threads(threads, dtype):
+    """ReLU6: bounds as constant inputs."""
+    check_threads("Clip", {"x": 4 * _rand((100_003,), dtype)},
+                  lambda x, lo, hi: torch.clamp(x, lo, hi),
+                  consts={"min": np.array(0, dtype), "max": np.array(6, dtype)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,fn,b_shape", [
+    ("Add", torch.add, (4, 64, 20, 20)), ("Mul", torch.mul, (64, 1, 1)),
+    ("Sub", torch.sub, (1, 1, 20)), ("Div", torch.div, (64, 1, 20)),
+    ("Max", torch.maximum, (4, 64, 20, 20))], ids=["add", "mul-bcast", "sub-bcast",
+                                                   "div-bcast", "max"])
+def test_binary_split_between_threads(threads, op, fn, b_shape, dtype):
+    """Ranges start inside broadcast rows; gradients reduce over broadcast axes."""
+    check_threads(op, {"a": _rand((4, 64, 20, 20), dtype, 1),
+                       "b": _rand(b_shape, dtype, 2, positive=op == "Div")}, fn)
+
+
+def _bn(x, scale, bias, mean, var, training):
+    return torch.nn.functional.batch_norm(x, mean.clone(), var.clone(), scale, bias,
+                                          training=training, eps=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batchnorm_split_between_threads(threads, training, dtype):
+    C = 32
+    inputs = {"x": _rand((8, C, 24, 24), dtype), "scale": _rand((C,), dtype, 1),
+              "bias": _rand((C,), dtype, 2)}
+    stats = {"mean": _rand((C,), dtype, 3), "var": _rand((C,), dtype, 4, positive=True)}
+    check_threads("BatchNormalization", inputs,
+                  lambda x, s, b, m, v: _bn(x, s, b, m, v, training), consts=stats,
+                  training=training)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,fn", [("Softmax", torch.softmax),
+                                   ("LogSoftmax", torch.log_softmax)], ids=["sm", "logsm"])
+@pytest.mark.parametrize("shape,axis", [((1000, 100), -1), ((4, 100, 300), 1)],
+                         ids=["rows", "columns"])
+def test_softmax_split_between_threads(threads, op, fn, shape, axis, dtype):
+    check_threads(op, {"x": _rand(shape, dtype)}, lambda x: fn(x, axis), {"axis": axis})
+
+
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,attrs,fn", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     lambda x: F.max_pool2d(x, 3, 2, 1)),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}, lambda x: F.max_pool2d(x, 2)),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+     lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+    ("GlobalAveragePool", {}, lambda x: F.adaptive_avg_pool2d(x, 1)),
+    ("GlobalMaxPool", {}, lambda x: F.adaptive_max_pool2d(x, 1))],
+    ids=["max-pad", "max-inside", "avg", "global-avg", "global-max"])
+def test_pooling_split_between_threads(threads, op, attrs, fn, dtype):
+    check_threads(op, {"x": _rand((6, 32, 24, 24), dtype)}, fn, attrs)
+
+
+def _conv(group, stride, pad):
+    return lambda x, w, b: F.conv2d(x, w, b, stride, pad, groups=group)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("x_shape,w_shape,stride,group", [
+    ((4, 32, 40, 40), (32, 1, 3, 3), 1, 32),   # depthwise plane by plane
+    ((3, 16, 40, 40), (32, 1, 3, 3), 2, 16),   # depthwise, 2 outputs per channel
+    ((8, 40, 12, 12), (40, 1, 3, 3), 1, 40),   # depthwise channels-last, 16+16+8
+    ((2, 16, 55, 55), (2, 16, 3, 3), 2, 1)],   # im2col/col2im (GEMMs too small to split)
+    ids=["dw-planes", "dw-multiplier", "dw-channels-last", "im2col"])
+def test_conv_split_between_threads(threads, x_shape, w_shape, stride, group, dtype):
+    inputs = {"x": _rand(x_shape, dtype), "w": _rand(w_shape, dtype, 1),
+              "b": _rand((w_shape[0],), dtype, 2)}
+    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1],
+             "group": group}
+    check_threads("Conv", inputs, _conv(group, stride, 1), attrs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_sgd_split_between_threads(threads, dtype):
+    """Each parameter's update split by elements: the same bits as one thread,
+    and torch.optim.SGD's."""
+    gen = torch.Generator().manual_seed(0)
+    p0 = [torch.randn(s, generator=gen, dtype=dtype) for s in ((300, 400), (17,))]
+    grads = [[torch.randn(p.shape, generator=gen, dtype=dtype) for p in p0]
+             for _ in range(3)]
+
+    def run(opt_class, n):
+        ai.set_num_threads(n)
+        ps = [p.clone().requires_grad_(True) for p in p0]
+        opt = opt_class(ps, lr=0.1, momentum=0.9, weight_decay=1e-2, nesterov=True)
+        for step in grads:
+            for p, g in zip(ps, step):
+                p.grad = g.clone()
+            opt.step()
+        return [p.detach().numpy().copy() for p in ps]
+
+    one = run(ai.SGD, 1)
+    for n in (2, 3):
+        for a, b in zip(run(ai.SGD, n), one):
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(run(torch.optim.SGD, 1), one):
+        np.testing.assert_allclose(a, b, rtol=1e-6 if dtype == torch.float32 else 1e-14,
+                                   atol=1e-7 if dtype == torch.float32 else 1e-15)

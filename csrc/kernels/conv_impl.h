@@ -6,14 +6,20 @@
  *
  * Sizes: K = prod(kernel), IS = prod(x spatial), OS = prod(y spatial),
  * Cg = C/group, Mg = M/group. Grid side: Conv y, ConvTranspose x.
+ *
+ * Threads: besides the GEMMs (gemm.c), im2col, col2im, fill_bias,
+ * bias_backward and the depthwise kernels split their work on the engine's
+ * pool by output rows, planes or channels, never inside a sum: results do
+ * not depend on the thread count.
  */
+#include "../parallel.h"
 
-/* For row r of the columns and each grid row (o0, o1), calls BODY with
+/* For row r in [R0, R1) of the columns and each grid row (o0, o1), calls BODY with
  * `rowp` (the grid row's columns, grid[2] long), `src` (the image row's
  * element for o2 = 0: src[o2 * s2] for o2 in [lo2, hi2)), or src NULL when
  * the row lies in the padding; [lo2, hi2) are the grid positions inside. */
-#define FOR_COLUMN_ROWS(ROWS, IMG, COL, BODY)                                          \
-    for (int64_t r = 0; r < (ROWS); r++) {                                             \
+#define FOR_COLUMN_ROWS(R0, R1, IMG, COL, BODY)                                        \
+    for (int64_t r = (R0); r < (R1); r++) {                                            \
         conv_tap t = conv_tap_of(g, r);                                                \
         int64_t lo[3], hi[3];                                                          \
         for (int i = 0; i < 3; i++)                                                    \
@@ -32,10 +38,21 @@
             }                                                                          \
     }
 
-/* col (C*K, grid) = the patches of img (C, image); padding reads 0. */
-AI_VECTOR_CLONES static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
+/* The operands of one im2col, col2im, fill_bias or bias_backward pass on
+ * the thread pool. */
+typedef struct {
+    const conv_geom *g;
+    T *dst;
+    const T *src;
+    int64_t N, M, S;
+} FN(cols_job);
+
+/* col (C*K, grid) = the patches of img (C, image); padding reads 0. Rows
+ * [r0, r1) of the columns. */
+AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
+                                             int64_t r0, int64_t r1)
 {
-    FOR_COLUMN_ROWS(C * g->ksize, (T *)img, col, {
+    FOR_COLUMN_ROWS(r0, r1, (T *)img, col, {
         if (!src) {
             memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
             continue;
@@ -52,11 +69,25 @@ AI_VECTOR_CLONES static void FN(im2col)(T *col, const T *img, int64_t C, const c
     });
 }
 
-/* img (C, image) += the columns col (C*K, grid) summed back onto the image:
- * the adjoint of im2col. */
-AI_VECTOR_CLONES static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
+static void FN(im2col_range)(void *ctx, int64_t lo, int64_t hi)
 {
-    FOR_COLUMN_ROWS(C * g->ksize, img, (T *)col, {
+    const FN(cols_job) *j = ctx;
+    FN(im2col_rows)(j->dst, j->src, j->g, lo, hi);
+}
+
+/* Split by column rows: each writes its own row. */
+static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
+{
+    FN(cols_job) j = {.g = g, .dst = col, .src = img};
+    ai_parallel_for(C * g->ksize, ai_grain_of(g->grid_size), FN(im2col_range), &j);
+}
+
+/* img (C, image) += the columns col (C*K, grid) summed back onto the image:
+ * the adjoint of im2col. Channels [c0, c1), that is rows [c0*K, c1*K). */
+AI_VECTOR_CLONES static void FN(col2im_channels)(T *img, const T *col, const conv_geom *g,
+                                                 int64_t c0, int64_t c1)
+{
+    FOR_COLUMN_ROWS(c0 * g->ksize, c1 * g->ksize, img, (T *)col, {
         if (!src)
             continue;
         if (s2 == 1)
@@ -66,6 +97,20 @@ AI_VECTOR_CLONES static void FN(col2im)(T *img, const T *col, int64_t C, const c
             for (int64_t j = lo2; j < hi2; j++)
                 src[j * s2] += rowp[j];
     });
+}
+
+static void FN(col2im_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(cols_job) *j = ctx;
+    FN(col2im_channels)(j->dst, j->src, j->g, lo, hi);
+}
+
+/* Split by channels: the rows of one channel add into its plane alone, in
+ * the serial order. */
+static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
+{
+    FN(cols_job) j = {.g = g, .dst = img, .src = col};
+    ai_parallel_for(C, ai_grain_of(g->ksize * g->grid_size), FN(col2im_range), &j);
 }
 
 /* The columns of img (C, image): img itself for a pointwise conv, else
@@ -92,25 +137,44 @@ static void FN(gemm_col2im)(T *img, const T *A, const T *B, int64_t kdim, int64_
     FN(col2im)(img, ws, C, g);
 }
 
-/* y (N, M, S): y[n, m, :] = b[m], or 0 without bias. */
-AI_VECTOR_CLONES static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
+/* y (N, M, S): y[n, m, :] = b[m], or 0 without bias; planes [nm0, nm1). */
+AI_VECTOR_CLONES static void FN(fill_bias_range)(void *ctx, int64_t nm0, int64_t nm1)
 {
-    for (int64_t nm = 0; nm < N * M; nm++, y += S) {
-        const T v = b ? b[nm % M] : 0;
-        for (int64_t s = 0; s < S; s++)
+    const FN(cols_job) *j = ctx;
+    for (int64_t nm = nm0; nm < nm1; nm++) {
+        T *y = j->dst + nm * j->S;
+        const T v = j->src ? j->src[nm % j->M] : 0;
+        for (int64_t s = 0; s < j->S; s++)
             y[s] = v;
     }
 }
 
-/* db (M) += sum of dy (N, M, S) over n and s. */
+static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
+{
+    FN(cols_job) j = {.dst = y, .src = b, .N = N, .M = M, .S = S};
+    ai_parallel_for(N * M, ai_grain_of(S), FN(fill_bias_range), &j);
+}
+
+/* db[m] += sum of dy (N, M, S) over s, then n, for m in [m0, m1): one sum
+ * per (n, m) plane, added in the order of n. */
+static void FN(bias_backward_range)(void *ctx, int64_t m0, int64_t m1)
+{
+    const FN(cols_job) *j = ctx;
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t n = 0; n < j->N; n++) {
+            const T *dy = j->src + (n * j->M + m) * j->S;
+            T sum = 0;
+            for (int64_t s = 0; s < j->S; s++)
+                sum += dy[s];
+            j->dst[m] += sum;
+        }
+}
+
+/* Split by output channel: each db[m] is summed on one thread. */
 static void FN(bias_backward)(T *db, const T *dy, int64_t N, int64_t M, int64_t S)
 {
-    for (int64_t nm = 0; nm < N * M; nm++) {
-        T sum = 0;
-        for (int64_t s = 0; s < S; s++)
-            sum += *dy++;
-        db[nm % M] += sum;
-    }
+    FN(cols_job) j = {.dst = db, .src = dy, .N = N, .M = M, .S = S};
+    ai_parallel_for(M, ai_grain_of(N * S), FN(bias_backward_range), &j);
 }
 
 /* The direct kernel of one depthwise plane pair, tap by tap: for each tap k
@@ -166,25 +230,25 @@ AI_VECTOR_CLONES static void FN(dw_plane)(int mode, T *grid, T *img, T *w, const
 }
 
 /* dw_plane in channels-last form, for one input channel per output channel:
- * grid (OS, C), img (IS, C), w (K, C), channels innermost, so the inner
- * loops run over C channels whatever the image width. Same modes, same
- * order of operations per element (tap by tap, positions in order) as
- * dw_plane for DW_FWD and DW_DX. */
+ * grid (OS, ld), img (IS, ld), w (K, ld), channels innermost, so the inner
+ * loops run over the C channels (of ld) whatever the image width. Same
+ * modes, same order of operations per element (tap by tap, positions in
+ * order) as dw_plane for DW_FWD and DW_DX. */
 AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *w,
-                                                  int64_t C, const conv_geom *g)
+                                                  int64_t C, int64_t ld, const conv_geom *g)
 {
     for (int64_t r = 0; r < g->ksize; r++) {
         conv_tap t = conv_tap_of(g, r);
         int64_t lo[3], hi[3];
         for (int i = 0; i < 3; i++)
             tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);
-        T *wr = w + r * C;
+        T *wr = w + r * ld;
         for (int64_t o0 = lo[0]; o0 < hi[0]; o0++)
             for (int64_t o1 = lo[1]; o1 < hi[1]; o1++)
                 for (int64_t o2 = lo[2]; o2 < hi[2]; o2++) {
-                    T *gr = grid + ((o0 * g->grid[1] + o1) * g->grid[2] + o2) * C;
+                    T *gr = grid + ((o0 * g->grid[1] + o1) * g->grid[2] + o2) * ld;
                     T *im = img + (((o0 * g->s[0] + t.off[0]) * g->img[1] + o1 * g->s[1] +
-                                    t.off[1]) * g->img[2] + o2 * g->s[2] + t.off[2]) * C;
+                                    t.off[1]) * g->img[2] + o2 * g->s[2] + t.off[2]) * ld;
                     if (mode == DW_FWD)
                         for (int64_t c = 0; c < C; c++)
                             gr[c] += wr[c] * im[c];
@@ -199,9 +263,10 @@ AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *
 }
 
 /* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles (the
- * branch outside the loops: a plain copy when not adding). */
-AI_VECTOR_CLONES static void FN(transpose)(T *dst, const T *src, int64_t rows, int64_t cols,
-                                           bool add)
+ * branch outside the loops: a plain copy when not adding). Rows of dst are
+ * ldd apart, rows of src lds apart. */
+AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, int64_t lds,
+                                           int64_t rows, int64_t cols, bool add)
 {
     for (int64_t i0 = 0; i0 < rows; i0 += 16)
         for (int64_t j0 = 0; j0 < cols; j0 += 16) {
@@ -210,55 +275,106 @@ AI_VECTOR_CLONES static void FN(transpose)(T *dst, const T *src, int64_t rows, i
             if (add) {
                 for (int64_t i = i0; i < i1; i++)
                     for (int64_t j = j0; j < j1; j++)
-                        dst[j * rows + i] += src[i * cols + j];
+                        dst[j * ldd + i] += src[i * lds + j];
             } else {
                 for (int64_t j = j0; j < j1; j++)
                     for (int64_t i = i0; i < i1; i++)
-                        dst[j * rows + i] = src[i * cols + j];
+                        dst[j * ldd + i] = src[i * lds + j];
             }
         }
+}
+
+/* One depthwise pass on the thread pool (see depthwise). */
+typedef struct {
+    int mode;
+    const ai_conv_params *p;
+    conv_geom g;
+    T *grid, *img, *w, *ws;
+} FN(dw_job);
+
+/* Plane by plane. DW_FWD, DW_DX: (n, c) pairs [lo, hi), each with the Mg
+ * output planes of input plane c, in order (DW_DX adds them into plane
+ * (n, c) alone). DW_DW: output channels [lo, hi), each over n in order, so
+ * every dw[m] is summed on one thread as serially. */
+static void FN(dw_planes_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dw_job) *j = ctx;
+    const ai_conv_params *p = j->p;
+    const int64_t C = p->C, M = p->M, Mg = M / p->group, K = j->g.ksize;
+    const int64_t IS = j->g.img_size, OS = j->g.grid_size;
+    for (int64_t i = lo; i < hi; i++) {
+        if (j->mode == DW_DW) {
+            for (int64_t n = 0; n < p->N; n++)
+                FN(dw_plane)(DW_DW, j->grid + (n * M + i) * OS, j->img + (n * C + i / Mg) * IS,
+                             j->w + i * K, &j->g);
+            continue;
+        }
+        const int64_t n = i / C, c = i % C;
+        for (int64_t m = c * Mg; m < (c + 1) * Mg; m++)
+            FN(dw_plane)(j->mode, j->grid + (n * M + m) * OS, j->img + i * IS, j->w + m * K,
+                         &j->g);
+    }
+}
+
+/* Channels-last, channels [16 lo, 16 hi) (units of 16 apart in cache lines):
+ * each thread transposes its channels into and out of its own columns of the
+ * shared buffers gt (OS, C), it (IS, C), wt (K, C), and handles every image
+ * for them. */
+static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dw_job) *j = ctx;
+    const int mode = j->mode;
+    const int64_t C = j->p->C, K = j->g.ksize, IS = j->g.img_size, OS = j->g.grid_size;
+    const int64_t c0 = lo * 16, nc = (hi * 16 < C ? hi * 16 : C) - c0;
+    T *gt = j->ws + c0, *it = j->ws + OS * C + c0, *wt = j->ws + (OS + IS) * C + c0;
+    if (mode == DW_DW)
+        for (int64_t k = 0; k < K; k++)
+            memset(wt + k * C, 0, sizeof(T) * (size_t)nc);
+    else
+        FN(transpose)(wt, C, j->w + c0 * K, K, nc, K, false);
+    for (int64_t n = 0; n < j->p->N; n++) {
+        T *gn = j->grid + (n * C + c0) * OS, *in = j->img + (n * C + c0) * IS;
+        if (mode == DW_FWD) /* y holds only the bias (fill_bias): plane c is b[c] */
+            for (int64_t o = 0; o < OS; o++)
+                for (int64_t c = 0; c < nc; c++)
+                    gt[o * C + c] = gn[c * OS];
+        else
+            FN(transpose)(gt, C, gn, OS, nc, OS, false);
+        if (mode == DW_DX)
+            for (int64_t i = 0; i < IS; i++)
+                memset(it + i * C, 0, sizeof(T) * (size_t)nc);
+        else
+            FN(transpose)(it, C, in, IS, nc, IS, false);
+        FN(dw_channels_last)(mode, gt, it, wt, nc, C, &j->g);
+        if (mode == DW_FWD)
+            FN(transpose)(gn, OS, gt, C, OS, nc, false);
+        else if (mode == DW_DX)
+            FN(transpose)(in, IS, it, C, IS, nc, true);
+    }
+    if (mode == DW_DW)
+        FN(transpose)(j->w + c0 * K, K, wt, C, K, nc, true);
 }
 
 /* Depthwise conv (one input channel per group, Mg output channels each).
  * Narrow images with one output per input channel go channels-last through
  * `ws` (DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid =
- * dy, img = x, w = dw); the others plane by plane. */
+ * dy, img = x, w = dw); the others plane by plane. Threads split the
+ * channels (and in DW_FWD, DW_DX plane by plane, the images): every output
+ * element, dw included, is computed by one thread in the serial order. */
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws)
 {
-    conv_geom g = conv_geom_of(p, false);
-    int64_t C = p->C, Mg = p->M / p->group, IS = g.img_size, OS = g.grid_size;
-    if (!depthwise_channels_last(p, &g)) {
-        for (int64_t n = 0; n < p->N; n++)
-            for (int64_t m = 0; m < p->M; m++)
-                FN(dw_plane)(mode, grid + (n * p->M + m) * OS, img + (n * C + m / Mg) * IS,
-                             w + m * g.ksize, &g);
+    FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
+    const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
+                                j.g.ksize;
+    if (!depthwise_channels_last(p, &j.g)) {
+        if (mode == DW_DW)
+            ai_parallel_for(p->M, ai_grain_of(per_channel), FN(dw_planes_range), &j);
+        else
+            ai_parallel_for(p->N * p->C, ai_grain_of(per_channel / p->N), FN(dw_planes_range),
+                            &j);
         return;
     }
-    T *gt = ws, *it = gt + OS * C, *wt = it + IS * C; /* (OS, C), (IS, C), (K, C) */
-    if (mode == DW_DW)
-        memset(wt, 0, sizeof(T) * (size_t)(g.ksize * C));
-    else
-        FN(transpose)(wt, w, C, g.ksize, false);
-    for (int64_t n = 0; n < p->N; n++) {
-        T *gn = grid + n * C * OS, *in = img + n * C * IS;
-        if (mode == DW_FWD) /* y holds only the bias (fill_bias): plane c is b[c] */
-            for (int64_t o = 0; o < OS; o++)
-                for (int64_t c = 0; c < C; c++)
-                    gt[o * C + c] = gn[c * OS];
-        else
-            FN(transpose)(gt, gn, C, OS, false);
-        if (mode == DW_DX)
-            memset(it, 0, sizeof(T) * (size_t)(IS * C));
-        else
-            FN(transpose)(it, in, C, IS, false);
-        FN(dw_channels_last)(mode, gt, it, wt, C, &g);
-        if (mode == DW_FWD)
-            FN(transpose)(gn, gt, OS, C, false);
-        else if (mode == DW_DX)
-            FN(transpose)(in, it, IS, C, true);
-    }
-    if (mode == DW_DW)
-        FN(transpose)(w, wt, g.ksize, C, true);
+    ai_parallel_for((p->C + 15) / 16, ai_grain_of(16 * per_channel), FN(dw_last_range), &j);
 }
 
 /* The shifted-GEMM conv (conv_shift_of in conv.c). Buffers in ws: xp (C,

@@ -7,6 +7,8 @@
 #include <inttypes.h>
 #include <math.h>
 
+#include "../parallel.h"
+
 /* Largest attribute or size accepted: keeps every formula below in int64. */
 #define MAX_ATTR INT64_C(0x7fffffff)
 
@@ -131,6 +133,34 @@ ai_status ai_pool_infer_out(ai_pool_params *p)
     for (int d = 0; st == AI_OK && d < p->nsp; d++)
         st = expected_out(p, d, &p->out[d]);
     return st != AI_OK ? st : ai_pool_check(p);
+}
+
+/* One pooling pass over planes: `out` is y or dx, `in` is x or dy, idx the
+ * maxima; p is NULL for the global pools, whose geometry is one (S) plane
+ * pooled to one output. */
+enum { POOL_MAX, POOL_MAX_BWD, POOL_AVG, POOL_AVG_BWD, POOL_GLOBAL_MAX, POOL_GLOBAL_AVG,
+       POOL_GLOBAL_AVG_BWD };
+
+typedef struct {
+    int kind;
+    const ai_pool_params *p;
+    pool_geom g;
+    void *out;
+    int64_t *idx;
+    const void *in;
+} pool_job;
+
+static pool_geom global_geom(int64_t S)
+{
+    return (pool_geom){.in = {1, 1, S}, .out = {1, 1, 1}, .k = {1, 1, S}, .s = {1, 1, 1},
+                       .d = {1, 1, 1}, .in_size = S, .out_size = 1};
+}
+
+/* Splits the NC planes between threads: a grain of about AI_GRAIN_ELEMS
+ * elements read and written. */
+static void pool_run(pool_job *j, int64_t NC, ai_range_fn fn)
+{
+    ai_parallel_for(NC, ai_grain_of(j->g.in_size + j->g.out_size), fn, j);
 }
 
 #define AI_CAT_(a, b) a##b

@@ -6,25 +6,36 @@
  * Sizes: IS = prod(in), OS = prod(out), NC = N*C.
  */
 
+/* Every kernel below works on the planes [nc0, nc1) of (NC, ...) tensors,
+ * and the public functions split all NC planes on the thread pool
+ * (pool_run): planes are independent, each one's arithmetic is the same on
+ * any thread. */
+
 /* dx (NC, S) += dy (NC, O) at the positions idx (NC, O): the backward of
  * both max pools. */
-static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t NC, int64_t O,
-                        int64_t S)
+static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t nc0, int64_t nc1,
+                        int64_t O, int64_t S)
 {
-    for (int64_t nc = 0; nc < NC; nc++, dx += S)
+    dy += nc0 * O;
+    idx += nc0 * O;
+    for (int64_t nc = nc0; nc < nc1; nc++)
         for (int64_t o = 0; o < O; o++)
-            dx[*idx++] += *dy++;
+            dx[nc * S + *idx++] += *dy++;
 }
 
 /* y, idx (NC, out) = max of x (NC, in) over each window, and where it is;
  * backward needs idx. */
-/* ai_maxpool_forward when every window lies inside the input, undilated
- * (no window clipping): the same scan and tie rule, with the window
- * arithmetic out of the loops. */
-static void FN(maxpool_inside)(const pool_geom *g, int64_t NC, T *y, int64_t *idx, const T *x)
+/* maxpool_range when every window lies inside the input, undilated (no
+ * window clipping): the same scan and tie rule, with the window arithmetic
+ * out of the loops. */
+static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y,
+                               int64_t *idx, const T *x)
 {
     const int64_t in1 = g->in[1], in2 = g->in[2], k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
-    for (int64_t nc = 0; nc < NC; nc++, x += g->in_size)
+    x += nc0 * g->in_size;
+    y += nc0 * g->out_size;
+    idx += nc0 * g->out_size;
+    for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
             for (int64_t o1 = 0; o1 < g->out[1]; o1++)
                 for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
@@ -45,30 +56,33 @@ static void FN(maxpool_inside)(const pool_geom *g, int64_t NC, T *y, int64_t *id
                 }
 }
 
-void FN(ai_maxpool_forward)(const ai_pool_params *p, T *y, int64_t *idx, const T *x)
+static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y,
+                              int64_t *idx, const T *x)
 {
-    pool_geom g = pool_geom_of(p);
     bool inside = true;
     for (int i = 0; i < 3; i++)
-        inside = inside && g.d[i] == 1 && g.pb[i] == 0 &&
-                 (g.out[i] - 1) * g.s[i] + g.k[i] <= g.in[i];
+        inside = inside && g->d[i] == 1 && g->pb[i] == 0 &&
+                 (g->out[i] - 1) * g->s[i] + g->k[i] <= g->in[i];
     if (inside) {
-        FN(maxpool_inside)(&g, p->N * p->C, y, idx, x);
+        FN(maxpool_inside)(g, nc0, nc1, y, idx, x);
         return;
     }
-    for (int64_t nc = 0; nc < p->N * p->C; nc++, x += g.in_size)
-        for (int64_t o0 = 0; o0 < g.out[0]; o0++) {
-            pool_win w0 = pool_win_of(&g, 0, o0);
-            for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
-                pool_win w1 = pool_win_of(&g, 1, o1);
-                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    pool_win w2 = pool_win_of(&g, 2, o2);
+    x += nc0 * g->in_size;
+    y += nc0 * g->out_size;
+    idx += nc0 * g->out_size;
+    for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++) {
+            pool_win w0 = pool_win_of(g, 0, o0);
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                pool_win w1 = pool_win_of(g, 1, o1);
+                for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
+                    pool_win w2 = pool_win_of(g, 2, o2);
                     T best = -INFINITY;
-                    int64_t at = (w0.lo * g.in[1] + w1.lo) * g.in[2] + w2.lo;
-                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g.d[0])
-                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g.d[1])
-                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g.d[2]) {
-                                int64_t i = (i0 * g.in[1] + i1) * g.in[2] + i2;
+                    int64_t at = (w0.lo * g->in[1] + w1.lo) * g->in[2] + w2.lo;
+                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g->d[0])
+                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1])
+                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g->d[2]) {
+                                int64_t i = (i0 * g->in[1] + i1) * g->in[2] + i2;
                                 if (x[i] > best || isnan(x[i])) {
                                     best = x[i];
                                     at = i;
@@ -81,14 +95,6 @@ void FN(ai_maxpool_forward)(const ai_pool_params *p, T *y, int64_t *idx, const T
         }
 }
 
-/* dx (NC, in) += dy (NC, out) at the maxima idx (NC, out). */
-void FN(ai_maxpool_backward)(const ai_pool_params *p, T *dx, const T *dy,
-                             const int64_t *idx)
-{
-    pool_geom g = pool_geom_of(p);
-    FN(scatter)(dx, dy, idx, p->N * p->C, g.out_size, g.in_size);
-}
-
 /* The divisor of window (w0, w1, w2). */
 static T FN(avg_divisor)(const ai_pool_params *p, pool_win w0, pool_win w1, pool_win w2)
 {
@@ -97,21 +103,23 @@ static T FN(avg_divisor)(const ai_pool_params *p, pool_win w0, pool_win w1, pool
 }
 
 /* y (NC, out) = mean of x (NC, in) over each window. */
-void FN(ai_avgpool_forward)(const ai_pool_params *p, T *y, const T *x)
+static void FN(avgpool_range)(const ai_pool_params *p, const pool_geom *g, int64_t nc0,
+                              int64_t nc1, T *y, const T *x)
 {
-    pool_geom g = pool_geom_of(p);
-    for (int64_t nc = 0; nc < p->N * p->C; nc++, x += g.in_size)
-        for (int64_t o0 = 0; o0 < g.out[0]; o0++) {
-            pool_win w0 = pool_win_of(&g, 0, o0);
-            for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
-                pool_win w1 = pool_win_of(&g, 1, o1);
-                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    pool_win w2 = pool_win_of(&g, 2, o2);
+    x += nc0 * g->in_size;
+    y += nc0 * g->out_size;
+    for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++) {
+            pool_win w0 = pool_win_of(g, 0, o0);
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                pool_win w1 = pool_win_of(g, 1, o1);
+                for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
+                    pool_win w2 = pool_win_of(g, 2, o2);
                     T sum = 0;
-                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g.d[0])
-                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g.d[1])
-                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g.d[2])
-                                sum += x[(i0 * g.in[1] + i1) * g.in[2] + i2];
+                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g->d[0])
+                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1])
+                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g->d[2])
+                                sum += x[(i0 * g->in[1] + i1) * g->in[2] + i2];
                     *y++ = sum / FN(avg_divisor)(p, w0, w1, w2);
                 }
             }
@@ -119,35 +127,39 @@ void FN(ai_avgpool_forward)(const ai_pool_params *p, T *y, const T *x)
 }
 
 /* dx (NC, in) += dy (NC, out) / divisor over each window. */
-void FN(ai_avgpool_backward)(const ai_pool_params *p, T *dx, const T *dy)
+static void FN(avgpool_backward_range)(const ai_pool_params *p, const pool_geom *g,
+                                       int64_t nc0, int64_t nc1, T *dx, const T *dy)
 {
-    pool_geom g = pool_geom_of(p);
-    for (int64_t nc = 0; nc < p->N * p->C; nc++, dx += g.in_size)
-        for (int64_t o0 = 0; o0 < g.out[0]; o0++) {
-            pool_win w0 = pool_win_of(&g, 0, o0);
-            for (int64_t o1 = 0; o1 < g.out[1]; o1++) {
-                pool_win w1 = pool_win_of(&g, 1, o1);
-                for (int64_t o2 = 0; o2 < g.out[2]; o2++) {
-                    pool_win w2 = pool_win_of(&g, 2, o2);
+    dx += nc0 * g->in_size;
+    dy += nc0 * g->out_size;
+    for (int64_t nc = nc0; nc < nc1; nc++, dx += g->in_size)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++) {
+            pool_win w0 = pool_win_of(g, 0, o0);
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                pool_win w1 = pool_win_of(g, 1, o1);
+                for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
+                    pool_win w2 = pool_win_of(g, 2, o2);
                     T grad = *dy++ / FN(avg_divisor)(p, w0, w1, w2);
-                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g.d[0])
-                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g.d[1])
-                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g.d[2])
-                                dx[(i0 * g.in[1] + i1) * g.in[2] + i2] += grad;
+                    for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g->d[0])
+                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1])
+                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g->d[2])
+                                dx[(i0 * g->in[1] + i1) * g->in[2] + i2] += grad;
                 }
             }
         }
 }
 
 /* y, idx (NC) = max of x (NC, S) over S, and where it is (MaxPool's rule). */
-void FN(ai_global_maxpool_forward)(T *y, int64_t *idx, const T *x, int64_t NC, int64_t S)
+static void FN(global_max_range)(int64_t nc0, int64_t nc1, T *y, int64_t *idx, const T *x,
+                                 int64_t S)
 {
-    for (int64_t nc = 0; nc < NC; nc++, x += S) {
+    for (int64_t nc = nc0; nc < nc1; nc++) {
+        const T *xr = x + nc * S;
         T best = -INFINITY;
         int64_t at = 0;
         for (int64_t i = 0; i < S; i++)
-            if (x[i] > best || isnan(x[i])) {
-                best = x[i];
+            if (xr[i] > best || isnan(xr[i])) {
+                best = xr[i];
                 at = i;
             }
         y[nc] = best;
@@ -155,30 +167,92 @@ void FN(ai_global_maxpool_forward)(T *y, int64_t *idx, const T *x, int64_t NC, i
     }
 }
 
-/* dx (NC, S) += dy (NC) at the maxima idx (NC). */
-void FN(ai_global_maxpool_backward)(T *dx, const T *dy, const int64_t *idx, int64_t NC,
-                                    int64_t S)
-{
-    FN(scatter)(dx, dy, idx, NC, 1, S);
-}
-
 /* y (NC) = mean of x (NC, S) over S. */
-void FN(ai_global_avgpool_forward)(T *y, const T *x, int64_t NC, int64_t S)
+static void FN(global_avg_range)(int64_t nc0, int64_t nc1, T *y, const T *x, int64_t S)
 {
-    for (int64_t nc = 0; nc < NC; nc++, x += S) {
+    for (int64_t nc = nc0; nc < nc1; nc++) {
+        const T *xr = x + nc * S;
         T sum = 0;
         for (int64_t i = 0; i < S; i++)
-            sum += x[i];
+            sum += xr[i];
         y[nc] = sum / (T)S;
     }
 }
 
 /* dx (NC, S) += dy (NC) / S. */
+static void FN(global_avg_backward_range)(int64_t nc0, int64_t nc1, T *dx, const T *dy,
+                                          int64_t S)
+{
+    for (int64_t nc = nc0; nc < nc1; nc++)
+        for (int64_t i = 0; i < S; i++)
+            dx[nc * S + i] += dy[nc] / (T)S;
+}
+
+static void FN(pool_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    const pool_geom *g = &j->g;
+    switch (j->kind) {
+    case POOL_MAX: FN(maxpool_range)(g, lo, hi, j->out, j->idx, j->in); break;
+    case POOL_MAX_BWD:
+        FN(scatter)(j->out, j->in, j->idx, lo, hi, g->out_size, g->in_size);
+        break;
+    case POOL_AVG: FN(avgpool_range)(j->p, g, lo, hi, j->out, j->in); break;
+    case POOL_AVG_BWD: FN(avgpool_backward_range)(j->p, g, lo, hi, j->out, j->in); break;
+    case POOL_GLOBAL_MAX: FN(global_max_range)(lo, hi, j->out, j->idx, j->in, g->in_size); break;
+    case POOL_GLOBAL_AVG: FN(global_avg_range)(lo, hi, j->out, j->in, g->in_size); break;
+    default: FN(global_avg_backward_range)(lo, hi, j->out, j->in, g->in_size); break;
+    }
+}
+
+void FN(ai_maxpool_forward)(const ai_pool_params *p, T *y, int64_t *idx, const T *x)
+{
+    pool_run(&(pool_job){POOL_MAX, p, pool_geom_of(p), y, idx, x}, p->N * p->C, FN(pool_range));
+}
+
+/* dx (NC, in) += dy (NC, out) at the maxima idx (NC, out). */
+void FN(ai_maxpool_backward)(const ai_pool_params *p, T *dx, const T *dy,
+                             const int64_t *idx)
+{
+    pool_run(&(pool_job){POOL_MAX_BWD, p, pool_geom_of(p), dx, (int64_t *)idx, dy},
+             p->N * p->C, FN(pool_range));
+}
+
+void FN(ai_avgpool_forward)(const ai_pool_params *p, T *y, const T *x)
+{
+    pool_run(&(pool_job){POOL_AVG, p, pool_geom_of(p), y, NULL, x}, p->N * p->C,
+             FN(pool_range));
+}
+
+void FN(ai_avgpool_backward)(const ai_pool_params *p, T *dx, const T *dy)
+{
+    pool_run(&(pool_job){POOL_AVG_BWD, p, pool_geom_of(p), dx, NULL, dy}, p->N * p->C,
+             FN(pool_range));
+}
+
+void FN(ai_global_maxpool_forward)(T *y, int64_t *idx, const T *x, int64_t NC, int64_t S)
+{
+    pool_run(&(pool_job){POOL_GLOBAL_MAX, NULL, global_geom(S), y, idx, x}, NC, FN(pool_range));
+}
+
+/* dx (NC, S) += dy (NC) at the maxima idx (NC). */
+void FN(ai_global_maxpool_backward)(T *dx, const T *dy, const int64_t *idx, int64_t NC,
+                                    int64_t S)
+{
+    pool_run(&(pool_job){POOL_MAX_BWD, NULL, global_geom(S), dx, (int64_t *)idx, dy}, NC,
+             FN(pool_range));
+}
+
+void FN(ai_global_avgpool_forward)(T *y, const T *x, int64_t NC, int64_t S)
+{
+    pool_run(&(pool_job){POOL_GLOBAL_AVG, NULL, global_geom(S), y, NULL, x}, NC,
+             FN(pool_range));
+}
+
 void FN(ai_global_avgpool_backward)(T *dx, const T *dy, int64_t NC, int64_t S)
 {
-    for (int64_t nc = 0; nc < NC; nc++, dx += S)
-        for (int64_t i = 0; i < S; i++)
-            dx[i] += dy[nc] / (T)S;
+    pool_run(&(pool_job){POOL_GLOBAL_AVG_BWD, NULL, global_geom(S), dx, NULL, dy}, NC,
+             FN(pool_range));
 }
 
 #undef T

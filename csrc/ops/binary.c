@@ -15,6 +15,7 @@
 
 #include "../graph.h"
 #include "../kernels/simd.h"
+#include "../parallel.h"
 
 enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE, SUM };
 
@@ -56,20 +57,35 @@ static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *i
     }
 }
 
-#define BCAST_LOOP(B, ...)                                                           \
+/* BODY for each innermost row, or the part of it, that holds output elements
+ * [LO, HI): `inner` elements from output offset ro, operand offsets ra, rb,
+ * rc (inner strides sa, sb, sc). Ranges of one output split between threads
+ * visit each element once, with the same operands. */
+#define BCAST_LOOP(B, LO, HI, ...)                                                   \
     do {                                                                             \
-        int64_t idx_[AI_MAX_DIMS] = {0}, oa_ = 0, ob_ = 0, oc_ = 0, total_ = 1;      \
-        for (int d_ = 0; d_ < (B)->nd; d_++)                                         \
-            total_ *= (B)->shape[d_];                                                \
-        const int64_t inner = (B)->nd ? (B)->shape[(B)->nd - 1] : 1;                 \
+        int64_t idx_[AI_MAX_DIMS] = {0}, oa_ = 0, ob_ = 0, oc_ = 0;                  \
+        const int64_t full_ = (B)->nd ? (B)->shape[(B)->nd - 1] : 1;                 \
         const int64_t sa = (B)->nd ? (B)->st[0][(B)->nd - 1] : 0;                    \
         const int64_t sb = (B)->nd ? (B)->st[1][(B)->nd - 1] : 0;                    \
         const int64_t sc = (B)->nd ? (B)->st[2][(B)->nd - 1] : 0;                    \
         (void)sc;                                                                    \
-        for (int64_t o_ = 0; o_ < total_ && inner > 0; o_ += inner) {                \
-            const int64_t ro = o_, ra = oa_, rb = ob_, rc = oc_;                     \
+        if (full_ <= 0 || (LO) >= (HI))                                              \
+            break;                                                                   \
+        int64_t row_ = (LO) / full_;                                                 \
+        for (int d_ = (B)->nd - 2; d_ >= 0; d_--) {                                  \
+            idx_[d_] = row_ % (B)->shape[d_];                                        \
+            row_ /= (B)->shape[d_];                                                  \
+            oa_ += idx_[d_] * (B)->st[0][d_];                                        \
+            ob_ += idx_[d_] * (B)->st[1][d_];                                        \
+            oc_ += idx_[d_] * (B)->st[2][d_];                                        \
+        }                                                                            \
+        for (int64_t o_ = (LO) - (LO) % full_; o_ < (HI); o_ += full_) {             \
+            const int64_t j0_ = (LO) > o_ ? (LO) - o_ : 0;                           \
+            const int64_t inner = ((HI) - o_ < full_ ? (HI) - o_ : full_) - j0_;      \
+            const int64_t ro = o_ + j0_, ra = oa_ + j0_ * sa, rb = ob_ + j0_ * sb;   \
+            const int64_t rc = oc_ + j0_ * sc;                                       \
             (void)rc;                                                                \
-            __VA_ARGS__;                                                                   \
+            __VA_ARGS__;                                                             \
             for (int d_ = (B)->nd - 2; d_ >= 0; d_--) {                              \
                 oa_ += (B)->st[0][d_];                                               \
                 ob_ += (B)->st[1][d_];                                               \
@@ -83,6 +99,15 @@ static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *i
             }                                                                        \
         }                                                                            \
     } while (0)
+
+/* Elements of the output. */
+static int64_t bcast_total(const bcast *b)
+{
+    int64_t n = 1;
+    for (int d = 0; d < b->nd; d++)
+        n *= b->shape[d];
+    return n;
+}
 
 /* ---------------------------------------------------------------- forward */
 
@@ -118,9 +143,10 @@ static void bcast_init(bcast *b, const ai_tensor *out, const ai_tensor *const *i
     } while (0)
 
 #define DEFINE_FLOAT_FWD(NAME, T, POWF)                                              \
-    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, T *y, const T *x0, const T *x1)       \
+    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, T *y, const T *x0,   \
+                                      const T *x1, int64_t lo, int64_t hi)           \
     {                                                                                \
-        BCAST_LOOP(b, {                                                              \
+        BCAST_LOOP(b, lo, hi, {                                                      \
             const T *pa = x0 + ra, *pb = x1 + rb;                                    \
             T *po = y + ro;                                                          \
             switch (kind) {                                                          \
@@ -193,7 +219,7 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
 {
     const ai_dtype dt = y->dtype;
     ai_status st = AI_OK;
-    BCAST_LOOP(b, {
+    BCAST_LOOP(b, 0, bcast_total(b), {
         for (int64_t j = 0; j < inner; j++) {
             int64_t u = int_get(x0->data, dt, ra + j * sa);
             int64_t v = int_get(x1->data, dt, rb + j * sb);
@@ -227,7 +253,7 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
     const size_t isz = ai_dtype_size(x0->dtype);
     const char *pa = x0->data, *pb = x1->data;
     const bool flt = ai_dtype_is_float(x0->dtype);
-    BCAST_LOOP(b, {
+    BCAST_LOOP(b, 0, bcast_total(b), {
         for (int64_t j = 0; j < inner; j++) {
             const char *ea = pa + (ra + j * sa) * (int64_t)isz;
             const char *eb = pb + (rb + j * sb) * (int64_t)isz;
@@ -262,7 +288,7 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
     char *o = y->data;
     const char *pa = x0->data, *pb = x1->data;
     /* operands: st[0] = condition, st[1] = x, st[2] = y */
-    BCAST_LOOP(b, {
+    BCAST_LOOP(b, 0, bcast_total(b), {
         for (int64_t j = 0; j < inner; j++) {
             const char *src = pc[ra + j * sa] ? pa + (rb + j * sb) * (int64_t)isz
                                               : pb + (rc + j * sc) * (int64_t)isz;
@@ -270,6 +296,78 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
         }
     });
     return AI_OK;
+}
+
+/* g[i] = dy * d(out)/d(input `which`), in the output's shape. */
+#define DEFINE_GRAD(NAME, T, POWF, LOGF)                                             \
+    static void NAME(const bcast *b, int kind, int which, T *g, const T *dy,         \
+                     const T *x0, const T *x1, const T *y, const uint8_t *cnd,       \
+                     int64_t lo, int64_t hi)                                         \
+    {                                                                                \
+        BCAST_LOOP(b, lo, hi, {                                                      \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                T d = dy[ro + j], r;                                                 \
+                if (kind == WHERE) {                                                 \
+                    bool t = cnd[ra + j * sa] != 0;                                  \
+                    g[ro + j] = (which == 0) == t ? d : (T)0;                         \
+                    continue;                                                        \
+                }                                                                    \
+                T a = x0[ra + j * sa], bb = x1[rb + j * sb];                         \
+                switch (kind) {                                                      \
+                case ADD: r = d; break;                                              \
+                case SUB: r = which ? -d : d; break;                                 \
+                case MUL: r = which ? d * a : d * bb; break;                         \
+                case DIV: r = which ? -d * ((a / bb) / bb) : d / bb; break;          \
+                case POW:                                                            \
+                    if (!which)                                                      \
+                        r = bb == 0 ? (T)0 : d * bb * POWF(a, bb - 1);               \
+                    else                                                             \
+                        r = (a == 0 && bb >= 0) ? (T)0 : d * y[ro + j] * LOGF(a);    \
+                    break;                                                           \
+                case MIN:                                                            \
+                case MAX: {                                                          \
+                    T self = which ? bb : a, other = which ? a : bb;                 \
+                    bool wins = kind == MAX ? self > other : self < other;           \
+                    r = self == other ? d / 2 : (wins || self != self ? d : (T)0);   \
+                    break;                                                           \
+                }                                                                    \
+                default: r = 0;                                                      \
+                }                                                                    \
+                g[ro + j] = r;                                                       \
+            }                                                                        \
+        });                                                                          \
+    }
+
+DEFINE_GRAD(grad_f32, float, powf, logf)
+DEFINE_GRAD(grad_f64, double, pow, log)
+
+/* A float forward (which < 0) or gradient job, split by output element
+ * ranges on the thread pool. */
+typedef struct {
+    const bcast *b;
+    int kind, which;
+    bool f64;
+    void *out;
+    const void *dy, *x0, *x1, *y;
+    const uint8_t *cnd;
+} binary_job;
+
+static void binary_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const binary_job *j = ctx;
+    if (j->which < 0 && j->f64)
+        fwd_f64(j->b, j->kind, j->out, j->x0, j->x1, lo, hi);
+    else if (j->which < 0)
+        fwd_f32(j->b, j->kind, j->out, j->x0, j->x1, lo, hi);
+    else if (j->f64)
+        grad_f64(j->b, j->kind, j->which, j->out, j->dy, j->x0, j->x1, j->y, j->cnd, lo, hi);
+    else
+        grad_f32(j->b, j->kind, j->which, j->out, j->dy, j->x0, j->x1, j->y, j->cnd, lo, hi);
+}
+
+static void binary_run(binary_job *j)
+{
+    ai_parallel_for(bcast_total(j->b), AI_GRAIN_ELEMS, binary_range, j);
 }
 
 /* ---------------------------------------------------------------- shape */
@@ -352,58 +450,15 @@ static ai_status binary_forward(ai_ctx *c)
     bcast_init(&b, c->out[0], (const ai_tensor *const *)c->in, 2);
     if (kind >= EQUAL)
         return compare_fwd(&b, kind, c->out[0], c->in[0], c->in[1]);
-    if (c->out[0]->dtype == AI_F32)
-        fwd_f32(&b, kind, c->out[0]->data, c->in[0]->data, c->in[1]->data);
-    else if (c->out[0]->dtype == AI_F64)
-        fwd_f64(&b, kind, c->out[0]->data, c->in[0]->data, c->in[1]->data);
-    else
+    if (!ai_dtype_is_float(c->out[0]->dtype))
         return fwd_int(c->node, &b, kind, c->out[0], c->in[0], c->in[1]);
+    binary_job j = {.b = &b, .kind = kind, .which = -1, .f64 = c->out[0]->dtype == AI_F64,
+                    .out = c->out[0]->data, .x0 = c->in[0]->data, .x1 = c->in[1]->data};
+    binary_run(&j);
     return AI_OK;
 }
 
 /* ---------------------------------------------------------------- backward */
-
-/* g[i] = dy * d(out)/d(input `which`), in the output's shape. */
-#define DEFINE_GRAD(NAME, T, POWF, LOGF)                                             \
-    static void NAME(const bcast *b, int kind, int which, T *g, const T *dy,         \
-                     const T *x0, const T *x1, const T *y, const uint8_t *cnd)       \
-    {                                                                                \
-        BCAST_LOOP(b, {                                                              \
-            for (int64_t j = 0; j < inner; j++) {                                    \
-                T d = dy[ro + j], r;                                                 \
-                if (kind == WHERE) {                                                 \
-                    bool t = cnd[ra + j * sa] != 0;                                  \
-                    g[ro + j] = (which == 0) == t ? d : (T)0;                         \
-                    continue;                                                        \
-                }                                                                    \
-                T a = x0[ra + j * sa], bb = x1[rb + j * sb];                         \
-                switch (kind) {                                                      \
-                case ADD: r = d; break;                                              \
-                case SUB: r = which ? -d : d; break;                                 \
-                case MUL: r = which ? d * a : d * bb; break;                         \
-                case DIV: r = which ? -d * ((a / bb) / bb) : d / bb; break;          \
-                case POW:                                                            \
-                    if (!which)                                                      \
-                        r = bb == 0 ? (T)0 : d * bb * POWF(a, bb - 1);               \
-                    else                                                             \
-                        r = (a == 0 && bb >= 0) ? (T)0 : d * y[ro + j] * LOGF(a);    \
-                    break;                                                           \
-                case MIN:                                                            \
-                case MAX: {                                                          \
-                    T self = which ? bb : a, other = which ? a : bb;                 \
-                    bool wins = kind == MAX ? self > other : self < other;           \
-                    r = self == other ? d / 2 : (wins || self != self ? d : (T)0);   \
-                    break;                                                           \
-                }                                                                    \
-                default: r = 0;                                                      \
-                }                                                                    \
-                g[ro + j] = r;                                                       \
-            }                                                                        \
-        });                                                                          \
-    }
-
-DEFINE_GRAD(grad_f32, float, powf, logf)
-DEFINE_GRAD(grad_f64, double, pow, log)
 
 static ai_status binary_backward(ai_ctx *c)
 {
@@ -437,10 +492,10 @@ static ai_status binary_backward(ai_ctx *c)
         const void *x0 = kind == WHERE ? NULL : c->in[0]->data;
         const void *x1 = kind == WHERE ? NULL : c->in[1]->data;
         const uint8_t *cnd = kind == WHERE ? c->in[0]->data : NULL;
-        if (din->dtype == AI_F32)
-            grad_f32(&b, kind, which, g.data, c->dout[0]->data, x0, x1, c->out[0]->data, cnd);
-        else
-            grad_f64(&b, kind, which, g.data, c->dout[0]->data, x0, x1, c->out[0]->data, cnd);
+        binary_job j = {.b = &b, .kind = kind, .which = which, .f64 = din->dtype == AI_F64,
+                        .out = g.data, .dy = c->dout[0]->data, .x0 = x0, .x1 = x1,
+                        .y = c->out[0]->data, .cnd = cnd};
+        binary_run(&j);
         if (direct)
             ai_accumulate(din, &g);
         else

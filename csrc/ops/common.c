@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../parallel.h"
 
 ai_status ai_broadcast_shape(const ai_node *n, int na, const int64_t *a, int nb,
                              const int64_t *b, int *nout, int64_t *out)
@@ -87,18 +88,32 @@ void ai_reduce_to(ai_tensor *dst, const ai_tensor *src)
         reduce_to_f64(dst->data, strides, src->data, src->ndim, src->shape);
 }
 
-void ai_accumulate(ai_tensor *dst, const ai_tensor *src)
+typedef struct {
+    bool f64;
+    void *dst;
+    const void *src;
+} accumulate_job;
+
+static void accumulate_range(void *ctx, int64_t lo, int64_t hi)
 {
-    int64_t n = ai_tensor_numel(dst);
-    if (dst->dtype == AI_F32) {
-        float *d = dst->data;
-        const float *s = src->data;
-        for (int64_t i = 0; i < n; i++)
+    const accumulate_job *j = ctx;
+    if (j->f64) {
+        double *d = j->dst;
+        const double *s = j->src;
+        for (int64_t i = lo; i < hi; i++)
             d[i] += s[i];
-    } else if (dst->dtype == AI_F64) {
-        double *d = dst->data;
-        const double *s = src->data;
-        for (int64_t i = 0; i < n; i++)
+    } else {
+        float *d = j->dst;
+        const float *s = j->src;
+        for (int64_t i = lo; i < hi; i++)
             d[i] += s[i];
     }
+}
+
+void ai_accumulate(ai_tensor *dst, const ai_tensor *src)
+{
+    if (dst->dtype != AI_F32 && dst->dtype != AI_F64)
+        return;
+    accumulate_job j = {dst->dtype == AI_F64, dst->data, src->data};
+    ai_parallel_for(ai_tensor_numel(dst), AI_GRAIN_ELEMS, accumulate_range, &j);
 }

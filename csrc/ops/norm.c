@@ -22,6 +22,7 @@
 #include "../graph.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/simd.h"
+#include "../parallel.h"
 
 static ai_status float_input(const ai_ctx *c)
 {
@@ -129,70 +130,73 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     for (int k = 1; k < c->n_out; k++)
         copy_meta(&out[k], c->in[k + 2]);
     *state = sizeof(bn_state) + 2 * (size_t)d.C * sizeof(double);
-    *ws = 2 * (size_t)d.C * sizeof(double);    /* backward sums */
+    *ws = 2 * (size_t)d.C * sizeof(double);    /* forward: variances; backward: sums */
     return AI_OK;
 }
 
+/* Each kernel works on a range of channels [c0, c1) (the statistics, whose
+ * sums run over n in order whatever the range) or of (n, c) planes [p0, p1)
+ * (the elementwise passes), so that the thread pool can split them. */
 #define DEFINE_BN_KERNELS(SUF, T)                                                          \
     /* mean[C], var[C] (biased) of x (N,C,S), accumulated in double */                     \
-    static void bn_stats_##SUF(double *mean, double *var, const T *x, bn_dims d)           \
+    static void bn_stats_##SUF(double *mean, double *var, const T *x, bn_dims d,           \
+                               int64_t c0, int64_t c1)                                     \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
-        for (int64_t ch = 0; ch < d.C; ch++)                                               \
-            mean[ch] = var[ch] = 0;                                                        \
-        for (int64_t n = 0; n < d.N; n++)                                                  \
-            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+        for (int64_t ch = c0; ch < c1; ch++) {                                             \
+            double m = 0, v = 0;                                                           \
+            for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
                 double acc = 0;                                                            \
                 for (int64_t s = 0; s < d.S; s++)                                          \
                     acc += xr[s];                                                          \
-                mean[ch] += acc;                                                           \
+                m += acc;                                                                  \
             }                                                                              \
-        for (int64_t ch = 0; ch < d.C; ch++)                                               \
-            mean[ch] /= cnt;                                                               \
-        for (int64_t n = 0; n < d.N; n++)                                                  \
-            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+            m /= cnt;                                                                      \
+            for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                const double m = mean[ch];                                                 \
                 double acc = 0;                                                            \
                 for (int64_t s = 0; s < d.S; s++)                                          \
                     acc += (xr[s] - m) * (xr[s] - m);                                      \
-                var[ch] += acc;                                                            \
+                v += acc;                                                                  \
             }                                                                              \
-        for (int64_t ch = 0; ch < d.C; ch++)                                               \
-            var[ch] /= cnt;                                                                \
+            mean[ch] = m;                                                                  \
+            var[ch] = v / cnt;                                                             \
+        }                                                                                  \
     }                                                                                      \
     /* y = (x - mean) * invstd * scale + bias */                                           \
     AI_VECTOR_CLONES static void bn_forward_##SUF(T *y, const T *x, const double *mean,    \
                                                   const double *invstd, const T *scale,    \
-                                                  const T *bias, bn_dims d)                \
+                                                  const T *bias, bn_dims d, int64_t p0,    \
+                                                  int64_t p1)                              \
     {                                                                                      \
-        for (int64_t n = 0; n < d.N; n++)                                                  \
-            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
-                const int64_t off = (n * d.C + ch) * d.S;                                  \
-                const double m = mean[ch], a = invstd[ch] * scale[ch], b = bias[ch];       \
-                for (int64_t s = 0; s < d.S; s++)                                          \
-                    y[off + s] = (T)((x[off + s] - m) * a + b);                            \
-            }                                                                              \
+        for (int64_t pl = p0; pl < p1; pl++) {                                             \
+            const int64_t ch = pl % d.C, off = pl * d.S;                                   \
+            const double m = mean[ch], a = invstd[ch] * scale[ch], b = bias[ch];           \
+            for (int64_t s = 0; s < d.S; s++)                                              \
+                y[off + s] = (T)((x[off + s] - m) * a + b);                                \
+        }                                                                                  \
     }                                                                                      \
     /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean) */                                   \
     static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy, const T *x,          \
-                              const double *mean, bn_dims d)                               \
+                              const double *mean, bn_dims d, int64_t c0, int64_t c1)       \
     {                                                                                      \
-        for (int64_t ch = 0; ch < d.C; ch++)                                               \
-            sdy[ch] = sdyx[ch] = 0;                                                        \
-        for (int64_t n = 0; n < d.N; n++)                                                  \
-            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
+        for (int64_t ch = c0; ch < c1; ch++) {                                             \
+            const double m = mean[ch];                                                     \
+            double sa = 0, sb = 0;                                                         \
+            for (int64_t n = 0; n < d.N; n++) {                                            \
                 const int64_t off = (n * d.C + ch) * d.S;                                  \
-                const double m = mean[ch];                                                 \
                 double a = 0, b = 0;                                                       \
                 for (int64_t s = 0; s < d.S; s++) {                                        \
                     a += dy[off + s];                                                      \
                     b += dy[off + s] * (x[off + s] - m);                                   \
                 }                                                                          \
-                sdy[ch] += a;                                                              \
-                sdyx[ch] += b;                                                             \
+                sa += a;                                                                   \
+                sb += b;                                                                   \
             }                                                                              \
+            sdy[ch] = sa;                                                                  \
+            sdyx[ch] = sb;                                                                 \
+        }                                                                                  \
     }                                                                                      \
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
      * statistics, dx += scale * invstd * dy with fixed ones */                            \
@@ -200,22 +204,95 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                                                    const double *mean,                     \
                                                    const double *invstd, const T *scale,   \
                                                    const double *sdy, const double *sdyx,  \
-                                                   bool batch_stats, bn_dims d)            \
+                                                   bool batch_stats, bn_dims d,            \
+                                                   int64_t p0, int64_t p1)                 \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
-        for (int64_t n = 0; n < d.N; n++)                                                  \
-            for (int64_t ch = 0; ch < d.C; ch++) {                                         \
-                const int64_t off = (n * d.C + ch) * d.S;                                  \
-                const double m = mean[ch], is = invstd[ch], w = is * scale[ch];            \
-                const double gm = batch_stats ? sdy[ch] / cnt : 0;                         \
-                const double k = batch_stats ? sdyx[ch] * is * is / cnt : 0;               \
-                for (int64_t s = 0; s < d.S; s++)                                          \
-                    dx[off + s] += (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);     \
-            }                                                                              \
+        for (int64_t pl = p0; pl < p1; pl++) {                                             \
+            const int64_t ch = pl % d.C, off = pl * d.S;                                   \
+            const double m = mean[ch], is = invstd[ch], w = is * scale[ch];                \
+            const double gm = batch_stats ? sdy[ch] / cnt : 0;                             \
+            const double k = batch_stats ? sdyx[ch] * is * is / cnt : 0;                   \
+            for (int64_t s = 0; s < d.S; s++)                                              \
+                dx[off + s] += (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);         \
+        }                                                                                  \
     }
 
 DEFINE_BN_KERNELS(f32, float)
 DEFINE_BN_KERNELS(f64, double)
+
+/* BatchNormalization on the thread pool. Training: one job over channels,
+ * each channel's statistics (or backward sums) and then its N planes; eval:
+ * one job over the (n, c) planes. */
+typedef struct {
+    bool f64, batch_stats;
+    bn_dims d;
+    double eps;
+    const void *x, *dy, *scale, *bias;
+    void *out;                 /* y or dx (NULL: no dx) */
+    double *mean, *invstd;     /* forward: written in training */
+    double *var, *sdy, *sdyx;  /* per channel: the batch variance, backward's sums */
+} bn_job;
+
+static void bn_planes(const bn_job *j, bool backward, int64_t p0, int64_t p1)
+{
+    if (backward && j->f64)
+        bn_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
+                        j->batch_stats, j->d, p0, p1);
+    else if (backward)
+        bn_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
+                        j->batch_stats, j->d, p0, p1);
+    else if (j->f64)
+        bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
+    else
+        bn_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
+}
+
+/* The planes of channels [c0, c1). */
+static void bn_channel_planes(const bn_job *j, bool backward, int64_t c0, int64_t c1)
+{
+    for (int64_t n = 0; n < j->d.N; n++)
+        bn_planes(j, backward, n * j->d.C + c0, n * j->d.C + c1);
+}
+
+static void bn_forward_planes_range(void *ctx, int64_t lo, int64_t hi)
+{
+    bn_planes(ctx, false, lo, hi);
+}
+
+/* Training forward of channels [lo, hi): mean, var, invstd, then y. */
+static void bn_train_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    if (j->f64)
+        bn_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
+    else
+        bn_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
+    for (int64_t ch = lo; ch < hi; ch++)
+        j->invstd[ch] = 1.0 / sqrt(j->var[ch] + j->eps);
+    bn_channel_planes(j, false, lo, hi);
+}
+
+/* Backward of channels [lo, hi): the sums, then dx. */
+static void bn_backward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    if (j->f64)
+        bn_sums_f64(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
+    else
+        bn_sums_f32(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
+    if (j->out)
+        bn_channel_planes(j, true, lo, hi);
+}
+
+/* Over channels (N*S elements each) or planes (S each). */
+static void bn_run(bn_job *j, bool channels, ai_range_fn fn)
+{
+    if (channels)
+        ai_parallel_for(j->d.C, ai_grain_of(j->d.N * j->d.S), fn, j);
+    else
+        ai_parallel_for(j->d.N * j->d.C, ai_grain_of(j->d.S), fn, j);
+}
 
 /* Running statistics are updated in place when they are state of the
  * graph (buffers, or parameters when imported as such). */
@@ -232,41 +309,36 @@ static ai_status bn_forward(ai_ctx *c)
     ai_tensor *rm = c->in[3], *rv = c->in[4];
     const bn_dims d = bn_dims_of(x);
     bn_state *sv = c->state;
-    double *mean = sv->stats, *invstd = mean + d.C;
+    double *mean = sv->stats, *invstd = mean + d.C, *var = c->workspace;
     sv->batch_stats = bn_training(c);
-    if (sv->batch_stats) {
-        const double cnt = (double)(d.N * d.S), mom = p->momentum;
-        const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
-        if (x->dtype == AI_F32)
-            bn_stats_f32(mean, invstd, x->data, d);
-        else
-            bn_stats_f64(mean, invstd, x->data, d);
-        for (int64_t ch = 0; ch < d.C; ch++) {
-            double var = invstd[ch];
-            double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
-            double new_v = mom * get_d(rv, ch) + (1 - mom) * var * cnt / (cnt - 1);
-            invstd[ch] = 1.0 / sqrt(var + p->eps);
-            if (update_m)
-                set_d(rm, ch, new_m);
-            if (update_v)
-                set_d(rv, ch, new_v);
-            if (c->n_out > 1)
-                set_d(c->out[1], ch, new_m);
-            if (c->n_out > 2)
-                set_d(c->out[2], ch, new_v);
-        }
-    } else {
+    bn_job j = {.f64 = x->dtype == AI_F64, .d = d, .eps = p->eps, .x = x->data,
+                .scale = c->in[1]->data, .bias = c->in[2]->data, .out = c->out[0]->data,
+                .mean = mean, .invstd = invstd, .var = var};
+    if (!sv->batch_stats) {
         for (int64_t ch = 0; ch < d.C; ch++) {
             mean[ch] = get_d(rm, ch);
             invstd[ch] = 1.0 / sqrt(get_d(rv, ch) + p->eps);
         }
         for (int k = 1; k < c->n_out; k++)
             memcpy(c->out[k]->data, c->in[k + 2]->data, ai_tensor_nbytes(c->in[k + 2]));
+        bn_run(&j, false, bn_forward_planes_range);
+        return AI_OK;
     }
-    if (x->dtype == AI_F32)
-        bn_forward_f32(c->out[0]->data, x->data, mean, invstd, c->in[1]->data, c->in[2]->data, d);
-    else
-        bn_forward_f64(c->out[0]->data, x->data, mean, invstd, c->in[1]->data, c->in[2]->data, d);
+    bn_run(&j, true, bn_train_forward_range);
+    const double cnt = (double)(d.N * d.S), mom = p->momentum;
+    const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
+    for (int64_t ch = 0; ch < d.C; ch++) {
+        double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
+        double new_v = mom * get_d(rv, ch) + (1 - mom) * var[ch] * cnt / (cnt - 1);
+        if (update_m)
+            set_d(rm, ch, new_m);
+        if (update_v)
+            set_d(rv, ch, new_v);
+        if (c->n_out > 1)
+            set_d(c->out[1], ch, new_m);
+        if (c->n_out > 2)
+            set_d(c->out[2], ch, new_v);
+    }
     return AI_OK;
 }
 
@@ -274,21 +346,14 @@ static ai_status bn_backward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *dy = c->dout[0];
     const bn_dims d = bn_dims_of(x);
-    const bn_state *sv = c->state;
-    const double *mean = sv->stats, *invstd = mean + d.C;
+    bn_state *sv = c->state;
+    double *mean = sv->stats, *invstd = mean + d.C;
     double *sdy = c->workspace, *sdyx = sdy + d.C;
-    if (x->dtype == AI_F32)
-        bn_sums_f32(sdy, sdyx, dy->data, x->data, mean, d);
-    else
-        bn_sums_f64(sdy, sdyx, dy->data, x->data, mean, d);
-    if (c->din[0]) {
-        if (x->dtype == AI_F32)
-            bn_backward_f32(c->din[0]->data, dy->data, x->data, mean, invstd, c->in[1]->data,
-                            sdy, sdyx, sv->batch_stats, d);
-        else
-            bn_backward_f64(c->din[0]->data, dy->data, x->data, mean, invstd, c->in[1]->data,
-                            sdy, sdyx, sv->batch_stats, d);
-    }
+    bn_job j = {.f64 = x->dtype == AI_F64, .batch_stats = sv->batch_stats, .d = d,
+                .x = x->data, .dy = dy->data, .scale = c->in[1]->data,
+                .out = c->din[0] ? c->din[0]->data : NULL, .mean = mean, .invstd = invstd,
+                .sdy = sdy, .sdyx = sdyx};
+    bn_run(&j, true, bn_backward_range);
     for (int64_t ch = 0; ch < d.C; ch++) {
         if (c->din[1])
             set_d(c->din[1], ch, get_d(c->din[1], ch) + sdyx[ch] * invstd[ch]);
@@ -551,50 +616,50 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 #define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
     /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
     static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, double *sum,     \
-                                 sm_dims d)                                                \
+                                 sm_dims d, int64_t i0, int64_t i1)                        \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
             const T *xo = x + o * L * I;                                                   \
             T *yo = y + o * L * I;                                                         \
-            for (int64_t i = 0; i < I; i++) {                                              \
+            for (int64_t i = i0; i < i1; i++) {                                              \
                 mx[i] = -INFINITY;                                                         \
                 sum[i] = 0;                                                                \
             }                                                                              \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = 0; i < I; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                          \
                     const double v = xo[l * I + i];                                        \
                     mx[i] = (v > mx[i] || v != v) && mx[i] == mx[i] ? v : mx[i];           \
                 }                                                                          \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = 0; i < I; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                          \
                     const T e = EXPF(xo[l * I + i] - (T)mx[i]);                            \
                     sum[i] += e;                                                           \
                     if (!log_)                                                             \
                         yo[l * I + i] = e;                                                 \
                 }                                                                          \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = 0; i < I; i++)                                            \
+                for (int64_t i = i0; i < i1; i++)                                            \
                     yo[l * I + i] = log_ ? (T)(xo[l * I + i] - mx[i] - log(sum[i]))        \
                                          : (T)(yo[l * I + i] / sum[i]);                    \
         }                                                                                  \
     }                                                                                      \
     /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy) */          \
     static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, double *sum,  \
-                                  sm_dims d)                                               \
+                                  sm_dims d, int64_t i0, int64_t i1)                       \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
             const T *dyo = dy + o * L * I, *yo = y + o * L * I;                            \
             T *dxo = dx + o * L * I;                                                       \
-            for (int64_t i = 0; i < I; i++)                                                \
+            for (int64_t i = i0; i < i1; i++)                                                \
                 sum[i] = 0;                                                                \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = 0; i < I; i++)                                            \
+                for (int64_t i = i0; i < i1; i++)                                            \
                     sum[i] += log_ ? (double)dyo[l * I + i]                                \
                                    : (double)dyo[l * I + i] * yo[l * I + i];               \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = 0; i < I; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                          \
                     const int64_t k = l * I + i;                                           \
                     dxo[k] += log_ ? (T)(dyo[k] - EXPF(yo[k]) * sum[i])                    \
                                    : (T)(yo[k] * (dyo[k] - sum[i]));                       \
@@ -682,44 +747,64 @@ static bool sm_is_log(const ai_ctx *c)
     return strcmp(c->node->op_type, "LogSoftmax") == 0;
 }
 
-static ai_status sm_forward(ai_ctx *c)
-{
+/* A Softmax pass on the thread pool: over rows when inner == 1, else over
+ * the inner columns, each with its own max and sum in the workspace. */
+typedef struct {
+    bool f64, log_, backward;
     sm_dims d;
-    ai_status st = sm_dims_of(c, &d);
+    const void *x, *dy; /* x: forward's input, or backward's saved output */
+    void *out;          /* y or dx */
+    double *mx, *sum;
+} sm_job;
+
+static void sm_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const sm_job *j = ctx;
+    const int64_t L = j->d.L;
+    const bool rows = j->d.inner == 1;
+    const size_t off = rows ? (size_t)(lo * L) : 0;
+    if (rows && !j->f64 && !j->backward)
+        sm_rows_forward_f32((float *)j->out + off, (const float *)j->x + off, j->log_, hi - lo, L);
+    else if (rows && !j->backward)
+        sm_rows_forward_f64((double *)j->out + off, (const double *)j->x + off, j->log_, hi - lo,
+                            L);
+    else if (rows && !j->f64)
+        sm_rows_backward_f32((float *)j->out + off, (const float *)j->dy + off,
+                             (const float *)j->x + off, j->log_, hi - lo, L);
+    else if (rows)
+        sm_rows_backward_f64((double *)j->out + off, (const double *)j->dy + off,
+                             (const double *)j->x + off, j->log_, hi - lo, L);
+    else if (!j->f64 && !j->backward)
+        sm_forward_f32(j->out, j->x, j->log_, j->mx, j->sum, j->d, lo, hi);
+    else if (!j->backward)
+        sm_forward_f64(j->out, j->x, j->log_, j->mx, j->sum, j->d, lo, hi);
+    else if (!j->f64)
+        sm_backward_f32(j->out, j->dy, j->x, j->log_, j->sum, j->d, lo, hi);
+    else
+        sm_backward_f64(j->out, j->dy, j->x, j->log_, j->sum, j->d, lo, hi);
+}
+
+static ai_status sm_run(ai_ctx *c, bool backward)
+{
+    sm_job j = {.f64 = c->in[0]->dtype == AI_F64, .log_ = sm_is_log(c),
+                .backward = backward};
+    ai_status st = sm_dims_of(c, &j.d);
     if (st)
         return st;
-    double *mx = c->workspace, *sum = mx + d.inner;
-    if (d.inner == 1 && c->in[0]->dtype == AI_F32)
-        sm_rows_forward_f32(c->out[0]->data, c->in[0]->data, sm_is_log(c), d.outer, d.L);
-    else if (d.inner == 1)
-        sm_rows_forward_f64(c->out[0]->data, c->in[0]->data, sm_is_log(c), d.outer, d.L);
-    else if (c->in[0]->dtype == AI_F32)
-        sm_forward_f32(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
-    else
-        sm_forward_f64(c->out[0]->data, c->in[0]->data, sm_is_log(c), mx, sum, d);
+    j.x = backward ? c->out[0]->data : c->in[0]->data;
+    j.dy = backward ? c->dout[0]->data : NULL;
+    j.out = backward ? c->din[0]->data : c->out[0]->data;
+    j.mx = c->workspace;
+    j.sum = backward ? j.mx : j.mx + j.d.inner;
+    const int64_t items = j.d.inner == 1 ? j.d.outer : j.d.inner;
+    const int64_t per_item = j.d.inner == 1 ? j.d.L : j.d.outer * j.d.L;
+    ai_parallel_for(items, ai_grain_of(per_item), sm_range, &j);
     return AI_OK;
 }
 
-static ai_status sm_backward(ai_ctx *c)
-{
-    sm_dims d;
-    ai_status st = sm_dims_of(c, &d);
-    if (st)
-        return st;
-    if (d.inner == 1 && c->in[0]->dtype == AI_F32)
-        sm_rows_backward_f32(c->din[0]->data, c->dout[0]->data, c->out[0]->data,
-                             sm_is_log(c), d.outer, d.L);
-    else if (d.inner == 1)
-        sm_rows_backward_f64(c->din[0]->data, c->dout[0]->data, c->out[0]->data,
-                             sm_is_log(c), d.outer, d.L);
-    else if (c->in[0]->dtype == AI_F32)
-        sm_backward_f32(c->din[0]->data, c->dout[0]->data, c->out[0]->data, sm_is_log(c),
-                        c->workspace, d);
-    else
-        sm_backward_f64(c->din[0]->data, c->dout[0]->data, c->out[0]->data, sm_is_log(c),
-                        c->workspace, d);
-    return AI_OK;
-}
+static ai_status sm_forward(ai_ctx *c) { return sm_run(c, false); }
+
+static ai_status sm_backward(ai_ctx *c) { return sm_run(c, true); }
 
 static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
                                      sm_forward, sm_backward};

@@ -15,6 +15,7 @@
 #include "../graph.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/simd.h"
+#include "../parallel.h"
 
 typedef struct {
     double alpha; /* LeakyRelu slope */
@@ -25,6 +26,22 @@ static const double SQRT1_2 = 0.70710678118654752440;
 static const double SQRT_2_PI = 0.79788456080286535588; /* sqrt(2/pi) */
 static const double INV_SQRT_2PI = 0.39894228040143267794;
 static const double TWO_INV_SQRT_PI = 1.12837916709551257390;
+
+/* The operands of one elementwise job: x, y (forward's input and output),
+ * and in backward dy, dx; split by element ranges on the thread pool. */
+typedef struct {
+    const unary_params *P;
+    bool f64;
+    const void *x, *dy;
+    void *y, *dx;
+} unary_job;
+
+static unary_job unary_job_of(const ai_ctx *c, bool backward)
+{
+    return (unary_job){c->node->params, c->in[0]->dtype == AI_F64, c->in[0]->data,
+                       backward ? c->dout[0]->data : NULL, c->out[0]->data,
+                       backward ? c->din[0]->data : NULL};
+}
 
 static double gelu_tanh_deriv(double x)
 {
@@ -87,43 +104,51 @@ static inline float gelu_tanh_deriv_f(float xf)
             dx[i] += (PASS) ? (float)(dy[i] * (DER32)) : 0.0f;                         \
         }                                                                              \
     }                                                                                  \
+    static void NAME##_fwd_range(void *ctx, int64_t lo, int64_t hi)                    \
+    {                                                                                  \
+        const unary_job *j = ctx;                                                      \
+        const unary_params *P = j->P;                                                  \
+        if (!j->f64) {                                                                 \
+            NAME##_f32_fwd(P, (float *)j->y + lo, (const float *)j->x + lo, hi - lo);  \
+            return;                                                                    \
+        }                                                                              \
+        const double *xp = j->x;                                                       \
+        double *yp = j->y;                                                             \
+        for (int64_t i = lo; i < hi; i++) {                                            \
+            double x = xp[i];                                                          \
+            yp[i] = (FWD);                                                             \
+        }                                                                              \
+    }                                                                                  \
+    static void NAME##_bwd_range(void *ctx, int64_t lo, int64_t hi)                    \
+    {                                                                                  \
+        const unary_job *j = ctx;                                                      \
+        const unary_params *P = j->P;                                                  \
+        if (!j->f64) {                                                                 \
+            NAME##_f32_bwd(P, (float *)j->dx + lo, (const float *)j->x + lo,           \
+                           (const float *)j->y + lo, (const float *)j->dy + lo,        \
+                           hi - lo);                                                   \
+            return;                                                                    \
+        }                                                                              \
+        const double *xp = j->x, *yp = j->y, *dy = j->dy;                              \
+        double *dx = j->dx;                                                            \
+        for (int64_t i = lo; i < hi; i++) {                                            \
+            double x = xp[i], y = yp[i];                                               \
+            (void)x;                                                                   \
+            (void)y;                                                                   \
+            if (PASS)                                                                  \
+                dx[i] += dy[i] * (DER);                                                \
+        }                                                                              \
+    }                                                                                  \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
-        const unary_params *P = c->node->params;                                       \
-        (void)P;                                                                       \
-        int64_t n = ai_tensor_numel(c->in[0]);                                         \
-        if (c->in[0]->dtype == AI_F32) {                                               \
-            NAME##_f32_fwd(P, c->out[0]->data, c->in[0]->data, n);                     \
-        } else {                                                                       \
-            const double *xp = c->in[0]->data;                                         \
-            double *yp = c->out[0]->data;                                              \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i];                                                      \
-                yp[i] = (FWD);                                                         \
-            }                                                                          \
-        }                                                                              \
+        unary_job j = unary_job_of(c, false);                                          \
+        ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, NAME##_fwd_range, &j); \
         return AI_OK;                                                                  \
     }                                                                                  \
     static ai_status NAME##_backward(ai_ctx *c)                                        \
     {                                                                                  \
-        const unary_params *P = c->node->params;                                       \
-        (void)P;                                                                       \
-        int64_t n = ai_tensor_numel(c->in[0]);                                         \
-        if (c->in[0]->dtype == AI_F32) {                                               \
-            NAME##_f32_bwd(P, c->din[0]->data, c->in[0]->data, c->out[0]->data,        \
-                           c->dout[0]->data, n);                                       \
-        } else {                                                                       \
-            const double *xp = c->in[0]->data, *yp = c->out[0]->data;                  \
-            const double *dy = c->dout[0]->data;                                       \
-            double *dx = c->din[0]->data;                                              \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                double x = xp[i], y = yp[i];                                           \
-                (void)x;                                                               \
-                (void)y;                                                               \
-                if (PASS)                                                              \
-                    dx[i] += dy[i] * (DER);                                            \
-            }                                                                          \
-        }                                                                              \
+        unary_job j = unary_job_of(c, true);                                           \
+        ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, NAME##_bwd_range, &j); \
         return AI_OK;                                                                  \
     }
 
@@ -299,6 +324,53 @@ static ai_status clip_bounds(const ai_ctx *c, double *lo, double *hi)
     return AI_OK;
 }
 
+/* Float Clip split by element ranges: y = clip(x), or dx += dy inside the
+ * bounds (inclusive, like torch.clamp). */
+typedef struct {
+    bool f64;
+    double lo, hi;
+    const void *x, *dy;
+    void *out; /* y or dx */
+} clip_job;
+
+static void clip_forward_range(void *ctx, int64_t a, int64_t b)
+{
+    const clip_job *j = ctx;
+    if (j->f64) {
+        const double *x = j->x;
+        double *y = j->out;
+        for (int64_t i = a; i < b; i++) {
+            double v = x[i] < j->lo ? j->lo : x[i];
+            y[i] = v > j->hi ? j->hi : v;
+        }
+    } else {
+        const float *x = j->x;
+        float *y = j->out;
+        const float l = (float)j->lo, h = (float)j->hi;
+        for (int64_t i = a; i < b; i++) {
+            float v = x[i] < l ? l : x[i]; /* NaN passes through, like torch */
+            y[i] = v > h ? h : v;
+        }
+    }
+}
+
+static void clip_backward_range(void *ctx, int64_t a, int64_t b)
+{
+    const clip_job *j = ctx;
+    if (j->f64) {
+        const double *x = j->x, *dy = j->dy;
+        double *dx = j->out;
+        for (int64_t i = a; i < b; i++)
+            dx[i] += (x[i] >= j->lo && x[i] <= j->hi) ? dy[i] : 0.0;
+    } else {
+        const float *x = j->x, *dy = j->dy;
+        float *dx = j->out;
+        const float l = (float)j->lo, h = (float)j->hi;
+        for (int64_t i = a; i < b; i++)
+            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
+    }
+}
+
 static ai_status clip_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     for (int k = 1; k < c->n_in; k++)
@@ -315,21 +387,9 @@ static ai_status clip_forward(ai_ctx *c)
     if (st)
         return st;
     int64_t n = ai_tensor_numel(c->in[0]);
-    if (c->in[0]->dtype == AI_F32) {
-        const float *x = c->in[0]->data;
-        float *y = c->out[0]->data;
-        const float l = (float)lo, h = (float)hi;
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i] < l ? l : x[i]; /* NaN passes through, like torch */
-            y[i] = v > h ? h : v;
-        }
-    } else if (c->in[0]->dtype == AI_F64) {
-        const double *x = c->in[0]->data;
-        double *y = c->out[0]->data;
-        for (int64_t i = 0; i < n; i++) {
-            double v = x[i] < lo ? lo : x[i];
-            y[i] = v > hi ? hi : v;
-        }
+    if (ai_dtype_is_float(c->in[0]->dtype) && c->in[0]->dtype != AI_F16) {
+        clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, NULL, c->out[0]->data};
+        ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
     } else {
         /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
         int64_t ilo = INT64_MIN, ihi = INT64_MAX;
@@ -368,19 +428,9 @@ static ai_status clip_backward(ai_ctx *c)
     ai_status st = clip_bounds(c, &lo, &hi);
     if (st)
         return st;
-    int64_t n = ai_tensor_numel(c->in[0]);
-    if (c->in[0]->dtype == AI_F32) {
-        const float *x = c->in[0]->data, *dy = c->dout[0]->data;
-        float *dx = c->din[0]->data;
-        const float l = (float)lo, h = (float)hi;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
-    } else {
-        const double *x = c->in[0]->data, *dy = c->dout[0]->data;
-        double *dx = c->din[0]->data;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += (x[i] >= lo && x[i] <= hi) ? dy[i] : 0.0;
-    }
+    clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, c->dout[0]->data,
+                  c->din[0]->data};
+    ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, clip_backward_range, &j);
     return AI_OK;
 }
 
