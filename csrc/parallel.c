@@ -13,6 +13,7 @@
 #include "parallel.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -39,11 +40,16 @@ static unsigned start_gen[AI_MAX_THREADS]; /* gen when worker i was created */
 static _Thread_local bool in_range; /* this thread is running a range: nest serially */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static inline void cpu_relax(void)
+/* One poll of a spin-wait (round i): a pause, and every 64th round the CPU
+ * for another thread. On a loaded machine the thread waited for may not be
+ * running at all; without the yield, the spinner holds the core it needs. */
+static inline void cpu_relax(int i)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __asm__ volatile("pause");
 #endif
+    if ((i & 63) == 63)
+        sched_yield();
 }
 
 static void run_range(ai_range_fn fn, void *ctx, int64_t n, int parts, int k)
@@ -65,7 +71,7 @@ static void *worker(void *arg)
     for (;;) {
         for (int i = 0; i < SPIN_ROUNDS && atomic_load_explicit(&pool.gen, memory_order_acquire)
                                                == seen; i++)
-            cpu_relax();
+            cpu_relax(i);
         pthread_mutex_lock(&pool.lock);
         while (atomic_load(&pool.gen) == seen)
             pthread_cond_wait(&pool.wake, &pool.lock);
@@ -150,7 +156,7 @@ void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx)
 
     run_range(fn, ctx, n, parts, 0);
     for (int i = 0; i < SPIN_ROUNDS && atomic_load(&pool.pending) > 0; i++)
-        cpu_relax();
+        cpu_relax(i);
     pthread_mutex_lock(&pool.lock);
     while (atomic_load(&pool.pending) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
