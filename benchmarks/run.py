@@ -16,9 +16,12 @@ engine and ONNX Runtime set to the same count):
 - ``memory`` (not with ``--quick``): the training step's peak resident
   memory growth, engine and torch, each in a fresh subprocess.
 
-Engine and torch calls alternate sample by sample and medians are kept
-(timing.py): the ratios hold on a loaded machine better than the absolute
-times do. Ratios are engine / reference: below 1 the engine is faster.
+On one thread engine and torch calls alternate sample by sample and
+medians are kept (timing.py): the ratios hold on a loaded machine better
+than the absolute times do. On more threads each contender is timed in its
+own block (idle workers of one library spin after its calls and would slow
+the next contender's). Ratios are engine / reference: below 1 the engine is
+faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
                              [--sections ops,kernels,models,overhead,memory] [--batch 16]
@@ -35,19 +38,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
-# With 2+ threads the contenders run turn by turn, and a library whose idle
-# workers keep spinning after its call (torch's OpenMP: ~0.3 ms; ONNX
-# Runtime's pool) takes a core from the next contender's call. Torch's
-# workers sleep when idle (set before torch loads; it has no effect on one
-# thread), ONNX Runtime's too (ort_session); the engine's pool spins ~20 us.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import aidge_interop  # noqa: E402
-from timing import interleaved_medians  # noqa: E402
+from timing import interleaved_medians as _interleaved  # noqa: E402
+
+# With one thread the contenders alternate sample by sample (timing.py). With
+# more, a library's idle workers keep spinning for a while after its call
+# (torch's OpenMP ~0.3 ms, ONNX Runtime's pool, the engine's ~20 us) and take a
+# core from the next contender: then each contender is timed in its own block.
+_THREADS = [1]
+
+
+def interleaved_medians(fns, budget=0.3, **kw):
+    if _THREADS[0] == 1:
+        return _interleaved(fns, budget, **kw)
+    return [_interleaved([fn], budget / len(fns), **kw)[0] for fn in fns]
 
 MODELS = {  # name: (factory module, factory, input shape without the batch)
     "Perceptron": ("perceptron_model", "perceptron", (16,)),
@@ -62,6 +71,7 @@ LR = 0.01
 
 
 def set_threads(n):
+    _THREADS[0] = n
     torch.set_num_threads(n)
     aidge_interop.set_num_threads(n)
 
@@ -149,7 +159,6 @@ def ort_session(proto, threads):
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(proto.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 
