@@ -298,6 +298,7 @@ class AidgeModule(torch.nn.Module):
     def fuse_inference(self, value: bool):
         self._fuse_inference = bool(value)
         self._fused = None if value else False
+        self._snapshot = None
 
     # -- engine calls ------------------------------------------------------
     def _run(self, inputs):
@@ -348,6 +349,7 @@ class AidgeModule(torch.nn.Module):
             self._snapshot = [t.clone() for t in sources]
             fused = self._fused = self._build_fused()
             if fused is False:
+                self._snapshot = None
                 return self._run(inputs)
         self._fused_call[0] = self._calls[0]
         return [from_dlpack(o.__dlpack__()) for o in fused.forward(
