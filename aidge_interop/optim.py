@@ -10,7 +10,7 @@ __all__ = ["SGD"]
 
 # the update writes the parameters' memory in C: tell torch, like its own
 # in-place ops do (autograd's checks, AidgeModule's fused inference graph)
-_increment_version = torch._C._increment_version
+_increment_version = torch.autograd.graph.increment_version  # takes a list too
 
 
 class SGD:

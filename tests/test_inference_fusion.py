@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import aidge_interop
 from aidge_interop import SGD, wrap
 from aidge_interop.examples import EXAMPLES
 from models import anomaly_model, mobilenet_model

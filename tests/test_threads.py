@@ -10,7 +10,6 @@ AI_GRAIN_ELEMS = 32768 elements): bit-identical results, and torch's.
 Timings are not asserted here (benchmarks/run.py and peak.py show them).
 """
 import multiprocessing
-import threading
 
 import numpy as np
 import pytest
