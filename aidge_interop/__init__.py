@@ -39,6 +39,7 @@ from . import tensor_converter
 from .graph import Graph
 from .onnx_import import load_onnx
 from . import recipes
+from .profiling import profile
 
 # torch is imported on first use of these (the pytest plugin stays light)
 _LAZY = {"SGD": ".optim", "wrap": ".wrapping", "AidgeModule": ".wrapping",
@@ -64,7 +65,7 @@ def supported_operators() -> dict[str, dict]:
 
 
 def set_num_threads(n: int) -> None:
-    """Threads used by the engine's GEMM library."""
+    """Threads of the engine's pool (kernels and GEMMs; docs/engine.md)."""
     _C.set_num_threads(int(n))
 
 
@@ -75,5 +76,5 @@ def get_num_threads() -> int:
 __all__ = [
     "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx", "recipes",
     "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
-    "locate", "quantize", "QuantizedModel", "export_c", "__version__",
+    "locate", "quantize", "QuantizedModel", "export_c", "profile", "__version__",
 ]

@@ -341,7 +341,10 @@ class AidgeModule(torch.nn.Module):
             warnings.warn(f"{where}: disabled, the graph could not be fused: {exc}",
                           RuntimeWarning, stacklevel=4)
             return False
-        return graph._g if any(reports[1:]) else False
+        if not any(reports[1:]):
+            return False
+        graph._g.profile = self._graph.profile  # inside aidge_interop.profile()
+        return graph._g
 
     def _run_fused(self, inputs):
         fused, sources = self._fused, list(self._sources.values())

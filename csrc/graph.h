@@ -73,6 +73,9 @@ typedef struct {
     int n_attrs;
     ai_attr *attrs;
     void *params;       /* parsed attributes, owned (free()) */
+    /* time spent in this node's kernels while ai_graph.profile is set */
+    double prof_fwd_s, prof_bwd_s;
+    int64_t prof_fwd_n, prof_bwd_n;
 } ai_node;
 
 typedef struct ai_graph {
@@ -88,6 +91,7 @@ typedef struct ai_graph {
     bool input_grads;    /* compute gradients of the graph inputs */
     bool keep_intermediates; /* plan without buffer reuse */
     bool need_backward;  /* forward keeps what backward needs */
+    bool profile;        /* time every node's forward and backward (ai_node.prof_*) */
     uint64_t seed;       /* Dropout RNG */
     ai_plan *plan;
 } ai_graph;

@@ -1613,6 +1613,33 @@ GRAPH_FLAG(training)
 GRAPH_FLAG(need_backward)
 GRAPH_FLAG(input_grads)
 GRAPH_FLAG(keep_intermediates)
+GRAPH_FLAG(profile)
+
+static PyObject *Graph_profile_counts(GraphObject *self, PyObject *args)
+{
+    int reset = 0;
+    if (!PyArg_ParseTuple(args, "|p", &reset) || graph_enter(self) < 0)
+        return NULL;
+    ai_graph *g = self->g;
+    PyObject *list = PyList_New(g->n_nodes);
+    for (int i = 0; list && i < g->n_nodes; i++) {
+        ai_node *n = &g->nodes[g->finalized && g->order ? g->order[i] : i];
+        PyObject *row = Py_BuildValue("(ssdLdL)", n->name, n->op_type, n->prof_fwd_s,
+                                      (long long)n->prof_fwd_n, n->prof_bwd_s,
+                                      (long long)n->prof_bwd_n);
+        if (!row) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, row);
+    }
+    for (int i = 0; list && reset && i < g->n_nodes; i++) {
+        g->nodes[i].prof_fwd_s = g->nodes[i].prof_bwd_s = 0;
+        g->nodes[i].prof_fwd_n = g->nodes[i].prof_bwd_n = 0;
+    }
+    graph_leave(self);
+    return list;
+}
 
 static PyObject *Graph_get_input_names(GraphObject *self, void *c)
 {
@@ -1657,6 +1684,9 @@ static PyMethodDef Graph_methods[] = {
     {"nodes", (PyCFunction)Graph_nodes, METH_NOARGS, "Every node."},
     {"memory_stats", (PyCFunction)Graph_memory_stats, METH_NOARGS,
      "Bytes of the current memory plan."},
+    {"profile_counts", (PyCFunction)Graph_profile_counts, METH_VARARGS,
+     "profile_counts(reset=False) -> [(name, op_type, fwd_s, fwd_calls, bwd_s, bwd_calls)] "
+     "in execution order; reset zeroes the counters after reading."},
     {"apply_recipe", (PyCFunction)Graph_apply_recipe, METH_VARARGS,
      "apply_recipe(name) -> (done, skipped): rewrites the graph (recipes.c)."},
     {NULL, NULL, 0, NULL},
@@ -1671,6 +1701,8 @@ static PyGetSetDef Graph_getset[] = {
      "backward computes gradients of the graph inputs", NULL},
     {"keep_intermediates", (getter)Graph_get_keep_intermediates,
      (setter)Graph_set_keep_intermediates, "plan without buffer reuse", NULL},
+    {"profile", (getter)Graph_get_profile, (setter)Graph_set_profile,
+     "time every node's forward and backward (profile_counts)", NULL},
     {"input_names", (getter)Graph_get_input_names, NULL, "graph inputs", NULL},
     {"output_names", (getter)Graph_get_output_names, NULL, "graph outputs", NULL},
     {NULL, NULL, NULL, NULL, NULL},

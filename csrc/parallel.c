@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "kernels/gemm.h"
 
@@ -177,4 +178,11 @@ int ai_get_num_threads(void)
 {
     pthread_once(&once, init);
     return pool.threads;
+}
+
+double ai_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

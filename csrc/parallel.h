@@ -51,4 +51,7 @@ static inline int64_t ai_grain_of(int64_t per_item)
     return per_item > 0 ? AI_GRAIN_ELEMS / per_item : AI_GRAIN_ELEMS;
 }
 
+/* A monotonic clock in seconds (the per-node profile). */
+double ai_seconds(void);
+
 #endif

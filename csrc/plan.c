@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "parallel.h"
 #include "plan.h"
 
 #define ALIGN_UP(x) (((x) + (AI_ALIGN - 1)) / AI_ALIGN * AI_ALIGN)
@@ -545,8 +546,13 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
     for (int s = 0; s < p->n_sched; s++) {
         ai_ctx c;
         ctx_bind(&c, g, p, p->sched[s]);
+        double t0 = g->profile ? ai_seconds() : 0;
         if ((st = c.node->op->forward(&c)))
             return st;
+        if (g->profile) {
+            g->nodes[p->sched[s]].prof_fwd_s += ai_seconds() - t0;
+            g->nodes[p->sched[s]].prof_fwd_n++;
+        }
     }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
@@ -658,8 +664,13 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
                 c.din[k] = grad_of(g, p, n->in[k]);
+        double t0 = g->profile ? ai_seconds() : 0;
         if ((st = n->op->backward(&c)))
             return st;
+        if (g->profile) {
+            g->nodes[ni].prof_bwd_s += ai_seconds() - t0;
+            g->nodes[ni].prof_bwd_n++;
+        }
     }
     for (int i = 0; i < n_in; i++) {
         int v = g->inputs[i];

@@ -63,6 +63,18 @@ CONV_CASES = {
     "2d_depthwise_chlast": (2, 8, 8, (9, 7), (3, 3), (2, 1), (1, 2), (1, 0, 2, 1), 8, True),
     "2d_depthwise_wide": (2, 3, 3, (5, 40), (3, 3), (1, 2), (1, 1), (1, 1, 1, 1), 3, True),
     "1d_depthwise_chlast": (2, 16, 16, (10,), (3,), (1,), (1,), (1, 1), 16, True),
+    # depthwise through zero-padded stride-phase planes (forward; input gradient at
+    # stride 1): rows longer than one 16-lane chunk, pads above (k - 1) d, more
+    # planes than slots, a channel multiplier with stride 2, 5x5 stride 2
+    "2d_depthwise_pad_long_rows": (3, 16, 16, (5, 37), (3, 3), (1, 1), (2, 1),
+                                   (2, 1, 0, 3), 16, True),
+    "2d_depthwise_pad_big_pads": (2, 3, 3, (4, 6), (2, 3), (1, 1), (1, 1), (3, 2, 1, 4), 3,
+                                  True),
+    "2d_depthwise_pad_s2_mult": (2, 4, 8, (11, 9), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 4,
+                                 False),
+    "2d_depthwise_pad_5x5_s2": (2, 6, 6, (13, 12), (5, 5), (2, 3), (1, 1), (2, 2, 2, 2), 6,
+                                True),
+    "1d_depthwise_pad_s3_dil": (2, 5, 5, (23,), (4,), (3,), (2,), (3, 1), 5, True),
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
@@ -310,6 +322,21 @@ def test_max_pool_ties_route_to_first_maximum():
     ref = lambda x: F.max_pool2d(x, 3, 1, 1, return_indices=True)
     check_op("MaxPool", {"x": x}, lambda x: (ref(x)[0], _onnx_indices(x, ref(x)[1])),
              attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, n_outputs=2)
+
+
+@pytest.mark.parametrize("k,s", [(2, 2), (3, 1), (3, 2), ((2, 3), (1, 2))], ids=str)
+def test_max_pool_unpadded_ties_nan_inf(k, s):
+    """Windows inside the input (the row-at-a-time kernel): ties go to the
+    first maximum in scan order, NaN wins (the last NaN of a window, like
+    torch), an all -inf window points at its first element."""
+    x = np.random.default_rng(1).integers(0, 3, (2, 3, 9, 11)).astype(np.float64)
+    x[0, 0, 2, 3] = x[0, 0, 2, 4] = x[1, 2, 5, 5] = np.nan
+    x[1, 1, :4, :4] = -np.inf
+    ref = lambda x: F.max_pool2d(x, k, s, return_indices=True)
+    check_op("MaxPool", {"x": x}, lambda x: (ref(x)[0], _onnx_indices(x, ref(x)[1])),
+             grad=False, n_outputs=2,
+             attrs={"kernel_shape": list(np.broadcast_to(k, 2)),
+                    "strides": list(np.broadcast_to(s, 2))})
 
 
 def test_max_pool_nan_propagates():

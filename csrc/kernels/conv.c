@@ -208,6 +208,71 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
 }
 
 /*
+ * Depthwise forward (any stride) and input gradient (stride 1) of 1 or 2
+ * spatial dims through zero-padded planes: a source plane (x, or dy for the
+ * input gradient) is copied once into `s1 * s2` stride-phase planes of R1
+ * rows of R2, phase (a, b) holding padded[i s1 + a][j s2 + b]. Output row o1
+ * then reads tap k's values contiguously from base[k] + o1 R2 on: each
+ * output row is a sum of K contiguous rows, with no bounds in the loops (the
+ * pads are zeros). The forward taps are k d (padded by the conv's pads);
+ * the input gradient is the stride-1 correlation of dy, padded by
+ * P = (K - 1) d - p, with taps p + P - k d, in the same tap order.
+ * Each of at most DW_PAD_SLOTS threads' ranges has its own slot of `size`
+ * elements in the workspace. Narrow planes stay channels-last (rows shorter
+ * than a vector chunk waste most of it).
+ */
+#define DW_PAD_MAX_TAPS 64
+#define DW_PAD_SLOTS 32
+#define DW_PAD_LANES 16 /* outputs per row chunk; rows are read this far past their end */
+typedef struct {
+    int64_t H, W, G1, G2; /* source plane, output plane */
+    int64_t P1, P2, s1, s2, R1, R2;
+    int64_t size;         /* elements of a slot: the phase planes and a tail */
+    int64_t K, base[DW_PAD_MAX_TAPS];
+} dw_pad;
+
+static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, dw_pad *d)
+{
+    if (!conv_depthwise(p) || depthwise_channels_last(p, g) || g->img[0] != 1 ||
+        g->ksize > DW_PAD_MAX_TAPS || p->N == 0 || (dx && (g->s[1] != 1 || g->s[2] != 1)))
+        return false;
+    int64_t u[DW_PAD_MAX_TAPS], v[DW_PAD_MAX_TAPS], umax = 0, vmax = 0;
+    d->K = g->ksize;
+    d->s1 = g->s[1];
+    d->s2 = g->s[2];
+    d->H = dx ? g->grid[1] : g->img[1];
+    d->W = dx ? g->grid[2] : g->img[2];
+    d->G1 = dx ? g->img[1] : g->grid[1];
+    d->G2 = dx ? g->img[2] : g->grid[2];
+    int64_t e1 = (g->k[1] - 1) * g->d[1] - g->p[1], e2 = (g->k[2] - 1) * g->d[2] - g->p[2];
+    d->P1 = !dx ? g->p[1] : e1 > 0 ? e1 : 0;
+    d->P2 = !dx ? g->p[2] : e2 > 0 ? e2 : 0;
+    for (int64_t r = 0; r < d->K; r++) {
+        int64_t k1 = r / g->k[2], k2 = r % g->k[2];
+        u[r] = dx ? g->p[1] + d->P1 - k1 * g->d[1] : k1 * g->d[1];
+        v[r] = dx ? g->p[2] + d->P2 - k2 * g->d[2] : k2 * g->d[2];
+        umax = u[r] > umax ? u[r] : umax;
+        vmax = v[r] > vmax ? v[r] : vmax;
+    }
+    int64_t Q1 = (d->G1 - 1) * d->s1 + umax + 1, Q2 = (d->G2 - 1) * d->s2 + vmax + 1;
+    d->R1 = (Q1 + d->s1 - 1) / d->s1;
+    d->R2 = (Q2 + d->s2 - 1) / d->s2;
+    if (d->R1 > 4 * (d->H + 2) || d->R2 > 4 * (d->W + 2)) /* huge pads: the plain kernel */
+        return false;
+    int64_t ph = d->R1 * d->R2;
+    for (int64_t r = 0; r < d->K; r++)
+        d->base[r] = ((u[r] % d->s1) * d->s2 + v[r] % d->s2) * ph + u[r] / d->s1 * d->R2 +
+                     v[r] / d->s2;
+    d->size = (d->s1 * d->s2 * ph + 2 * DW_PAD_LANES + 15) / 16 * 16;
+    return true;
+}
+
+static int64_t dw_pad_slots(const ai_conv_params *p)
+{
+    return p->N * p->C < DW_PAD_SLOTS ? p->N * p->C : DW_PAD_SLOTS;
+}
+
+/*
  * Stride-1 Conv of 1 or 2 spatial dims as "shifted GEMMs", without im2col.
  * The images are zero-padded into planes of Q1 rows of Q2 (the padded height
  * and width) and a zero tail, `nb` images side by side in one row per
@@ -276,10 +341,15 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     conv_shift sh;
     if (!transposed && conv_shift_of(p, &g, &sh))
         return (size_t)conv_shift_elems(p, &g, &sh) * ai_dtype_size(dtype);
-    if (!transposed && conv_depthwise(p))
-        return !depthwise_channels_last(p, &g) ? 0
-               : (size_t)(p->C * (g.grid_size + g.img_size + g.ksize)) *
-                     ai_dtype_size(dtype);
+    if (!transposed && conv_depthwise(p)) {
+        int64_t elems = !depthwise_channels_last(p, &g) ? 0
+                        : p->C * (g.grid_size + g.img_size + g.ksize);
+        dw_pad d;
+        for (int dx = 0; dx < 2; dx++)
+            if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)
+                elems = dw_pad_slots(p) * d.size;
+        return (size_t)elems * ai_dtype_size(dtype);
+    }
     if (g.pointwise)
         return 0;
     int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */

@@ -355,6 +355,111 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
         FN(transpose)(j->w + c0 * K, K, wt, C, K, nc, true);
 }
 
+/* The phase planes of source plane src (dw_pad in conv.c) into buf. */
+static void FN(dw_pad_fill)(const dw_pad *d, T *buf, const T *src)
+{
+    for (int64_t a = 0; a < d->s1; a++)
+        for (int64_t b = 0; b < d->s2; b++) {
+            T *ph = buf + (a * d->s2 + b) * d->R1 * d->R2;
+            /* columns j with source column j s2 + b - P2 in [0, W) */
+            int64_t jlo = d->P2 - b > 0 ? (d->P2 - b + d->s2 - 1) / d->s2 : 0;
+            int64_t jhi = (d->W + d->P2 - b + d->s2 - 1) / d->s2;
+            jhi = jhi < d->R2 ? jhi : d->R2;
+            jlo = jlo < jhi ? jlo : jhi;
+            for (int64_t i = 0; i < d->R1; i++) {
+                T *row = ph + i * d->R2;
+                const int64_t r = i * d->s1 + a - d->P1;
+                if (r < 0 || r >= d->H) {
+                    memset(row, 0, sizeof(T) * (size_t)d->R2);
+                    continue;
+                }
+                const T *sr = src + r * d->W + b - d->P2;
+                for (int64_t j = 0; j < jlo; j++)
+                    row[j] = 0;
+                if (d->s2 == 1)
+                    memcpy(row + jlo, sr + jlo, sizeof(T) * (size_t)(jhi - jlo));
+                else
+                    for (int64_t j = jlo; j < jhi; j++)
+                        row[j] = sr[j * d->s2];
+                for (int64_t j = jhi; j < d->R2; j++)
+                    row[j] = 0;
+            }
+        }
+    memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0, sizeof(T) * 2 * DW_PAD_LANES);
+}
+
+/* dst (G1, G2) += sum over taps k, in order, of w[k] * the tap's rows of buf:
+ * each element gets its taps one by one, as dw_plane adds them. Chunks of
+ * DW_PAD_LANES outputs in vector registers (a short last chunk through a
+ * local copy). */
+AI_VEC_DECL(FN(vec), T);
+AI_VECTOR_CLONES static void FN(dw_pad_rows)(const dw_pad *d, T *dst, const T *buf,
+                                             const T *w)
+{
+    enum { L = DW_PAD_LANES, VL = AI_VEC_LANES(T), NV = DW_PAD_LANES / AI_VEC_LANES(T) };
+    const int64_t K = d->K, G2 = d->G2, R2 = d->R2;
+    for (int64_t o1 = 0; o1 < d->G1; o1++) {
+        T *dr = dst + o1 * G2;
+        const T *br = buf + o1 * R2;
+        for (int64_t o2 = 0; o2 < G2; o2 += L) {
+            const int64_t n = G2 - o2 < L ? G2 - o2 : L;
+            T tail[L] = {0};
+            T *out = n == L ? dr + o2 : tail;
+            if (n < L)
+                memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
+            FN(vec) acc[NV];
+            for (int v = 0; v < NV; v++)
+                acc[v] = *(const FN(vec) *)(out + v * VL);
+            for (int64_t k = 0; k < K; k++) {
+                const T wk = w[k], *src = br + d->base[k] + o2;
+                for (int v = 0; v < NV; v++)
+                    acc[v] += wk * *(const FN(vec) *)(src + v * VL);
+            }
+            for (int v = 0; v < NV; v++)
+                *(FN(vec) *)(out + v * VL) = acc[v];
+            if (n < L)
+                memcpy(dr + o2, tail, sizeof(T) * (size_t)n);
+        }
+    }
+}
+
+typedef struct {
+    int mode; /* DW_FWD or DW_DX */
+    const ai_conv_params *p;
+    const dw_pad *d;
+    int64_t slots;
+    T *grid, *img, *w, *ws;
+} FN(dw_pad_job);
+
+/* Slots [lo, hi), each with its share of the (n, c) planes and its own
+ * buffer. DW_FWD: pad x plane (n, c), then its Mg output planes. DW_DX:
+ * into dx plane (n, c), the Mg dy planes of its group in order. */
+static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dw_pad_job) *j = ctx;
+    const ai_conv_params *p = j->p;
+    const int64_t C = p->C, M = p->M, Mg = M / C, NC = p->N * C, K = j->d->K;
+    const int64_t IS = j->mode == DW_FWD ? j->d->H * j->d->W : j->d->G1 * j->d->G2;
+    const int64_t OS = j->mode == DW_FWD ? j->d->G1 * j->d->G2 : j->d->H * j->d->W;
+    for (int64_t s = lo; s < hi; s++) {
+        T *buf = j->ws + s * j->d->size;
+        for (int64_t i = s * NC / j->slots; i < (s + 1) * NC / j->slots; i++) {
+            const int64_t n = i / C, c = i % C;
+            if (j->mode == DW_FWD)
+                FN(dw_pad_fill)(j->d, buf, j->img + i * IS);
+            for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
+                T *gm = j->grid + (n * M + m) * OS;
+                if (j->mode == DW_FWD) {
+                    FN(dw_pad_rows)(j->d, gm, buf, j->w + m * K);
+                } else {
+                    FN(dw_pad_fill)(j->d, buf, gm);
+                    FN(dw_pad_rows)(j->d, j->img + i * IS, buf, j->w + m * K);
+                }
+            }
+        }
+    }
+}
+
 /* Depthwise conv (one input channel per group, Mg output channels each).
  * Narrow images with one output per input channel go channels-last through
  * `ws` (DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid =
@@ -366,6 +471,13 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
+    dw_pad d;
+    if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
+        FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws};
+        const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
+        ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_pad_range), &pj);
+        return;
+    }
     if (!depthwise_channels_last(p, &j.g)) {
         if (mode == DW_DW)
             ai_parallel_for(p->M, ai_grain_of(per_channel), FN(dw_planes_range), &j);

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "../parallel.h"
+#include "simd.h"
 
 /* Largest attribute or size accepted: keeps every formula below in int64. */
 #define MAX_ATTR INT64_C(0x7fffffff)

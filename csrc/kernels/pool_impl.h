@@ -26,34 +26,45 @@ static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t nc0, int
 /* y, idx (NC, out) = max of x (NC, in) over each window, and where it is;
  * backward needs idx. */
 /* maxpool_range when every window lies inside the input, undilated (no
- * window clipping): the same scan and tie rule, with the window arithmetic
- * out of the loops. */
-static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y,
-                               int64_t *idx, const T *x)
+ * window clipping): the same scan and tie rule, a row of outputs at a time:
+ * each window offset (j0, j1, j2), in scan order, updates the whole row with
+ * selects (no unpredictable branch per element; the rows vectorise). */
+AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1,
+                                                T *y, int64_t *idx, const T *x)
 {
-    const int64_t in1 = g->in[1], in2 = g->in[2], k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
+    const int64_t in1 = g->in[1], in2 = g->in[2], n2 = g->out[2], s2 = g->s[2];
     x += nc0 * g->in_size;
     y += nc0 * g->out_size;
     idx += nc0 * g->out_size;
     for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
-            for (int64_t o1 = 0; o1 < g->out[1]; o1++)
-                for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
-                    const int64_t base = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2 + o2 * g->s[2];
-                    T best = -INFINITY;
-                    int64_t at = base;
-                    for (int64_t j0 = 0; j0 < k0; j0++)
-                        for (int64_t j1 = 0; j1 < k1; j1++)
-                            for (int64_t j2 = 0; j2 < k2; j2++) {
-                                int64_t i = base + (j0 * in1 + j1) * in2 + j2;
-                                if (x[i] > best || isnan(x[i])) {
-                                    best = x[i];
-                                    at = i;
-                                }
-                            }
-                    *y++ = best;
-                    *idx++ = at;
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2, idx += n2) {
+                const int64_t row = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2;
+                for (int64_t o2 = 0; o2 < n2; o2++) {
+                    y[o2] = -INFINITY;
+                    idx[o2] = row + o2 * s2;
                 }
+                for (int64_t j0 = 0; j0 < g->k[0]; j0++)
+                    for (int64_t j1 = 0; j1 < g->k[1]; j1++)
+                        for (int64_t j2 = 0; j2 < g->k[2]; j2++) {
+                            const int64_t off = row + (j0 * in1 + j1) * in2 + j2;
+                            const T *xr = x + off;
+                            if (s2 == 1)
+                                for (int64_t o2 = 0; o2 < n2; o2++) {
+                                    const T v = xr[o2];
+                                    const bool take = v > y[o2] || isnan(v);
+                                    y[o2] = take ? v : y[o2];
+                                    idx[o2] = take ? off + o2 : idx[o2];
+                                }
+                            else
+                                for (int64_t o2 = 0; o2 < n2; o2++) {
+                                    const T v = xr[o2 * s2];
+                                    const bool take = v > y[o2] || isnan(v);
+                                    y[o2] = take ? v : y[o2];
+                                    idx[o2] = take ? off + o2 * s2 : idx[o2];
+                                }
+                        }
+            }
 }
 
 static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y,

@@ -19,4 +19,17 @@
 #define AI_FMA_CLONES
 #endif
 
+/* AI_VEC_DECL(name, T) declares `name`: 32 bytes of T as one GCC/Clang
+ * vector (arithmetic lane by lane, a scalar operand broadcast), loadable
+ * through a pointer from any T-aligned address; AI_VEC_LANES(T) lanes.
+ * Elsewhere it is T itself, one lane: code written with it stays portable. */
+#if defined(__GNUC__)
+#define AI_VEC_DECL(name, T) \
+    typedef T name __attribute__((vector_size(32), aligned(sizeof(T)), may_alias))
+#define AI_VEC_LANES(T) (32 / (int)sizeof(T))
+#else
+#define AI_VEC_DECL(name, T) typedef T name
+#define AI_VEC_LANES(T) 1
+#endif
+
 #endif

@@ -137,28 +137,38 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 /* Each kernel works on a range of channels [c0, c1) (the statistics, whose
  * sums run over n in order whatever the range) or of (n, c) planes [p0, p1)
  * (the elementwise passes), so that the thread pool can split them. */
+#define SUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
 #define DEFINE_BN_KERNELS(SUF, T)                                                          \
-    /* mean[C], var[C] (biased) of x (N,C,S), accumulated in double */                     \
-    static void bn_stats_##SUF(double *mean, double *var, const T *x, bn_dims d,           \
-                               int64_t c0, int64_t c1)                                     \
+    /* mean[C], var[C] (biased) of x (N,C,S), accumulated in double: 8 partial    \
+     * sums per plane (they vectorise; the error grows 8x slower) */                      \
+    AI_VECTOR_CLONES static void bn_stats_##SUF(double *mean, double *var, const T *x,     \
+                                                bn_dims d, int64_t c0, int64_t c1)         \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
         for (int64_t ch = c0; ch < c1; ch++) {                                             \
             double m = 0, v = 0;                                                           \
             for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double acc = 0;                                                            \
-                for (int64_t s = 0; s < d.S; s++)                                          \
-                    acc += xr[s];                                                          \
-                m += acc;                                                                  \
+                double acc[8] = {0};                                                       \
+                int64_t s = 0;                                                             \
+                for (; s + 8 <= d.S; s += 8)                                               \
+                    for (int l = 0; l < 8; l++)                                            \
+                        acc[l] += xr[s + l];                                               \
+                for (; s < d.S; s++)                                                       \
+                    acc[s % 8] += xr[s];                                                   \
+                m += SUM8(acc);                                                            \
             }                                                                              \
             m /= cnt;                                                                      \
             for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double acc = 0;                                                            \
-                for (int64_t s = 0; s < d.S; s++)                                          \
-                    acc += (xr[s] - m) * (xr[s] - m);                                      \
-                v += acc;                                                                  \
+                double acc[8] = {0};                                                       \
+                int64_t s = 0;                                                             \
+                for (; s + 8 <= d.S; s += 8)                                               \
+                    for (int l = 0; l < 8; l++)                                            \
+                        acc[l] += (xr[s + l] - m) * (xr[s + l] - m);                       \
+                for (; s < d.S; s++)                                                       \
+                    acc[s % 8] += (xr[s] - m) * (xr[s] - m);                               \
+                v += SUM8(acc);                                                            \
             }                                                                              \
             mean[ch] = m;                                                                  \
             var[ch] = v / cnt;                                                             \
@@ -177,22 +187,30 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                 y[off + s] = (T)((x[off + s] - m) * a + b);                                \
         }                                                                                  \
     }                                                                                      \
-    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean) */                                   \
-    static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy, const T *x,          \
-                              const double *mean, bn_dims d, int64_t c0, int64_t c1)       \
+    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean), 8 partial sums per plane */         \
+    AI_VECTOR_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,      \
+                                               const T *x, const double *mean, bn_dims d,  \
+                                               int64_t c0, int64_t c1)                     \
     {                                                                                      \
         for (int64_t ch = c0; ch < c1; ch++) {                                             \
             const double m = mean[ch];                                                     \
             double sa = 0, sb = 0;                                                         \
             for (int64_t n = 0; n < d.N; n++) {                                            \
                 const int64_t off = (n * d.C + ch) * d.S;                                  \
-                double a = 0, b = 0;                                                       \
-                for (int64_t s = 0; s < d.S; s++) {                                        \
-                    a += dy[off + s];                                                      \
-                    b += dy[off + s] * (x[off + s] - m);                                   \
+                const T *dr = dy + off, *xr = x + off;                                     \
+                double a[8] = {0}, b[8] = {0};                                             \
+                int64_t s = 0;                                                             \
+                for (; s + 8 <= d.S; s += 8)                                               \
+                    for (int l = 0; l < 8; l++) {                                          \
+                        a[l] += dr[s + l];                                                 \
+                        b[l] += dr[s + l] * (xr[s + l] - m);                               \
+                    }                                                                      \
+                for (; s < d.S; s++) {                                                     \
+                    a[s % 8] += dr[s];                                                     \
+                    b[s % 8] += dr[s] * (xr[s] - m);                                       \
                 }                                                                          \
-                sa += a;                                                                   \
-                sb += b;                                                                   \
+                sa += SUM8(a);                                                             \
+                sb += SUM8(b);                                                             \
             }                                                                              \
             sdy[ch] = sa;                                                                  \
             sdyx[ch] = sb;                                                                 \
