@@ -66,6 +66,14 @@ CONV_CASES = {
     # depthwise through zero-padded stride-phase planes (forward; input gradient at
     # stride 1): rows longer than one 16-lane chunk, pads above (k - 1) d, more
     # planes than slots, a channel multiplier with stride 2, 5x5 stride 2
+    # float32, stride 1, one group, k > 1: the direct register-tiled kernel (forward, and
+    # the input gradient while pads <= (k - 1) d): few channels, M not a multiple of 4,
+    # grids not a multiple of the 24-position block, dilation, pads above the span
+    "2d_direct_c1_m6_5x5": (3, 1, 6, (12, 11), (5, 5), (1, 1), (1, 1), None, 1, True),
+    "2d_direct_pads_over_span": (2, 3, 5, (7, 6), (2, 3), (1, 1), (1, 1), (2, 1, 1, 3), 1,
+                                 True),
+    "2d_direct_wide_dil": (2, 5, 9, (9, 29), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 1, True),
+    "1d_direct_dil": (2, 4, 7, (30,), (3,), (1,), (3,), (3, 2), 1, False),
     "2d_depthwise_pad_long_rows": (3, 16, 16, (5, 37), (3, 3), (1, 1), (2, 1),
                                    (2, 1, 0, 3), 16, True),
     "2d_depthwise_pad_big_pads": (2, 3, 3, (4, 6), (2, 3), (1, 1), (1, 1), (3, 2, 1, 4), 3,

@@ -335,12 +335,235 @@ static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
     return (2 * p->C + p->M) * sh->span + 2 * g->ksize * p->M * (p->C / p->group);
 }
 
+/*
+ * Direct float32 Conv, stride 1, 1 or 2 spatial dims, one group, a kernel
+ * larger than 1x1 (those are GEMMs):
+ * like the shifted GEMM, image n is zero-padded into C planes of Q1 rows of
+ * Q2 and the output is computed on the grid "G1 rows of Q2" (the last
+ * Q2 - G2 of each row are junk, not stored); tap k of plane c is the view
+ * from off[k] = k1 d1 Q2 + k2 d2 on. A register tile of DC_MR output
+ * channels by DC_NR grid positions (12 vector accumulators) runs over every
+ * (c, k): per step 3 vector loads, 4 broadcasts of weights packed
+ * (M / DC_MR, C, K, DC_MR), 12 FMAs. No operand is thin, whatever C is:
+ * this beats the per-tap GEMMs on the few-channel convs of small models.
+ * Threads split grid blocks. Workspace: the packed weights and one image's
+ * planes.
+ */
+#define DC_MR 4
+#define DC_NR 24
+#define DC_MAX_TAPS 64
+typedef struct {
+    int64_t Q1, Q2, PS, L, K, MT; /* padded plane, grid, taps, channel tiles */
+    int64_t off[DC_MAX_TAPS];
+} dconv;
+
+static bool dconv_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dconv *dc)
+{
+    if (dtype != AI_F32 || p->group != 1 || g->ksize == 1 || g->img[0] != 1 ||
+        g->ksize > DC_MAX_TAPS || p->N == 0 || g->s[1] != 1 || g->s[2] != 1)
+        return false;
+    dc->K = g->ksize;
+    dc->Q1 = g->grid[1] + (g->k[1] - 1) * g->d[1];
+    dc->Q2 = g->grid[2] + (g->k[2] - 1) * g->d[2];
+    if (dc->Q1 > 2 * g->grid[1] + 8 || dc->Q2 > 2 * g->grid[2] + 8) /* mostly padding */
+        return false;
+    dc->L = g->grid[1] * dc->Q2;
+    dc->PS = (dc->Q1 * dc->Q2 + DC_NR + 7) / 8 * 8; /* + what the last block reads past */
+    dc->MT = (p->M + DC_MR - 1) / DC_MR;
+    for (int64_t r = 0; r < dc->K; r++)
+        dc->off[r] = r / g->k[2] * g->d[1] * dc->Q2 + r % g->k[2] * g->d[2];
+    return true;
+}
+
+static int64_t dconv_elems(const ai_conv_params *p, const dconv *dc)
+{
+    return dc->MT * DC_MR * p->C * dc->K + p->C * dc->PS;
+}
+
+/* The Conv whose forward is the input gradient of stride-1 Conv p: dy (M
+ * channels) padded by (k - 1) d - pad on each side, with the weights
+ * transposed and flipped. False when a pad exceeds (k - 1) d. */
+static bool dconv_dx_params(const ai_conv_params *p, ai_conv_params *q)
+{
+    *q = *p;
+    q->C = p->M;
+    q->M = p->C;
+    for (int i = 0; i < p->nsp; i++) {
+        const int64_t span = (p->kernel[i] - 1) * p->dilation[i];
+        if (p->stride[i] != 1 || p->pad_begin[i] > span || p->pad_end[i] > span)
+            return false;
+        q->in[i] = p->out[i];
+        q->out[i] = p->in[i];
+        q->pad_begin[i] = span - p->pad_begin[i];
+        q->pad_end[i] = span - p->pad_end[i];
+    }
+    return true;
+}
+
+static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
+{
+    ai_conv_params q;
+    dconv dc;
+    if (!dconv_dx_params(p, &q))
+        return 0;
+    conv_geom g = conv_geom_of(&q, false);
+    return dconv_of(&q, &g, dtype, &dc) ? dconv_elems(&q, &dc) : 0;
+}
+
+AI_VEC_DECL(dc_vec, float);
+
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    const dconv *dc;
+    const float *x, *b, *wp;
+    float *planes, *y;
+    bool add; /* y += instead of y = */
+} dconv_job;
+
+/* Planes [lo, hi) of image x into the padded planes. */
+static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_job *j = ctx;
+    const conv_geom *g = j->g;
+    const dconv *dc = j->dc;
+    for (int64_t c = lo; c < hi; c++) {
+        float *pl = j->planes + c * dc->PS;
+        const float *xc = j->x + c * g->img_size;
+        memset(pl, 0, sizeof(float) * (size_t)dc->PS);
+        for (int64_t i = 0; i < g->img[1]; i++) {
+            const int64_t r = i + g->p[1];
+            if (r < dc->Q1) {
+                int64_t c0 = g->p[2], n = g->img[2];
+                n = c0 + n > dc->Q2 ? dc->Q2 - c0 : n;
+                if (n > 0)
+                    memcpy(pl + r * dc->Q2 + c0, xc + i * g->img[2], sizeof(float) * (size_t)n);
+            }
+        }
+    }
+}
+
+AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_job *j = ctx;
+    const dconv *dc = j->dc;
+    const int64_t C = j->p->C, M = j->p->M, K = dc->K, PS = dc->PS, Q2 = dc->Q2;
+    const int64_t G2 = j->g->grid[2], OS = j->g->grid_size;
+    enum { VL = 8, NV = DC_NR / 8 };
+    for (int64_t blk = lo; blk < hi; blk++) {
+        const int64_t j0 = blk * DC_NR;
+        for (int64_t mt = 0; mt < dc->MT; mt++) {
+            dc_vec acc[DC_MR][NV];
+            for (int r = 0; r < DC_MR; r++) {
+                const float bias = j->b && mt * DC_MR + r < M ? j->b[mt * DC_MR + r] : 0.0f;
+                for (int v = 0; v < NV; v++)
+                    acc[r][v] = (dc_vec){0} + bias;
+            }
+            const float *wp = j->wp + mt * C * K * DC_MR;
+            for (int64_t c = 0; c < C; c++) {
+                const float *xc = j->planes + c * PS + j0;
+                for (int64_t k = 0; k < K; k++, wp += DC_MR) {
+                    const float *xs = xc + dc->off[k];
+                    dc_vec xv[NV];
+                    for (int v = 0; v < NV; v++)
+                        xv[v] = *(const dc_vec *)(xs + v * VL);
+                    for (int r = 0; r < DC_MR; r++)
+                        for (int v = 0; v < NV; v++)
+                            acc[r][v] += wp[r] * xv[v];
+                }
+            }
+            /* the valid grid positions of the block into y */
+            float tile[DC_MR][DC_NR];
+            memcpy(tile, acc, sizeof tile);
+            const int64_t jn = dc->L - j0 < DC_NR ? dc->L - j0 : DC_NR;
+            for (int64_t t = 0, o1 = j0 / Q2, o2 = j0 % Q2; t < jn; o1++, o2 = 0) {
+                /* the block's part of grid row o1: positions [t, t + seg) */
+                const int64_t seg = Q2 - o2 < jn - t ? Q2 - o2 : jn - t;
+                const int64_t n = G2 - o2 < seg ? G2 - o2 : seg;
+                for (int r = 0; n > 0 && r < DC_MR && mt * DC_MR + r < M; r++) {
+                    float *dst = j->y + (mt * DC_MR + r) * OS + o1 * G2 + o2;
+                    if (j->add)
+                        for (int64_t i = 0; i < n; i++)
+                            dst[i] += tile[r][t + i];
+                    else
+                        memcpy(dst, &tile[r][t], sizeof(float) * (size_t)n);
+                }
+                t += seg;
+            }
+        }
+    }
+}
+
+/* y = conv(x, w) + b (y += conv(x, w) with `add`) by the direct kernel, the
+ * weights packed from w (M, C, K), or from wt (C, M, K) transposed and
+ * flipped when `flip`; false when it does not apply. */
+static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const float *w,
+                      bool flip, const float *b, bool add, float *ws)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dconv dc;
+    if (!dconv_of(p, &g, AI_F32, &dc))
+        return false;
+    const int64_t C = p->C, M = p->M, K = dc.K;
+    float *wp = ws, *planes = ws + dc.MT * DC_MR * C * K;
+    for (int64_t mt = 0; mt < dc.MT; mt++) /* (M/MR, C, K, MR), zero rows past M */
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = 0; k < K; k++)
+                for (int r = 0; r < DC_MR; r++) {
+                    const int64_t m = mt * DC_MR + r;
+                    wp[((mt * C + c) * K + k) * DC_MR + r] =
+                        m >= M ? 0 : flip ? w[(c * M + m) * K + K - 1 - k] : w[(m * C + c) * K + k];
+                }
+    const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
+    for (int64_t n = 0; n < p->N; n++) {
+        dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
+                       y + n * M * g.grid_size, add};
+        ai_parallel_for(C, ai_grain_of(dc.PS), dconv_pad_range, &j);
+        ai_parallel_for(blocks, ai_grain_of(DC_NR * M * C * K / 8), dconv_block_range, &j);
+    }
+    return true;
+}
+
+static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
+                              const float *w, const float *b, float *ws)
+{
+    return dconv_run(p, y, x, w, false, b, false, ws);
+}
+
+/* dx += the input gradient of stride-1 Conv p by the direct kernel. */
+static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
+                         float *ws)
+{
+    ai_conv_params q;
+    return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, true, ws);
+}
+
+static bool dconv_forward_f64(const ai_conv_params *p, double *y, const double *x,
+                              const double *w, const double *b, double *ws)
+{
+    (void)p, (void)y, (void)x, (void)w, (void)b, (void)ws;
+    return false;
+}
+
+static bool dconv_dx_f64(const ai_conv_params *p, double *dx, const double *dy,
+                         const double *w, double *ws)
+{
+    (void)p, (void)dx, (void)dy, (void)w, (void)ws;
+    return false;
+}
+
 static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool transposed)
 {
     conv_geom g = conv_geom_of(p, transposed);
     conv_shift sh;
-    if (!transposed && conv_shift_of(p, &g, &sh))
-        return (size_t)conv_shift_elems(p, &g, &sh) * ai_dtype_size(dtype);
+    dconv dc; /* forward only: backward keeps the paths below */
+    int64_t direct = !transposed && dconv_of(p, &g, dtype, &dc) ? dconv_elems(p, &dc) : 0;
+    int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
+    direct = direct_dx > direct ? direct_dx : direct;
+    if (!transposed && conv_shift_of(p, &g, &sh)) {
+        int64_t e = conv_shift_elems(p, &g, &sh);
+        return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
+    }
     if (!transposed && conv_depthwise(p)) {
         int64_t elems = !depthwise_channels_last(p, &g) ? 0
                         : p->C * (g.grid_size + g.img_size + g.ksize);
@@ -353,7 +576,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     if (g.pointwise)
         return 0;
     int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */
-    return (size_t)(channels * g.ksize * g.grid_size) * ai_dtype_size(dtype);
+    int64_t cols = channels * g.ksize * g.grid_size;
+    return (size_t)(cols > direct ? cols : direct) * ai_dtype_size(dtype);
 }
 
 size_t ai_conv_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)

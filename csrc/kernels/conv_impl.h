@@ -687,6 +687,8 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
     conv_shift sh;
+    if (FN(dconv_forward)(p, y, x, w, b, workspace))
+        return;
     if (conv_shift_of(p, &g, &sh)) {
         FN(shift_forward)(p, &g, &sh, y, x, w, b, workspace);
         return;
@@ -713,6 +715,8 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
     conv_shift sh;
+    if (dx && FN(dconv_dx)(p, dx, dy, w, workspace))
+        dx = NULL; /* done: the paths below compute dw and db alone */
     if (conv_shift_of(p, &g, &sh)) {
         if (dx || dw)
             FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace);

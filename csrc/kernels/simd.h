@@ -14,9 +14,14 @@
 /* for loops written with explicit fma()/fmaf() calls (exact in every clone):
  * the FMA unit (with AVX) instead of a libm call per element */
 #define AI_FMA_CLONES __attribute__((target_clones("fma", "default")))
+/* for register-tiled products whose rounding may change (like a GEMM's):
+ * x86-64-v3 (AVX2 + FMA) with a * b + c contracted into FMAs, or baseline */
+#define AI_GEMM_CLONES \
+    __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract=fast")))
 #else
 #define AI_VECTOR_CLONES
 #define AI_FMA_CLONES
+#define AI_GEMM_CLONES
 #endif
 
 /* AI_VEC_DECL(name, T) declares `name`: 32 bytes of T as one GCC/Clang
