@@ -74,6 +74,11 @@ CONV_CASES = {
                                  True),
     "2d_direct_wide_dil": (2, 5, 9, (9, 29), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 1, True),
     "1d_direct_dil": (2, 4, 7, (30,), (3,), (1,), (3,), (3, 2), 1, False),
+    # strided: the same kernel on stride-phase planes (forward only)
+    "2d_direct_s2_3x3": (2, 3, 5, (11, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_direct_10x4_s2": (2, 1, 6, (20, 9), (10, 4), (2, 2), (1, 1), (4, 1, 5, 2), 1, True),
+    "2d_direct_s23_dil": (1, 4, 9, (13, 17), (3, 2), (2, 3), (2, 3), (0, 2, 1, 0), 1, False),
+    "1d_direct_s3": (3, 2, 4, (26,), (5,), (3,), (1,), (2, 2), 1, True),
     "2d_depthwise_pad_long_rows": (3, 16, 16, (5, 37), (3, 3), (1, 1), (2, 1),
                                    (2, 1, 0, 3), 16, True),
     "2d_depthwise_pad_big_pads": (2, 3, 3, (4, 6), (2, 3), (1, 1), (1, 1), (3, 2, 1, 4), 3,

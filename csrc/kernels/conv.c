@@ -229,12 +229,14 @@ typedef struct {
     int64_t P1, P2, s1, s2, R1, R2;
     int64_t size;         /* elements of a slot: the phase planes and a tail */
     int64_t K, base[DW_PAD_MAX_TAPS];
-} dw_pad;
+} phase_planes;
 
-static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, dw_pad *d)
+/* The phase planes of Conv geometry g's source planes (x; dy with `dx`, for
+ * stride 1), taps and sizes; false for 3 spatial dims, too many taps, or
+ * pads much larger than the image. */
+static bool phase_planes_of(const conv_geom *g, bool dx, phase_planes *d)
 {
-    if (!conv_depthwise(p) || depthwise_channels_last(p, g) || g->img[0] != 1 ||
-        g->ksize > DW_PAD_MAX_TAPS || p->N == 0 || (dx && (g->s[1] != 1 || g->s[2] != 1)))
+    if (g->img[0] != 1 || g->ksize > DW_PAD_MAX_TAPS || (dx && (g->s[1] != 1 || g->s[2] != 1)))
         return false;
     int64_t u[DW_PAD_MAX_TAPS], v[DW_PAD_MAX_TAPS], umax = 0, vmax = 0;
     d->K = g->ksize;
@@ -263,8 +265,14 @@ static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, dw_p
     for (int64_t r = 0; r < d->K; r++)
         d->base[r] = ((u[r] % d->s1) * d->s2 + v[r] % d->s2) * ph + u[r] / d->s1 * d->R2 +
                      v[r] / d->s2;
-    d->size = (d->s1 * d->s2 * ph + 2 * DW_PAD_LANES + 15) / 16 * 16;
+    d->size = (d->s1 * d->s2 * ph + d->R2 + 2 * DW_PAD_LANES + 15) / 16 * 16;
     return true;
+}
+
+static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, phase_planes *d)
+{
+    return conv_depthwise(p) && !depthwise_channels_last(p, g) && p->N > 0 &&
+           phase_planes_of(g, dx, d);
 }
 
 static int64_t dw_pad_slots(const ai_conv_params *p)
@@ -336,48 +344,39 @@ static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
 }
 
 /*
- * Direct float32 Conv, stride 1, 1 or 2 spatial dims, one group, a kernel
- * larger than 1x1 (those are GEMMs):
- * like the shifted GEMM, image n is zero-padded into C planes of Q1 rows of
- * Q2 and the output is computed on the grid "G1 rows of Q2" (the last
- * Q2 - G2 of each row are junk, not stored); tap k of plane c is the view
- * from off[k] = k1 d1 Q2 + k2 d2 on. A register tile of DC_MR output
- * channels by DC_NR grid positions (12 vector accumulators) runs over every
- * (c, k): per step 3 vector loads, 4 broadcasts of weights packed
- * (M / DC_MR, C, K, DC_MR), 12 FMAs. No operand is thin, whatever C is:
- * this beats the per-tap GEMMs on the few-channel convs of small models.
- * Threads split grid blocks. Workspace: the packed weights and one image's
- * planes.
+ * Direct float32 Conv of 1 or 2 spatial dims, one group, a kernel larger
+ * than 1x1 (those are GEMMs), any stride: image n's C planes are copied into
+ * zero-padded stride-phase planes (phase_planes above: tap k of an output
+ * row is a contiguous run from base[k] on), and the output is computed on
+ * the grid "G1 rows of R2" (the last R2 - G2 of each row are junk, not
+ * stored). A register tile of DC_MR output channels by DC_NR grid positions
+ * (12 vector accumulators) runs over every (c, k): per step 3 vector loads,
+ * 4 broadcasts of weights packed (M / DC_MR, C, K, DC_MR), 12 FMAs. No
+ * operand is thin, whatever C is: this beats im2col and the per-tap GEMMs
+ * on the few-channel convs of small models. Threads split grid blocks.
+ * Workspace: the packed weights and one image's planes. The input gradient
+ * of a stride-1 conv is the same kernel on dy (dconv_dx_params).
  */
 #define DC_MR 4
-#define DC_NR 24
-#define DC_MAX_TAPS 64
+#define DC_NR 24 /* <= 2 * DW_PAD_LANES: what a block reads past a plane's end */
 typedef struct {
-    int64_t Q1, Q2, PS, L, K, MT; /* padded plane, grid, taps, channel tiles */
-    int64_t off[DC_MAX_TAPS];
+    phase_planes ph;
+    int64_t L, MT; /* grid positions, channel tiles */
 } dconv;
 
 static bool dconv_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dconv *dc)
 {
-    if (dtype != AI_F32 || p->group != 1 || g->ksize == 1 || g->img[0] != 1 ||
-        g->ksize > DC_MAX_TAPS || p->N == 0 || g->s[1] != 1 || g->s[2] != 1)
+    if (dtype != AI_F32 || p->group != 1 || g->ksize == 1 || p->N == 0 ||
+        !phase_planes_of(g, false, &dc->ph))
         return false;
-    dc->K = g->ksize;
-    dc->Q1 = g->grid[1] + (g->k[1] - 1) * g->d[1];
-    dc->Q2 = g->grid[2] + (g->k[2] - 1) * g->d[2];
-    if (dc->Q1 > 2 * g->grid[1] + 8 || dc->Q2 > 2 * g->grid[2] + 8) /* mostly padding */
-        return false;
-    dc->L = g->grid[1] * dc->Q2;
-    dc->PS = (dc->Q1 * dc->Q2 + DC_NR + 7) / 8 * 8; /* + what the last block reads past */
+    dc->L = dc->ph.G1 * dc->ph.R2;
     dc->MT = (p->M + DC_MR - 1) / DC_MR;
-    for (int64_t r = 0; r < dc->K; r++)
-        dc->off[r] = r / g->k[2] * g->d[1] * dc->Q2 + r % g->k[2] * g->d[2];
     return true;
 }
 
 static int64_t dconv_elems(const ai_conv_params *p, const dconv *dc)
 {
-    return dc->MT * DC_MR * p->C * dc->K + p->C * dc->PS;
+    return dc->MT * DC_MR * p->C * dc->ph.K + p->C * dc->ph.size;
 }
 
 /* The Conv whose forward is the input gradient of stride-1 Conv p: dy (M
@@ -410,133 +409,11 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
     return dconv_of(&q, &g, dtype, &dc) ? dconv_elems(&q, &dc) : 0;
 }
 
-AI_VEC_DECL(dc_vec, float);
-
-typedef struct {
-    const ai_conv_params *p;
-    const conv_geom *g;
-    const dconv *dc;
-    const float *x, *b, *wp;
-    float *planes, *y;
-    bool add; /* y += instead of y = */
-} dconv_job;
-
-/* Planes [lo, hi) of image x into the padded planes. */
-static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
-{
-    const dconv_job *j = ctx;
-    const conv_geom *g = j->g;
-    const dconv *dc = j->dc;
-    for (int64_t c = lo; c < hi; c++) {
-        float *pl = j->planes + c * dc->PS;
-        const float *xc = j->x + c * g->img_size;
-        memset(pl, 0, sizeof(float) * (size_t)dc->PS);
-        for (int64_t i = 0; i < g->img[1]; i++) {
-            const int64_t r = i + g->p[1];
-            if (r < dc->Q1) {
-                int64_t c0 = g->p[2], n = g->img[2];
-                n = c0 + n > dc->Q2 ? dc->Q2 - c0 : n;
-                if (n > 0)
-                    memcpy(pl + r * dc->Q2 + c0, xc + i * g->img[2], sizeof(float) * (size_t)n);
-            }
-        }
-    }
-}
-
-AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
-{
-    const dconv_job *j = ctx;
-    const dconv *dc = j->dc;
-    const int64_t C = j->p->C, M = j->p->M, K = dc->K, PS = dc->PS, Q2 = dc->Q2;
-    const int64_t G2 = j->g->grid[2], OS = j->g->grid_size;
-    enum { VL = 8, NV = DC_NR / 8 };
-    for (int64_t blk = lo; blk < hi; blk++) {
-        const int64_t j0 = blk * DC_NR;
-        for (int64_t mt = 0; mt < dc->MT; mt++) {
-            dc_vec acc[DC_MR][NV];
-            for (int r = 0; r < DC_MR; r++) {
-                const float bias = j->b && mt * DC_MR + r < M ? j->b[mt * DC_MR + r] : 0.0f;
-                for (int v = 0; v < NV; v++)
-                    acc[r][v] = (dc_vec){0} + bias;
-            }
-            const float *wp = j->wp + mt * C * K * DC_MR;
-            for (int64_t c = 0; c < C; c++) {
-                const float *xc = j->planes + c * PS + j0;
-                for (int64_t k = 0; k < K; k++, wp += DC_MR) {
-                    const float *xs = xc + dc->off[k];
-                    dc_vec xv[NV];
-                    for (int v = 0; v < NV; v++)
-                        xv[v] = *(const dc_vec *)(xs + v * VL);
-                    for (int r = 0; r < DC_MR; r++)
-                        for (int v = 0; v < NV; v++)
-                            acc[r][v] += wp[r] * xv[v];
-                }
-            }
-            /* the valid grid positions of the block into y */
-            float tile[DC_MR][DC_NR];
-            memcpy(tile, acc, sizeof tile);
-            const int64_t jn = dc->L - j0 < DC_NR ? dc->L - j0 : DC_NR;
-            for (int64_t t = 0, o1 = j0 / Q2, o2 = j0 % Q2; t < jn; o1++, o2 = 0) {
-                /* the block's part of grid row o1: positions [t, t + seg) */
-                const int64_t seg = Q2 - o2 < jn - t ? Q2 - o2 : jn - t;
-                const int64_t n = G2 - o2 < seg ? G2 - o2 : seg;
-                for (int r = 0; n > 0 && r < DC_MR && mt * DC_MR + r < M; r++) {
-                    float *dst = j->y + (mt * DC_MR + r) * OS + o1 * G2 + o2;
-                    if (j->add)
-                        for (int64_t i = 0; i < n; i++)
-                            dst[i] += tile[r][t + i];
-                    else
-                        memcpy(dst, &tile[r][t], sizeof(float) * (size_t)n);
-                }
-                t += seg;
-            }
-        }
-    }
-}
-
-/* y = conv(x, w) + b (y += conv(x, w) with `add`) by the direct kernel, the
- * weights packed from w (M, C, K), or from wt (C, M, K) transposed and
- * flipped when `flip`; false when it does not apply. */
-static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const float *w,
-                      bool flip, const float *b, bool add, float *ws)
-{
-    conv_geom g = conv_geom_of(p, false);
-    dconv dc;
-    if (!dconv_of(p, &g, AI_F32, &dc))
-        return false;
-    const int64_t C = p->C, M = p->M, K = dc.K;
-    float *wp = ws, *planes = ws + dc.MT * DC_MR * C * K;
-    for (int64_t mt = 0; mt < dc.MT; mt++) /* (M/MR, C, K, MR), zero rows past M */
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t k = 0; k < K; k++)
-                for (int r = 0; r < DC_MR; r++) {
-                    const int64_t m = mt * DC_MR + r;
-                    wp[((mt * C + c) * K + k) * DC_MR + r] =
-                        m >= M ? 0 : flip ? w[(c * M + m) * K + K - 1 - k] : w[(m * C + c) * K + k];
-                }
-    const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
-    for (int64_t n = 0; n < p->N; n++) {
-        dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
-                       y + n * M * g.grid_size, add};
-        ai_parallel_for(C, ai_grain_of(dc.PS), dconv_pad_range, &j);
-        ai_parallel_for(blocks, ai_grain_of(DC_NR * M * C * K / 8), dconv_block_range, &j);
-    }
-    return true;
-}
-
+/* defined after conv_impl.h, whose kernels call them (the f64 ones decline) */
 static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
-                              const float *w, const float *b, float *ws)
-{
-    return dconv_run(p, y, x, w, false, b, false, ws);
-}
-
-/* dx += the input gradient of stride-1 Conv p by the direct kernel. */
+                              const float *w, const float *b, float *ws);
 static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
-                         float *ws)
-{
-    ai_conv_params q;
-    return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, true, ws);
-}
+                         float *ws);
 
 static bool dconv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                               const double *w, const double *b, double *ws)
@@ -567,7 +444,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     if (!transposed && conv_depthwise(p)) {
         int64_t elems = !depthwise_channels_last(p, &g) ? 0
                         : p->C * (g.grid_size + g.img_size + g.ksize);
-        dw_pad d;
+        phase_planes d;
         for (int dx = 0; dx < 2; dx++)
             if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)
                 elems = dw_pad_slots(p) * d.size;
@@ -603,3 +480,118 @@ size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)
 #define SFX _f64
 #define GEMM ai_gemm_f64
 #include "conv_impl.h"
+
+/* ---------------------------------------------------------------- direct conv */
+
+AI_VEC_DECL(dc_vec, float);
+
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    const dconv *dc;
+    const float *x, *b, *wp;
+    float *planes, *y;
+    bool add; /* y += instead of y = */
+} dconv_job;
+
+/* Channels [lo, hi) of image x into their phase planes. */
+static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_job *j = ctx;
+    for (int64_t c = lo; c < hi; c++)
+        dw_pad_fill_f32(&j->dc->ph, j->planes + c * j->dc->ph.size, j->x + c * j->g->img_size);
+}
+
+AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_job *j = ctx;
+    const dconv *dc = j->dc;
+    const int64_t C = j->p->C, M = j->p->M, K = dc->ph.K, PS = dc->ph.size, R2 = dc->ph.R2;
+    const int64_t G2 = dc->ph.G2, OS = j->g->grid_size;
+    enum { VL = 8, NV = DC_NR / 8 };
+    for (int64_t blk = lo; blk < hi; blk++) {
+        const int64_t j0 = blk * DC_NR;
+        for (int64_t mt = 0; mt < dc->MT; mt++) {
+            dc_vec acc[DC_MR][NV];
+            for (int r = 0; r < DC_MR; r++) {
+                const float bias = j->b && mt * DC_MR + r < M ? j->b[mt * DC_MR + r] : 0.0f;
+                for (int v = 0; v < NV; v++)
+                    acc[r][v] = (dc_vec){0} + bias;
+            }
+            const float *wp = j->wp + mt * C * K * DC_MR;
+            for (int64_t c = 0; c < C; c++) {
+                const float *xc = j->planes + c * PS + j0;
+                for (int64_t k = 0; k < K; k++, wp += DC_MR) {
+                    const float *xs = xc + dc->ph.base[k];
+                    dc_vec xv[NV];
+                    for (int v = 0; v < NV; v++)
+                        xv[v] = *(const dc_vec *)(xs + v * VL);
+                    for (int r = 0; r < DC_MR; r++)
+                        for (int v = 0; v < NV; v++)
+                            acc[r][v] += wp[r] * xv[v];
+                }
+            }
+            /* the valid grid positions of the block into y, row segment by segment */
+            float tile[DC_MR][DC_NR];
+            memcpy(tile, acc, sizeof tile);
+            const int64_t jn = dc->L - j0 < DC_NR ? dc->L - j0 : DC_NR;
+            for (int64_t t = 0, o1 = j0 / R2, o2 = j0 % R2; t < jn; o1++, o2 = 0) {
+                const int64_t seg = R2 - o2 < jn - t ? R2 - o2 : jn - t;
+                const int64_t n = G2 - o2 < seg ? G2 - o2 : seg;
+                for (int r = 0; n > 0 && r < DC_MR && mt * DC_MR + r < M; r++) {
+                    float *dst = j->y + (mt * DC_MR + r) * OS + o1 * G2 + o2;
+                    if (j->add)
+                        for (int64_t i = 0; i < n; i++)
+                            dst[i] += tile[r][t + i];
+                    else
+                        memcpy(dst, &tile[r][t], sizeof(float) * (size_t)n);
+                }
+                t += seg;
+            }
+        }
+    }
+}
+
+/* y = conv(x, w) + b (y += conv(x, w) with `add`) by the direct kernel, the
+ * weights packed from w (M, C, K), or from wt (C, M, K) transposed and
+ * flipped when `flip`; false when it does not apply. */
+static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const float *w,
+                      bool flip, const float *b, bool add, float *ws)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dconv dc;
+    if (!dconv_of(p, &g, AI_F32, &dc))
+        return false;
+    const int64_t C = p->C, M = p->M, K = dc.ph.K;
+    float *wp = ws, *planes = ws + dc.MT * DC_MR * C * K;
+    for (int64_t mt = 0; mt < dc.MT; mt++) /* (M/MR, C, K, MR), zero rows past M */
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = 0; k < K; k++)
+                for (int r = 0; r < DC_MR; r++) {
+                    const int64_t m = mt * DC_MR + r;
+                    wp[((mt * C + c) * K + k) * DC_MR + r] =
+                        m >= M ? 0 : flip ? w[(c * M + m) * K + K - 1 - k] : w[(m * C + c) * K + k];
+                }
+    const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
+    for (int64_t n = 0; n < p->N; n++) {
+        dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
+                       y + n * M * g.grid_size, add};
+        ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &j);
+        ai_parallel_for(blocks, ai_grain_of(DC_NR * M * C * K / 8), dconv_block_range, &j);
+    }
+    return true;
+}
+
+static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
+                              const float *w, const float *b, float *ws)
+{
+    return dconv_run(p, y, x, w, false, b, false, ws);
+}
+
+/* dx += the input gradient of stride-1 Conv p by the direct kernel. */
+static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
+                         float *ws)
+{
+    ai_conv_params q;
+    return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, true, ws);
+}

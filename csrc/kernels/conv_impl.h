@@ -355,8 +355,8 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
         FN(transpose)(j->w + c0 * K, K, wt, C, K, nc, true);
 }
 
-/* The phase planes of source plane src (dw_pad in conv.c) into buf. */
-static void FN(dw_pad_fill)(const dw_pad *d, T *buf, const T *src)
+/* The phase planes of source plane src (phase_planes in conv.c) into buf. */
+static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src)
 {
     for (int64_t a = 0; a < d->s1; a++)
         for (int64_t b = 0; b < d->s2; b++) {
@@ -385,7 +385,7 @@ static void FN(dw_pad_fill)(const dw_pad *d, T *buf, const T *src)
                     row[j] = 0;
             }
         }
-    memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0, sizeof(T) * 2 * DW_PAD_LANES);
+    memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0, sizeof(T) * (size_t)(d->R2 + 2 * DW_PAD_LANES));
 }
 
 /* dst (G1, G2) += sum over taps k, in order, of w[k] * the tap's rows of buf:
@@ -393,7 +393,7 @@ static void FN(dw_pad_fill)(const dw_pad *d, T *buf, const T *src)
  * DW_PAD_LANES outputs in vector registers (a short last chunk through a
  * local copy). */
 AI_VEC_DECL(FN(vec), T);
-AI_VECTOR_CLONES static void FN(dw_pad_rows)(const dw_pad *d, T *dst, const T *buf,
+AI_VECTOR_CLONES static void FN(dw_pad_rows)(const phase_planes *d, T *dst, const T *buf,
                                              const T *w)
 {
     enum { L = DW_PAD_LANES, VL = AI_VEC_LANES(T), NV = DW_PAD_LANES / AI_VEC_LANES(T) };
@@ -426,7 +426,7 @@ AI_VECTOR_CLONES static void FN(dw_pad_rows)(const dw_pad *d, T *dst, const T *b
 typedef struct {
     int mode; /* DW_FWD or DW_DX */
     const ai_conv_params *p;
-    const dw_pad *d;
+    const phase_planes *d;
     int64_t slots;
     T *grid, *img, *w, *ws;
 } FN(dw_pad_job);
@@ -471,7 +471,7 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
-    dw_pad d;
+    phase_planes d;
     if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws};
         const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
