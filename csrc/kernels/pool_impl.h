@@ -126,11 +126,13 @@ static void FN(avgpool_range)(const ai_pool_params *p, const pool_geom *g, int64
                 pool_win w1 = pool_win_of(g, 1, o1);
                 for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
                     pool_win w2 = pool_win_of(g, 2, o2);
-                    T sum = 0;
+                    T part[4] = {0}; /* 4 partial sums: no chain of dependent adds */
+                    int64_t n = 0;
                     for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g->d[0])
                         for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1])
                             for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g->d[2])
-                                sum += x[(i0 * g->in[1] + i1) * g->in[2] + i2];
+                                part[n++ & 3] += x[(i0 * g->in[1] + i1) * g->in[2] + i2];
+                    const T sum = (part[0] + part[1]) + (part[2] + part[3]);
                     *y++ = sum / FN(avg_divisor)(p, w0, w1, w2);
                 }
             }
@@ -179,14 +181,20 @@ static void FN(global_max_range)(int64_t nc0, int64_t nc1, T *y, int64_t *idx, c
 }
 
 /* y (NC) = mean of x (NC, S) over S. */
-static void FN(global_avg_range)(int64_t nc0, int64_t nc1, T *y, const T *x, int64_t S)
+AI_VECTOR_CLONES static void FN(global_avg_range)(int64_t nc0, int64_t nc1, T *y, const T *x,
+                                                  int64_t S)
 {
     for (int64_t nc = nc0; nc < nc1; nc++) {
         const T *xr = x + nc * S;
-        T sum = 0;
-        for (int64_t i = 0; i < S; i++)
-            sum += xr[i];
-        y[nc] = sum / (T)S;
+        T part[8] = {0}; /* 8 partial sums: they vectorise */
+        int64_t i = 0;
+        for (; i + 8 <= S; i += 8)
+            for (int l = 0; l < 8; l++)
+                part[l] += xr[i + l];
+        for (; i < S; i++)
+            part[i % 8] += xr[i];
+        y[nc] = (((part[0] + part[1]) + (part[2] + part[3])) +
+                 ((part[4] + part[5]) + (part[6] + part[7]))) / (T)S;
     }
 }
 
