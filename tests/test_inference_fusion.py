@@ -76,6 +76,8 @@ def test_models_fused_eval_matches_torch(name):
         _eval(wrapped.requires_grad_(False).train(), x)  # the main graph, no backward
         assert wrapped.memory_stats()["last_graph"] == "main"
         assert stats["inference"]["planned_nodes"] < wrapped.memory_stats()["planned_nodes"]
+        # and the activation after a (folded) Conv/Gemm fused into it
+        assert {n["op_type"] for n in wrapped._fused.nodes()} & {"FusedConv", "FusedGemm"}
     else:
         assert stats["inference"] is None
 

@@ -27,6 +27,8 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/simd.h"
+#include "../parallel.h"
 
 enum { ACT_NONE, ACT_RELU, ACT_CLIP };
 
@@ -146,14 +148,15 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 }
 
 #define DEFINE_ACTIVATE(SUF, T)                                                         \
-    static void activate_##SUF(T *y, uint8_t *mask, int64_t n, int act, T lo, T hi)     \
+    AI_VECTOR_CLONES static void activate_##SUF(T *y, uint8_t *mask, int64_t i0,         \
+                                                int64_t i1, int act, T lo, T hi)         \
     {                                                                                   \
         if (act == ACT_RELU) {                                                          \
-            for (int64_t i = 0; i < n; i++)                                             \
+            for (int64_t i = i0; i < i1; i++)                                           \
                 y[i] = (y[i] > 0 || y[i] != y[i]) ? y[i] : 0; /* NaN passes */          \
             return;                                                                     \
         }                                                                               \
-        for (int64_t i = 0; i < n; i++) {                                               \
+        for (int64_t i = i0; i < i1; i++) {                                             \
             T x = y[i], v = x < lo ? lo : x; /* NaN passes, like Clip */                \
             mask[i] = x >= lo && x <= hi;                                               \
             y[i] = v > hi ? hi : v;                                                     \
@@ -170,6 +173,22 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 DEFINE_ACTIVATE(f32, float)
 DEFINE_ACTIVATE(f64, double)
 
+typedef struct {
+    ai_tensor *y;
+    uint8_t *mask;
+    const fused_info *f;
+} activate_job;
+
+/* The activation in place over output elements [lo, hi) (one pass, on the pool). */
+static void activate_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const activate_job *j = ctx;
+    if (j->y->dtype == AI_F32)
+        activate_f32(j->y->data, j->mask, lo, hi, j->f->act, (float)j->f->lo, (float)j->f->hi);
+    else
+        activate_f64(j->y->data, j->mask, lo, hi, j->f->act, j->f->lo, j->f->hi);
+}
+
 static ai_status fused_forward(ai_ctx *c)
 {
     fused_info f;
@@ -180,13 +199,9 @@ static ai_status fused_forward(ai_ctx *c)
         return st;
     if ((st = f.base->forward(&b)))
         return st;
-    const int64_t n = ai_tensor_numel(c->out[0]);
-    if (f.act == ACT_NONE || !n)
-        return AI_OK;
-    if (c->out[0]->dtype == AI_F32)
-        activate_f32(c->out[0]->data, c->state, n, f.act, (float)f.lo, (float)f.hi);
-    else
-        activate_f64(c->out[0]->data, c->state, n, f.act, f.lo, f.hi);
+    if (f.act != ACT_NONE)
+        ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range,
+                        &(activate_job){c->out[0], c->state, &f});
     return AI_OK;
 }
 
