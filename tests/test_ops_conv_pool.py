@@ -61,6 +61,12 @@ CONV_CASES = {
     "2d_depthwise_mult": (2, 4, 8, (5, 5), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 4, True),
     # >= 8 channels, narrow: the channels-last depthwise kernel; wide: plane by plane
     "2d_depthwise_chlast": (2, 8, 8, (9, 7), (3, 3), (2, 1), (1, 2), (1, 0, 2, 1), 8, True),
+    # channels-last forward on zero-padded x: 20 channels (a block of 16 and one of 4),
+    # 24 (16 + 8), a stride leaving the last input column unread
+    "2d_depthwise_chlast_c20_s2": (2, 20, 20, (10, 9), (3, 3), (2, 2), (1, 1), (1, 1, 0, 0),
+                                   20, True),
+    "2d_depthwise_chlast_c24_dil": (3, 24, 24, (7, 6), (3, 2), (1, 1), (2, 3), (2, 1, 2, 2),
+                                    24, False),
     "2d_depthwise_wide": (2, 3, 3, (5, 40), (3, 3), (1, 2), (1, 1), (1, 1, 1, 1), 3, True),
     "1d_depthwise_chlast": (2, 16, 16, (10,), (3,), (1,), (1,), (1, 1), 16, True),
     # depthwise through zero-padded stride-phase planes (forward; input gradient at

@@ -126,13 +126,23 @@ static void FN(avgpool_range)(const ai_pool_params *p, const pool_geom *g, int64
                 pool_win w1 = pool_win_of(g, 1, o1);
                 for (int64_t o2 = 0; o2 < g->out[2]; o2++) {
                     pool_win w2 = pool_win_of(g, 2, o2);
-                    T part[4] = {0}; /* 4 partial sums: no chain of dependent adds */
-                    int64_t n = 0;
+                    /* 4 partial sums along each row: no long chain of dependent adds */
+                    const int64_t d2 = g->d[2], n2 = w2.n;
+                    T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
                     for (int64_t i0 = w0.lo; i0 < w0.hi; i0 += g->d[0])
-                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1])
-                            for (int64_t i2 = w2.lo; i2 < w2.hi; i2 += g->d[2])
-                                part[n++ & 3] += x[(i0 * g->in[1] + i1) * g->in[2] + i2];
-                    const T sum = (part[0] + part[1]) + (part[2] + part[3]);
+                        for (int64_t i1 = w1.lo; i1 < w1.hi; i1 += g->d[1]) {
+                            const T *xr = x + (i0 * g->in[1] + i1) * g->in[2] + w2.lo;
+                            int64_t i = 0;
+                            for (; i + 4 <= n2; i += 4) {
+                                a0 += xr[i * d2];
+                                a1 += xr[(i + 1) * d2];
+                                a2 += xr[(i + 2) * d2];
+                                a3 += xr[(i + 3) * d2];
+                            }
+                            for (; i < n2; i++)
+                                a0 += xr[i * d2];
+                        }
+                    const T sum = (a0 + a1) + (a2 + a3);
                     *y++ = sum / FN(avg_divisor)(p, w0, w1, w2);
                 }
             }
