@@ -566,14 +566,22 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
 
 /* ---------------------------------------------------------------- backward */
 
-static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v)
+/* The gradient of value v as an accumulator. Parameter gradients
+ * accumulate across backward calls; any other gradient is garbage until its
+ * first write in this backward pass: with `assign` (the writer overwrites
+ * it all) it is handed over as it is, else zeroed first. Either way it is
+ * ready (valid) afterwards, so nothing ever reads garbage. *assigned tells
+ * which happened (may be NULL when `assign` is false). */
+static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v, bool assign, bool *assigned)
 {
     ai_tensor *t = g->values[v].kind == AI_VAL_PARAM ? g->values[v].grad : p->gradv[v];
-    if (t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v]) {
-        if (t->data)
-            memset(t->data, 0, ai_tensor_nbytes(t));
+    bool fresh = t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v];
+    if (fresh && !assign && t->data)
+        memset(t->data, 0, ai_tensor_nbytes(t));
+    if (fresh)
         p->grad_ready[v] = true;
-    }
+    if (assigned)
+        *assigned = fresh && assign;
     return t;
 }
 
@@ -624,13 +632,15 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
                             go->ndim);
         if (!p->needs_grad[v]) /* checked all the same: a wrong gradient is an error */
             continue;
-        ai_tensor *dst = grad_of(g, p, v), *tmp = NULL;
+        ai_tensor *tmp = NULL;
+        bool assign;
+        ai_tensor *dst = grad_of(g, p, v, true, &assign);
         if (!ai_tensor_is_contiguous(go)) {
             if ((st = ai_tensor_clone(&tmp, go)))
                 return st;
             go = tmp;
         }
-        ai_accumulate(dst, go);
+        ai_accumulate(dst, go, assign);
         ai_tensor_free(tmp);
     }
     for (int s = p->n_sched - 1; s >= 0; s--) {
@@ -649,15 +659,17 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];
             if (p->needs_grad[v]) {
-                c.dout[k] = grad_of(g, p, v);
+                c.dout[k] = grad_of(g, p, v, false, NULL); /* zero if nobody wrote it */
             } else if (ai_dtype_is_float(p->meta[v].dtype) && p->zeros) {
                 tensor_of_meta(&zero_views[k], &p->meta[v], p->zeros->data);
                 c.dout[k] = &zero_views[k];
             }
         }
+        /* slots in order: a value in two slots is assigned at most by the first */
+        const int n_assign = AI_OP_GRAD_ASSIGN_OF(n->op->flags);
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
-                c.din[k] = grad_of(g, p, n->in[k]);
+                c.din[k] = grad_of(g, p, n->in[k], k < n_assign, &c.din_assign[k]);
         if ((st = n->op->backward(&c)))
             return st;
     }
