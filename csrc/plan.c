@@ -608,12 +608,13 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
-        ai_tensor_free(p->gradv[v]); /* fresh and zeroed: the caller may keep the last one */
+        /* fresh (the caller may keep the last one), not ready: its first
+         * writer assigns or zeroes it; zeroed at the end if nobody wrote it */
+        ai_tensor_free(p->gradv[v]);
         p->gradv[v] = NULL;
-        if ((st = ai_tensor_new(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,
-                                p->meta[v].shape)))
+        if ((st = ai_tensor_new_uninit(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,
+                                       p->meta[v].shape)))
             return st;
-        p->grad_ready[v] = true;
     }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
@@ -677,6 +678,7 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
+        grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
         if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {
             for (int k = 0; k < i; k++) {
                 ai_tensor_free(input_grads[k]);

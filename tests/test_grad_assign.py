@@ -196,19 +196,19 @@ def test_shape_ops_concat_split_and_unwritten_gradients():
         _node("Split", ["c", "split"], ["s1", "s2", "s3"], axis=1),
         _node("Clip", ["s1", "lo", "hi"], ["cl"]),
         _node("Gelu", ["s3"], ["ge"]),
-        _node("Greater", ["h", "lo"], ["mask"]),
+        _node("Greater", ["h", "thr"], ["mask"]),  # input thr: read by a comparison only
         _node("Where", ["mask", "h", "x"], ["w"]),
     ]
     inits = [_i64("shape", [3, 24]), _i64("ax0", [0]), _i64("split", [10, 20, 18]),
              ("lo", np.array(-0.3)), ("hi", np.array(0.4))]
-    model = _model(nodes, [("x", [3, 4, 6])], ["cl", "ge", "w"], inits)
+    model = _model(nodes, [("x", [3, 4, 6]), ("thr", [3, 4, 6])], ["cl", "ge", "w"], inits)
 
-    def ref(x):
+    def ref(x, thr):
         h = F.leaky_relu(x, 0.2)
         c = torch.cat([h.transpose(1, 2).reshape(3, 24), h.flatten(1)], 1)
         s1, _, s3 = torch.split(c, [10, 20, 18], 1)
-        return torch.clamp(s1, -0.3, 0.4), F.gelu(s3), torch.where(h > -0.3, h, x)
-    _check(model, [(3, 4, 6)], {}, ref)
+        return torch.clamp(s1, -0.3, 0.4), F.gelu(s3), torch.where(h > thr, h, x)
+    _check(model, [(3, 4, 6), (3, 4, 6)], {}, ref)
 
 
 def test_graph_output_read_inside_the_graph():
