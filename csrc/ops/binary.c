@@ -490,6 +490,14 @@ static ai_status binary_backward(ai_ctx *c)
         const bool assign = c->din_assign[first + which];
         ai_tensor g = *c->out[0];
         g.dtype = din->dtype;
+        if (kind == ADD || (kind == SUB && which == 0)) { /* the gradient is dy itself */
+            g.data = c->dout[0]->data;
+            if (direct)
+                ai_accumulate(din, &g, assign);
+            else
+                ai_reduce_to(din, &g, assign);
+            continue;
+        }
         g.data = direct && assign ? din->data : c->workspace;
         const void *x0 = kind == WHERE ? NULL : c->in[0]->data;
         const void *x1 = kind == WHERE ? NULL : c->in[1]->data;
