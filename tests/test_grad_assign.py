@@ -320,3 +320,20 @@ def test_training_batchnorm_with_activation_scale_and_bias():
         tg = torch.autograd.grad(yt, xt, torch.tensor(gy), retain_graph=True)
         for a, b in zip(gx, tg):
             np.testing.assert_allclose(a, b.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_layernorm_with_activation_input_scale_and_bias():
+    """LayerNormalization of an activation, scale and bias one activation
+    (slot 2 adds onto slot 1's write)."""
+    nodes = [
+        _node("Sigmoid", ["x"], ["h"]),
+        _node("Tanh", ["s"], ["sc"]),
+        _node("LayerNormalization", ["h", "sc", "sc"], ["n"], axis=-1),
+        _node("Mul", ["n", "h"], ["y"]),
+    ]
+    model = _model(nodes, [("x", [4, 3, 6]), ("s", [6])], ["y"])
+
+    def ref(x, s):
+        h, sc = torch.sigmoid(x), torch.tanh(s)
+        return (F.layer_norm(h, (6,), sc, sc, eps=1e-5) * h,)
+    _check(model, [(4, 3, 6), (6,)], {}, ref)

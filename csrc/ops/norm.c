@@ -483,11 +483,12 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     /* With xhat = (x - mean) * invstd, g = dy * scale, per row:                           \
      * dx += invstd * (g - mean(g) - xhat * mean(g * xhat))                                \
      *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
-     * dscale[h] += dy * xhat, dbias[h] += dy (double sums). */                           \
-    static void ln_backward_##SUF(T *dx, double *dscale, double *dbias, const T *dy,       \
-                                  const T *x, const T *scale, const double *mean,          \
-                                  const double *invstd, const ai_tensor *dmean,            \
-                                  const ai_tensor *dinvstd, int64_t R, int64_t H)          \
+     * dscale[h] += dy * xhat, dbias[h] += dy (double sums); dx = with assign. */         \
+    static void ln_backward_##SUF(T *dx, bool assign, double *dscale, double *dbias,       \
+                                  const T *dy, const T *x, const T *scale,                 \
+                                  const double *mean, const double *invstd,                \
+                                  const ai_tensor *dmean, const ai_tensor *dinvstd,        \
+                                  int64_t R, int64_t H)                                    \
     {                                                                                      \
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * H, *dyr = dy + r * H;                                    \
@@ -512,7 +513,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             T *dxr = dx + r * H;                                                           \
             for (int64_t h = 0; h < H; h++) {                                              \
                 const double xh = (xr[h] - m) * is;                                        \
-                dxr[h] += (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+                const T v = (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+                dxr[h] = assign ? v : dxr[h] + v;                                          \
             }                                                                              \
         }                                                                                  \
     }
@@ -559,23 +561,25 @@ static ai_status ln_backward(ai_ctx *c)
     }
     const ai_tensor *dm = c->n_out > 1 ? c->dout[1] : NULL;
     const ai_tensor *di = c->n_out > 2 ? c->dout[2] : NULL;
+    void *dx = c->din[0] ? c->din[0]->data : NULL;
     if (x->dtype == AI_F32)
-        ln_backward_f32(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+        ln_backward_f32(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
                         c->in[1]->data, mean, invstd, dm, di, R, H);
     else
-        ln_backward_f64(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+        ln_backward_f64(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
                         c->in[1]->data, mean, invstd, dm, di, R, H);
     for (int64_t h = 0; h < H; h++) {
         if (dscale)
-            set_d(dscale, h, get_d(dscale, h) + gs[h]);
+            set_d(dscale, h, (c->din_assign[1] ? 0 : get_d(dscale, h)) + gs[h]);
         if (dbias)
-            set_d(dbias, h, get_d(dbias, h) + gb[h]);
+            set_d(dbias, h, (c->din_assign[2] ? 0 : get_d(dbias, h)) + gb[h]);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3, 0, ln_init,
-                                       ln_shape, ln_forward, ln_backward};
+static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3,
+                                       AI_OP_GRAD_ASSIGN(3), ln_init, ln_shape, ln_forward,
+                                       ln_backward};
 
 /* ---------------------------------------------------------------- Softmax, LogSoftmax */
 
