@@ -99,6 +99,9 @@ typedef struct ai_tensor {
 /* A new contiguous tensor owning zero-filled memory. */
 ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
                         const int64_t *shape);
+/* The same with uninitialised memory, for a result written in full next. */
+ai_status ai_tensor_new_uninit(ai_tensor **out, ai_dtype dtype, int ndim,
+                               const int64_t *shape);
 
 /*
  * A tensor over memory the caller owns. `strides` may be NULL (contiguous).

@@ -109,9 +109,15 @@ typedef struct {
     ai_tensor *out[AI_MAX_IO];
     /* backward only: dout[i] is always a valid (maybe zero) gradient of a
      * float output; din[i] is NULL when input i needs no gradient, else an
-     * accumulator: backward ADDS to it. */
+     * accumulator: backward ADDS to it, unless din_assign[i] is set (only
+     * for ops with AI_OP_GRAD_ASSIGN(n), i < n): then din[i] holds garbage
+     * and backward must WRITE every element of it (never read it first).
+     * The same tensor may be din of two slots (Mul(x, x)): then only the
+     * first may be in assign mode, and backward must finish writing slot i
+     * (at least element by element) before adding slot j > i into it. */
     ai_tensor *dout[AI_MAX_IO];
     ai_tensor *din[AI_MAX_IO];
+    bool din_assign[AI_MAX_IO];
     void *state;     /* per-node state kept from forward to backward */
     void *workspace; /* scratch of the size asked by shape() */
     bool training;
@@ -129,6 +135,13 @@ enum {
     AI_OP_FOLD_ON_SHAPE = 1, /* output depends on input shapes only (Shape) */
     AI_OP_NO_FOLD = 2,       /* never constant-folded (Dropout: random) */
 };
+/* "First writer assigns": backward can write (not add) the gradients of
+ * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
+ * the read of a fresh gradient buffer. The engine sets din_assign[i] for the
+ * first write of a non-parameter gradient in a backward pass; other slots,
+ * and ops without this flag, get zeroed accumulators. */
+#define AI_OP_GRAD_ASSIGN(n) ((unsigned)(n) << 8)
+#define AI_OP_GRAD_ASSIGN_OF(flags) ((int)(((flags) >> 8) & 0xff))
 
 struct ai_op_def {
     const char *name;   /* ONNX op_type */
@@ -177,11 +190,13 @@ ai_status ai_broadcast_shape(const ai_node *n, int na, const int64_t *a, int nb,
 void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *out,
                           int64_t *strides);
 /* dst (shape of a broadcast operand) += sum of src (full shape) over the
- * broadcast axes. Same dtype (f32 or f64), both contiguous. */
-void ai_reduce_to(ai_tensor *dst, const ai_tensor *src);
+ * broadcast axes (= with `assign`). Same dtype (f32 or f64), both
+ * contiguous. */
+void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign);
 
-/* x[i] += y[i] over two equal-shaped contiguous f32/f64 tensors. */
-void ai_accumulate(ai_tensor *dst, const ai_tensor *src);
+/* x[i] += y[i] (= with `assign`) over two equal-shaped contiguous f32/f64
+ * tensors, on the thread pool. */
+void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign);
 
 #define AI_F32P(t) ((float *)(t)->data)
 #define AI_F64P(t) ((double *)(t)->data)

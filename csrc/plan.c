@@ -572,14 +572,22 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
 
 /* ---------------------------------------------------------------- backward */
 
-static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v)
+/* The gradient of value v as an accumulator. Parameter gradients
+ * accumulate across backward calls; any other gradient is garbage until its
+ * first write in this backward pass: with `assign` (the writer overwrites
+ * it all) it is handed over as it is, else zeroed first. Either way it is
+ * ready (valid) afterwards, so nothing ever reads garbage. *assigned tells
+ * which happened (may be NULL when `assign` is false). */
+static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v, bool assign, bool *assigned)
 {
     ai_tensor *t = g->values[v].kind == AI_VAL_PARAM ? g->values[v].grad : p->gradv[v];
-    if (t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v]) {
-        if (t->data)
-            memset(t->data, 0, ai_tensor_nbytes(t));
+    bool fresh = t && g->values[v].kind != AI_VAL_PARAM && !p->grad_ready[v];
+    if (fresh && !assign && t->data)
+        memset(t->data, 0, ai_tensor_nbytes(t));
+    if (fresh)
         p->grad_ready[v] = true;
-    }
+    if (assigned)
+        *assigned = fresh && assign;
     return t;
 }
 
@@ -606,12 +614,13 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
-        ai_tensor_free(p->gradv[v]); /* fresh and zeroed: the caller may keep the last one */
+        /* fresh (the caller may keep the last one), not ready: its first
+         * writer assigns or zeroes it; zeroed at the end if nobody wrote it */
+        ai_tensor_free(p->gradv[v]);
         p->gradv[v] = NULL;
-        if ((st = ai_tensor_new(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,
-                                p->meta[v].shape)))
+        if ((st = ai_tensor_new_uninit(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,
+                                       p->meta[v].shape)))
             return st;
-        p->grad_ready[v] = true;
     }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
@@ -630,13 +639,15 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
                             go->ndim);
         if (!p->needs_grad[v]) /* checked all the same: a wrong gradient is an error */
             continue;
-        ai_tensor *dst = grad_of(g, p, v), *tmp = NULL;
+        ai_tensor *tmp = NULL;
+        bool assign;
+        ai_tensor *dst = grad_of(g, p, v, true, &assign);
         if (!ai_tensor_is_contiguous(go)) {
             if ((st = ai_tensor_clone(&tmp, go)))
                 return st;
             go = tmp;
         }
-        ai_accumulate(dst, go);
+        ai_accumulate(dst, go, assign);
         ai_tensor_free(tmp);
     }
     for (int s = p->n_sched - 1; s >= 0; s--) {
@@ -655,15 +666,17 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];
             if (p->needs_grad[v]) {
-                c.dout[k] = grad_of(g, p, v);
+                c.dout[k] = grad_of(g, p, v, false, NULL); /* zero if nobody wrote it */
             } else if (ai_dtype_is_float(p->meta[v].dtype) && p->zeros) {
                 tensor_of_meta(&zero_views[k], &p->meta[v], p->zeros->data);
                 c.dout[k] = &zero_views[k];
             }
         }
+        /* slots in order: a value in two slots is assigned at most by the first */
+        const int n_assign = AI_OP_GRAD_ASSIGN_OF(n->op->flags);
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
-                c.din[k] = grad_of(g, p, n->in[k]);
+                c.din[k] = grad_of(g, p, n->in[k], k < n_assign, &c.din_assign[k]);
         double t0 = g->profile ? ai_seconds() : 0;
         if ((st = n->op->backward(&c)))
             return st;
@@ -676,6 +689,7 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
+        grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
         if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {
             for (int k = 0; k < i; k++) {
                 ai_tensor_free(input_grads[k]);

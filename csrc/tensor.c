@@ -124,7 +124,7 @@ int64_t ai_debug_live_tensors(void) { return (int64_t)atomic_load(&live_tensors)
 int64_t ai_debug_live_storages(void) { return (int64_t)atomic_load(&live_storages); }
 int64_t ai_debug_owned_bytes(void) { return (int64_t)atomic_load(&owned_bytes); }
 
-static ai_storage *storage_new_owned(size_t nbytes)
+static ai_storage *storage_new_owned(size_t nbytes, bool zero)
 {
     ai_storage *s = calloc(1, sizeof *s);
     if (!s)
@@ -136,7 +136,8 @@ static ai_storage *storage_new_owned(size_t nbytes)
             free(s);
             return NULL;
         }
-        memset(s->ptr, 0, rounded);
+        if (zero)
+            memset(s->ptr, 0, rounded);
     }
     s->nbytes = nbytes;
     s->owned = true;
@@ -279,8 +280,8 @@ void ai_tensor_free(ai_tensor *t)
     free(t);
 }
 
-ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
-                        const int64_t *shape)
+static ai_status tensor_new(ai_tensor **out, ai_dtype dtype, int ndim, const int64_t *shape,
+                            bool zero)
 {
     *out = NULL;
     if (!dtype_valid(dtype))
@@ -292,7 +293,7 @@ ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
     ai_tensor *t = tensor_alloc();
     if (!t)
         return ai_error(AI_ERR_NOMEM, "out of memory for a tensor header");
-    t->storage = storage_new_owned((size_t)numel * ai_dtype_size(dtype));
+    t->storage = storage_new_owned((size_t)numel * ai_dtype_size(dtype), zero);
     if (!t->storage) {
         ai_tensor_free(t);
         return ai_error(AI_ERR_NOMEM, "out of memory allocating %lld bytes",
@@ -306,6 +307,17 @@ ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim,
     t->data = t->storage->ptr;
     *out = t;
     return AI_OK;
+}
+
+ai_status ai_tensor_new(ai_tensor **out, ai_dtype dtype, int ndim, const int64_t *shape)
+{
+    return tensor_new(out, dtype, ndim, shape, true);
+}
+
+ai_status ai_tensor_new_uninit(ai_tensor **out, ai_dtype dtype, int ndim,
+                               const int64_t *shape)
+{
+    return tensor_new(out, dtype, ndim, shape, false);
 }
 
 ai_status ai_tensor_borrow(ai_tensor **out, void *data, ai_dtype dtype,

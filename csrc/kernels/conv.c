@@ -429,7 +429,7 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
 static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
                               const float *w, const float *b, float *ws);
 static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
-                         float *ws);
+                         float *ws, bool assign);
 
 static bool dconv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                               const double *w, const double *b, double *ws)
@@ -439,9 +439,9 @@ static bool dconv_forward_f64(const ai_conv_params *p, double *y, const double *
 }
 
 static bool dconv_dx_f64(const ai_conv_params *p, double *dx, const double *dy,
-                         const double *w, double *ws)
+                         const double *w, double *ws, bool assign)
 {
-    (void)p, (void)dx, (void)dy, (void)w, (void)ws;
+    (void)p, (void)dx, (void)dy, (void)w, (void)ws, (void)assign;
     return false;
 }
 
@@ -604,10 +604,11 @@ static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
     return dconv_run(p, y, x, w, false, b, false, ws);
 }
 
-/* dx += the input gradient of stride-1 Conv p by the direct kernel. */
+/* dx += (= with `assign`) the input gradient of stride-1 Conv p by the
+ * direct kernel. */
 static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
-                         float *ws)
+                         float *ws, bool assign)
 {
     ai_conv_params q;
-    return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, true, ws);
+    return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, !assign, ws);
 }

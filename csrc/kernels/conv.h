@@ -15,7 +15,8 @@
  * the Conv that maps y's shape to x's with the same w (col2im).
  *
  * Forward overwrites y. Backward ACCUMULATES (+=) into each of dx, dw, db that
- * is not NULL; a NULL one is not computed. The kernels never allocate: the
+ * is not NULL; a NULL one is not computed. With assign_dx it overwrites dx
+ * instead (dx may hold garbage; dx == dw is allowed: then both add to zeros). The kernels never allocate: the
  * caller passes `workspace`, ai_conv[transpose]_workspace_bytes() long (may be
  * NULL when that is 0), and must have validated the parameters with
  * ai_conv[transpose]_check() (or filled `out` with ..._infer_out()).
@@ -23,6 +24,7 @@
 #ifndef AI_CONV_H
 #define AI_CONV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,24 +55,24 @@ void ai_conv_forward_f32(const ai_conv_params *p, float *y, const float *x,
                          const float *w, const float *b, float *workspace);
 void ai_conv_backward_f32(const ai_conv_params *p, float *dx, float *dw, float *db,
                           const float *dy, const float *x, const float *w,
-                          float *workspace);
+                          float *workspace, bool assign_dx);
 void ai_convtranspose_forward_f32(const ai_conv_params *p, float *y, const float *x,
                                   const float *w, const float *b, float *workspace);
 void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw,
                                    float *db, const float *dy, const float *x,
-                                   const float *w, float *workspace);
+                                   const float *w, float *workspace, bool assign_dx);
 
 /* float64 */
 void ai_conv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                          const double *w, const double *b, double *workspace);
 void ai_conv_backward_f64(const ai_conv_params *p, double *dx, double *dw,
                           double *db, const double *dy, const double *x,
-                          const double *w, double *workspace);
+                          const double *w, double *workspace, bool assign_dx);
 void ai_convtranspose_forward_f64(const ai_conv_params *p, double *y,
                                   const double *x, const double *w, const double *b,
                                   double *workspace);
 void ai_convtranspose_backward_f64(const ai_conv_params *p, double *dx, double *dw,
                                    double *db, const double *dy, const double *x,
-                                   const double *w, double *workspace);
+                                   const double *w, double *workspace, bool assign_dx);
 
 #endif

@@ -123,17 +123,20 @@ static const T *FN(columns)(T *ws, const T *img, int64_t C, const conv_geom *g)
     return ws;
 }
 
-/* img (C, image) += col2im(A^T @ B), A (kdim, C*K), B (kdim, grid); the
- * product goes through ws, or straight into img for a pointwise conv. */
+/* img (C, image) += col2im(A^T @ B) (= with `assign`), A (kdim, C*K), B
+ * (kdim, grid); the product goes through ws, or straight into img for a
+ * pointwise conv. */
 static void FN(gemm_col2im)(T *img, const T *A, const T *B, int64_t kdim, int64_t C,
-                            T *ws, const conv_geom *g)
+                            T *ws, const conv_geom *g, bool assign)
 {
     int64_t rows = C * g->ksize, cols = g->grid_size;
     if (g->pointwise) {
-        GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, 1, img, cols);
+        GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, assign ? 0 : 1, img, cols);
         return;
     }
     GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, 0, ws, cols);
+    if (assign) /* col2im adds overlapping windows */
+        memset(img, 0, sizeof(T) * (size_t)(C * g->img_size));
     FN(col2im)(img, ws, C, g);
 }
 
@@ -567,7 +570,8 @@ typedef struct {
     const T *src, *b;
     T *dst;
     int64_t n0, cnt, cols;
-    bool add; /* shift_pad_range direction: planes src added into the image dst */
+    bool add;    /* shift_pad_range direction: planes src added into the image dst */
+    bool assign; /* with add: copied (=) instead */
 } FN(shift_job);
 
 /* Planes [lo, hi) of the chunk's (image, channel) planes: src (N, C, image)
@@ -588,6 +592,8 @@ static void FN(shift_pad_range)(void *ctx, int64_t lo, int64_t hi)
         for (int64_t i1 = 0; i1 < g->img[1]; i1++, image += W, plane += s->sh->Q2)
             if (!j->add)
                 memcpy(plane, image, sizeof(T) * (size_t)W);
+            else if (j->assign)
+                memcpy(image, plane, sizeof(T) * (size_t)W);
             else
                 for (int64_t e = 0; e < W; e++)
                     image[e] += plane[e];
@@ -669,12 +675,13 @@ static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
     }
 }
 
-/* dx += conv's data gradient, dw += its weight gradient (either may be NULL):
- * per tap, dxp[off_k:] += W_k^T @ grid(dy), dW_k += grid(dy) @ xp[off_k:]^T;
- * the junk columns of grid(dy) are zero, so they add nothing. */
+/* dx += conv's data gradient (= with assign_dx), dw += its weight gradient
+ * (either may be NULL): per tap, dxp[off_k:] += W_k^T @ grid(dy), dW_k +=
+ * grid(dy) @ xp[off_k:]^T; the junk columns of grid(dy) are zero, so they add
+ * nothing. */
 static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                                const conv_shift *sh, T *dx, T *dw, const T *dy,
-                               const T *x, const T *w, T *ws)
+                               const T *x, const T *w, T *ws, bool assign_dx)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
     int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
@@ -717,7 +724,7 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                              s.grid + grp * Mg * sh->span + c0, sh->span, 1,
                              FN(shift_operand)(&s, s.dxp, grp, k) + c0, sh->span);
             FN(shift_job) j = {.s = &s, .src = s.dxp, .dst = dx, .n0 = n0, .cnt = cnt,
-                               .add = true};
+                               .add = true, .assign = assign_dx};
             FN(shift_pad)(&j);
         }
     }
@@ -755,24 +762,40 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         }
 }
 
+/* With assign_dx, dx is written (=), not added to; dx and dw may then be one
+ * buffer (a value that is both x and w): zeroed once, then added to. */
+static bool FN(zero_dx_if_shared)(const ai_conv_params *p, T *dx, const T *dw, bool assign_dx)
+{
+    if (!assign_dx || !dx || dx != dw)
+        return assign_dx;
+    int64_t n = p->N * p->C; /* dx has x's shape */
+    for (int d = 0; d < p->nsp; d++)
+        n *= p->in[d];
+    memset(dx, 0, sizeof(T) * (size_t)n);
+    return false;
+}
+
 /* dx (N, C, in) += w_g^T @ dy_g through col2im; dw (M, Cg, kernel) +=
  * dy_g @ cols(x_g)^T; db (M) += sum of dy. NULL gradients are skipped. */
 void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T *dy,
-                          const T *x, const T *w, T *workspace)
+                          const T *x, const T *w, T *workspace, bool assign_dx)
 {
     conv_geom g = conv_geom_of(p, false);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
     conv_shift sh;
-    if (dx && FN(dconv_dx)(p, dx, dy, w, workspace))
+    assign_dx = FN(zero_dx_if_shared)(p, dx, dw, assign_dx);
+    if (dx && FN(dconv_dx)(p, dx, dy, w, workspace, assign_dx))
         dx = NULL; /* done: the paths below compute dw and db alone */
     if (conv_shift_of(p, &g, &sh)) {
         if (dx || dw)
-            FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace);
+            FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace, assign_dx);
         if (db)
             FN(bias_backward)(db, dy, p->N, p->M, OS);
         return;
     }
+    if (conv_depthwise(p) && dx && assign_dx) /* DW_DX adds overlapping windows */
+        memset(dx, 0, sizeof(T) * (size_t)(p->N * p->C * IS));
     if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
         if (dw)
             FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace);
@@ -789,7 +812,8 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
                      dw + grp * Mg * rows, rows);
             }
             if (dx)
-                FN(gemm_col2im)(dx + xoff, w + grp * Mg * rows, dyg, Mg, Cg, workspace, &g);
+                FN(gemm_col2im)(dx + xoff, w + grp * Mg * rows, dyg, Mg, Cg, workspace, &g,
+                                assign_dx);
         }
     if (db)
         FN(bias_backward)(db, dy, p->N, p->M, OS);
@@ -808,24 +832,26 @@ void FN(ai_convtranspose_forward)(const ai_conv_params *p, T *y, const T *x,
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t grp = 0; grp < p->group; grp++)
             FN(gemm_col2im)(y + (n * p->M + grp * Mg) * OS, w + grp * Cg * rows,
-                            x + (n * p->C + grp * Cg) * IS, Cg, Mg, workspace, &g);
+                            x + (n * p->C + grp * Cg) * IS, Cg, Mg, workspace, &g, false);
 }
 
-/* dx (N, C, in) += w_g @ cols(dy_g); dw (C, Mg, kernel) += x_g @ cols(dy_g)^T;
- * db (M) += sum of dy. NULL gradients are skipped. */
+/* dx (N, C, in) += w_g @ cols(dy_g) (= with assign_dx); dw (C, Mg, kernel) +=
+ * x_g @ cols(dy_g)^T; db (M) += sum of dy. NULL gradients are skipped. */
 void FN(ai_convtranspose_backward)(const ai_conv_params *p, T *dx, T *dw, T *db,
-                                   const T *dy, const T *x, const T *w, T *workspace)
+                                   const T *dy, const T *x, const T *w, T *workspace,
+                                   bool assign_dx)
 {
     conv_geom g = conv_geom_of(p, true);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Mg * g.ksize;
     int64_t IS = g.grid_size, OS = g.img_size;
+    const T beta_dx = FN(zero_dx_if_shared)(p, dx, dw, assign_dx) ? 0 : 1;
     for (int64_t n = 0; (dx || dw) && n < p->N; n++)
         for (int64_t grp = 0; grp < p->group; grp++) {
             const T *col = FN(columns)(workspace, dy + (n * p->M + grp * Mg) * OS, Mg, &g);
             int64_t xoff = (n * p->C + grp * Cg) * IS;
             if (dx)
-                GEMM(false, false, Cg, IS, rows, 1, w + grp * Cg * rows, rows, col, IS, 1,
-                     dx + xoff, IS);
+                GEMM(false, false, Cg, IS, rows, 1, w + grp * Cg * rows, rows, col, IS,
+                     beta_dx, dx + xoff, IS);
             if (dw)
                 GEMM(false, true, Cg, rows, IS, 1, x + xoff, IS, col, IS, 1,
                      dw + grp * Cg * rows, rows);

@@ -7,7 +7,8 @@
  * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
  * output's shape and sums it over the broadcast axes into each input
  * (ai_reduce_to); when an input has the output's shape it accumulates
- * directly.
+ * directly, or on the gradient's first write (AI_OP_GRAD_ASSIGN) the
+ * gradient kernel writes straight into it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -486,9 +487,18 @@ static ai_status binary_backward(ai_ctx *c)
             continue;
         const bool direct = din->ndim == c->out[0]->ndim &&
                             ai_tensor_numel(din) == ai_tensor_numel(c->out[0]);
+        const bool assign = c->din_assign[first + which];
         ai_tensor g = *c->out[0];
         g.dtype = din->dtype;
-        g.data = c->workspace;
+        if (kind == ADD || (kind == SUB && which == 0)) { /* the gradient is dy itself */
+            g.data = c->dout[0]->data;
+            if (direct)
+                ai_accumulate(din, &g, assign);
+            else
+                ai_reduce_to(din, &g, assign);
+            continue;
+        }
+        g.data = direct && assign ? din->data : c->workspace;
         const void *x0 = kind == WHERE ? NULL : c->in[0]->data;
         const void *x1 = kind == WHERE ? NULL : c->in[1]->data;
         const uint8_t *cnd = kind == WHERE ? c->in[0]->data : NULL;
@@ -496,10 +506,10 @@ static ai_status binary_backward(ai_ctx *c)
                         .out = g.data, .dy = c->dout[0]->data, .x0 = x0, .x1 = x1,
                         .y = c->out[0]->data, .cnd = cnd};
         binary_run(&j);
-        if (direct)
-            ai_accumulate(din, &g);
-        else
-            ai_reduce_to(din, &g);
+        if (direct && !assign)
+            ai_accumulate(din, &g, false);
+        else if (!direct)
+            ai_reduce_to(din, &g, assign);
     }
     return AI_OK;
 }
@@ -684,25 +694,26 @@ static ai_status binary_init(ai_node *n)
     return AI_OK;
 }
 
-#define BINARY_OP(VAR, NAME, NIN, BWD)                                                  \
-    static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, 0, binary_init, binary_shape, \
-                                  binary_forward, BWD};
+#define BINARY_OP(VAR, NAME, NIN, FLAGS, BWD)                                           \
+    static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, FLAGS, binary_init,           \
+                                  binary_shape, binary_forward, BWD};
 
-BINARY_OP(op_add, "Add", 2, binary_backward)
-BINARY_OP(op_sub, "Sub", 2, binary_backward)
-BINARY_OP(op_mul, "Mul", 2, binary_backward)
-BINARY_OP(op_div, "Div", 2, binary_backward)
-BINARY_OP(op_pow, "Pow", 2, binary_backward)
+/* Pow does not assign: an exponent of another dtype gets no gradient. */
+BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_pow, "Pow", 2, 0, binary_backward)
 static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
 static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
 static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
-BINARY_OP(op_equal, "Equal", 2, NULL)
-BINARY_OP(op_less, "Less", 2, NULL)
-BINARY_OP(op_greater, "Greater", 2, NULL)
-BINARY_OP(op_where, "Where", 3, binary_backward)
+BINARY_OP(op_equal, "Equal", 2, 0, NULL)
+BINARY_OP(op_less, "Less", 2, 0, NULL)
+BINARY_OP(op_greater, "Greater", 2, 0, NULL)
+BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max,

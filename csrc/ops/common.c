@@ -76,9 +76,11 @@ void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *o
 DEFINE_REDUCE_TO(reduce_to_f32, float)
 DEFINE_REDUCE_TO(reduce_to_f64, double)
 
-void ai_reduce_to(ai_tensor *dst, const ai_tensor *src)
+void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign)
 {
     int64_t strides[AI_MAX_DIMS];
+    if (assign && ai_tensor_numel(dst)) /* dst elements are sums over several rows */
+        memset(dst->data, 0, ai_tensor_nbytes(dst));
     if (ai_tensor_numel(src) == 0)
         return;
     ai_broadcast_strides(dst->ndim, dst->shape, src->ndim, src->shape, strides);
@@ -89,7 +91,7 @@ void ai_reduce_to(ai_tensor *dst, const ai_tensor *src)
 }
 
 typedef struct {
-    bool f64;
+    bool f64, assign;
     void *dst;
     const void *src;
 } accumulate_job;
@@ -97,7 +99,11 @@ typedef struct {
 static void accumulate_range(void *ctx, int64_t lo, int64_t hi)
 {
     const accumulate_job *j = ctx;
-    if (j->f64) {
+    if (j->assign) {
+        size_t es = j->f64 ? sizeof(double) : sizeof(float);
+        memcpy((char *)j->dst + (size_t)lo * es, (const char *)j->src + (size_t)lo * es,
+               (size_t)(hi - lo) * es);
+    } else if (j->f64) {
         double *d = j->dst;
         const double *s = j->src;
         for (int64_t i = lo; i < hi; i++)
@@ -110,10 +116,10 @@ static void accumulate_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-void ai_accumulate(ai_tensor *dst, const ai_tensor *src)
+void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign)
 {
     if (dst->dtype != AI_F32 && dst->dtype != AI_F64)
         return;
-    accumulate_job j = {dst->dtype == AI_F64, dst->data, src->data};
+    accumulate_job j = {dst->dtype == AI_F64, assign, dst->data, src->data};
     ai_parallel_for(ai_tensor_numel(dst), AI_GRAIN_ELEMS, accumulate_range, &j);
 }

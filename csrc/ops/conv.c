@@ -236,23 +236,26 @@ static ai_status conv_backward(ai_ctx *c)
     void *dx = data_of(c->din[0]), *dw = data_of(c->din[1]);
     void *db = data_of(c->n_in > 2 ? c->din[2] : NULL), *ws = c->workspace;
     const void *dy = c->dout[0]->data, *x = c->in[0]->data, *w = c->in[1]->data;
+    const bool ax = c->din_assign[0]; /* only dx is ever assigned */
     if (c->in[0]->dtype == AI_F32) {
         if (a->transposed)
-            ai_convtranspose_backward_f32(&p, dx, dw, db, dy, x, w, ws);
+            ai_convtranspose_backward_f32(&p, dx, dw, db, dy, x, w, ws, ax);
         else
-            ai_conv_backward_f32(&p, dx, dw, db, dy, x, w, ws);
+            ai_conv_backward_f32(&p, dx, dw, db, dy, x, w, ws, ax);
     } else {
         if (a->transposed)
-            ai_convtranspose_backward_f64(&p, dx, dw, db, dy, x, w, ws);
+            ai_convtranspose_backward_f64(&p, dx, dw, db, dy, x, w, ws, ax);
         else
-            ai_conv_backward_f64(&p, dx, dw, db, dy, x, w, ws);
+            ai_conv_backward_f64(&p, dx, dw, db, dy, x, w, ws, ax);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_conv = {"Conv", "", 2, 3, 1, 1, 0, conv_init, conv_shape,
-                                  conv_forward, conv_backward};
-static const ai_op_def op_conv_transpose = {"ConvTranspose", "", 2, 3, 1, 1, 0, conv_init,
-                                            conv_shape, conv_forward, conv_backward};
+/* dx (input 0) is written on its gradient's first write; dw, db accumulate */
+static const ai_op_def op_conv = {"Conv", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), conv_init,
+                                  conv_shape, conv_forward, conv_backward};
+static const ai_op_def op_conv_transpose = {"ConvTranspose", "", 2, 3, 1, 1,
+                                            AI_OP_GRAD_ASSIGN(1), conv_init, conv_shape,
+                                            conv_forward, conv_backward};
 
 const ai_op_def *const ai_ops_conv[] = {&op_conv, &op_conv_transpose, NULL};

@@ -160,20 +160,22 @@ static ai_status gemm_backward(ai_ctx *c)
     int64_t M, N, K;
     gemm_sizes(c, &M, &N, &K);
     const int64_t lda = a->shape[1], ldb = b->shape[1];
+    /* GEMM beta 0 on a first write (assign), 1 to accumulate */
+    const double beta_a = c->din_assign[0] ? 0.0 : 1.0, beta_b = c->din_assign[1] ? 0.0 : 1.0;
     if (c->din[0]) {
         if (!p->ta) /* dA (M,K) += alpha * dY @ op(B)^T */
-            gemm(dt, false, !p->tb, M, K, N, p->alpha, dy->data, N, b->data, ldb, 1.0,
+            gemm(dt, false, !p->tb, M, K, N, p->alpha, dy->data, N, b->data, ldb, beta_a,
                  c->din[0]->data, K);
         else /* dA (K,M) += alpha * op(B) @ dY^T */
-            gemm(dt, p->tb, true, K, M, N, p->alpha, b->data, ldb, dy->data, N, 1.0,
+            gemm(dt, p->tb, true, K, M, N, p->alpha, b->data, ldb, dy->data, N, beta_a,
                  c->din[0]->data, M);
     }
     if (c->din[1]) {
         if (!p->tb) /* dB (K,N) += alpha * op(A)^T @ dY */
-            gemm(dt, !p->ta, false, K, N, M, p->alpha, a->data, lda, dy->data, N, 1.0,
+            gemm(dt, !p->ta, false, K, N, M, p->alpha, a->data, lda, dy->data, N, beta_b,
                  c->din[1]->data, N);
         else /* dB (N,K) += alpha * dY^T @ op(A) */
-            gemm(dt, true, p->ta, N, K, M, p->alpha, dy->data, N, a->data, lda, 1.0,
+            gemm(dt, true, p->ta, N, K, M, p->alpha, dy->data, N, a->data, lda, beta_b,
                  c->din[1]->data, K);
     }
     if (c->n_in > 2 && c->din[2]) {
@@ -191,13 +193,13 @@ static ai_status gemm_backward(ai_ctx *c)
             for (int64_t i = 0; i < n; i++)
                 d[i] = p->beta * s[i];
         }
-        ai_reduce_to(c->din[2], &g);
+        ai_reduce_to(c->din[2], &g, c->din_assign[2]);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, 0, gemm_init, gemm_shape,
-                                  gemm_forward, gemm_backward};
+static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(3), gemm_init,
+                                  gemm_shape, gemm_forward, gemm_backward};
 
 /* ---------------------------------------------------------------- MatMul */
 
@@ -307,29 +309,37 @@ static ai_status matmul_backward(ai_ctx *c)
     const char *A = c->in[0]->data, *B = c->in[1]->data, *dY = c->dout[0]->data;
     char *dA = c->din[0] ? c->din[0]->data : NULL, *dB = c->din[1] ? c->din[1]->data : NULL;
     const int64_t M = d.M, N = d.N, K = d.K;
+    /* GEMM beta 0 on a first write (assign), 1 to accumulate */
+    double beta_a = c->din_assign[0] ? 0.0 : 1.0, beta_b = c->din_assign[1] ? 0.0 : 1.0;
     if (d.b_shared) {
         const int64_t R = d.count * M; /* A's rows, all batches */
         if (dA) /* dA (R,K) += dY (R,N) @ B^T */
-            gemm(dt, false, true, R, K, N, 1.0, dY, N, B, N, 1.0, dA, K);
+            gemm(dt, false, true, R, K, N, 1.0, dY, N, B, N, beta_a, dA, K);
         if (dB) /* dB (K,N) += A^T (K,R) @ dY (R,N) */
-            gemm(dt, true, false, K, N, R, 1.0, A, K, dY, N, 1.0, dB, N);
+            gemm(dt, true, false, K, N, R, 1.0, A, K, dY, N, beta_b, dB, N);
         return AI_OK;
     }
+    /* a broadcast operand's gradient sums several products: zero it, then add */
+    for (int k = 0; k < 2; k++)
+        if (c->din_assign[k] && ai_tensor_numel(c->din[k]) < d.count * (k ? K * N : M * K)) {
+            memset(c->din[k]->data, 0, ai_tensor_nbytes(c->din[k]));
+            *(k ? &beta_b : &beta_a) = 1.0;
+        }
     for (int64_t i = 0; i < d.count; i++) {
         int64_t ia, ib;
         mm_batch(&d, i, &ia, &ib);
         const char *dy = dY + i * M * N * es;
         if (dA)
-            gemm(dt, false, true, M, K, N, 1.0, dy, N, B + ib * K * N * es, N, 1.0,
+            gemm(dt, false, true, M, K, N, 1.0, dy, N, B + ib * K * N * es, N, beta_a,
                  dA + ia * M * K * es, K);
         if (dB)
-            gemm(dt, true, false, K, N, M, 1.0, A + ia * M * K * es, K, dy, N, 1.0,
+            gemm(dt, true, false, K, N, M, 1.0, A + ia * M * K * es, K, dy, N, beta_b,
                  dB + ib * K * N * es, N);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1, 0, NULL, matmul_shape,
-                                    matmul_forward, matmul_backward};
+static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1, AI_OP_GRAD_ASSIGN(2), NULL,
+                                    matmul_shape, matmul_forward, matmul_backward};
 
 const ai_op_def *const ai_ops_matmul[] = {&op_gemm, &op_matmul, NULL};

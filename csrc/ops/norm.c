@@ -217,13 +217,13 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                  \
     }                                                                                      \
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
-     * statistics, dx += scale * invstd * dy with fixed ones */                            \
+     * statistics, dx += scale * invstd * dy with fixed ones (= with assign) */             \
     AI_VECTOR_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,         \
                                                    const double *mean,                     \
                                                    const double *invstd, const T *scale,   \
                                                    const double *sdy, const double *sdyx,  \
-                                                   bool batch_stats, bn_dims d,            \
-                                                   int64_t p0, int64_t p1)                 \
+                                                   bool batch_stats, bool assign,          \
+                                                   bn_dims d, int64_t p0, int64_t p1)      \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
         for (int64_t pl = p0; pl < p1; pl++) {                                             \
@@ -231,8 +231,12 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             const double m = mean[ch], is = invstd[ch], w = is * scale[ch];                \
             const double gm = batch_stats ? sdy[ch] / cnt : 0;                             \
             const double k = batch_stats ? sdyx[ch] * is * is / cnt : 0;                   \
-            for (int64_t s = 0; s < d.S; s++)                                              \
-                dx[off + s] += (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);         \
+            if (assign)                                                                    \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    dx[off + s] = (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);      \
+            else                                                                           \
+                for (int64_t s = 0; s < d.S; s++)                                          \
+                    dx[off + s] += (T)((dy[off + s] - gm - (x[off + s] - m) * k) * w);     \
         }                                                                                  \
     }
 
@@ -243,7 +247,7 @@ DEFINE_BN_KERNELS(f64, double)
  * each channel's statistics (or backward sums) and then its N planes; eval:
  * one job over the (n, c) planes. */
 typedef struct {
-    bool f64, batch_stats;
+    bool f64, batch_stats, assign; /* assign: backward writes dx, not += */
     bn_dims d;
     double eps;
     const void *x, *dy, *scale, *bias;
@@ -256,10 +260,10 @@ static void bn_planes(const bn_job *j, bool backward, int64_t p0, int64_t p1)
 {
     if (backward && j->f64)
         bn_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->d, p0, p1);
+                        j->batch_stats, j->assign, j->d, p0, p1);
     else if (backward)
         bn_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->d, p0, p1);
+                        j->batch_stats, j->assign, j->d, p0, p1);
     else if (j->f64)
         bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
     else
@@ -367,21 +371,24 @@ static ai_status bn_backward(ai_ctx *c)
     bn_state *sv = c->state;
     double *mean = sv->stats, *invstd = mean + d.C;
     double *sdy = c->workspace, *sdyx = sdy + d.C;
-    bn_job j = {.f64 = x->dtype == AI_F64, .batch_stats = sv->batch_stats, .d = d,
-                .x = x->data, .dy = dy->data, .scale = c->in[1]->data,
-                .out = c->din[0] ? c->din[0]->data : NULL, .mean = mean, .invstd = invstd,
-                .sdy = sdy, .sdyx = sdyx};
+    bn_job j = {.f64 = x->dtype == AI_F64, .batch_stats = sv->batch_stats,
+                .assign = c->din_assign[0], .d = d, .x = x->data, .dy = dy->data,
+                .scale = c->in[1]->data, .out = c->din[0] ? c->din[0]->data : NULL,
+                .mean = mean, .invstd = invstd, .sdy = sdy, .sdyx = sdyx};
     bn_run(&j, true, bn_backward_range);
     for (int64_t ch = 0; ch < d.C; ch++) {
         if (c->din[1])
-            set_d(c->din[1], ch, get_d(c->din[1], ch) + sdyx[ch] * invstd[ch]);
+            set_d(c->din[1], ch,
+                  (c->din_assign[1] ? 0 : get_d(c->din[1], ch)) + sdyx[ch] * invstd[ch]);
         if (c->din[2])
-            set_d(c->din[2], ch, get_d(c->din[2], ch) + sdy[ch]);
+            set_d(c->din[2], ch, (c->din_assign[2] ? 0 : get_d(c->din[2], ch)) + sdy[ch]);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_batchnorm = {"BatchNormalization", "", 5, 5, 1, 3, AI_OP_NO_FOLD,
+/* no gradient flows to the running statistics (inputs 3, 4): they are not assigned */
+static const ai_op_def op_batchnorm = {"BatchNormalization", "", 5, 5, 1, 3,
+                                       AI_OP_NO_FOLD | AI_OP_GRAD_ASSIGN(3),
                                        bn_init, bn_shape, bn_forward, bn_backward};
 
 /* ---------------------------------------------------------------- LayerNormalization */
@@ -494,11 +501,12 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     /* With xhat = (x - mean) * invstd, g = dy * scale, per row:                           \
      * dx += invstd * (g - mean(g) - xhat * mean(g * xhat))                                \
      *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
-     * dscale[h] += dy * xhat, dbias[h] += dy (double sums). */                           \
-    static void ln_backward_##SUF(T *dx, double *dscale, double *dbias, const T *dy,       \
-                                  const T *x, const T *scale, const double *mean,          \
-                                  const double *invstd, const ai_tensor *dmean,            \
-                                  const ai_tensor *dinvstd, int64_t R, int64_t H)          \
+     * dscale[h] += dy * xhat, dbias[h] += dy (double sums); dx = with assign. */         \
+    static void ln_backward_##SUF(T *dx, bool assign, double *dscale, double *dbias,       \
+                                  const T *dy, const T *x, const T *scale,                 \
+                                  const double *mean, const double *invstd,                \
+                                  const ai_tensor *dmean, const ai_tensor *dinvstd,        \
+                                  int64_t R, int64_t H)                                    \
     {                                                                                      \
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * H, *dyr = dy + r * H;                                    \
@@ -523,7 +531,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             T *dxr = dx + r * H;                                                           \
             for (int64_t h = 0; h < H; h++) {                                              \
                 const double xh = (xr[h] - m) * is;                                        \
-                dxr[h] += (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+                const T v = (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+                dxr[h] = assign ? v : dxr[h] + v;                                          \
             }                                                                              \
         }                                                                                  \
     }
@@ -570,23 +579,25 @@ static ai_status ln_backward(ai_ctx *c)
     }
     const ai_tensor *dm = c->n_out > 1 ? c->dout[1] : NULL;
     const ai_tensor *di = c->n_out > 2 ? c->dout[2] : NULL;
+    void *dx = c->din[0] ? c->din[0]->data : NULL;
     if (x->dtype == AI_F32)
-        ln_backward_f32(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+        ln_backward_f32(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
                         c->in[1]->data, mean, invstd, dm, di, R, H);
     else
-        ln_backward_f64(c->din[0] ? c->din[0]->data : NULL, gs, gb, c->dout[0]->data, x->data,
+        ln_backward_f64(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
                         c->in[1]->data, mean, invstd, dm, di, R, H);
     for (int64_t h = 0; h < H; h++) {
         if (dscale)
-            set_d(dscale, h, get_d(dscale, h) + gs[h]);
+            set_d(dscale, h, (c->din_assign[1] ? 0 : get_d(dscale, h)) + gs[h]);
         if (dbias)
-            set_d(dbias, h, get_d(dbias, h) + gb[h]);
+            set_d(dbias, h, (c->din_assign[2] ? 0 : get_d(dbias, h)) + gb[h]);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3, 0, ln_init,
-                                       ln_shape, ln_forward, ln_backward};
+static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3,
+                                       AI_OP_GRAD_ASSIGN(3), ln_init, ln_shape, ln_forward,
+                                       ln_backward};
 
 /* ---------------------------------------------------------------- Softmax, LogSoftmax */
 
@@ -662,9 +673,10 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                                          : (T)(yo[l * I + i] / sum[i]);                    \
         }                                                                                  \
     }                                                                                      \
-    /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy) */          \
-    static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, double *sum,  \
-                                  sm_dims d, int64_t i0, int64_t i1)                       \
+    /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy); dx = with \
+     * assign */                                                                           \
+    static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, bool assign,  \
+                                  double *sum, sm_dims d, int64_t i0, int64_t i1)          \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
@@ -679,8 +691,9 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             for (int64_t l = 0; l < L; l++)                                                \
                 for (int64_t i = i0; i < i1; i++) {                                          \
                     const int64_t k = l * I + i;                                           \
-                    dxo[k] += log_ ? (T)(dyo[k] - EXPF(yo[k]) * sum[i])                    \
-                                   : (T)(yo[k] * (dyo[k] - sum[i]));                       \
+                    const T g = log_ ? (T)(dyo[k] - EXPF(yo[k]) * sum[i])                  \
+                                     : (T)(yo[k] * (dyo[k] - sum[i]));                     \
+                    dxo[k] = assign ? g : dxo[k] + g;                                      \
                 }                                                                          \
         }                                                                                  \
     }
@@ -734,7 +747,8 @@ DEFINE_SM_KERNELS(f64, double, exp)
         }                                                                                  \
     }                                                                                      \
     AI_VECTOR_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,    \
-                                                        bool log_, int64_t R, int64_t L)   \
+                                                        bool log_, bool assign, int64_t R, \
+                                                        int64_t L)                         \
     {                                                                                      \
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *dyr = dy + r * L, *yr = y + r * L;                                    \
@@ -748,9 +762,15 @@ DEFINE_SM_KERNELS(f64, double, exp)
                 s8[0] += log_ ? (double)dyr[l] : (double)dyr[l] * yr[l];                   \
             const double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) +                       \
                                ((s8[4] + s8[5]) + (s8[6] + s8[7]));                        \
-            if (log_)                                                                      \
+            if (log_ && assign)                                                            \
+                for (l = 0; l < L; l++)                                                    \
+                    dxr[l] = (T)(dyr[l] - EXPF(yr[l]) * sum);                              \
+            else if (log_)                                                                 \
                 for (l = 0; l < L; l++)                                                    \
                     dxr[l] += (T)(dyr[l] - EXPF(yr[l]) * sum);                             \
+            else if (assign)                                                               \
+                for (l = 0; l < L; l++)                                                    \
+                    dxr[l] = (T)(yr[l] * (dyr[l] - sum));                                  \
             else                                                                           \
                 for (l = 0; l < L; l++)                                                    \
                     dxr[l] += (T)(yr[l] * (dyr[l] - sum));                                 \
@@ -768,7 +788,7 @@ static bool sm_is_log(const ai_ctx *c)
 /* A Softmax pass on the thread pool: over rows when inner == 1, else over
  * the inner columns, each with its own max and sum in the workspace. */
 typedef struct {
-    bool f64, log_, backward;
+    bool f64, log_, backward, assign; /* assign: backward writes dx, not += */
     sm_dims d;
     const void *x, *dy; /* x: forward's input, or backward's saved output */
     void *out;          /* y or dx */
@@ -788,24 +808,24 @@ static void sm_range(void *ctx, int64_t lo, int64_t hi)
                             L);
     else if (rows && !j->f64)
         sm_rows_backward_f32((float *)j->out + off, (const float *)j->dy + off,
-                             (const float *)j->x + off, j->log_, hi - lo, L);
+                             (const float *)j->x + off, j->log_, j->assign, hi - lo, L);
     else if (rows)
         sm_rows_backward_f64((double *)j->out + off, (const double *)j->dy + off,
-                             (const double *)j->x + off, j->log_, hi - lo, L);
+                             (const double *)j->x + off, j->log_, j->assign, hi - lo, L);
     else if (!j->f64 && !j->backward)
         sm_forward_f32(j->out, j->x, j->log_, j->mx, j->sum, j->d, lo, hi);
     else if (!j->backward)
         sm_forward_f64(j->out, j->x, j->log_, j->mx, j->sum, j->d, lo, hi);
     else if (!j->f64)
-        sm_backward_f32(j->out, j->dy, j->x, j->log_, j->sum, j->d, lo, hi);
+        sm_backward_f32(j->out, j->dy, j->x, j->log_, j->assign, j->sum, j->d, lo, hi);
     else
-        sm_backward_f64(j->out, j->dy, j->x, j->log_, j->sum, j->d, lo, hi);
+        sm_backward_f64(j->out, j->dy, j->x, j->log_, j->assign, j->sum, j->d, lo, hi);
 }
 
 static ai_status sm_run(ai_ctx *c, bool backward)
 {
     sm_job j = {.f64 = c->in[0]->dtype == AI_F64, .log_ = sm_is_log(c),
-                .backward = backward};
+                .backward = backward, .assign = backward && c->din_assign[0]};
     ai_status st = sm_dims_of(c, &j.d);
     if (st)
         return st;
@@ -824,10 +844,10 @@ static ai_status sm_forward(ai_ctx *c) { return sm_run(c, false); }
 
 static ai_status sm_backward(ai_ctx *c) { return sm_run(c, true); }
 
-static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
-                                     sm_forward, sm_backward};
-static const ai_op_def op_logsoftmax = {"LogSoftmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
-                                        sm_forward, sm_backward};
+static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL,
+                                     sm_shape, sm_forward, sm_backward};
+static const ai_op_def op_logsoftmax = {"LogSoftmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1),
+                                        NULL, sm_shape, sm_forward, sm_backward};
 
 const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_softmax,
                                         &op_logsoftmax, NULL};

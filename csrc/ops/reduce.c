@@ -362,7 +362,7 @@ static ai_status reduce_backward(ai_ctx *c)
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
                              "gradient for %s data is not supported", ai_dtype_name(dx->dtype));
     if (p.noop) {
-        ai_accumulate(dx, dy);
+        ai_accumulate(dx, dy, false);
         return AI_OK;
     }
     if (kind == R_SUM || kind == R_MEAN) {

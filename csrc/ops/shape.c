@@ -7,7 +7,8 @@
  * int64 matters because shape subgraphs (Shape -> Gather -> Concat ->
  * Reshape) are constant-folded by running forward at plan time. Backward
  * takes float32/float64 and adds the output gradient back to where each
- * element came from (+=).
+ * element came from (+=), or copies it there on the gradient's first write
+ * when the walks cover the whole input (AI_OP_GRAD_ASSIGN).
  *
  * Most operators are a "walk": the input and output seen as two strided
  * views of one index space (Transpose permutes strides, Slice steps them,
@@ -241,16 +242,17 @@ static void walk_copy(const walk *w, ai_tensor *out, const ai_tensor *in)
     walk_run(w, out->data, in->data, ai_dtype_size(in->dtype), row_copy);
 }
 
-/* Backward along w (the forward walk): din += dout where in -> out. */
+/* Backward along w (the forward walk): din += dout where in -> out (=
+ * with `assign`). */
 static ai_status walk_add_back(const ai_ctx *c, const walk *w, ai_tensor *din,
-                               const ai_tensor *dout)
+                               const ai_tensor *dout, bool assign)
 {
     ai_status st = check_grad_dtype(c, din);
     if (st)
         return st;
     walk b = walk_swapped(w);
     walk_run(&b, din->data, dout->data, ai_dtype_size(din->dtype),
-             din->dtype == AI_F32 ? row_add_f32 : row_add_f64);
+             assign ? row_copy : din->dtype == AI_F32 ? row_add_f32 : row_add_f64);
     return AI_OK;
 }
 
@@ -269,7 +271,7 @@ static ai_status flat_backward(ai_ctx *c)
 {
     ai_status st = check_grad_dtype(c, c->din[0]);
     if (!st)
-        ai_accumulate(c->din[0], c->dout[0]);
+        ai_accumulate(c->din[0], c->dout[0], c->din_assign[0]);
     return st;
 }
 
@@ -466,7 +468,7 @@ static ai_status transpose_backward(ai_ctx *c)
     int perm[AI_MAX_DIMS];
     walk w;
     ai_status st = transpose_walk(c, perm, &w);
-    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0]);
+    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0], c->din_assign[0]);
 }
 
 /* ---------------------------------------------------------------- Concat / Split */
@@ -556,7 +558,7 @@ static ai_status concat_backward(ai_ctx *c)
         if (!c->din[k])
             continue;
         walk w = walk_swapped(&part); /* forward walk: in k -> whole */
-        ai_status st = walk_add_back(c, &w, c->din[k], c->dout[0]);
+        ai_status st = walk_add_back(c, &w, c->din[k], c->dout[0], c->din_assign[k]);
         if (st)
             return st;
     }
@@ -648,7 +650,7 @@ static ai_status split_backward(ai_ctx *c)
         walk w;
         part_walk(&w, c->in[0]->ndim, c->in[0]->shape, a, start, sizes[k]);
         start += sizes[k];
-        st = walk_add_back(c, &w, c->din[0], c->dout[k]);
+        st = walk_add_back(c, &w, c->din[0], c->dout[k], c->din_assign[0]); /* parts */
     }
     return st;
 }
@@ -739,7 +741,7 @@ static ai_status slice_backward(ai_ctx *c)
 {
     walk w;
     ai_status st = slice_walk(c, &w);
-    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0]);
+    return st ? st : walk_add_back(c, &w, c->din[0], c->dout[0], false);
 }
 
 /* ---------------------------------------------------------------- Expand */
@@ -774,7 +776,7 @@ static ai_status expand_backward(ai_ctx *c)
 {
     ai_status st = check_grad_dtype(c, c->din[0]);
     if (!st)
-        ai_reduce_to(c->din[0], c->dout[0]);
+        ai_reduce_to(c->din[0], c->dout[0], c->din_assign[0]);
     return st;
 }
 
@@ -1209,18 +1211,21 @@ static ai_status cos_forward(ai_ctx *c)
     static const ai_op_def VAR = {NAME, "", MIN_IN, MAX_IN, 1, MAX_OUT, FLAGS, NULL,     \
                                   SHAPE, FWD, BWD};
 
-OP(op_reshape, "Reshape", 2, 2, 1, 0, reshape_shape, flat_forward, flat_backward)
-OP(op_flatten, "Flatten", 1, 1, 1, 0, flatten_shape, flat_forward, flat_backward)
-OP(op_squeeze, "Squeeze", 1, 2, 1, 0, squeeze_shape, flat_forward, flat_backward)
-OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, 0, unsqueeze_shape, flat_forward, flat_backward)
-OP(op_transpose, "Transpose", 1, 1, 1, 0, transpose_shape, transpose_forward,
+#define ASSIGN1 AI_OP_GRAD_ASSIGN(1) /* writes all of dx on a first write */
+OP(op_reshape, "Reshape", 2, 2, 1, ASSIGN1, reshape_shape, flat_forward, flat_backward)
+OP(op_flatten, "Flatten", 1, 1, 1, ASSIGN1, flatten_shape, flat_forward, flat_backward)
+OP(op_squeeze, "Squeeze", 1, 2, 1, ASSIGN1, squeeze_shape, flat_forward, flat_backward)
+OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, ASSIGN1, unsqueeze_shape, flat_forward, flat_backward)
+OP(op_transpose, "Transpose", 1, 1, 1, ASSIGN1, transpose_shape, transpose_forward,
    transpose_backward)
-OP(op_concat, "Concat", 1, AI_MAX_IO, 1, 0, concat_shape, concat_forward, concat_backward)
-OP(op_split, "Split", 1, 2, AI_MAX_IO, 0, split_shape, split_forward, split_backward)
+OP(op_concat, "Concat", 1, AI_MAX_IO, 1, AI_OP_GRAD_ASSIGN(AI_MAX_IO), concat_shape,
+   concat_forward, concat_backward)
+OP(op_split, "Split", 1, 2, AI_MAX_IO, ASSIGN1, split_shape, split_forward, split_backward)
 OP(op_slice, "Slice", 1, 5, 1, 0, slice_shape, slice_forward, slice_backward)
-OP(op_expand, "Expand", 2, 2, 1, 0, expand_shape, expand_forward, expand_backward)
+OP(op_expand, "Expand", 2, 2, 1, ASSIGN1, expand_shape, expand_forward, expand_backward)
 OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
 OP(op_pad, "Pad", 1, 4, 1, 0, pad_shape, pad_forward, pad_backward)
+#undef ASSIGN1
 OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
 OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, 0, cos_shape, cos_forward, NULL)
 

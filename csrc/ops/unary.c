@@ -4,7 +4,8 @@
  *
  * Each function is one line of forward and one of derivative, computed in
  * double and stored in the tensor's type (float32 or float64). Backward
- * accumulates dx += dy * f'(x) (f' may use the saved output y).
+ * accumulates dx += dy * f'(x) (f' may use the saved output y), or assigns
+ * dx = dy * f'(x) on the gradient's first write (AI_OP_GRAD_ASSIGN).
  * Derivatives at kinks follow torch: relu'(0) = 0, |x|'(0) = 0, clamp passes
  * the gradient at its bounds, floor/ceil/round have zero gradient.
  */
@@ -31,17 +32,30 @@ static const double TWO_INV_SQRT_PI = 1.12837916709551257390;
  * and in backward dy, dx; split by element ranges on the thread pool. */
 typedef struct {
     const unary_params *P;
-    bool f64;
+    bool f64, assign; /* assign: backward writes dx instead of adding to it */
     const void *x, *dy;
     void *y, *dx;
 } unary_job;
 
 static unary_job unary_job_of(const ai_ctx *c, bool backward)
 {
-    return (unary_job){c->node->params, c->in[0]->dtype == AI_F64, c->in[0]->data,
+    return (unary_job){c->node->params, c->in[0]->dtype == AI_F64,
+                       backward && c->din_assign[0], c->in[0]->data,
                        backward ? c->dout[0]->data : NULL, c->out[0]->data,
                        backward ? c->din[0]->data : NULL};
 }
+
+/* One backward loop body for both modes: dx[i] = or += GRAD, in two loops
+ * (a branch per element would keep them from vectorising). */
+#define GRAD_LOOP(ASSIGN, N, DX, GRAD)                                                 \
+    do {                                                                               \
+        if (ASSIGN)                                                                    \
+            for (int64_t i = 0; i < (N); i++)                                          \
+                (DX)[i] = (GRAD);                                                      \
+        else                                                                           \
+            for (int64_t i = 0; i < (N); i++)                                          \
+                (DX)[i] += (GRAD);                                                     \
+    } while (0)
 
 static double gelu_tanh_deriv(double x)
 {
@@ -88,21 +102,32 @@ static inline float gelu_tanh_deriv_f(float xf)
             yp[i] = (float)(FWD32);                                                    \
         }                                                                              \
     }                                                                                  \
+    static inline float NAME##_f32_grad(const unary_params *P, float xf, float yf,     \
+                                        float dyf)                                     \
+    {                                                                                  \
+        const double x = xf, y = yf;                                                   \
+        (void)P;                                                                       \
+        (void)x;                                                                       \
+        (void)y;                                                                       \
+        (void)xf;                                                                      \
+        (void)yf;                                                                      \
+        return (PASS) ? (float)(dyf * (DER32)) : 0.0f;                                 \
+    }                                                                                  \
     AI_VECTOR_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,    \
                                                 const float *xp, const float *yp,     \
-                                                const float *dy, int64_t n)           \
+                                                const float *dy, int64_t n,           \
+                                                bool assign)                          \
     {                                                                                  \
         const unary_params Pv = *P_, *P = &Pv;                                         \
+        GRAD_LOOP(assign, n, dx, NAME##_f32_grad(P, xp[i], yp[i], dy[i]));             \
+    }                                                                                  \
+    static inline double NAME##_f64_grad(const unary_params *P, double x, double y,    \
+                                         double dyd)                                   \
+    {                                                                                  \
         (void)P;                                                                       \
-        for (int64_t i = 0; i < n; i++) {                                              \
-            const float xf = xp[i], yf = yp[i];                                        \
-            const double x = xf, y = yf;                                               \
-            (void)x;                                                                   \
-            (void)y;                                                                   \
-            (void)xf;                                                                  \
-            (void)yf;                                                                  \
-            dx[i] += (PASS) ? (float)(dy[i] * (DER32)) : 0.0f;                         \
-        }                                                                              \
+        (void)x;                                                                       \
+        (void)y;                                                                       \
+        return (PASS) ? dyd * (DER) : 0.0;                                             \
     }                                                                                  \
     static void NAME##_fwd_range(void *ctx, int64_t lo, int64_t hi)                    \
     {                                                                                  \
@@ -126,18 +151,13 @@ static inline float gelu_tanh_deriv_f(float xf)
         if (!j->f64) {                                                                 \
             NAME##_f32_bwd(P, (float *)j->dx + lo, (const float *)j->x + lo,           \
                            (const float *)j->y + lo, (const float *)j->dy + lo,        \
-                           hi - lo);                                                   \
+                           hi - lo, j->assign);                                        \
             return;                                                                    \
         }                                                                              \
-        const double *xp = j->x, *yp = j->y, *dy = j->dy;                              \
-        double *dx = j->dx;                                                            \
-        for (int64_t i = lo; i < hi; i++) {                                            \
-            double x = xp[i], y = yp[i];                                               \
-            (void)x;                                                                   \
-            (void)y;                                                                   \
-            if (PASS)                                                                  \
-                dx[i] += dy[i] * (DER);                                                \
-        }                                                                              \
+        const double *xp = (const double *)j->x + lo, *yp = (const double *)j->y + lo;  \
+        const double *dy = (const double *)j->dy + lo;                                 \
+        double *dx = (double *)j->dx + lo;                                             \
+        GRAD_LOOP(j->assign, hi - lo, dx, NAME##_f64_grad(P, xp[i], yp[i], dy[i]));    \
     }                                                                                  \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
     {                                                                                  \
@@ -223,7 +243,7 @@ static ai_status identity_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], 
 
 static ai_status identity_backward(ai_ctx *c)
 {
-    ai_accumulate(c->din[0], c->dout[0]);
+    ai_accumulate(c->din[0], c->dout[0], c->din_assign[0]);
     return AI_OK;
 }
 
@@ -276,7 +296,7 @@ static ai_status unary_init(ai_node *n)
 }
 
 #define FLOAT_OP(NAME, ONNX)                                                           \
-    static const ai_op_def op_##NAME = {ONNX, "", 1, 1, 1, 1, 0, unary_init,           \
+    static const ai_op_def op_##NAME = {ONNX, "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init, \
                                         float_shape, NAME##_forward, NAME##_backward};
 
 FLOAT_OP(relu, "Relu")
@@ -294,12 +314,12 @@ FLOAT_OP(floor, "Floor")
 FLOAT_OP(ceil, "Ceil")
 FLOAT_OP(round, "Round")
 
-static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, 0, unary_init, numeric_shape,
-                                 abs_forward, abs_backward};
-static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, 0, unary_init, numeric_shape,
-                                 neg_forward, neg_backward};
-static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1, 0, NULL, same_shape,
-                                      identity_forward, identity_backward};
+static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
+                                 numeric_shape, abs_forward, abs_backward};
+static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
+                                 numeric_shape, neg_forward, neg_backward};
+static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL,
+                                      same_shape, identity_forward, identity_backward};
 
 /* ---------------------------------------------------------------- Clip */
 
@@ -325,9 +345,9 @@ static ai_status clip_bounds(const ai_ctx *c, double *lo, double *hi)
 }
 
 /* Float Clip split by element ranges: y = clip(x), or dx += dy inside the
- * bounds (inclusive, like torch.clamp). */
+ * bounds (inclusive, like torch.clamp; dx = with `assign`). */
 typedef struct {
-    bool f64;
+    bool f64, assign;
     double lo, hi;
     const void *x, *dy;
     void *out; /* y or dx */
@@ -358,16 +378,15 @@ static void clip_backward_range(void *ctx, int64_t a, int64_t b)
 {
     const clip_job *j = ctx;
     if (j->f64) {
-        const double *x = j->x, *dy = j->dy;
-        double *dx = j->out;
-        for (int64_t i = a; i < b; i++)
-            dx[i] += (x[i] >= j->lo && x[i] <= j->hi) ? dy[i] : 0.0;
+        const double *x = (const double *)j->x + a, *dy = (const double *)j->dy + a;
+        double *dx = (double *)j->out + a;
+        const double l = j->lo, h = j->hi;
+        GRAD_LOOP(j->assign, b - a, dx, (x[i] >= l && x[i] <= h) ? dy[i] : 0.0);
     } else {
-        const float *x = j->x, *dy = j->dy;
-        float *dx = j->out;
+        const float *x = (const float *)j->x + a, *dy = (const float *)j->dy + a;
+        float *dx = (float *)j->out + a;
         const float l = (float)j->lo, h = (float)j->hi;
-        for (int64_t i = a; i < b; i++)
-            dx[i] += (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f;
+        GRAD_LOOP(j->assign, b - a, dx, (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f);
     }
 }
 
@@ -388,7 +407,8 @@ static ai_status clip_forward(ai_ctx *c)
         return st;
     int64_t n = ai_tensor_numel(c->in[0]);
     if (ai_dtype_is_float(c->in[0]->dtype) && c->in[0]->dtype != AI_F16) {
-        clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, NULL, c->out[0]->data};
+        clip_job j = {c->in[0]->dtype == AI_F64, false, lo, hi, c->in[0]->data, NULL,
+                      c->out[0]->data};
         ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
     } else {
         /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
@@ -428,13 +448,15 @@ static ai_status clip_backward(ai_ctx *c)
     ai_status st = clip_bounds(c, &lo, &hi);
     if (st)
         return st;
-    clip_job j = {c->in[0]->dtype == AI_F64, lo, hi, c->in[0]->data, c->dout[0]->data,
-                  c->din[0]->data};
+    if (!c->din[0]) /* no gradient for the bounds */
+        return AI_OK;
+    clip_job j = {c->in[0]->dtype == AI_F64, c->din_assign[0], lo, hi, c->in[0]->data,
+                  c->dout[0]->data, c->din[0]->data};
     ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, clip_backward_range, &j);
     return AI_OK;
 }
 
-static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, 0, NULL, clip_shape,
+static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL, clip_shape,
                                   clip_forward, clip_backward};
 
 /* ---------------------------------------------------------------- Dropout */
@@ -528,22 +550,24 @@ static ai_status dropout_backward(ai_ctx *c)
     const dropout_state *s = c->state;
     const uint8_t *mask = (const uint8_t *)(s + 1);
     int64_t n = ai_tensor_numel(c->in[0]);
+    if (!c->din[0]) /* no gradient for the ratio */
+        return AI_OK;
     if (c->in[0]->dtype == AI_F32) {
         const float *dy = c->dout[0]->data;
         float *dx = c->din[0]->data;
         const float sc = (float)s->scale;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += mask[i] ? dy[i] * sc : 0.0f;
+        GRAD_LOOP(c->din_assign[0], n, dx, mask[i] ? dy[i] * sc : 0.0f);
     } else {
         const double *dy = c->dout[0]->data;
         double *dx = c->din[0]->data;
-        for (int64_t i = 0; i < n; i++)
-            dx[i] += mask[i] ? dy[i] * s->scale : 0.0;
+        const double sc = s->scale;
+        GRAD_LOOP(c->din_assign[0], n, dx, mask[i] ? dy[i] * sc : 0.0);
     }
     return AI_OK;
 }
 
-static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2, AI_OP_NO_FOLD, NULL,
+static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2,
+                                     AI_OP_NO_FOLD | AI_OP_GRAD_ASSIGN(1), NULL,
                                      dropout_shape, dropout_forward, dropout_backward};
 
 /* ---------------------------------------------------------------- Cast */
@@ -590,7 +614,7 @@ static ai_status cast_backward(ai_ctx *c)
     if (st)
         return st;
     if (!(st = ai_tensor_copy(tmp, c->dout[0])))
-        ai_accumulate(c->din[0], tmp);
+        ai_accumulate(c->din[0], tmp, false);
     ai_tensor_free(tmp);
     return st;
 }

@@ -4,6 +4,7 @@
  * central finite differences (float64), accumulation (+=) into gradients,
  * parameter validation, and a few values taken from PyTorch.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,7 +263,7 @@ static void check_conv_case(const conv_case *cc, bool transposed)
     if (st != AI_OK)
         return;
     void (*backward)(const ai_conv_params *, double *, double *, double *, const double *,
-                     const double *, const double *, double *) =
+                     const double *, const double *, double *, bool) =
         transposed ? ai_convtranspose_backward_f64 : ai_conv_backward_f64;
     size_t (*ws_bytes)(const ai_conv_params *, ai_dtype) =
         transposed ? ai_convtranspose_workspace_bytes : ai_conv_workspace_bytes;
@@ -286,21 +287,34 @@ static void check_conv_case(const conv_case *cc, bool transposed)
 
     /* backward against central differences of sum(dy * y) */
     double *dx = zeros_f64(nx), *dw = zeros_f64(nw), *db = zeros_f64(nb);
-    backward(p, dx, dw, db, dy, c.x, c.w, c.ws);
+    backward(p, dx, dw, db, dy, c.x, c.w, c.ws, false);
     CHECK(finite_differences(c.x, nx, dx, conv_eval, &c, y, dy, ny));
     CHECK(finite_differences(c.w, nw, dw, conv_eval, &c, y, dy, ny));
     CHECK(finite_differences(c.b, nb, db, conv_eval, &c, y, dy, ny));
 
     /* one gradient at a time gives the same; a second call adds it again */
     double *gx = zeros_f64(nx), *gw = zeros_f64(nw), *gb = zeros_f64(nb);
-    backward(p, gx, NULL, NULL, dy, c.x, c.w, c.ws);
-    backward(p, NULL, gw, NULL, dy, c.x, c.w, c.ws);
-    backward(p, NULL, NULL, gb, dy, c.x, c.w, c.ws);
+    backward(p, gx, NULL, NULL, dy, c.x, c.w, c.ws, false);
+    backward(p, NULL, gw, NULL, dy, c.x, c.w, c.ws, false);
+    backward(p, NULL, NULL, gb, dy, c.x, c.w, c.ws, false);
     CHECK(close_to(gx, NULL, dx, nx, 1e-12));
     CHECK(close_to(gw, NULL, dw, nw, 1e-12));
     CHECK(close_to(gb, NULL, db, nb, 1e-12));
-    backward(p, gx, gw, gb, dy, c.x, c.w, c.ws);
+    backward(p, gx, gw, gb, dy, c.x, c.w, c.ws, false);
     CHECK(twice(gx, dx, nx) && twice(gw, dw, nw) && twice(gb, db, nb));
+
+    /* assign_dx overwrites a garbage dx (NaN: any read of it shows) */
+    for (int64_t i = 0; i < nx; i++)
+        gx[i] = NAN;
+    backward(p, gx, NULL, NULL, dy, c.x, c.w, c.ws, true);
+    CHECK(close_to(gx, NULL, dx, nx, 1e-12));
+    for (int64_t i = 0; i < nx; i++)
+        gx[i] = NAN;
+    backward(p, gx, gw, NULL, dy, c.x, c.w, c.ws, true); /* dw still accumulates */
+    CHECK(close_to(gx, NULL, dx, nx, 1e-12));
+    for (int64_t i = 0; i < nw; i++) /* 3 dw: one more on top of 2 dw */
+        gw[i] -= dw[i];
+    CHECK(twice(gw, dw, nw));
 
     /* float32 against float64 */
     float *xf = to_f32(c.x, nx), *wf = to_f32(c.w, nw), *bf = to_f32(c.b, nb);
@@ -310,10 +324,10 @@ static void check_conv_case(const conv_case *cc, bool transposed)
     (transposed ? naive_convtranspose : naive_conv)(p, yref, c.x, c.w, c.b);
     if (transposed) {
         ai_convtranspose_forward_f32(p, yf, xf, wf, bf, wsf);
-        ai_convtranspose_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf);
+        ai_convtranspose_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf, false);
     } else {
         ai_conv_forward_f32(p, yf, xf, wf, bf, wsf);
-        ai_conv_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf);
+        ai_conv_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf, false);
     }
     CHECK(close_to(NULL, yf, yref, ny, 1e-5));
     CHECK(close_to(NULL, dxf, dx, nx, 1e-5));
