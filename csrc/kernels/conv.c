@@ -207,22 +207,6 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
     return p->M == p->C && p->C >= 8 && g->grid[2] < 32;
 }
 
-/* Positions of the channels-last image buffer: with 1 or 2 spatial dims the
- * forward reads x zero-padded to Q1 x Q2 (every tap of every output inside:
- * all taps summed in registers, no bounds), else the image as it is. */
-static int64_t dw_last_padded(const conv_geom *g, int64_t *Q1, int64_t *Q2)
-{
-    *Q1 = (g->grid[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
-    *Q2 = (g->grid[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
-    return g->img[0] == 1 ? *Q1 * *Q2 : 0;
-}
-
-static int64_t dw_last_img(const conv_geom *g)
-{
-    int64_t Q1, Q2, padded = dw_last_padded(g, &Q1, &Q2);
-    return padded > g->img_size ? padded : g->img_size;
-}
-
 /*
  * Depthwise forward (any stride) and input gradient (stride 1) of 1 or 2
  * spatial dims through zero-padded planes: a source plane (x, or dy for the
@@ -459,7 +443,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     }
     if (!transposed && conv_depthwise(p)) {
         int64_t elems = !depthwise_channels_last(p, &g) ? 0
-                        : p->C * (g.grid_size + dw_last_img(&g) + g.ksize);
+                        : p->C * (g.grid_size + g.img_size + g.ksize);
         phase_planes d;
         for (int dx = 0; dx < 2; dx++)
             if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)

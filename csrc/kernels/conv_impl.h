@@ -319,43 +319,6 @@ static void FN(dw_planes_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* The channels-last forward on x zero-padded to (Q1, Q2, ld) (dw_last_padded
- * in conv.c): each output position's channels accumulate all K taps in
- * vector registers, in tap order, from the bias that gt holds. */
-AI_VEC_DECL(FN(cvec), T);
-AI_VECTOR_CLONES static void FN(dw_last_forward)(T *gt, const T *it, const T *wt, int64_t nc,
-                                                 int64_t ld, const conv_geom *g, int64_t Q2)
-{
-    enum { VL = AI_VEC_LANES(T) };
-    const int64_t K1 = g->k[1], K2 = g->k[2];
-    for (int64_t o1 = 0; o1 < g->grid[1]; o1++)
-        for (int64_t o2 = 0; o2 < g->grid[2]; o2++) {
-            T *gr = gt + (o1 * g->grid[2] + o2) * ld;
-            const T *im = it + (o1 * g->s[1] * Q2 + o2 * g->s[2]) * ld;
-            int64_t c = 0;
-            for (; c + 2 * VL <= nc; c += 2 * VL) {
-                FN(cvec) a0 = *(const FN(cvec) *)(gr + c), a1 = *(const FN(cvec) *)(gr + c + VL);
-                for (int64_t k1 = 0; k1 < K1; k1++)
-                    for (int64_t k2 = 0; k2 < K2; k2++) {
-                        const T *x = im + (k1 * g->d[1] * Q2 + k2 * g->d[2]) * ld + c;
-                        const T *w = wt + (k1 * K2 + k2) * ld + c;
-                        a0 += *(const FN(cvec) *)w * *(const FN(cvec) *)x;
-                        a1 += *(const FN(cvec) *)(w + VL) * *(const FN(cvec) *)(x + VL);
-                    }
-                *(FN(cvec) *)(gr + c) = a0;
-                *(FN(cvec) *)(gr + c + VL) = a1;
-            }
-            for (; c < nc; c++) {
-                T a = gr[c];
-                for (int64_t k1 = 0; k1 < K1; k1++)
-                    for (int64_t k2 = 0; k2 < K2; k2++)
-                        a += wt[(k1 * K2 + k2) * ld + c] *
-                             im[(k1 * g->d[1] * Q2 + k2 * g->d[2]) * ld + c];
-                gr[c] = a;
-            }
-        }
-}
-
 /* Channels-last, channels [16 lo, 16 hi) (units of 16 apart in cache lines):
  * each thread transposes its channels into and out of its own columns of the
  * shared buffers gt (OS, C), it (IS, C), wt (K, C), and handles every image
@@ -366,11 +329,7 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
     const int mode = j->mode;
     const int64_t C = j->p->C, K = j->g.ksize, IS = j->g.img_size, OS = j->g.grid_size;
     const int64_t c0 = lo * 16, nc = (hi * 16 < C ? hi * 16 : C) - c0;
-    T *gt = j->ws + c0, *it = j->ws + OS * C + c0, *wt = j->ws + (OS + dw_last_img(&j->g)) * C + c0;
-    int64_t Q1, Q2;
-    const int64_t padded = mode == DW_FWD ? dw_last_padded(&j->g, &Q1, &Q2) : 0;
-    for (int64_t i = 0; i < padded; i++) /* the pads stay zero for every image */
-        memset(it + i * C, 0, sizeof(T) * (size_t)nc);
+    T *gt = j->ws + c0, *it = j->ws + OS * C + c0, *wt = j->ws + (OS + IS) * C + c0;
     if (mode == DW_DW)
         for (int64_t k = 0; k < K; k++)
             memset(wt + k * C, 0, sizeof(T) * (size_t)nc);
@@ -384,20 +343,12 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
                     gt[o * C + c] = gn[c * OS];
         else
             FN(transpose)(gt, C, gn, OS, nc, OS, false);
-        if (padded) { /* x's rows into the padded image, then all taps at once */
-            const int64_t H = j->g.img[1], W = j->g.img[2], P1 = j->g.p[1], P2 = j->g.p[2];
-            const int64_t w = W < Q2 - P2 ? W : Q2 - P2;
-            for (int64_t i1 = 0; i1 < H && i1 + P1 < Q1 && w > 0; i1++)
-                FN(transpose)(it + ((i1 + P1) * Q2 + P2) * C, C, in + i1 * W, IS, nc, w, false);
-            FN(dw_last_forward)(gt, it, wt, nc, C, &j->g, Q2);
-        } else {
-            if (mode == DW_DX)
-                for (int64_t i = 0; i < IS; i++)
-                    memset(it + i * C, 0, sizeof(T) * (size_t)nc);
-            else
-                FN(transpose)(it, C, in, IS, nc, IS, false);
-            FN(dw_channels_last)(mode, gt, it, wt, nc, C, &j->g);
-        }
+        if (mode == DW_DX)
+            for (int64_t i = 0; i < IS; i++)
+                memset(it + i * C, 0, sizeof(T) * (size_t)nc);
+        else
+            FN(transpose)(it, C, in, IS, nc, IS, false);
+        FN(dw_channels_last)(mode, gt, it, wt, nc, C, &j->g);
         if (mode == DW_FWD)
             FN(transpose)(gn, OS, gt, C, OS, nc, false);
         else if (mode == DW_DX)
