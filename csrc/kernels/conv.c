@@ -415,6 +415,23 @@ static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
 static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
                          float *ws, bool assign);
 
+static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
+                         float *ws);
+
+/* Elements of the direct weight gradient's workspace: one image's phase
+ * planes and its dy laid on the grid (junk columns zero), plus a tail. */
+static int64_t dconv_dw_elems(const ai_conv_params *p, const dconv *dc)
+{
+    return p->C * dc->ph.size + p->M * (dc->L + DC_NR);
+}
+
+static bool dconv_dw_f64(const ai_conv_params *p, double *dw, const double *dy,
+                         const double *x, double *ws)
+{
+    (void)p, (void)dw, (void)dy, (void)x, (void)ws;
+    return false;
+}
+
 static bool dconv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                               const double *w, const double *b, double *ws)
 {
@@ -435,6 +452,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     conv_shift sh;
     dconv dc; /* forward only: backward keeps the paths below */
     int64_t direct = !transposed && dconv_of(p, &g, dtype, &dc) ? dconv_elems(p, &dc) : 0;
+    if (direct && g.s[1] == 1 && g.s[2] == 1 && dconv_dw_elems(p, &dc) > direct)
+        direct = dconv_dw_elems(p, &dc);
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
     if (!transposed && conv_shift_of(p, &g, &sh)) {
@@ -596,3 +615,87 @@ static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, co
     ai_conv_params q;
     return dconv_dx_params(p, &q) && dconv_run(&q, dx, dy, w, true, NULL, !assign, ws);
 }
+
+/*
+ * The weight gradient of a stride-1 direct conv: dw[m][c][k] += sum over the
+ * grid positions j of dy[m][j] * planes[c][j + base[k]] (dy laid on the grid
+ * "G1 rows of R2" with its junk columns zero), image by image. A register
+ * tile of DC_MR output channels by DW_KR taps of one input channel: per step
+ * 4 + 3 vector loads and 12 FMAs into 12 vector partial sums, over the whole
+ * grid, then summed across lanes into dw. Threads split (channel tile, c)
+ * pairs: each dw element is summed on one thread, images in order.
+ */
+#define DW_KR 3
+typedef struct {
+    const ai_conv_params *p;
+    const dconv *dc;
+    const float *planes, *dyg;
+    float *dw;
+    int64_t ld; /* dyg row stride */
+} dconv_dw_job;
+
+AI_GEMM_CLONES static void dconv_dw_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_dw_job *j = ctx;
+    const dconv *dc = j->dc;
+    const int64_t C = j->p->C, M = j->p->M, K = dc->ph.K, nvec = (dc->L + 7) / 8;
+    for (int64_t item = lo; item < hi; item++) {
+        const int64_t mt = item / C, c = item % C;
+        const float *xc = j->planes + c * dc->ph.size;
+        const float *dm[DC_MR];
+        for (int r = 0; r < DC_MR; r++) /* rows past M read row 0: computed, not stored */
+            dm[r] = j->dyg + (mt * DC_MR + r < M ? mt * DC_MR + r : 0) * j->ld;
+        for (int64_t k0 = 0; k0 < K; k0 += DW_KR) {
+            int64_t off[DW_KR];
+            for (int q = 0; q < DW_KR; q++) /* taps past K repeat the last: not stored */
+                off[q] = dc->ph.base[k0 + q < K ? k0 + q : K - 1];
+            dc_vec acc[DC_MR][DW_KR];
+            memset(acc, 0, sizeof acc);
+            for (int64_t v = 0; v < nvec; v++) {
+                dc_vec xv[DW_KR], dv[DC_MR];
+                for (int q = 0; q < DW_KR; q++)
+                    xv[q] = *(const dc_vec *)(xc + off[q] + 8 * v);
+                for (int r = 0; r < DC_MR; r++)
+                    dv[r] = *(const dc_vec *)(dm[r] + 8 * v);
+                for (int r = 0; r < DC_MR; r++)
+                    for (int q = 0; q < DW_KR; q++)
+                        acc[r][q] += dv[r] * xv[q];
+            }
+            for (int r = 0; r < DC_MR && mt * DC_MR + r < M; r++)
+                for (int q = 0; q < DW_KR && k0 + q < K; q++) {
+                    float lanes[8];
+                    memcpy(lanes, &acc[r][q], sizeof lanes);
+                    j->dw[((mt * DC_MR + r) * C + c) * K + k0 + q] +=
+                        ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                        ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+                }
+        }
+    }
+}
+
+/* dw += the weight gradient of stride-1 Conv p by the direct kernel. */
+static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
+                         float *ws)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dconv dc;
+    if (!dconv_of(p, &g, AI_F32, &dc) || g.s[1] != 1 || g.s[2] != 1)
+        return false;
+    const int64_t C = p->C, M = p->M, R2 = dc.ph.R2, G1 = dc.ph.G1, G2 = dc.ph.G2;
+    const int64_t ld = dc.L + DC_NR; /* rows padded: the last vector reads past L */
+    float *planes = ws, *dyg = ws + C * dc.ph.size;
+    for (int64_t m = 0; m < M; m++) /* junk columns and tails stay zero */
+        memset(dyg + m * ld, 0, sizeof(float) * (size_t)ld);
+    for (int64_t n = 0; n < p->N; n++) {
+        dconv_job pj = {p, &g, &dc, x + n * C * g.img_size, NULL, NULL, planes, NULL, false};
+        ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t o1 = 0; o1 < G1; o1++)
+                memcpy(dyg + m * ld + o1 * R2, dy + ((n * M + m) * G1 + o1) * G2,
+                       sizeof(float) * (size_t)G2);
+        dconv_dw_job j = {p, &dc, planes, dyg, dw, ld};
+        ai_parallel_for(dc.MT * C, ai_grain_of(DC_MR * dc.ph.K * dc.L), dconv_dw_range, &j);
+    }
+    return true;
+}
+
