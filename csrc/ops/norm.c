@@ -615,8 +615,9 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 #define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
     /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
-    static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, double *sum,     \
-                                 sm_dims d, int64_t i0, int64_t i1)                        \
+    AI_VECTOR_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx,\
+                                                  double *sum, sm_dims d, int64_t i0,      \
+                                                  int64_t i1)                              \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
@@ -638,15 +639,18 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                     if (!log_)                                                             \
                         yo[l * I + i] = e;                                                 \
                 }                                                                          \
+            for (int64_t i = i0; i < i1; i++) /* once per column */                      \
+                sum[i] = log_ ? mx[i] + log(sum[i]) : 1.0 / sum[i];                        \
             for (int64_t l = 0; l < L; l++)                                                \
                 for (int64_t i = i0; i < i1; i++)                                            \
-                    yo[l * I + i] = log_ ? (T)(xo[l * I + i] - mx[i] - log(sum[i]))        \
-                                         : (T)(yo[l * I + i] / sum[i]);                    \
+                    yo[l * I + i] = log_ ? (T)(xo[l * I + i] - sum[i])                     \
+                                         : (T)(yo[l * I + i] * sum[i]);                    \
         }                                                                                  \
     }                                                                                      \
     /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy) */          \
-    static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, double *sum,  \
-                                  sm_dims d, int64_t i0, int64_t i1)                       \
+    AI_VECTOR_CLONES static void sm_backward_##SUF(T *dx, const T *dy, const T *y,        \
+                                                   bool log_, double *sum, sm_dims d,      \
+                                                   int64_t i0, int64_t i1)                 \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
