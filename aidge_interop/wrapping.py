@@ -187,10 +187,16 @@ class _EngineFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, module, anchor, *inputs):
+        # anchor: a leaf that requires grad when no input does (the parameters
+        # are engine memory, not arguments: without it autograd would record
+        # nothing), else None (each argument that requires grad is an edge
+        # the autograd engine walks at every backward)
         ctx.module = module
         ctx.forward_id = module._calls[0]
         outs = module._run(inputs)
-        ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
+        integer = [o for o in outs if not o.is_floating_point()]
+        if integer:
+            ctx.mark_non_differentiable(*integer)
         # the outputs are the engine's own forward results (no copy), which
         # backward may read: saving them makes torch refuse a backward after
         # an in-place change to them instead of computing a wrong gradient
@@ -375,7 +381,7 @@ class AidgeModule(torch.nn.Module):
         g.input_grads = input_grads
         self._calls[0] += 1
         if need_backward:
-            outs = _EngineFunction.apply(self, self._anchor, *inputs)
+            outs = _EngineFunction.apply(self, None if input_grads else self._anchor, *inputs)
         elif not self.training and self._fused is not False:
             outs = self._run_fused(inputs)
         else:

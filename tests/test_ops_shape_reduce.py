@@ -335,6 +335,37 @@ def test_pad_wider_than_axis_repeats_like_numpy(mode):
     assert out[0].shape == (2, 15)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.int32, np.float32, np.int64,
+                                   np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_every_element_size_on_the_pool(mode, dtype):
+    """The forward copies whole rows (the interior in one piece, the edges
+    from a column table) for elements of 1, 2, 4 and 8 bytes, rows split
+    between 1 to 3 threads: against numpy.pad, with pads on every axis and a
+    crop of the last one (ONNX pads then crops, except wrap: torch's circular
+    crops first)."""
+    x = np.random.default_rng(3).integers(0, 100, (3, 5, 40, 70)).astype(dtype)
+    begin, end = [1, 0, 3, 2], [0, 2, 1, -3]
+    kw = {"constant_values": 7} if mode == "constant" else {}
+    if mode == "wrap":
+        ref = np.pad(x[..., :-3], list(zip(begin, [0, 2, 1, 0])), mode="wrap")
+    else:
+        ref = np.pad(x, list(zip(begin, [0, 2, 1, 0])), mode=mode, **kw)[..., :-3]
+    consts = {"pads": _i64(*begin, *end)}
+    if mode == "constant":
+        consts["value"] = np.array(7, dtype)
+    g = aidge_interop.load_onnx(make_model("Pad", {"x": x}, {"mode": mode}, consts),
+                                param_kinds={n: "const" for n in consts})
+    saved = aidge_interop.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            aidge_interop.set_num_threads(n)
+            (y,) = g.forward([x])
+            np.testing.assert_array_equal(y, ref, err_msg=f"{n} thread(s)")
+    finally:
+        aidge_interop.set_num_threads(saved)
+
+
 # ---------------------------------------------------------------- Shape, ConstantOfShape
 
 @pytest.mark.parametrize("start,end", [(None, None), (1, None), (1, -1), (-2, None), (-9, 9),

@@ -222,6 +222,30 @@ F = torch.nn.functional
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,axes,keepdims,fn", [
+    ("ReduceSum", [1], 0, lambda x, a: x.sum(1)),
+    ("ReduceSum", [0, 2], 1, lambda x, a: x.sum((0, 2), keepdim=True)),
+    ("ReduceMean", [2], 1, lambda x, a: x.mean(2, keepdim=True)),
+    ("ReduceMean", [0], 0, lambda x, a: x.mean(0))],
+    ids=["sum-middle", "sum-outer-inner", "mean-last", "mean-first"])
+def test_reduce_backward_split_between_threads(threads, op, axes, keepdims, fn, dtype):
+    """The backward broadcasts dy over input rows split between threads (ranges
+    start inside the kept axes)."""
+    check_threads(op, {"x": _rand((30, 70, 130), dtype)}, fn, {"keepdims": keepdims},
+                  {"axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("mode,torch_mode", [("reflect", "reflect"), ("edge", "replicate"),
+                                             ("constant", "constant")])
+def test_pad_split_between_threads(threads, mode, torch_mode):
+    """Output rows split between threads, the edges from one column table."""
+    check_threads("Pad", {"x": _rand((6, 32, 24, 24), np.float32)},
+                  lambda x, p: F.pad(x, (2, 1, 1, 3), mode=torch_mode), {"mode": mode},
+                  {"pads": np.array([0, 0, 1, 2, 0, 0, 3, 1], np.int64)})
+
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 @pytest.mark.parametrize("op,attrs,fn", [
     ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
      lambda x: F.max_pool2d(x, 3, 2, 1)),

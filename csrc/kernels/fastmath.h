@@ -22,10 +22,10 @@
 static inline float ai_expf(float x)
 {
     const float hi = 88.72283f, lo = -86.64f;
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
-    xc = xc == xc ? xc : 0.0f; /* NaN: a defined conversion below; result fixed last */
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
+    float xc = hi < x ? hi : x; /* min and max that keep a NaN: one instruction each */
+    xc = lo > xc ? lo : xc;
+    const float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds */
+    const float n = t - 12582912.0f;
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -35,13 +35,16 @@ static inline float ai_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float e = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 126) * (1 << 23); /* 2^(n-1), n in [-125, 128] */
+    /* n, in [-125, 128], is the low bits of t: 2^(n-1) built from them without a
+     * float -> int conversion (which a NaN would make undefined) */
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    const uint32_t bits = (tb - UINT32_C(0x4B400000) + 126u) << 23;
     float s;
     memcpy(&s, &bits, sizeof s);
-    float res = e * s * 2.0f;
+    float res = e * s * 2.0f; /* NaN in, NaN out (through e) */
     res = x > hi ? (float)INFINITY : res;
-    res = x < lo ? 0.0f : res;
-    return x == x ? res : x;
+    return x < lo ? 0.0f : res;
 }
 
 static inline float ai_tanhf(float x)

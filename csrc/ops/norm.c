@@ -644,8 +644,9 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 #define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
     /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
-    static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, double *sum,     \
-                                 sm_dims d, int64_t i0, int64_t i1)                        \
+    AI_VECTOR_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx,\
+                                                  double *sum, sm_dims d, int64_t i0,      \
+                                                  int64_t i1)                              \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
@@ -667,16 +668,19 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                     if (!log_)                                                             \
                         yo[l * I + i] = e;                                                 \
                 }                                                                          \
+            for (int64_t i = i0; i < i1; i++) /* once per column */                      \
+                sum[i] = log_ ? mx[i] + log(sum[i]) : 1.0 / sum[i];                        \
             for (int64_t l = 0; l < L; l++)                                                \
                 for (int64_t i = i0; i < i1; i++)                                            \
-                    yo[l * I + i] = log_ ? (T)(xo[l * I + i] - mx[i] - log(sum[i]))        \
-                                         : (T)(yo[l * I + i] / sum[i]);                    \
+                    yo[l * I + i] = log_ ? (T)(xo[l * I + i] - sum[i])                     \
+                                         : (T)(yo[l * I + i] * sum[i]);                    \
         }                                                                                  \
     }                                                                                      \
     /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy); dx = with \
      * assign */                                                                           \
-    static void sm_backward_##SUF(T *dx, const T *dy, const T *y, bool log_, bool assign,  \
-                                  double *sum, sm_dims d, int64_t i0, int64_t i1)          \
+    AI_VECTOR_CLONES static void sm_backward_##SUF(T *dx, const T *dy, const T *y,        \
+                                                   bool log_, bool assign, double *sum,    \
+                                                   sm_dims d, int64_t i0, int64_t i1)      \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
@@ -702,8 +706,21 @@ DEFINE_SM_KERNELS(f32, float, ai_expf)
 DEFINE_SM_KERNELS(f64, double, exp)
 
 /* The same along contiguous rows (inner == 1, the usual last axis), in loops
- * that vectorise: 8 lanes for the max and for the double sums. */
+ * that vectorise: 8 lanes for the max and for the double sums. A NaN is
+ * skipped by the max but makes the sum, hence the whole row, NaN. */
 #define DEFINE_SM_ROW_KERNELS(SUF, T, EXPF)                                                \
+    /* sum of v[0, L) in 8 double lanes (an exp pass apart: both loops vectorise) */     \
+    static inline double sm_sum_##SUF(const T *v, int64_t L)                               \
+    {                                                                                      \
+        double s8[8] = {0};                                                                \
+        int64_t l = 0;                                                                     \
+        for (; l + 8 <= L; l += 8)                                                         \
+            for (int k = 0; k < 8; k++)                                                    \
+                s8[k] += v[l + k];                                                         \
+        for (; l < L; l++)                                                                 \
+            s8[0] += v[l];                                                                 \
+        return ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));  \
+    }                                                                                      \
     AI_VECTOR_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,        \
                                                        int64_t R, int64_t L)               \
     {                                                                                      \
@@ -712,40 +729,31 @@ DEFINE_SM_KERNELS(f64, double, exp)
             T *yr = y + r * L;                                                             \
             T m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,                         \
                        -INFINITY, -INFINITY, -INFINITY, -INFINITY};                        \
-            bool nan = false;                                                              \
             int64_t l = 0;                                                                 \
             for (; l + 8 <= L; l += 8)                                                     \
-                for (int k = 0; k < 8; k++) {                                              \
-                    m8[k] = xr[l + k] > m8[k] ? xr[l + k] : m8[k];                         \
-                    nan |= xr[l + k] != xr[l + k];                                         \
-                }                                                                          \
-            for (; l < L; l++) {                                                           \
-                m8[0] = xr[l] > m8[0] ? xr[l] : m8[0];                                     \
-                nan |= xr[l] != xr[l];                                                     \
-            }                                                                              \
-            double m = nan ? NAN : -INFINITY;                                              \
-            for (int k = 0; k < 8 && !nan; k++)                                            \
-                m = m8[k] > m ? m8[k] : m;                                                 \
-            const T mt = (T)m;                                                             \
-            for (l = 0; l < L; l++) /* y holds exp(x - max) until the last pass */         \
-                yr[l] = EXPF(xr[l] - mt);                                                  \
-            double s8[8] = {0};                                                            \
-            for (l = 0; l + 8 <= L; l += 8)                                                \
                 for (int k = 0; k < 8; k++)                                                \
-                    s8[k] += yr[l + k];                                                    \
+                    m8[k] = xr[l + k] > m8[k] ? xr[l + k] : m8[k];                         \
             for (; l < L; l++)                                                             \
-                s8[0] += yr[l];                                                            \
-            const double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) +                       \
-                               ((s8[4] + s8[5]) + (s8[6] + s8[7]));                        \
-            const double ls = log(sum);                                                    \
-            if (log_)                                                                      \
+                m8[0] = xr[l] > m8[0] ? xr[l] : m8[0];                                     \
+            T m = m8[0];                                                                   \
+            for (int k = 1; k < 8; k++)                                                    \
+                m = m8[k] > m ? m8[k] : m;                                                 \
+            for (l = 0; l < L; l++) /* y holds exp(x - max) until the last pass */         \
+                yr[l] = EXPF(xr[l] - m);                                                   \
+            const double sum = sm_sum_##SUF(yr, L);                                        \
+            if (log_) {                                                                    \
+                const double ls = log(sum);                                                \
                 for (l = 0; l < L; l++)                                                    \
-                    yr[l] = (T)(xr[l] - m - ls);                                           \
-            else                                                                           \
+                    yr[l] = (T)((double)xr[l] - (double)m - ls);                           \
+            } else { /* times the inverse, in T, like torch */                             \
+                const T inv = (T)(1.0 / sum);                                              \
                 for (l = 0; l < L; l++)                                                    \
-                    yr[l] = (T)(yr[l] / sum);                                              \
+                    yr[l] *= inv;                                                          \
+            }                                                                              \
         }                                                                                  \
     }                                                                                      \
+    /* softmax: dx += y (dy - sum(dy y)); log: dx += dy - exp(y) sum(dy); the sums in   \
+     * double, the rest in T, like torch */                                              \
     AI_VECTOR_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,    \
                                                         bool log_, bool assign, int64_t R, \
                                                         int64_t L)                         \
@@ -753,27 +761,31 @@ DEFINE_SM_KERNELS(f64, double, exp)
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *dyr = dy + r * L, *yr = y + r * L;                                    \
             T *dxr = dx + r * L;                                                           \
+            if (log_) {                                                                    \
+                const T sum = (T)sm_sum_##SUF(dyr, L);                                     \
+                if (assign)                                                                \
+                    for (int64_t l = 0; l < L; l++)                                        \
+                        dxr[l] = dyr[l] - EXPF(yr[l]) * sum;                               \
+                else                                                                       \
+                    for (int64_t l = 0; l < L; l++)                                        \
+                        dxr[l] += dyr[l] - EXPF(yr[l]) * sum;                              \
+                continue;                                                                  \
+            }                                                                              \
             double s8[8] = {0};                                                            \
             int64_t l = 0;                                                                 \
             for (; l + 8 <= L; l += 8)                                                     \
                 for (int k = 0; k < 8; k++)                                                \
-                    s8[k] += log_ ? (double)dyr[l + k] : (double)dyr[l + k] * yr[l + k];   \
+                    s8[k] += (double)dyr[l + k] * yr[l + k];                               \
             for (; l < L; l++)                                                             \
-                s8[0] += log_ ? (double)dyr[l] : (double)dyr[l] * yr[l];                   \
-            const double sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) +                       \
-                               ((s8[4] + s8[5]) + (s8[6] + s8[7]));                        \
-            if (log_ && assign)                                                            \
+                s8[0] += (double)dyr[l] * yr[l];                                           \
+            const T sum = (T)(((s8[0] + s8[1]) + (s8[2] + s8[3])) +                        \
+                              ((s8[4] + s8[5]) + (s8[6] + s8[7])));                        \
+            if (assign)                                                                    \
                 for (l = 0; l < L; l++)                                                    \
-                    dxr[l] = (T)(dyr[l] - EXPF(yr[l]) * sum);                              \
-            else if (log_)                                                                 \
-                for (l = 0; l < L; l++)                                                    \
-                    dxr[l] += (T)(dyr[l] - EXPF(yr[l]) * sum);                             \
-            else if (assign)                                                               \
-                for (l = 0; l < L; l++)                                                    \
-                    dxr[l] = (T)(yr[l] * (dyr[l] - sum));                                  \
+                    dxr[l] = yr[l] * (dyr[l] - sum);                                       \
             else                                                                           \
                 for (l = 0; l < L; l++)                                                    \
-                    dxr[l] += (T)(yr[l] * (dyr[l] - sum));                                 \
+                    dxr[l] += yr[l] * (dyr[l] - sum);                                      \
         }                                                                                  \
     }
 

@@ -25,6 +25,7 @@
 
 #include "../graph.h"
 #include "../kernels/simd.h"
+#include "../parallel.h"
 
 enum { R_SUM, R_MEAN, R_MAX, R_MIN };
 
@@ -305,25 +306,66 @@ static ai_status reduce_forward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- backward */
 
-/* dx += dy * scale, dy broadcast over the reduced axes */
+/* dx += dy * scale, dy broadcast over the reduced axes: input rows [r0, r1)
+ * on the thread pool, each a vectorised add of one dy value (reduced row) or
+ * of a dy row (kept row); no product when scale is 1 (Sum). */
+typedef struct {
+    const reduce_plan *p;
+    void *dx;
+    const void *dy;
+    double scale;
+    bool f64;
+} sum_back_job;
+
 #define DEFINE_SUM_BACK(NAME, T)                                                       \
-    static void NAME(const reduce_plan *p, T *dx, const T *dy, T scale)                \
+    AI_VECTOR_CLONES static void NAME(const reduce_plan *p, T *dx, const T *dy,        \
+                                      T scale, int64_t r0, int64_t r1)                 \
     {                                                                                  \
-        FOR_ROWS(p, {                                                                  \
-            T *g = dx + xo;                                                            \
-            if (os == 0) {                                                             \
-                const T d = dy[oo] * scale;                                            \
+        const int nd = p->nd;                                                          \
+        const int64_t L = nd ? p->shape[nd - 1] : 1, os = nd ? p->ostride[nd - 1] : 0; \
+        int64_t idx[AI_MAX_DIMS] = {0}, oo = 0;                                        \
+        for (int64_t d = nd - 2, rest = r0; d >= 0; rest /= p->shape[d--]) {          \
+            idx[d] = rest % p->shape[d];                                               \
+            oo += idx[d] * p->ostride[d];                                              \
+        }                                                                              \
+        for (int64_t r = r0; r < r1; r++) {                                            \
+            T *g = dx + r * L;                                                         \
+            const T *d = dy + oo;                                                      \
+            if (os == 0 && scale == 1) {                                               \
                 for (int64_t j = 0; j < L; j++)                                        \
-                    g[j] += d;                                                         \
+                    g[j] += d[0];                                                      \
+            } else if (os == 0) {                                                      \
+                const T v = d[0] * scale;                                              \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    g[j] += v;                                                         \
+            } else if (scale == 1) {                                                   \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    g[j] += d[j];                                                      \
             } else {                                                                   \
                 for (int64_t j = 0; j < L; j++)                                        \
-                    g[j] += dy[oo + j] * scale;                                        \
+                    g[j] += d[j] * scale;                                              \
             }                                                                          \
-        });                                                                            \
+            for (int dd = nd - 2; dd >= 0; dd--) {                                     \
+                oo += p->ostride[dd];                                                  \
+                if (++idx[dd] < p->shape[dd])                                          \
+                    break;                                                             \
+                oo -= p->ostride[dd] * p->shape[dd];                                   \
+                idx[dd] = 0;                                                           \
+            }                                                                          \
+        }                                                                              \
     }
 
 DEFINE_SUM_BACK(sum_back_f32, float)
 DEFINE_SUM_BACK(sum_back_f64, double)
+
+static void sum_back_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const sum_back_job *j = ctx;
+    if (j->f64)
+        sum_back_f64(j->p, j->dx, j->dy, j->scale, r0, r1);
+    else
+        sum_back_f32(j->p, j->dx, j->dy, (float)j->scale, r0, r1);
+}
 
 /* torch.amax/amin: dx += dy / count * (x == y), count = #(x == y) per output
  * (a NaN result matches nothing: 0 * inf gives NaN, as in torch). w: nout T. */
@@ -366,11 +408,11 @@ static ai_status reduce_backward(ai_ctx *c)
         return AI_OK;
     }
     if (kind == R_SUM || kind == R_MEAN) {
-        const double scale = kind == R_MEAN ? 1.0 / (double)p.count : 1.0;
-        if (dx->dtype == AI_F32)
-            sum_back_f32(&p, dx->data, dy->data, (float)scale);
-        else
-            sum_back_f64(&p, dx->data, dy->data, scale);
+        sum_back_job j = {&p, dx->data, dy->data,
+                          kind == R_MEAN ? 1.0 / (double)p.count : 1.0, dx->dtype == AI_F64};
+        const int64_t L = p.nd ? p.shape[p.nd - 1] : 1;
+        if (L > 0)
+            ai_parallel_for(ai_tensor_numel(dx) / L, ai_grain_of(L), sum_back_range, &j);
     } else if (dx->dtype == AI_F32) {
         extremum_back_f32(&p, dx->data, dy->data, c->in[0]->data, c->out[0]->data,
                           c->workspace);

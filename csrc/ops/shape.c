@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../parallel.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -1037,14 +1038,104 @@ static int64_t pad_row(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
         }                                                                              \
     } while (0)
 
+/* The columns of an output row: [lo, hi) copy input columns [lo - b, hi - b)
+ * of the input row, the others (the edges: [0, lo) and [hi, W)) are the
+ * constant or, in the other modes, repeat input columns (pad_src). */
+typedef struct {
+    int64_t W, lo, hi, b;
+} pad_cols;
+
+static pad_cols pad_cols_of(const pad_plan *p, const ai_tensor *x, const int64_t *yshape)
+{
+    const int nd = x->ndim;
+    const int64_t W = nd ? yshape[nd - 1] : 1, n = nd ? x->shape[nd - 1] : 1;
+    const int64_t b = nd ? p->before[nd - 1] : 0;
+    const int64_t lo = b < 0 ? 0 : (b > W ? W : b);
+    return (pad_cols){W, lo, b + n < lo ? lo : (b + n > W ? W : b + n), b};
+}
+
+/* Workspace: the source column of each edge column (not for the constant). */
+static size_t pad_edge_bytes(const pad_plan *p, const pad_cols *pc)
+{
+    return p->mode == PAD_CONSTANT ? 0
+                                   : (size_t)(pc->W - (pc->hi - pc->lo)) * sizeof(int64_t);
+}
+
 static ai_status pad_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws;
     (void)state;
     pad_plan p;
     int64_t shape[AI_MAX_DIMS];
     ai_status st = pad_setup(c, &p, shape);
-    return st ? st : set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, shape);
+    if (st)
+        return st;
+    const pad_cols pc = pad_cols_of(&p, c->in[0], shape);
+    *ws = pad_edge_bytes(&p, &pc);
+    return set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, shape);
+}
+
+/* The forward on the thread pool, over output rows. */
+typedef struct {
+    const pad_plan *p;
+    const ai_tensor *x;
+    ai_tensor *y;
+    pad_cols pc;
+    const int64_t *edge; /* source columns of [0, lo) then [hi, W); NULL: the constant */
+} pad_job;
+
+/* Output rows [r0, r1): the interior with one memcpy, the edges from the
+ * column table; all-constant rows filled. T: an unsigned type of the
+ * element's size (the bits are copied). */
+#define DEFINE_PAD_ROWS(NAME, T)                                                       \
+    static void NAME(const pad_job *j, int64_t r0, int64_t r1)                         \
+    {                                                                                  \
+        const ai_tensor *x = j->x, *y = j->y;                                          \
+        const int nd = y->ndim;                                                        \
+        const int64_t W = j->pc.W, lo = j->pc.lo, hi = j->pc.hi, mid = hi - lo;        \
+        const int64_t *edge = j->edge;                                                 \
+        int64_t xs[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0};                               \
+        ai_contiguous_strides(x->ndim, x->shape, xs);                                  \
+        for (int64_t d = nd - 2, rest = r0; d >= 0; rest /= y->shape[d--])            \
+            idx[d] = rest % y->shape[d];                                               \
+        T value;                                                                       \
+        memcpy(&value, j->p->value, sizeof value);                                     \
+        for (int64_t r = r0; r < r1; r++) {                                            \
+            T *yr = (T *)y->data + r * W;                                              \
+            const int64_t xo = pad_row(j->p, x, xs, idx);                              \
+            if (xo < 0) {                                                              \
+                for (int64_t k = 0; k < W; k++)                                        \
+                    yr[k] = value;                                                     \
+            } else {                                                                   \
+                const T *xr = (const T *)x->data + xo;                                 \
+                for (int64_t k = 0; k < lo; k++)                                       \
+                    yr[k] = edge ? xr[edge[k]] : value;                                \
+                if (mid > 0)                                                           \
+                    memcpy(yr + lo, xr + lo - j->pc.b, (size_t)mid * sizeof(T));       \
+                for (int64_t k = hi; k < W; k++)                                       \
+                    yr[k] = edge ? xr[edge[k - mid]] : value;                          \
+            }                                                                          \
+            for (int d = nd - 2; d >= 0; d--) {                                        \
+                if (++idx[d] < y->shape[d])                                            \
+                    break;                                                             \
+                idx[d] = 0;                                                            \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_PAD_ROWS(pad_rows_1, uint8_t)
+DEFINE_PAD_ROWS(pad_rows_2, uint16_t)
+DEFINE_PAD_ROWS(pad_rows_4, uint32_t)
+DEFINE_PAD_ROWS(pad_rows_8, uint64_t)
+
+static void pad_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const pad_job *j = ctx;
+    switch (ai_dtype_size(j->x->dtype)) {
+    case 1: pad_rows_1(j, r0, r1); break;
+    case 2: pad_rows_2(j, r0, r1); break;
+    case 4: pad_rows_4(j, r0, r1); break;
+    default: pad_rows_8(j, r0, r1); break;
+    }
 }
 
 static ai_status pad_forward(ai_ctx *c)
@@ -1055,25 +1146,22 @@ static ai_status pad_forward(ai_ctx *c)
     ai_status st = pad_setup(c, &p, NULL);
     if (st || ai_tensor_numel(y) == 0)
         return st;
-    const int nd = y->ndim;
     const size_t es = ai_dtype_size(x->dtype);
-    const int64_t W = nd ? y->shape[nd - 1] : 1, n = nd ? x->shape[nd - 1] : 1;
-    const int64_t b = nd ? p.before[nd - 1] : 0, e = nd ? p.after[nd - 1] : 0;
-    /* output columns [lo, hi) copy input columns [lo - b, hi - b) */
-    const int64_t lo = b < 0 ? 0 : (b > W ? W : b);
-    const int64_t hi = b + n < lo ? lo : (b + n > W ? W : b + n);
-    PAD_ROWS(&p, x, y, W, {
-        char *yr = (char *)y->data + (size_t)yo * es;
-        const char *xr = (const char *)x->data;
-        for (int64_t j = 0; j < W; j++) {
-            if (xo >= 0 && j >= lo && j < hi)
-                continue; /* the middle, copied below */
-            int64_t s = xo < 0 ? -1 : pad_src(p.mode, j, b, e, n);
-            memcpy(yr + j * es, s < 0 ? (const char *)p.value : xr + (size_t)(xo + s) * es, es);
-        }
-        if (xo >= 0 && hi > lo)
-            memcpy(yr + lo * es, xr + (size_t)(xo + lo - b) * es, (size_t)(hi - lo) * es);
-    });
+    if (es != 1 && es != 2 && es != 4 && es != 8)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "%s data is not supported",
+                             ai_dtype_name(x->dtype));
+    const int nd = y->ndim;
+    pad_job j = {&p, x, y, pad_cols_of(&p, x, y->shape), NULL};
+    if (p.mode != PAD_CONSTANT) {
+        int64_t *edge = c->workspace;
+        const int64_t n = nd ? x->shape[nd - 1] : 1, e = nd ? p.after[nd - 1] : 0;
+        for (int64_t k = 0, i = 0; k < j.pc.W; k++)
+            if (k < j.pc.lo || k >= j.pc.hi)
+                edge[i++] = pad_src(p.mode, k, j.pc.b, e, n);
+        j.edge = edge;
+    }
+    const int64_t rows = nd ? prod(y->shape, 0, nd - 1) : 1;
+    ai_parallel_for(rows, ai_grain_of(j.pc.W), pad_range, &j);
     return AI_OK;
 }
 

@@ -1,0 +1,63 @@
+/*
+ * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf within
+ * 2 ulp over its whole normal range (a strided sweep of every float bit
+ * pattern there), its saturation and special values; ai_tanhf likewise.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../aidge.h"
+#include "../kernels/fastmath.h"
+#include "ctest.h"
+
+static float from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* |got - want| in units of the float spacing at want */
+static double ulps(float got, double want)
+{
+    const double spacing = nextafterf((float)fabs(want), INFINITY) - (float)fabs(want);
+    return fabs((double)got - want) / spacing;
+}
+
+TEST(expf_within_2_ulp_and_saturates)
+{
+    double worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) { /* every sign and exponent */
+        const float x = from_bits((uint32_t)b);
+        if (!(x >= -86.64f && x <= 88.72283f))
+            continue;
+        const double u = ulps(ai_expf(x), exp((double)x));
+        worst = u > worst ? u : worst;
+    }
+    CHECK(worst <= 2.0);
+    CHECK(ai_expf(0.0f) == 1.0f && ai_expf(-0.0f) == 1.0f);
+    CHECK(ai_expf(88.8f) == INFINITY && ai_expf(INFINITY) == INFINITY);
+    CHECK(ai_expf(-86.7f) == 0.0f && ai_expf(-INFINITY) == 0.0f && ai_expf(-1e30f) == 0.0f);
+    CHECK(isnan(ai_expf(NAN)) && isnan(ai_expf(-NAN)));
+}
+
+TEST(tanhf_within_a_few_ulp)
+{
+    double worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) {
+        const float x = from_bits((uint32_t)b);
+        if (!isfinite(x) || fabsf(x) < 1e-30f)
+            continue;
+        const double u = ulps(ai_tanhf(x), tanh((double)x));
+        worst = u > worst ? u : worst;
+    }
+    CHECK(worst <= 4.0);
+    CHECK(ai_tanhf(INFINITY) == 1.0f && ai_tanhf(-INFINITY) == -1.0f && isnan(ai_tanhf(NAN)));
+}
+
+const ctest_case fastmath_cases[] = {
+    CASE(expf_within_2_ulp_and_saturates),
+    CASE(tanhf_within_a_few_ulp),
+    {NULL, NULL},
+};
