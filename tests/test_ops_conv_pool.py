@@ -80,6 +80,8 @@ CONV_CASES = {
                                  True),
     "2d_direct_wide_dil": (2, 5, 9, (9, 29), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 1, True),
     "1d_direct_dil": (2, 4, 7, (30,), (3,), (1,), (3,), (3, 2), 1, False),
+    # a grid of >= 256 positions: the direct weight gradient too (4 taps: groups of 3 and 1)
+    "2d_direct_dw_2x2": (2, 3, 6, (20, 18), (2, 2), (1, 1), (1, 1), (1, 0, 0, 1), 1, True),
     # strided: the same kernel on stride-phase planes (forward only)
     "2d_direct_s2_3x3": (2, 3, 5, (11, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_direct_10x4_s2": (2, 1, 6, (20, 9), (10, 4), (2, 2), (1, 1), (4, 1, 5, 2), 1, True),
