@@ -22,7 +22,9 @@ from sanitized_build import build_package, can_build, sanitizer_env
 TESTS = Path(__file__).resolve().parent
 SUBSET = ["test_engine.py", "test_tensor.py", "test_export.py", "test_fuzz_regressions.py",
           "test_bad_inputs.py", "test_concurrency.py", "test_ops_shape_reduce.py",
-          "test_ops_elementwise.py"]
+          "test_ops_elementwise.py",
+          # the conv kernels read rows past their end into padded slack by design
+          "test_ops_conv_pool.py", "test_grad_assign.py"]
 
 pytestmark = pytest.mark.skipif(can_build() is not None, reason=str(can_build()))
 
