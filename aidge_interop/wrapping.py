@@ -182,6 +182,34 @@ def _engine_input(x: torch.Tensor):
     return torch_tensor_to_aidge(x, copy=x.is_cpu)
 
 
+# The fast path of every engine call: the graph takes torch tensors through
+# torch's DLPack export and returns its results through torch's import, all
+# in C (Graph.forward/backward's bridge); the graph answers None when a
+# tensor does not go that way (an overlapping layout), then _engine_input.
+_BRIDGE = (to_dlpack, getattr(torch._C, "_from_dlpack", from_dlpack))
+
+
+def _bridged(tensors) -> bool:
+    """Whether torch's DLPack export gives the engine these tensors' values:
+    CPU tensors without a lazy negation bit, which to_dlpack ignores (a lazy
+    conjugate is complex, a dtype the engine refuses on either path)."""
+    for x in tensors:
+        if x is not None and not (x.is_cpu and not x.is_neg()):
+            return False
+    return True
+
+
+def _graph_call(call, tensors):
+    """``call`` (a graph's forward or backward) on torch tensors (None allowed
+    in backward), torch tensors out."""
+    if _bridged(tensors):
+        outs = call(tensors, _BRIDGE)
+        if outs is not None:
+            return outs
+    outs = call([None if x is None else _engine_input(x) for x in tensors])
+    return [None if o is None else from_dlpack(o.__dlpack__()) for o in outs]
+
+
 class _EngineFunction(torch.autograd.Function):
     """Autograd bridge: forward and backward are one engine call each."""
 
@@ -306,10 +334,7 @@ class AidgeModule(torch.nn.Module):
 
     # -- engine calls ------------------------------------------------------
     def _run(self, inputs):
-        # the common case (a CPU tensor) straight through DLPack; anything
-        # else through the converter, which handles every layout and device
-        return [from_dlpack(o.__dlpack__()) for o in self._graph.forward(
-            [_engine_input(x) for x in inputs])]
+        return _graph_call(self._graph.forward, inputs)
 
     def _backward(self, grad_outputs):
         fresh = []
@@ -318,15 +343,13 @@ class AidgeModule(torch.nn.Module):
             if g is None or g.data_ptr() != eg.data_ptr():
                 eg.zero_()  # the engine accumulates; start from zero for this parameter
                 fresh.append((p, eg, g))
-        gs = [None if g is None else _engine_input(g) for g in grad_outputs]
-        input_grads = self._graph.backward(gs)
+        input_grads = _graph_call(self._graph.backward, grad_outputs)
         for p, eg, g in fresh:
             if g is None:
                 p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
-        # fresh contiguous engine tensors: straight through DLPack
-        return [None if g is None else from_dlpack(g.__dlpack__()) for g in input_grads]
+        return input_grads
 
     def _build_fused(self):
         """The fused inference graph from the current values, or False when the
@@ -359,37 +382,46 @@ class AidgeModule(torch.nn.Module):
                 self._snapshot = None
                 return self._run(inputs)
         self._fused_call[0] = self._calls[0]
-        return [from_dlpack(o.__dlpack__()) for o in fused.forward(
-            [_engine_input(x) for x in inputs])]
+        return _graph_call(fused.forward, inputs)
 
     def forward(self, *inputs):
         # kept lean: this is the per-call overhead of every wrapped model
-        g = self._graph
         if len(inputs) != self._n_inputs:
             raise TypeError(f"AidgeModule({self.source_name}).forward takes "
                             f"{self._n_inputs} input(s), got {len(inputs)}")
-        for i, x in enumerate(inputs):
+        input_grads = False
+        for x in inputs:
             if not isinstance(x, torch.Tensor):
-                raise TypeError(f"AidgeModule({self.source_name}): input {i} must be a "
-                                f"torch.Tensor, not {type(x).__name__}")
-        input_grads = need_backward = False
-        if torch.is_grad_enabled():
-            input_grads = any(x.requires_grad for x in inputs)
-            need_backward = input_grads or any(p.requires_grad for p in self._params)
-        g.training = self.training
+                raise self._not_a_tensor(inputs)
+            if x.requires_grad:
+                input_grads = True
+        need_backward = torch.is_grad_enabled() and (input_grads or self._trainable)
+        input_grads = input_grads and need_backward
+        training = self.training
+        g = self._graph
+        g.training = training
         g.need_backward = need_backward
         g.input_grads = input_grads
         self._calls[0] += 1
         if need_backward:
             outs = _EngineFunction.apply(self, None if input_grads else self._anchor, *inputs)
-        elif not self.training and self._fused is not False:
+        elif not training and self._fused is not False:
             outs = self._run_fused(inputs)
         else:
-            outs = self._run(inputs)
-        if self.training:
+            outs = _graph_call(g.forward, inputs)
+        if training:
             for counter in self._batch_counters:
                 counter.add_(1)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @property
+    def _trainable(self) -> bool:
+        return any(p.requires_grad for p in self._params)
+
+    def _not_a_tensor(self, inputs) -> TypeError:
+        i, x = next((i, x) for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor))
+        return TypeError(f"AidgeModule({self.source_name}): input {i} must be a "
+                         f"torch.Tensor, not {type(x).__name__}")
 
     # -- torch.nn.Module plumbing -----------------------------------------
     def _apply(self, fn, recurse=True):

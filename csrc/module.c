@@ -58,6 +58,9 @@ static PyObject *raise_status(ai_status st)
     return NULL;
 }
 
+/* PyErr_Format for functions that return -1 on error */
+#define fail_format(...) (PyErr_Format(__VA_ARGS__), -1)
+
 /* ------------------------------------------------------------ dtypes */
 
 static const struct {
@@ -282,15 +285,16 @@ static PyObject *tensor_from_ndarray(PyTypeObject *tp, PyArrayObject *arr,
     return finish_tensor(tp, t, copy);
 }
 
-static PyObject *tensor_from_dlpack_capsule(PyTypeObject *tp, PyObject *cap,
-                                            int copy)
+/* An engine view of a DLPack capsule's tensor (consumed), or a contiguous
+ * copy when `copy`: 0, or -1 with an exception set. */
+static int capsule_view(PyObject *cap, int copy, ai_tensor **out)
 {
     const int versioned = PyCapsule_IsValid(cap, "dltensor_versioned");
     if (!versioned && !PyCapsule_IsValid(cap, "dltensor")) {
         PyErr_SetString(PyExc_TypeError,
                         "__dlpack__() did not return a DLPack capsule (or the "
                         "capsule was already consumed)");
-        return NULL;
+        return -1;
     }
     DLTensor *dl;
     uint64_t flags = 0;
@@ -299,9 +303,9 @@ static PyObject *tensor_from_dlpack_capsule(PyTypeObject *tp, PyObject *cap,
         DLManagedTensorVersioned *m =
             PyCapsule_GetPointer(cap, "dltensor_versioned");
         if (m->version.major > DLPACK_MAJOR_VERSION)
-            return PyErr_Format(PyExc_BufferError,
-                                "DLPack version %u.%u is newer than supported (1.x)",
-                                m->version.major, m->version.minor);
+            return fail_format(PyExc_BufferError,
+                               "DLPack version %u.%u is newer than supported (1.x)",
+                               m->version.major, m->version.minor);
         dl = &m->dl_tensor;
         flags = m->flags;
         managed = m;
@@ -311,32 +315,32 @@ static PyObject *tensor_from_dlpack_capsule(PyTypeObject *tp, PyObject *cap,
         managed = m;
     }
     if (dl->device.device_type != kDLCPU && dl->device.device_type != kDLCUDAHost)
-        return PyErr_Format(PyExc_ValueError,
-                            "the tensor lives on DLPack device type %d, not the "
-                            "CPU; copy it to the host first",
-                            (int)dl->device.device_type);
+        return fail_format(PyExc_ValueError,
+                           "the tensor lives on DLPack device type %d, not the "
+                           "CPU; copy it to the host first",
+                           (int)dl->device.device_type);
     ai_dtype dt;
     if (dtype_from_dl(dl->dtype, &dt) < 0) {
         if (dl->dtype.code == kDLBfloat)
-            return PyErr_Format(PyExc_TypeError,
-                                "unsupported dtype bfloat16 (supported: %s)",
-                                SUPPORTED_DTYPES);
+            return fail_format(PyExc_TypeError,
+                               "unsupported dtype bfloat16 (supported: %s)",
+                               SUPPORTED_DTYPES);
         if (dl->dtype.lanes != 1)
-            return PyErr_Format(PyExc_TypeError,
-                                "unsupported dtype %s%u with %u lanes (supported: %s)",
-                                dl_code_name(dl->dtype.code), dl->dtype.bits,
-                                dl->dtype.lanes, SUPPORTED_DTYPES);
-        return PyErr_Format(PyExc_TypeError, "unsupported dtype %s%u (supported: %s)",
-                            dl_code_name(dl->dtype.code), dl->dtype.bits,
-                            SUPPORTED_DTYPES);
+            return fail_format(PyExc_TypeError,
+                               "unsupported dtype %s%u with %u lanes (supported: %s)",
+                               dl_code_name(dl->dtype.code), dl->dtype.bits,
+                               dl->dtype.lanes, SUPPORTED_DTYPES);
+        return fail_format(PyExc_TypeError, "unsupported dtype %s%u (supported: %s)",
+                           dl_code_name(dl->dtype.code), dl->dtype.bits,
+                           SUPPORTED_DTYPES);
     }
     if (dl->ndim < 0 || dl->ndim > AI_MAX_DIMS)
-        return PyErr_Format(PyExc_ValueError,
-                            "DLPack tensor has rank %d; at most %d is supported",
-                            (int)dl->ndim, AI_MAX_DIMS);
+        return fail_format(PyExc_ValueError,
+                           "DLPack tensor has rank %d; at most %d is supported",
+                           (int)dl->ndim, AI_MAX_DIMS);
     /* consume the capsule: from here on, we own the managed tensor */
     if (PyCapsule_SetName(cap, versioned ? "used_dltensor_versioned" : "used_dltensor"))
-        return NULL;
+        return -1;
     ai_tensor *t;
     char *data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
     ai_status st = ai_tensor_borrow(
@@ -345,13 +349,34 @@ static PyObject *tensor_from_dlpack_capsule(PyTypeObject *tp, PyObject *cap,
         versioned ? release_dl_versioned : release_dl, managed);
     if (st) {
         if (st == AI_ERR_VALUE && strstr(ai_last_error(), "more than once"))
-            return PyErr_Format(PyExc_ValueError,
-                                "argument 'data': %s; pass copy=True to take a "
-                                "contiguous copy", ai_last_error());
-        return raise_status(st);
+            return fail_format(PyExc_ValueError,
+                               "argument 'data': %s; pass copy=True to take a "
+                               "contiguous copy", ai_last_error());
+        raise_status(st);
+        return -1;
     }
-    return finish_tensor(tp, t, copy);
+    if (copy) {
+        ai_tensor *c;
+        st = clone_maybe_nogil(&c, t);
+        ai_tensor_free(t);
+        if (st) {
+            raise_status(st);
+            return -1;
+        }
+        t = c;
+    }
+    *out = t;
+    return 0;
 }
+
+static PyObject *tensor_from_dlpack_capsule(PyTypeObject *tp, PyObject *cap,
+                                            int copy)
+{
+    ai_tensor *t;
+    return capsule_view(cap, copy, &t) < 0 ? NULL : tensor_wrap(tp, t);
+}
+
+
 
 static PyObject *tensor_from_dlpack_obj(PyTypeObject *tp, PyObject *obj, int copy)
 {
@@ -667,6 +692,8 @@ static void dl_capsule_destructor(PyObject *cap)
     PyErr_Clear();
 }
 
+static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *copy_obj);
+
 static PyObject *Tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -697,6 +724,13 @@ static PyObject *Tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kwd
             return NULL;
         versioned = major >= 1;
     }
+    return tensor_capsule(self, versioned, copy_obj);
+}
+
+/* A DLPack capsule of `self` (zero copy unless copy_obj is true or the
+ * strides are negative; copy_obj False forbids the copy). */
+static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *copy_obj)
+{
     int copy = copy_obj != Py_None && PyObject_IsTrue(copy_obj);
     ai_tensor *t = self->t;
     int negative = 0;
@@ -1260,9 +1294,43 @@ static PyObject *Graph_finalize(GraphObject *self, PyObject *unused)
     return st ? raise_status(st) : Py_NewRef(Py_None);
 }
 
-/* A list of Tensors (or None where allowed) -> borrowed ai_tensor pointers. */
+/* The optional bridge of forward and backward: (to_capsule, from_capsule),
+ * two callables between foreign tensors and DLPack capsules (torch's
+ * _to_dlpack and _from_dlpack). Arguments that are not Tensors are viewed
+ * through to_capsule without a Tensor object, results come back through
+ * from_capsule: the per-call cost of a wrapped module. */
+typedef struct {
+    PyObject *to_capsule, *from_capsule;
+} bridge;
+
+static int parse_bridge(PyObject *const *args, Py_ssize_t nargs, const char *what,
+                        bridge *b)
+{
+    b->to_capsule = b->from_capsule = NULL;
+    if (nargs < 1 || nargs > 2)
+        return fail_format(PyExc_TypeError, "%s() takes 1 or 2 arguments (%zd given)", what,
+                           nargs);
+    if (nargs == 2 && args[1] != Py_None) {
+        PyObject *p = args[1];
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2 ||
+            !PyCallable_Check(PyTuple_GET_ITEM(p, 0)) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(p, 1)))
+            return fail_format(PyExc_TypeError,
+                               "%s(): argument 'bridge' must be a tuple of two callables "
+                               "(to_capsule, from_capsule)", what);
+        b->to_capsule = PyTuple_GET_ITEM(p, 0);
+        b->from_capsule = PyTuple_GET_ITEM(p, 1);
+    }
+    return 0;
+}
+
+/* A list of Tensors (or None where allowed) -> borrowed ai_tensor pointers;
+ * with a bridge, views of foreign tensors land in owned[] (freed by the
+ * caller). 0, -1 with an exception, or 1 (no exception) when a foreign
+ * tensor does not go through the bridge: the caller takes its slow path. */
 static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, int expected,
-                       bool allow_none, PyObject **keep, const ai_tensor **out)
+                       bool allow_none, const bridge *b, PyObject **keep,
+                       const ai_tensor **out, ai_tensor **owned)
 {
     PyObject *seq = PySequence_Fast(seq_obj, what);
     if (!seq)
@@ -1279,6 +1347,16 @@ static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, i
             out[i] = NULL;
         } else if (is_tensor(self, o)) {
             out[i] = ((TensorObject *)o)->t;
+        } else if (b->to_capsule) {
+            PyObject *cap = PyObject_CallOneArg(b->to_capsule, o);
+            int bad = !cap || capsule_view(cap, 0, &owned[i]) < 0;
+            Py_XDECREF(cap);
+            if (bad) { /* a device, layout or type the slow path handles or names */
+                PyErr_Clear();
+                Py_DECREF(seq);
+                return 1;
+            }
+            out[i] = owned[i];
         } else {
             Py_DECREF(seq);
             PyErr_Format(PyExc_TypeError, "%s[%zd] must be a Tensor%s, not %.100s", what, i,
@@ -1290,7 +1368,8 @@ static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, i
     return 0;
 }
 
-static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n)
+/* The results as Tensors, or through the bridge's from_capsule. */
+static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n, const bridge *b)
 {
     PyObject *list = PyList_New(n);
     for (int i = 0; list && i < n; i++) {
@@ -1298,6 +1377,11 @@ static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n)
         if (ts[i]) {
             o = tensor_wrap(self->tensor_type, ts[i]);
             ts[i] = NULL;
+            if (o && b->from_capsule) {
+                PyObject *cap = tensor_capsule((TensorObject *)o, 0, Py_None);
+                Py_SETREF(o, cap ? PyObject_CallOneArg(b->from_capsule, cap) : NULL);
+                Py_XDECREF(cap);
+            }
         } else {
             o = Py_NewRef(Py_None);
         }
@@ -1315,52 +1399,59 @@ static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n)
 /* forward and backward: tensors in, new tensors out, one C call without the GIL */
 typedef ai_status (*graph_call)(ai_graph *, int, const ai_tensor *const *, int, ai_tensor **);
 
-static PyObject *graph_run(GraphObject *self, PyObject *arg, const char *what, int n_args,
-                           bool allow_none, int n_results, graph_call call)
+static PyObject *graph_run(GraphObject *self, PyObject *arg, const bridge *b, const char *what,
+                           int n_args, bool allow_none, int n_results, graph_call call)
 {
     const ai_tensor *args[AI_MAX_IO * 4];
+    ai_tensor *owned[AI_MAX_IO * 4] = {0};
     ai_tensor *results[AI_MAX_IO * 4] = {0};
-    PyObject *keep;
+    PyObject *keep = NULL, *res = NULL;
     if (!self->g->finalized)
         return PyErr_Format(PyExc_ValueError, "finalize() the graph first");
     if (n_args > AI_MAX_IO * 4 || n_results > AI_MAX_IO * 4)
         return PyErr_Format(PyExc_ValueError, "too many graph inputs or outputs");
-    if (tensor_args(self, arg, what, n_args, allow_none, &keep, args) < 0)
-        return NULL;
-    if (graph_enter(self) < 0) {
-        Py_DECREF(keep);
-        return NULL;
+    int r = tensor_args(self, arg, what, n_args, allow_none, b, &keep, args, owned);
+    if (r == 0 && graph_enter(self) == 0) {
+        ai_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = call(self->g, n_args, args, n_results, results);
+        Py_END_ALLOW_THREADS
+        graph_leave(self);
+        res = st ? raise_status(st) : tensor_list(self, results, n_results, b);
+    } else if (r == 1) {
+        res = Py_NewRef(Py_None);
     }
-    ai_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = call(self->g, n_args, args, n_results, results);
-    Py_END_ALLOW_THREADS
-    graph_leave(self);
-    Py_DECREF(keep);
-    if (st)
-        return raise_status(st);
-    return tensor_list(self, results, n_results);
+    Py_XDECREF(keep);
+    for (int i = 0; i < n_args; i++)
+        ai_tensor_free(owned[i]);
+    return res;
 }
 
-static PyObject *Graph_forward(GraphObject *self, PyObject *arg)
+static PyObject *Graph_forward(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *out = graph_run(self, arg, "inputs", self->g->n_inputs, false,
+    bridge b;
+    if (parse_bridge(args, nargs, "forward", &b) < 0)
+        return NULL;
+    PyObject *out = graph_run(self, args[0], &b, "inputs", self->g->n_inputs, false,
                               self->g->n_outputs, ai_graph_forward);
-    if (out) /* the GIL is held: no other thread's call can come in between */
+    if (out && out != Py_None) /* the GIL is held: no other thread's call came in between */
         self->forward_thread = PyThread_get_thread_ident();
     return out;
 }
 
-static PyObject *Graph_backward(GraphObject *self, PyObject *arg)
+static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    bridge b;
+    if (parse_bridge(args, nargs, "backward", &b) < 0)
+        return NULL;
     if (self->forward_thread && self->forward_thread != PyThread_get_thread_ident())
         return PyErr_Format(PyExc_RuntimeError,
                             "backward in another thread than the latest forward (thread "
                             "%lu): a graph keeps the state of its latest forward only, so "
                             "another thread's forward came in between; use one graph per "
                             "thread", self->forward_thread);
-    return graph_run(self, arg, "grad_outputs", self->g->n_outputs, true, self->g->n_inputs,
-                     ai_graph_backward);
+    return graph_run(self, args[0], &b, "grad_outputs", self->g->n_outputs, true,
+                     self->g->n_inputs, ai_graph_backward);
 }
 
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
@@ -1669,10 +1760,14 @@ static PyMethodDef Graph_methods[] = {
     {"set_outputs", (PyCFunction)Graph_set_outputs, METH_O, "set_outputs(names)."},
     {"finalize", (PyCFunction)Graph_finalize, METH_NOARGS,
      "Checks the graph and orders its nodes."},
-    {"forward", (PyCFunction)Graph_forward, METH_O,
-     "forward(inputs) -> outputs (one C call, GIL released)."},
-    {"backward", (PyCFunction)Graph_backward, METH_O,
-     "backward(grad_outputs) -> input gradients (parameter gradients accumulate)."},
+    {"forward", (PyCFunction)(void (*)(void))Graph_forward, METH_FASTCALL,
+     "forward(inputs, bridge=None) -> outputs (one C call, GIL released).\n\n"
+     "bridge: (to_capsule, from_capsule); inputs that are not Tensors go through\n"
+     "to_capsule (a DLPack capsule, viewed without a copy), the outputs come back\n"
+     "through from_capsule; None (nothing run) when an input does not go that way."},
+    {"backward", (PyCFunction)(void (*)(void))Graph_backward, METH_FASTCALL,
+     "backward(grad_outputs, bridge=None) -> input gradients (parameter gradients\n"
+     "accumulate); bridge as in forward."},
     {"zero_grad", (PyCFunction)Graph_zero_grad, METH_NOARGS, "Zeroes parameter gradients."},
     {"value", (PyCFunction)Graph_value, METH_VARARGS,
      "value(name): zero-copy view of an initializer's data."},

@@ -1,5 +1,7 @@
 """wrap(): an AidgeModule must behave like the torch model it came from —
 outputs, gradients, parameters, buffers, modes, optimiser steps."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -178,5 +180,41 @@ def test_strided_and_expanded_inputs():
     model = MLP()
     wrapped = wrap(model, [(1, 16)])
     for x in (torch.randn(16, 5).t(), torch.randn(1, 16).expand(4, 16),
-              torch.randn(6, 32)[::2, ::2]):
+              torch.randn(6, 32)[::2, ::2], torch._neg_view(torch.randn(3, 16))):
         torch.testing.assert_close(wrapped(x), model(x))
+
+
+@pytest.mark.parametrize("layout", ["neg_view", "expanded", "transposed"])
+def test_backward_takes_any_grad_output_layout(layout):
+    # the fast path (torch's DLPack export, in C) cannot take a lazy negation
+    # or an overlapping layout: those go through the converter, same values
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(copy.deepcopy(model), [(1, 16)])
+    x = torch.randn(4, 16)
+    g = {"neg_view": torch._neg_view(torch.randn(4, 4)),
+         "expanded": torch.randn(1, 4).expand(4, 4),
+         "transposed": torch.randn(4, 4).t()}[layout]
+    xs = [x.clone().requires_grad_(True) for _ in range(2)]
+    for m, xi in zip((wrapped, model), xs):
+        m(xi).backward(g)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad)
+    for (_, p), (_, q) in zip(wrapped.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_graph_bridge_arguments():
+    from aidge_interop.wrapping import _BRIDGE
+
+    wrapped = wrap(MLP(), [(1, 16)])
+    g = wrapped._graph
+    x = torch.randn(2, 16)
+    out = g.forward([x], _BRIDGE)
+    assert isinstance(out[0], torch.Tensor)
+    torch.testing.assert_close(out[0], wrapped(x))
+    # an overlapping layout is not viewed: None, nothing run, the caller's slow path
+    assert g.forward([torch.randn(1, 16).expand(2, 16)], _BRIDGE) is None
+    with pytest.raises(TypeError, match="bridge"):
+        g.forward([x], (len,))
+    with pytest.raises(TypeError, match="1 or 2 arguments"):
+        g.forward()
