@@ -2,11 +2,9 @@
 outputs, gradients, parameters, buffers, modes, optimiser steps."""
 import copy
 
-import numpy as np
 import pytest
 import torch
 
-import aidge_interop
 from aidge_interop import SGD, wrap
 
 
