@@ -96,6 +96,16 @@ CONV_CASES = {
     "2d_depthwise_pad_5x5_s2": (2, 6, 6, (13, 12), (5, 5), (2, 3), (1, 1), (2, 2, 2, 2), 6,
                                 True),
     "1d_depthwise_pad_s3_dil": (2, 5, 5, (23,), (4,), (3,), (2,), (3, 1), 5, True),
+    # narrow planes (< 16 wide). Stride 1 with the output as wide as the input: flat runs
+    # over copies of the plane whose wrapped edge columns are zeros (KWS's 25x5; a
+    # channel multiplier with pads all on the right; one column). Strided: flat runs of
+    # the phase planes' rows
+    "2d_depthwise_same_kws": (2, 8, 8, (25, 5), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8, True),
+    "2d_depthwise_same_mult_asym": (2, 3, 6, (9, 4), (3, 3), (1, 1), (1, 1), (1, 0, 1, 2), 3,
+                                    True),
+    "2d_depthwise_same_w1": (2, 4, 4, (6, 1), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 4, False),
+    "2d_depthwise_narrow_s2": (2, 8, 8, (12, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 8,
+                               True),
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),

@@ -269,10 +269,61 @@ static bool phase_planes_of(const conv_geom *g, bool dx, phase_planes *d)
     return true;
 }
 
+/* Forward and input gradient of every depthwise conv whose phase planes
+ * exist (the weight gradient of narrow planes goes channels-last). */
 static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, phase_planes *d)
 {
-    return conv_depthwise(p) && !depthwise_channels_last(p, g) && p->N > 0 &&
-           phase_planes_of(g, dx, d);
+    return conv_depthwise(p) && p->N > 0 && phase_planes_of(g, dx, d);
+}
+
+/* Output rows narrower than a chunk of DW_PAD_LANES: computed as one flat
+ * run of rows of R2 positions (dw_pad_flat in conv_impl.h), wasting R2 - G2
+ * per row instead of most of a chunk. */
+#define DW_FLAT_MAX 512
+static bool dw_pad_flat(const phase_planes *d)
+{
+    return d->G2 < DW_PAD_LANES && d->R2 <= DW_FLAT_MAX / 2;
+}
+
+/*
+ * Stride-1 depthwise planes as wide as their output ("same" width), the
+ * narrow ones: no padded rows at all. Output position f = o1 W + o2 of tap
+ * k reads the source plane, flat, at f + du_k W + dv_k. Where o2 + dv_k
+ * leaves the row it wraps into the neighbour row's edge columns, which only
+ * such reads reach: so tap k reads copy dv_k + P of the plane (dv in [-P,
+ * P]), in which those dv_k edge columns are zeros; zero rows above and
+ * below stand for the row pads. A slot holds the 2P + 1 copies, `plane`
+ * elements each, a plane's values from `start` on; off[k] is tap k's
+ * offset in the slot. Output runs are dense: no copy out either.
+ */
+#define DW_SAME_LANES 32 /* the widest chunk (4 vectors of float); slack past a plane */
+typedef struct {
+    int64_t W, H, G1, P, copies, start, plane;
+    int64_t K, off[DW_PAD_MAX_TAPS];
+} same_planes;
+
+static bool same_planes_of(const phase_planes *d, same_planes *q)
+{
+    if (d->s1 != 1 || d->s2 != 1 || d->G2 != d->W || d->W >= DW_PAD_LANES)
+        return false;
+    int64_t du[DW_PAD_MAX_TAPS], dv[DW_PAD_MAX_TAPS], P = 0, top = 0, below = 0;
+    for (int64_t k = 0; k < d->K; k++) { /* phase_planes_of's padded taps, unpadded */
+        du[k] = d->base[k] / d->R2 - d->P1;
+        dv[k] = d->base[k] % d->R2 - d->P2;
+        P = dv[k] > P ? dv[k] : -dv[k] > P ? -dv[k] : P;
+        top = -du[k] > top ? -du[k] : top;
+        below = du[k] > below ? du[k] : below;
+    }
+    if (P >= d->W)
+        return false;
+    q->W = d->W, q->H = d->H, q->G1 = d->G1, q->P = P, q->copies = 2 * P + 1, q->K = d->K;
+    q->start = (top + 1) * d->W;
+    const int64_t runs = (d->G1 * d->W + DW_SAME_LANES - 1) / DW_SAME_LANES * DW_SAME_LANES;
+    const int64_t end = q->start + (runs > d->H * d->W ? runs : d->H * d->W);
+    q->plane = (end + below * d->W + P + DW_SAME_LANES + 15) / 16 * 16;
+    for (int64_t k = 0; k < d->K; k++)
+        q->off[k] = (dv[k] + P) * q->plane + q->start + du[k] * d->W + dv[k];
+    return true;
 }
 
 static int64_t dw_pad_slots(const ai_conv_params *p)
@@ -464,9 +515,14 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         int64_t elems = !depthwise_channels_last(p, &g) ? 0
                         : p->C * (g.grid_size + g.img_size + g.ksize);
         phase_planes d;
-        for (int dx = 0; dx < 2; dx++)
+        same_planes q;
+        for (int dx = 0; dx < 2; dx++) {
             if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)
                 elems = dw_pad_slots(p) * d.size;
+            if (dw_pad_of(p, &g, dx, &d) && same_planes_of(&d, &q) &&
+                dw_pad_slots(p) * q.copies * q.plane > elems)
+                elems = dw_pad_slots(p) * q.copies * q.plane;
+        }
         return (size_t)elems * ai_dtype_size(dtype);
     }
     if (g.pointwise)
@@ -518,7 +574,8 @@ static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dconv_job *j = ctx;
     for (int64_t c = lo; c < hi; c++)
-        dw_pad_fill_f32(&j->dc->ph, j->planes + c * j->dc->ph.size, j->x + c * j->g->img_size);
+        dw_pad_fill_f32(&j->dc->ph, j->planes + c * j->dc->ph.size, j->x + c * j->g->img_size,
+                        false);
 }
 
 AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)

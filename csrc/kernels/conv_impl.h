@@ -358,8 +358,11 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
         FN(transpose)(j->w + c0 * K, K, wt, C, K, nc, true);
 }
 
-/* The phase planes of source plane src (phase_planes in conv.c) into buf. */
-static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src)
+/* The phase planes of source plane src (phase_planes in conv.c) into buf;
+ * `zeroed`: buf holds an earlier plane's, so its pads and tail are zeros
+ * already and only the values are copied. */
+AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src,
+                                         bool zeroed)
 {
     for (int64_t a = 0; a < d->s1; a++)
         for (int64_t b = 0; b < d->s2; b++) {
@@ -373,22 +376,31 @@ static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src)
                 T *row = ph + i * d->R2;
                 const int64_t r = i * d->s1 + a - d->P1;
                 if (r < 0 || r >= d->H) {
-                    memset(row, 0, sizeof(T) * (size_t)d->R2);
+                    if (!zeroed)
+                        memset(row, 0, sizeof(T) * (size_t)d->R2);
                     continue;
                 }
                 const T *sr = src + r * d->W + b - d->P2;
-                for (int64_t j = 0; j < jlo; j++)
-                    row[j] = 0;
-                if (d->s2 == 1)
-                    memcpy(row + jlo, sr + jlo, sizeof(T) * (size_t)(jhi - jlo));
-                else
+                if (!zeroed)
+                    for (int64_t j = 0; j < jlo; j++)
+                        row[j] = 0;
+                if (d->s2 == 1) {
+                    T *restrict to = row + jlo;
+                    const T *restrict from = sr + jlo;
+                    for (int64_t j = 0; j < jhi - jlo; j++)
+                        to[j] = from[j];
+                } else {
                     for (int64_t j = jlo; j < jhi; j++)
                         row[j] = sr[j * d->s2];
-                for (int64_t j = jhi; j < d->R2; j++)
-                    row[j] = 0;
+                }
+                if (!zeroed)
+                    for (int64_t j = jhi; j < d->R2; j++)
+                        row[j] = 0;
             }
         }
-    memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0, sizeof(T) * (size_t)(d->R2 + 2 * DW_PAD_LANES));
+    if (!zeroed)
+        memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0,
+               sizeof(T) * (size_t)(d->R2 + 2 * DW_PAD_LANES));
 }
 
 /* dst (G1, G2) += sum over taps k, in order, of w[k] * the tap's rows of buf:
@@ -426,6 +438,96 @@ AI_VECTOR_CLONES static void FN(dw_pad_rows)(const phase_planes *d, T *dst, cons
     }
 }
 
+/* dw_pad_rows for narrow planes (dw_pad_flat in conv.c): the rows of R2
+ * positions taken as one flat run, since position f = o1 R2 + o2 of every
+ * tap reads buf at base[k] + f (the phase planes' rows are R2 apart); the
+ * R2 - G2 positions past each row's end are computed and dropped. Blocks
+ * of rows go through `tmp` in that flat layout (DW_FLAT_MAX elements and a
+ * chunk): dst's values in (`uniform`: all equal to dst[0], a forward's
+ * bias, not read), the sums out, each element summed as in dw_pad_rows. */
+AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_flat)(const phase_planes *d, T *dst,
+                                                            const T *buf, const T *w,
+                                                            bool uniform)
+{
+    enum { VL = AI_VEC_LANES(T), NV = 4, L = NV * VL };
+    T tmp[DW_FLAT_MAX + L];
+    const int64_t K = d->K, G1 = d->G1, G2 = d->G2, R2 = d->R2, rows = DW_FLAT_MAX / R2;
+    const FN(vec) init = (FN(vec)){0} + dst[0];
+    for (int64_t r0 = 0; r0 < G1; r0 += rows) {
+        const int64_t nr = G1 - r0 < rows ? G1 - r0 : rows, F = nr * R2;
+        T *dr = dst + r0 * G2;
+        const T *br = buf + r0 * R2;
+        if (!uniform)
+            for (int64_t i = 0; i < nr; i++)
+                for (int64_t o2 = 0; o2 < G2; o2++)
+                    tmp[i * R2 + o2] = dr[i * G2 + o2];
+        for (int64_t f = 0; f < F; f += L) {
+            FN(vec) acc[NV];
+            for (int v = 0; v < NV; v++)
+                acc[v] = uniform ? init : *(const FN(vec) *)(tmp + f + v * VL);
+            for (int64_t k = 0; k < K; k++) {
+                const T wk = w[k], *src = br + d->base[k] + f;
+                for (int v = 0; v < NV; v++)
+                    acc[v] += wk * *(const FN(vec) *)(src + v * VL);
+            }
+            for (int v = 0; v < NV; v++)
+                *(FN(vec) *)(tmp + f + v * VL) = acc[v];
+        }
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t o2 = 0; o2 < G2; o2++)
+                dr[i * G2 + o2] = tmp[i * R2 + o2];
+    }
+}
+
+/* The copies of source plane src (same_planes in conv.c) into slot buf;
+ * `zeroed`: buf holds an earlier plane's, whose zeros are in place. */
+AI_SHORT_LOOPS static void FN(dw_same_fill)(const same_planes *q, T *buf, const T *src,
+                                            bool zeroed)
+{
+    if (!zeroed)
+        memset(buf, 0, sizeof(T) * (size_t)(q->copies * q->plane));
+    for (int64_t c = 0; c < q->copies; c++) {
+        T *to = buf + c * q->plane + q->start;
+        const int64_t dv = c - q->P, lo = dv > 0 ? 0 : q->W + dv, hi = dv > 0 ? dv : q->W;
+        memcpy(to, src, sizeof(T) * (size_t)(q->H * q->W));
+        for (int64_t r = 0; r < q->H; r++) /* the columns only wrapped reads reach */
+            for (int64_t j = lo; j < hi; j++)
+                to[r * q->W + j] = 0;
+    }
+}
+
+/* dst (G1, W) += sum over taps k, in order, of w[k] * the tap's run of the
+ * slot buf, in chunks of vectors (`uniform`: dst holds dst[0] everywhere, a
+ * forward's bias, not read). A last partial chunk goes through a copy. */
+AI_VECTOR_CLONES static void FN(dw_same_plane)(const same_planes *q, T *dst, const T *buf,
+                                               const T *w, bool uniform)
+{
+    enum { VL = AI_VEC_LANES(T), NV = 4, L = NV * VL };
+    const int64_t K = q->K, F = q->G1 * q->W;
+    const FN(vec) init = (FN(vec)){0} + dst[0];
+    for (int64_t f = 0; f < F; f += L) {
+        const int64_t n = F - f < L ? F - f : L;
+        T tail[L];
+        T *out = n == L ? dst + f : tail;
+        if (n < L)
+            for (int64_t i = 0; i < n; i++)
+                tail[i] = dst[f + i];
+        FN(vec) acc[NV];
+        for (int v = 0; v < NV; v++)
+            acc[v] = uniform ? init : *(const FN(vec) *)(out + v * VL);
+        for (int64_t k = 0; k < K; k++) {
+            const T wk = w[k], *src = buf + q->off[k] + f;
+            for (int v = 0; v < NV; v++)
+                acc[v] += wk * *(const FN(vec) *)(src + v * VL);
+        }
+        for (int v = 0; v < NV; v++)
+            *(FN(vec) *)(out + v * VL) = acc[v];
+        if (n < L)
+            for (int64_t i = 0; i < n; i++)
+                dst[f + i] = tail[i];
+    }
+}
+
 typedef struct {
     int mode; /* DW_FWD or DW_DX */
     const ai_conv_params *p;
@@ -444,20 +546,38 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
     const int64_t C = p->C, M = p->M, Mg = M / C, NC = p->N * C, K = j->d->K;
     const int64_t IS = j->mode == DW_FWD ? j->d->H * j->d->W : j->d->G1 * j->d->G2;
     const int64_t OS = j->mode == DW_FWD ? j->d->G1 * j->d->G2 : j->d->H * j->d->W;
+    const bool flat = dw_pad_flat(j->d);
+    same_planes q;
+    const bool same = same_planes_of(j->d, &q);
     for (int64_t s = lo; s < hi; s++) {
-        T *buf = j->ws + s * j->d->size;
+        T *buf = j->ws + s * (same ? q.copies * q.plane : j->d->size);
+        bool zeroed = false; /* the slot's pads, once for all its planes */
         for (int64_t i = s * NC / j->slots; i < (s + 1) * NC / j->slots; i++) {
             const int64_t n = i / C, c = i % C;
-            if (j->mode == DW_FWD)
-                FN(dw_pad_fill)(j->d, buf, j->img + i * IS);
+            if (j->mode == DW_FWD) {
+                if (same)
+                    FN(dw_same_fill)(&q, buf, j->img + i * IS, zeroed);
+                else
+                    FN(dw_pad_fill)(j->d, buf, j->img + i * IS, zeroed);
+                zeroed = true;
+            }
             for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
                 T *gm = j->grid + (n * M + m) * OS;
-                if (j->mode == DW_FWD) {
-                    FN(dw_pad_rows)(j->d, gm, buf, j->w + m * K);
-                } else {
-                    FN(dw_pad_fill)(j->d, buf, gm);
-                    FN(dw_pad_rows)(j->d, j->img + i * IS, buf, j->w + m * K);
+                T *dst = j->mode == DW_FWD ? gm : j->img + i * IS;
+                if (j->mode == DW_DX) {
+                    if (same)
+                        FN(dw_same_fill)(&q, buf, gm, zeroed);
+                    else
+                        FN(dw_pad_fill)(j->d, buf, gm, zeroed);
+                    zeroed = true;
                 }
+                /* a forward's y planes hold their bias alone (fill_bias) */
+                if (same)
+                    FN(dw_same_plane)(&q, dst, buf, j->w + m * K, j->mode == DW_FWD);
+                else if (flat)
+                    FN(dw_pad_flat)(j->d, dst, buf, j->w + m * K, j->mode == DW_FWD);
+                else
+                    FN(dw_pad_rows)(j->d, dst, buf, j->w + m * K);
             }
         }
     }

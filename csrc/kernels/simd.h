@@ -24,6 +24,14 @@
 #define AI_GEMM_CLONES
 #endif
 
+/* AI_SHORT_LOOPS: copy and fill loops of a few elements stay loops (GCC
+ * would turn each into a memcpy/memset call, which costs more than the few
+ * elements it moves). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AI_SHORT_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define AI_SHORT_LOOPS
+#endif
 /* AI_VEC_DECL(name, T) declares `name`: 32 bytes of T as one GCC/Clang
  * vector (arithmetic lane by lane, a scalar operand broadcast), loadable
  * through a pointer from any T-aligned address; AI_VEC_LANES(T) lanes.
