@@ -490,8 +490,8 @@ AI_SHORT_LOOPS static void FN(dw_same_fill)(const same_planes *q, T *buf, const 
         T *to = buf + c * q->plane + q->start;
         const int64_t dv = c - q->P, lo = dv > 0 ? 0 : q->W + dv, hi = dv > 0 ? dv : q->W;
         memcpy(to, src, sizeof(T) * (size_t)(q->H * q->W));
-        for (int64_t r = 0; r < q->H; r++) /* the columns only wrapped reads reach */
-            for (int64_t j = lo; j < hi; j++)
+        for (int64_t j = lo; j < hi; j++) /* the columns only wrapped reads reach */
+            for (int64_t r = 0; r < q->H; r++)
                 to[r * q->W + j] = 0;
     }
 }
@@ -525,6 +525,50 @@ AI_VECTOR_CLONES static void FN(dw_same_plane)(const same_planes *q, T *dst, con
         if (n < L)
             for (int64_t i = 0; i < n; i++)
                 dst[f + i] = tail[i];
+    }
+}
+
+/* dw[k] += sum over positions f of dy[f] * the tap's run of slot buf (x's
+ * copies): the weight gradient on same_planes. Taps in blocks of
+ * DW_SAME_TAPS vector partial sums, chunks of NV vectors then single
+ * vectors, lanes summed at the end; the last partial vector in scalars
+ * (lanes past the plane would multiply dy's zeros by x values another tap
+ * reads, Inf included). */
+#define DW_SAME_TAPS 9
+AI_VECTOR_CLONES static void FN(dw_same_grad)(const same_planes *q, T *dw, const T *dy,
+                                              const T *buf)
+{
+    enum { VL = AI_VEC_LANES(T), NV = 4, L = NV * VL };
+    const int64_t K = q->K, F = q->G1 * q->W, full = F / L * L, vfull = F / VL * VL;
+    for (int64_t k0 = 0; k0 < K; k0 += DW_SAME_TAPS) {
+        const int64_t nk = K - k0 < DW_SAME_TAPS ? K - k0 : DW_SAME_TAPS;
+        FN(vec) acc[DW_SAME_TAPS];
+        for (int64_t kk = 0; kk < DW_SAME_TAPS; kk++)
+            acc[kk] = (FN(vec)){0};
+        for (int64_t f = 0; f < full; f += L) {
+            FN(vec) g[NV];
+            for (int v = 0; v < NV; v++)
+                g[v] = *(const FN(vec) *)(dy + f + v * VL);
+            for (int64_t kk = 0; kk < nk; kk++) {
+                const T *src = buf + q->off[k0 + kk] + f;
+                for (int v = 0; v < NV; v++)
+                    acc[kk] += g[v] * *(const FN(vec) *)(src + v * VL);
+            }
+        }
+        for (int64_t f = full; f < vfull; f += VL) {
+            const FN(vec) g = *(const FN(vec) *)(dy + f);
+            for (int64_t kk = 0; kk < nk; kk++)
+                acc[kk] += g * *(const FN(vec) *)(buf + q->off[k0 + kk] + f);
+        }
+        for (int64_t kk = 0; kk < nk; kk++) {
+            const T *src = buf + q->off[k0 + kk];
+            T sum = 0, tail = 0;
+            for (int i = 0; i < VL; i++)
+                sum += acc[kk][i];
+            for (int64_t f = vfull; f < F; f++)
+                tail += dy[f] * src[f];
+            dw[k0 + kk] += sum + tail;
+        }
     }
 }
 
@@ -583,6 +627,28 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* The weight gradient on same_planes: slots [lo, hi), each with its share
+ * of the channels and its own buffer; a channel's images in order, so that
+ * every dw[m] is summed as serially. */
+static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dw_pad_job) *j = ctx;
+    const ai_conv_params *p = j->p;
+    const int64_t C = p->C, M = p->M, Mg = M / C, K = j->d->K;
+    const int64_t IS = j->d->H * j->d->W, OS = j->d->G1 * j->d->G2;
+    same_planes q;
+    same_planes_of(j->d, &q);
+    for (int64_t s = lo; s < hi; s++) {
+        T *buf = j->ws + s * q.copies * q.plane;
+        for (int64_t c = s * C / j->slots; c < (s + 1) * C / j->slots; c++)
+            for (int64_t n = 0; n < p->N; n++) {
+                FN(dw_same_fill)(&q, buf, j->img + (n * C + c) * IS, n > 0 || c > s * C / j->slots);
+                for (int64_t m = c * Mg; m < (c + 1) * Mg; m++)
+                    FN(dw_same_grad)(&q, j->w + m * K, j->grid + (n * M + m) * OS, buf);
+            }
+    }
+}
+
 /* Depthwise conv (one input channel per group, Mg output channels each).
  * Narrow images with one output per input channel go channels-last through
  * `ws` (DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid =
@@ -595,6 +661,14 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
     phase_planes d;
+    same_planes q;
+    if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d) && same_planes_of(&d, &q)) {
+        FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
+                             grid, img, w, ws};
+        const int64_t per_slot = per_channel * (p->C / pj.slots);
+        ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_same_dw_range), &pj);
+        return;
+    }
     if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws};
         const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
