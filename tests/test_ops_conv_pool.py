@@ -106,6 +106,9 @@ CONV_CASES = {
     "2d_depthwise_same_w1": (2, 4, 4, (6, 1), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 4, False),
     "2d_depthwise_narrow_s2": (2, 8, 8, (12, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 8,
                                True),
+    # wide, stride 1, same width: the weight gradient on the edge-zeroed copies too
+    "2d_depthwise_same_wide_dw": (2, 8, 16, (20, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8,
+                                  True),
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),

@@ -297,6 +297,7 @@ static bool dw_pad_flat(const phase_planes *d)
  * offset in the slot. Output runs are dense: no copy out either.
  */
 #define DW_SAME_LANES 32 /* the widest chunk (4 vectors of float); slack past a plane */
+#define DW_SAME_MAX (1 << 16) /* elements of a slot (its copies) at most */
 typedef struct {
     int64_t W, H, G1, P, copies, start, plane;
     int64_t K, off[DW_PAD_MAX_TAPS];
@@ -304,7 +305,7 @@ typedef struct {
 
 static bool same_planes_of(const phase_planes *d, same_planes *q)
 {
-    if (d->s1 != 1 || d->s2 != 1 || d->G2 != d->W || d->W >= DW_PAD_LANES)
+    if (d->s1 != 1 || d->s2 != 1 || d->G2 != d->W)
         return false;
     int64_t du[DW_PAD_MAX_TAPS], dv[DW_PAD_MAX_TAPS], P = 0, top = 0, below = 0;
     for (int64_t k = 0; k < d->K; k++) { /* phase_planes_of's padded taps, unpadded */
@@ -323,7 +324,15 @@ static bool same_planes_of(const phase_planes *d, same_planes *q)
     q->plane = (end + below * d->W + P + DW_SAME_LANES + 15) / 16 * 16;
     for (int64_t k = 0; k < d->K; k++)
         q->off[k] = (dv[k] + P) * q->plane + q->start + du[k] * d->W + dv[k];
-    return true;
+    return q->copies * q->plane <= DW_SAME_MAX;
+}
+
+/* Which passes run on same_planes: the forward and input gradient of narrow
+ * planes (wider ones keep dw_pad_rows, whose chunks fit their rows), the
+ * weight gradient whatever the width. */
+static bool dw_same(const phase_planes *d, bool weight_grad, same_planes *q)
+{
+    return (weight_grad || d->W < DW_PAD_LANES) && same_planes_of(d, q);
 }
 
 static int64_t dw_pad_slots(const ai_conv_params *p)
@@ -519,7 +528,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         for (int dx = 0; dx < 2; dx++) {
             if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)
                 elems = dw_pad_slots(p) * d.size;
-            if (dw_pad_of(p, &g, dx, &d) && same_planes_of(&d, &q) &&
+            if (dw_pad_of(p, &g, dx, &d) && dw_same(&d, !dx, &q) &&
                 dw_pad_slots(p) * q.copies * q.plane > elems)
                 elems = dw_pad_slots(p) * q.copies * q.plane;
         }

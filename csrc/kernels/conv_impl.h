@@ -592,7 +592,7 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
     const int64_t OS = j->mode == DW_FWD ? j->d->G1 * j->d->G2 : j->d->H * j->d->W;
     const bool flat = dw_pad_flat(j->d);
     same_planes q;
-    const bool same = same_planes_of(j->d, &q);
+    const bool same = dw_same(j->d, false, &q);
     for (int64_t s = lo; s < hi; s++) {
         T *buf = j->ws + s * (same ? q.copies * q.plane : j->d->size);
         bool zeroed = false; /* the slot's pads, once for all its planes */
@@ -662,7 +662,7 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
                                 j.g.ksize;
     phase_planes d;
     same_planes q;
-    if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d) && same_planes_of(&d, &q)) {
+    if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d) && dw_same(&d, true, &q)) {
         FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
                              grid, img, w, ws};
         const int64_t per_slot = per_channel * (p->C / pj.slots);
