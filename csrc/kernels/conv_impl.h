@@ -627,9 +627,45 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* The weight gradient on same_planes: slots [lo, hi), each with its share
- * of the channels and its own buffer; a channel's images in order, so that
- * every dw[m] is summed as serially. */
+/* dw[k] += sum over output positions (o1, o2) of dy[o1][o2] * tap k's value
+ * in the phase planes buf (x's): the weight gradient at any stride, row by
+ * row. Taps in blocks of DW_SAME_TAPS vector partial sums over each row's
+ * whole vectors, its last few positions in scalars (never a lane past the
+ * row: those would read x values the tap does not), lanes summed at the end. */
+AI_VECTOR_CLONES static void FN(dw_pad_grad)(const phase_planes *d, T *dw, const T *dy,
+                                             const T *buf)
+{
+    enum { VL = AI_VEC_LANES(T) };
+    const int64_t K = d->K, G1 = d->G1, G2 = d->G2, R2 = d->R2, vfull = G2 / VL * VL;
+    for (int64_t k0 = 0; k0 < K; k0 += DW_SAME_TAPS) {
+        const int64_t nk = K - k0 < DW_SAME_TAPS ? K - k0 : DW_SAME_TAPS;
+        FN(vec) acc[DW_SAME_TAPS];
+        T tail[DW_SAME_TAPS] = {0};
+        for (int64_t kk = 0; kk < DW_SAME_TAPS; kk++)
+            acc[kk] = (FN(vec)){0};
+        for (int64_t o1 = 0; o1 < G1; o1++) {
+            const T *g = dy + o1 * G2, *br = buf + o1 * R2;
+            for (int64_t o2 = 0; o2 < vfull; o2 += VL) {
+                const FN(vec) gv = *(const FN(vec) *)(g + o2);
+                for (int64_t kk = 0; kk < nk; kk++)
+                    acc[kk] += gv * *(const FN(vec) *)(br + d->base[k0 + kk] + o2);
+            }
+            for (int64_t kk = 0; kk < nk; kk++)
+                for (int64_t o2 = vfull; o2 < G2; o2++)
+                    tail[kk] += g[o2] * br[d->base[k0 + kk] + o2];
+        }
+        for (int64_t kk = 0; kk < nk; kk++) {
+            T sum = 0;
+            for (int i = 0; i < VL; i++)
+                sum += acc[kk][i];
+            dw[k0 + kk] += sum + tail[kk];
+        }
+    }
+}
+
+/* The weight gradient on same_planes (else on phase planes): slots [lo,
+ * hi), each with its share of the channels and its own buffer; a channel's
+ * images in order, so that every dw[m] is summed as serially. */
 static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(dw_pad_job) *j = ctx;
@@ -637,14 +673,24 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
     const int64_t C = p->C, M = p->M, Mg = M / C, K = j->d->K;
     const int64_t IS = j->d->H * j->d->W, OS = j->d->G1 * j->d->G2;
     same_planes q;
-    same_planes_of(j->d, &q);
+    const bool same = dw_same(j->d, true, &q);
     for (int64_t s = lo; s < hi; s++) {
-        T *buf = j->ws + s * q.copies * q.plane;
+        T *buf = j->ws + s * (same ? q.copies * q.plane : j->d->size);
         for (int64_t c = s * C / j->slots; c < (s + 1) * C / j->slots; c++)
             for (int64_t n = 0; n < p->N; n++) {
-                FN(dw_same_fill)(&q, buf, j->img + (n * C + c) * IS, n > 0 || c > s * C / j->slots);
-                for (int64_t m = c * Mg; m < (c + 1) * Mg; m++)
-                    FN(dw_same_grad)(&q, j->w + m * K, j->grid + (n * M + m) * OS, buf);
+                const T *x = j->img + (n * C + c) * IS;
+                const bool zeroed = n > 0 || c > s * C / j->slots;
+                if (same)
+                    FN(dw_same_fill)(&q, buf, x, zeroed);
+                else
+                    FN(dw_pad_fill)(j->d, buf, x, zeroed);
+                for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
+                    const T *dy = j->grid + (n * M + m) * OS;
+                    if (same)
+                        FN(dw_same_grad)(&q, j->w + m * K, dy, buf);
+                    else
+                        FN(dw_pad_grad)(j->d, j->w + m * K, dy, buf);
+                }
             }
     }
 }
@@ -661,8 +707,7 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
     phase_planes d;
-    same_planes q;
-    if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d) && dw_same(&d, true, &q)) {
+    if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
                              grid, img, w, ws};
         const int64_t per_slot = per_channel * (p->C / pj.slots);
