@@ -384,15 +384,18 @@ AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const 
                 if (!zeroed)
                     for (int64_t j = 0; j < jlo; j++)
                         row[j] = 0;
-                if (d->s2 == 1) {
-                    T *restrict to = row + jlo;
-                    const T *restrict from = sr + jlo;
-                    for (int64_t j = 0; j < jhi - jlo; j++)
+                T *restrict to = row + jlo;
+                const T *restrict from = sr + jlo * d->s2;
+                const int64_t n = jhi - jlo, s2 = d->s2;
+                if (s2 == 1)
+                    for (int64_t j = 0; j < n; j++)
                         to[j] = from[j];
-                } else {
-                    for (int64_t j = jlo; j < jhi; j++)
-                        row[j] = sr[j * d->s2];
-                }
+                else if (s2 == 2) /* a constant stride: vector loads and shuffles */
+                    for (int64_t j = 0; j < n; j++)
+                        to[j] = from[2 * j];
+                else
+                    for (int64_t j = 0; j < n; j++)
+                        to[j] = from[j * s2];
                 if (!zeroed)
                     for (int64_t j = jhi; j < d->R2; j++)
                         row[j] = 0;
