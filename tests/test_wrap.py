@@ -216,3 +216,12 @@ def test_graph_bridge_arguments():
         g.forward([x], (len,))
     with pytest.raises(TypeError, match="1 or 2 arguments"):
         g.forward()
+
+
+def test_functorch_transform_is_refused_not_wrong():
+    # the engine's autograd bridge has no functorch rule: torch.func must refuse it
+    # (the fast apply path falls back to Function.apply under a transform)
+    wrapped = wrap(MLP(), [(1, 16)])
+    x = torch.randn(2, 16)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda t: wrapped(t).sum())(x)
