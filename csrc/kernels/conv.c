@@ -341,6 +341,52 @@ static int64_t dw_pad_slots(const ai_conv_params *p)
 }
 
 /*
+ * Depthwise input gradient of a strided conv (1 or 2 spatial dims), by the
+ * phases of dx: position (a + s1 i, b + s2 j) only gets the taps k whose
+ * offsets (u, v) = (k1 d1 - p1, k2 d2 - p2) are (a, b) modulo the strides,
+ * each from dy at (i - floor(u / s1), j - floor(v / s2)): per phase, a
+ * stride-1 correlation of dy. A dy plane is copied once into zero margins
+ * (`top` rows above, `left` columns before, rows of R2 with a chunk of
+ * slack); a phase's row is summed in vector chunks, taps in order, and
+ * added into every s2-th element of its dx row.
+ */
+#define DX_PH_LANES 16 /* outputs per chunk (two vectors of float) */
+typedef struct {
+    int64_t H, W, G1, G2, s1, s2, top, left, R2, size;
+    int64_t K, u[DW_PAD_MAX_TAPS], v[DW_PAD_MAX_TAPS];
+} dx_phases;
+
+static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+static bool dx_phases_of(const conv_geom *g, dx_phases *x)
+{
+    if (g->img[0] != 1 || g->ksize > DW_PAD_MAX_TAPS || (g->s[1] == 1 && g->s[2] == 1))
+        return false;
+    *x = (dx_phases){.H = g->img[1], .W = g->img[2], .G1 = g->grid[1], .G2 = g->grid[2],
+                     .s1 = g->s[1], .s2 = g->s[2], .K = g->ksize};
+    int64_t qmax1 = 0, qmin1 = 0, qmax2 = 0, qmin2 = 0;
+    for (int64_t k = 0; k < x->K; k++) {
+        x->u[k] = k / g->k[2] * g->d[1] - g->p[1];
+        x->v[k] = k % g->k[2] * g->d[2] - g->p[2];
+        const int64_t q1 = floor_div(x->u[k], x->s1), q2 = floor_div(x->v[k], x->s2);
+        qmax1 = q1 > qmax1 ? q1 : qmax1, qmin1 = q1 < qmin1 ? q1 : qmin1;
+        qmax2 = q2 > qmax2 ? q2 : qmax2, qmin2 = q2 < qmin2 ? q2 : qmin2;
+    }
+    /* phase rows i < ceil(H / s1) read dy rows i - q in [-qmax1, ceil(H / s1) - 1 - qmin1] */
+    const int64_t Hs = (x->H + x->s1 - 1) / x->s1, Ws = (x->W + x->s2 - 1) / x->s2;
+    int64_t bottom = Hs - 1 - qmin1 - (x->G1 - 1), right = Ws - 1 - qmin2 - (x->G2 - 1);
+    x->top = qmax1, x->left = qmax2;
+    bottom = bottom > 0 ? bottom : 0;
+    right = (right > 0 ? right : 0) + DX_PH_LANES;
+    x->R2 = x->left + x->G2 + right;
+    const int64_t R1 = x->top + x->G1 + bottom;
+    if (R1 > 4 * (x->G1 + 2) + Hs || x->R2 > 4 * (x->G2 + 2) + Ws + DX_PH_LANES)
+        return false; /* huge pads */
+    x->size = (R1 * x->R2 + 15) / 16 * 16;
+    return true;
+}
+
+/*
  * Stride-1 Conv of 1 or 2 spatial dims as "shifted GEMMs", without im2col.
  * The images are zero-padded into planes of Q1 rows of Q2 (the padded height
  * and width) and a zero tail, `nb` images side by side in one row per
@@ -525,6 +571,9 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
                         : p->C * (g.grid_size + g.img_size + g.ksize);
         phase_planes d;
         same_planes q;
+        dx_phases x;
+        if (dx_phases_of(&g, &x) && dw_pad_slots(p) * x.size > elems)
+            elems = dw_pad_slots(p) * x.size;
         for (int dx = 0; dx < 2; dx++) {
             if (dw_pad_of(p, &g, dx, &d) && dw_pad_slots(p) * d.size > elems)
                 elems = dw_pad_slots(p) * d.size;

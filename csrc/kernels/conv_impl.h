@@ -581,6 +581,7 @@ typedef struct {
     const phase_planes *d;
     int64_t slots;
     T *grid, *img, *w, *ws;
+    const dx_phases *x; /* dw_dx_phases_range */
 } FN(dw_pad_job);
 
 /* Slots [lo, hi), each with its share of the (n, c) planes and its own
@@ -666,6 +667,78 @@ AI_VECTOR_CLONES static void FN(dw_pad_grad)(const phase_planes *d, T *dw, const
     }
 }
 
+/* dx plane (H, W) += the phases of dy plane buf (dx_phases in conv.c, the
+ * margins filled), with weights w. */
+AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_dx_phases)(const dx_phases *x, T *dx,
+                                                             const T *buf, const T *w)
+{
+    enum { VL = AI_VEC_LANES(T), NV = DX_PH_LANES / AI_VEC_LANES(T) };
+    int64_t off[DW_PAD_MAX_TAPS];
+    T wt[DW_PAD_MAX_TAPS];
+    for (int64_t a = 0; a < x->s1; a++)
+        for (int64_t b = 0; b < x->s2; b++) {
+            int64_t nt = 0; /* this phase's taps, in order */
+            for (int64_t k = 0; k < x->K; k++)
+                if (x->u[k] - floor_div(x->u[k], x->s1) * x->s1 == a &&
+                    x->v[k] - floor_div(x->v[k], x->s2) * x->s2 == b) {
+                    off[nt] = (x->top - floor_div(x->u[k], x->s1)) * x->R2 + x->left -
+                              floor_div(x->v[k], x->s2);
+                    wt[nt++] = w[k];
+                }
+            const int64_t Ha = (x->H - a + x->s1 - 1) / x->s1;
+            const int64_t Wb = (x->W - b + x->s2 - 1) / x->s2;
+            if (nt == 0 || Ha <= 0 || Wb <= 0)
+                continue;
+            for (int64_t i = 0; i < Ha; i++) {
+                T *dr = dx + (a + x->s1 * i) * x->W + b;
+                const T *br = buf + i * x->R2;
+                for (int64_t j0 = 0; j0 < Wb; j0 += DX_PH_LANES) {
+                    FN(vec) acc[NV];
+                    for (int v = 0; v < NV; v++)
+                        acc[v] = (FN(vec)){0};
+                    for (int64_t t = 0; t < nt; t++)
+                        for (int v = 0; v < NV; v++)
+                            acc[v] += wt[t] * *(const FN(vec) *)(br + off[t] + j0 + v * VL);
+                    T sums[DX_PH_LANES];
+                    for (int v = 0; v < NV; v++)
+                        *(FN(vec) *)(sums + v * VL) = acc[v];
+                    const int64_t n = Wb - j0 < DX_PH_LANES ? Wb - j0 : DX_PH_LANES;
+                    for (int64_t jj = 0; jj < n; jj++)
+                        dr[(j0 + jj) * x->s2] += sums[jj];
+                }
+            }
+        }
+}
+
+/* Slots [lo, hi) of the strided depthwise input gradient: each with its
+ * share of the (n, c) dx planes and its own buffer; the Mg dy planes of a
+ * group in order. */
+static void FN(dw_dx_phases_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dw_pad_job) *j = ctx;
+    const ai_conv_params *p = j->p;
+    const dx_phases x = *j->x;
+    const int64_t C = p->C, M = p->M, Mg = M / C, NC = p->N * C, K = x.K;
+    const int64_t IS = x.H * x.W, OS = x.G1 * x.G2;
+    for (int64_t s = lo; s < hi; s++) {
+        T *buf = j->ws + s * x.size;
+        memset(buf, 0, sizeof(T) * (size_t)x.size); /* the margins, once for the slot */
+        for (int64_t i = s * NC / j->slots; i < (s + 1) * NC / j->slots; i++) {
+            const int64_t n = i / C, c = i % C;
+            for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
+                const T *gm = j->grid + (n * M + m) * OS;
+                for (int64_t r = 0; r < x.G1; r++) {
+                    T *restrict to = buf + (x.top + r) * x.R2 + x.left;
+                    const T *restrict from = gm + r * x.G2;
+                    for (int64_t q = 0; q < x.G2; q++)
+                        to[q] = from[q];
+                }
+                FN(dw_dx_phases)(&x, j->img + i * IS, buf, j->w + m * K);
+            }
+        }
+    }
+}
+
 /* The weight gradient on same_planes (else on phase planes): slots [lo,
  * hi), each with its share of the channels and its own buffer; a channel's
  * images in order, so that every dw[m] is summed as serially. */
@@ -712,13 +785,20 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     phase_planes d;
     if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
-                             grid, img, w, ws};
+                             grid, img, w, ws, NULL};
         const int64_t per_slot = per_channel * (p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_same_dw_range), &pj);
         return;
     }
+    dx_phases x;
+    if (mode == DW_DX && dx_phases_of(&j.g, &x)) {
+        FN(dw_pad_job) pj = {mode, p, NULL, dw_pad_slots(p), grid, img, w, ws, &x};
+        const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
+        ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_dx_phases_range), &pj);
+        return;
+    }
     if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
-        FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws};
+        FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws, NULL};
         const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_pad_range), &pj);
         return;
