@@ -198,10 +198,11 @@ static void tap_range(int64_t off, int64_t s, int64_t img, int64_t grid, int64_t
     *lo = *lo < *hi ? *lo : *hi;
 }
 
-/* A depthwise conv with one output per input channel, at least 8 channels
- * and a narrow output runs channels-last (the rows are too short to
- * vectorise plane by plane); its workspace is one (grid, C), one (image, C)
- * and one (kernel, C) buffer. */
+/* The depthwise passes that no plane-by-plane kernel below takes (3
+ * spatial dims, more than DW_PAD_MAX_TAPS taps, huge pads) run
+ * channels-last when there is one output per input channel, at least 8
+ * channels and a narrow output (rows too short to vectorise); its
+ * workspace is one (grid, C), one (image, C) and one (kernel, C) buffer. */
 static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
 {
     return p->M == p->C && p->C >= 8 && g->grid[2] < 32;
@@ -218,8 +219,9 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
  * the input gradient is the stride-1 correlation of dy, padded by
  * P = (K - 1) d - p, with taps p + P - k d, in the same tap order.
  * Each of at most DW_PAD_SLOTS threads' ranges has its own slot of `size`
- * elements in the workspace. Narrow planes stay channels-last (rows shorter
- * than a vector chunk waste most of it).
+ * elements in the workspace. The weight gradient (any stride) reads the
+ * same planes of x; narrow rows and stride-1 same-width planes have the
+ * flat forms below.
  */
 #define DW_PAD_MAX_TAPS 64
 #define DW_PAD_SLOTS 32

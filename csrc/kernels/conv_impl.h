@@ -771,12 +771,13 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* Depthwise conv (one input channel per group, Mg output channels each).
- * Narrow images with one output per input channel go channels-last through
- * `ws` (DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid =
- * dy, img = x, w = dw); the others plane by plane. Threads split the
- * channels (and in DW_FWD, DW_DX plane by plane, the images): every output
- * element, dw included, is computed by one thread in the serial order. */
+/* Depthwise conv (one input channel per group, Mg output channels each):
+ * DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid = dy,
+ * img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
+ * same_planes or phase planes; strided input gradient: dx_phases; else
+ * phase planes, rows or flat runs); what none of them takes, channels-last
+ * or the plain per-plane kernels. Threads split the slots: every output
+ * element, dw included, is computed by one thread in a fixed order. */
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws)
 {
     FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
