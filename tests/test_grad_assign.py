@@ -357,14 +357,15 @@ class _ConvFanout(torch.nn.Module):
         return r * self.conv(x) + self.conv(r)
 
 
+@pytest.mark.parametrize("width", [9, 40])  # 40: blocks inside a row, stored whole
 @pytest.mark.parametrize("conv_first", [True, False])
-def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first):
+def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, width):
     torch.manual_seed(4)
     model = _ConvFanout(conv_first)
-    wrapped = aidge_interop.wrap(model, [(2, 5, 7, 9)])
-    x = torch.randn(2, 5, 7, 9, requires_grad=True)
+    wrapped = aidge_interop.wrap(model, [(2, 5, 7, width)])
+    x = torch.randn(2, 5, 7, width, requires_grad=True)
     xe = x.detach().clone().requires_grad_(True)
-    gy = torch.randn(2, 5, 7, 9)
+    gy = torch.randn(2, 5, 7, width)
     model(x).backward(gy)
     for _ in range(2):  # a second pass: nothing left over from the first
         xe.grad = None

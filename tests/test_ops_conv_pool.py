@@ -82,6 +82,10 @@ CONV_CASES = {
     "1d_direct_dil": (2, 4, 7, (30,), (3,), (1,), (3,), (3, 2), 1, False),
     # a grid of >= 256 positions: the direct weight gradient too (4 taps: groups of 3 and 1)
     "2d_direct_dw_2x2": (2, 3, 6, (20, 18), (2, 2), (1, 1), (1, 1), (1, 0, 0, 1), 1, True),
+    # fewer than 8 input channels: the weight gradient over chunks of images (sums
+    # across lanes once per chunk): 4 + 1 images; LeNet's 6 -> 16 5x5 (25 taps)
+    "2d_direct_dw_chunks": (5, 2, 5, (20, 14), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_direct_dw_lenet": (4, 6, 16, (14, 14), (5, 5), (1, 1), (1, 1), None, 1, True),
     # strided: the same kernel on stride-phase planes (forward only)
     "2d_direct_s2_3x3": (2, 3, 5, (11, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_direct_10x4_s2": (2, 1, 6, (20, 9), (10, 4), (2, 2), (1, 1), (4, 1, 5, 2), 1, True),
@@ -358,14 +362,19 @@ def test_max_pool_ties_route_to_first_maximum():
              attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, n_outputs=2)
 
 
-@pytest.mark.parametrize("k,s", [(2, 2), (3, 1), (3, 2), ((2, 3), (1, 2))], ids=str)
-def test_max_pool_unpadded_ties_nan_inf(k, s):
-    """Windows inside the input (the row-at-a-time kernel): ties go to the
-    first maximum in scan order, NaN wins (the last NaN of a window, like
-    torch), an all -inf window points at its first element."""
-    x = np.random.default_rng(1).integers(0, 3, (2, 3, 9, 11)).astype(np.float64)
-    x[0, 0, 2, 3] = x[0, 0, 2, 4] = x[1, 2, 5, 5] = np.nan
+@dtypes
+@pytest.mark.parametrize("width", [11, 37])
+@pytest.mark.parametrize("k,s", [(2, 2), (3, 1), (3, 2), ((2, 3), (1, 2)), (2, 3)], ids=str)
+def test_max_pool_unpadded_ties_nan_inf(k, s, width, dtype):
+    """Windows inside the input (the vector kernel: 8 outputs of a row at a
+    time, the last vector partial, stride 1 or 2; one by one at other strides
+    and on the last rows of the last plane): ties go to the first maximum in
+    scan order, NaN wins (the last NaN of a window, like torch), an all -inf
+    window points at its first element."""
+    x = np.random.default_rng(1).integers(0, 3, (2, 3, 9, width)).astype(dtype)
+    x[0, 0, 2, 3] = x[0, 0, 2, 4] = x[1, 2, 5, 5] = x[1, 2, 7, 9] = x[0, 1, 3, 10] = np.nan
     x[1, 1, :4, :4] = -np.inf
+    x[0, 2, 4:, -9:] = -np.inf
     ref = lambda x: F.max_pool2d(x, k, s, return_indices=True)
     check_op("MaxPool", {"x": x}, lambda x: (ref(x)[0], _onnx_indices(x, ref(x)[1])),
              grad=False, n_outputs=2,

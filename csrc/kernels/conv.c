@@ -526,11 +526,35 @@ static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, co
 static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
                          float *ws);
 
-/* Elements of the direct weight gradient's workspace: one image's phase
- * planes and its dy laid on the grid (junk columns zero), plus a tail. */
-static int64_t dconv_dw_elems(const ai_conv_params *p, const dconv *dc)
+/* The direct weight gradient works on chunks of images: per image, its
+ * phase planes and its dy laid on the grid (junk columns zero, rows padded:
+ * the last vector reads past L). A chunk has enough images for DW_CHUNK_GRID
+ * grid positions (the sums across lanes are done once per chunk), within
+ * DW_CHUNK_ELEMS elements, at least one. When the shifted GEMMs apply (8 or
+ * more input channels) they are faster on small grids, and the chunk is one
+ * image: the kernel declines grids under DW_MIN_GRID. */
+#define DW_MIN_GRID 256
+#define DW_CHUNK_GRID 1024
+#define DW_CHUNK_ELEMS (INT64_C(1) << 18) /* 1 MiB of float32 */
+static int64_t dconv_dw_image_elems(const ai_conv_params *p, const dconv *dc)
 {
     return p->C * dc->ph.size + p->M * (dc->L + DC_NR);
+}
+
+static int64_t dconv_dw_images(const ai_conv_params *p, const conv_geom *g, const dconv *dc)
+{
+    conv_shift sh;
+    if (conv_shift_of(p, g, &sh))
+        return 1;
+    int64_t nb = (DW_CHUNK_GRID + dc->L - 1) / dc->L;
+    const int64_t fit = DW_CHUNK_ELEMS / dconv_dw_image_elems(p, dc);
+    nb = nb > fit ? fit : nb;
+    return nb < 1 ? 1 : nb > p->N ? p->N : nb;
+}
+
+static int64_t dconv_dw_elems(const ai_conv_params *p, const conv_geom *g, const dconv *dc)
+{
+    return dconv_dw_images(p, g, dc) * dconv_dw_image_elems(p, dc);
 }
 
 static bool dconv_dw_f64(const ai_conv_params *p, double *dw, const double *dy,
@@ -560,8 +584,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     conv_shift sh;
     dconv dc; /* forward only: backward keeps the paths below */
     int64_t direct = !transposed && dconv_of(p, &g, dtype, &dc) ? dconv_elems(p, &dc) : 0;
-    if (direct && g.s[1] == 1 && g.s[2] == 1 && dconv_dw_elems(p, &dc) > direct)
-        direct = dconv_dw_elems(p, &dc);
+    if (direct && g.s[1] == 1 && g.s[2] == 1 && dconv_dw_elems(p, &g, &dc) > direct)
+        direct = dconv_dw_elems(p, &g, &dc);
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
     if (!transposed && conv_shift_of(p, &g, &sh)) {
@@ -638,7 +662,7 @@ static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
                         false);
 }
 
-AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
+AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dconv_job *j = ctx;
     const dconv *dc = j->dc;
@@ -647,6 +671,20 @@ AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
     enum { VL = 8, NV = DC_NR / 8 };
     for (int64_t blk = lo; blk < hi; blk++) {
         const int64_t j0 = blk * DC_NR;
+        /* the block's valid grid positions, row segment by segment: offset in
+         * the tile, offset in a y plane, length */
+        int64_t seg_t[DC_NR + 1], seg_y[DC_NR + 1], seg_n[DC_NR + 1], nseg = 0;
+        const int64_t jn = dc->L - j0 < DC_NR ? dc->L - j0 : DC_NR;
+        for (int64_t t = 0, o1 = j0 / R2, o2 = j0 % R2; t < jn; o1++, o2 = 0) {
+            const int64_t seg = R2 - o2 < jn - t ? R2 - o2 : jn - t;
+            if (G2 > o2) {
+                seg_t[nseg] = t;
+                seg_y[nseg] = o1 * G2 + o2;
+                seg_n[nseg++] = G2 - o2 < seg ? G2 - o2 : seg;
+            }
+            t += seg;
+        }
+        const bool whole = nseg == 1 && seg_n[0] == DC_NR; /* one run inside a row */
         for (int64_t mt = 0; mt < dc->MT; mt++) {
             dc_vec acc[DC_MR][NV];
             for (int r = 0; r < DC_MR; r++) {
@@ -667,23 +705,31 @@ AI_GEMM_CLONES static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
                             acc[r][v] += wp[r] * xv[v];
                 }
             }
-            /* the valid grid positions of the block into y, row segment by segment */
+            const int rows = M - mt * DC_MR < DC_MR ? (int)(M - mt * DC_MR) : DC_MR;
+            if (whole) { /* whole vectors into y */
+                for (int r = 0; r < rows; r++) {
+                    dc_vec *dst = (dc_vec *)(j->y + (mt * DC_MR + r) * OS + seg_y[0]);
+                    for (int v = 0; v < NV; v++) {
+                        if (j->add)
+                            acc[r][v] += dst[v];
+                        dst[v] = acc[r][v];
+                    }
+                }
+                continue;
+            }
             float tile[DC_MR][DC_NR];
             memcpy(tile, acc, sizeof tile);
-            const int64_t jn = dc->L - j0 < DC_NR ? dc->L - j0 : DC_NR;
-            for (int64_t t = 0, o1 = j0 / R2, o2 = j0 % R2; t < jn; o1++, o2 = 0) {
-                const int64_t seg = R2 - o2 < jn - t ? R2 - o2 : jn - t;
-                const int64_t n = G2 - o2 < seg ? G2 - o2 : seg;
-                for (int r = 0; n > 0 && r < DC_MR && mt * DC_MR + r < M; r++) {
-                    float *dst = j->y + (mt * DC_MR + r) * OS + o1 * G2 + o2;
+            for (int64_t s = 0; s < nseg; s++)
+                for (int r = 0; r < rows; r++) {
+                    float *dst = j->y + (mt * DC_MR + r) * OS + seg_y[s];
+                    const float *src = &tile[r][seg_t[s]];
                     if (j->add)
-                        for (int64_t i = 0; i < n; i++)
-                            dst[i] += tile[r][t + i];
+                        for (int64_t i = 0; i < seg_n[s]; i++)
+                            dst[i] += src[i];
                     else
-                        memcpy(dst, &tile[r][t], sizeof(float) * (size_t)n);
+                        for (int64_t i = 0; i < seg_n[s]; i++)
+                            dst[i] = src[i];
                 }
-                t += seg;
-            }
         }
     }
 }
@@ -735,24 +781,21 @@ static bool dconv_dx_f32(const ai_conv_params *p, float *dx, const float *dy, co
 
 /*
  * The weight gradient of a stride-1 direct conv: dw[m][c][k] += sum over the
- * grid positions j of dy[m][j] * planes[c][j + base[k]] (dy laid on the grid
- * "G1 rows of R2" with its junk columns zero), image by image. A register
- * tile of DC_MR output channels by DW_KR taps of one input channel: per step
- * 4 + 3 vector loads and 12 FMAs into 12 vector partial sums, over the whole
- * grid, then summed across lanes into dw. Threads split (channel tile, c)
- * pairs: each dw element is summed on one thread, images in order.
+ * images n and grid positions j of dy[n][m][j] * planes[n][c][j + base[k]]
+ * (dy laid on the grid "G1 rows of R2" with its junk columns zero), a chunk
+ * of images at a time. A register tile of DC_MR output channels by DW_KR
+ * taps of one input channel: per step 4 + 3 vector loads and 12 FMAs into
+ * 12 vector partial sums, over the whole grid of every image of the chunk,
+ * then summed across lanes into dw. Threads split (channel tile, c) pairs:
+ * each dw element is summed on one thread, images in order.
  */
 #define DW_KR 3
-/* Below this many grid positions per image the 12 sums across lanes per
- * tile and image cost as much as the products: the GEMM paths are faster
- * (measured: 8x8 images, 64 channels, 2x slower direct). */
-#define DW_MIN_GRID 256
 typedef struct {
     const ai_conv_params *p;
     const dconv *dc;
     const float *planes, *dyg;
     float *dw;
-    int64_t ld; /* dyg row stride */
+    int64_t ld, nb; /* dyg row stride, images in the chunk */
 } dconv_dw_job;
 
 AI_GEMM_CLONES static void dconv_dw_range(void *ctx, int64_t lo, int64_t hi)
@@ -760,37 +803,48 @@ AI_GEMM_CLONES static void dconv_dw_range(void *ctx, int64_t lo, int64_t hi)
     const dconv_dw_job *j = ctx;
     const dconv *dc = j->dc;
     const int64_t C = j->p->C, M = j->p->M, K = dc->ph.K, nvec = (dc->L + 7) / 8;
+    const int64_t PS = dc->ph.size, groups = (K + DW_KR - 1) / DW_KR;
+    /* the partial sums of every tap group, kept across the images of the chunk
+     * (an image's plane and dy rows stay in cache for all its tap groups) */
+    dc_vec sums[(DW_PAD_MAX_TAPS + DW_KR - 1) / DW_KR][DC_MR][DW_KR];
     for (int64_t item = lo; item < hi; item++) {
         const int64_t mt = item / C, c = item % C;
-        const float *xc = j->planes + c * dc->ph.size;
-        const float *dm[DC_MR];
-        for (int r = 0; r < DC_MR; r++) /* rows past M read row 0: computed, not stored */
-            dm[r] = j->dyg + (mt * DC_MR + r < M ? mt * DC_MR + r : 0) * j->ld;
-        for (int64_t k0 = 0; k0 < K; k0 += DW_KR) {
-            int64_t off[DW_KR];
-            for (int q = 0; q < DW_KR; q++) /* taps past K repeat the last: not stored */
-                off[q] = dc->ph.base[k0 + q < K ? k0 + q : K - 1];
-            dc_vec acc[DC_MR][DW_KR];
-            memset(acc, 0, sizeof acc);
-            for (int64_t v = 0; v < nvec; v++) {
-                dc_vec xv[DW_KR], dv[DC_MR];
-                for (int q = 0; q < DW_KR; q++)
-                    xv[q] = *(const dc_vec *)(xc + off[q] + 8 * v);
-                for (int r = 0; r < DC_MR; r++)
-                    dv[r] = *(const dc_vec *)(dm[r] + 8 * v);
-                for (int r = 0; r < DC_MR; r++)
+        memset(sums, 0, sizeof(sums[0]) * (size_t)groups);
+        for (int64_t n = 0; n < j->nb; n++) {
+            const float *xc = j->planes + (n * C + c) * PS;
+            const float *dm[DC_MR];
+            for (int r = 0; r < DC_MR; r++) /* rows past M read row 0: computed, not stored */
+                dm[r] = j->dyg + (n * M + (mt * DC_MR + r < M ? mt * DC_MR + r : 0)) * j->ld;
+            for (int64_t grp = 0; grp < groups; grp++) {
+                int64_t off[DW_KR];
+                for (int q = 0; q < DW_KR; q++) { /* taps past K repeat the last: not stored */
+                    const int64_t k = grp * DW_KR + q;
+                    off[q] = dc->ph.base[k < K ? k : K - 1];
+                }
+                dc_vec acc[DC_MR][DW_KR];
+                memcpy(acc, sums[grp], sizeof acc);
+                for (int64_t v = 0; v < nvec; v++) {
+                    dc_vec xv[DW_KR], dv[DC_MR];
                     for (int q = 0; q < DW_KR; q++)
-                        acc[r][q] += dv[r] * xv[q];
+                        xv[q] = *(const dc_vec *)(xc + off[q] + 8 * v);
+                    for (int r = 0; r < DC_MR; r++)
+                        dv[r] = *(const dc_vec *)(dm[r] + 8 * v);
+                    for (int r = 0; r < DC_MR; r++)
+                        for (int q = 0; q < DW_KR; q++)
+                            acc[r][q] += dv[r] * xv[q];
+                }
+                memcpy(sums[grp], acc, sizeof acc);
             }
+        }
+        for (int64_t grp = 0; grp < groups; grp++)
             for (int r = 0; r < DC_MR && mt * DC_MR + r < M; r++)
-                for (int q = 0; q < DW_KR && k0 + q < K; q++) {
+                for (int q = 0; q < DW_KR && grp * DW_KR + q < K; q++) {
                     float lanes[8];
-                    memcpy(lanes, &acc[r][q], sizeof lanes);
-                    j->dw[((mt * DC_MR + r) * C + c) * K + k0 + q] +=
+                    memcpy(lanes, &sums[grp][r][q], sizeof lanes);
+                    j->dw[((mt * DC_MR + r) * C + c) * K + grp * DW_KR + q] +=
                         ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
                 }
-        }
     }
 }
 
@@ -800,22 +854,27 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
 {
     conv_geom g = conv_geom_of(p, false);
     dconv dc;
-    if (!dconv_of(p, &g, AI_F32, &dc) || g.s[1] != 1 || g.s[2] != 1 || dc.L < DW_MIN_GRID)
+    if (!dconv_of(p, &g, AI_F32, &dc) || g.s[1] != 1 || g.s[2] != 1 ||
+        dc.L * dconv_dw_images(p, &g, &dc) < DW_MIN_GRID)
         return false;
     const int64_t C = p->C, M = p->M, R2 = dc.ph.R2, G1 = dc.ph.G1, G2 = dc.ph.G2;
-    const int64_t ld = dc.L + DC_NR; /* rows padded: the last vector reads past L */
-    float *planes = ws, *dyg = ws + C * dc.ph.size;
-    for (int64_t m = 0; m < M; m++) /* junk columns and tails stay zero */
-        memset(dyg + m * ld, 0, sizeof(float) * (size_t)ld);
-    for (int64_t n = 0; n < p->N; n++) {
-        dconv_job pj = {p, &g, &dc, x + n * C * g.img_size, NULL, NULL, planes, NULL, false};
-        ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t o1 = 0; o1 < G1; o1++)
-                memcpy(dyg + m * ld + o1 * R2, dy + ((n * M + m) * G1 + o1) * G2,
-                       sizeof(float) * (size_t)G2);
-        dconv_dw_job j = {p, &dc, planes, dyg, dw, ld};
-        ai_parallel_for(dc.MT * C, ai_grain_of(DC_MR * dc.ph.K * dc.L), dconv_dw_range, &j);
+    const int64_t ld = dc.L + DC_NR, nb = dconv_dw_images(p, &g, &dc);
+    float *planes = ws, *dyg = ws + nb * C * dc.ph.size;
+    memset(dyg, 0, sizeof(float) * (size_t)(nb * M * ld)); /* junk columns and tails */
+    for (int64_t n0 = 0; n0 < p->N; n0 += nb) {
+        const int64_t cnt = p->N - n0 < nb ? p->N - n0 : nb;
+        for (int64_t i = 0; i < cnt; i++) {
+            dconv_job pj = {p, &g, &dc, x + (n0 + i) * C * g.img_size, NULL, NULL,
+                            planes + i * C * dc.ph.size, NULL, false};
+            ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t o1 = 0; o1 < G1; o1++)
+                    memcpy(dyg + ((i * M + m) * ld + o1 * R2),
+                           dy + (((n0 + i) * M + m) * G1 + o1) * G2, sizeof(float) * (size_t)G2);
+        }
+        dconv_dw_job j = {p, &dc, planes, dyg, dw, ld, cnt};
+        ai_parallel_for(dc.MT * C, ai_grain_of(DC_MR * dc.ph.K * dc.L * cnt), dconv_dw_range,
+                        &j);
     }
     return true;
 }

@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "../parallel.h"
 #include "simd.h"
@@ -167,6 +168,24 @@ static void pool_run(pool_job *j, int64_t NC, ai_range_fn fn)
 #define AI_CAT_(a, b) a##b
 #define AI_CAT(a, b) AI_CAT_(a, b)
 #define FN(name) AI_CAT(name, SFX)
+
+/* The vector registers of maxpool_inside (GCC's vector extensions): MP_LANES
+ * values, the integers of the same width (compare masks, tap offsets), and
+ * the even lanes of two vectors (a stride-2 row). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MP_LANES 8
+#define MP_MAX_OFFSET INT32_MAX
+AI_VEC_DECL(mp_vec_f32, float);
+typedef int32_t mp_int_f32;
+typedef int32_t mp_ivec_f32 __attribute__((vector_size(32)));
+typedef double mp_vec_f64 __attribute__((vector_size(64), aligned(8), may_alias));
+typedef int64_t mp_int_f64;
+typedef int64_t mp_ivec_f64 __attribute__((vector_size(64)));
+typedef int64_t mp_lvec __attribute__((vector_size(64))); /* MP_LANES flat indices */
+#define MP_IOTA ((mp_lvec){0, 1, 2, 3, 4, 5, 6, 7})
+#define mp_even_f32(a, b) __builtin_shuffle((a), (b), (mp_ivec_f32){0, 2, 4, 6, 8, 10, 12, 14})
+#define mp_even_f64(a, b) __builtin_shuffle((a), (b), (mp_ivec_f64){0, 2, 4, 6, 8, 10, 12, 14})
+#endif
 
 #define T float
 #define SFX _f32

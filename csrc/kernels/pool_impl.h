@@ -25,14 +25,19 @@ static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t nc0, int
 
 /* y, idx (NC, out) = max of x (NC, in) over each window, and where it is;
  * backward needs idx. */
-/* maxpool_range when every window lies inside the input, undilated (no
- * window clipping): the same scan and tie rule, a row of outputs at a time:
- * each window offset (j0, j1, j2), in scan order, updates the whole row with
- * selects (no unpredictable branch per element; the rows vectorise). */
+/* maxpool_inside when every window lies inside the input, undilated (no
+ * window clipping), with the same scan and tie rule as maxpool_range: per
+ * output, the window's taps (j0, j1, j2) in scan order update a running
+ * maximum with selects (no unpredictable branch per element). With GCC the
+ * outputs of a row go MP_LANES at a time through vector registers when the
+ * stride along the row is 1 or 2 (the even lanes of two loads), the winning
+ * tap's offset tracked per lane; the rest of a row one by one. */
 AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1,
-                                                T *y, int64_t *idx, const T *x)
+                                                int64_t NC, T *y, int64_t *idx, const T *x)
 {
     const int64_t in1 = g->in[1], in2 = g->in[2], n2 = g->out[2], s2 = g->s[2];
+    const int64_t k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
+    const int64_t last = ((k0 - 1) * in1 + k1 - 1) * in2 + k2 - 1; /* the last tap's offset */
     x += nc0 * g->in_size;
     y += nc0 * g->out_size;
     idx += nc0 * g->out_size;
@@ -40,34 +45,66 @@ AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0,
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
             for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2, idx += n2) {
                 const int64_t row = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2;
-                for (int64_t o2 = 0; o2 < n2; o2++) {
-                    y[o2] = -INFINITY;
-                    idx[o2] = row + o2 * s2;
+                int64_t o2 = 0;
+#ifdef MP_LANES
+                /* Vectors of MP_LANES outputs, the last one partial; a vector may
+                 * read past its row (stride 2: one element past each window's last
+                 * tap), into the rows or planes after it: only the last rows of
+                 * the last plane, whose reads would leave x, go one by one. The
+                 * winning taps' offsets must fit the lanes' integers. */
+                const int64_t room = (NC - nc) * g->in_size - row - last - (s2 - 1);
+                const bool vec = (s2 == 1 || s2 == 2) && g->in_size <= MP_MAX_OFFSET;
+                for (; vec && o2 < n2 && (o2 + MP_LANES - 1) * s2 < room; o2 += MP_LANES) {
+                    const T *xo = x + row + o2 * s2;
+                    FN(mp_vec) best = (FN(mp_vec)){0} - (T)INFINITY;
+                    FN(mp_ivec) at = {0};
+                    for (int64_t j0 = 0; j0 < k0; j0++)
+                        for (int64_t j1 = 0; j1 < k1; j1++)
+                            for (int64_t j2 = 0; j2 < k2; j2++) {
+                                const int64_t off = (j0 * in1 + j1) * in2 + j2;
+                                const FN(mp_vec) *p = (const FN(mp_vec) *)(xo + off);
+                                const FN(mp_vec) v = s2 == 1 ? p[0] : FN(mp_even)(p[0], p[1]);
+                                const FN(mp_ivec) take = (v > best) | (v != v);
+                                best = (FN(mp_vec))(((FN(mp_ivec))v & take) |
+                                                    ((FN(mp_ivec))best & ~take));
+                                at = (((FN(mp_ivec)){0} + (FN(mp_int))off) & take) |
+                                     (at & ~take);
+                            }
+                    if (o2 + MP_LANES <= n2) {
+                        const mp_lvec where = __builtin_convertvector(at, mp_lvec) +
+                                              (row + o2 * s2) + s2 * MP_IOTA;
+                        memcpy(y + o2, &best, sizeof best);
+                        memcpy(idx + o2, &where, sizeof where);
+                        continue;
+                    }
+                    T lanes[MP_LANES];
+                    memcpy(lanes, &best, sizeof lanes);
+                    for (int64_t l = 0; l < n2 - o2; l++) {
+                        y[o2 + l] = lanes[l];
+                        idx[o2 + l] = row + (o2 + l) * s2 + at[l];
+                    }
                 }
-                for (int64_t j0 = 0; j0 < g->k[0]; j0++)
-                    for (int64_t j1 = 0; j1 < g->k[1]; j1++)
-                        for (int64_t j2 = 0; j2 < g->k[2]; j2++) {
-                            const int64_t off = row + (j0 * in1 + j1) * in2 + j2;
-                            const T *xr = x + off;
-                            if (s2 == 1)
-                                for (int64_t o2 = 0; o2 < n2; o2++) {
-                                    const T v = xr[o2];
-                                    const bool take = v > y[o2] || isnan(v);
-                                    y[o2] = take ? v : y[o2];
-                                    idx[o2] = take ? off + o2 : idx[o2];
-                                }
-                            else
-                                for (int64_t o2 = 0; o2 < n2; o2++) {
-                                    const T v = xr[o2 * s2];
-                                    const bool take = v > y[o2] || isnan(v);
-                                    y[o2] = take ? v : y[o2];
-                                    idx[o2] = take ? off + o2 * s2 : idx[o2];
-                                }
-                        }
+#endif
+                for (; o2 < n2; o2++) {
+                    const T *xo = x + row + o2 * s2;
+                    T best = -INFINITY;
+                    int64_t at = 0;
+                    for (int64_t j0 = 0; j0 < k0; j0++)
+                        for (int64_t j1 = 0; j1 < k1; j1++)
+                            for (int64_t j2 = 0; j2 < k2; j2++) {
+                                const int64_t off = (j0 * in1 + j1) * in2 + j2;
+                                const T v = xo[off];
+                                const bool take = v > best || isnan(v);
+                                best = take ? v : best;
+                                at = take ? off : at;
+                            }
+                    y[o2] = best;
+                    idx[o2] = row + o2 * s2 + at;
+                }
             }
 }
 
-static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y,
+static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, int64_t NC, T *y,
                               int64_t *idx, const T *x)
 {
     bool inside = true;
@@ -75,7 +112,7 @@ static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, T *y
         inside = inside && g->d[i] == 1 && g->pb[i] == 0 &&
                  (g->out[i] - 1) * g->s[i] + g->k[i] <= g->in[i];
     if (inside) {
-        FN(maxpool_inside)(g, nc0, nc1, y, idx, x);
+        FN(maxpool_inside)(g, nc0, nc1, NC, y, idx, x);
         return;
     }
     x += nc0 * g->in_size;
@@ -222,7 +259,9 @@ static void FN(pool_range)(void *ctx, int64_t lo, int64_t hi)
     const pool_job *j = ctx;
     const pool_geom *g = &j->g;
     switch (j->kind) {
-    case POOL_MAX: FN(maxpool_range)(g, lo, hi, j->out, j->idx, j->in); break;
+    case POOL_MAX:
+        FN(maxpool_range)(g, lo, hi, j->p->N * j->p->C, j->out, j->idx, j->in);
+        break;
     case POOL_MAX_BWD:
         FN(scatter)(j->out, j->in, j->idx, lo, hi, g->out_size, g->in_size);
         break;
