@@ -401,6 +401,9 @@ AVGPOOL_CASES = {
     "2d_overlap_ceil": (2, 2, (6, 5), (3, 3), (2, 2), (1, 1, 1, 1), 1),
     "3d": (2, 2, (5, 6, 7), (2, 3, 2), (2, 1, 2), (1, 1, 1, 1, 1, 1), 0),
     "3d_ceil": (1, 3, (5, 5, 4), (3, 2, 2), (2, 2, 3), None, 1),
+    # a window that is the whole plane (KWS's last pool): the global kernels
+    "2d_whole_plane": (3, 4, (25, 5), (25, 5), (1, 1), None, 0),
+    "1d_whole_plane_ceil": (2, 3, (11,), (11,), (3,), None, 1),
 }
 
 

@@ -169,6 +169,18 @@ static void pool_run(pool_job *j, int64_t NC, ai_range_fn fn)
 #define AI_CAT(a, b) AI_CAT_(a, b)
 #define FN(name) AI_CAT(name, SFX)
 
+/* Whether each window of p is its whole input plane, unpadded and undilated
+ * (one output per plane): the global pools' kernels then apply, with the
+ * same divisor (the plane's size). */
+static bool pool_whole_plane(const ai_pool_params *p)
+{
+    for (int d = 0; d < p->nsp; d++)
+        if (p->kernel[d] != p->in[d] || p->dilation[d] != 1 || p->pad_begin[d] != 0 ||
+            p->pad_end[d] != 0 || p->out[d] != 1)
+            return false;
+    return true;
+}
+
 /* The vector registers of maxpool_inside (GCC's vector extensions): MP_LANES
  * values, the integers of the same width (compare masks, tap offsets), and
  * the even lanes of two vectors (a stride-2 row). */

@@ -288,12 +288,20 @@ void FN(ai_maxpool_backward)(const ai_pool_params *p, T *dx, const T *dy,
 
 void FN(ai_avgpool_forward)(const ai_pool_params *p, T *y, const T *x)
 {
+    if (pool_whole_plane(p)) {
+        FN(ai_global_avgpool_forward)(y, x, p->N * p->C, pool_geom_of(p).in_size);
+        return;
+    }
     pool_run(&(pool_job){POOL_AVG, p, pool_geom_of(p), y, NULL, x}, p->N * p->C,
              FN(pool_range));
 }
 
 void FN(ai_avgpool_backward)(const ai_pool_params *p, T *dx, const T *dy)
 {
+    if (pool_whole_plane(p)) {
+        FN(ai_global_avgpool_backward)(dx, dy, p->N * p->C, pool_geom_of(p).in_size);
+        return;
+    }
     pool_run(&(pool_job){POOL_AVG_BWD, p, pool_geom_of(p), dx, NULL, dy}, p->N * p->C,
              FN(pool_range));
 }
