@@ -299,13 +299,30 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
     return AI_OK;
 }
 
-/* g[i] = dy * d(out)/d(input `which`), in the output's shape. */
+/* g[i] = dy * d(out)/d(input `which`), in the output's shape. Mul, Div and
+ * Sub's second input: rows of BINARY_ROW (the same products, vectorised). */
 #define DEFINE_GRAD(NAME, T, POWF, LOGF)                                             \
-    static void NAME(const bcast *b, int kind, int which, T *g, const T *dy,         \
-                     const T *x0, const T *x1, const T *y, const uint8_t *cnd,       \
-                     int64_t lo, int64_t hi)                                         \
+    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, int which, T *g,     \
+                                      const T *dy, const T *x0, const T *x1,         \
+                                      const T *y, const uint8_t *cnd, int64_t lo,    \
+                                      int64_t hi)                                    \
     {                                                                                \
         BCAST_LOOP(b, lo, hi, {                                                      \
+            const T *pa = x0 ? x0 + ra : NULL, *pb = x1 ? x1 + rb : NULL;            \
+            const T *pd = dy + ro;                                                   \
+            T *po = g + ro;                                                          \
+            if (kind == MUL && which)                                                \
+                BINARY_ROW(T, (void)b_; po[j] = pd[j] * a_);                           \
+            else if (kind == MUL)                                                    \
+                BINARY_ROW(T, (void)a_; po[j] = pd[j] * b_);                           \
+            else if (kind == DIV && which)                                           \
+                BINARY_ROW(T, po[j] = -pd[j] * ((a_ / b_) / b_));                     \
+            else if (kind == DIV)                                                    \
+                BINARY_ROW(T, (void)a_; po[j] = pd[j] / b_);                           \
+            else if (kind == SUB && which)                                           \
+                for (int64_t j = 0; j < inner; j++)                                  \
+                    po[j] = -pd[j];                                                  \
+            else                                                                     \
             for (int64_t j = 0; j < inner; j++) {                                    \
                 T d = dy[ro + j], r;                                                 \
                 if (kind == WHERE) {                                                 \
