@@ -138,6 +138,21 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
  * sums run over n in order whatever the range) or of (n, c) planes [p0, p1)
  * (the elementwise passes), so that the thread pool can split them. */
 #define SUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+/* OUT = the sum over I in [0, H) of EXPR (double) in 8 partial sums: 8
+ * independent chains (they vectorise; the error grows 8x slower), added by SUM8. */
+#define SUM8_OF(OUT, H, I, EXPR)                                                           \
+    do {                                                                                   \
+        double p_[8] = {0};                                                                \
+        int64_t b_ = 0;                                                                    \
+        for (; b_ + 8 <= (H); b_ += 8)                                                     \
+            for (int l_ = 0; l_ < 8; l_++) {                                               \
+                const int64_t I = b_ + l_;                                                 \
+                p_[l_] += (EXPR);                                                          \
+            }                                                                              \
+        for (int64_t I = b_; I < (H); I++)                                                 \
+            p_[I - b_] += (EXPR);                                                          \
+        OUT = SUM8(p_);                                                                    \
+    } while (0)
 #define DEFINE_BN_KERNELS(SUF, T)                                                          \
     /* mean[C], var[C] (biased) of x (N,C,S), accumulated in double: 8 partial    \
      * sums per plane (they vectorise; the error grows 8x slower) */                      \
@@ -149,26 +164,16 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             double m = 0, v = 0;                                                           \
             for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double acc[8] = {0};                                                       \
-                int64_t s = 0;                                                             \
-                for (; s + 8 <= d.S; s += 8)                                               \
-                    for (int l = 0; l < 8; l++)                                            \
-                        acc[l] += xr[s + l];                                               \
-                for (; s < d.S; s++)                                                       \
-                    acc[s % 8] += xr[s];                                                   \
-                m += SUM8(acc);                                                            \
+                double part;                                                               \
+                SUM8_OF(part, d.S, s, (double)xr[s]);                                      \
+                m += part;                                                                 \
             }                                                                              \
             m /= cnt;                                                                      \
             for (int64_t n = 0; n < d.N; n++) {                                            \
                 const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double acc[8] = {0};                                                       \
-                int64_t s = 0;                                                             \
-                for (; s + 8 <= d.S; s += 8)                                               \
-                    for (int l = 0; l < 8; l++)                                            \
-                        acc[l] += (xr[s + l] - m) * (xr[s + l] - m);                       \
-                for (; s < d.S; s++)                                                       \
-                    acc[s % 8] += (xr[s] - m) * (xr[s] - m);                               \
-                v += SUM8(acc);                                                            \
+                double part;                                                               \
+                SUM8_OF(part, d.S, s, (xr[s] - m) * (xr[s] - m));                          \
+                v += part;                                                                 \
             }                                                                              \
             mean[ch] = m;                                                                  \
             var[ch] = v / cnt;                                                             \
@@ -476,22 +481,6 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return AI_OK;
 }
 
-/* OUT = the sum over I in [0, H) of EXPR (double) in 8 partial sums: 8
- * independent chains (they vectorise), added in a fixed order. */
-#define LN_SUM(OUT, H, I, EXPR)                                                            \
-    do {                                                                                   \
-        double p_[8] = {0};                                                                \
-        int64_t b_ = 0;                                                                    \
-        for (; b_ + 8 <= (H); b_ += 8)                                                     \
-            for (int l_ = 0; l_ < 8; l_++) {                                               \
-                const int64_t I = b_ + l_;                                                 \
-                p_[l_] += (EXPR);                                                          \
-            }                                                                              \
-        for (int64_t I = b_; I < (H); I++)                                                 \
-            p_[I - b_] += (EXPR);                                                          \
-        OUT = ((p_[0] + p_[1]) + (p_[2] + p_[3])) + ((p_[4] + p_[5]) + (p_[6] + p_[7]));   \
-    } while (0)
-
 #define DEFINE_LN_KERNELS(SUF, T)                                                          \
     /* per row: mean, invstd (double); y = (x - mean) * invstd * scale + bias */           \
     AI_VECTOR_CLONES static void ln_forward_##SUF(T *y, double *mean, double *invstd,      \
@@ -503,9 +492,9 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             const T *xr = x + r * H;                                                       \
             T *yr = y + r * H;                                                             \
             double m, v;                                                                   \
-            LN_SUM(m, H, h, (double)xr[h]);                                                \
+            SUM8_OF(m, H, h, (double)xr[h]);                                               \
             m /= (double)H;                                                                \
-            LN_SUM(v, H, h, (xr[h] - m) * (xr[h] - m));                                    \
+            SUM8_OF(v, H, h, (xr[h] - m) * (xr[h] - m));                                   \
             const double is = 1.0 / sqrt(v / (double)H + eps);                             \
             mean[r] = m;                                                                   \
             invstd[r] = is;                                                                \
@@ -536,8 +525,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             if (!dx)                                                                       \
                 continue;                                                                  \
             double a, b;                                                                   \
-            LN_SUM(a, H, h, (double)dyr[h] * scale[h]);                                    \
-            LN_SUM(b, H, h, (double)dyr[h] * scale[h] * (xr[h] - m) * is);                 \
+            SUM8_OF(a, H, h, (double)dyr[h] * scale[h]);                                   \
+            SUM8_OF(b, H, h, (double)dyr[h] * scale[h] * (xr[h] - m) * is);                \
             a /= (double)H;                                                                \
             b /= (double)H;                                                                \
             const double dm = dmean ? get_d(dmean, r) / (double)H : 0;                     \
