@@ -170,14 +170,16 @@ def _elem_type(value_info):
 
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
-                where: str = "load_onnx"):
+                share_values: bool = False, where: str = "load_onnx"):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
     ``"const"``; by default float initializers are parameters (BatchNorm
     running statistics: buffers) and the others constants. ``values`` maps
     initializer names to engine Tensors that replace the stored values
-    (copied; same shape and dtype expected). Returns ``(graph, proto)``.
+    (same shape and dtype expected): copied, or with ``share_values`` read
+    and written in place (the graph shares their memory). Returns
+    ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -206,6 +208,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     for init in graph.initializer:
         kind = (param_kinds or {}).get(init.name)
         value = (values or {}).get(init.name)
+        share = share_values and value is not None
         if value is None:
             if init.data_location == _onnx().TensorProto.EXTERNAL:
                 _load_external(init, base_dir, where)
@@ -214,7 +217,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 trainable = array.dtype.kind == "f" and array.dtype != np.float16
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
-        g.add_initializer(init.name, value, kind or "const")
+        g.add_initializer(init.name, value, kind or "const", share)
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         domain = node.domain or ""

@@ -10,9 +10,8 @@ The engine times each node's kernel call (a monotonic clock read before and
 after, ~50 ns each) only while profiling is on; the rest of the time the
 counters cost one branch per node. An AidgeModule's fused inference graph
 (eval forwards, see ``wrap(fuse_inference=...)``) is profiled as well, its
-rows marked ``graph="inference"`` (one rebuilt inside the block, after a
-weight change, counts from its rebuild on). Times are wall-clock, threads
-included.
+rows marked ``graph="inference"`` (one built inside the block counts from
+its first forward on). Times are wall-clock, threads included.
 """
 from __future__ import annotations
 

@@ -84,6 +84,21 @@ def fuse_batchnorm(graph) -> RecipeReport:
     return _apply("fuse_batchnorm", graph)
 
 
+def batchnorm_epilogue(graph) -> RecipeReport:
+    """Moves every inference BatchNormalization that follows a Conv or Gemm
+    (plain or fused without activation) into it, as an epilogue on its
+    output: ``FusedConv``/``FusedGemm`` with the BatchNorm's scale, bias,
+    mean and variance as inputs 3 to 6 and ``bn_epsilon``; each forward
+    computes ``y * s + (bias - mean * s)`` with ``s = scale / sqrt(var +
+    eps)`` from their current values. Unlike :func:`fuse_batchnorm` the
+    weights are not touched, so they may be shared (with other nodes, or
+    with a model that keeps training); the fused node has no backward.
+    Raises ValueError when the graph is in training mode; BatchNorms that
+    cannot be moved are in ``report.skipped``; :func:`expand_metaops` undoes
+    it."""
+    return _apply("batchnorm_epilogue", graph)
+
+
 def remove_flatten(graph) -> RecipeReport:
     """Removes each Flatten, or Reshape to 2-D that keeps the batch free
     (``[-1, n]`` or ``[0, -1]``, constant target shape), whose output only
@@ -100,9 +115,10 @@ def fuse_activation(graph) -> RecipeReport:
 
 
 def expand_metaops(graph) -> RecipeReport:
-    """Undoes :func:`remove_flatten` and :func:`fuse_activation`: every
-    FusedConv/FusedGemm becomes [Flatten,] Conv/Gemm [, Relu/Clip] again,
-    with the node and value names they had."""
+    """Undoes :func:`remove_flatten`, :func:`fuse_activation` and
+    :func:`batchnorm_epilogue`: every FusedConv/FusedGemm becomes [Flatten,]
+    Conv/Gemm [, BatchNormalization] [, Relu/Clip] again, with the node and
+    value names they had."""
     return _apply("expand_metaops", graph)
 
 
@@ -117,6 +133,7 @@ def constant_fold(graph) -> RecipeReport:
 RECIPES = {
     "constant_fold": constant_fold,
     "fuse_batchnorm": fuse_batchnorm,
+    "batchnorm_epilogue": batchnorm_epilogue,
     "remove_flatten": remove_flatten,
     "fuse_activation": fuse_activation,
     "expand_metaops": expand_metaops,

@@ -266,7 +266,7 @@ def _apply_engine_function(module, anchor, inputs):
 # after a Conv/Gemm in place on the pool (csrc/ops/fused.c); measured against
 # the fold-only graph (batch 16, 1 thread, identical outputs): MobileNet -3%,
 # KWS -9%, ResNet-8 +-0. remove_flatten is left out (+-2%).
-_INFERENCE_RECIPES = ("constant_fold", "fuse_batchnorm", "fuse_activation")
+_INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation")
 
 
 class AidgeModule(torch.nn.Module):
@@ -283,22 +283,21 @@ class AidgeModule(torch.nn.Module):
     Fused inference (``fuse_inference``, default True): a forward in eval
     mode that needs no backward (grad disabled, or neither the inputs nor
     any parameter require grad) runs a second graph, built on first use
-    from ``onnx_model`` with the current parameter and buffer values as
-    constants, and the recipes ``constant_fold`` and ``fuse_batchnorm``
-    applied (Conv/Gemm + BatchNormalization folded), then ``fuse_activation``
-    (Conv/Gemm + Relu/Clip, see ``_INFERENCE_RECIPES``). A model without a
-    BatchNorm to fold keeps one graph: the first such forward finds nothing
-    and the module never tries again.
+    from ``onnx_model``, with the recipes ``constant_fold``,
+    ``batchnorm_epilogue`` (each Conv/Gemm applies the BatchNormalization
+    after it to its output) and ``fuse_activation`` (Conv/Gemm + Relu/Clip,
+    see ``_INFERENCE_RECIPES``). A model without a BatchNorm to move keeps
+    one graph: the first such forward finds nothing and the module never
+    tries again.
 
-    The fused graph holds folded copies of the weights, so it must never
-    outlive a change of them, whatever wrote them (a torch or engine
-    optimizer, ``load_state_dict``, ``p.data``, a NumPy or DLPack view, a
-    train-mode forward updating BatchNorm statistics in C): before each
-    fused forward the current parameter and buffer values are compared,
-    byte for byte, with a snapshot taken when the graph was built (one C
-    call, GIL released: 60 us for MobileNet's 222k values, against 16 ms for
-    its batch-16 eval forward), and the graph is rebuilt from them when
-    they differ.
+    The fused graph shares the main graph's memory for every parameter and
+    buffer (as non-constant values: nothing is folded from them), and its
+    BatchNorm epilogues recompute their per-channel factors from the
+    current statistics at each forward. Whatever changes the weights (a
+    torch or engine optimizer, ``load_state_dict``, ``p.data``, a NumPy or
+    DLPack view, a train-mode forward updating BatchNorm statistics in C),
+    the next fused forward reads them: there is nothing to compare or
+    rebuild, and no second copy of the weights.
     """
 
     def __init__(self, graph: _C.Graph, proto, source: torch.nn.Module, in_graph: set,
@@ -326,11 +325,10 @@ class AidgeModule(torch.nn.Module):
             if leaf == "num_batches_tracked":
                 self._batch_counters.append(t)
         self._anchor = torch.zeros(0, requires_grad=True)
-        # fused inference: the engine values it is built from (name -> Tensor),
-        # the graph (None: not built yet, False: none) and the snapshot of the
-        # values it was built from
+        # fused inference: the engine values it shares (name -> Tensor) and
+        # the graph (None: not built yet, False: none)
         self._sources = {n: graph.value(n) for n in in_graph}
-        self._fused = self._snapshot = None
+        self._fused = None
         self.fuse_inference = fuse_inference
         self._fused_call = [0]  # the forward (self._calls) that ran the fused graph last
         self.train(source.training)
@@ -345,7 +343,6 @@ class AidgeModule(torch.nn.Module):
     def fuse_inference(self, value: bool):
         self._fuse_inference = bool(value)
         self._fused = None if value else False
-        self._snapshot = None
 
     # -- engine calls ------------------------------------------------------
     def _run(self, inputs):
@@ -374,8 +371,12 @@ class AidgeModule(torch.nn.Module):
 
         where = f"AidgeModule({self.source_name}) fused inference"
         try:
-            g, _ = build_graph(self.onnx_model, values=self._sources, where=where,
-                               param_kinds={i.name: "const"
+            # the module's parameters and buffers: shared, never folded
+            # ("buffer"); the graph's other initializers: constants
+            g, _ = build_graph(self.onnx_model, values=self._sources, share_values=True,
+                               where=where,
+                               param_kinds={i.name: "buffer" if i.name in self._sources
+                                            else "const"
                                             for i in self.onnx_model.graph.initializer})
             graph = Graph(g, self.onnx_model)
             reports = [RECIPES[name](graph) for name in _INFERENCE_RECIPES]
@@ -383,18 +384,16 @@ class AidgeModule(torch.nn.Module):
             warnings.warn(f"{where}: disabled, the graph could not be fused: {exc}",
                           RuntimeWarning, stacklevel=4)
             return False
-        if not reports[1]:  # no BatchNorm folded
+        if not reports[1]:  # no BatchNorm moved
             return False
         graph._g.profile = self._graph.profile  # inside aidge_interop.profile()
         return graph._g
 
     def _run_fused(self, inputs):
-        fused, sources = self._fused, list(self._sources.values())
-        if fused is None or not _C.same_contents(sources, self._snapshot):
-            self._snapshot = [t.clone() for t in sources]
+        fused = self._fused
+        if fused is None:
             fused = self._fused = self._build_fused()
             if fused is False:
-                self._snapshot = None
                 return self._run(inputs)
         self._fused_call[0] = self._calls[0]
         return _graph_call(fused.forward, inputs)

@@ -306,9 +306,15 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *   remove_flatten   Flatten/Reshape feeding only Gemms: the Gemms become
  *                    aidge_interop.FusedGemm with flatten_axis
  *   fuse_activation  Conv/Gemm + Relu/Clip -> aidge_interop.FusedConv/FusedGemm
- *   expand_metaops   undoes remove_flatten and fuse_activation
+ *   batchnorm_epilogue  inference BatchNormalization after Conv/Gemm
+ *                    applied by a FusedConv/FusedGemm to its output, from
+ *                    the BatchNorm's own inputs at every forward (weights
+ *                    untouched: they may be shared and keep changing)
+ *   expand_metaops   undoes remove_flatten, fuse_activation and
+ *                    batchnorm_epilogue
  *   constant_fold    nodes whose inputs are all constants -> constants */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *report);

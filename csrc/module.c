@@ -1136,7 +1136,8 @@ static PyObject *Graph_add_initializer(GraphObject *self, PyObject *args)
 {
     const char *name, *kind_s;
     PyObject *t;
-    if (!PyArg_ParseTuple(args, "sOs:add_initializer", &name, &t, &kind_s))
+    int share = 0;
+    if (!PyArg_ParseTuple(args, "sOs|p:add_initializer", &name, &t, &kind_s, &share))
         return NULL;
     if (!is_tensor(self, t))
         return PyErr_Format(PyExc_TypeError, "initializer '%s' must be a Tensor", name);
@@ -1152,7 +1153,9 @@ static PyObject *Graph_add_initializer(GraphObject *self, PyObject *args)
                             "initializer '%s': kind must be 'param', 'buffer' or 'const', "
                             "not '%s'", name, kind_s);
     ai_tensor *c;
-    ai_status st = clone_maybe_nogil(&c, ((TensorObject *)t)->t); /* the graph owns its copy */
+    /* the graph owns its copy, or shares the tensor's storage (refcounted) */
+    ai_status st = share ? ai_tensor_share(&c, ((TensorObject *)t)->t)
+                         : clone_maybe_nogil(&c, ((TensorObject *)t)->t);
     if (st == AI_OK)
         st = ai_graph_add_initializer(self->g, name, kind, c);
     return st ? raise_status(st) : Py_NewRef(Py_None);
@@ -1637,6 +1640,7 @@ static const struct {
     ai_status (*fn)(ai_graph *, ai_recipe_report *);
 } recipes[] = {
     {"fuse_batchnorm", ai_recipe_fuse_batchnorm},
+    {"batchnorm_epilogue", ai_recipe_batchnorm_epilogue},
     {"remove_flatten", ai_recipe_remove_flatten},
     {"fuse_activation", ai_recipe_fuse_activation},
     {"expand_metaops", ai_recipe_expand_metaops},
@@ -1754,7 +1758,8 @@ static PyMethodDef Graph_methods[] = {
     {"add_input", (PyCFunction)Graph_add_input, METH_VARARGS,
      "add_input(name, dtype): a graph input (shape given at forward)."},
     {"add_initializer", (PyCFunction)Graph_add_initializer, METH_VARARGS,
-     "add_initializer(name, tensor, kind): kind is 'param', 'buffer' or 'const'; copied."},
+     "add_initializer(name, tensor, kind, share=False): kind is 'param', 'buffer' or\n"
+     "'const'; copied, or with share the graph reads and writes the tensor's memory."},
     {"add_node", (PyCFunction)(void (*)(void))Graph_add_node, METH_VARARGS | METH_KEYWORDS,
      "add_node(name, op_type, inputs, outputs, attrs=None, domain='', opset=17)."},
     {"set_outputs", (PyCFunction)Graph_set_outputs, METH_O, "set_outputs(names)."},
@@ -1896,51 +1901,6 @@ static PyObject *py_supported_operators(PyObject *module, PyObject *unused)
     return list;
 }
 
-/* same_contents(a, b): True when the two sequences of Tensors have the same
- * length and each pair the same dtype, shape and bytes (memcmp, GIL
- * released: NaN equals the same NaN). The fused inference graph of an
- * AidgeModule checks its source values against a snapshot with it. */
-static PyObject *py_same_contents(PyObject *module, PyObject *args)
-{
-    PyObject *a, *b;
-    if (!PyArg_ParseTuple(args, "OO:same_contents", &a, &b))
-        return NULL;
-    PyTypeObject *tt = ((module_state *)PyModule_GetState(module))->tensor_type;
-    PyObject *sa = PySequence_Fast(a, "same_contents: a sequence of Tensors expected");
-    PyObject *sb = sa ? PySequence_Fast(b, "same_contents: a sequence of Tensors expected")
-                      : NULL;
-    PyObject *res = NULL;
-    if (!sb)
-        goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(sa);
-    bool same = n == PySequence_Fast_GET_SIZE(sb);
-    for (Py_ssize_t i = 0; same && i < n; i++) {
-        PyObject *oa = PySequence_Fast_GET_ITEM(sa, i), *ob = PySequence_Fast_GET_ITEM(sb, i);
-        if (!PyObject_TypeCheck(oa, tt) || !PyObject_TypeCheck(ob, tt)) {
-            PyErr_SetString(PyExc_TypeError, "same_contents: every item must be a Tensor");
-            goto done;
-        }
-        const ai_tensor *ta = ((TensorObject *)oa)->t, *tb = ((TensorObject *)ob)->t;
-        if (!ai_tensor_is_contiguous(ta) || !ai_tensor_is_contiguous(tb)) {
-            PyErr_SetString(PyExc_ValueError, "same_contents: contiguous Tensors expected");
-            goto done;
-        }
-        same = ta->dtype == tb->dtype && ta->ndim == tb->ndim &&
-               memcmp(ta->shape, tb->shape, sizeof(int64_t) * (size_t)ta->ndim) == 0;
-        size_t nbytes = same ? ai_tensor_nbytes(ta) : 0;
-        if (same && nbytes) {
-            Py_BEGIN_ALLOW_THREADS
-            same = memcmp(ta->data, tb->data, nbytes) == 0;
-            Py_END_ALLOW_THREADS
-        }
-    }
-    res = PyBool_FromLong(same);
-done:
-    Py_XDECREF(sa);
-    Py_XDECREF(sb);
-    return res;
-}
-
 static PyObject *py_gemm_backend(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -2076,8 +2036,6 @@ static PyMethodDef module_methods[] = {
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
-    {"same_contents", py_same_contents, METH_VARARGS,
-     "same_contents(a, b): same dtypes, shapes and bytes, pair by pair."},
     {"set_num_threads", py_set_num_threads, METH_O, "Threads of the engine (its pool; GEMMs included)."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
     {NULL, NULL, 0, NULL},

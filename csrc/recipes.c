@@ -213,7 +213,8 @@ static ai_status set_number(ai_node *n, const char *name, ai_attr_type type, dou
 
 /* Why BatchNormalization node i cannot be folded into its producer (NULL
  * if it can); *p is the producer. */
-static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channels)
+static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channels,
+                               bool rewrites_weights)
 {
     const ai_node *bn = &g->nodes[i];
     bool act, out;
@@ -238,7 +239,7 @@ static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channe
     const int w = n->in[1];
     if (!has_data(g, w) || !ai_dtype_is_float(g->values[w].data->dtype))
         return "the weight is not a float initializer";
-    if (uses(g, w, &out) != 1 || out)
+    if (rewrites_weights && (uses(g, w, &out) != 1 || out))
         return "the weight is shared with other nodes";
     const ai_tensor *W = g->values[w].data;
     if (kind == BASE_CONV) {
@@ -252,6 +253,10 @@ static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channe
     }
     for (int k = 1; k <= 4; k++) {
         int v = bn->in[k];
+        if (v < 0)
+            return "it lacks an input";
+        if (!rewrites_weights && !has_data(g, v)) /* computed: read at each forward */
+            continue;
         if (!has_data(g, v) || !ai_dtype_is_float(g->values[v].data->dtype))
             return "its scale, bias, mean and variance are not all float initializers";
         if (ai_tensor_numel(g->values[v].data) != *channels)
@@ -264,7 +269,7 @@ static const char *bn_obstacle(const ai_graph *g, int i, int *p, int64_t *channe
         const ai_tensor *B = has_data(g, b) ? g->values[b].data : NULL;
         if (!B || !ai_dtype_is_float(B->dtype))
             return "the bias is not a float initializer";
-        if (uses(g, b, &out) != 1 || out)
+        if (rewrites_weights && (uses(g, b, &out) != 1 || out))
             return "the bias is shared with other nodes";
         int64_t nb = ai_tensor_numel(B);
         if (nb != *channels && !(kind == BASE_GEMM && nb == 1))
@@ -373,7 +378,7 @@ ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
             continue;
         int p;
         int64_t C = 0;
-        const char *why = bn_obstacle(g, i, &p, &C);
+        const char *why = bn_obstacle(g, i, &p, &C, true);
         if (why) {
             st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' not folded: %s",
                         g->nodes[i].name, why);
@@ -387,6 +392,72 @@ ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
         st = report(r, true, n->name, "BatchNormalization '%s' folded into %s '%s' (weight '%s' "
                     "and bias '%s' rescaled)", g->nodes[i].name, n->op_type, n->name,
                     g->values[n->in[1]].name, g->values[n->in[2]].name);
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
+/* ---------------------------------------------------------------- batchnorm_epilogue */
+
+/* BatchNormalization node i becomes the epilogue of its producer p:
+ * FusedConv/FusedGemm with the BatchNorm's inputs 1..4 as inputs 3..6. */
+static ai_status absorb_bn(ai_graph *g, int i, int p)
+{
+    char bn_name[512], bn_in[512];
+    const ai_node *bn = &g->nodes[i];
+    double eps = 1e-5;
+    ai_attr_float(bn, "epsilon", 1e-5, &eps);
+    snprintf(bn_name, sizeof bn_name, "%s", bn->name);
+    snprintf(bn_in, sizeof bn_in, "%s", g->values[bn->in[0]].name);
+    ai_node *n = &g->nodes[p];
+    bool act;
+    ai_status st = AI_OK;
+    if (is_op(n, "", "Conv") || is_op(n, "", "Gemm"))
+        st = ai_node_set_op(n, FUSED_DOMAIN,
+                            base_kind(n, &act) == BASE_CONV ? "FusedConv" : "FusedGemm");
+    if (st || (st = set_number(n, "bn_epsilon", AI_ATTR_FLOAT, eps)) ||
+        (st = set_string(n, "bn_node", bn_name)) || (st = set_string(n, "bn_input", bn_in)))
+        return st;
+    while (n->n_in < 3)
+        n->in[n->n_in++] = -1;
+    for (int k = 1; k <= 4; k++)
+        n->in[2 + k] = bn->in[k];
+    n->n_in = 7;
+    take_output(g, p, bn->out[0]);
+    return AI_OK;
+}
+
+ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *r)
+{
+    if (g->training)
+        return ai_error(AI_ERR_VALUE,
+                        "batchnorm_epilogue: the graph is in training mode, where "
+                        "BatchNormalization normalises with batch statistics; set "
+                        "training = False (eval) first");
+    bool *remove, editing = false;
+    ai_status st = start(g, "batchnorm_epilogue", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        if (!is_op(&g->nodes[i], "", "BatchNormalization"))
+            continue;
+        int p;
+        int64_t C = 0;
+        const char *why = bn_obstacle(g, i, &p, &C, false);
+        if (why) {
+            st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' kept: %s",
+                        g->nodes[i].name, why);
+            continue;
+        }
+        begin_edit(g, &editing);
+        if ((st = absorb_bn(g, i, p)))
+            break;
+        remove[i] = true;
+        const ai_node *n = &g->nodes[p];
+        st = report(r, true, n->name, "BatchNormalization '%s' applied by %s '%s' to its "
+                    "output (weights unchanged)", g->nodes[i].name, n->op_type, n->name);
     }
     if (!st)
         st = end_edit(g, editing, remove);
@@ -581,7 +652,7 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
 {
     ai_node *n = &g->nodes[*i];
     char name[512], buf[600], flat_node[600], flat_out[600], act_node[600], act_in[600];
-    char act[16]; /* copies: the attributes are removed below */
+    char act[16], bn_node[600], bn_in[600]; /* copies: the attributes are removed below */
     snprintf(act, sizeof act, "%s", string_attr(n, "activation", ""));
     int64_t axis = -1;
     ai_attr_int(n, "flatten_axis", -1, &axis);
@@ -594,6 +665,19 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
     snprintf(act_node, sizeof act_node, "%s", string_attr(n, "activation_node", buf));
     snprintf(buf, sizeof buf, "%s_output_0", name);
     snprintf(act_in, sizeof act_in, "%s", string_attr(n, "activation_input", buf));
+    const bool bn = ai_node_attr(n, "bn_epsilon") != NULL && n->n_in == 7;
+    double eps = 1e-5;
+    ai_attr_float(n, "bn_epsilon", 1e-5, &eps);
+    snprintf(buf, sizeof buf, "%s/BatchNormalization", name);
+    snprintf(bn_node, sizeof bn_node, "%s", string_attr(n, "bn_node", buf));
+    snprintf(buf, sizeof buf, "%s_conv_output_0", name);
+    snprintf(bn_in, sizeof bn_in, "%s", string_attr(n, "bn_input", buf));
+    int bn_ins[4] = {-1, -1, -1, -1};
+    if (bn) {
+        for (int k = 0; k < 4; k++)
+            bn_ins[k] = n->in[3 + k];
+        n->n_in = n->in[2] >= 0 ? 3 : 2;
+    }
     double lo = -INFINITY, hi = INFINITY;
     const double *params;
     int64_t n_params;
@@ -607,7 +691,8 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
     ai_status st = ai_node_set_op(n, "", conv ? "Conv" : "Gemm");
     static const char *const fused_attrs[] = {"activation", "activation_params",
                                               "activation_node", "activation_input",
-                                              "flatten_axis", "flatten_node", "flatten_output"};
+                                              "flatten_axis", "flatten_node", "flatten_output",
+                                              "bn_epsilon", "bn_node", "bn_input"};
     for (size_t k = 0; k < sizeof fused_attrs / sizeof *fused_attrs; k++)
         ai_node_remove_attr(n, fused_attrs[k]);
     if (st)
@@ -627,6 +712,21 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
         }
         g->nodes[*i].in[0] = v;
     }
+    if (bn) {
+        int mid, out = g->nodes[*i].out[0];
+        if ((st = ai_graph_new_value(g, bn_in, &mid)))
+            return st;
+        take_output(g, *i, mid);
+        const char *ins[5] = {bn_in, g->values[bn_ins[0]].name, g->values[bn_ins[1]].name,
+                              g->values[bn_ins[2]].name, g->values[bn_ins[3]].name};
+        const char *outs[1] = {g->values[out].name};
+        ai_attr e = {.name = "epsilon", .type = AI_ATTR_FLOAT, .f = eps};
+        if ((st = ai_graph_add_node(g, bn_node, "", "BatchNormalization", opset, 5, ins, 1,
+                                    outs, 1, &e)))
+            return st;
+        ai_graph_move_node(g, g->n_nodes - 1, *i + 1);
+        (*i)++;
+    }
     if (act[0]) {
         int mid, out = g->nodes[*i].out[0];
         if ((st = ai_graph_new_value(g, act_in, &mid)))
@@ -641,9 +741,9 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
             return st;
         (*i)++;
     }
-    return report(r, true, name, "%s '%s' expanded into %s%s%s%s", conv ? "FusedConv" : "FusedGemm",
-                  name, axis >= 0 ? "Flatten, " : "", conv ? "Conv" : "Gemm", act[0] ? ", " : "",
-                  act);
+    return report(r, true, name, "%s '%s' expanded into %s%s%s%s%s", conv ? "FusedConv" : "FusedGemm",
+                  name, axis >= 0 ? "Flatten, " : "", conv ? "Conv" : "Gemm",
+                  bn ? ", BatchNormalization" : "", act[0] ? ", " : "", act);
 }
 
 ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *r)

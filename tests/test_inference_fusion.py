@@ -1,5 +1,6 @@
 """Fused inference: an AidgeModule in eval mode without backward runs a
-second graph with Conv/Gemm+BatchNorm folded and activations fused. Its
+second graph where each Conv/Gemm applies the BatchNorm after it and its
+activation, on the module's own weights. Its
 outputs must match torch's eval forward, and it must never be stale: every
 way a parameter or buffer changes is followed by an eval forward compared
 with the equally-changed torch model."""
@@ -156,15 +157,25 @@ def test_fused_graph_is_never_stale(change):
     model, wrapped = _pair(batch_counter=change != "train_forward_without_batch_counter")
     x = torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(5))
     _assert_fused_matches(model, wrapped, x)  # the fused graph exists now
+    fused = wrapped._fused
     before = _eval(model, x)
     CHANGES.get(change, _train_forward)(model, wrapped, x)
     after = _eval(model, x)
     assert not torch.allclose(before, after, **TOL)  # the change shows in the output
     _assert_fused_matches(model, wrapped, x)
-    # and once more: the rebuilt graph is kept while nothing changes
-    fused = wrapped._fused
-    _assert_fused_matches(model, wrapped, x)
-    assert wrapped._fused is fused
+    assert wrapped._fused is fused  # the same graph: it reads the values in place
+
+
+def test_fused_graph_shares_the_weights():
+    """No second copy: the fused graph's parameters and buffers are the
+    module's memory."""
+    model, wrapped = _pair()
+    _assert_fused_matches(model, wrapped, torch.randn(3, 2, 6, 6))
+    for name, t in [*wrapped.named_parameters(), *wrapped.named_buffers()]:
+        if name.endswith("num_batches_tracked"):
+            continue
+        view = wrapped._fused.value(name).numpy()
+        assert view.__array_interface__["data"][0] == t.data_ptr(), name
 
 
 def test_unchanged_values_keep_the_fused_graph():
@@ -267,7 +278,7 @@ def test_a_graph_that_cannot_be_fused_warns_and_runs_the_main_graph(monkeypatch)
     def broken(graph):
         raise ValueError("recipe failed on purpose")
 
-    monkeypatch.setitem(recipes.RECIPES, "fuse_batchnorm", broken)
+    monkeypatch.setitem(recipes.RECIPES, "batchnorm_epilogue", broken)
     model, wrapped = _pair()
     x = torch.randn(3, 2, 6, 6)
     with pytest.warns(RuntimeWarning, match="ConvBN.*recipe failed on purpose"):

@@ -237,6 +237,66 @@ def test_fuse_batchnorm_arithmetic(producer, bias):
     np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("producer,bias", [("Conv", "vector"), ("Conv", "none"),
+                                           ("Gemm", "vector"), ("Gemm", "none"),
+                                           ("Gemm", "scalar")])
+def test_batchnorm_epilogue_against_onnxruntime_and_back(producer, bias):
+    """The BatchNorm applied by the Conv/Gemm to its output: ONNX Runtime's
+    numbers, weights untouched, statistics read at each forward (a change
+    shows at once), and expand_metaops gives the original graph back."""
+    import onnxruntime
+
+    proto = _bn_model(producer, bias)
+    graph = load_onnx(proto)
+    original = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    weights = {k: v.copy() for k, v in graph.parameters().items()}
+    shape = (4, 3, 5, 5) if producer == "Conv" else (4, 6)
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    report = recipes.batchnorm_epilogue(graph)
+    assert report == [f"BatchNormalization 'bn' applied by Fused{producer} 'prod' to its output "
+                      "(weights unchanged)"]
+    assert _ops(graph) == ["Fused" + producer]
+    for k, v in graph.parameters().items():
+        np.testing.assert_array_equal(v, weights[k])
+    recipes.fuse_activation(graph)  # nothing to fuse: no error either
+    np.testing.assert_allclose(graph.forward(x)[0], session.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+    # new statistics, read by the next forward (ONNX Runtime on the same values)
+    for name, value in (("mean", 0.7), ("var", 2.5)):
+        graph._g.value(name).numpy()[:] = value
+        init = next(i for i in proto.graph.initializer if i.name == name)
+        init.CopyFrom(numpy_helper.from_array(np.full(5, value, np.float32), name))
+    session = onnxruntime.InferenceSession(proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(graph.forward(x)[0], session.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+    graph.training = True  # the node has no backward: a clear error, naming it
+    y = graph.forward(x, need_backward=True)[0]
+    with pytest.raises(ValueError, match="'prod'.*inference-only"):
+        graph.backward([np.ones_like(y)])
+    graph.training = False
+    assert len(recipes.expand_metaops(graph)) == 1
+    restored = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    assert restored == original
+    np.testing.assert_allclose(graph.forward(x)[0], session.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_epilogue_keeps_shared_weights_and_refuses_training():
+    graph = load_onnx(_bn_model("Conv", "vector", extra_reader=True))
+    report = recipes.batchnorm_epilogue(graph)
+    assert report == [] and report.skipped == [
+        "BatchNormalization 'bn' kept: the output of the node before it is also read "
+        "elsewhere"]
+    graph, _, _ = _suite_graph("resnet")
+    graph.training = True
+    with pytest.raises(ValueError, match="training mode.*batch statistics"):
+        recipes.batchnorm_epilogue(graph)
+    assert "BatchNormalization" in _ops(graph)
+
+
 def test_fuse_batchnorm_skips_with_reasons():
     graph = load_onnx(_bn_model("Conv", "vector", extra_reader=True))
     report = recipes.fuse_batchnorm(graph)

@@ -11,8 +11,13 @@
  *   flatten_axis       FusedGemm: A of any rank is read as the 2-D
  *                      (prod(shape[:axis]), prod(shape[axis:])), like ONNX
  *                      Flatten; absent: A must be 2-D, as for Gemm
- *   activation_node, activation_input, flatten_node, flatten_output
- *                      names of the nodes and values the recipe removed
+ *   bn_epsilon         present: inputs 3..6 are an inference
+ *                      BatchNormalization's scale, bias, mean and variance
+ *                      (one value per output channel, axis 1), applied to
+ *                      the base's output before the activation (recipe
+ *                      batchnorm_epilogue); such a node has no backward
+ *   activation_node, activation_input, flatten_node, flatten_output,
+ *   bn_node, bn_input  names of the nodes and values the recipe removed
  *                      (strings; expand_metaops gives them back)
  *
  * Each is a wrapper around its base operator's own shape, forward and
@@ -23,7 +28,12 @@
  * kept as one byte per element in the node's state, since the output
  * cannot tell x == min from x < min. The masked output gradient goes
  * to the base backward through the first part of the workspace.
+ * The BatchNorm epilogue (y = y s + (bias - mean s) per channel, s = scale
+ * / sqrt(var + eps) computed in double at every forward from the inputs'
+ * current values) shares that pass with the activation; its per-channel
+ * factors use the same first part of the workspace.
  */
+#include <math.h>
 #include <string.h>
 
 #include "../graph.h"
@@ -37,6 +47,8 @@ typedef struct {
     int act;
     double lo, hi;
     int64_t flatten_axis; /* -1: none */
+    bool bn;              /* inputs 3..6: a BatchNorm epilogue */
+    double eps;
 } fused_info;
 
 static ai_status fused_read(const ai_node *n, fused_info *f)
@@ -49,8 +61,16 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
     f->base = ai_op_find("", gemm ? "Gemm" : "Conv");
     if ((st = ai_attr_string(n, "activation", "", &act)) ||
         (st = ai_attr_floats(n, "activation_params", &params, &n_params)) ||
-        (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)))
+        (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)) ||
+        (st = ai_attr_float(n, "bn_epsilon", 0, &f->eps)))
         return st;
+    f->bn = ai_node_attr(n, "bn_epsilon") != NULL;
+    if (f->bn && n->n_in != 7)
+        return ai_node_error(n, AI_ERR_VALUE, "with bn_epsilon, 7 inputs expected (X, W, B "
+                             "or '', scale, bias, mean, var), got %d", n->n_in);
+    if (!f->bn && n->n_in > 3)
+        return ai_node_error(n, AI_ERR_VALUE, "%d inputs: more than 3 only with bn_epsilon",
+                             n->n_in);
     if (!act[0]) {
         f->act = ACT_NONE;
     } else if (!strcmp(act, "Relu")) {
@@ -116,6 +136,7 @@ static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_te
 {
     const ai_tensor *v;
     *b = *c;
+    b->n_in = c->n_in < 3 ? c->n_in : 3; /* the BatchNorm inputs are the epilogue's */
     ai_status st = flat_view(c->node, f, c->in[0], &views[0], &v);
     if (st)
         return st;
@@ -141,7 +162,18 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (f.act != ACT_NONE && !ai_dtype_is_float(out[0].dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "the activation takes float outputs");
     size_t scratch = scratch_bytes(out[0].dtype, out[0].ndim, out[0].shape);
-    *ws += scratch; /* [masked output gradient | the base's workspace] */
+    if (f.bn) {
+        const int64_t M = out[0].ndim >= 2 ? out[0].shape[1] : -1;
+        for (int k = 3; k < 7; k++)
+            if (!c->in[k] || !ai_dtype_is_float(c->in[k]->dtype) ||
+                ai_tensor_numel(c->in[k]) != M)
+                return ai_node_error(c->node, AI_ERR_VALUE, "BatchNorm epilogue input %d: %lld "
+                                     "float values expected (the output's channels)", k,
+                                     (long long)M);
+        const size_t factors = scratch_bytes(AI_F64, 1, (int64_t[]){2 * M});
+        scratch = scratch > factors ? scratch : factors;
+    }
+    *ws += scratch; /* [masked output gradient or BN factors | the base's workspace] */
     if (f.act == ACT_CLIP)
         *state = scratch / ai_dtype_size(out[0].dtype); /* one byte per element */
     return AI_OK;
@@ -170,23 +202,62 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             g[i] = (act == ACT_RELU ? y[i] > 0 : mask[i] != 0) ? dy[i] : 0;             \
     }
 
+/* y = y a[m] + b[m] over output elements [i0, i1), channel m of plane
+ * i / S (M channels); ab holds a then b. */
+#define DEFINE_AFFINE(SUF, T)                                                           \
+    AI_VECTOR_CLONES static void affine_##SUF(T *y, int64_t i0, int64_t i1, int64_t S,   \
+                                              int64_t M, const double *ab)              \
+    {                                                                                   \
+        int64_t plane = i0 / S, m = plane % M;                                          \
+        for (int64_t i = i0; i < i1; plane++, m = m + 1 == M ? 0 : m + 1) {            \
+            const int64_t end = (plane + 1) * S < i1 ? (plane + 1) * S : i1;            \
+            const T a = (T)ab[m], b = (T)ab[M + m];                                     \
+            for (; i < end; i++)                                                        \
+                y[i] = y[i] * a + b;                                                    \
+        }                                                                               \
+    }
+
 DEFINE_ACTIVATE(f32, float)
 DEFINE_ACTIVATE(f64, double)
+DEFINE_AFFINE(f32, float)
+DEFINE_AFFINE(f64, double)
 
 typedef struct {
     ai_tensor *y;
     uint8_t *mask;
     const fused_info *f;
+    const double *ab; /* BatchNorm epilogue factors, or NULL */
+    int64_t S, M;     /* with ab: plane size and channels */
 } activate_job;
 
-/* The activation in place over output elements [lo, hi) (one pass, on the pool). */
+/* The epilogue in place over output elements [lo, hi): the BatchNorm
+ * factors, then the activation (one pass, on the pool). */
 static void activate_range(void *ctx, int64_t lo, int64_t hi)
 {
     const activate_job *j = ctx;
-    if (j->y->dtype == AI_F32)
+    const bool f32 = j->y->dtype == AI_F32;
+    if (j->ab && f32)
+        affine_f32(j->y->data, lo, hi, j->S, j->M, j->ab);
+    else if (j->ab)
+        affine_f64(j->y->data, lo, hi, j->S, j->M, j->ab);
+    if (j->f->act == ACT_NONE)
+        return;
+    if (f32)
         activate_f32(j->y->data, j->mask, lo, hi, j->f->act, (float)j->f->lo, (float)j->f->hi);
     else
         activate_f64(j->y->data, j->mask, lo, hi, j->f->act, j->f->lo, j->f->hi);
+}
+
+/* The BatchNorm epilogue's factors into ab (2 M doubles): a = scale /
+ * sqrt(var + eps), b = bias - mean a, from the inputs' current values. */
+static void bn_factors(const ai_ctx *c, double eps, int64_t M, double *ab)
+{
+    for (int64_t m = 0; m < M; m++) {
+        const double a = ai_tensor_get_flat(c->in[3], m) /
+                         sqrt(ai_tensor_get_flat(c->in[6], m) + eps);
+        ab[m] = a;
+        ab[M + m] = ai_tensor_get_flat(c->in[4], m) - ai_tensor_get_flat(c->in[5], m) * a;
+    }
 }
 
 static ai_status fused_forward(ai_ctx *c)
@@ -199,9 +270,17 @@ static ai_status fused_forward(ai_ctx *c)
         return st;
     if ((st = f.base->forward(&b)))
         return st;
-    if (f.act != ACT_NONE)
-        ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range,
-                        &(activate_job){c->out[0], c->state, &f});
+    activate_job j = {c->out[0], c->state, &f, NULL, 1, 1};
+    if (f.bn) {
+        const ai_tensor *y = c->out[0];
+        j.M = y->shape[1];
+        for (int d = 2; d < y->ndim; d++)
+            j.S *= y->shape[d];
+        j.ab = c->workspace; /* the masked gradient's part: no backward here */
+        bn_factors(c, f.eps, j.M, c->workspace);
+    }
+    if (f.act != ACT_NONE || f.bn)
+        ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range, &j);
     return AI_OK;
 }
 
@@ -213,6 +292,10 @@ static ai_status fused_backward(ai_ctx *c)
     ai_status st = fused_read(c->node, &f);
     if (st || (st = base_ctx(c, &f, &b, views)))
         return st;
+    if (f.bn)
+        return ai_node_error(c->node, AI_ERR_VALUE, "a BatchNorm epilogue (bn_epsilon) is "
+                             "inference-only: no backward (expand_metaops gives the "
+                             "BatchNormalization back)");
     if (f.act != ACT_NONE) {
         const int64_t n = ai_tensor_numel(c->out[0]);
         g = *c->dout[0];
@@ -227,10 +310,10 @@ static ai_status fused_backward(ai_ctx *c)
     return f.base->backward(&b);
 }
 
-static const ai_op_def op_fused_conv = {"FusedConv", "aidge_interop", 2, 3, 1, 1, 0,
+static const ai_op_def op_fused_conv = {"FusedConv", "aidge_interop", 2, 7, 1, 1, 0,
                                         fused_init, fused_shape, fused_forward,
                                         fused_backward};
-static const ai_op_def op_fused_gemm = {"FusedGemm", "aidge_interop", 2, 3, 1, 1, 0,
+static const ai_op_def op_fused_gemm = {"FusedGemm", "aidge_interop", 2, 7, 1, 1, 0,
                                         fused_init, fused_shape, fused_forward,
                                         fused_backward};
 
