@@ -68,6 +68,12 @@ CONV_CASES = {
     "2d_depthwise_chlast_c24_dil": (3, 24, 24, (7, 6), (3, 2), (1, 1), (2, 3), (2, 1, 2, 2),
                                     24, False),
     "2d_depthwise_wide": (2, 3, 3, (5, 40), (3, 3), (1, 2), (1, 1), (1, 1, 1, 1), 3, True),
+    # small output planes (<= 16, or <= 36 strided), >= 8 channels: channels-last in
+    # every pass (MobileNet's last blocks); 40 channels: 2 blocks of 16 and one of 8
+    "2d_depthwise_small_3x3": (3, 40, 40, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 40,
+                               True),
+    "2d_depthwise_small_s2": (2, 24, 24, (12, 11), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 24,
+                              False),
     "1d_depthwise_chlast": (2, 16, 16, (10,), (3,), (1,), (1,), (1, 1), 16, True),
     # depthwise through zero-padded stride-phase planes (forward; input gradient at
     # stride 1): rows longer than one 16-lane chunk, pads above (k - 1) d, more

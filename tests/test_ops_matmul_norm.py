@@ -70,6 +70,25 @@ def test_gemm(ta, tb, alpha, beta, c_shape, dtype):
                                          "beta": beta})
 
 
+@pytest.mark.parametrize("m,k,n", [(16, 37, 128), (19, 64, 50), (5, 3, 26), (33, 17, 40),
+                                   (40, 70, 30)], ids=str)
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.5, -1.5), (2.0, 0.0)], ids=str)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)], ids=str)
+def test_gemm_float32_register_tiles(ta, tb, alpha, beta, m, k, n):
+    """float32 at sizes past the GEMM library's register tiles, with edges
+    along every dimension (rows, columns, a K that is not a multiple of 8),
+    forward and the gradients, against torch."""
+    a = _x((k, m) if ta else (m, k), np.float32, 1)
+    b = _x((n, k) if tb else (k, n), np.float32, 2)
+    c = _x((m, n), np.float32, 3)
+
+    def ref(a, b, c):
+        return alpha * ((a.T if ta else a) @ (b.T if tb else b)) + beta * c
+
+    check_op("Gemm", {"a": a, "b": b, "c": c}, ref,
+             attrs={"transA": ta, "transB": tb, "alpha": alpha, "beta": beta})
+
+
 def test_gemm_defaults_and_odd_sizes():
     a, b, c = _x((7, 1), np.float64, 1), _x((1, 9), np.float64, 2), _x((9,), np.float64, 3)
     check_op("Gemm", {"a": a, "b": b, "c": c}, lambda a, b, c: a @ b + c)

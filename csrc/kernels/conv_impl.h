@@ -775,14 +775,19 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
  * DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid = dy,
  * img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
  * same_planes or phase planes; strided input gradient: dx_phases; else
- * phase planes, rows or flat runs); what none of them takes, channels-last
- * or the plain per-plane kernels. Threads split the slots: every output
+ * phase planes, rows or flat runs); small planes (depthwise_small_planes)
+ * and what none of them takes, channels-last; else the plain per-plane
+ * kernels. Threads split the slots: every output
  * element, dw included, is computed by one thread in a fixed order. */
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws)
 {
     FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
+    if (depthwise_small_planes(p, &j.g)) {
+        ai_parallel_for((p->C + 15) / 16, ai_grain_of(16 * per_channel), FN(dw_last_range), &j);
+        return;
+    }
     phase_planes d;
     if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
