@@ -260,12 +260,12 @@ def _apply_engine_function(module, anchor, inputs):
 
 
 # The recipes of the fused inference graph; the graph is kept only when
-# fuse_batchnorm (after constant_fold, which prepares: shape subgraphs ->
+# batchnorm_epilogue (after constant_fold, which prepares: shape subgraphs ->
 # constants) changed it: without a BatchNorm the second graph would gain
-# little against its staleness check. fuse_activation then runs the Relu/Clip
-# after a Conv/Gemm in place on the pool (csrc/ops/fused.c); measured against
-# the fold-only graph (batch 16, 1 thread, identical outputs): MobileNet -3%,
-# KWS -9%, ResNet-8 +-0. remove_flatten is left out (+-2%).
+# little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
+# on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c); measured
+# against BatchNorm alone (batch 16, 1 thread, identical outputs): MobileNet
+# -3%, KWS -9%, ResNet-8 +-0. remove_flatten is left out (+-2%).
 _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation")
 
 
