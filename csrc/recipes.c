@@ -362,43 +362,6 @@ done:
     return st;
 }
 
-ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
-{
-    if (g->training)
-        return ai_error(AI_ERR_VALUE,
-                        "fuse_batchnorm: the graph is in training mode, where BatchNormalization "
-                        "normalises with batch statistics and cannot be folded; set "
-                        "training = False (eval) first");
-    bool *remove, editing = false;
-    ai_status st = start(g, "fuse_batchnorm", &remove);
-    if (st)
-        return st;
-    for (int i = 0; i < g->n_nodes && !st; i++) {
-        if (!is_op(&g->nodes[i], "", "BatchNormalization"))
-            continue;
-        int p;
-        int64_t C = 0;
-        const char *why = bn_obstacle(g, i, &p, &C, true);
-        if (why) {
-            st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' not folded: %s",
-                        g->nodes[i].name, why);
-            continue;
-        }
-        begin_edit(g, &editing);
-        if ((st = fold_bn(g, i, p, C)))
-            break;
-        remove[i] = true;
-        const ai_node *n = &g->nodes[p];
-        st = report(r, true, n->name, "BatchNormalization '%s' folded into %s '%s' (weight '%s' "
-                    "and bias '%s' rescaled)", g->nodes[i].name, n->op_type, n->name,
-                    g->values[n->in[1]].name, g->values[n->in[2]].name);
-    }
-    if (!st)
-        st = end_edit(g, editing, remove);
-    free(remove);
-    return st;
-}
-
 /* ---------------------------------------------------------------- batchnorm_epilogue */
 
 /* BatchNormalization node i becomes the epilogue of its producer p:
@@ -429,15 +392,18 @@ static ai_status absorb_bn(ai_graph *g, int i, int p)
     return AI_OK;
 }
 
-ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *r)
+/* fuse_batchnorm (fold: the weights rescaled) and batchnorm_epilogue (the
+ * BatchNorm moved into its producer): the same candidates, the same walk. */
+static ai_status batchnorm_recipe(ai_graph *g, ai_recipe_report *r, bool fold)
 {
+    const char *name = fold ? "fuse_batchnorm" : "batchnorm_epilogue";
     if (g->training)
         return ai_error(AI_ERR_VALUE,
-                        "batchnorm_epilogue: the graph is in training mode, where "
-                        "BatchNormalization normalises with batch statistics; set "
-                        "training = False (eval) first");
+                        "%s: the graph is in training mode, where BatchNormalization "
+                        "normalises with batch statistics%s; set training = False (eval) "
+                        "first", name, fold ? " and cannot be folded" : "");
     bool *remove, editing = false;
-    ai_status st = start(g, "batchnorm_epilogue", &remove);
+    ai_status st = start(g, name, &remove);
     if (st)
         return st;
     for (int i = 0; i < g->n_nodes && !st; i++) {
@@ -445,24 +411,39 @@ ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *r)
             continue;
         int p;
         int64_t C = 0;
-        const char *why = bn_obstacle(g, i, &p, &C, false);
+        const char *why = bn_obstacle(g, i, &p, &C, fold);
         if (why) {
-            st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' kept: %s",
-                        g->nodes[i].name, why);
+            st = report(r, false, g->nodes[i].name, "BatchNormalization '%s' %s: %s",
+                        g->nodes[i].name, fold ? "not folded" : "kept", why);
             continue;
         }
         begin_edit(g, &editing);
-        if ((st = absorb_bn(g, i, p)))
+        if ((st = fold ? fold_bn(g, i, p, C) : absorb_bn(g, i, p)))
             break;
         remove[i] = true;
         const ai_node *n = &g->nodes[p];
-        st = report(r, true, n->name, "BatchNormalization '%s' applied by %s '%s' to its "
-                    "output (weights unchanged)", g->nodes[i].name, n->op_type, n->name);
+        if (fold)
+            st = report(r, true, n->name, "BatchNormalization '%s' folded into %s '%s' (weight "
+                        "'%s' and bias '%s' rescaled)", g->nodes[i].name, n->op_type, n->name,
+                        g->values[n->in[1]].name, g->values[n->in[2]].name);
+        else
+            st = report(r, true, n->name, "BatchNormalization '%s' applied by %s '%s' to its "
+                        "output (weights unchanged)", g->nodes[i].name, n->op_type, n->name);
     }
     if (!st)
         st = end_edit(g, editing, remove);
     free(remove);
     return st;
+}
+
+ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *r)
+{
+    return batchnorm_recipe(g, r, true);
+}
+
+ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *r)
+{
+    return batchnorm_recipe(g, r, false);
 }
 
 /* ---------------------------------------------------------------- remove_flatten */

@@ -179,11 +179,12 @@ def test_recipes_on_a_training_graph_leave_its_state_alone():
     assert all(n["output_shapes"][0] is not None for n in graph.nodes())
 
 
-def test_fuse_batchnorm_refuses_training_mode():
+@pytest.mark.parametrize("recipe", ["fuse_batchnorm", "batchnorm_epilogue"])
+def test_batchnorm_recipes_refuse_training_mode(recipe):
     graph, _, _ = _suite_graph("resnet")
     graph.training = True
-    with pytest.raises(ValueError, match="training mode.*batch statistics"):
-        recipes.fuse_batchnorm(graph)
+    with pytest.raises(ValueError, match=f"{recipe}: .*training mode.*batch statistics"):
+        recipes.RECIPES[recipe](graph)
     assert "BatchNormalization" in _ops(graph)  # untouched
 
 
@@ -284,24 +285,13 @@ def test_batchnorm_epilogue_against_onnxruntime_and_back(producer, bias):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_batchnorm_epilogue_keeps_shared_weights_and_refuses_training():
+@pytest.mark.parametrize("recipe,verdict", [("fuse_batchnorm", "not folded"),
+                                            ("batchnorm_epilogue", "kept")])
+def test_batchnorm_recipes_skip_with_reasons(recipe, verdict):
     graph = load_onnx(_bn_model("Conv", "vector", extra_reader=True))
-    report = recipes.batchnorm_epilogue(graph)
+    report = recipes.RECIPES[recipe](graph)
     assert report == [] and report.skipped == [
-        "BatchNormalization 'bn' kept: the output of the node before it is also read "
-        "elsewhere"]
-    graph, _, _ = _suite_graph("resnet")
-    graph.training = True
-    with pytest.raises(ValueError, match="training mode.*batch statistics"):
-        recipes.batchnorm_epilogue(graph)
-    assert "BatchNormalization" in _ops(graph)
-
-
-def test_fuse_batchnorm_skips_with_reasons():
-    graph = load_onnx(_bn_model("Conv", "vector", extra_reader=True))
-    report = recipes.fuse_batchnorm(graph)
-    assert report == [] and report.skipped == [
-        "BatchNormalization 'bn' not folded: the output of the node before it is also read "
+        f"BatchNormalization 'bn' {verdict}: the output of the node before it is also read "
         "elsewhere"]
     assert report.skipped_nodes == ["bn"]
     assert _ops(graph) == ["Conv", "BatchNormalization", "Relu"]
