@@ -264,8 +264,9 @@ def _apply_engine_function(module, anchor, inputs):
 # constants) changed it: without a BatchNorm the second graph would gain
 # little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
 # on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c); measured
-# against BatchNorm alone (batch 16, 1 thread, identical outputs): MobileNet
-# -3%, KWS -9%, ResNet-8 +-0. remove_flatten is left out (+-2%).
+# when it came, against the graph with BatchNorm folded into the weights
+# (batch 16, 1 thread, identical outputs): MobileNet -3%, KWS -9%, ResNet-8
+# +-0. remove_flatten is left out (+-2%).
 _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation")
 
 

@@ -1152,10 +1152,13 @@ static PyObject *Graph_add_initializer(GraphObject *self, PyObject *args)
         return PyErr_Format(PyExc_ValueError,
                             "initializer '%s': kind must be 'param', 'buffer' or 'const', "
                             "not '%s'", name, kind_s);
+    const ai_tensor *src = ((TensorObject *)t)->t;
+    if (share && (!ai_tensor_is_contiguous(src) || (src->flags & AI_TENSOR_READONLY)))
+        return PyErr_Format(PyExc_ValueError, "initializer '%s': share=True needs a "
+                            "contiguous, writable tensor (the graph would copy it)", name);
     ai_tensor *c;
     /* the graph owns its copy, or shares the tensor's storage (refcounted) */
-    ai_status st = share ? ai_tensor_share(&c, ((TensorObject *)t)->t)
-                         : clone_maybe_nogil(&c, ((TensorObject *)t)->t);
+    ai_status st = share ? ai_tensor_share(&c, src) : clone_maybe_nogil(&c, src);
     if (st == AI_OK)
         st = ai_graph_add_initializer(self->g, name, kind, c);
     return st ? raise_status(st) : Py_NewRef(Py_None);

@@ -178,6 +178,21 @@ def test_fused_graph_shares_the_weights():
         assert view.__array_interface__["data"][0] == t.data_ptr(), name
 
 
+def test_add_initializer_share():
+    """share=True: the graph reads the tensor's memory (a later write shows),
+    and a tensor it would have to copy is refused, not silently copied."""
+    from aidge_interop import Tensor, _C
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g = _C.Graph()
+    t = Tensor(a)
+    g.add_initializer("w", t, "buffer", True)
+    t.numpy()[0, 0] = 42.0
+    assert g.value("w").numpy()[0, 0] == 42.0
+    with pytest.raises(ValueError, match="'v'.*contiguous, writable"):
+        g.add_initializer("v", Tensor(a.T), "buffer", True)
+
+
 def test_unchanged_values_keep_the_fused_graph():
     model, wrapped = _pair()
     x = torch.randn(3, 2, 6, 6)

@@ -276,7 +276,9 @@ static ai_status fused_forward(ai_ctx *c)
         j.M = y->shape[1];
         for (int d = 2; d < y->ndim; d++)
             j.S *= y->shape[d];
-        j.ab = c->workspace; /* the masked gradient's part: no backward here */
+        /* the masked gradient's part (no backward here), sized for them; it may
+         * reach into the base's workspace, which the base is done with */
+        j.ab = c->workspace;
         bn_factors(c, f.eps, j.M, c->workspace);
     }
     if (f.act != ACT_NONE || f.bn)
