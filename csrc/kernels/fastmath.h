@@ -1,6 +1,6 @@
 /*
- * fastmath.h — float32 exp written without branches or library calls, so
- * that loops calling it vectorise (glibc's expf is a scalar call).
+ * fastmath.h — float32 exp, tanh and erf written without branches or library
+ * calls, so that loops calling them vectorise (glibc's are scalar calls).
  *
  * ai_expf: Cephes' degree-6 polynomial on [-ln2/2, ln2/2] after the range
  * reduction x = n ln2 + r (ln2 split in two), scaled by 2^n through the
@@ -11,6 +11,11 @@
  * ai_tanhf: an odd polynomial (Cephes' tanhf coefficients) for |x| < 0.625,
  * else sign(x) (1 - 2 / (exp(2|x|) + 1)) with ai_expf: within a few ulp of
  * tanh; +-1 beyond |x| = 9.01 (as float32 tanh), NaN stays NaN.
+ *
+ * ai_erff: erf(x) = x P(x^2) / Q(x^2) on |x| <= 3.92 (degrees 6 and 4, fitted
+ * here for relative error, 7e-8 in exact arithmetic), +-1 beyond, where
+ * float32 erf rounds to +-1. Measured against double erf over [-10, 10] in
+ * steps of 1e-5: within 7 ulp (4e-7 relative); NaN stays NaN.
  */
 #ifndef AI_FASTMATH_H
 #define AI_FASTMATH_H
@@ -58,6 +63,31 @@ static inline float ai_tanhf(float x)
     const float small = p * z * x + x;
     const float big = 1.0f - 2.0f / (ai_expf(2.0f * (a < 9.1f ? a : 9.1f)) + 1.0f);
     const float r = a < 0.625f ? small : copysignf(big, x);
+    return x == x ? r : x;
+}
+
+static inline float ai_erff(float x)
+{
+    float c = x < 3.92f ? x : 3.92f;
+    c = c > -3.92f ? c : -3.92f;
+    const float y = c * c;
+    float p = 2.010060088e-08f;
+    p = p * y - 1.952718516e-06f;
+    p = p * y + 1.389690573e-04f;
+    p = p * y + 3.572492194e-03f;
+    p = p * y + 5.015901048e-02f;
+    p = p * y + 1.968408735e-01f;
+    p = p * y + 1.128379136e+00f;
+    float q = 9.254776588e-04f;
+    q = q * y + 1.408832580e-02f;
+    q = q * y + 1.137187244e-01f;
+    q = q * y + 5.077777676e-01f;
+    q = q * y + 1.0f;
+    float r = c * p / q;
+    r = r < 1.0f ? r : 1.0f; /* the rounding of p / q can pass 1 by 2 ulp */
+    r = r > -1.0f ? r : -1.0f;
+    r = x < 3.92f ? r : 1.0f; /* float32 erf is 1 there */
+    r = x > -3.92f ? r : -1.0f;
     return x == x ? r : x;
 }
 

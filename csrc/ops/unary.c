@@ -184,8 +184,12 @@ UNARY_KERNELS2(tanh, ai_tanhf(xf), 1.0f - yf * yf, tanh(x), 1.0 - y * y)
 UNARY_KERNELS2(gelu_tanh, xf * gelu_tanh_sf(xf), gelu_tanh_deriv_f(xf),
                0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x))),
                gelu_tanh_deriv(x))
-UNARY_KERNELS(gelu_erf, 0.5 * x * (1 + erf(x * SQRT1_2)),
-              0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
+/* float32 Gelu(none) in float as torch computes it, 1 + erf included */
+UNARY_KERNELS2(gelu_erf, 0.5f * xf * (1.0f + ai_erff(xf * (float)SQRT1_2)),
+               0.5f * (1.0f + ai_erff(xf * (float)SQRT1_2)) +
+                   xf * ai_expf(-0.5f * xf * xf) * (float)INV_SQRT_2PI,
+               0.5 * x * (1 + erf(x * SQRT1_2)),
+               0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI)
 
 static ai_status gelu_forward(ai_ctx *c)
 {
@@ -199,7 +203,8 @@ static ai_status gelu_backward(ai_ctx *c)
                                                           : gelu_erf_backward(c);
 }
 
-UNARY_KERNELS(erf, erf(x), TWO_INV_SQRT_PI * exp(-x * x))
+UNARY_KERNELS2(erf, ai_erff(xf), (float)TWO_INV_SQRT_PI * ai_expf(-xf * xf), erf(x),
+               TWO_INV_SQRT_PI * exp(-x * x))
 UNARY_KERNELS2(sqrt, sqrtf(xf), 0.5 / y, sqrt(x), 0.5 / y)
 UNARY_KERNELS2(reciprocal, 1.0f / xf, -y * y, 1.0 / x, -y * y)
 UNARY_KERNELS2(exp, ai_expf(xf), yf, exp(x), y)

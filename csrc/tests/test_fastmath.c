@@ -1,7 +1,8 @@
 /*
  * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf within
  * 2 ulp over its whole normal range (a strided sweep of every float bit
- * pattern there), its saturation and special values; ai_tanhf likewise.
+ * pattern there), its saturation and special values; ai_tanhf and ai_erff
+ * likewise.
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,8 +57,25 @@ TEST(tanhf_within_a_few_ulp)
     CHECK(ai_tanhf(INFINITY) == 1.0f && ai_tanhf(-INFINITY) == -1.0f && isnan(ai_tanhf(NAN)));
 }
 
+TEST(erff_within_8_ulp)
+{
+    double worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) {
+        const float x = from_bits((uint32_t)b);
+        if (!isfinite(x) || fabsf(x) < 1e-30f)
+            continue;
+        const double u = ulps(ai_erff(x), erf((double)x));
+        worst = u > worst ? u : worst;
+        CHECK(fabsf(ai_erff(x)) <= 1.0f);
+    }
+    CHECK(worst <= 8.0);
+    CHECK(ai_erff(0.0f) == 0.0f && signbit(ai_erff(-0.0f)));
+    CHECK(ai_erff(INFINITY) == 1.0f && ai_erff(-INFINITY) == -1.0f && isnan(ai_erff(NAN)));
+}
+
 const ctest_case fastmath_cases[] = {
     CASE(expf_within_2_ulp_and_saturates),
     CASE(tanhf_within_a_few_ulp),
+    CASE(erff_within_8_ulp),
     {NULL, NULL},
 };
