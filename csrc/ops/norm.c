@@ -482,7 +482,7 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 }
 
 #define DEFINE_LN_KERNELS(SUF, T)                                                          \
-    /* per row: mean, invstd (double); y = (x - mean) * invstd * scale + bias */           \
+    /* per row: mean, invstd (double sums); y = (x - mean) * invstd * scale + bias in T */ \
     AI_VECTOR_CLONES static void ln_forward_##SUF(T *y, double *mean, double *invstd,      \
                                                   const T *x, const T *scale,              \
                                                   const T *bias, double eps, int64_t R,    \
@@ -498,14 +498,20 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             const double is = 1.0 / sqrt(v / (double)H + eps);                             \
             mean[r] = m;                                                                   \
             invstd[r] = is;                                                                \
-            for (int64_t h = 0; h < H; h++)                                                \
-                yr[h] = (T)((xr[h] - m) * is * scale[h] + (bias ? bias[h] : 0));           \
+            const T mt = (T)m, ist = (T)is;                                                \
+            if (bias)                                                                      \
+                for (int64_t h = 0; h < H; h++)                                            \
+                    yr[h] = (xr[h] - mt) * ist * scale[h] + bias[h];                       \
+            else                                                                           \
+                for (int64_t h = 0; h < H; h++)                                            \
+                    yr[h] = (xr[h] - mt) * ist * scale[h];                                 \
         }                                                                                  \
     }                                                                                      \
     /* With xhat = (x - mean) * invstd, g = dy * scale, per row:                           \
      * dx += invstd * (g - mean(g) - xhat * mean(g * xhat))                                \
      *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
-     * dscale[h] += dy * xhat, dbias[h] += dy (double sums); dx = with assign. */         \
+     * dscale[h] += dy * xhat, dbias[h] += dy (double sums, as the row sums; the    \
+     * elementwise terms in T, as torch); dx = with assign. */                           \
     AI_VECTOR_CLONES static void ln_backward_##SUF(T *dx, bool assign, double *dscale,     \
                                                    double *dbias, const T *dy, const T *x, \
                                                    const T *scale, const double *mean,     \
@@ -517,24 +523,26 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * H, *dyr = dy + r * H;                                    \
             const double m = mean[r], is = invstd[r];                                      \
-            if (dscale || dbias)                                                           \
+            const T mt = (T)m, ist = (T)is;                                                \
+            if (dscale)                                                                    \
                 for (int64_t h = 0; h < H; h++) {                                          \
-                    dscale[h] += dyr[h] * (xr[h] - m) * is;                                \
+                    dscale[h] += dyr[h] * ((xr[h] - mt) * ist);                            \
                     dbias[h] += dyr[h];                                                    \
                 }                                                                          \
             if (!dx)                                                                       \
                 continue;                                                                  \
             double a, b;                                                                   \
-            SUM8_OF(a, H, h, (double)dyr[h] * scale[h]);                                   \
-            SUM8_OF(b, H, h, (double)dyr[h] * scale[h] * (xr[h] - m) * is);                \
+            SUM8_OF(a, H, h, dyr[h] * scale[h]);                                           \
+            SUM8_OF(b, H, h, dyr[h] * scale[h] * ((xr[h] - mt) * ist));                    \
             a /= (double)H;                                                                \
             b /= (double)H;                                                                \
-            const double dm = dmean ? get_d(dmean, r) / (double)H : 0;                     \
-            const double di = dinvstd ? get_d(dinvstd, r) * is * is / (double)H : 0;       \
+            const T dm = (T)(dmean ? get_d(dmean, r) / (double)H : 0);                     \
+            const T di = (T)(dinvstd ? get_d(dinvstd, r) * is * is / (double)H : 0);       \
+            const T at = (T)a, bt = (T)b;                                                  \
             T *dxr = dx + r * H;                                                           \
             for (int64_t h = 0; h < H; h++) {                                              \
-                const double xh = (xr[h] - m) * is;                                        \
-                const T v = (T)(is * ((double)dyr[h] * scale[h] - a - xh * b) + dm - di * xh); \
+                const T xh = (xr[h] - mt) * ist;                                           \
+                const T v = ist * (dyr[h] * scale[h] - at - xh * bt) + dm - di * xh;       \
                 dxr[h] = assign ? v : dxr[h] + v;                                          \
             }                                                                              \
         }                                                                                  \
