@@ -156,7 +156,8 @@ def test_matmul_errors():
 
 # ---------------------------------------------------------------- BatchNormalization
 
-BN_SHAPES = [(4, 3), (3, 2, 7), (2, 3, 4, 5), (2, 2, 3, 2, 3), (1, 3, 1, 1)]
+# (16, 37): X (N, C) takes the row kernels (S = 1) through their vector body and tail
+BN_SHAPES = [(4, 3), (3, 2, 7), (2, 3, 4, 5), (2, 2, 3, 2, 3), (1, 3, 1, 1), (16, 37)]
 
 
 def _bn_stats(c, dtype, seed=5):
@@ -237,7 +238,7 @@ def _bn_train_case(shape, dtype, momentum, eps, steps, n_outputs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1)], ids=str)
+@pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1), (16, 37)], ids=str)
 @pytest.mark.parametrize("momentum,eps", [(None, 1e-5), (0.7, 1e-3), (0.0, 1e-5)], ids=str)
 def test_batchnorm_training(shape, momentum, eps, dtype):
     _bn_train_case(shape, dtype, momentum, eps, steps=2, n_outputs=1)

@@ -245,8 +245,81 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                  \
     }
 
+/* X of shape (N, C) (S = 1, BatchNorm1d after a Linear): a plane is one value,
+ * so the kernels above would pay their per-plane setup for every element.
+ * These take the channels [c0, c1) of every row n instead: the loops over
+ * channels vectorise, the sums run over n in order (double). */
+#define DEFINE_BN_ROW_KERNELS(SUF, T)                                                      \
+    AI_VECTOR_CLONES static void bn_rows_stats_##SUF(double *mean, double *var,             \
+                                                     const T *x, bn_dims d, int64_t c0,    \
+                                                     int64_t c1)                           \
+    {                                                                                      \
+        for (int64_t ch = c0; ch < c1; ch++)                                               \
+            mean[ch] = var[ch] = 0;                                                        \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const T *xr = x + n * d.C;                                                     \
+            for (int64_t ch = c0; ch < c1; ch++)                                           \
+                mean[ch] += xr[ch];                                                        \
+        }                                                                                  \
+        for (int64_t ch = c0; ch < c1; ch++)                                               \
+            mean[ch] /= (double)d.N;                                                       \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const T *xr = x + n * d.C;                                                     \
+            for (int64_t ch = c0; ch < c1; ch++)                                           \
+                var[ch] += (xr[ch] - mean[ch]) * (xr[ch] - mean[ch]);                      \
+        }                                                                                  \
+        for (int64_t ch = c0; ch < c1; ch++)                                               \
+            var[ch] /= (double)d.N;                                                        \
+    }                                                                                      \
+    AI_VECTOR_CLONES static void bn_rows_forward_##SUF(T *y, const T *x, const double *mean, \
+                                                       const double *invstd,               \
+                                                       const T *scale, const T *bias,      \
+                                                       bn_dims d, int64_t c0, int64_t c1)  \
+    {                                                                                      \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const T *xr = x + n * d.C;                                                     \
+            T *yr = y + n * d.C;                                                           \
+            for (int64_t ch = c0; ch < c1; ch++)                                           \
+                yr[ch] = (T)((xr[ch] - mean[ch]) * (invstd[ch] * scale[ch]) + bias[ch]);   \
+        }                                                                                  \
+    }                                                                                      \
+    AI_VECTOR_CLONES static void bn_rows_sums_##SUF(double *sdy, double *sdyx, const T *dy, \
+                                                    const T *x, const double *mean,        \
+                                                    bn_dims d, int64_t c0, int64_t c1)     \
+    {                                                                                      \
+        for (int64_t ch = c0; ch < c1; ch++)                                               \
+            sdy[ch] = sdyx[ch] = 0;                                                        \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const T *dr = dy + n * d.C, *xr = x + n * d.C;                                 \
+            for (int64_t ch = c0; ch < c1; ch++) {                                         \
+                sdy[ch] += dr[ch];                                                         \
+                sdyx[ch] += dr[ch] * (xr[ch] - mean[ch]);                                  \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    AI_VECTOR_CLONES static void bn_rows_backward_##SUF(                                   \
+        T *dx, const T *dy, const T *x, const double *mean, const double *invstd,          \
+        const T *scale, const double *sdy, const double *sdyx, bool batch_stats,           \
+        bool assign, bn_dims d, int64_t c0, int64_t c1)                                    \
+    {                                                                                      \
+        const double cnt = (double)d.N, gs = batch_stats ? 1.0 : 0.0;                      \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const T *dr = dy + n * d.C, *xr = x + n * d.C;                                 \
+            T *dxr = dx + n * d.C;                                                         \
+            for (int64_t ch = c0; ch < c1; ch++) {                                         \
+                const double is = invstd[ch];                                              \
+                const T v = (T)((dr[ch] - gs * sdy[ch] / cnt -                             \
+                                 (xr[ch] - mean[ch]) * (gs * sdyx[ch] * is * is / cnt)) *  \
+                                (is * scale[ch]));                                         \
+                dxr[ch] = assign ? v : dxr[ch] + v;                                        \
+            }                                                                              \
+        }                                                                                  \
+    }
+
 DEFINE_BN_KERNELS(f32, float)
 DEFINE_BN_KERNELS(f64, double)
+DEFINE_BN_ROW_KERNELS(f32, float)
+DEFINE_BN_ROW_KERNELS(f64, double)
 
 /* BatchNormalization on the thread pool. Training: one job over channels,
  * each channel's statistics (or backward sums) and then its N planes; eval:
@@ -287,23 +360,56 @@ static void bn_forward_planes_range(void *ctx, int64_t lo, int64_t hi)
     bn_planes(ctx, false, lo, hi);
 }
 
+/* Forward with fixed statistics of channels [lo, hi) of X (N, C). */
+static void bn_rows_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    if (j->f64)
+        bn_rows_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
+    else
+        bn_rows_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
+}
+
 /* Training forward of channels [lo, hi): mean, var, invstd, then y. */
 static void bn_train_forward_range(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
-    if (j->f64)
+    const bool rows = j->d.S == 1;
+    if (rows && j->f64)
+        bn_rows_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
+    else if (rows)
+        bn_rows_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
+    else if (j->f64)
         bn_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
     else
         bn_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
     for (int64_t ch = lo; ch < hi; ch++)
         j->invstd[ch] = 1.0 / sqrt(j->var[ch] + j->eps);
-    bn_channel_planes(j, false, lo, hi);
+    if (rows && j->f64)
+        bn_rows_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
+    else if (rows)
+        bn_rows_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
+    else
+        bn_channel_planes(j, false, lo, hi);
 }
 
 /* Backward of channels [lo, hi): the sums, then dx. */
 static void bn_backward_range(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
+    if (j->d.S == 1) {
+        if (j->f64)
+            bn_rows_sums_f64(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
+        else
+            bn_rows_sums_f32(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
+        if (j->out && j->f64)
+            bn_rows_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy,
+                                 j->sdyx, j->batch_stats, j->assign, j->d, lo, hi);
+        else if (j->out)
+            bn_rows_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy,
+                                 j->sdyx, j->batch_stats, j->assign, j->d, lo, hi);
+        return;
+    }
     if (j->f64)
         bn_sums_f64(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
     else
@@ -348,7 +454,10 @@ static ai_status bn_forward(ai_ctx *c)
         }
         for (int k = 1; k < c->n_out; k++)
             memcpy(c->out[k]->data, c->in[k + 2]->data, ai_tensor_nbytes(c->in[k + 2]));
-        bn_run(&j, false, bn_forward_planes_range);
+        if (d.S == 1)
+            bn_run(&j, true, bn_rows_forward_range);
+        else
+            bn_run(&j, false, bn_forward_planes_range);
         return AI_OK;
     }
     bn_run(&j, true, bn_train_forward_range);
