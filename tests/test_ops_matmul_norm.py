@@ -238,7 +238,9 @@ def _bn_train_case(shape, dtype, momentum, eps, steps, n_outputs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1), (16, 37)], ids=str)
+# planes of 125 and 561 values: the blocked sums' 32-lane body, tail and second block
+@pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1), (16, 37), (2, 3, 25, 5),
+                                                   (2, 2, 33, 17)], ids=str)
 @pytest.mark.parametrize("momentum,eps", [(None, 1e-5), (0.7, 1e-3), (0.0, 1e-5)], ids=str)
 def test_batchnorm_training(shape, momentum, eps, dtype):
     _bn_train_case(shape, dtype, momentum, eps, steps=2, n_outputs=1)
@@ -266,9 +268,10 @@ def test_batchnorm_training_mode_attribute_uses_batch_statistics():
     np.testing.assert_allclose(g.buffers()["var"], rv.numpy(), rtol=1e-12)
 
 
-def test_batchnorm_training_large_mean_float32():
+@pytest.mark.parametrize("shape", [(16, 3, 8, 8), (2, 3, 33, 17)], ids=str)
+def test_batchnorm_training_large_mean_float32(shape):
     # float64 statistics: a large offset does not spoil the variance
-    x = (_x((16, 3, 8, 8), np.float32) + 1000).astype(np.float32)
+    x = (_x(shape, np.float32) + 1000).astype(np.float32)
     # the reference runs in float64: torch's own float32 statistics lose digits
     # to the offset, the engine's (accumulated in double) do not
     check_op("BatchNormalization", {"x": x},

@@ -159,17 +159,22 @@ static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
 }
 
 /* db[m] += sum of dy (N, M, S) over s, then n, for m in [m0, m1): one sum
- * per (n, m) plane, added in the order of n. */
-static void FN(bias_backward_range)(void *ctx, int64_t m0, int64_t m1)
+ * per (n, m) plane in 8 partial sums (they vectorise), added in the order of n. */
+AI_VECTOR_CLONES static void FN(bias_backward_range)(void *ctx, int64_t m0, int64_t m1)
 {
     const FN(cols_job) *j = ctx;
+    const int64_t S = j->S;
     for (int64_t m = m0; m < m1; m++)
         for (int64_t n = 0; n < j->N; n++) {
-            const T *dy = j->src + (n * j->M + m) * j->S;
-            T sum = 0;
-            for (int64_t s = 0; s < j->S; s++)
-                sum += dy[s];
-            j->dst[m] += sum;
+            const T *dy = j->src + (n * j->M + m) * S;
+            T p[8] = {0};
+            int64_t s = 0;
+            for (; s + 8 <= S; s += 8)
+                for (int l = 0; l < 8; l++)
+                    p[l] += dy[s + l];
+            for (; s < S; s++)
+                p[s % 8] += dy[s];
+            j->dst[m] += ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
         }
 }
 
