@@ -5,8 +5,10 @@
 #include "gemm.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "../parallel.h"
+#include "simd.h"
 
 #ifdef AI_HAVE_OPENBLAS
 /* declared here rather than through the wheel's cblas.h, whose symbol
@@ -55,10 +57,88 @@ int scipy_openblas_get_num_threads(void);
 DEFINE_REF_GEMM(ai_gemm_ref_f32, float)
 DEFINE_REF_GEMM(ai_gemm_ref_f64, double)
 
+/*
+ * Skinny float32 products, M <= SK_MR rows of C (a Linear on a small batch,
+ * its input gradient). The library packs the whole of B, the large operand,
+ * at every call, to reuse it over many rows of A that are not there. Here A
+ * is copied transposed and scaled by alpha (K x 16, zero rows past M) and B
+ * is read in place, once: a register tile of SK_NR columns of C (broadcasts
+ * of B) by 16 rows (two vectors of the copy), 12 FMAs per 8 loads. K runs in
+ * chunks of SK_KC (the copy lives on the stack), each later chunk adding to
+ * C. Measured against OpenBLAS, one thread, 16 x 128 x 640 (M x N x K):
+ * 47 -> 34 us with warm caches, 132 -> 85 us with cold ones; Anomaly's eval
+ * forward 3-9% faster. Taken for K >= 64 and N K >= 4096 only: with fewer
+ * terms per output the tile's scattered stores outweigh its FMAs
+ * (MobileNet's pointwise convs, K = 8..32, were 4% slower).
+ */
+#define SK_MR 16
+#define SK_NR 6
+#define SK_KC 256
+AI_VEC_DECL(sk_vec, float);
+
+AI_GEMM_CLONES static void skinny_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                     float alpha, const float *A, int64_t lda, const float *B,
+                                     int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    _Alignas(32) float at[SK_KC * SK_MR];
+    const int64_t am = ta ? 1 : lda, ak = ta ? lda : 1; /* op(A)[m, k] = A[m am + k ak] */
+    const int64_t bk = tb ? 1 : ldb, bn = tb ? ldb : 1; /* op(B)[k, n] = B[k bk + n bn] */
+    for (int64_t k0 = 0; k0 < K; k0 += SK_KC) {
+        const int64_t kc = K - k0 < SK_KC ? K - k0 : SK_KC;
+        const float cb = k0 ? 1.0f : beta; /* what C is scaled by before adding */
+        for (int64_t m = 0; m < SK_MR; m++)
+            if (m < M)
+                for (int64_t k = 0; k < kc; k++)
+                    at[k * SK_MR + m] = alpha * A[m * am + (k0 + k) * ak];
+            else
+                for (int64_t k = 0; k < kc; k++)
+                    at[k * SK_MR + m] = 0.0f;
+        for (int64_t n0 = 0; n0 < N; n0 += SK_NR) {
+            const int nr = N - n0 < SK_NR ? (int)(N - n0) : SK_NR;
+            const float *bp = B + k0 * bk + n0 * bn;
+            sk_vec acc[SK_NR][2];
+            for (int r = 0; r < SK_NR; r++)
+                acc[r][0] = acc[r][1] = (sk_vec){0};
+            if (nr == SK_NR)
+                for (int64_t k = 0; k < kc; k++) {
+                    const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
+                    const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
+                    for (int r = 0; r < SK_NR; r++) {
+                        const float b = bp[k * bk + r * bn];
+                        acc[r][0] += b * a0;
+                        acc[r][1] += b * a1;
+                    }
+                }
+            else
+                for (int64_t k = 0; k < kc; k++) {
+                    const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
+                    const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
+                    for (int r = 0; r < nr; r++) {
+                        const float b = bp[k * bk + r * bn];
+                        acc[r][0] += b * a0;
+                        acc[r][1] += b * a1;
+                    }
+                }
+            for (int r = 0; r < nr; r++) {
+                float t[SK_MR];
+                memcpy(t, acc[r], sizeof t);
+                for (int64_t m = 0; m < M; m++) {
+                    float *c = C + m * ldc + n0 + r;
+                    *c = cb == 0 ? t[m] : t[m] + cb * *c; /* beta 0: C not read */
+                }
+            }
+        }
+    }
+}
+
 static void gemm_serial_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb,
                             float beta, float *C, int64_t ldc)
 {
+    if (K >= 64 && M <= SK_MR && N >= SK_NR && N * K >= 4096) {
+        skinny_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
         FITS_INT(ldb) && FITS_INT(ldc)) {
