@@ -221,17 +221,17 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     {                                                                                      \
         for (int64_t pl = p0; pl < p1; pl++) {                                             \
             const int64_t ch = pl % d.C, off = pl * d.S;                                   \
-            /* x - mean as (x - mt) + dm: exact where x is near the rounded mean */     \
+            /* x - mean as (x - mt) + dm: exact where x is near the rounded mean */        \
             const T m = (T)mean[ch], dm = (T)((double)m - mean[ch]);                       \
             const T a = (T)(invstd[ch] * scale[ch]), b = bias[ch];                         \
             for (int64_t s = 0; s < d.S; s++)                                              \
                 y[off + s] = ((x[off + s] - m) + dm) * a + b;                              \
         }                                                                                  \
     }                                                                                      \
-    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean): per plane as BLOCK_SUM32_OF   \
-     * (both in one pass), about the mean rounded to T, then corrected:            \
+    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean): per plane as BLOCK_SUM32_OF         \
+     * (both in one pass), about the mean rounded to T, then corrected:                    \
      * sum dy (x - m) = sum dy (x - mt) - (m - mt) sum dy. */                              \
-    AI_VECTOR_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,      \
+    AI_VECTOR_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,     \
                                                const T *x, const double *mean, bn_dims d,  \
                                                int64_t c0, int64_t c1)                     \
     {                                                                                      \
@@ -268,7 +268,7 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                  \
     }                                                                                      \
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
-     * statistics, dx += scale * invstd * dy with fixed ones (= with assign) */             \
+     * statistics, dx += scale * invstd * dy with fixed ones (= with assign) */            \
     AI_VECTOR_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,         \
                                                    const double *mean,                     \
                                                    const double *invstd, const T *scale,   \
@@ -298,7 +298,7 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
  * These take the channels [c0, c1) of every row n instead: the loops over
  * channels vectorise, the sums run over n in order (double). */
 #define DEFINE_BN_ROW_KERNELS(SUF, T)                                                      \
-    AI_VECTOR_CLONES static void bn_rows_stats_##SUF(double *mean, double *var,             \
+    AI_VECTOR_CLONES static void bn_rows_stats_##SUF(double *mean, double *var,            \
                                                      const T *x, bn_dims d, int64_t c0,    \
                                                      int64_t c1)                           \
     {                                                                                      \
@@ -667,8 +667,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     /* With xhat = (x - mean) * invstd, g = dy * scale, per row:                           \
      * dx += invstd * (g - mean(g) - xhat * mean(g * xhat))                                \
      *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
-     * dscale[h] += dy * xhat, dbias[h] += dy (double sums, as the row sums; the    \
-     * elementwise terms in T, as torch); dx = with assign. */                           \
+     * dscale[h] += dy * xhat, dbias[h] += dy (double sums, as the row sums; the           \
+     * elementwise terms in T, as torch); dx = with assign. */                             \
     AI_VECTOR_CLONES static void ln_backward_##SUF(T *dx, bool assign, double *dscale,     \
                                                    double *dbias, const T *dy, const T *x, \
                                                    const T *scale, const double *mean,     \
@@ -683,14 +683,14 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             const T mt = (T)m, dmt = (T)((double)mt - m), ist = (T)is;                     \
             if (dscale)                                                                    \
                 for (int64_t h = 0; h < H; h++) {                                          \
-                    dscale[h] += dyr[h] * (((xr[h] - mt) + dmt) * ist);                     \
+                    dscale[h] += dyr[h] * (((xr[h] - mt) + dmt) * ist);                    \
                     dbias[h] += dyr[h];                                                    \
                 }                                                                          \
             if (!dx)                                                                       \
                 continue;                                                                  \
             double a, b;                                                                   \
             SUM8_OF(a, H, h, dyr[h] * scale[h]);                                           \
-            SUM8_OF(b, H, h, dyr[h] * scale[h] * (((xr[h] - mt) + dmt) * ist));             \
+            SUM8_OF(b, H, h, dyr[h] * scale[h] * (((xr[h] - mt) + dmt) * ist));            \
             a /= (double)H;                                                                \
             b /= (double)H;                                                                \
             const T dm = (T)(dmean ? get_d(dmean, r) / (double)H : 0);                     \
@@ -698,7 +698,7 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             const T at = (T)a, bt = (T)b;                                                  \
             T *dxr = dx + r * H;                                                           \
             for (int64_t h = 0; h < H; h++) {                                              \
-                const T xh = ((xr[h] - mt) + dmt) * ist;                                    \
+                const T xh = ((xr[h] - mt) + dmt) * ist;                                   \
                 const T v = ist * (dyr[h] * scale[h] - at - xh * bt) + dm - di * xh;       \
                 dxr[h] = assign ? v : dxr[h] + v;                                          \
             }                                                                              \
@@ -812,7 +812,7 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 #define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
     /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
-    AI_VECTOR_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx,\
+    AI_VECTOR_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, \
                                                   double *sum, sm_dims d, int64_t i0,      \
                                                   int64_t i1)                              \
     {                                                                                      \
@@ -820,33 +820,33 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         for (int64_t o = 0; o < d.outer; o++) {                                            \
             const T *xo = x + o * L * I;                                                   \
             T *yo = y + o * L * I;                                                         \
-            for (int64_t i = i0; i < i1; i++) {                                              \
+            for (int64_t i = i0; i < i1; i++) {                                            \
                 mx[i] = -INFINITY;                                                         \
                 sum[i] = 0;                                                                \
             }                                                                              \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = i0; i < i1; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                        \
                     const double v = xo[l * I + i];                                        \
                     mx[i] = (v > mx[i] || v != v) && mx[i] == mx[i] ? v : mx[i];           \
                 }                                                                          \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = i0; i < i1; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                        \
                     const T e = EXPF(xo[l * I + i] - (T)mx[i]);                            \
                     sum[i] += e;                                                           \
                     if (!log_)                                                             \
                         yo[l * I + i] = e;                                                 \
                 }                                                                          \
-            for (int64_t i = i0; i < i1; i++) /* once per column */                      \
+            for (int64_t i = i0; i < i1; i++) /* once per column */                        \
                 sum[i] = log_ ? mx[i] + log(sum[i]) : 1.0 / sum[i];                        \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = i0; i < i1; i++)                                            \
+                for (int64_t i = i0; i < i1; i++)                                          \
                     yo[l * I + i] = log_ ? (T)(xo[l * I + i] - sum[i])                     \
                                          : (T)(yo[l * I + i] * sum[i]);                    \
         }                                                                                  \
     }                                                                                      \
-    /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy); dx = with \
+    /* softmax: dx += y * (dy - sum(dy * y)); log: dx += dy - exp(y) * sum(dy); dx = with  \
      * assign */                                                                           \
-    AI_VECTOR_CLONES static void sm_backward_##SUF(T *dx, const T *dy, const T *y,        \
+    AI_VECTOR_CLONES static void sm_backward_##SUF(T *dx, const T *dy, const T *y,         \
                                                    bool log_, bool assign, double *sum,    \
                                                    sm_dims d, int64_t i0, int64_t i1)      \
     {                                                                                      \
@@ -854,14 +854,14 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         for (int64_t o = 0; o < d.outer; o++) {                                            \
             const T *dyo = dy + o * L * I, *yo = y + o * L * I;                            \
             T *dxo = dx + o * L * I;                                                       \
-            for (int64_t i = i0; i < i1; i++)                                                \
+            for (int64_t i = i0; i < i1; i++)                                              \
                 sum[i] = 0;                                                                \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = i0; i < i1; i++)                                            \
+                for (int64_t i = i0; i < i1; i++)                                          \
                     sum[i] += log_ ? (double)dyo[l * I + i]                                \
                                    : (double)dyo[l * I + i] * yo[l * I + i];               \
             for (int64_t l = 0; l < L; l++)                                                \
-                for (int64_t i = i0; i < i1; i++) {                                          \
+                for (int64_t i = i0; i < i1; i++) {                                        \
                     const int64_t k = l * I + i;                                           \
                     const T g = log_ ? (T)(dyo[k] - EXPF(yo[k]) * sum[i])                  \
                                      : (T)(yo[k] * (dyo[k] - sum[i]));                     \
@@ -877,7 +877,7 @@ DEFINE_SM_KERNELS(f64, double, exp)
  * that vectorise: 8 lanes for the max and for the double sums. A NaN is
  * skipped by the max but makes the sum, hence the whole row, NaN. */
 #define DEFINE_SM_ROW_KERNELS(SUF, T, EXPF)                                                \
-    /* sum of v[0, L) in 8 double lanes (an exp pass apart: both loops vectorise) */     \
+    /* sum of v[0, L) in 8 double lanes (an exp pass apart: both loops vectorise) */       \
     static inline double sm_sum_##SUF(const T *v, int64_t L)                               \
     {                                                                                      \
         double s8[8] = {0};                                                                \
@@ -920,8 +920,8 @@ DEFINE_SM_KERNELS(f64, double, exp)
             }                                                                              \
         }                                                                                  \
     }                                                                                      \
-    /* softmax: dx += y (dy - sum(dy y)); log: dx += dy - exp(y) sum(dy); the sums in   \
-     * double, the rest in T, like torch */                                              \
+    /* softmax: dx += y (dy - sum(dy y)); log: dx += dy - exp(y) sum(dy); the sums in      \
+     * double, the rest in T, like torch */                                                \
     AI_VECTOR_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,    \
                                                         bool log_, bool assign, int64_t R, \
                                                         int64_t L)                         \
