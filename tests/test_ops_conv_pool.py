@@ -92,7 +92,12 @@ CONV_CASES = {
     # across lanes once per chunk): 4 + 1 images; LeNet's 6 -> 16 5x5 (25 taps)
     "2d_direct_dw_chunks": (5, 2, 5, (20, 14), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_direct_dw_lenet": (4, 6, 16, (14, 14), (5, 5), (1, 1), (1, 1), None, 1, True),
-    # strided: the same kernel on stride-phase planes (forward only)
+    # strided: the same kernel on stride-phase planes; with grids of >= 256 positions the
+    # weight gradient too (MobileNet's first conv; asymmetric strides with dilation; 1d)
+    "2d_direct_dw_s2": (3, 3, 8, (40, 38), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_direct_dw_s23_dil": (2, 4, 6, (45, 50), (3, 2), (2, 3), (2, 1), (1, 0, 2, 1), 1,
+                             True),
+    "1d_direct_dw_s3": (2, 3, 5, (700,), (5,), (3,), (1,), (2, 1), 1, False),
     "2d_direct_s2_3x3": (2, 3, 5, (11, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_direct_10x4_s2": (2, 1, 6, (20, 9), (10, 4), (2, 2), (1, 1), (4, 1, 5, 2), 1, True),
     "2d_direct_s23_dil": (1, 4, 9, (13, 17), (3, 2), (2, 3), (2, 3), (0, 2, 1, 0), 1, False),
@@ -199,6 +204,26 @@ def test_conv_constant_weight_and_constant_input():
     check_op("Conv", {"x": x}, ref, consts={"w": w, "b": b}, attrs={"pads": [1, 1, 1, 1]})
     check_op("Conv", {"w": w, "b": b}, lambda w, b, x: ref(x, w, b), consts={"x": x},
              attrs={"pads": [1, 1, 1, 1]}, input_order=["x", "w", "b"])
+
+
+@dtypes
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if "direct" in c])
+def test_conv_weight_gradient_alone(case, dtype):
+    # X a constant (a model's first layer): the weight gradient without the input's,
+    # which float32 takes through the direct kernel when the grid is large enough,
+    # strided ones included
+    N, C, M, sp, k, s, d, pads, group, bias = CONV_CASES[case]
+    nsp = len(sp)
+    x = _x((N, C, *sp), dtype, 1)
+    inputs = {"w": _x((M, C // group, *k), dtype, 2)}
+    if bias:
+        inputs["b"] = _x((M,), dtype, 3)
+    attrs = {"strides": list(s), "dilations": list(d), "group": group}
+    if pads is not None:
+        attrs["pads"] = list(pads)
+    ref = _conv_ref(nsp, s, d, pads, group)
+    check_op("Conv", inputs, lambda *a: ref(a[-1], *a[:-1]), consts={"x": x}, attrs=attrs,
+             input_order=["x", *inputs])
 
 
 # ---------------------------------------------------------------- ConvTranspose
