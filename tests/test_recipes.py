@@ -285,6 +285,40 @@ def test_batchnorm_epilogue_against_onnxruntime_and_back(producer, bias):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_batchnorm_epilogue_rows(dtype):
+    """FusedGemm's BatchNorm epilogue on (N, M) rows, float32 and float64, with
+    37 channels (vector body and tail) on 3 rows, and a Relu after it,
+    against NumPy in float64 from the same values."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(11)
+    k, c = 20, 37
+    vals = {"w": rng.normal(0, 1, (c, k)), "b": rng.normal(0, 1, c),
+            "scale": rng.uniform(0.5, 1.5, c), "shift": rng.normal(0, 0.5, c),
+            "mean": rng.normal(0, 0.5, c), "var": rng.uniform(0.5, 1.5, c)}
+    vals = {n: v.astype(dtype) for n, v in vals.items()}
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["p"], name="prod", transB=1),
+             helper.make_node("BatchNormalization", ["p", "scale", "shift", "mean", "var"],
+                              ["q"], name="bn", epsilon=1e-3),
+             helper.make_node("Relu", ["q"], ["y"], name="relu")]
+    proto = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, ["N", k])],
+                          [helper.make_tensor_value_info("y", elem, ["N", c])],
+                          [numpy_helper.from_array(v, n) for n, v in vals.items()]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_onnx(proto)
+    assert recipes.batchnorm_epilogue(graph) and recipes.fuse_activation(graph)
+    assert _ops(graph) == ["FusedGemm"]
+    x = rng.standard_normal((3, k)).astype(dtype)
+    v = {n: a.astype(np.float64) for n, a in vals.items()}
+    p = x.astype(np.float64) @ v["w"].T + v["b"]
+    ref = np.maximum((p - v["mean"]) / np.sqrt(v["var"] + 1e-3) * v["scale"] + v["shift"], 0)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("recipe,verdict", [("fuse_batchnorm", "not folded"),
                                             ("batchnorm_epilogue", "kept")])
 def test_batchnorm_recipes_skip_with_reasons(recipe, verdict):

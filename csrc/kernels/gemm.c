@@ -99,14 +99,29 @@ AI_GEMM_CLONES static void skinny_f32(bool ta, bool tb, int64_t M, int64_t N, in
             sk_vec acc[SK_NR][2];
             for (int r = 0; r < SK_NR; r++)
                 acc[r][0] = acc[r][1] = (sk_vec){0};
+            /* Software prefetch, a cache line of B per row or column every 16
+             * k. B^T: its panel is SK_NR short rows, too short for the
+             * hardware prefetcher to ramp up on (weights not in cache ran from
+             * L3 at its latency): the next panel's rows are fetched a panel
+             * ahead (Anomaly's eval forward 0.63 -> 0.47 ms, batch 16). B:
+             * the rows 16 k ahead in this panel (training, 2%). */
+            const bool ahead = tb && n0 + 2 * SK_NR <= N;
             if (nr == SK_NR)
-                for (int64_t k = 0; k < kc; k++) {
-                    const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
-                    const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
-                    for (int r = 0; r < SK_NR; r++) {
-                        const float b = bp[k * bk + r * bn];
-                        acc[r][0] += b * a0;
-                        acc[r][1] += b * a1;
+                for (int64_t k1 = 0; k1 < kc; k1 += 16) {
+                    if (ahead)
+                        for (int r = 0; r < SK_NR; r++)
+                            __builtin_prefetch(bp + (SK_NR + r) * bn + k1);
+                    else if (!tb)
+                        for (int64_t k = k1 + 16; k < k1 + 32 && k < K - k0; k++)
+                            __builtin_prefetch(bp + k * bk);
+                    for (int64_t k = k1; k < kc && k < k1 + 16; k++) {
+                        const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
+                        const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
+                        for (int r = 0; r < SK_NR; r++) {
+                            const float b = bp[k * bk + r * bn];
+                            acc[r][0] += b * a0;
+                            acc[r][1] += b * a1;
+                        }
                     }
                 }
             else

@@ -130,6 +130,13 @@ static size_t scratch_bytes(ai_dtype dtype, int ndim, const int64_t *shape)
     return (n + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
 }
 
+/* Bytes of the BatchNorm epilogue's factors as double (M scales, M shifts);
+ * their float copy follows. */
+static size_t bn_factor_bytes(int64_t M)
+{
+    return scratch_bytes(AI_F64, 1, (int64_t[]){2 * M});
+}
+
 /* The context of the base operator: A flattened, the workspace after the
  * scratch gradient. */
 static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_tensor *views)
@@ -170,7 +177,7 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                 return ai_node_error(c->node, AI_ERR_VALUE, "BatchNorm epilogue input %d: %lld "
                                      "float values expected (the output's channels)", k,
                                      (long long)M);
-        const size_t factors = scratch_bytes(AI_F64, 1, (int64_t[]){2 * M});
+        const size_t factors = bn_factor_bytes(M) + scratch_bytes(AI_F32, 1, (int64_t[]){2 * M});
         scratch = scratch > factors ? scratch : factors;
     }
     *ws += scratch; /* [masked output gradient or BN factors | the base's workspace] */
@@ -217,16 +224,35 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                               \
     }
 
+/* The same for S = 1 (a Gemm's (N, M) output): rows of M channels, the
+ * factors a then b as T (2 M), vectorised along the row. */
+#define DEFINE_AFFINE_ROWS(SUF, T)                                                      \
+    AI_VECTOR_CLONES static void affine_rows_##SUF(T *y, int64_t i0, int64_t i1,         \
+                                                   int64_t M, const T *ab)              \
+    {                                                                                   \
+        for (int64_t i = i0; i < i1;) {                                                 \
+            const int64_t m0 = i % M, n = M - m0 < i1 - i ? M - m0 : i1 - i;            \
+            T *yr = y + i;                                                              \
+            const T *a = ab + m0, *b = ab + M + m0;                                     \
+            for (int64_t k = 0; k < n; k++)                                             \
+                yr[k] = yr[k] * a[k] + b[k];                                            \
+            i += n;                                                                     \
+        }                                                                               \
+    }
+
 DEFINE_ACTIVATE(f32, float)
 DEFINE_ACTIVATE(f64, double)
 DEFINE_AFFINE(f32, float)
 DEFINE_AFFINE(f64, double)
+DEFINE_AFFINE_ROWS(f32, float)
+DEFINE_AFFINE_ROWS(f64, double)
 
 typedef struct {
     ai_tensor *y;
     uint8_t *mask;
     const fused_info *f;
     const double *ab; /* BatchNorm epilogue factors, or NULL */
+    float *abf;       /* the same as float (float32 output) */
     int64_t S, M;     /* with ab: plane size and channels */
 } activate_job;
 
@@ -236,7 +262,11 @@ static void activate_range(void *ctx, int64_t lo, int64_t hi)
 {
     const activate_job *j = ctx;
     const bool f32 = j->y->dtype == AI_F32;
-    if (j->ab && f32)
+    if (j->ab && j->S == 1 && f32)
+        affine_rows_f32(j->y->data, lo, hi, j->M, j->abf);
+    else if (j->ab && j->S == 1)
+        affine_rows_f64(j->y->data, lo, hi, j->M, j->ab);
+    else if (j->ab && f32)
         affine_f32(j->y->data, lo, hi, j->S, j->M, j->ab);
     else if (j->ab)
         affine_f64(j->y->data, lo, hi, j->S, j->M, j->ab);
@@ -248,16 +278,32 @@ static void activate_range(void *ctx, int64_t lo, int64_t hi)
         activate_f64(j->y->data, j->mask, lo, hi, j->f->act, j->f->lo, j->f->hi);
 }
 
-/* The BatchNorm epilogue's factors into ab (2 M doubles): a = scale /
- * sqrt(var + eps), b = bias - mean a, from the inputs' current values. */
-static void bn_factors(const ai_ctx *c, double eps, int64_t M, double *ab)
+/* Channel m of a BatchNorm input; `flat`: contiguous float32 or float64,
+ * read directly (ai_tensor_get_flat divides per index). */
+static double channel_value(const ai_tensor *t, bool flat, int64_t m)
 {
+    if (!flat)
+        return ai_tensor_get_flat(t, m);
+    return t->dtype == AI_F32 ? ((const float *)t->data)[m] : ((const double *)t->data)[m];
+}
+
+/* The BatchNorm epilogue's factors into ab (2 M doubles): a = scale /
+ * sqrt(var + eps), b = bias - mean a, from the inputs' current values; and
+ * as float into abf when not NULL. */
+static void bn_factors(const ai_ctx *c, double eps, int64_t M, double *ab, float *abf)
+{
+    bool flat[7];
+    for (int k = 3; k < 7; k++)
+        flat[k] = ai_tensor_is_contiguous(c->in[k]) &&
+                  (c->in[k]->dtype == AI_F32 || c->in[k]->dtype == AI_F64);
     for (int64_t m = 0; m < M; m++) {
-        const double a = ai_tensor_get_flat(c->in[3], m) /
-                         sqrt(ai_tensor_get_flat(c->in[6], m) + eps);
+        const double a = channel_value(c->in[3], flat[3], m) /
+                         sqrt(channel_value(c->in[6], flat[6], m) + eps);
         ab[m] = a;
-        ab[M + m] = ai_tensor_get_flat(c->in[4], m) - ai_tensor_get_flat(c->in[5], m) * a;
+        ab[M + m] = channel_value(c->in[4], flat[4], m) - channel_value(c->in[5], flat[5], m) * a;
     }
+    for (int64_t i = 0; abf && i < 2 * M; i++)
+        abf[i] = (float)ab[i];
 }
 
 static ai_status fused_forward(ai_ctx *c)
@@ -270,7 +316,7 @@ static ai_status fused_forward(ai_ctx *c)
         return st;
     if ((st = f.base->forward(&b)))
         return st;
-    activate_job j = {c->out[0], c->state, &f, NULL, 1, 1};
+    activate_job j = {c->out[0], c->state, &f, NULL, NULL, 1, 1};
     if (f.bn) {
         const ai_tensor *y = c->out[0];
         j.M = y->shape[1];
@@ -279,7 +325,9 @@ static ai_status fused_forward(ai_ctx *c)
         /* the masked gradient's part (no backward here), sized for them; it may
          * reach into the base's workspace, which the base is done with */
         j.ab = c->workspace;
-        bn_factors(c, f.eps, j.M, c->workspace);
+        if (y->dtype == AI_F32)
+            j.abf = (float *)((char *)c->workspace + bn_factor_bytes(j.M));
+        bn_factors(c, f.eps, j.M, c->workspace, j.abf);
     }
     if (f.act != ACT_NONE || f.bn)
         ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range, &j);
