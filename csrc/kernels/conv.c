@@ -713,18 +713,30 @@ AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t l
                     acc[r][v] = (dc_vec){0} + bias;
             }
             const float *wp = j->wp + mt * C * K * DC_MR;
-            for (int64_t c = 0; c < C; c++) {
-                const float *xc = j->planes + c * PS + j0;
-                for (int64_t k = 0; k < K; k++, wp += DC_MR) {
-                    const float *xs = xc + dc->ph.base[k];
-                    dc_vec xv[NV];
-                    for (int v = 0; v < NV; v++)
-                        xv[v] = *(const dc_vec *)(xs + v * VL);
-                    for (int r = 0; r < DC_MR; r++)
-                        for (int v = 0; v < NV; v++)
-                            acc[r][v] += wp[r] * xv[v];
-                }
-            }
+            /* the channels' taps; a 3x3, 5x5 or 3-tap kernel unrolled (+7-9% on
+             * 64-128 channel 3x3 convs) */
+#define DC_CHANNELS(KK)                                                                \
+    for (int64_t c = 0; c < C; c++) {                                                  \
+        const float *xc = j->planes + c * PS + j0;                                     \
+        _Pragma("GCC unroll 32") for (int64_t k = 0; k < (KK); k++, wp += DC_MR) {     \
+            const float *xs = xc + dc->ph.base[k];                                     \
+            dc_vec xv[NV];                                                             \
+            for (int v = 0; v < NV; v++)                                               \
+                xv[v] = *(const dc_vec *)(xs + v * VL);                                \
+            for (int r = 0; r < DC_MR; r++)                                            \
+                for (int v = 0; v < NV; v++)                                           \
+                    acc[r][v] += wp[r] * xv[v];                                        \
+        }                                                                              \
+    }
+            if (K == 9)
+                DC_CHANNELS(9)
+            else if (K == 3)
+                DC_CHANNELS(3)
+            else if (K == 25)
+                DC_CHANNELS(25)
+            else
+                DC_CHANNELS(K)
+#undef DC_CHANNELS
             const int rows = M - mt * DC_MR < DC_MR ? (int)(M - mt * DC_MR) : DC_MR;
             if (whole) { /* whole vectors into y */
                 for (int r = 0; r < rows; r++) {
