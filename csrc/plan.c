@@ -40,6 +40,7 @@ void ai_plan_free(ai_plan *p)
     free(p->gradv);
     free(p->needs_grad);
     free(p->fresh);
+    free(p->grad_borrow);
     free(p->grad_ready);
     free(p->def_step);
     free(p->last_step);
@@ -249,6 +250,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     ALLOC(p->gradv, V);
     ALLOC(p->needs_grad, V);
     ALLOC(p->fresh, V);
+    ALLOC(p->grad_borrow, V);
     ALLOC(p->grad_ready, V);
     ALLOC(p->def_step, V);
     ALLOC(p->last_step, V);
@@ -351,6 +353,17 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k] >= 0 && p->last_step[n->in[k]] < s)
                 p->last_step[n->in[k]] = s;
+    }
+    /* A computed output that no node reads, listed once: its gradient is
+     * the caller's alone (no consumer adds to it), so backward reads it in
+     * place instead of copying it into the arena. */
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        p->grad_borrow[v] = g->values[v].kind == AI_VAL_ACT && p->def_step[v] >= 0 &&
+                            p->last_step[v] < 0;
+        for (int k = 0; k < i; k++)
+            if (g->outputs[k] == v)
+                p->grad_borrow[v] = false;
     }
     for (int i = 0; i < g->n_outputs; i++)
         p->last_step[g->outputs[i]] = S; /* read when forward returns */
@@ -591,8 +604,17 @@ static ai_tensor *grad_of(ai_graph *g, ai_plan *p, int v, bool assign, bool *ass
     return t;
 }
 
-ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
-                            int n_in, ai_tensor **input_grads)
+/* Output gradients read in place (grad_borrow): the value's arena view is
+ * swapped for a view of the caller's tensor for one backward, then put back. */
+#define BORROW_MAX 8
+typedef struct {
+    int n, v[BORROW_MAX];
+    ai_tensor *planned[BORROW_MAX];
+    ai_tensor view[BORROW_MAX];
+} grad_borrows;
+
+static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
+                              int n_in, ai_tensor **input_grads, grad_borrows *b)
 {
     ai_status st;
     ai_plan *p = g->plan;
@@ -639,6 +661,17 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
                             go->ndim);
         if (!p->needs_grad[v]) /* checked all the same: a wrong gradient is an error */
             continue;
+        if (p->grad_borrow[v] && p->gradv[v] && b->n < BORROW_MAX && ai_tensor_is_contiguous(go)) {
+            ai_tensor *view = &b->view[b->n];
+            *view = *p->gradv[v]; /* the planned view's shape, the caller's data */
+            view->data = go->data;
+            view->storage = NULL; /* owns nothing; only read (no kernel writes dout) */
+            b->v[b->n] = v;
+            b->planned[b->n++] = p->gradv[v];
+            p->gradv[v] = view;
+            p->grad_ready[v] = true;
+            continue;
+        }
         ai_tensor *tmp = NULL;
         bool assign;
         ai_tensor *dst = grad_of(g, p, v, true, &assign);
@@ -699,6 +732,17 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
         }
     }
     return AI_OK;
+}
+
+ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
+                            int n_in, ai_tensor **input_grads)
+{
+    grad_borrows b;
+    b.n = 0;
+    ai_status st = backward_run(g, n_out, grad_outputs, n_in, input_grads, &b);
+    for (int i = b.n - 1; i >= 0; i--) /* last in, first out */
+        g->plan->gradv[b.v[i]] = b.planned[i];
+    return st;
 }
 
 /* ---------------------------------------------------------------- inspection */

@@ -23,6 +23,8 @@ struct ai_plan {
     ai_tensor **gradv;    /* per value: arena view (gradients of non-params) */
     bool *needs_grad;     /* per value */
     bool *fresh;          /* per value: a graph output given a new tensor per forward */
+    bool *grad_borrow;    /* per value: a graph output whose gradient backward may read
+                           * from the caller's tensor (ai_graph_backward) */
     bool *grad_ready;     /* per value, during backward: zeroed already */
     int *def_step, *last_step; /* per value, forward steps */
 

@@ -371,3 +371,41 @@ def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, 
         xe.grad = None
         wrapped(xe).backward(gy)
         torch.testing.assert_close(xe.grad, x.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_output_gradients_read_in_place_are_never_written():
+    """An output no node reads, listed once, has its gradient read from the
+    caller's array (no copy into the arena); an output read by a node, or
+    listed twice, is copied. The caller's gradients stay as they were, every
+    input gradient is torch's, and a later backward whose gradients are
+    strided (copied) writes the arena, not an earlier caller's array."""
+    nodes = [_node("Relu", ["x"], ["r"]), _node("Neg", ["r"], ["y"]),
+             _node("Exp", ["x"], ["z"])]
+    model = _model(nodes, [("x", [5, 7])], ["y", "r", "z", "z"])
+    g = load_onnx(model)
+    x = np.random.default_rng(3).standard_normal((5, 7))
+    g.forward([x], need_backward=True, input_grads=True)
+    xt = torch.tensor(x, requires_grad=True)
+    r = torch.relu(xt)
+    outs = (-r, r, torch.exp(xt), torch.exp(xt))
+
+    def expected(gos):
+        return torch.autograd.grad(outs, xt, [torch.tensor(a) for a in gos],
+                                   retain_graph=True)[0].numpy()
+
+    rng = np.random.default_rng(4)
+    first = [rng.standard_normal((5, 7)) for _ in range(4)]
+    kept = [a.copy() for a in first]
+    (gx,) = g.backward(first)
+    np.testing.assert_allclose(gx, expected(kept), rtol=RTOL, atol=ATOL)
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+    strided = [rng.standard_normal((7, 5)).T for _ in range(4)]
+    assert not strided[0].flags.c_contiguous
+    (gx,) = g.backward(strided)
+    np.testing.assert_allclose(gx, expected(strided), rtol=RTOL, atol=ATOL)
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+    (gx,) = g.backward([None, first[1], None, first[3]])
+    np.testing.assert_allclose(gx, expected([np.zeros((5, 7)), kept[1], np.zeros((5, 7)),
+                                             kept[3]]), rtol=RTOL, atol=ATOL)
