@@ -670,7 +670,8 @@ typedef struct {
     const dconv *dc;
     const float *x, *b, *wp;
     float *planes, *y;
-    bool add; /* y += instead of y = */
+    bool add;    /* y += instead of y = */
+    bool zeroed; /* the planes hold an earlier image's: their pads are zeros */
 } dconv_job;
 
 /* Channels [lo, hi) of image x into their phase planes. */
@@ -679,7 +680,7 @@ static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
     const dconv_job *j = ctx;
     for (int64_t c = lo; c < hi; c++)
         dw_pad_fill_f32(&j->dc->ph, j->planes + c * j->dc->ph.size, j->x + c * j->g->img_size,
-                        false);
+                        j->zeroed);
 }
 
 AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
@@ -789,7 +790,7 @@ static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const f
     const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
     for (int64_t n = 0; n < p->N; n++) {
         dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
-                       y + n * M * g.grid_size, add};
+                       y + n * M * g.grid_size, add, n > 0};
         ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &j);
         ai_parallel_for(blocks, ai_grain_of(DC_NR * M * C * K / 8), dconv_block_range, &j);
     }
@@ -900,7 +901,7 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
         const int64_t cnt = p->N - n0 < nb ? p->N - n0 : nb;
         for (int64_t i = 0; i < cnt; i++) {
             dconv_job pj = {p, &g, &dc, x + (n0 + i) * C * g.img_size, NULL, NULL,
-                            planes + i * C * dc.ph.size, NULL, false};
+                            planes + i * C * dc.ph.size, NULL, false, n0 > 0};
             ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
             for (int64_t m = 0; m < M; m++)
                 for (int64_t o1 = 0; o1 < G1; o1++)
