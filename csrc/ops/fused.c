@@ -210,15 +210,15 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     }
 
 /* y = y a[m] + b[m] over output elements [i0, i1), channel m of plane
- * i / S (M channels); ab holds a then b. */
+ * i / S (M channels); ab holds a then b, as T (rounded once per forward). */
 #define DEFINE_AFFINE(SUF, T)                                                           \
     AI_VECTOR_CLONES static void affine_##SUF(T *y, int64_t i0, int64_t i1, int64_t S,   \
-                                              int64_t M, const double *ab)              \
+                                              int64_t M, const T *ab)                   \
     {                                                                                   \
         int64_t plane = i0 / S, m = plane % M;                                          \
         for (int64_t i = i0; i < i1; plane++, m = m + 1 == M ? 0 : m + 1) {            \
             const int64_t end = (plane + 1) * S < i1 ? (plane + 1) * S : i1;            \
-            const T a = (T)ab[m], b = (T)ab[M + m];                                     \
+            const T a = ab[m], b = ab[M + m];                                           \
             for (; i < end; i++)                                                        \
                 y[i] = y[i] * a + b;                                                    \
         }                                                                               \
@@ -252,7 +252,7 @@ typedef struct {
     uint8_t *mask;
     const fused_info *f;
     const double *ab; /* BatchNorm epilogue factors, or NULL */
-    float *abf;       /* the same as float (float32 output) */
+    float *abf;       /* the same rounded to float (float32 output) */
     int64_t S, M;     /* with ab: plane size and channels */
 } activate_job;
 
@@ -267,7 +267,7 @@ static void activate_range(void *ctx, int64_t lo, int64_t hi)
     else if (j->ab && j->S == 1)
         affine_rows_f64(j->y->data, lo, hi, j->M, j->ab);
     else if (j->ab && f32)
-        affine_f32(j->y->data, lo, hi, j->S, j->M, j->ab);
+        affine_f32(j->y->data, lo, hi, j->S, j->M, j->abf);
     else if (j->ab)
         affine_f64(j->y->data, lo, hi, j->S, j->M, j->ab);
     if (j->f->act == ACT_NONE)
