@@ -121,6 +121,9 @@ typedef struct {
     void *state;     /* per-node state kept from forward to backward */
     void *workspace; /* scratch of the size asked by shape() */
     bool training;
+    /* forward of a FusedConv's base Conv: the ai_conv_epilogue
+     * (kernels/conv.h) it applies to its output; NULL otherwise */
+    const void *epilogue;
     ai_plan *plan;   /* engine-private */
 } ai_ctx;
 

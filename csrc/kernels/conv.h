@@ -50,9 +50,20 @@ ai_status ai_convtranspose_check(const ai_conv_params *p);
 size_t ai_conv_workspace_bytes(const ai_conv_params *p, ai_dtype dtype);
 size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype);
 
-/* float32 */
+/* An epilogue the forward applies to each output plane as soon as the conv
+ * has written it (while it is in cache), after the bias: y = y ab[m] +
+ * ab[M + m] for output channel m when `ab` (2 M values of y's type), then
+ * y = max(y, 0) with `relu` (NaN kept). The same arithmetic as running
+ * these as passes of their own afterwards (FusedConv's BatchNorm and Relu). */
+typedef struct {
+    const void *ab;
+    bool relu;
+} ai_conv_epilogue;
+
+/* float32; `ep` may be NULL (none) */
 void ai_conv_forward_f32(const ai_conv_params *p, float *y, const float *x,
-                         const float *w, const float *b, float *workspace);
+                         const float *w, const float *b, float *workspace,
+                         const ai_conv_epilogue *ep);
 void ai_conv_backward_f32(const ai_conv_params *p, float *dx, float *dw, float *db,
                           const float *dy, const float *x, const float *w,
                           float *workspace, bool assign_dx);
@@ -64,7 +75,8 @@ void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw
 
 /* float64 */
 void ai_conv_forward_f64(const ai_conv_params *p, double *y, const double *x,
-                         const double *w, const double *b, double *workspace);
+                         const double *w, const double *b, double *workspace,
+                         const ai_conv_epilogue *ep);
 void ai_conv_backward_f64(const ai_conv_params *p, double *dx, double *dw,
                           double *db, const double *dy, const double *x,
                           const double *w, double *workspace, bool assign_dx);

@@ -158,6 +158,80 @@ static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
     ai_parallel_for(N * M, ai_grain_of(S), FN(fill_bias_range), &j);
 }
 
+/* dst[0, n) = src[0, n) + *bias (when bias), then the epilogue ep (NULL:
+ * none) of output channel m of M; dst may be src. */
+static inline void FN(ep_apply)(T *dst, const T *src, int64_t n, const T *bias,
+                                const ai_conv_epilogue *ep, int64_t m, int64_t M)
+{
+    const T *ab = ep ? ep->ab : NULL;
+    const bool relu = ep && ep->relu;
+    const T a = ab ? ab[m] : 1, c = ab ? ab[M + m] : 0, bv = bias ? *bias : 0;
+    if (!ab && !relu) { /* the bias alone */
+        for (int64_t e = 0; e < n; e++)
+            dst[e] = bias ? src[e] + bv : src[e];
+        return;
+    }
+    for (int64_t e = 0; e < n; e++) {
+        T v = bias ? src[e] + bv : src[e];
+        v = ab ? v * a + c : v;
+        dst[e] = relu && !(v > 0 || v != v) ? 0 : v;
+    }
+}
+
+/* The epilogue on plane y (n elements) of output channel m of M, vectorised
+ * (the depthwise kernels' plane loops are not). */
+AI_VECTOR_CLONES static void FN(ep_plane)(T *y, int64_t n, const ai_conv_epilogue *ep,
+                                          int64_t m, int64_t M)
+{
+    FN(ep_apply)(y, y, n, NULL, ep, m, M);
+}
+
+/* pw_batched (conv.c): planes [lo, hi) of x (N, C, S) into xs (C, N S) */
+static void FN(pw_gather_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(cols_job) *j = ctx;
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const int64_t n = nc / j->M, c = nc % j->M;
+        memcpy(j->dst + (c * j->N + n) * j->S, j->src + nc * j->S, sizeof(T) * (size_t)j->S);
+    }
+}
+
+/* planes [lo, hi) of y (N, M, S) from ys (M, N S), + b[m] (when b), the
+ * epilogue */
+typedef struct {
+    T *y;
+    const T *ys, *b;
+    const ai_conv_epilogue *ep;
+    int64_t N, M, S;
+} FN(pw_scatter_job);
+
+AI_VECTOR_CLONES static void FN(pw_scatter_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(pw_scatter_job) *j = ctx;
+    for (int64_t nm = lo; nm < hi; nm++) {
+        const int64_t n = nm / j->M, m = nm % j->M;
+        FN(ep_apply)(j->y + nm * j->S, j->ys + (m * j->N + n) * j->S, j->S,
+                     j->b ? j->b + m : NULL, j->ep, m, j->M);
+    }
+}
+
+/* Planes [m0, m1) of one image y (M, S) of a forward: + b[m] (when b), then
+ * the epilogue. */
+typedef struct {
+    T *y;
+    const T *b;
+    const ai_conv_epilogue *ep;
+    int64_t M, S;
+} FN(ep_job);
+
+AI_VECTOR_CLONES static void FN(ep_range)(void *ctx, int64_t m0, int64_t m1)
+{
+    const FN(ep_job) *j = ctx;
+    for (int64_t m = m0; m < m1; m++)
+        FN(ep_apply)(j->y + m * j->S, j->y + m * j->S, j->S, j->b ? j->b + m : NULL, j->ep, m,
+                     j->M);
+}
+
 /* db[m] += sum of dy (N, M, S) over s, then n, for m in [m0, m1): one sum
  * per (n, m) plane in 8 partial sums (they vectorise), added in the order of n. */
 AI_VECTOR_CLONES static void FN(bias_backward_range)(void *ctx, int64_t m0, int64_t m1)
@@ -298,6 +372,7 @@ typedef struct {
     const ai_conv_params *p;
     conv_geom g;
     T *grid, *img, *w, *ws;
+    const ai_conv_epilogue *ep; /* DW_FWD: applied to each plane once computed */
 } FN(dw_job);
 
 /* Plane by plane. DW_FWD, DW_DX: (n, c) pairs [lo, hi), each with the Mg
@@ -318,9 +393,12 @@ static void FN(dw_planes_range)(void *ctx, int64_t lo, int64_t hi)
             continue;
         }
         const int64_t n = i / C, c = i % C;
-        for (int64_t m = c * Mg; m < (c + 1) * Mg; m++)
-            FN(dw_plane)(j->mode, j->grid + (n * M + m) * OS, j->img + i * IS, j->w + m * K,
-                         &j->g);
+        for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
+            T *plane = j->grid + (n * M + m) * OS;
+            FN(dw_plane)(j->mode, plane, j->img + i * IS, j->w + m * K, &j->g);
+            if (j->mode == DW_FWD && j->ep)
+                FN(ep_plane)(plane, OS, j->ep, m, M);
+        }
     }
 }
 
@@ -354,9 +432,11 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
         else
             FN(transpose)(it, C, in, IS, nc, IS, false);
         FN(dw_channels_last)(mode, gt, it, wt, nc, C, &j->g);
-        if (mode == DW_FWD)
+        if (mode == DW_FWD) {
             FN(transpose)(gn, OS, gt, C, OS, nc, false);
-        else if (mode == DW_DX)
+            for (int64_t c = 0; j->ep && c < nc; c++)
+                FN(ep_plane)(gn + c * OS, OS, j->ep, c0 + c, C);
+        } else if (mode == DW_DX)
             FN(transpose)(in, IS, it, C, IS, nc, true);
     }
     if (mode == DW_DW)
@@ -366,7 +446,7 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
 /* The phase planes of source plane src (phase_planes in conv.c) into buf;
  * `zeroed`: buf holds an earlier plane's, so its pads and tail are zeros
  * already and only the values are copied. */
-AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src,
+AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src,
                                          bool zeroed)
 {
     for (int64_t a = 0; a < d->s1; a++)
@@ -587,6 +667,7 @@ typedef struct {
     int64_t slots;
     T *grid, *img, *w, *ws;
     const dx_phases *x; /* dw_dx_phases_range */
+    const ai_conv_epilogue *ep; /* DW_FWD: applied to each plane once computed */
 } FN(dw_pad_job);
 
 /* Slots [lo, hi), each with its share of the (n, c) planes and its own
@@ -631,6 +712,8 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
                     FN(dw_pad_flat)(j->d, dst, buf, j->w + m * K, j->mode == DW_FWD);
                 else
                     FN(dw_pad_rows)(j->d, dst, buf, j->w + m * K);
+                if (j->mode == DW_FWD && j->ep)
+                    FN(ep_plane)(dst, OS, j->ep, m, M);
             }
         }
     }
@@ -784,9 +867,10 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
  * and what none of them takes, channels-last; else the plain per-plane
  * kernels. Threads split the slots: every output
  * element, dw included, is computed by one thread in a fixed order. */
-static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws)
+static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws,
+                          const ai_conv_epilogue *ep)
 {
-    FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws};
+    FN(dw_job) j = {mode, p, conv_geom_of(p, false), grid, img, w, ws, ep};
     const int64_t per_channel = p->N * (j.g.img_size + j.g.grid_size * (p->M / p->C)) *
                                 j.g.ksize;
     if (depthwise_small_planes(p, &j.g)) {
@@ -796,20 +880,20 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     phase_planes d;
     if (mode == DW_DW && dw_pad_of(p, &j.g, false, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, p->C < DW_PAD_SLOTS ? p->C : DW_PAD_SLOTS,
-                             grid, img, w, ws, NULL};
+                             grid, img, w, ws, NULL, NULL};
         const int64_t per_slot = per_channel * (p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_same_dw_range), &pj);
         return;
     }
     dx_phases x;
     if (mode == DW_DX && dx_phases_of(&j.g, &x)) {
-        FN(dw_pad_job) pj = {mode, p, NULL, dw_pad_slots(p), grid, img, w, ws, &x};
+        FN(dw_pad_job) pj = {mode, p, NULL, dw_pad_slots(p), grid, img, w, ws, &x, NULL};
         const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_dx_phases_range), &pj);
         return;
     }
     if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
-        FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws, NULL};
+        FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws, NULL, ep};
         const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_pad_range), &pj);
         return;
@@ -852,6 +936,7 @@ static FN(shift_bufs) FN(shift_bufs_of)(const ai_conv_params *p, const conv_geom
 typedef struct {
     const FN(shift_bufs) *s;
     const T *src, *b;
+    const ai_conv_epilogue *ep; /* forward: applied to y's values as they are stored */
     T *dst;
     int64_t n0, cnt, cols;
     bool add;    /* shift_pad_range direction: planes src added into the image dst */
@@ -920,8 +1005,7 @@ static void FN(shift_fwd_block)(const FN(shift_job) *j, int64_t grp, int64_t c0,
         for (int64_t m = grp * Mg; m < (grp + 1) * Mg && n > 0; m++) {
             const T bias = j->b ? j->b[m] : 0, *gr = s->grid + m * span + col;
             T *yr = j->dst + ((j->n0 + i) * M + m) * g->grid_size + o1 * g->grid[2] + o2;
-            for (int64_t e = 0; e < n; e++)
-                yr[e] = gr[e] + bias;
+            FN(ep_apply)(yr, gr, n, &bias, j->ep, m, M);
         }
         col += seg;
     }
@@ -939,7 +1023,7 @@ static void FN(shift_fwd_range)(void *ctx, int64_t lo, int64_t hi)
 
 static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
                               const conv_shift *sh, T *y, const T *x, const T *w,
-                              const T *b, T *ws)
+                              const T *b, T *ws, const ai_conv_epilogue *ep)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
     int64_t K = g->ksize, M = p->M, Cg = s.Cg;
@@ -949,7 +1033,7 @@ static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
                 s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
     memset(s.xp, 0, sizeof(T) * (size_t)(p->C * sh->span));
     for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
-        FN(shift_job) j = {.s = &s, .src = x, .b = b, .dst = s.xp, .n0 = n0,
+        FN(shift_job) j = {.s = &s, .src = x, .b = b, .ep = ep, .dst = s.xp, .n0 = n0,
                            .cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb};
         j.cols = (j.cnt - 1) * sh->PS + sh->L;
         FN(shift_pad)(&j);
@@ -1021,29 +1105,50 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
 /* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
  * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
 void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
-                         const T *b, T *workspace)
+                         const T *b, T *workspace, const ai_conv_epilogue *ep)
 {
     conv_geom g = conv_geom_of(p, false);
     int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
     int64_t IS = g.img_size, OS = g.grid_size;
     conv_shift sh;
-    if (FN(dconv_forward)(p, y, x, w, b, workspace))
+    if (FN(dconv_forward)(p, y, x, w, b, workspace, ep))
         return;
     if (conv_shift_of(p, &g, &sh)) {
-        FN(shift_forward)(p, &g, &sh, y, x, w, b, workspace);
+        FN(shift_forward)(p, &g, &sh, y, x, w, b, workspace, ep);
         return;
     }
-    FN(fill_bias)(y, b, p->N, p->M, OS);
     if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
-        FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace);
+        FN(fill_bias)(y, b, p->N, p->M, OS);
+        FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace, ep);
         return;
     }
-    for (int64_t n = 0; n < p->N; n++)
+    if (pw_batched(p, &g)) {
+        const int64_t NS = p->N * OS;
+        T *xs = workspace, *ys = workspace + p->C * NS;
+        FN(cols_job) gj = {.dst = xs, .src = x, .N = p->N, .M = p->C, .S = OS};
+        ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_gather_range), &gj);
+        GEMM(false, false, p->M, NS, p->C, 1, w, p->C, xs, NS, 0, ys, NS);
+        FN(pw_scatter_job) sj = {y, ys, b, ep, p->N, p->M, OS};
+        ai_parallel_for(p->N * p->M, ai_grain_of(OS), FN(pw_scatter_range), &sj);
+        return;
+    }
+    /* with an epilogue, image by image: the bias, the products added to it,
+     * the epilogue, while the image's planes are in cache */
+    if (!ep)
+        FN(fill_bias)(y, b, p->N, p->M, OS);
+    for (int64_t n = 0; n < p->N; n++) {
+        if (ep)
+            FN(fill_bias)(y + n * p->M * OS, b, 1, p->M, OS);
         for (int64_t grp = 0; grp < p->group; grp++) {
             const T *col = FN(columns)(workspace, x + (n * p->C + grp * Cg) * IS, Cg, &g);
             GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
                  y + (n * p->M + grp * Mg) * OS, OS);
         }
+        if (ep) {
+            FN(ep_job) j = {y + n * p->M * OS, NULL, ep, p->M, OS};
+            ai_parallel_for(p->M, ai_grain_of(OS), FN(ep_range), &j);
+        }
+    }
 }
 
 /* With assign_dx, dx is written (=), not added to; dx and dw may then be one
@@ -1084,9 +1189,9 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
         memset(dx, 0, sizeof(T) * (size_t)(p->N * p->C * IS));
     if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
         if (dw)
-            FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace);
+            FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace, NULL);
         if (dx)
-            FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace);
+            FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace, NULL);
     }
     for (int64_t n = 0; n < p->N && !conv_depthwise(p); n++)
         for (int64_t grp = 0; grp < p->group; grp++) {

@@ -216,12 +216,12 @@ static ai_status conv_forward(ai_ctx *c)
         if (a->transposed)
             ai_convtranspose_forward_f32(&p, y, x, w, b, ws);
         else
-            ai_conv_forward_f32(&p, y, x, w, b, ws);
+            ai_conv_forward_f32(&p, y, x, w, b, ws, c->epilogue);
     } else {
         if (a->transposed)
             ai_convtranspose_forward_f64(&p, y, x, w, b, ws);
         else
-            ai_conv_forward_f64(&p, y, x, w, b, ws);
+            ai_conv_forward_f64(&p, y, x, w, b, ws, c->epilogue);
     }
     return AI_OK;
 }

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/conv.h"
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
@@ -314,22 +315,29 @@ static ai_status fused_forward(ai_ctx *c)
     ai_status st = fused_read(c->node, &f);
     if (st || (st = base_ctx(c, &f, &b, views)))
         return st;
-    if ((st = f.base->forward(&b)))
-        return st;
     activate_job j = {c->out[0], c->state, &f, NULL, NULL, 1, 1};
     if (f.bn) {
         const ai_tensor *y = c->out[0];
         j.M = y->shape[1];
         for (int d = 2; d < y->ndim; d++)
             j.S *= y->shape[d];
-        /* the masked gradient's part (no backward here), sized for them; it may
-         * reach into the base's workspace, which the base is done with */
+        /* the masked gradient's part (no backward here), sized for them: the
+         * base's workspace follows it */
         j.ab = c->workspace;
         if (y->dtype == AI_F32)
             j.abf = (float *)((char *)c->workspace + bn_factor_bytes(j.M));
         bn_factors(c, f.eps, j.M, c->workspace, j.abf);
     }
-    if (f.act != ACT_NONE || f.bn)
+    /* a Conv applies the BatchNorm and Relu itself, plane by plane as it
+     * writes them (in cache, the same arithmetic); Clip keeps its mask pass */
+    const bool in_conv = f.base == ai_op_find("", "Conv") && f.act != ACT_CLIP &&
+                         (f.bn || f.act == ACT_RELU);
+    ai_conv_epilogue ep = {j.abf ? (const void *)j.abf : (const void *)j.ab,
+                           f.act == ACT_RELU};
+    b.epilogue = in_conv ? &ep : NULL;
+    if ((st = f.base->forward(&b)))
+        return st;
+    if (!in_conv && (f.act != ACT_NONE || f.bn))
         ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range, &j);
     return AI_OK;
 }

@@ -250,8 +250,10 @@ typedef struct {
 static void conv_eval(void *ctx, double *y)
 {
     conv_ctx *c = ctx;
-    (c->transposed ? ai_convtranspose_forward_f64 : ai_conv_forward_f64)(&c->p, y, c->x, c->w,
-                                                                        c->b, c->ws);
+    if (c->transposed)
+        ai_convtranspose_forward_f64(&c->p, y, c->x, c->w, c->b, c->ws);
+    else
+        ai_conv_forward_f64(&c->p, y, c->x, c->w, c->b, c->ws, NULL);
 }
 
 static void check_conv_case(const conv_case *cc, bool transposed)
@@ -280,8 +282,10 @@ static void check_conv_case(const conv_case *cc, bool transposed)
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         double *b = with_bias ? c.b : NULL;
         (transposed ? naive_convtranspose : naive_conv)(p, yref, c.x, c.w, b);
-        (transposed ? ai_convtranspose_forward_f64 : ai_conv_forward_f64)(p, y, c.x, c.w, b,
-                                                                        c.ws);
+        if (transposed)
+            ai_convtranspose_forward_f64(p, y, c.x, c.w, b, c.ws);
+        else
+            ai_conv_forward_f64(p, y, c.x, c.w, b, c.ws, NULL);
         CHECK(close_to(y, NULL, yref, ny, 1e-12));
     }
 
@@ -326,8 +330,27 @@ static void check_conv_case(const conv_case *cc, bool transposed)
         ai_convtranspose_forward_f32(p, yf, xf, wf, bf, wsf);
         ai_convtranspose_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf, false);
     } else {
-        ai_conv_forward_f32(p, yf, xf, wf, bf, wsf);
+        ai_conv_forward_f32(p, yf, xf, wf, bf, wsf, NULL);
         ai_conv_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf, false);
+        /* the epilogue in the forward: bitwise the passes it replaces */
+        float *ye = zeros_f32(ny), *ab = zeros_f32(2 * p->M);
+        for (int64_t m = 0; m < 2 * p->M; m++)
+            ab[m] = m < p->M ? (float)(0.5 + 0.25 * (double)(m % 5)) - (m % 3 == 1 ? 2.0f : 0.0f)
+                             : (float)(0.125 * (double)(m % 7) - 0.375);
+        for (int relu = 0; relu < 2; relu++) {
+            const ai_conv_epilogue ep = {ab, relu};
+            ai_conv_forward_f32(p, ye, xf, wf, bf, wsf, &ep);
+            int64_t S = ny / (p->N * p->M), bad = 0;
+            for (int64_t i = 0; i < ny; i++) {
+                const int64_t m = i / S % p->M;
+                float v = yf[i] * ab[m] + ab[p->M + m];
+                v = relu && !(v > 0) ? 0 : v;
+                bad += memcmp(&v, &ye[i], sizeof v) != 0;
+            }
+            CHECK(bad == 0);
+        }
+        free(ye);
+        free(ab);
     }
     CHECK(close_to(NULL, yf, yref, ny, 1e-5));
     CHECK(close_to(NULL, dxf, dx, nx, 1e-5));
