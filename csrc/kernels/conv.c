@@ -272,7 +272,8 @@ typedef struct {
  * pads much larger than the image. */
 static bool phase_planes_of(const conv_geom *g, bool dx, phase_planes *d)
 {
-    if (g->img[0] != 1 || g->ksize > DW_PAD_MAX_TAPS || (dx && (g->s[1] != 1 || g->s[2] != 1)))
+    if (g->img[0] != 1 || g->ksize > DW_PAD_MAX_TAPS || g->s[2] > DW_PAD_MAX_TAPS ||
+        (dx && (g->s[1] != 1 || g->s[2] != 1)))
         return false;
     int64_t u[DW_PAD_MAX_TAPS], v[DW_PAD_MAX_TAPS], umax = 0, vmax = 0;
     d->K = g->ksize;
@@ -669,6 +670,39 @@ size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)
 #define AI_CAT_(a, b) a##b
 #define AI_CAT(a, b) AI_CAT_(a, b)
 #define FN(name) AI_CAT(name, SFX)
+
+/* e[q] = s[2 q], o[q] = s[2 q + 1] for q < n (the stride-2 phase planes'
+ * fill): two vector loads, two shuffles and two stores per 16 values. */
+AI_VEC_DECL(dv_vec, float);
+#if defined(__GNUC__) && !defined(__clang__)
+typedef int32_t dv_idx __attribute__((vector_size(32)));
+#endif
+static inline void deinterleave_f32(float *e, float *o, const float *s, int64_t n)
+{
+    int64_t q = 0;
+#if defined(__GNUC__) && !defined(__clang__)
+    const dv_idx even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
+    for (int64_t next = 0; n >= 8 && q < n; q = next) {
+        q = q + 8 <= n ? q : n - 8; /* the last 8 again, rather than a scalar tail */
+        const dv_vec v0 = *(const dv_vec *)(s + 2 * q), v1 = *(const dv_vec *)(s + 2 * q + 8);
+        *(dv_vec *)(e + q) = __builtin_shuffle(v0, v1, even);
+        *(dv_vec *)(o + q) = __builtin_shuffle(v0, v1, odd);
+        next = q + 8;
+    }
+#endif
+    for (; q < n; q++) {
+        e[q] = s[2 * q];
+        o[q] = s[2 * q + 1];
+    }
+}
+
+static inline void deinterleave_f64(double *e, double *o, const double *s, int64_t n)
+{
+    for (int64_t q = 0; q < n; q++) {
+        e[q] = s[2 * q];
+        o[q] = s[2 * q + 1];
+    }
+}
 
 #define T float
 #define SFX _f32

@@ -446,73 +446,126 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
 /* The phase planes of source plane src (phase_planes in conv.c) into buf;
  * `zeroed`: buf holds an earlier plane's, so its pads and tail are zeros
  * already and only the values are copied. */
-AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf, const T *src,
-                                         bool zeroed)
+AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf,
+                                                            const T *src, bool zeroed)
 {
+    const int64_t s2 = d->s2, PS = d->R1 * d->R2;
+    /* phase b's columns j: source column j s2 + b - P2 in [0, W) (divisions
+     * hoisted: per row they were most of a stride-2 fill) */
+    int64_t jlo[DW_PAD_MAX_TAPS], jhi[DW_PAD_MAX_TAPS];
+    for (int64_t b = 0; b < s2; b++) {
+        int64_t hi = (d->W + d->P2 - b + s2 - 1) / s2;
+        jhi[b] = hi < d->R2 ? hi : d->R2;
+        jlo[b] = d->P2 - b > 0 ? (d->P2 - b + s2 - 1) / s2 : 0;
+        jlo[b] = jlo[b] < jhi[b] ? jlo[b] : jhi[b];
+    }
     for (int64_t a = 0; a < d->s1; a++)
-        for (int64_t b = 0; b < d->s2; b++) {
-            T *ph = buf + (a * d->s2 + b) * d->R1 * d->R2;
-            /* columns j with source column j s2 + b - P2 in [0, W) */
-            int64_t jlo = d->P2 - b > 0 ? (d->P2 - b + d->s2 - 1) / d->s2 : 0;
-            int64_t jhi = (d->W + d->P2 - b + d->s2 - 1) / d->s2;
-            jhi = jhi < d->R2 ? jhi : d->R2;
-            jlo = jlo < jhi ? jlo : jhi;
-            for (int64_t i = 0; i < d->R1; i++) {
-                T *row = ph + i * d->R2;
-                const int64_t r = i * d->s1 + a - d->P1;
-                if (r < 0 || r >= d->H) {
-                    if (!zeroed)
-                        memset(row, 0, sizeof(T) * (size_t)d->R2);
-                    continue;
-                }
-                const T *sr = src + r * d->W + b - d->P2;
-                if (!zeroed)
-                    for (int64_t j = 0; j < jlo; j++)
-                        row[j] = 0;
-                T *restrict to = row + jlo;
-                const T *restrict from = sr + jlo * d->s2;
-                const int64_t n = jhi - jlo, s2 = d->s2;
-                if (s2 == 1)
-                    for (int64_t j = 0; j < n; j++)
-                        to[j] = from[j];
-                else if (s2 == 2) /* a constant stride: vector loads and shuffles */
-                    for (int64_t j = 0; j < n; j++)
-                        to[j] = from[2 * j];
-                else
-                    for (int64_t j = 0; j < n; j++)
-                        to[j] = from[j * s2];
-                if (!zeroed)
-                    for (int64_t j = jhi; j < d->R2; j++)
-                        row[j] = 0;
+        for (int64_t i = 0; i < d->R1; i++) {
+            const int64_t r = i * d->s1 + a - d->P1;
+            T *rows = buf + a * s2 * PS + i * d->R2; /* phase (a, b)'s row: + b PS */
+            if (r < 0 || r >= d->H) {
+                for (int64_t b = 0; b < s2 && !zeroed; b++)
+                    memset(rows + b * PS, 0, sizeof(T) * (size_t)d->R2);
+                continue;
             }
+            for (int64_t b = 0; b < s2; b++) {
+                T *row = rows + b * PS;
+                const int64_t lo = jlo[b], hi = jhi[b];
+                if (!zeroed) {
+                    for (int64_t j = 0; j < lo; j++)
+                        row[j] = 0;
+                    for (int64_t j = hi; j < d->R2; j++)
+                        row[j] = 0;
+                }
+                if (s2 == 2)
+                    continue;
+                T *restrict to = row + lo;
+                const T *restrict from = src + r * d->W + b - d->P2 + lo * s2;
+                if (s2 == 1)
+                    for (int64_t j = 0; j < hi - lo; j++)
+                        to[j] = from[j];
+                else
+                    for (int64_t j = 0; j < hi - lo; j++)
+                        to[j] = from[j * s2];
+            }
+            if (s2 != 2)
+                continue;
+            /* stride 2: column j of phases 0 and 1 reads source columns 2j - P2
+             * and 2j + 1 - P2, one pass over the source row deinterleaves both */
+            const T *sr = src + r * d->W - d->P2;
+            const int64_t lo = jlo[0] > jlo[1] ? jlo[0] : jlo[1];
+            const int64_t hi = jhi[0] < jhi[1] ? jhi[0] : jhi[1];
+            for (int64_t b = 0; b < 2; b++) { /* the columns only one phase has */
+                for (int64_t j = jlo[b]; j < jhi[b] && j < lo; j++)
+                    rows[b * PS + j] = sr[2 * j + b];
+                for (int64_t j = hi > jlo[b] ? hi : jlo[b]; j < jhi[b]; j++)
+                    rows[b * PS + j] = sr[2 * j + b];
+            }
+            if (hi > lo)
+                FN(deinterleave)(rows + lo, rows + PS + lo, sr + 2 * lo, hi - lo);
         }
     if (!zeroed)
-        memset(buf + d->s1 * d->s2 * d->R1 * d->R2, 0,
-               sizeof(T) * (size_t)(d->R2 + 2 * DW_PAD_LANES));
+        memset(buf + d->s1 * s2 * PS, 0, sizeof(T) * (size_t)(d->R2 + 2 * DW_PAD_LANES));
 }
 
-/* dst (G1, G2) += sum over taps k, in order, of w[k] * the tap's rows of buf:
- * each element gets its taps one by one, as dw_plane adds them. Chunks of
- * DW_PAD_LANES outputs in vector registers (a short last chunk through a
- * local copy). */
+/* dst (G1, G2) += sum over taps k, in order, of w[k] * the tap's rows of buf
+ * (`uniform`: dst holds dst[0] everywhere, a forward's bias, not read):
+ * each element gets its taps one by one, as dw_plane adds them. Blocks of
+ * DW_ROWS output rows by DW_PAD_LANES outputs (then by one vector), so that
+ * 2 DW_ROWS sums are in flight at once (one row's two vectors alone waited
+ * on the adds' latency: 24x24 planes ran at a third of the FMA rate); the
+ * last rows and a short last chunk one row at a time, through a local copy. */
+#define DW_ROWS 4
 AI_VEC_DECL(FN(vec), T);
 AI_VECTOR_CLONES static void FN(dw_pad_rows)(const phase_planes *d, T *dst, const T *buf,
-                                             const T *w)
+                                             const T *w, bool uniform)
 {
     enum { L = DW_PAD_LANES, VL = AI_VEC_LANES(T), NV = DW_PAD_LANES / AI_VEC_LANES(T) };
-    const int64_t K = d->K, G2 = d->G2, R2 = d->R2;
-    for (int64_t o1 = 0; o1 < d->G1; o1++) {
+    const int64_t K = d->K, G1 = d->G1, G2 = d->G2, R2 = d->R2;
+    const FN(vec) init = (FN(vec)){0} + dst[0];
+    int64_t o1 = 0;
+#define DW_ROWS_BLOCK(NVB)                                                                  {                                                                                           FN(vec) acc[DW_ROWS][NVB];                                                              for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             acc[r][v] = uniform ? init                                                                                  : *(const FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL);         for (int64_t k = 0; k < K; k++) {                                                           const T wk = w[k], *src = buf + d->base[k] + o1 * R2 + o2;                              for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             acc[r][v] += wk * *(const FN(vec) *)(src + r * R2 + v * VL);                }                                                                                       for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             *(FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL) = acc[r][v];                }
+    for (; o1 + DW_ROWS <= G1; o1 += DW_ROWS) {
+        int64_t o2 = 0;
+        for (; o2 + L <= G2; o2 += L)
+            DW_ROWS_BLOCK(NV)
+        for (; o2 + VL <= G2; o2 += VL)
+            DW_ROWS_BLOCK(1)
+        if (o2 == G2)
+            continue;
+        for (int r = 0; r < DW_ROWS; r++) { /* the rows' last outputs */
+            T *dr = dst + (o1 + r) * G2;
+            const T *br = buf + (o1 + r) * R2;
+            T tail[L] = {0};
+            const int64_t n = G2 - o2;
+            if (!uniform)
+                memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
+            FN(vec) acc[NV];
+            for (int v = 0; v < NV; v++)
+                acc[v] = uniform ? init : *(const FN(vec) *)(tail + v * VL);
+            for (int64_t k = 0; k < K; k++) {
+                const T wk = w[k], *src = br + d->base[k] + o2;
+                for (int v = 0; v < NV; v++)
+                    acc[v] += wk * *(const FN(vec) *)(src + v * VL);
+            }
+            for (int v = 0; v < NV; v++)
+                *(FN(vec) *)(tail + v * VL) = acc[v];
+            memcpy(dr + o2, tail, sizeof(T) * (size_t)n);
+        }
+    }
+#undef DW_ROWS_BLOCK
+    for (; o1 < G1; o1++) {
         T *dr = dst + o1 * G2;
         const T *br = buf + o1 * R2;
         for (int64_t o2 = 0; o2 < G2; o2 += L) {
             const int64_t n = G2 - o2 < L ? G2 - o2 : L;
             T tail[L] = {0};
             T *out = n == L ? dr + o2 : tail;
-            if (n < L)
+            if (n < L && !uniform)
                 memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
             FN(vec) acc[NV];
             for (int v = 0; v < NV; v++)
-                acc[v] = *(const FN(vec) *)(out + v * VL);
+                acc[v] = uniform ? init : *(const FN(vec) *)(out + v * VL);
             for (int64_t k = 0; k < K; k++) {
                 const T wk = w[k], *src = br + d->base[k] + o2;
                 for (int v = 0; v < NV; v++)
@@ -711,7 +764,7 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
                 else if (flat)
                     FN(dw_pad_flat)(j->d, dst, buf, j->w + m * K, j->mode == DW_FWD);
                 else
-                    FN(dw_pad_rows)(j->d, dst, buf, j->w + m * K);
+                    FN(dw_pad_rows)(j->d, dst, buf, j->w + m * K, j->mode == DW_FWD);
                 if (j->mode == DW_FWD && j->ep)
                     FN(ep_plane)(dst, OS, j->ep, m, M);
             }
