@@ -263,7 +263,8 @@ def _apply_engine_function(module, anchor, inputs):
 # batchnorm_epilogue (after constant_fold, which prepares: shape subgraphs ->
 # constants) changed it: without a BatchNorm the second graph would gain
 # little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
-# on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c); measured
+# on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
+# applies both as it writes each output plane); measured
 # when it came, against the graph with BatchNorm folded into the weights
 # (batch 16, 1 thread, identical outputs): MobileNet -3%, KWS -9%, ResNet-8
 # +-0. remove_flatten is left out (+-2%).

@@ -517,67 +517,76 @@ AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *
  * last rows and a short last chunk one row at a time, through a local copy. */
 #define DW_ROWS 4
 AI_VEC_DECL(FN(vec), T);
+
+/* One row's outputs [o2, o2 + n), n <= DW_PAD_LANES, of dw_pad_rows: dr and
+ * br are the output row and its buf row (`uniform`: the sums start from b0,
+ * dr is not read); a short chunk through a copy. */
+static inline void FN(dw_row_chunk)(const phase_planes *d, T *dr, const T *br, const T *w,
+                                    int64_t o2, int64_t n, bool uniform, T b0)
+{
+    enum { L = DW_PAD_LANES, VL = AI_VEC_LANES(T), NV = DW_PAD_LANES / AI_VEC_LANES(T) };
+    T tail[L] = {0};
+    T *out = n == L ? dr + o2 : tail;
+    if (n < L && !uniform)
+        memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
+    const FN(vec) init = (FN(vec)){0} + b0;
+    FN(vec) acc[NV];
+    for (int v = 0; v < NV; v++)
+        acc[v] = uniform ? init : *(const FN(vec) *)(out + v * VL);
+    for (int64_t k = 0; k < d->K; k++) {
+        const T wk = w[k], *src = br + d->base[k] + o2;
+        for (int v = 0; v < NV; v++)
+            acc[v] += wk * *(const FN(vec) *)(src + v * VL);
+    }
+    for (int v = 0; v < NV; v++)
+        *(FN(vec) *)(out + v * VL) = acc[v];
+    if (n < L)
+        memcpy(dr + o2, tail, sizeof(T) * (size_t)n);
+}
+
+/* DW_ROWS rows from o1 by NVB vectors from o2, in registers */
+#define DW_ROWS_BLOCK(NVB)                                                               \
+    {                                                                                    \
+        FN(vec) acc[DW_ROWS][NVB];                                                       \
+        for (int r = 0; r < DW_ROWS; r++)                                                \
+            for (int v = 0; v < (NVB); v++)                                              \
+                acc[r][v] = uniform ? init                                               \
+                                    : *(const FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL); \
+        for (int64_t k = 0; k < K; k++) {                                                \
+            const T wk = w[k], *src = buf + d->base[k] + o1 * R2 + o2;                   \
+            for (int r = 0; r < DW_ROWS; r++)                                            \
+                for (int v = 0; v < (NVB); v++)                                          \
+                    acc[r][v] += wk * *(const FN(vec) *)(src + r * R2 + v * VL);         \
+        }                                                                                \
+        for (int r = 0; r < DW_ROWS; r++)                                                \
+            for (int v = 0; v < (NVB); v++)                                              \
+                *(FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL) = acc[r][v];             \
+    }
+
 AI_VECTOR_CLONES static void FN(dw_pad_rows)(const phase_planes *d, T *dst, const T *buf,
                                              const T *w, bool uniform)
 {
     enum { L = DW_PAD_LANES, VL = AI_VEC_LANES(T), NV = DW_PAD_LANES / AI_VEC_LANES(T) };
     const int64_t K = d->K, G1 = d->G1, G2 = d->G2, R2 = d->R2;
-    const FN(vec) init = (FN(vec)){0} + dst[0];
+    const T b0 = dst[0]; /* with `uniform`, before any output is written */
+    const FN(vec) init = (FN(vec)){0} + b0;
     int64_t o1 = 0;
-#define DW_ROWS_BLOCK(NVB)                                                                  {                                                                                           FN(vec) acc[DW_ROWS][NVB];                                                              for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             acc[r][v] = uniform ? init                                                                                  : *(const FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL);         for (int64_t k = 0; k < K; k++) {                                                           const T wk = w[k], *src = buf + d->base[k] + o1 * R2 + o2;                              for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             acc[r][v] += wk * *(const FN(vec) *)(src + r * R2 + v * VL);                }                                                                                       for (int r = 0; r < DW_ROWS; r++)                                                           for (int v = 0; v < (NVB); v++)                                                             *(FN(vec) *)(dst + (o1 + r) * G2 + o2 + v * VL) = acc[r][v];                }
     for (; o1 + DW_ROWS <= G1; o1 += DW_ROWS) {
         int64_t o2 = 0;
         for (; o2 + L <= G2; o2 += L)
             DW_ROWS_BLOCK(NV)
         for (; o2 + VL <= G2; o2 += VL)
             DW_ROWS_BLOCK(1)
-        if (o2 == G2)
-            continue;
-        for (int r = 0; r < DW_ROWS; r++) { /* the rows' last outputs */
-            T *dr = dst + (o1 + r) * G2;
-            const T *br = buf + (o1 + r) * R2;
-            T tail[L] = {0};
-            const int64_t n = G2 - o2;
-            if (!uniform)
-                memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
-            FN(vec) acc[NV];
-            for (int v = 0; v < NV; v++)
-                acc[v] = uniform ? init : *(const FN(vec) *)(tail + v * VL);
-            for (int64_t k = 0; k < K; k++) {
-                const T wk = w[k], *src = br + d->base[k] + o2;
-                for (int v = 0; v < NV; v++)
-                    acc[v] += wk * *(const FN(vec) *)(src + v * VL);
-            }
-            for (int v = 0; v < NV; v++)
-                *(FN(vec) *)(tail + v * VL) = acc[v];
-            memcpy(dr + o2, tail, sizeof(T) * (size_t)n);
-        }
+        for (int r = 0; r < DW_ROWS && o2 < G2; r++) /* the rows' last outputs */
+            FN(dw_row_chunk)(d, dst + (o1 + r) * G2, buf + (o1 + r) * R2, w, o2, G2 - o2,
+                             uniform, b0);
     }
-#undef DW_ROWS_BLOCK
-    for (; o1 < G1; o1++) {
-        T *dr = dst + o1 * G2;
-        const T *br = buf + o1 * R2;
-        for (int64_t o2 = 0; o2 < G2; o2 += L) {
-            const int64_t n = G2 - o2 < L ? G2 - o2 : L;
-            T tail[L] = {0};
-            T *out = n == L ? dr + o2 : tail;
-            if (n < L && !uniform)
-                memcpy(tail, dr + o2, sizeof(T) * (size_t)n);
-            FN(vec) acc[NV];
-            for (int v = 0; v < NV; v++)
-                acc[v] = uniform ? init : *(const FN(vec) *)(out + v * VL);
-            for (int64_t k = 0; k < K; k++) {
-                const T wk = w[k], *src = br + d->base[k] + o2;
-                for (int v = 0; v < NV; v++)
-                    acc[v] += wk * *(const FN(vec) *)(src + v * VL);
-            }
-            for (int v = 0; v < NV; v++)
-                *(FN(vec) *)(out + v * VL) = acc[v];
-            if (n < L)
-                memcpy(dr + o2, tail, sizeof(T) * (size_t)n);
-        }
-    }
+    for (; o1 < G1; o1++)
+        for (int64_t o2 = 0; o2 < G2; o2 += L)
+            FN(dw_row_chunk)(d, dst + o1 * G2, buf + o1 * R2, w, o2,
+                             G2 - o2 < L ? G2 - o2 : L, uniform, b0);
 }
+#undef DW_ROWS_BLOCK
 
 /* dw_pad_rows for narrow planes (dw_pad_flat in conv.c): the rows of R2
  * positions taken as one flat run, since position f = o1 R2 + o2 of every

@@ -22,7 +22,9 @@
  *
  * Each is a wrapper around its base operator's own shape, forward and
  * backward (same kernels, same numbers): forward runs the base into the
- * output and applies the activation in place. Backward is exact: Relu's
+ * output and applies the activation in place; a Conv base applies the
+ * BatchNorm epilogue and Relu itself as it writes each output plane
+ * (ai_conv_epilogue, kernels/conv.h: bitwise the same as the pass). Backward is exact: Relu's
  * mask is read from the output (y > 0 exactly where x > 0); Clip's mask
  * (min <= x <= max, inclusive like torch.clamp and the engine's Clip) is
  * kept as one byte per element in the node's state, since the output
