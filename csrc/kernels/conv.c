@@ -726,7 +726,6 @@ typedef struct {
     float *planes, *y;
     bool add;    /* y += instead of y = */
     bool zeroed; /* the planes hold an earlier image's: their pads are zeros */
-    const ai_conv_epilogue *ep; /* applied to the sums as they are stored (not with add) */
 } dconv_job;
 
 /* Channels [lo, hi) of image x into their phase planes. */
@@ -736,17 +735,6 @@ static void dconv_pad_range(void *ctx, int64_t lo, int64_t hi)
     for (int64_t c = lo; c < hi; c++)
         dw_pad_fill_f32(&j->dc->ph, j->planes + c * j->dc->ph.size, j->x + c * j->g->img_size,
                         j->zeroed);
-}
-
-/* The epilogue on a register tile of the direct conv, its output channels
- * m0 .. m0 + rows; a function of its own, since dconv_block_range contracts
- * a * b + c into one FMA (one rounding instead of the epilogue's two). */
-AI_VECTOR_CLONES static void dconv_epilogue(void *tile, int rows, int64_t m0, int64_t M,
-                                           const ai_conv_epilogue *ep)
-{
-    float (*t)[DC_NR] = tile;
-    for (int r = 0; r < rows; r++)
-        ep_apply_f32(t[r], t[r], DC_NR, NULL, ep, m0 + r, M);
 }
 
 AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t lo, int64_t hi)
@@ -805,8 +793,6 @@ AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t l
                 DC_CHANNELS(K)
 #undef DC_CHANNELS
             const int rows = M - mt * DC_MR < DC_MR ? (int)(M - mt * DC_MR) : DC_MR;
-            if (j->ep)
-                dconv_epilogue(acc, rows, mt * DC_MR, M, j->ep);
             if (whole) { /* whole vectors into y */
                 for (int r = 0; r < rows; r++) {
                     dc_vec *dst = (dc_vec *)(j->y + (mt * DC_MR + r) * OS + seg_y[0]);
@@ -859,9 +845,14 @@ static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const f
     const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
     for (int64_t n = 0; n < p->N; n++) {
         dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
-                       y + n * M * g.grid_size, add, n > 0, ep};
+                       y + n * M * g.grid_size, add, n > 0};
         ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &j);
         ai_parallel_for(blocks, ai_grain_of(DC_NR * M * C * K / 8), dconv_block_range, &j);
+        if (ep) { /* the image's planes while they are in cache (on the register
+                   * tiles, a call per tile cost convs of 1 to 6 channels 15-40%) */
+            ep_job_f32 e = {y + n * M * g.grid_size, NULL, ep, M, g.grid_size};
+            ai_parallel_for(M, ai_grain_of(g.grid_size), ep_range_f32, &e);
+        }
     }
     return true;
 }
@@ -971,7 +962,7 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
         const int64_t cnt = p->N - n0 < nb ? p->N - n0 : nb;
         for (int64_t i = 0; i < cnt; i++) {
             dconv_job pj = {p, &g, &dc, x + (n0 + i) * C * g.img_size, NULL, NULL,
-                            planes + i * C * dc.ph.size, NULL, false, n0 > 0, NULL};
+                            planes + i * C * dc.ph.size, NULL, false, n0 > 0};
             ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
             for (int64_t m = 0; m < M; m++)
                 for (int64_t o1 = 0; o1 < G1; o1++)
