@@ -272,6 +272,7 @@ typedef struct {
  * pads much larger than the image. */
 static bool phase_planes_of(const conv_geom *g, bool dx, phase_planes *d)
 {
+    /* (dw_pad_fill keeps per-phase column bounds in arrays of DW_PAD_MAX_TAPS) */
     if (g->img[0] != 1 || g->ksize > DW_PAD_MAX_TAPS || g->s[2] > DW_PAD_MAX_TAPS ||
         (dx && (g->s[1] != 1 || g->s[2] != 1)))
         return false;

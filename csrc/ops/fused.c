@@ -51,6 +51,7 @@ typedef struct {
     double lo, hi;
     int64_t flatten_axis; /* -1: none */
     bool bn;              /* inputs 3..6: a BatchNorm epilogue */
+    bool conv;            /* the base is Conv (else Gemm) */
     double eps;
 } fused_info;
 
@@ -60,6 +61,7 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
     const double *params;
     int64_t n_params;
     bool gemm = strcmp(n->op_type, "FusedGemm") == 0;
+    f->conv = !gemm;
     ai_status st;
     f->base = ai_op_find("", gemm ? "Gemm" : "Conv");
     if ((st = ai_attr_string(n, "activation", "", &act)) ||
@@ -332,7 +334,7 @@ static ai_status fused_forward(ai_ctx *c)
     }
     /* a Conv applies the BatchNorm and Relu itself, plane by plane as it
      * writes them (in cache, the same arithmetic); Clip keeps its mask pass */
-    const bool in_conv = f.base == ai_op_find("", "Conv") && f.act != ACT_CLIP &&
+    const bool in_conv = f.conv && f.act != ACT_CLIP &&
                          (f.bn || f.act == ACT_RELU);
     ai_conv_epilogue ep = {j.abf ? (const void *)j.abf : (const void *)j.ab,
                            f.act == ACT_RELU};
