@@ -301,3 +301,31 @@ def test_a_graph_that_cannot_be_fused_warns_and_runs_the_main_graph(monkeypatch)
     torch.testing.assert_close(out, _eval(model, x), **TOL)
     assert wrapped.memory_stats()["last_graph"] == "main"
     assert wrapped._fused is False  # not tried again
+
+
+@pytest.mark.parametrize("conv,shape", [
+    (lambda: torch.nn.Conv1d(4, 8, 3, stride=2), (1, 4, 3)),       # one output position
+    (lambda: torch.nn.Conv1d(4, 4, 5, 2, 1, dilation=2), (3, 4, 8)),
+    (lambda: torch.nn.Conv2d(4, 4, 3), (3, 4, 3, 3)),
+    (lambda: torch.nn.Conv2d(16, 16, (3, 2)), (1, 16, 3, 3)),      # 2 positions
+    (lambda: torch.nn.Conv2d(4, 8, 1), (3, 4, 1, 1)),
+    (lambda: torch.nn.Conv2d(8, 8, 3, 2, 1, groups=8), (2, 8, 2, 2)),
+])
+@pytest.mark.parametrize("relu", [False, True])
+def test_batchnorm_epilogue_on_tiny_outputs(conv, shape, relu):
+    """Outputs smaller than the BatchNorm factors (a few positions per
+    image, small batches): the conv's workspace must not overlap the factors
+    the epilogue reads (it did: results were wrong by O(1))."""
+    torch.manual_seed(3)
+    c = conv()
+    bn = (torch.nn.BatchNorm1d if len(shape) == 3 else torch.nn.BatchNorm2d)(c.out_channels)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(-2, 2)
+    model = torch.nn.Sequential(c, bn, *([torch.nn.ReLU()] if relu else [])).eval()
+    x = torch.randn(shape)
+    am = wrap(copy.deepcopy(model), [shape]).eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(am(x).numpy(), model(x).numpy(), **TOL)
+    assert am._fused, "the fused inference graph did not run"

@@ -142,8 +142,22 @@ static size_t bn_factor_bytes(int64_t M)
     return scratch_bytes(AI_F64, 1, (int64_t[]){2 * M});
 }
 
+/* Bytes of the workspace's head, before the base's: the masked output
+ * gradient (the output's size), or the BatchNorm factors, whichever is
+ * larger. */
+static size_t head_bytes(const fused_info *f, ai_dtype dtype, int ndim, const int64_t *shape)
+{
+    size_t head = scratch_bytes(dtype, ndim, shape);
+    if (f->bn && ndim >= 2) {
+        const int64_t M = shape[1];
+        const size_t factors = bn_factor_bytes(M) + scratch_bytes(AI_F32, 1, (int64_t[]){2 * M});
+        head = head > factors ? head : factors;
+    }
+    return head;
+}
+
 /* The context of the base operator: A flattened, the workspace after the
- * scratch gradient. */
+ * head (head_bytes). */
 static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_tensor *views)
 {
     const ai_tensor *v;
@@ -159,7 +173,7 @@ static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_te
     }
     if (c->out[0]) /* not in shape inference */
         b->workspace = (char *)c->workspace +
-                       scratch_bytes(c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape);
+                       head_bytes(f, c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape);
     return AI_OK;
 }
 
@@ -173,7 +187,6 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         return st;
     if (f.act != ACT_NONE && !ai_dtype_is_float(out[0].dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "the activation takes float outputs");
-    size_t scratch = scratch_bytes(out[0].dtype, out[0].ndim, out[0].shape);
     if (f.bn) {
         const int64_t M = out[0].ndim >= 2 ? out[0].shape[1] : -1;
         for (int k = 3; k < 7; k++)
@@ -182,9 +195,8 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                 return ai_node_error(c->node, AI_ERR_VALUE, "BatchNorm epilogue input %d: %lld "
                                      "float values expected (the output's channels)", k,
                                      (long long)M);
-        const size_t factors = bn_factor_bytes(M) + scratch_bytes(AI_F32, 1, (int64_t[]){2 * M});
-        scratch = scratch > factors ? scratch : factors;
     }
+    const size_t scratch = head_bytes(&f, out[0].dtype, out[0].ndim, out[0].shape);
     *ws += scratch; /* [masked output gradient or BN factors | the base's workspace] */
     if (f.act == ACT_CLIP)
         *state = scratch / ai_dtype_size(out[0].dtype); /* one byte per element */
