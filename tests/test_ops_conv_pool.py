@@ -121,6 +121,16 @@ CONV_CASES = {
     "2d_depthwise_same_w1": (2, 4, 4, (6, 1), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 4, False),
     "2d_depthwise_narrow_s2": (2, 8, 8, (12, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 8,
                                True),
+    # forward channels-last by units of 8 channels (dwl in conv.c): a partial
+    # unit, taps past the image (last row or column unused: the row by row fill),
+    # dilation, 1-D, more jobs than slots
+    "2d_depthwise_dwl_c17_s2": (3, 17, 17, (10, 9), (3, 3), (2, 2), (1, 1), (1, 1, 0, 0), 17,
+                                True),
+    "2d_depthwise_dwl_5x3_dil": (2, 12, 12, (9, 8), (5, 3), (1, 1), (2, 1), (4, 1, 3, 1), 12,
+                                 True),
+    "1d_depthwise_dwl_s2": (2, 9, 9, (31,), (5,), (2,), (1,), (2, 2), 9, True),
+    "2d_depthwise_dwl_slots": (5, 64, 64, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64,
+                               False),
     # wide, stride 1, same width: the weight gradient on the edge-zeroed copies too
     "2d_depthwise_same_wide_dw": (2, 8, 16, (20, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8,
                                   True),

@@ -359,9 +359,19 @@ AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, in
                     for (int64_t j = j0; j < j1; j++)
                         dst[j * ldd + i] += src[i * lds + j];
             } else {
-                for (int64_t j = j0; j < j1; j++)
-                    for (int64_t i = i0; i < i1; i++)
-                        dst[j * ldd + i] = src[i * lds + j];
+                int64_t i = i0, j = j0;
+#ifdef HAVE_TRANSPOSE8 /* whole 8 x 8 blocks of float by shuffles */
+                for (; sizeof(T) == 4 && i + 8 <= i1; i += 8)
+                    for (j = j0; j + 8 <= j1; j += 8)
+                        transpose8_f32((float *)dst + j * ldd + i, ldd,
+                                       (const float *)src + i * lds + j, lds);
+#endif
+                for (int64_t jj = j0; jj < j1; jj++) /* what is left: the rows past i, */
+                    for (int64_t ii = i; ii < i1; ii++) /* the columns past j above it */
+                        dst[jj * ldd + ii] = src[ii * lds + jj];
+                for (int64_t jj = j; jj < j1; jj++)
+                    for (int64_t ii = i0; ii < i; ii++)
+                        dst[jj * ldd + ii] = src[ii * lds + jj];
             }
         }
 }
@@ -929,6 +939,158 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
  * and what none of them takes, channels-last; else the plain per-plane
  * kernels. Threads split the slots: every output
  * element, dw included, is computed by one thread in a fixed order. */
+/* The depthwise forward channels-last (dwl_of in conv.c): y = conv(x, w) + b,
+ * then the epilogue. */
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    const dwl_geom *q;
+    T *y, *ws;
+    const T *x, *w, *b;
+    const ai_conv_epilogue *ep;
+} FN(dwl_job);
+
+/* yt (OS, DWL_UNIT) for channels [c, c + DWL_UNIT): every output position,
+ * DWL_NP at a time, the taps in order, then the epilogue (as ep_apply). */
+#define DWL_NP 8
+AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *xt,
+                                          const T *wt, int64_t c)
+{
+    enum { VL = AI_VEC_LANES(T), L = DWL_UNIT };
+    const conv_geom *g = j->g;
+    const dwl_geom *q = j->q;
+    const int64_t K = q->K, OS = g->grid_size, G2 = g->grid[2], M = j->p->M;
+    const int64_t rs = g->s[1] * q->Wp * L, cs = g->s[2] * L; /* an output row, column */
+    const T *ab = j->ep ? j->ep->ab : NULL;
+    const bool relu = j->ep && j->ep->relu;
+    int64_t off[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++)
+        off[k] = q->off[k] * L;
+    for (int64_t v = 0; v < L; v += VL) {
+        T bl[3][VL]; /* bias, scale, shift of the lanes (0 past M) */
+        for (int l = 0; l < VL; l++) {
+            const bool in = c + v + l < M;
+            bl[0][l] = j->b && in ? j->b[c + v + l] : 0;
+            bl[1][l] = ab && in ? ab[c + v + l] : 0;
+            bl[2][l] = ab && in ? ab[M + c + v + l] : 0;
+        }
+        FN(vec) bv, av, tv;
+        memcpy(&bv, bl[0], sizeof bv);
+        memcpy(&av, bl[1], sizeof av);
+        memcpy(&tv, bl[2], sizeof tv);
+        for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWL_NP) {
+            const T *src[DWL_NP];
+            for (int i = 0; i < DWL_NP; i++) { /* positions past OS repeat the last */
+                src[i] = xt + o1 * rs + o2 * cs + v;
+                if (o + i + 1 < OS && ++o2 == G2)
+                    o1++, o2 = 0;
+            }
+            FN(vec) acc[DWL_NP];
+            for (int i = 0; i < DWL_NP; i++)
+                acc[i] = bv;
+#define DWL_TAPS(KK)                                                                   \
+    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                       \
+        const FN(vec) wk = *(const FN(vec) *)(wt + k * L + v);                         \
+        for (int i = 0; i < DWL_NP; i++)                                               \
+            acc[i] = acc[i] + wk * *(const FN(vec) *)(src[i] + off[k]);                \
+    }
+            if (K == 9)
+                DWL_TAPS(9)
+            else
+                DWL_TAPS(K)
+#undef DWL_TAPS
+            if (ab)
+                for (int i = 0; i < DWL_NP; i++)
+                    acc[i] = acc[i] * av + tv;
+            if (relu)
+                for (int i = 0; i < DWL_NP; i++) {
+#if defined(__GNUC__)
+                    const __typeof__(acc[i] > 0) keep = (acc[i] > 0) | (acc[i] != acc[i]);
+                    acc[i] = (FN(vec))((__typeof__(keep))acc[i] & keep);
+#else
+                    acc[i] = !(acc[i] > 0 || acc[i] != acc[i]) ? 0 : acc[i];
+#endif
+                }
+            for (int i = 0; i < DWL_NP && o + i < OS; i++)
+                *(FN(vec) *)(yt + (o + i) * L + v) = acc[i];
+        }
+    }
+}
+
+/* nc planes (nc, IS) of one image into the padded xt (rows ld apart):
+ * position (i1, i2) to row (i1 + p1) Wp + i2 + p2, which must lie inside.
+ * 8 positions by 8 channels at a time by shuffles. */
+AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_t nc,
+                                          const conv_geom *g, const dwl_geom *q)
+{
+    const int64_t IS = g->img_size, W = g->img[2], p1 = g->p[1], p2 = g->p[2], Wp = q->Wp;
+    int64_t f = 0;
+#ifdef HAVE_TRANSPOSE8
+    for (; sizeof(T) == 4 && nc == 8 && f + 8 <= IS; f += 8) {
+        float *d[8];
+        for (int i = 0; i < 8; i++)
+            d[i] = (float *)(xt + ((f + i) / W + p1) * Wp * ld + ((f + i) % W + p2) * ld);
+        transpose8_to_f32(d, (const float *)xn + f, IS);
+    }
+#endif
+    for (; f < IS; f++) {
+        T *d = xt + (f / W + p1) * Wp * ld + (f % W + p2) * ld;
+        for (int64_t c = 0; c < nc; c++)
+            d[c] = xn[c * IS + f];
+    }
+}
+
+/* Slots [lo, hi): each its share of the jobs (unit u, image n), u major */
+static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dwl_job) *j = ctx;
+    const conv_geom *g = j->g;
+    const dwl_geom *q = j->q;
+    enum { L = DWL_UNIT };
+    const int64_t C = j->p->C, N = j->p->N, K = q->K, IS = g->img_size, OS = g->grid_size;
+    const int64_t H = g->img[1], W = g->img[2], p1 = g->p[1], p2 = g->p[2], XT = q->Hp * q->Wp;
+    /* x's columns [i2lo, i2hi) and rows [i1lo, i1hi) land inside xt */
+    const int64_t i2lo = p2 > 0 ? 0 : -p2, i2hi = q->Wp - p2 < W ? q->Wp - p2 : W;
+    const int64_t i1lo = p1 > 0 ? 0 : -p1, i1hi = q->Hp - p1 < H ? q->Hp - p1 : H;
+    const bool inside = p1 >= 0 && p2 >= 0 && H + p1 <= q->Hp && W + p2 <= q->Wp;
+    for (int64_t s = lo; s < hi; s++) {
+        T *xt = j->ws + s * q->slot, *yt = xt + XT * L, *wt = yt + OS * L;
+        for (int64_t job = s * q->jobs / q->slots, u = -1; job < (s + 1) * q->jobs / q->slots;
+             job++) {
+            const int64_t c = job / N * L, n = job % N, nc = C - c < L ? C - c : L;
+            if (job / N != u) { /* a new unit: zero pads (and lanes past C), its weights */
+                u = job / N;
+                memset(xt, 0, sizeof(T) * (size_t)(XT * L));
+                memset(wt, 0, sizeof(T) * (size_t)(K * L));
+                FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
+            }
+            const T *xn = j->x + (n * C + c) * IS;
+            if (inside)
+                FN(dwl_fill)(xt, L, xn, nc, g, q);
+            else
+                for (int64_t i1 = i1lo; i1 < i1hi && i2lo < i2hi; i1++)
+                    FN(transpose)(xt + ((i1 + p1) * q->Wp + i2lo + p2) * L, L,
+                                  xn + i1 * W + i2lo, IS, nc, i2hi - i2lo, false);
+            FN(dwl_sums)(j, yt, xt, wt, c);
+            FN(transpose)(j->y + (n * C + c) * OS, OS, yt, L, OS, nc, false);
+        }
+    }
+}
+
+/* The depthwise forward channels-last where it applies; false otherwise. */
+static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *w, const T *b,
+                            T *ws, const ai_conv_epilogue *ep)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dwl_geom q;
+    if (!dwl_of(p, &g, &q))
+        return false;
+    FN(dwl_job) j = {p, &g, &q, y, ws, x, w, b, ep};
+    const int64_t per_slot = q.jobs / q.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
+    ai_parallel_for(q.slots, ai_grain_of(per_slot), FN(dwl_range), &j);
+    return true;
+}
+
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws,
                           const ai_conv_epilogue *ep)
 {
@@ -1180,6 +1342,8 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         return;
     }
     if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
+        if (FN(dwl_forward)(p, y, x, w, b, workspace, ep))
+            return;
         FN(fill_bias)(y, b, p->N, p->M, OS);
         FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace, ep);
         return;
