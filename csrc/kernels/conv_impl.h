@@ -1023,20 +1023,25 @@ AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *
 AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_t nc,
                                           const conv_geom *g, const dwl_geom *q)
 {
-    const int64_t IS = g->img_size, W = g->img[2], p1 = g->p[1], p2 = g->p[2], Wp = q->Wp;
-    int64_t f = 0;
+    const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
+    T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
+    int64_t f = 0, i2 = 0; /* position f = (i1, i2) */
 #ifdef HAVE_TRANSPOSE8
     for (; sizeof(T) == 4 && nc == 8 && f + 8 <= IS; f += 8) {
         float *d[8];
-        for (int i = 0; i < 8; i++)
-            d[i] = (float *)(xt + ((f + i) / W + p1) * Wp * ld + ((f + i) % W + p2) * ld);
+        for (int i = 0; i < 8; i++, i2++) {
+            if (i2 == W)
+                i2 = 0, row += Wp * ld;
+            d[i] = (float *)(row + i2 * ld);
+        }
         transpose8_to_f32(d, (const float *)xn + f, IS);
     }
 #endif
-    for (; f < IS; f++) {
-        T *d = xt + (f / W + p1) * Wp * ld + (f % W + p2) * ld;
+    for (; f < IS; f++, i2++) {
+        if (i2 == W)
+            i2 = 0, row += Wp * ld;
         for (int64_t c = 0; c < nc; c++)
-            d[c] = xn[c * IS + f];
+            row[i2 * ld + c] = xn[c * IS + f];
     }
 }
 
@@ -1060,7 +1065,18 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
             const int64_t c = job / N * L, n = job % N, nc = C - c < L ? C - c : L;
             if (job / N != u) { /* a new unit: zero pads (and lanes past C), its weights */
                 u = job / N;
-                memset(xt, 0, sizeof(T) * (size_t)(XT * L));
+                if (!inside || nc < L)
+                    memset(xt, 0, sizeof(T) * (size_t)(XT * L));
+                else /* the fill writes every position inside: the pads alone */
+                    for (int64_t r = 0; r < q->Hp; r++) {
+                        T *xr = xt + r * q->Wp * L;
+                        if (r < p1 || r >= p1 + H) {
+                            memset(xr, 0, sizeof(T) * (size_t)(q->Wp * L));
+                            continue;
+                        }
+                        memset(xr, 0, sizeof(T) * (size_t)(p2 * L));
+                        memset(xr + (p2 + W) * L, 0, sizeof(T) * (size_t)((q->Wp - p2 - W) * L));
+                    }
                 memset(wt, 0, sizeof(T) * (size_t)(K * L));
                 FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
             }
