@@ -268,14 +268,19 @@ def _conv(group, stride, pad):
     ((4, 32, 40, 40), (32, 1, 3, 3), 1, 32),   # depthwise plane by plane
     ((3, 16, 40, 40), (32, 1, 3, 3), 2, 16),   # depthwise, 2 outputs per channel
     ((8, 40, 12, 12), (40, 1, 3, 3), 1, 40),   # depthwise channels-last, 16+16+8
-    ((2, 16, 55, 55), (2, 16, 3, 3), 2, 1)],   # im2col/col2im (GEMMs too small to split)
-    ids=["dw-planes", "dw-multiplier", "dw-channels-last", "im2col"])
+    ((2, 16, 55, 55), (2, 16, 3, 3), 2, 1),    # im2col/col2im (GEMMs too small to split)
+    ((9, 3, 20, 18), (10, 3, 3, 3), 1, 1),     # direct conv, whole images per thread
+    ((7, 4, 21, 20), (6, 4, 3, 3), 2, 1),      # the same, strided
+    ((9, 16, 12, 11), (24, 16, 1, 1), 1, 1)],  # pointwise, an image's GEMM per thread
+    ids=["dw-planes", "dw-multiplier", "dw-channels-last", "im2col", "direct-images",
+         "direct-images-s2", "pointwise-images"])
 def test_conv_split_between_threads(threads, x_shape, w_shape, stride, group, dtype):
     inputs = {"x": _rand(x_shape, dtype), "w": _rand(w_shape, dtype, 1),
               "b": _rand((w_shape[0],), dtype, 2)}
-    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1],
+    k, pad = w_shape[2], w_shape[2] // 2
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
              "group": group}
-    check_threads("Conv", inputs, _conv(group, stride, 1), attrs)
+    check_threads("Conv", inputs, _conv(group, stride, pad), attrs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])

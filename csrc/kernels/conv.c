@@ -178,6 +178,21 @@ static bool pw_batched(const ai_conv_params *p, const conv_geom *g)
     return g->pointwise && p->group == 1 && p->N > 1 && g->grid_size <= PW_BATCH_MAX;
 }
 
+/*
+ * On more than one thread, pointwise forwards whose GEMM per image is under
+ * PW_IMAGE_FLOPS (the GEMMs then stay on one thread, gemm.c) split the
+ * images across threads instead: each image's GEMM on one thread, the same
+ * library call, so the same values. KWS's 64 -> 64 on 25x5 at 2 threads
+ * had been slower than at 1 (every image's GEMM in turn on one thread, the
+ * pool's other thread waking and waiting around each pass).
+ */
+#define PW_IMAGE_FLOPS (INT64_C(1) << 21)
+static bool pw_images(const ai_conv_params *p, const conv_geom *g)
+{
+    return g->pointwise && p->group == 1 && p->N > 1 && ai_get_num_threads() > 1 &&
+           2 * p->M * p->C * g->grid_size < PW_IMAGE_FLOPS;
+}
+
 /* Row r = (c, k0, k1, k2) of the columns reads image plane c, at position
  * grid_position * stride + off in each dim. */
 typedef struct {
@@ -559,7 +574,17 @@ static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
 typedef struct {
     phase_planes ph;
     int64_t L, MT; /* grid positions, channel tiles */
+    int64_t slots; /* images' planes in the workspace: > 1 for image-parallel runs */
 } dconv;
+
+/* On more than one thread, with 2 or more images per thread, each thread
+ * takes whole images (planes, blocks, epilogue) in a slot of its own, up to
+ * DC_SLOTS slots of at most DC_SLOT_ELEMS each: no pool pass per image and
+ * per step. Small grids gain most (KWS's 1 -> 64 stem, 25x5: one image is
+ * 10 blocks, and the three passes per image had made it slower on 2 threads
+ * than on 1). */
+#define DC_SLOTS 8
+#define DC_SLOT_ELEMS (INT64_C(1) << 16)
 
 static bool dconv_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dconv *dc)
 {
@@ -568,12 +593,14 @@ static bool dconv_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype
         return false;
     dc->L = dc->ph.G1 * dc->ph.R2;
     dc->MT = (p->M + DC_MR - 1) / DC_MR;
+    dc->slots = p->N > 1 && p->C * dc->ph.size <= DC_SLOT_ELEMS
+                    ? (p->N < DC_SLOTS ? p->N : DC_SLOTS) : 1;
     return true;
 }
 
 static int64_t dconv_elems(const ai_conv_params *p, const dconv *dc)
 {
-    return dc->MT * DC_MR * p->C * dc->ph.K + p->C * dc->ph.size;
+    return dc->MT * DC_MR * p->C * dc->ph.K + dc->slots * p->C * dc->ph.size;
 }
 
 /* The Conv whose forward is the input gradient of stride-1 Conv p: dy (M
@@ -919,6 +946,36 @@ AI_GEMM_CLONES AI_SHORT_LOOPS static void dconv_block_range(void *ctx, int64_t l
     }
 }
 
+/* Slots [lo, hi) of an image-parallel run (dconv_of): each its share of
+ * the images, in its own planes, one thread each pass. */
+typedef struct {
+    const dconv_job *j; /* x, y, planes: of the batch, the first slot */
+    const ai_conv_epilogue *ep;
+    int64_t blocks;
+} dconv_images_job;
+
+static void dconv_images_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_images_job *ij = ctx;
+    const dconv_job *b = ij->j;
+    const int64_t N = b->p->N, C = b->p->C, M = b->p->M, slots = b->dc->slots;
+    const int64_t IS = b->g->img_size, OS = b->g->grid_size;
+    for (int64_t s = lo; s < hi; s++)
+        for (int64_t n = s * N / slots; n < (s + 1) * N / slots; n++) {
+            dconv_job j = *b;
+            j.x = b->x + n * C * IS;
+            j.y = b->y + n * M * OS;
+            j.planes = b->planes + s * C * b->dc->ph.size;
+            j.zeroed = n > s * N / slots;
+            dconv_pad_range(&j, 0, C);
+            dconv_block_range(&j, 0, ij->blocks);
+            if (ij->ep) {
+                ep_job_f32 e = {j.y, NULL, ij->ep, M, OS};
+                ep_range_f32(&e, 0, M);
+            }
+        }
+}
+
 /* y = conv(x, w) + b (y += conv(x, w) with `add`) by the direct kernel, the
  * weights packed from w (M, C, K), or from wt (C, M, K) transposed and
  * flipped when `flip`; false when it does not apply. */
@@ -941,6 +998,13 @@ static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const f
                         m >= M ? 0 : flip ? w[(c * M + m) * K + K - 1 - k] : w[(m * C + c) * K + k];
                 }
     const int64_t blocks = (dc.L + DC_NR - 1) / DC_NR;
+    const int nt = ai_get_num_threads();
+    if (dc.slots > 1 && nt > 1 && p->N >= 2 * nt) {
+        dconv_job j = {p, &g, &dc, x, b, wp, planes, y, add, false};
+        dconv_images_job ij = {&j, ep, blocks};
+        ai_parallel_for(dc.slots, 1, dconv_images_range, &ij);
+        return true;
+    }
     for (int64_t n = 0; n < p->N; n++) {
         dconv_job j = {p, &g, &dc, x + n * C * g.img_size, b, wp, planes,
                        y + n * M * g.grid_size, add, n > 0};

@@ -1342,6 +1342,32 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                 dw[(m * Cg + c) * K + k] += s.dwt[(k * M + m) * Cg + c];
 }
 
+/* Pointwise forwards of one group, image by image on the pool (see
+ * PW_IMAGE_FLOPS in conv.c): each image's bias, GEMM (one thread: nested in
+ * a range) and epilogue. */
+typedef struct {
+    const ai_conv_params *p;
+    int64_t OS;
+    T *y;
+    const T *x, *w, *b;
+    const ai_conv_epilogue *ep;
+} FN(pw_images_job);
+
+static void FN(pw_images_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(pw_images_job) *j = ctx;
+    const int64_t C = j->p->C, M = j->p->M, OS = j->OS;
+    for (int64_t n = lo; n < hi; n++) {
+        T *yn = j->y + n * M * OS;
+        FN(fill_bias)(yn, j->b, 1, M, OS);
+        GEMM(false, false, M, OS, C, 1, j->w, C, j->x + n * C * OS, OS, 1, yn, OS);
+        if (j->ep) {
+            FN(ep_job) e = {yn, NULL, j->ep, M, OS};
+            FN(ep_range)(&e, 0, M);
+        }
+    }
+}
+
 /* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
  * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
 void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
@@ -1372,6 +1398,11 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         GEMM(false, false, p->M, NS, p->C, 1, w, p->C, xs, NS, 0, ys, NS);
         FN(pw_scatter_job) sj = {y, ys, b, ep, p->N, p->M, OS};
         ai_parallel_for(p->N * p->M, ai_grain_of(OS), FN(pw_scatter_range), &sj);
+        return;
+    }
+    if (pw_images(p, &g)) {
+        FN(pw_images_job) j = {p, OS, y, x, w, b, ep};
+        ai_parallel_for(p->N, 1, FN(pw_images_range), &j);
         return;
     }
     /* with an epilogue, image by image: the bias, the products added to it,
