@@ -566,7 +566,8 @@ static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
  * is 10-40% faster on 3x3 convs of 16-64 channels (C harness, batch 16:
  * 64 -> 64 on 8x8 1.47 -> 0.85-1.07 ms, also for its smaller junk: grids
  * of 80 are 5 blocks, not 4 of 24), 6 x 16 and 8 x 8 in between.
- * Workspace: the packed weights and one image's planes. The input gradient
+ * Workspace: the packed weights and the planes of one image (of `slots`
+ * images for image-parallel runs, below). The input gradient
  * of a stride-1 conv is the same kernel on dy (dconv_dx_params).
  */
 #define DC_MR 4
