@@ -931,14 +931,6 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* Depthwise conv (one input channel per group, Mg output channels each):
- * DW_FWD: grid = y, img = x; DW_DX: grid = dy, img = dx; DW_DW: grid = dy,
- * img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
- * same_planes or phase planes; strided input gradient: dx_phases; else
- * phase planes, rows or flat runs); small planes (depthwise_small_planes)
- * and what none of them takes, channels-last; else the plain per-plane
- * kernels. Threads split the slots: every output
- * element, dw included, is computed by one thread in a fixed order. */
 /* The depthwise forward channels-last (dwl_of in conv.c): y = conv(x, w) + b,
  * then the epilogue. */
 typedef struct {
@@ -1107,6 +1099,14 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
     return true;
 }
 
+/* Depthwise conv (one input channel per group, Mg output channels each):
+ * DW_FWD (where dwl_forward declines): grid = y, img = x; DW_DX: grid = dy,
+ * img = dx; DW_DW: grid = dy, img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
+ * same_planes or phase planes; strided input gradient: dx_phases; else
+ * phase planes, rows or flat runs); small planes (depthwise_small_planes)
+ * and what none of them takes, channels-last; else the plain per-plane
+ * kernels. Threads split the slots: every output
+ * element, dw included, is computed by one thread in a fixed order. */
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws,
                           const ai_conv_epilogue *ep)
 {
@@ -1342,12 +1342,34 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                 dw[(m * Cg + c) * K + k] += s.dwt[(k * M + m) * Cg + c];
 }
 
-/* Pointwise forwards of one group, image by image on the pool (see
- * PW_IMAGE_FLOPS in conv.c): each image's bias, GEMM (one thread: nested in
- * a range) and epilogue. */
+/* Image n of the GEMM forward: its bias (with `bias`), each group's
+ * product added to it (columns in ws: not used by pointwise convs), the
+ * epilogue, while the image's planes are in cache. */
+static void FN(gemm_image)(const ai_conv_params *p, const conv_geom *g, T *y, const T *x,
+                           const T *w, const T *b, T *ws, const ai_conv_epilogue *ep,
+                           int64_t n, bool bias)
+{
+    const int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g->ksize;
+    const int64_t OS = g->grid_size;
+    T *yn = y + n * p->M * OS;
+    if (bias)
+        FN(fill_bias)(yn, b, 1, p->M, OS);
+    for (int64_t grp = 0; grp < p->group; grp++) {
+        const T *col = FN(columns)(ws, x + (n * p->C + grp * Cg) * g->img_size, Cg, g);
+        GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
+             yn + grp * Mg * OS, OS);
+    }
+    if (ep) {
+        FN(ep_job) j = {yn, NULL, ep, p->M, OS};
+        ai_parallel_for(p->M, ai_grain_of(OS), FN(ep_range), &j);
+    }
+}
+
+/* Pointwise forwards, image by image on the pool (pw_images in conv.c):
+ * nested in a range, each image's passes and GEMM run on its thread. */
 typedef struct {
     const ai_conv_params *p;
-    int64_t OS;
+    const conv_geom *g;
     T *y;
     const T *x, *w, *b;
     const ai_conv_epilogue *ep;
@@ -1356,16 +1378,8 @@ typedef struct {
 static void FN(pw_images_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(pw_images_job) *j = ctx;
-    const int64_t C = j->p->C, M = j->p->M, OS = j->OS;
-    for (int64_t n = lo; n < hi; n++) {
-        T *yn = j->y + n * M * OS;
-        FN(fill_bias)(yn, j->b, 1, M, OS);
-        GEMM(false, false, M, OS, C, 1, j->w, C, j->x + n * C * OS, OS, 1, yn, OS);
-        if (j->ep) {
-            FN(ep_job) e = {yn, NULL, j->ep, M, OS};
-            FN(ep_range)(&e, 0, M);
-        }
-    }
+    for (int64_t n = lo; n < hi; n++)
+        FN(gemm_image)(j->p, j->g, j->y, j->x, j->w, j->b, NULL, j->ep, n, true);
 }
 
 /* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
@@ -1374,8 +1388,7 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
                          const T *b, T *workspace, const ai_conv_epilogue *ep)
 {
     conv_geom g = conv_geom_of(p, false);
-    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
-    int64_t IS = g.img_size, OS = g.grid_size;
+    const int64_t OS = g.grid_size;
     conv_shift sh;
     if (FN(dconv_forward)(p, y, x, w, b, workspace, ep))
         return;
@@ -1401,27 +1414,15 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         return;
     }
     if (pw_images(p, &g)) {
-        FN(pw_images_job) j = {p, OS, y, x, w, b, ep};
+        FN(pw_images_job) j = {p, &g, y, x, w, b, ep};
         ai_parallel_for(p->N, 1, FN(pw_images_range), &j);
         return;
     }
-    /* with an epilogue, image by image: the bias, the products added to it,
-     * the epilogue, while the image's planes are in cache */
+    /* with an epilogue, the bias image by image (in cache for the epilogue) */
     if (!ep)
         FN(fill_bias)(y, b, p->N, p->M, OS);
-    for (int64_t n = 0; n < p->N; n++) {
-        if (ep)
-            FN(fill_bias)(y + n * p->M * OS, b, 1, p->M, OS);
-        for (int64_t grp = 0; grp < p->group; grp++) {
-            const T *col = FN(columns)(workspace, x + (n * p->C + grp * Cg) * IS, Cg, &g);
-            GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
-                 y + (n * p->M + grp * Mg) * OS, OS);
-        }
-        if (ep) {
-            FN(ep_job) j = {y + n * p->M * OS, NULL, ep, p->M, OS};
-            ai_parallel_for(p->M, ai_grain_of(OS), FN(ep_range), &j);
-        }
-    }
+    for (int64_t n = 0; n < p->N; n++)
+        FN(gemm_image)(p, &g, y, x, w, b, workspace, ep, n, ep != NULL);
 }
 
 /* With assign_dx, dx is written (=), not added to; dx and dw may then be one
