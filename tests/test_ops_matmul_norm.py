@@ -241,8 +241,11 @@ def _bn_train_case(shape, dtype, momentum, eps, steps, n_outputs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
-# planes of 125 and 561 values: the blocked sums' 32-lane body, tail and second block
+# planes under 128 values (per-position sums over groups of 16 planes: 1, 3 groups,
+# the last partial), of 128 and 561 values (blocked sums: 32-lane body, chunks of 8,
+# last terms, second block)
 @pytest.mark.parametrize("shape", BN_SHAPES[:4] + [(2, 3, 1), (16, 37), (2, 3, 25, 5),
+                                                   (37, 4, 3, 3), (18, 2, 127), (3, 2, 128),
                                                    (2, 2, 33, 17)], ids=str)
 @pytest.mark.parametrize("momentum,eps", [(None, 1e-5), (0.7, 1e-3), (0.0, 1e-5)], ids=str)
 def test_batchnorm_training(shape, momentum, eps, dtype):

@@ -134,9 +134,10 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return AI_OK;
 }
 
-/* Each kernel works on a range of channels [c0, c1) (the statistics, whose
- * sums run over n in order whatever the range) or of (n, c) planes [p0, p1)
- * (the elementwise passes), so that the thread pool can split them. */
+/* The kernels work on one channel (training: statistics, sums, then its
+ * planes) or on a range of (n, c) planes [p0, p1) (eval's forward), so that
+ * the thread pool can split them; a channel's sums run over n in order
+ * whatever the split. */
 #define SUM8(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
 /* OUT = the sum over I in [0, H) of EXPR (double) in 8 partial sums: 8
  * independent chains (they vectorise; the error grows 8x slower), added by SUM8. */
@@ -153,67 +154,121 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             p_[I - b_] += (EXPR);                                                          \
         OUT = SUM8(p_);                                                                    \
     } while (0)
-/* OUT (double) = the sum over I in [0, S) of EXPR (of the data's type T), in
- * blocks of at most 512 terms: 32 partial sums in T per block (four AVX2
- * vectors of float, independent chains: 16 terms each), folded to 8 and to
- * one in T, the blocks added in double. The error is that of 16-term sums,
- * at full vector width (double lanes convert every term and run at half
- * width: measured 1.6x slower on 125-value planes, 6x on 2304). */
-#define BLOCK_SUM32_OF(OUT, S, I, T, EXPR)                                                 \
+/* OUTA, OUTB (double) = the sums over I in [B0, B0 + S) of EXPRA and EXPRB (of
+ * the data's type T), in blocks of at most 512 terms: 32 partial sums in T per
+ * block (four AVX2 vectors of float per sum, independent chains: 16 terms
+ * each), the rest of the block in chunks of 8 into the first 8 lanes, the
+ * last terms one by one; folded to 8 and to one in T, the blocks added in
+ * double. A lane sums at most 16 + 4 terms. The error is that of such short
+ * sums, at full vector width (double lanes convert every term and run at
+ * half width: measured 1.6x slower on 125-value planes, 6x on 2304). For one
+ * sum pass 0 as EXPRB: its chains are dead code. */
+#define BLOCK_SUM2_OF(OUTA, OUTB, B0, S, I, T, EXPRA, EXPRB)                               \
     do {                                                                                   \
-        double o_ = 0;                                                                     \
-        int64_t b_ = 0;                                                                    \
-        while (b_ < (S)) {                                                                 \
-            T p_[32] = {0}, q_[8];                                                         \
-            const int64_t e_ = b_ + 512 <= (S) ? b_ + 512 : (S);                           \
+        double oa_ = 0, ob_ = 0;                                                           \
+        int64_t b_ = (B0);                                                                 \
+        const int64_t end_ = (B0) + (S);                                                   \
+        while (b_ < end_) {                                                                \
+            T pa_[32] = {0}, pb_[32] = {0}, qa_[8], qb_[8];                                \
+            const int64_t e_ = b_ + 512 <= end_ ? b_ + 512 : end_;                         \
             for (; b_ + 32 <= e_; b_ += 32)                                                \
                 for (int l_ = 0; l_ < 32; l_++) {                                          \
                     const int64_t I = b_ + l_;                                             \
-                    p_[l_] += (EXPR);                                                      \
+                    pa_[l_] += (EXPRA);                                                    \
+                    pb_[l_] += (EXPRB);                                                    \
+                }                                                                          \
+            for (; b_ + 8 <= e_; b_ += 8)                                                  \
+                for (int l_ = 0; l_ < 8; l_++) {                                           \
+                    const int64_t I = b_ + l_;                                             \
+                    pa_[l_] += (EXPRA);                                                    \
+                    pb_[l_] += (EXPRB);                                                    \
                 }                                                                          \
             for (int l_ = 0; b_ < e_; b_++, l_++) {                                        \
                 const int64_t I = b_;                                                      \
-                p_[l_] += (EXPR);                                                          \
+                pa_[l_] += (EXPRA);                                                        \
+                pb_[l_] += (EXPRB);                                                        \
             }                                                                              \
-            for (int l_ = 0; l_ < 8; l_++)                                                 \
-                q_[l_] = (p_[l_] + p_[l_ + 8]) + (p_[l_ + 16] + p_[l_ + 24]);              \
-            o_ += SUM8(q_);                                                                \
+            for (int l_ = 0; l_ < 8; l_++) {                                               \
+                qa_[l_] = (pa_[l_] + pa_[l_ + 8]) + (pa_[l_ + 16] + pa_[l_ + 24]);         \
+                qb_[l_] = (pb_[l_] + pb_[l_ + 8]) + (pb_[l_ + 16] + pb_[l_ + 24]);         \
+            }                                                                              \
+            oa_ += SUM8(qa_);                                                              \
+            ob_ += SUM8(qb_);                                                              \
         }                                                                                  \
-        OUT = o_;                                                                          \
+        OUTA = oa_;                                                                        \
+        OUTB = ob_;                                                                        \
     } while (0)
+/* OUTA, OUTB (double) = the sums of EXPRA and EXPRB over the values of one
+ * channel: N planes of S values, plane n at I in [FIRST + n STRIDE, + S).
+ * Planes of BN_SMALL_S values or more: BLOCK_SUM2_OF per plane, the planes
+ * added in double. Smaller ones (late layers: 3x3, 6x6, 25x5 maps), where
+ * that per-plane zeroing and folding would cost more than the sums: per
+ * position sums over groups of 16 planes (a lane sums 16 terms, vectorised
+ * along the plane), BLOCK_SUM2_OF over the positions, groups added in double. */
+#define BN_SMALL_S 128
+#define CHANNEL_SUM2_OF(OUTA, OUTB, N, S, FIRST, STRIDE, I, T, EXPRA, EXPRB)               \
+    do {                                                                                   \
+        double ca_ = 0, cb_ = 0, ga_, gb_;                                                 \
+        if ((S) < BN_SMALL_S) {                                                            \
+            T aa_[BN_SMALL_S], ab_[BN_SMALL_S];                                            \
+            for (int64_t g_ = 0; g_ < (N); g_ += 16) {                                     \
+                const int64_t ge_ = g_ + 16 < (N) ? g_ + 16 : (N);                         \
+                for (int64_t s_ = 0; s_ < (S); s_++)                                       \
+                    aa_[s_] = ab_[s_] = 0;                                                 \
+                for (int64_t n_ = g_; n_ < ge_; n_++) {                                    \
+                    const int64_t o_ = (FIRST) + n_ * (STRIDE);                            \
+                    for (int64_t s_ = 0; s_ < (S); s_++) {                                 \
+                        const int64_t I = o_ + s_;                                         \
+                        aa_[s_] += (EXPRA);                                                \
+                        ab_[s_] += (EXPRB);                                                \
+                    }                                                                      \
+                }                                                                          \
+                BLOCK_SUM2_OF(ga_, gb_, 0, S, j_, T, aa_[j_], ab_[j_]);                    \
+                ca_ += ga_;                                                                \
+                cb_ += gb_;                                                                \
+            }                                                                              \
+        } else {                                                                           \
+            for (int64_t n_ = 0; n_ < (N); n_++) {                                         \
+                BLOCK_SUM2_OF(ga_, gb_, (FIRST) + n_ * (STRIDE), S, I, T, EXPRA, EXPRB);   \
+                ca_ += ga_;                                                                \
+                cb_ += gb_;                                                                \
+            }                                                                              \
+        }                                                                                  \
+        OUTA = ca_;                                                                        \
+        OUTB = cb_;                                                                        \
+    } while (0)
+#define CHANNEL_SUM_OF(OUT, N, S, FIRST, STRIDE, I, T, EXPR)                               \
+    do {                                                                                   \
+        double unused_;                                                                    \
+        CHANNEL_SUM2_OF(OUT, unused_, N, S, FIRST, STRIDE, I, T, EXPR, (T)0);              \
+        (void)unused_;                                                                     \
+    } while (0)
+/* Training works channel by channel (a thread takes a range of channels):
+ * the statistics or the backward's sums, then the channel's N planes, while
+ * they are still in cache. */
 #define DEFINE_BN_KERNELS(SUF, T)                                                          \
-    /* mean[C], var[C] (biased) of x (N,C,S): per plane BLOCK_SUM32_OF, planes             \
-     * added in double. The mean sums x - sh (sh: the channel's first value), so           \
-     * that a large offset does not grow the float sums; the variance sums                 \
-     * (x - mt)^2 about the mean rounded to T (exact differences where x is near           \
-     * it) and corrects: sum (x - m)^2 = sum (x - mt)^2 - cnt (m - mt)^2. */               \
+    /* mean, var (biased) of channel ch of x (N,C,S), CHANNEL_SUM_OF. The mean sums        \
+     * x - sh (sh: the channel's first value), so that a large offset does not grow        \
+     * the float sums; the variance sums (x - mt)^2 about the mean rounded to T            \
+     * (exact differences where x is near it) and corrects:                                \
+     * sum (x - m)^2 = sum (x - mt)^2 - cnt (m - mt)^2. */                                 \
     AI_VECTOR_CLONES static void bn_stats_##SUF(double *mean, double *var, const T *x,     \
-                                                bn_dims d, int64_t c0, int64_t c1)         \
+                                                bn_dims d, int64_t ch)                     \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
-        for (int64_t ch = c0; ch < c1; ch++) {                                             \
-            const T sh = x[ch * d.S]; /* sums of x - sh: small where x is near it */       \
-            double m = 0, v = 0;                                                           \
-            for (int64_t n = 0; n < d.N; n++) {                                            \
-                const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double part;                                                               \
-                BLOCK_SUM32_OF(part, d.S, s, T, xr[s] - sh);                               \
-                m += part;                                                                 \
-            }                                                                              \
-            m = (double)sh + m / cnt;                                                      \
-            const T mt = (T)m;                                                             \
-            for (int64_t n = 0; n < d.N; n++) {                                            \
-                const T *xr = x + (n * d.C + ch) * d.S;                                    \
-                double part;                                                               \
-                BLOCK_SUM32_OF(part, d.S, s, T, (xr[s] - mt) * (xr[s] - mt));              \
-                v += part;                                                                 \
-            }                                                                              \
-            const double dm = m - (double)mt;                                              \
-            mean[ch] = m;                                                                  \
-            var[ch] = fmax(v / cnt - dm * dm, 0.0);                                        \
-        }                                                                                  \
+        const int64_t first = ch * d.S, stride = d.C * d.S;                                \
+        const T sh = x[first]; /* sums of x - sh: small where x is near it */              \
+        double m, v;                                                                       \
+        CHANNEL_SUM_OF(m, d.N, d.S, first, stride, i, T, x[i] - sh);                       \
+        m = (double)sh + m / cnt;                                                          \
+        const T mt = (T)m;                                                                 \
+        CHANNEL_SUM_OF(v, d.N, d.S, first, stride, i, T, (x[i] - mt) * (x[i] - mt));       \
+        const double dm = m - (double)mt;                                                  \
+        *mean = m;                                                                         \
+        *var = fmax(v / cnt - dm * dm, 0.0);                                               \
     }                                                                                      \
-    /* y = (x - mean) * invstd * scale + bias */                                           \
+    /* y = (x - mean) * a + b, x - mean as (x - mt) + dm: exact where x is near the        \
+     * rounded mean; planes [p0, p1) (fixed statistics) */                                 \
     AI_VECTOR_CLONES static void bn_forward_##SUF(T *y, const T *x, const double *mean,    \
                                                   const double *invstd, const T *scale,    \
                                                   const T *bias, bn_dims d, int64_t p0,    \
@@ -221,69 +276,54 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     {                                                                                      \
         for (int64_t pl = p0; pl < p1; pl++) {                                             \
             const int64_t ch = pl % d.C, off = pl * d.S;                                   \
-            /* x - mean as (x - mt) + dm: exact where x is near the rounded mean */        \
             const T m = (T)mean[ch], dm = (T)((double)m - mean[ch]);                       \
             const T a = (T)(invstd[ch] * scale[ch]), b = bias[ch];                         \
             for (int64_t s = 0; s < d.S; s++)                                              \
                 y[off + s] = ((x[off + s] - m) + dm) * a + b;                              \
         }                                                                                  \
     }                                                                                      \
-    /* sdy[C] = sum dy, sdyx[C] = sum dy * (x - mean): per plane as BLOCK_SUM32_OF         \
-     * (both in one pass), about the mean rounded to T, then corrected:                    \
-     * sum dy (x - m) = sum dy (x - mt) - (m - mt) sum dy. */                              \
-    AI_VECTOR_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,     \
-                                               const T *x, const double *mean, bn_dims d,  \
-                                               int64_t c0, int64_t c1)                     \
+    /* the same on the N planes of channel ch */                                           \
+    AI_VECTOR_CLONES static void bn_channel_forward_##SUF(T *y, const T *x, double mean,   \
+                                                          double invstd, T scale, T bias,  \
+                                                          bn_dims d, int64_t ch)           \
     {                                                                                      \
-        for (int64_t ch = c0; ch < c1; ch++) {                                             \
-            const double m = mean[ch];                                                     \
-            const T mt = (T)m;                                                             \
-            double sa = 0, sb = 0;                                                         \
-            for (int64_t n = 0; n < d.N; n++) {                                            \
-                const int64_t off = (n * d.C + ch) * d.S;                                  \
-                const T *dr = dy + off, *xr = x + off;                                     \
-                int64_t s = 0;                                                             \
-                while (s < d.S) {                                                          \
-                    T a[32] = {0}, b[32] = {0}, qa[8], qb[8];                              \
-                    const int64_t e = s + 512 <= d.S ? s + 512 : d.S;                      \
-                    for (; s + 32 <= e; s += 32)                                           \
-                        for (int l = 0; l < 32; l++) {                                     \
-                            a[l] += dr[s + l];                                             \
-                            b[l] += dr[s + l] * (xr[s + l] - mt);                          \
-                        }                                                                  \
-                    for (int l = 0; s < e; s++, l++) {                                     \
-                        a[l] += dr[s];                                                     \
-                        b[l] += dr[s] * (xr[s] - mt);                                      \
-                    }                                                                      \
-                    for (int l = 0; l < 8; l++) {                                          \
-                        qa[l] = (a[l] + a[l + 8]) + (a[l + 16] + a[l + 24]);               \
-                        qb[l] = (b[l] + b[l + 8]) + (b[l + 16] + b[l + 24]);               \
-                    }                                                                      \
-                    sa += SUM8(qa);                                                        \
-                    sb += SUM8(qb);                                                        \
-                }                                                                          \
-            }                                                                              \
-            sdy[ch] = sa;                                                                  \
-            sdyx[ch] = sb - (m - (double)mt) * sa;                                         \
+        const T m = (T)mean, dm = (T)((double)m - mean), a = (T)(invstd * scale);          \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const int64_t off = (n * d.C + ch) * d.S;                                      \
+            for (int64_t s = 0; s < d.S; s++)                                              \
+                y[off + s] = ((x[off + s] - m) + dm) * a + bias;                           \
         }                                                                                  \
     }                                                                                      \
+    /* *sdy = sum dy, *sdyx = sum dy * (x - mean) over channel ch (one CHANNEL_SUM2_OF),   \
+     * about the mean rounded to T, then corrected:                                        \
+     * sum dy (x - m) = sum dy (x - mt) - (m - mt) sum dy. */                              \
+    AI_VECTOR_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,     \
+                                               const T *x, double mean, bn_dims d,         \
+                                               int64_t ch)                                 \
+    {                                                                                      \
+        const T mt = (T)mean;                                                              \
+        double sa, sb;                                                                     \
+        CHANNEL_SUM2_OF(sa, sb, d.N, d.S, ch * d.S, d.C * d.S, i, T, dy[i],                \
+                        dy[i] * (x[i] - mt));                                              \
+        *sdy = sa;                                                                         \
+        *sdyx = sb - (mean - (double)mt) * sa;                                             \
+    }                                                                                      \
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
-     * statistics, dx += scale * invstd * dy with fixed ones (= with assign) */            \
+     * statistics, dx += scale * invstd * dy with fixed ones (= with assign), on the N     \
+     * planes of channel ch */                                                             \
     AI_VECTOR_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,         \
-                                                   const double *mean,                     \
-                                                   const double *invstd, const T *scale,   \
-                                                   const double *sdy, const double *sdyx,  \
+                                                   double mean, double invstd, T scale,    \
+                                                   double sdy, double sdyx,                \
                                                    bool batch_stats, bool assign,          \
-                                                   bn_dims d, int64_t p0, int64_t p1)      \
+                                                   bn_dims d, int64_t ch)                  \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
-        for (int64_t pl = p0; pl < p1; pl++) {                                             \
-            const int64_t ch = pl % d.C, off = pl * d.S;                                   \
-            const double is = invstd[ch];                                                  \
-            const T m = (T)mean[ch], dm = (T)((double)m - mean[ch]);                       \
-            const T w = (T)(is * scale[ch]);                                               \
-            const T gm = (T)(batch_stats ? sdy[ch] / cnt : 0);                             \
-            const T k = (T)(batch_stats ? sdyx[ch] * is * is / cnt : 0);                   \
+        const T m = (T)mean, dm = (T)((double)m - mean);                                   \
+        const T w = (T)(invstd * scale);                                                   \
+        const T gm = (T)(batch_stats ? sdy / cnt : 0);                                     \
+        const T k = (T)(batch_stats ? sdyx * invstd * invstd / cnt : 0);                   \
+        for (int64_t n = 0; n < d.N; n++) {                                                \
+            const int64_t off = (n * d.C + ch) * d.S;                                      \
             if (assign)                                                                    \
                 for (int64_t s = 0; s < d.S; s++)                                          \
                     dx[off + s] = (dy[off + s] - gm - ((x[off + s] - m) + dm) * k) * w;    \
@@ -382,30 +422,13 @@ typedef struct {
     double *var, *sdy, *sdyx;  /* per channel: the batch variance, backward's sums */
 } bn_job;
 
-static void bn_planes(const bn_job *j, bool backward, int64_t p0, int64_t p1)
-{
-    if (backward && j->f64)
-        bn_backward_f64(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->assign, j->d, p0, p1);
-    else if (backward)
-        bn_backward_f32(j->out, j->dy, j->x, j->mean, j->invstd, j->scale, j->sdy, j->sdyx,
-                        j->batch_stats, j->assign, j->d, p0, p1);
-    else if (j->f64)
-        bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
-    else
-        bn_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, p0, p1);
-}
-
-/* The planes of channels [c0, c1). */
-static void bn_channel_planes(const bn_job *j, bool backward, int64_t c0, int64_t c1)
-{
-    for (int64_t n = 0; n < j->d.N; n++)
-        bn_planes(j, backward, n * j->d.C + c0, n * j->d.C + c1);
-}
-
 static void bn_forward_planes_range(void *ctx, int64_t lo, int64_t hi)
 {
-    bn_planes(ctx, false, lo, hi);
+    const bn_job *j = ctx;
+    if (j->f64)
+        bn_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
+    else
+        bn_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
 }
 
 /* Forward with fixed statistics of channels [lo, hi) of X (N, C). */
@@ -422,23 +445,31 @@ static void bn_rows_forward_range(void *ctx, int64_t lo, int64_t hi)
 static void bn_train_forward_range(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
-    const bool rows = j->d.S == 1;
-    if (rows && j->f64)
-        bn_rows_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
-    else if (rows)
-        bn_rows_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
-    else if (j->f64)
-        bn_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
-    else
-        bn_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
-    for (int64_t ch = lo; ch < hi; ch++)
+    if (j->d.S == 1) {
+        if (j->f64)
+            bn_rows_stats_f64(j->mean, j->var, j->x, j->d, lo, hi);
+        else
+            bn_rows_stats_f32(j->mean, j->var, j->x, j->d, lo, hi);
+        for (int64_t ch = lo; ch < hi; ch++)
+            j->invstd[ch] = 1.0 / sqrt(j->var[ch] + j->eps);
+        bn_rows_forward_range(ctx, lo, hi);
+        return;
+    }
+    for (int64_t ch = lo; ch < hi; ch++) {
+        if (j->f64)
+            bn_stats_f64(&j->mean[ch], &j->var[ch], j->x, j->d, ch);
+        else
+            bn_stats_f32(&j->mean[ch], &j->var[ch], j->x, j->d, ch);
         j->invstd[ch] = 1.0 / sqrt(j->var[ch] + j->eps);
-    if (rows && j->f64)
-        bn_rows_forward_f64(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
-    else if (rows)
-        bn_rows_forward_f32(j->out, j->x, j->mean, j->invstd, j->scale, j->bias, j->d, lo, hi);
-    else
-        bn_channel_planes(j, false, lo, hi);
+        if (j->f64)
+            bn_channel_forward_f64(j->out, j->x, j->mean[ch], j->invstd[ch],
+                                   ((const double *)j->scale)[ch],
+                                   ((const double *)j->bias)[ch], j->d, ch);
+        else
+            bn_channel_forward_f32(j->out, j->x, j->mean[ch], j->invstd[ch],
+                                   ((const float *)j->scale)[ch],
+                                   ((const float *)j->bias)[ch], j->d, ch);
+    }
 }
 
 /* Backward of channels [lo, hi): the sums, then dx. */
@@ -458,12 +489,22 @@ static void bn_backward_range(void *ctx, int64_t lo, int64_t hi)
                                  j->sdyx, j->batch_stats, j->assign, j->d, lo, hi);
         return;
     }
-    if (j->f64)
-        bn_sums_f64(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
-    else
-        bn_sums_f32(j->sdy, j->sdyx, j->dy, j->x, j->mean, j->d, lo, hi);
-    if (j->out)
-        bn_channel_planes(j, true, lo, hi);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        if (j->f64)
+            bn_sums_f64(&j->sdy[ch], &j->sdyx[ch], j->dy, j->x, j->mean[ch], j->d, ch);
+        else
+            bn_sums_f32(&j->sdy[ch], &j->sdyx[ch], j->dy, j->x, j->mean[ch], j->d, ch);
+        if (!j->out)
+            continue;
+        if (j->f64)
+            bn_backward_f64(j->out, j->dy, j->x, j->mean[ch], j->invstd[ch],
+                            ((const double *)j->scale)[ch], j->sdy[ch], j->sdyx[ch],
+                            j->batch_stats, j->assign, j->d, ch);
+        else
+            bn_backward_f32(j->out, j->dy, j->x, j->mean[ch], j->invstd[ch],
+                            ((const float *)j->scale)[ch], j->sdy[ch], j->sdyx[ch],
+                            j->batch_stats, j->assign, j->d, ch);
+    }
 }
 
 /* Over channels (N*S elements each) or planes (S each). */
