@@ -344,9 +344,9 @@ class _ConvFanout(torch.nn.Module):
     gradient is written or added by the register-tiled kernel) and by Relu,
     in either order; Conv output read twice."""
 
-    def __init__(self, conv_first):
+    def __init__(self, conv_first, k=3):
         super().__init__()
-        self.conv = torch.nn.Conv2d(5, 5, 3, padding=1)
+        self.conv = torch.nn.Conv2d(5, 5, k, padding=k // 2)
         self.conv_first = conv_first
 
     def forward(self, x):
@@ -359,9 +359,11 @@ class _ConvFanout(torch.nn.Module):
 
 @pytest.mark.parametrize("width", [9, 40])  # 40: blocks inside a row, stored whole
 @pytest.mark.parametrize("conv_first", [True, False])
-def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, width):
+# k=1: pointwise; 7x9 planes: the whole batch in one GEMM per gradient, dx scattered
+@pytest.mark.parametrize("k", [3, 1])
+def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, width, k):
     torch.manual_seed(4)
-    model = _ConvFanout(conv_first)
+    model = _ConvFanout(conv_first, k)
     wrapped = aidge_interop.wrap(model, [(2, 5, 7, width)])
     x = torch.randn(2, 5, 7, width, requires_grad=True)
     xe = x.detach().clone().requires_grad_(True)

@@ -137,6 +137,8 @@ CONV_CASES = {
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
+    # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
+    "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
     "3d": (2, 2, 3, (5, 6, 4), (3, 2, 3), (1, 2, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1), 1, True),
     "3d_groups_dil": (1, 4, 6, (7, 5, 6), (2, 2, 2), (2, 1, 1), (2, 1, 2), None, 2, False),

@@ -271,9 +271,10 @@ def _conv(group, stride, pad):
     ((2, 16, 55, 55), (2, 16, 3, 3), 2, 1),    # im2col/col2im (GEMMs too small to split)
     ((9, 3, 20, 18), (10, 3, 3, 3), 1, 1),     # direct conv, whole images per thread
     ((7, 4, 21, 20), (6, 4, 3, 3), 2, 1),      # the same, strided
-    ((9, 16, 12, 11), (24, 16, 1, 1), 1, 1)],  # pointwise, an image's GEMM per thread
+    ((9, 16, 12, 11), (24, 16, 1, 1), 1, 1),   # pointwise, an image's GEMM per thread
+    ((12, 32, 6, 6), (48, 32, 1, 1), 1, 1)],   # pointwise, the batch in one GEMM
     ids=["dw-planes", "dw-multiplier", "dw-channels-last", "im2col", "direct-images",
-         "direct-images-s2", "pointwise-images"])
+         "direct-images-s2", "pointwise-images", "pointwise-batched"])
 def test_conv_split_between_threads(threads, x_shape, w_shape, stride, group, dtype):
     inputs = {"x": _rand(x_shape, dtype), "w": _rand(w_shape, dtype, 1),
               "b": _rand((w_shape[0],), dtype, 2)}

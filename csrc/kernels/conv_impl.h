@@ -215,6 +215,30 @@ AI_VECTOR_CLONES static void FN(pw_scatter_range)(void *ctx, int64_t lo, int64_t
     }
 }
 
+/* pw_batched's backward: planes [lo, hi) of dx (N, C, S) from dxs (C, N S),
+ * written (assign) or added */
+typedef struct {
+    T *dx;
+    const T *dxs;
+    int64_t N, C, S;
+    bool assign;
+} FN(pw_scatter_dx_job);
+
+AI_VECTOR_CLONES static void FN(pw_scatter_dx_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(pw_scatter_dx_job) *j = ctx;
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const int64_t n = nc / j->C, c = nc % j->C;
+        T *d = j->dx + nc * j->S;
+        const T *s = j->dxs + (c * j->N + n) * j->S;
+        if (j->assign)
+            memcpy(d, s, sizeof(T) * (size_t)j->S);
+        else
+            for (int64_t i = 0; i < j->S; i++)
+                d[i] += s[i];
+    }
+}
+
 /* Planes [m0, m1) of one image y (M, S) of a forward: + b[m] (when b), then
  * the epilogue. */
 typedef struct {
@@ -1452,6 +1476,23 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
         dx = NULL; /* done: the paths below compute dw and db alone */
     if (dw && !dx && FN(dconv_dw)(p, dw, dy, x, workspace))
         dw = NULL; /* (with dx left to them, they compute both in one pass) */
+    if ((dx || dw) && pw_batched(p, &g)) { /* as the forward: one GEMM per gradient */
+        const int64_t NS = p->N * OS;
+        T *dys = workspace, *xs = workspace + p->M * NS; /* xs: then dx's (C, N OS) */
+        FN(cols_job) gj = {.dst = dys, .src = dy, .N = p->N, .M = p->M, .S = OS};
+        ai_parallel_for(p->N * p->M, ai_grain_of(OS), FN(pw_gather_range), &gj);
+        if (dw) {
+            FN(cols_job) xj = {.dst = xs, .src = x, .N = p->N, .M = p->C, .S = OS};
+            ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_gather_range), &xj);
+            GEMM(false, true, p->M, p->C, NS, 1, dys, NS, xs, NS, 1, dw, p->C);
+        }
+        if (dx) {
+            GEMM(true, false, p->C, NS, p->M, 1, w, p->C, dys, NS, 0, xs, NS);
+            FN(pw_scatter_dx_job) sj = {dx, xs, p->N, p->C, OS, assign_dx};
+            ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_scatter_dx_range), &sj);
+        }
+        dx = dw = NULL; /* done: db below */
+    }
     if (conv_shift_of(p, &g, &sh)) {
         if (dx || dw)
             FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace, assign_dx);
