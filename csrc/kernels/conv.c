@@ -336,6 +336,25 @@ static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q)
     return true;
 }
 
+/* The depthwise backward channels-last (dwl_backward, conv_impl.h): dwl_of's
+ * geometry, x's planes inside the padded buffer (no rows or columns cut),
+ * one job per unit; `slot`: elements of a slot (xt, dxt, dyt, wt). The
+ * smallest planes keep depthwise_small_planes' path. C harness, dx, dw and
+ * db, batch 16, 1 thread, best of 2 alternating rounds, against the
+ * plane-by-plane kernels: stride 2: 16 ch 48x48 0.48, 32 ch 24x24 0.32,
+ * 64 ch 12x12 0.41; stride 1: 128 ch 6x6 0.81, 64 ch 12x12 0.57, 64 ch 25x5
+ * 0.83; 256 ch 3x3 (small planes) 1.3, so not taken. */
+static bool dwl_backward_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q,
+                            int64_t *slots, int64_t *slot)
+{
+    if (!dwl_of(p, g, q) || depthwise_small_planes(p, g) || g->p[1] < 0 || g->p[2] < 0 ||
+        g->img[1] + g->p[1] > q->Hp || g->img[2] + g->p[2] > q->Wp)
+        return false;
+    *slots = q->units < DW_PAD_SLOTS ? q->units : DW_PAD_SLOTS;
+    *slot = (2 * q->Hp * q->Wp + g->grid_size + g->ksize) * DWL_UNIT;
+    return true;
+}
+
 /* The phase planes of Conv geometry g's source planes (x; dy with `dx`, for
  * stride 1), taps and sizes; false for 3 spatial dims, too many taps, or
  * pads much larger than the image. */
@@ -735,8 +754,11 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
                 elems = dw_pad_slots(p) * q.copies * q.plane;
         }
         dwl_geom l;
+        int64_t slots, slot;
         if (dwl_of(p, &g, &l) && l.slots * l.slot > elems)
             elems = l.slots * l.slot;
+        if (dwl_backward_of(p, &g, &l, &slots, &slot) && slots * slot > elems)
+            elems = slots * slot;
         return (size_t)elems * ai_dtype_size(dtype);
     }
     if (!transposed && pw_batched(p, &g))

@@ -1123,6 +1123,141 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
     return true;
 }
 
+/* The depthwise backward channels-last (dwl_backward_of in conv.c): a job
+ * is one unit of DWL_UNIT channels over all N images, so that the weight
+ * gradient's sums run over images and positions in one order whatever the
+ * threads. Per image: x's unit into xt as in the forward, dy's into dyt
+ * (OS, unit); then for every output position o and tap k, the weight
+ * gradient's sum k gets dy[o] x[o s + off k] (vector registers, one image;
+ * the images added in double) and the padded dxt gets w[k] dy[o] at
+ * o s + off k; dxt's inside goes back into dx's planes, written or added.
+ * A slot holds xt, dxt (Hp Wp positions), dyt (OS) and wt (K), by units. */
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    const dwl_geom *q;
+    T *dx, *dw, *ws;
+    const T *dy, *x, *w;
+    int64_t slots, slot;
+    bool assign;
+} FN(dwlb_job);
+
+/* One image of a unit, vector by vector: the weight gradient's sums (added
+ * to dsum), then dy's scatter into dxt. */
+AI_VECTOR_CLONES static void FN(dwlb_image)(const FN(dwlb_job) *j, T *dxt, const T *xt,
+                                            const T *dyt, const T *wt, double *dsum, int nc)
+{
+    enum { VL = AI_VEC_LANES(T), L = DWL_UNIT };
+    const conv_geom *g = j->g;
+    const dwl_geom *q = j->q;
+    const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2];
+    const int64_t rs = g->s[1] * q->Wp * L, cs = g->s[2] * L; /* an output row, column */
+    int64_t off[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++)
+        off[k] = q->off[k] * L;
+    for (int64_t v = 0; v < L && v < nc; v += VL) {
+        if (j->dw) {
+            FN(vec) acc[DW_PAD_MAX_TAPS];
+            for (int64_t k = 0; k < K; k++)
+                acc[k] = (FN(vec)){0};
+#define DWLB_SUMS(KK)                                                                  \
+    for (int64_t o1 = 0, o = 0; o1 < G1; o1++)                                         \
+        for (int64_t o2 = 0; o2 < G2; o2++, o++) {                                     \
+            const FN(vec) d = *(const FN(vec) *)(dyt + o * L + v);                     \
+            const T *xs = xt + o1 * rs + o2 * cs + v;                                  \
+            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++)                 \
+                acc[k] = acc[k] + d * *(const FN(vec) *)(xs + off[k]);                 \
+        }
+            if (K == 9)
+                DWLB_SUMS(9)
+            else
+                DWLB_SUMS(K)
+#undef DWLB_SUMS
+            for (int64_t k = 0; k < K; k++) {
+                T lanes[VL];
+                memcpy(lanes, &acc[k], sizeof lanes);
+                for (int l = 0; l < VL && v + l < nc; l++)
+                    dsum[k * L + v + l] += (double)lanes[l];
+            }
+        }
+        if (j->dx) {
+            FN(vec) wk[DW_PAD_MAX_TAPS];
+            for (int64_t k = 0; k < K; k++)
+                wk[k] = *(const FN(vec) *)(wt + k * L + v);
+#define DWLB_SCATTER(KK)                                                               \
+    for (int64_t o1 = 0, o = 0; o1 < G1; o1++)                                         \
+        for (int64_t o2 = 0; o2 < G2; o2++, o++) {                                     \
+            const FN(vec) d = *(const FN(vec) *)(dyt + o * L + v);                     \
+            T *ds = dxt + o1 * rs + o2 * cs + v;                                       \
+            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {               \
+                FN(vec) *t = (FN(vec) *)(ds + off[k]);                                 \
+                *t = *t + wk[k] * d;                                                   \
+            }                                                                          \
+        }
+            if (K == 9)
+                DWLB_SCATTER(9)
+            else
+                DWLB_SCATTER(K)
+#undef DWLB_SCATTER
+        }
+    }
+}
+
+/* Slots [lo, hi): each its share of the units, all images of each */
+static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(dwlb_job) *j = ctx;
+    const conv_geom *g = j->g;
+    const dwl_geom *q = j->q;
+    enum { L = DWL_UNIT };
+    const int64_t C = j->p->C, N = j->p->N, K = q->K, IS = g->img_size, OS = g->grid_size;
+    const int64_t H = g->img[1], W = g->img[2], p1 = g->p[1], p2 = g->p[2], XT = q->Hp * q->Wp;
+    double dsum[DW_PAD_MAX_TAPS * L];
+    for (int64_t s = lo; s < hi; s++) {
+        T *xt = j->ws + s * j->slot, *dxt = xt + XT * L, *dyt = dxt + XT * L, *wt = dyt + OS * L;
+        for (int64_t u = s * q->units / j->slots; u < (s + 1) * q->units / j->slots; u++) {
+            const int64_t c = u * L;
+            const int nc = (int)(C - c < L ? C - c : L);
+            memset(dsum, 0, sizeof(double) * (size_t)(K * L));
+            memset(xt, 0, sizeof(T) * (size_t)(XT * L)); /* pads and lanes past C */
+            memset(dyt, 0, sizeof(T) * (size_t)(OS * L));
+            memset(wt, 0, sizeof(T) * (size_t)(K * L));
+            FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
+            for (int64_t n = 0; n < N; n++) {
+                if (j->dw) /* (the input gradient needs no x) */
+                    FN(dwl_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
+                FN(transpose)(dyt, L, j->dy + (n * C + c) * OS, OS, nc, OS, false);
+                if (j->dx)
+                    memset(dxt, 0, sizeof(T) * (size_t)(XT * L));
+                FN(dwlb_image)(j, dxt, xt, dyt, wt, dsum, nc);
+                if (j->dx)
+                    for (int64_t i1 = 0; i1 < H; i1++)
+                        FN(transpose)(j->dx + (n * C + c) * IS + i1 * W, IS,
+                                      dxt + ((i1 + p1) * q->Wp + p2) * L, L, W, nc, !j->assign);
+            }
+            if (j->dw)
+                for (int ch = 0; ch < nc; ch++)
+                    for (int64_t k = 0; k < K; k++)
+                        j->dw[(c + ch) * K + k] += (T)dsum[k * L + ch];
+        }
+    }
+}
+
+/* The depthwise backward channels-last where it applies (dx and/or dw; NULL
+ * skips one); false otherwise. */
+static bool FN(dwl_backward)(const ai_conv_params *p, T *dx, T *dw, const T *dy, const T *x,
+                             const T *w, T *ws, bool assign)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dwl_geom q;
+    int64_t slots, slot;
+    if (!dwl_backward_of(p, &g, &q, &slots, &slot))
+        return false;
+    FN(dwlb_job) j = {p, &g, &q, dx, dw, ws, dy, x, w, slots, slot, assign};
+    ai_parallel_for(slots, 1, FN(dwlb_range), &j);
+    return true;
+}
+
 /* Depthwise conv (one input channel per group, Mg output channels each):
  * DW_FWD (where dwl_forward declines): grid = y, img = x; DW_DX: grid = dy,
  * img = dx; DW_DW: grid = dy, img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
@@ -1500,6 +1635,9 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
             FN(bias_backward)(db, dy, p->N, p->M, OS);
         return;
     }
+    if (conv_depthwise(p) && (dx || dw) &&
+        FN(dwl_backward)(p, dx, dw, dy, x, w, workspace, assign_dx))
+        dx = dw = NULL; /* done: db below */
     if (conv_depthwise(p) && dx && assign_dx) /* DW_DX adds overlapping windows */
         memset(dx, 0, sizeof(T) * (size_t)(p->N * p->C * IS));
     if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
