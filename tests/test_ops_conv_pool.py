@@ -131,6 +131,9 @@ CONV_CASES = {
     "1d_depthwise_dwl_s2": (2, 9, 9, (31,), (5,), (2,), (1,), (2, 2), 9, True),
     "2d_depthwise_dwl_slots": (5, 64, 64, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64,
                                False),
+    # stride 2, 32x32 outputs: the backward's weight-gradient sums in 4 blocks of rows
+    "2d_depthwise_dwl_s2_blocks": (2, 16, 16, (64, 63), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1),
+                                   16, True),
     # wide, stride 1, same width: the weight gradient on the edge-zeroed copies too
     "2d_depthwise_same_wide_dw": (2, 8, 16, (20, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8,
                                   True),

@@ -1128,8 +1128,8 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
  * gradient's sums run over images and positions in one order whatever the
  * threads. Per image: x's unit into xt as in the forward, dy's into dyt
  * (OS, unit); then for every output position o and tap k, the weight
- * gradient's sum k gets dy[o] x[o s + off k] (vector registers, one image;
- * the images added in double) and the padded dxt gets w[k] dy[o] at
+ * gradient's sum k gets dy[o] x[o s + off k] (vector registers over a
+ * block of rows, the blocks added in double) and the padded dxt gets w[k] dy[o] at
  * o s + off k; dxt's inside goes back into dx's planes, written or added.
  * A slot holds xt, dxt (Hp Wp positions), dyt (OS) and wt (K), by units. */
 typedef struct {
@@ -1144,6 +1144,7 @@ typedef struct {
 
 /* One image of a unit, vector by vector: the weight gradient's sums (added
  * to dsum), then dy's scatter into dxt. */
+#define DWLB_BLOCK 256
 AI_VECTOR_CLONES static void FN(dwlb_image)(const FN(dwlb_job) *j, T *dxt, const T *xt,
                                             const T *dyt, const T *wt, double *dsum, int nc)
 {
@@ -1152,18 +1153,22 @@ AI_VECTOR_CLONES static void FN(dwlb_image)(const FN(dwlb_job) *j, T *dxt, const
     const dwl_geom *q = j->q;
     const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2];
     const int64_t rs = g->s[1] * q->Wp * L, cs = g->s[2] * L; /* an output row, column */
+    const int64_t rows = G2 < DWLB_BLOCK ? DWLB_BLOCK / G2 : 1;
     int64_t off[DW_PAD_MAX_TAPS];
     for (int64_t k = 0; k < K; k++)
         off[k] = q->off[k] * L;
     for (int64_t v = 0; v < L && v < nc; v += VL) {
-        if (j->dw) {
+        /* the weight gradient's sums: float lanes over blocks of output rows
+         * of about DWLB_BLOCK positions, added in double */
+        for (int64_t r0 = 0; j->dw && r0 < G1; r0 += rows) {
+            const int64_t r1 = r0 + rows < G1 ? r0 + rows : G1;
             FN(vec) acc[DW_PAD_MAX_TAPS];
             for (int64_t k = 0; k < K; k++)
                 acc[k] = (FN(vec)){0};
 #define DWLB_SUMS(KK)                                                                  \
-    for (int64_t o1 = 0, o = 0; o1 < G1; o1++)                                         \
-        for (int64_t o2 = 0; o2 < G2; o2++, o++) {                                     \
-            const FN(vec) d = *(const FN(vec) *)(dyt + o * L + v);                     \
+    for (int64_t o1 = r0; o1 < r1; o1++)                                               \
+        for (int64_t o2 = 0; o2 < G2; o2++) {                                          \
+            const FN(vec) d = *(const FN(vec) *)(dyt + (o1 * G2 + o2) * L + v);        \
             const T *xs = xt + o1 * rs + o2 * cs + v;                                  \
             _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++)                 \
                 acc[k] = acc[k] + d * *(const FN(vec) *)(xs + off[k]);                 \
