@@ -137,6 +137,11 @@ typedef struct {
 enum {
     AI_OP_FOLD_ON_SHAPE = 1, /* output depends on input shapes only (Shape) */
     AI_OP_NO_FOLD = 2,       /* never constant-folded (Dropout: random) */
+    /* What backward reads, for the memory plan of a training forward: a
+     * value no backward reads is dead at its last forward use, as at
+     * inference. Without the flags backward may read everything. */
+    AI_OP_BWD_NO_X = 4, /* backward reads no input's data (shapes only) */
+    AI_OP_BWD_NO_Y = 8, /* backward reads no output's data */
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

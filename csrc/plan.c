@@ -5,10 +5,12 @@
  * Time line of the memory plan: forward step s runs at time s (0..S-1); the
  * backward of step s runs at time 2S-1-s; output gradients are seeded at
  * time S. An activation lives from its producer's step to its last reader
- * (to the end of backward when backward will run); a gradient lives from
- * the backward of the value's last reader to the backward of its producer.
- * Buffers whose lifetimes do not overlap share memory.
+ * (to the end of backward when a backward that will run reads it: see
+ * AI_OP_BWD_NO_X in graph.h); a gradient lives from the backward of the
+ * value's last reader to the backward of its producer. Buffers whose
+ * lifetimes do not overlap share memory.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,7 @@ void ai_plan_free(ai_plan *p)
     free(p->grad_ready);
     free(p->def_step);
     free(p->last_step);
+    free(p->kept);
     free(p->sched);
     free(p->state);
     free(p->state_size);
@@ -243,6 +246,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     p->need_backward = g->need_backward;
     p->keep_all = g->keep_intermediates;
     p->training = g->training;
+    p->poison_dead = p->need_backward && getenv("AIDGE_INTEROP_POISON_DEAD") != NULL;
     ALLOC(p->in_shapes, (size_t)g->n_inputs * (AI_MAX_DIMS + 1));
     ALLOC(p->meta, V);
     ALLOC(p->folded, V);
@@ -254,6 +258,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     ALLOC(p->grad_ready, V);
     ALLOC(p->def_step, V);
     ALLOC(p->last_step, V);
+    ALLOC(p->kept, V);
     ALLOC(p->sched, N);
     ALLOC(p->state, N);
     ALLOC(p->state_size, N);
@@ -367,6 +372,26 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     }
     for (int i = 0; i < g->n_outputs; i++)
         p->last_step[g->outputs[i]] = S; /* read when forward returns */
+    /* With need_backward, a value stays to the end of backward when a
+     * backward that runs may read it: its producer's (unless the op reads
+     * no output, AI_OP_BWD_NO_Y) or a consumer's (unless it reads no input,
+     * AI_OP_BWD_NO_X). The others die at their last forward use, as at
+     * inference: in Conv -> BatchNorm -> Relu, the BatchNorm's output. */
+    for (int v = 0; v < V; v++)
+        p->kept[v] = p->keep_all;
+    for (int s = 0; s < S && p->need_backward; s++) {
+        const ai_node *n = &g->nodes[p->sched[s]];
+        bool any = false;
+        for (int k = 0; k < n->n_in; k++)
+            any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
+        if (!any || !n->op->backward)
+            continue;
+        for (int k = 0; k < n->n_out && !(n->op->flags & AI_OP_BWD_NO_Y); k++)
+            p->kept[n->out[k]] = true;
+        for (int k = 0; k < n->n_in && !(n->op->flags & AI_OP_BWD_NO_X); k++)
+            if (n->in[k] >= 0)
+                p->kept[n->in[k]] = true;
+    }
 
     /* Zero-copy outputs and input gradients: a computed graph output gets a
      * fresh tensor at each forward (the caller receives it, the plan keeps a
@@ -390,7 +415,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         int last = p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v];
         items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
                                   .start = p->def_step[v],
-                                  .end = (p->need_backward || p->keep_all) ? 2 * S + 1 : last,
+                                  .end = p->kept[v] ? 2 * S + 1 : last,
                                   .value = v};
         if (p->need_backward && !p->needs_grad[v] && meta_bytes(&p->meta[v]) > zeros_bytes)
             zeros_bytes = meta_bytes(&p->meta[v]);
@@ -507,6 +532,34 @@ static void ctx_bind(ai_ctx *c, ai_graph *g, ai_plan *p, int node_index)
         c->out[k] = runtime(g, p, n->out[k]);
 }
 
+/* Debugging the AI_OP_BWD_NO_X / NO_Y declarations (AIDGE_INTEROP_POISON_DEAD
+ * set when the plan is built): after forward step s, the values that die
+ * there although backward runs are filled with NaN (bytes 0x5a for other
+ * types), so that a backward that reads one after all gives NaN gradients
+ * instead of reading whatever reused the buffer (tests/test_engine.py). */
+static void poison_dead(const ai_graph *g, const ai_plan *p, int s)
+{
+    const ai_node *n = &g->nodes[p->sched[s]];
+    for (int k = 0; k < n->n_in + n->n_out; k++) {
+        const int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+        if (v < 0 || p->kept[v] || !p->act[v] || p->fresh[v] || p->folded[v] ||
+            g->values[v].kind != AI_VAL_ACT)
+            continue;
+        if ((p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v]) != s)
+            continue;
+        ai_tensor *t = p->act[v];
+        const int64_t numel = ai_tensor_numel(t);
+        if (t->dtype == AI_F32)
+            for (int64_t e = 0; e < numel; e++)
+                ((float *)t->data)[e] = NAN;
+        else if (t->dtype == AI_F64)
+            for (int64_t e = 0; e < numel; e++)
+                ((double *)t->data)[e] = NAN;
+        else
+            memset(t->data, 0x5a, ai_tensor_nbytes(t));
+    }
+}
+
 ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
                            int n_out, ai_tensor **outputs)
 {
@@ -566,6 +619,8 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
             g->nodes[p->sched[s]].prof_fwd_s += ai_seconds() - t0;
             g->nodes[p->sched[s]].prof_fwd_n++;
         }
+        if (p->poison_dead)
+            poison_dead(g, p, s);
     }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
@@ -756,8 +811,8 @@ ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out)
     ai_plan *p = g->plan;
     if (!p || !p->forward_done)
         return ai_error(AI_ERR_VALUE, "value '%s': run forward first", name);
-    if (g->values[v].kind == AI_VAL_ACT && !p->folded[v] && !p->need_backward &&
-        !p->keep_all && p->last_step[v] < p->n_sched)
+    if (g->values[v].kind == AI_VAL_ACT && !p->folded[v] && !p->kept[v] &&
+        p->last_step[v] < p->n_sched)
         return ai_error(AI_ERR_VALUE,
                         "value '%s' was overwritten: its buffer is reused once it is dead; "
                         "set keep_intermediates before forward to keep every value", name);

@@ -27,6 +27,8 @@ struct ai_plan {
                            * from the caller's tensor (ai_graph_backward) */
     bool *grad_ready;     /* per value, during backward: zeroed already */
     int *def_step, *last_step; /* per value, forward steps */
+    bool *kept;           /* per value: kept to the end of backward (or keep_all) */
+    bool poison_dead;     /* AIDGE_INTEROP_POISON_DEAD: NaN into the values that die */
 
     int n_sched;
     int *sched;           /* node indices run by forward */

@@ -1,6 +1,7 @@
 """The engine's graph machinery: import, planning, memory reuse, forward and
 backward through fan-out, residuals, shared weights, several inputs and
 outputs, re-planning, and its errors. Values are checked against torch."""
+import copy
 import threading
 
 import numpy as np
@@ -108,6 +109,83 @@ def test_memory_plan_reuses_buffers_in_eval():
     g.forward([x])
     assert g.memory_stats()["arena_bytes"] >= 20 * one
     np.testing.assert_allclose(g.intermediate("v5"), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(x))))))
+
+
+def _conv_bn_relu_model():
+    """x -> Conv -> BatchNorm (training) -> Relu -> Flatten -> Gemm -> y."""
+    rng = np.random.default_rng(7)
+    inits = {"w": rng.normal(0, 0.5, (4, 2, 3, 3)), "scale": rng.uniform(0.5, 1.5, 4),
+             "shift": rng.normal(0, 0.5, 4), "mean": np.zeros(4), "var": np.ones(4),
+             "fc": rng.normal(0, 0.3, (3, 4 * 5 * 5))}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"],
+                         ["b"], name="bn", training_mode=1),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "fc"], ["y"], name="fc", transB=1),
+    ]
+    return _model(nodes, [("x", ["N", 2, 5, 5])], ["y"], list(inits.items())), inits
+
+
+def test_training_plan_frees_what_no_backward_reads():
+    """With need_backward, a value that no backward reads (the BatchNorm's
+    output: Relu's gradient reads Relu's output, the BatchNorm's its input)
+    dies at its last forward use; the values backward reads stay, and the
+    gradients are torch's."""
+    proto, v = _conv_bn_relu_model()
+    g = load_onnx(proto)
+    g.training = True
+    x = np.random.default_rng(8).standard_normal((3, 2, 5, 5))
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    with pytest.raises(ValueError, match="overwritten"):
+        g.intermediate("b")
+    xt = torch.tensor(x, requires_grad=True)
+    w, fc = (torch.tensor(v[k], requires_grad=True) for k in ("w", "fc"))
+    c = torch.nn.functional.conv2d(xt, w, padding=1)
+    b = torch.nn.functional.batch_norm(c, None, None, torch.tensor(v["scale"]),
+                                       torch.tensor(v["shift"]), training=True)
+    r = torch.relu(b)
+    ref = r.flatten(1) @ fc.T
+    np.testing.assert_allclose(y, ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g.intermediate("c"), c.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g.intermediate("r"), r.detach().numpy(), rtol=1e-10, atol=1e-12)
+    gy = np.random.default_rng(9).standard_normal(y.shape)
+    (dx,) = g.backward([gy])
+    ref.backward(torch.tensor(gy))
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+    for name, t in (("w", w), ("fc", fc)):
+        np.testing.assert_allclose(g.grads()[name], t.grad.numpy(), rtol=1e-9, atol=1e-12)
+    g.keep_intermediates = True  # every value readable again
+    g.forward([x], need_backward=True)
+    np.testing.assert_allclose(g.intermediate("b"), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["lenet", "kws", "mobilenet", "resnet", "perceptron"])
+def test_dead_values_are_not_read_by_backward(name, monkeypatch):
+    """The operators' AI_OP_BWD_NO_X / NO_Y declarations: a training step
+    of each model gives exactly the gradients of a plan that frees nothing
+    (keep_intermediates), with every value that dies before backward filled
+    with NaN as it dies (AIDGE_INTEROP_POISON_DEAD) or reused."""
+    from models import SAMPLE_SHAPES
+
+    factory, shape = SAMPLE_SHAPES[name]
+    net = factory().train()
+    x = torch.randn((2,) + shape, generator=torch.Generator().manual_seed(3))
+    results = []
+    for poison in (False, True):
+        if poison:
+            monkeypatch.setenv("AIDGE_INTEROP_POISON_DEAD", "1")
+        am = aidge_interop.wrap(copy.deepcopy(net), [tuple(x.shape)])
+        am._graph.keep_intermediates = not poison  # the reference keeps every value
+        xg = x.clone().requires_grad_(True)
+        out = am(xg)
+        out.backward(torch.ones_like(out))
+        results.append((out.detach(), xg.grad, [p.grad.clone() for p in am.parameters()]))
+    (y0, dx0, g0), (y1, dx1, g1) = results
+    assert torch.equal(y0, y1) and torch.equal(dx0, dx1)
+    assert len(g0) == len(g1) and all(torch.equal(a, b) for a, b in zip(g0, g1))
+    assert torch.isfinite(dx1).all()
 
 
 def test_nodes_report_shapes_after_forward():

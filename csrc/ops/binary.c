@@ -715,9 +715,11 @@ static ai_status binary_init(ai_node *n)
     static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, FLAGS, binary_init,           \
                                   binary_shape, binary_forward, BWD};
 
-/* Pow does not assign: an exponent of another dtype gets no gradient. */
-BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
-BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+/* Pow does not assign: an exponent of another dtype gets no gradient. The
+ * gradients of Add and Sub are dy and -dy: their backward reads no value. */
+#define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
+BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE, binary_backward)
+BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE, binary_backward)
 BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 BINARY_OP(op_pow, "Pow", 2, 0, binary_backward)

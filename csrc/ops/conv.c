@@ -251,11 +251,13 @@ static ai_status conv_backward(ai_ctx *c)
     return AI_OK;
 }
 
-/* dx (input 0) is written on its gradient's first write; dw, db accumulate */
-static const ai_op_def op_conv = {"Conv", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), conv_init,
+/* dx (input 0) is written on its gradient's first write; dw, db accumulate;
+ * backward reads x and w, not y */
+static const ai_op_def op_conv = {"Conv", "", 2, 3, 1, 1,
+                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, conv_init,
                                   conv_shape, conv_forward, conv_backward};
 static const ai_op_def op_conv_transpose = {"ConvTranspose", "", 2, 3, 1, 1,
-                                            AI_OP_GRAD_ASSIGN(1), conv_init, conv_shape,
-                                            conv_forward, conv_backward};
+                                            AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, conv_init,
+                                            conv_shape, conv_forward, conv_backward};
 
 const ai_op_def *const ai_ops_conv[] = {&op_conv, &op_conv_transpose, NULL};

@@ -198,8 +198,9 @@ static ai_status gemm_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(3), gemm_init,
-                                  gemm_shape, gemm_forward, gemm_backward};
+/* backward reads the operands, not the output */
+static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y,
+                                  gemm_init, gemm_shape, gemm_forward, gemm_backward};
 
 /* ---------------------------------------------------------------- MatMul */
 
@@ -339,7 +340,8 @@ static ai_status matmul_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1, AI_OP_GRAD_ASSIGN(2), NULL,
+static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1,
+                                    AI_OP_GRAD_ASSIGN(2) | AI_OP_BWD_NO_Y, NULL,
                                     matmul_shape, matmul_forward, matmul_backward};
 
 const ai_op_def *const ai_ops_matmul[] = {&op_gemm, &op_matmul, NULL};

@@ -589,9 +589,10 @@ static ai_status bn_backward(ai_ctx *c)
     return AI_OK;
 }
 
-/* no gradient flows to the running statistics (inputs 3, 4): they are not assigned */
+/* no gradient flows to the running statistics (inputs 3, 4): they are not
+ * assigned; backward reads x, the scale and its state, not the outputs */
 static const ai_op_def op_batchnorm = {"BatchNormalization", "", 5, 5, 1, 3,
-                                       AI_OP_NO_FOLD | AI_OP_GRAD_ASSIGN(3),
+                                       AI_OP_NO_FOLD | AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y,
                                        bn_init, bn_shape, bn_forward, bn_backward};
 
 /* ---------------------------------------------------------------- LayerNormalization */

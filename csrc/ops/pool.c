@@ -274,9 +274,10 @@ static ai_status pool_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* backward reads dy and the max positions kept in the state: no value */
 #define POOL_OP(VAR, NAME, NOUT)                                                          \
-    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT, 0, pool_init, pool_shape,      \
-                                  pool_forward, pool_backward};
+    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT, AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, \
+                                  pool_init, pool_shape, pool_forward, pool_backward};
 
 POOL_OP(op_max_pool, "MaxPool", 2)
 POOL_OP(op_average_pool, "AveragePool", 1)

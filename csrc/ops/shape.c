@@ -1300,10 +1300,13 @@ static ai_status cos_forward(ai_ctx *c)
                                   SHAPE, FWD, BWD};
 
 #define ASSIGN1 AI_OP_GRAD_ASSIGN(1) /* writes all of dx on a first write */
-OP(op_reshape, "Reshape", 2, 2, 1, ASSIGN1, reshape_shape, flat_forward, flat_backward)
-OP(op_flatten, "Flatten", 1, 1, 1, ASSIGN1, flatten_shape, flat_forward, flat_backward)
-OP(op_squeeze, "Squeeze", 1, 2, 1, ASSIGN1, squeeze_shape, flat_forward, flat_backward)
-OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, ASSIGN1, unsqueeze_shape, flat_forward, flat_backward)
+/* a copy: backward passes dy through and reads no value */
+#define FLAT (ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
+OP(op_reshape, "Reshape", 2, 2, 1, FLAT, reshape_shape, flat_forward, flat_backward)
+OP(op_flatten, "Flatten", 1, 1, 1, FLAT, flatten_shape, flat_forward, flat_backward)
+OP(op_squeeze, "Squeeze", 1, 2, 1, FLAT, squeeze_shape, flat_forward, flat_backward)
+OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, FLAT, unsqueeze_shape, flat_forward, flat_backward)
+#undef FLAT
 OP(op_transpose, "Transpose", 1, 1, 1, ASSIGN1, transpose_shape, transpose_forward,
    transpose_backward)
 OP(op_concat, "Concat", 1, AI_MAX_IO, 1, AI_OP_GRAD_ASSIGN(AI_MAX_IO), concat_shape,

@@ -172,8 +172,10 @@ static inline float gelu_tanh_deriv_f(float xf)
         return AI_OK;                                                                  \
     }
 
+/* the gradient passes where y = relu(x) > 0 or is NaN: exactly where x
+ * does, so backward reads y alone (AI_OP_BWD_NO_X: x may be dead by then) */
 UNARY_KERNELS2_PASS(relu, (xf > 0 || xf != xf) ? xf : 0.0f, 1.0f, (x > 0 || x != x) ? x : 0.0,
-                    1.0, !(x <= 0))
+                    1.0, !(y <= 0))
 /* float32 LeakyRelu as torch computes it: the slope rounded to float, one product */
 UNARY_KERNELS2(leaky_relu, xf > 0 ? xf : (float)P->alpha * xf, xf > 0 ? 1.0f : (float)P->alpha,
                x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
@@ -300,14 +302,17 @@ static ai_status unary_init(ai_node *n)
     return st;
 }
 
-#define FLOAT_OP(NAME, ONNX)                                                           \
-    static const ai_op_def op_##NAME = {ONNX, "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init, \
-                                        float_shape, NAME##_forward, NAME##_backward};
+/* BWD: what backward reads (AI_OP_BWD_NO_X: its derivative is of y alone) */
+#define FLOAT_OP_BWD(NAME, ONNX, BWD)                                                  \
+    static const ai_op_def op_##NAME = {ONNX, "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1) | (BWD), \
+                                        unary_init, float_shape, NAME##_forward,        \
+                                        NAME##_backward};
+#define FLOAT_OP(NAME, ONNX) FLOAT_OP_BWD(NAME, ONNX, 0)
 
-FLOAT_OP(relu, "Relu")
+FLOAT_OP_BWD(relu, "Relu", AI_OP_BWD_NO_X)
 FLOAT_OP(leaky_relu, "LeakyRelu")
-FLOAT_OP(sigmoid, "Sigmoid")
-FLOAT_OP(tanh, "Tanh")
+FLOAT_OP_BWD(sigmoid, "Sigmoid", AI_OP_BWD_NO_X)
+FLOAT_OP_BWD(tanh, "Tanh", AI_OP_BWD_NO_X)
 FLOAT_OP(gelu, "Gelu")
 FLOAT_OP(erf, "Erf")
 FLOAT_OP(sqrt, "Sqrt")
