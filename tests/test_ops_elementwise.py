@@ -59,7 +59,9 @@ def test_clip_bounds_inclusive(dtype):
 
 
 SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1)), ((5,), ()),
-          ((1,), (2, 3)), ((2, 3, 1, 5), (1, 3, 4, 1))]
+          ((1,), (2, 3)), ((2, 3, 1, 5), (1, 3, 4, 1)),
+          # 2-D iterations (the row loop): a row, a column, a row and a column
+          ((7, 13), (13,)), ((7, 13), (7, 1)), ((1, 13), (7, 1)), ((7, 1), (13,))]
 BINARY = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div,
           "Max": torch.maximum, "Min": torch.minimum}
 

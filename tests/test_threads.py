@@ -184,8 +184,8 @@ def test_clip_split_between_threads(threads, dtype):
 @pytest.mark.parametrize("op,fn,b_shape", [
     ("Add", torch.add, (4, 64, 20, 20)), ("Mul", torch.mul, (64, 1, 1)),
     ("Sub", torch.sub, (1, 1, 20)), ("Div", torch.div, (64, 1, 20)),
-    ("Max", torch.maximum, (4, 64, 20, 20))], ids=["add", "mul-bcast", "sub-bcast",
-                                                   "div-bcast", "max"])
+    ("Max", torch.maximum, (4, 64, 20, 20)), ("Mul", torch.mul, (4, 64, 20, 1))],
+    ids=["add", "mul-bcast", "sub-bcast", "div-bcast", "max", "mul-column"])
 def test_binary_split_between_threads(threads, op, fn, b_shape, dtype):
     """Ranges start inside broadcast rows; gradients reduce over broadcast axes."""
     check_threads(op, {"a": _rand((4, 64, 20, 20), dtype, 1),

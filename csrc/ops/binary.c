@@ -143,9 +143,22 @@ static int64_t bcast_total(const bcast *b)
         }                                                                            \
     } while (0)
 
+/* Whole rows [r0, r1) of a 2-D iteration (b->nd == 2: rows of W, each
+ * operand's row stride sa0/sb0 and inner stride sa/sb, 0 or 1): a tight
+ * loop, for the short rows of a broadcast (a (32,) bias on (4096, 32): the
+ * general loop's bookkeeping per row made Add 1.7-2x slower than torch). */
+#define BINARY_ROWS(T, STMT)                                                         \
+    for (int64_t r = r0; r < r1; r++) {                                              \
+        const T *pa = x0 + r * sa0, *pb = x1 + r * sb0;                              \
+        T *po = y + r * W;                                                           \
+        const int64_t inner = W;                                                     \
+        BINARY_ROW(T, STMT);                                                         \
+    }
+
 #define DEFINE_FLOAT_FWD(NAME, T, POWF)                                              \
-    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, T *y, const T *x0,   \
-                                      const T *x1, int64_t lo, int64_t hi)           \
+    AI_VECTOR_CLONES static void NAME##_general(const bcast *b, int kind, T *y,        \
+                                              const T *x0, const T *x1, int64_t lo,  \
+                                              int64_t hi)                            \
     {                                                                                \
         BCAST_LOOP(b, lo, hi, {                                                      \
             const T *pa = x0 + ra, *pb = x1 + rb;                                    \
@@ -172,6 +185,29 @@ static int64_t bcast_total(const bcast *b)
                     po[j] = ARITH(T, kind, pa[j * sa], pb[j * sb]);                  \
             }                                                                        \
         });                                                                          \
+    }                                                                                \
+    AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, T *y, const T *x0,   \
+                                      const T *x1, int64_t lo, int64_t hi)           \
+    {                                                                                \
+        if (b->nd == 2 && kind <= DIV && b->shape[1] > 0) {                          \
+            const int64_t W = b->shape[1], sa0 = b->st[0][0], sb0 = b->st[1][0];     \
+            const int64_t sa = b->st[0][1], sb = b->st[1][1];                        \
+            const int64_t r0 = (lo + W - 1) / W, r1 = hi / W; /* whole rows */      \
+            if (r0 < r1) {                                                           \
+                if (lo < r0 * W)                                                     \
+                    NAME##_general(b, kind, y, x0, x1, lo, r0 * W);                 \
+                switch (kind) {                                                      \
+                case ADD: BINARY_ROWS(T, po[j] = a_ + b_); break;                    \
+                case SUB: BINARY_ROWS(T, po[j] = a_ - b_); break;                    \
+                case MUL: BINARY_ROWS(T, po[j] = a_ * b_); break;                    \
+                default: BINARY_ROWS(T, po[j] = a_ / b_); break;                     \
+                }                                                                    \
+                if (r1 * W < hi)                                                     \
+                    NAME##_general(b, kind, y, x0, x1, r1 * W, hi);                 \
+                return;                                                              \
+            }                                                                        \
+        }                                                                            \
+        NAME##_general(b, kind, y, x0, x1, lo, hi);                                  \
     }
 
 DEFINE_FLOAT_FWD(fwd_f32, float, powf)
