@@ -143,6 +143,13 @@ CONV_CASES = {
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
+    # strided 1x1 kernels without padding: im2col's subsampling loop (1-D, 2-D with
+    # unequal strides and groups, 3-D, a dilation that changes nothing); with padding
+    # the general loop
+    "1d_strided_1x1": (2, 3, 4, (10,), (1,), (3,), (1,), None, 1, True),
+    "2d_strided_1x1_groups": (2, 4, 6, (9, 8), (1, 1), (3, 2), (2, 2), None, 2, False),
+    "3d_strided_1x1": (2, 3, 5, (5, 6, 7), (1, 1, 1), (2, 3, 2), (1, 1, 1), None, 1, True),
+    "2d_strided_1x1_pad": (2, 3, 4, (6, 7), (1, 1), (2, 2), (1, 1), (1, 0, 0, 1), 1, True),
     "3d": (2, 2, 3, (5, 6, 4), (3, 2, 3), (1, 2, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1), 1, True),
     "3d_groups_dil": (1, 4, 6, (7, 5, 6), (2, 2, 2), (2, 1, 1), (2, 1, 2), None, 2, False),
     # stride 1, >= 8 channels per group: one GEMM per kernel tap on padded planes

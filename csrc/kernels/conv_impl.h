@@ -48,10 +48,26 @@ typedef struct {
 } FN(cols_job);
 
 /* col (C*K, grid) = the patches of img (C, image); padding reads 0. Rows
- * [r0, r1) of the columns. */
+ * [r0, r1) of the columns. A 1x1 kernel without padding (a strided 1x1
+ * conv: ResNet's shortcuts) is a plain subsampling of each plane, its own
+ * loop (the general one's per-row bookkeeping made it cost more than the
+ * GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
 AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
                                              int64_t r0, int64_t r1)
 {
+    if (g->ksize == 1 && g->p[0] == 0 && g->p[1] == 0 && g->p[2] == 0) {
+        const int64_t G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
+        for (int64_t r = r0; r < r1; r++) /* row r: channel r */
+            for (int64_t o0 = 0; o0 < g->grid[0]; o0++)
+                for (int64_t o1 = 0; o1 < G1; o1++) {
+                    const T *src = img + r * g->img_size +
+                                   (o0 * g->s[0] * g->img[1] + o1 * g->s[1]) * g->img[2];
+                    T *dst = col + r * g->grid_size + (o0 * G1 + o1) * G2;
+                    for (int64_t j = 0; j < G2; j++)
+                        dst[j] = src[j * s2];
+                }
+        return;
+    }
     FOR_COLUMN_ROWS(r0, r1, (T *)img, col, {
         if (!src) {
             memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
