@@ -402,6 +402,16 @@ static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, phas
     return conv_depthwise(p) && p->N > 0 && phase_planes_of(g, dx, d);
 }
 
+/* Whether a depthwise forward (where dwl_forward declines) adds to whole y
+ * planes holding the bias (the plain per-plane kernels); the others read
+ * only each plane's first element for it (`uniform`, channels-last). */
+static bool dw_forward_reads_planes(const ai_conv_params *p, const conv_geom *g)
+{
+    phase_planes d;
+    return !depthwise_small_planes(p, g) && !dw_pad_of(p, g, false, &d) &&
+           !depthwise_channels_last(p, g);
+}
+
 /* Output rows narrower than a chunk of DW_PAD_LANES: computed as one flat
  * run of rows of R2 positions (dw_pad_flat in conv_impl.h), wasting R2 - G2
  * per row instead of most of a chunk. */

@@ -1582,7 +1582,12 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
     if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
         if (FN(dwl_forward)(p, y, x, w, b, workspace, ep))
             return;
-        FN(fill_bias)(y, b, p->N, p->M, OS);
+        if (dw_forward_reads_planes(p, &g))
+            FN(fill_bias)(y, b, p->N, p->M, OS);
+        else /* the kernels read each plane's first element alone (MobileNet eval: the
+              * whole planes' fill was 1.2% of the time) */
+            for (int64_t nm = 0; nm < p->N * p->M; nm++)
+                y[nm * OS] = b ? b[nm % p->M] : 0;
         FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace, ep);
         return;
     }
