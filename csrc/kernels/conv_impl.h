@@ -1522,12 +1522,9 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
                 dw[(m * Cg + c) * K + k] += s.dwt[(k * M + m) * Cg + c];
 }
 
-/* Image n of the GEMM forward: its bias (with `bias`; without, y holds it
- * already), each group's product added to it (columns in ws: not used by
- * pointwise convs), while the image's planes are in cache. With an
- * epilogue the products are written (beta 0) and the epilogue's pass adds
- * the bias first: the same sums, one pass over the image fewer (MobileNet
- * eval: filling the bias was 3% of the time). */
+/* Image n of the GEMM forward: its bias (with `bias`), each group's
+ * product added to it (columns in ws: not used by pointwise convs), the
+ * epilogue, while the image's planes are in cache. */
 static void FN(gemm_image)(const ai_conv_params *p, const conv_geom *g, T *y, const T *x,
                            const T *w, const T *b, T *ws, const ai_conv_epilogue *ep,
                            int64_t n, bool bias)
@@ -1535,15 +1532,15 @@ static void FN(gemm_image)(const ai_conv_params *p, const conv_geom *g, T *y, co
     const int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g->ksize;
     const int64_t OS = g->grid_size;
     T *yn = y + n * p->M * OS;
-    if (bias && !ep)
+    if (bias)
         FN(fill_bias)(yn, b, 1, p->M, OS);
-    for (int64_t grp = 0; grp < p->group; grp++) { /* added to the bias, or written */
+    for (int64_t grp = 0; grp < p->group; grp++) {
         const T *col = FN(columns)(ws, x + (n * p->C + grp * Cg) * g->img_size, Cg, g);
-        GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, ep ? 0 : 1,
+        GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
              yn + grp * Mg * OS, OS);
     }
     if (ep) {
-        FN(ep_job) j = {yn, bias ? b : NULL, ep, p->M, OS};
+        FN(ep_job) j = {yn, NULL, ep, p->M, OS};
         ai_parallel_for(p->M, ai_grain_of(OS), FN(ep_range), &j);
     }
 }
@@ -1606,7 +1603,7 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         ai_parallel_for(p->N, 1, FN(pw_images_range), &j);
         return;
     }
-    /* with an epilogue, the bias in its pass (gemm_image) */
+    /* with an epilogue, the bias image by image (in cache for the epilogue) */
     if (!ep)
         FN(fill_bias)(y, b, p->N, p->M, OS);
     for (int64_t n = 0; n < p->N; n++)
