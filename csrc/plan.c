@@ -231,6 +231,15 @@ static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
         }                                                                        \
     } while (0)
 
+/* Whether node n's backward runs: it has one and an input carries a gradient. */
+static bool backward_runs(const ai_plan *p, const ai_node *n)
+{
+    bool any = false;
+    for (int k = 0; k < n->n_in; k++)
+        any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
+    return any && n->op->backward;
+}
+
 static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan **out)
 {
     ai_status st = AI_OK;
@@ -340,10 +349,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         }
         for (int s = 0; s < S; s++) {
             const ai_node *n = &g->nodes[p->sched[s]];
-            bool any = false;
-            for (int k = 0; k < n->n_in; k++)
-                any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
-            if (!any || !n->op->backward)
+            if (!backward_runs(p, n))
                 continue;
             for (int k = 0; k < n->n_out; k++)
                 p->needs_grad[n->out[k]] = ai_dtype_is_float(p->meta[n->out[k]].dtype);
@@ -381,10 +387,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         p->kept[v] = p->keep_all;
     for (int s = 0; s < S && p->need_backward; s++) {
         const ai_node *n = &g->nodes[p->sched[s]];
-        bool any = false;
-        for (int k = 0; k < n->n_in; k++)
-            any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
-        if (!any || !n->op->backward)
+        if (!backward_runs(p, n))
             continue;
         for (int k = 0; k < n->n_out && !(n->op->flags & AI_OP_BWD_NO_Y); k++)
             p->kept[n->out[k]] = true;
@@ -741,12 +744,7 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
     for (int s = p->n_sched - 1; s >= 0; s--) {
         int ni = p->sched[s];
         const ai_node *n = &g->nodes[ni];
-        if (!n->op->backward)
-            continue;
-        bool any = false;
-        for (int k = 0; k < n->n_in; k++)
-            any |= n->in[k] >= 0 && p->needs_grad[n->in[k]];
-        if (!any)
+        if (!backward_runs(p, n))
             continue;
         ai_ctx c;
         ctx_bind(&c, g, p, ni);
