@@ -135,6 +135,10 @@ _VERBOSE_XDIST = re.compile(rf"^\[gw\d+\] \[\s*\d+%\] {_OUTCOME} {_NODEID}\s*$")
 # PASSED <nodeid> "/path", line 1 in f"; the result is recovered from the pieces
 _XDIST_INTERLEAVED = re.compile(rf"(?P<gw>\[gw\d+\])(?P<pre>.*?)(?P<pct>\[\s*\d+%\])\W*?"
                                 rf"{_OUTCOME} {_NODEID}")
+# or the dump starts right after a result's "[gw0] [ 88%] " and the rest of the
+# result ("PASSED <nodeid>") comes on a line of its own after the dump
+_XDIST_STRANDED = re.compile(r"^(?P<gw>\[gw\d+\]) (?P<pct>\[\s*\d+%\]) Fatal Python error:")
+_BARE_RESULT = re.compile(rf"^{_OUTCOME} {_NODEID}\s*$")
 _SHORT_SUMMARY = re.compile(rf"^{_OUTCOME} (?P<nodeid>\S.*?)(?: - (?P<msg>.*))?$")
 _RULE = re.compile(r"^=+ ?(?P<title>.*?) ?=+$")
 _SECTION = re.compile(r"^_{3,} (?P<title>.+?) _{3,}$")
@@ -250,6 +254,7 @@ def parse_pytest_output(text: str) -> PytestRun:
     """
     run = PytestRun()
     lines = []
+    stranded = ""  # "[gwN] [ NN%]" of a result whose rest follows a crash dump
     for line in text.splitlines():
         line = _ANSI.sub("", line).rstrip("\r")
         if not _VERBOSE_XDIST.match(line) and (m := _XDIST_INTERLEAVED.search(line)):
@@ -257,7 +262,12 @@ def parse_pytest_output(text: str) -> PytestRun:
             rest = (line[:m.start()] + m["pre"] + line[m.end():]).strip()
             if rest:
                 lines.append(rest)
+        elif stranded and (m := _BARE_RESULT.match(line)):
+            lines.append(f"{stranded} {m['outcome']} {m['nodeid']}")
+            stranded = ""
         else:
+            if m := _XDIST_STRANDED.match(line):
+                stranded = f"{m['gw']} {m['pct']}"
             lines.append(line)
     rootdir = ""
     sections: list[tuple[str, list[str]]] = []  # (title, body) of FAILURES/ERRORS

@@ -259,6 +259,30 @@ def test_crash_dump_glued_to_another_workers_result():
         "test_crash.py::test_after": "passed"}
 
 
+def test_crash_dump_between_a_results_prefix_and_its_rest():
+    # seen in CI: "[gw0] [ 88%] " then the dump, then "PASSED <nodeid>" alone
+    out = "\n".join([
+        "test_crash.py::test_before ",
+        "[gw0] [ 88%] Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f (most recent call first):",
+        '  File "/x/test_crash.py", line 10 in test_engine_crash',
+        "PASSED test_crash.py::test_before ",
+        "test_crash.py::test_engine_crash ",
+        "[gw1] node down: Not properly terminated",
+        "[gw1] [ 94%] FAILED test_crash.py::test_engine_crash ",
+        "",
+        "replacing crashed worker gw1",
+        "[gw0] [100%] PASSED test_crash.py::test_after ",
+        "========================= 1 failed, 2 passed in 1.00s =========================",
+    ])
+    run = parse_pytest_output(out)
+    assert {n: t.outcome for n, t in run.tests.items()} == {
+        "test_crash.py::test_before": "passed", "test_crash.py::test_engine_crash": "failed",
+        "test_crash.py::test_after": "passed"}
+    assert run.complete and run.crash.startswith("Fatal Python error: Segmentation fault")
+
+
 def test_crash_dump_interleaved_inside_results():
     # seen in CI: faulthandler writes its dump piece by piece while the
     # controller prints results, so the pieces land inside the result lines
