@@ -239,6 +239,11 @@ def test_xdist_output_and_worker_crash(synthetic_dir):
     assert {n: (t.outcome, t.category) for n, t in run.tests.items()} == expected
 
 
+CRASH_OUTCOMES = {"test_crash.py::test_before": "passed",
+                  "test_crash.py::test_engine_crash": "failed",
+                  "test_crash.py::test_after": "passed"}
+
+
 def test_crash_dump_glued_to_another_workers_result():
     # seen on a loaded machine: the dump starts on the line of a result
     out = "\n".join([
@@ -254,9 +259,7 @@ def test_crash_dump_glued_to_another_workers_result():
         "========================= 1 failed, 2 passed in 1.00s =========================",
     ])
     run = parse_pytest_output(out)
-    assert {n: t.outcome for n, t in run.tests.items()} == {
-        "test_crash.py::test_before": "passed", "test_crash.py::test_engine_crash": "failed",
-        "test_crash.py::test_after": "passed"}
+    assert {n: t.outcome for n, t in run.tests.items()} == CRASH_OUTCOMES
 
 
 def test_crash_dump_between_a_results_prefix_and_its_rest():
@@ -277,9 +280,7 @@ def test_crash_dump_between_a_results_prefix_and_its_rest():
         "========================= 1 failed, 2 passed in 1.00s =========================",
     ])
     run = parse_pytest_output(out)
-    assert {n: t.outcome for n, t in run.tests.items()} == {
-        "test_crash.py::test_before": "passed", "test_crash.py::test_engine_crash": "failed",
-        "test_crash.py::test_after": "passed"}
+    assert {n: t.outcome for n, t in run.tests.items()} == CRASH_OUTCOMES
     assert run.complete and run.crash.startswith("Fatal Python error: Segmentation fault")
 
 

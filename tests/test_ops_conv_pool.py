@@ -150,6 +150,9 @@ CONV_CASES = {
     "2d_strided_1x1_groups": (2, 4, 6, (9, 8), (1, 1), (3, 2), (2, 2), None, 2, False),
     "3d_strided_1x1": (2, 3, 5, (5, 6, 7), (1, 1, 1), (2, 3, 2), (1, 1, 1), None, 1, True),
     "2d_strided_1x1_pad": (2, 3, 4, (6, 7), (1, 1), (2, 2), (1, 1), (1, 0, 0, 1), 1, True),
+    # pads at the end only: the last outputs read padding (the general loop)
+    "2d_1x1_end_pads": (2, 3, 4, (5, 6), (1, 1), (1, 1), (1, 1), (0, 0, 1, 2), 1, True),
+    "1d_strided_1x1_end_pad": (2, 3, 2, (7,), (1,), (2,), (1,), (0, 2), 1, False),
     "3d": (2, 2, 3, (5, 6, 4), (3, 2, 3), (1, 2, 1), (1, 1, 1), (1, 0, 1, 1, 1, 1), 1, True),
     "3d_groups_dil": (1, 4, 6, (7, 5, 6), (2, 2, 2), (2, 1, 1), (2, 1, 2), None, 2, False),
     # stride 1, >= 8 channels per group: one GEMM per kernel tap on padded planes

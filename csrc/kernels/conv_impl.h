@@ -47,15 +47,25 @@ typedef struct {
     int64_t N, M, S;
 } FN(cols_job);
 
+/* Whether every column of a 1x1 kernel reads inside the image (no pad at
+ * the start, none reached at the end): im2col is then a plain subsampling. */
+static inline bool FN(im2col_subsamples)(const conv_geom *g)
+{
+    bool inside = g->ksize == 1;
+    for (int i = 0; i < 3 && inside; i++)
+        inside = g->p[i] == 0 && (g->grid[i] - 1) * g->s[i] < g->img[i];
+    return inside;
+}
+
 /* col (C*K, grid) = the patches of img (C, image); padding reads 0. Rows
- * [r0, r1) of the columns. A 1x1 kernel without padding (a strided 1x1
- * conv: ResNet's shortcuts) is a plain subsampling of each plane, its own
- * loop (the general one's per-row bookkeeping made it cost more than the
- * GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
+ * [r0, r1) of the columns. A 1x1 kernel that reads no padding (a strided
+ * 1x1 conv: ResNet's shortcuts) is a plain subsampling of each plane, its
+ * own loop (the general one's per-row bookkeeping made it cost more than
+ * the GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
 AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
                                              int64_t r0, int64_t r1)
 {
-    if (g->ksize == 1 && g->p[0] == 0 && g->p[1] == 0 && g->p[2] == 0) {
+    if (FN(im2col_subsamples)(g)) {
         const int64_t G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
         for (int64_t r = r0; r < r1; r++) /* row r: channel r */
             for (int64_t o0 = 0; o0 < g->grid[0]; o0++)
@@ -1583,7 +1593,7 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
             FN(fill_bias)(y, b, p->N, p->M, OS);
         else /* the kernels read each plane's first element alone (MobileNet eval: the
               * whole planes' fill was 1.2% of the time) */
-            for (int64_t nm = 0; nm < p->N * p->M; nm++)
+            for (int64_t nm = 0; OS > 0 && nm < p->N * p->M; nm++)
                 y[nm * OS] = b ? b[nm % p->M] : 0;
         FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace, ep);
         return;
