@@ -189,20 +189,17 @@ def _engine_input(x: torch.Tensor):
 _BRIDGE = (to_dlpack, getattr(torch._C, "_from_dlpack", from_dlpack))
 
 
-def _bridged(tensors) -> bool:
-    """Whether torch's DLPack export gives the engine these tensors' values:
-    CPU tensors without a lazy negation bit, which to_dlpack ignores (a lazy
-    conjugate is complex, a dtype the engine refuses on either path)."""
-    for x in tensors:
-        if x is not None and not (x.is_cpu and not x.is_neg()):
-            return False
-    return True
-
-
 def _graph_call(call, tensors):
     """``call`` (a graph's forward or backward) on torch tensors (None allowed
     in backward), torch tensors out."""
-    if _bridged(tensors):
+    # through the bridge when torch's DLPack export gives the engine these
+    # tensors' values: CPU tensors without a lazy negation bit, which
+    # to_dlpack ignores (a lazy conjugate is complex, a dtype the engine
+    # refuses on either path). (Inline: this is every call's overhead.)
+    for x in tensors:
+        if x is not None and not (x.is_cpu and not x.is_neg()):
+            break
+    else:
         outs = call(tensors, _BRIDGE)
         if outs is not None:
             return outs
@@ -221,27 +218,45 @@ class _EngineFunction(torch.autograd.Function):
         # the autograd engine walks at every backward)
         ctx.module = module
         ctx.forward_id = module._calls[0]
-        outs = module._run(inputs)
+        outs = _graph_call(module._graph.forward, inputs)
         integer = [o for o in outs if not o.is_floating_point()]
         if integer:
             ctx.mark_non_differentiable(*integer)
-        # the outputs are the engine's own forward results (no copy), which
-        # backward may read: saving them makes torch refuse a backward after
-        # an in-place change to them instead of computing a wrong gradient
-        ctx.save_for_backward(*outs)
+        # the outputs are the engine's own forward results (no copy): when
+        # backward reads them (Tanh, Relu...), saving them makes torch refuse a
+        # backward after an in-place change to them instead of computing a
+        # wrong gradient; when it does not (Gemm, Conv, Add...), the change is
+        # harmless and torch allows it, as it does for its own operators
+        if module._graph.backward_reads_outputs:
+            ctx.save_for_backward(*outs)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
         module = ctx.module
-        ctx.saved_tensors  # noqa: B018 (torch's in-place check of the outputs)
+        ctx.saved_tensors  # noqa: B018 (torch's in-place check of the saved outputs)
         if ctx.forward_id != module._calls[0]:
             raise RuntimeError(
                 "AidgeModule: backward of an older forward. The engine keeps the state of "
                 "the latest forward only: run backward before the next forward."
             )
-        input_grads = module._backward(grad_outputs)
-        return (None, None, *input_grads)
+        if module._params:  # (kept lean: a small model's backward is mostly overhead)
+            return (None, None, *module._backward(grad_outputs))
+        return (None, None, *_graph_call(module._graph.backward, grad_outputs))
+
+
+# The autograd engine runs a Function's backward through the `apply` of its
+# node class; torch's (BackwardCFunction.apply, Python) looks the user's
+# function up at every call, about 2 us of a small model's backward. Unless
+# torch's is replaced by something else, _EngineFunction's node class calls
+# backward directly: what that apply does for a Function that defines
+# neither vjp nor boxed gradients.
+_NODE_CLS = getattr(_EngineFunction, "_backward_cls", None)
+if (_NODE_CLS is not None
+        and _NODE_CLS.apply is getattr(torch.autograd.function.BackwardCFunction, "apply", None)
+        and _EngineFunction.vjp is torch.autograd.Function.vjp
+        and not getattr(_EngineFunction, "boxed_grads_call", False)):
+    _NODE_CLS.apply = _EngineFunction.backward
 
 
 # _EngineFunction.apply without the Python layer of Function.apply (7 us of
@@ -347,14 +362,11 @@ class AidgeModule(torch.nn.Module):
         self._fused = None if value else False
 
     # -- engine calls ------------------------------------------------------
-    def _run(self, inputs):
-        return _graph_call(self._graph.forward, inputs)
-
     def _backward(self, grad_outputs):
         fresh = []
         for p, eg in zip(self._params, self._engine_grads):
             g = p.grad
-            if g is None or g.data_ptr() != eg.data_ptr():
+            if g is not eg and (g is None or g.data_ptr() != eg.data_ptr()):
                 eg.zero_()  # the engine accumulates; start from zero for this parameter
                 fresh.append((p, eg, g))
         input_grads = _graph_call(self._graph.backward, grad_outputs)
@@ -396,7 +408,7 @@ class AidgeModule(torch.nn.Module):
         if fused is None:
             fused = self._fused = self._build_fused()
             if fused is False:
-                return self._run(inputs)
+                return _graph_call(self._graph.forward, inputs)
         self._fused_call[0] = self._calls[0]
         return _graph_call(fused.forward, inputs)
 

@@ -249,6 +249,11 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
 ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad_outputs,
                             int n_in, ai_tensor **input_grads);
 
+/* Whether the current plan's backward reads the memory of an output that
+ * forward returned (a caller's in-place change to it would then change the
+ * gradients); false without a plan or need_backward. */
+bool ai_graph_backward_reads_outputs(const ai_graph *g);
+
 /* The value of `name` after the last forward, as a new tensor sharing the
  * plan's memory (AI_ERR_VALUE when its memory was reused since). */
 ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out);

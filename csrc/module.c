@@ -1739,6 +1739,12 @@ static PyObject *Graph_profile_counts(GraphObject *self, PyObject *args)
     return list;
 }
 
+static PyObject *Graph_get_backward_reads_outputs(GraphObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(ai_graph_backward_reads_outputs(self->g));
+}
+
 static PyObject *Graph_get_input_names(GraphObject *self, void *c)
 {
     (void)c;
@@ -1796,6 +1802,10 @@ static PyMethodDef Graph_methods[] = {
 };
 
 static PyGetSetDef Graph_getset[] = {
+    {"backward_reads_outputs", (getter)Graph_get_backward_reads_outputs, NULL,
+     "whether the backward of the current plan (need_backward) reads the memory of\n"
+     "an output the forward returned: an in-place change to it would then change\n"
+     "the gradients", NULL},
     {"training", (getter)Graph_get_training, (setter)Graph_set_training,
      "BatchNorm batch statistics and Dropout when True", NULL},
     {"need_backward", (getter)Graph_get_need_backward, (setter)Graph_set_need_backward,

@@ -407,6 +407,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         p->fresh[v] |= !p->keep_all && g->values[v].kind == AI_VAL_ACT && !p->folded[v] &&
                        p->def_step[v] >= 0;
     }
+    for (int i = 0; i < g->n_outputs; i++)
+        p->outputs_read |= p->fresh[g->outputs[i]] && p->kept[g->outputs[i]];
 
     ALLOC(items, 2 * V);
     int n_items = 0;
@@ -818,6 +820,11 @@ ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out)
     if (!t)
         return ai_error(AI_ERR_VALUE, "value '%s' has no data", name);
     return ai_tensor_clone(out, t);
+}
+
+bool ai_graph_backward_reads_outputs(const ai_graph *g)
+{
+    return g->plan && g->plan->outputs_read;
 }
 
 bool ai_graph_value_meta(const ai_graph *g, int v, ai_meta *out)

@@ -28,6 +28,7 @@ struct ai_plan {
     bool *grad_ready;     /* per value, during backward: zeroed already */
     int *def_step, *last_step; /* per value, forward steps */
     bool *kept;           /* per value: kept to the end of backward (or keep_all) */
+    bool outputs_read;    /* a backward that runs reads a fresh output's memory */
     bool poison_dead;     /* AIDGE_INTEROP_POISON_DEAD: NaN into the values that die */
 
     int n_sched;

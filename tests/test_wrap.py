@@ -135,6 +135,47 @@ def test_backward_of_an_older_forward_is_refused():
         y1.sum().backward()
 
 
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+def test_in_place_change_of_an_output_backward_reads_is_refused():
+    # Tanh's backward reads its output: here the output the module returns
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Tanh())
+    wrapped = wrap(model, [(2, 16)])
+    y = wrapped(torch.randn(2, 16))
+    assert wrapped._graph.backward_reads_outputs
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize("model_cls", [MLP, Residual])
+def test_in_place_change_of_an_output_backward_does_not_read_is_allowed(model_cls):
+    # as for torch's own operators: the output is not what backward reads,
+    # so the gradients are those of the changed graph, as in torch
+    torch.manual_seed(0)
+    model = model_cls()
+    wrapped = wrap(copy.deepcopy(model), [(2, 16)])
+    x = torch.randn(2, 16)
+    results = []
+    for m in (model, wrapped):
+        y = m(x)
+        y.mul_(3).add_(1)
+        (y * y).sum().backward()
+        results.append((y.detach(), [p.grad.clone() for p in m.parameters()]))
+    assert not wrapped._graph.backward_reads_outputs
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for g_engine, g_torch in zip(results[1][1], results[0][1]):
+        torch.testing.assert_close(g_engine, g_torch)
+
+
 def test_bad_arguments():
     wrapped = wrap(Elementwise(), [(2, 16)])
     with pytest.raises(TypeError, match="takes 1 input"):
