@@ -139,6 +139,16 @@ CONV_CASES = {
                                   True),
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
+    # 1 to 4 channels in, >= 16 out, strided or narrow (a stem): channels-last
+    # tiles (dcl in conv.c): 16, 24 and 32+ output channels per tile, a partial
+    # vector (20, 41), asymmetric pads, dilation, 1-D, more jobs than slots
+    "2d_stem_kws": (3, 1, 64, (29, 12), (10, 4), (2, 2), (1, 1), (4, 1, 5, 1), 1, True),
+    "2d_stem_s2_41": (2, 3, 41, (19, 18), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_stem_narrow_20_dil": (2, 4, 20, (9, 7), (3, 2), (1, 1), (2, 1), (2, 0, 1, 1), 1,
+                              False),
+    "2d_stem_s21_24": (2, 2, 24, (12, 30), (2, 3), (2, 1), (1, 1), (0, 1, 1, 0), 1, True),
+    "1d_stem_s2_16": (3, 3, 16, (40,), (5,), (2,), (1,), (2, 2), 1, True),
+    "2d_stem_slots": (9, 1, 16, (40, 30), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),

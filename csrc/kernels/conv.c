@@ -669,6 +669,84 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
     return dconv_of(&q, &g, dtype, &dc) ? dconv_elems(&q, &dc) : 0;
 }
 
+/*
+ * Direct float32 Conv of few input channels (a CNN's stem: 1 to 4 channels
+ * in, a kernel larger than 1x1), 1 or 2 spatial dims, one group: the
+ * outputs are computed channels-last, the output channels in the vector
+ * lanes. The C K taps (channel, kernel position) are few, so every output
+ * position reads its own input values by offset: no phase planes, no junk
+ * columns, any stride, any row width. A register tile of DCL_PX(NV) output
+ * positions by NV vectors of output channels (12 accumulators) runs over
+ * the taps: per tap NV vector loads of the weights, packed (K, M8), and one
+ * broadcast per position, NV per FMA row. A job is DCL_CHUNK positions of
+ * one image: its tile rows land in a (positions, M8) buffer, which is
+ * transposed into y's planes (8 x 8 blocks), the epilogue applied there.
+ * A padding conv reads its image from zero-padded copies of its planes,
+ * made by the thread that takes the image's first job (in cache for the
+ * next ones).
+ * The plane-by-plane direct kernel (dconv) wastes most of its vectors on
+ * the narrow rows and strided grids of stems (KWS's 1 -> 64 10x4 stride-2
+ * stem: 5 outputs per row, in rows of 7).
+ * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
+ * thread), each a position buffer and room for an image's padded planes.
+ */
+#define DCL_MAX_C 4
+#define DCL_MAX_TAPS 64
+#define DCL_CHUNK 96
+#define DCL_PX_MAX 12 /* positions of the widest tile (one vector of channels) */
+#define DCL_SLOTS 8
+#define DCL_MIN_M 16
+typedef struct {
+    int64_t H, W, Hp, Wp, pb1, pb2, s1, s2, G2; /* plane, padded plane, grid row */
+    int64_t M8, K, chunks;                  /* channels in vectors, taps, jobs/image */
+    bool padded;                            /* x is read from padded copies */
+    int64_t off[DCL_MAX_TAPS];              /* tap (c, k1, k2) in the padded planes */
+} dcl_geom;
+
+static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dcl_geom *q)
+{
+    if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || g->ksize == 1 || p->N == 0 ||
+        p->C > DCL_MAX_C || p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 ||
+        p->M < DCL_MIN_M || (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))
+        return false;
+    const int o = 3 - p->nsp; /* p's dim d is g's dim d + o */
+    int64_t pe[3] = {0, 0, 0};
+    for (int d = 0; d < p->nsp; d++)
+        pe[d + o] = p->pad_end[d];
+    q->H = g->img[1];
+    q->W = g->img[2];
+    q->pb1 = g->p[1];
+    q->pb2 = g->p[2];
+    q->Hp = q->H + q->pb1 + pe[1];
+    q->Wp = q->W + q->pb2 + pe[2];
+    q->padded = q->Hp != q->H || q->Wp != q->W;
+    q->s1 = g->s[1];
+    q->s2 = g->s[2];
+    q->G2 = g->grid[2];
+    q->M8 = (p->M + 7) / 8 * 8;
+    q->K = p->C * g->ksize;
+    q->chunks = (g->grid_size + DCL_CHUNK - 1) / DCL_CHUNK;
+    int64_t t = 0;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t k1 = 0; k1 < g->k[1]; k1++)
+            for (int64_t k2 = 0; k2 < g->k[2]; k2++)
+                q->off[t++] = (c * q->Hp + k1 * g->d[1]) * q->Wp + k2 * g->d[2];
+    return true;
+}
+
+/* elements of a slot: its image's padded planes (when the conv pads), its
+ * positions' buffer */
+static int64_t dcl_slot_elems(const ai_conv_params *p, const dcl_geom *q)
+{
+    return (q->padded ? p->C * q->Hp * q->Wp : 0) + (DCL_CHUNK + DCL_PX_MAX) * q->M8;
+}
+
+/* the packed weights and bias, the slots */
+static int64_t dcl_elems(const ai_conv_params *p, const dcl_geom *q)
+{
+    return (q->K + 1) * q->M8 + DCL_SLOTS * dcl_slot_elems(p, q);
+}
+
 /* defined after conv_impl.h, whose kernels call them (the f64 ones decline) */
 static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
                               const float *w, const float *b, float *ws,
@@ -744,6 +822,9 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         direct = dconv_dw_elems(p, &g, &dc);
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
+    dcl_geom dq;
+    if (!transposed && dcl_of(p, &g, dtype, &dq) && dcl_elems(p, &dq) > direct)
+        direct = dcl_elems(p, &dq);
     if (!transposed && conv_shift_of(p, &g, &sh)) {
         int64_t e = conv_shift_elems(p, &g, &sh);
         return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
@@ -1058,11 +1139,143 @@ static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const f
     return true;
 }
 
+/* ---------------------------------------------------------------- few-channel direct conv */
+
+typedef struct {
+    const ai_conv_params *p;
+    const dcl_geom *q;
+    const float *x;
+    const float *wp; /* (K, M8), then the bias (M8) */
+    float *y, *slots;
+    const ai_conv_epilogue *ep;
+    int64_t OS, jobs, n_slots;
+} dcl_job;
+
+/* Image x's C planes into zero-padded copies at dst. */
+static void dcl_pad_image(const dcl_geom *q, int64_t C, float *dst, const float *x)
+{
+    const int64_t tail = q->Wp - q->pb2 - q->W, bottom = q->Hp - q->pb1 - q->H;
+    for (int64_t c = 0; c < C; c++, dst += q->Hp * q->Wp, x += q->H * q->W) {
+        memset(dst, 0, sizeof(float) * (size_t)(q->pb1 * q->Wp));
+        for (int64_t r = 0; r < q->H; r++) {
+            float *row = dst + (q->pb1 + r) * q->Wp;
+            memset(row, 0, sizeof(float) * (size_t)q->pb2);
+            memcpy(row + q->pb2, x + r * q->W, sizeof(float) * (size_t)q->W);
+            memset(row + q->pb2 + q->W, 0, sizeof(float) * (size_t)tail);
+        }
+        memset(dst + (q->pb1 + q->H) * q->Wp, 0, sizeof(float) * (size_t)(bottom * q->Wp));
+    }
+}
+
+/* Positions [p0, p0 + np) of image n: the tiles into yt (np rows of M8). */
+AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t p0, int64_t np,
+                                     float *yt)
+{
+    const dcl_geom *q = j->q;
+    const int64_t K = q->K, M8 = q->M8;
+    const float *bias = j->wp + K * M8;
+    int64_t base[DCL_CHUNK + DCL_PX_MAX];
+    for (int64_t i = 0; i < np + DCL_PX_MAX; i++) { /* past np: the last again (not stored) */
+        const int64_t pos = p0 + (i < np ? i : np - 1);
+        base[i] = pos / q->G2 * q->s1 * q->Wp + pos % q->G2 * q->s2;
+    }
+#define DCL_TILE(NV, PX)                                                                   for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                               dc_vec acc[PX][NV];                                                                    for (int v = 0; v < (NV); v++) {                                                           const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                                for (int i = 0; i < (PX); i++)                                                             acc[i][v] = bv;                                                                }                                                                                      const float *wk = j->wp + m0;                                                          for (int64_t k = 0; k < K; k++, wk += M8) {                                                const float *xk = xn + q->off[k];                                                      dc_vec wv[NV];                                                                         for (int v = 0; v < (NV); v++)                                                             wv[v] = *(const dc_vec *)(wk + 8 * v);                                             for (int i = 0; i < (PX); i++) {                                                           const float a = xk[base[i0 + i]];                                                      for (int v = 0; v < (NV); v++)                                                             acc[i][v] += a * wv[v];                                                        }                                                                                  }                                                                                      for (int i = 0; i < (PX); i++)                                                             for (int v = 0; v < (NV); v++)                                                             *(dc_vec *)(yt + (i0 + i) * M8 + m0 + 8 * v) = acc[i][v];                  }
+    for (int64_t m0 = 0; m0 < M8;) {
+        const int64_t nv = (M8 - m0) / 8;
+        if (nv >= 4) {
+            DCL_TILE(4, 3)
+            m0 += 32;
+        } else if (nv == 3) {
+            DCL_TILE(3, 4)
+            m0 += 24;
+        } else if (nv == 2) {
+            DCL_TILE(2, 6)
+            m0 += 16;
+        } else {
+            DCL_TILE(1, 12)
+            m0 += 8;
+        }
+    }
+#undef DCL_TILE
+}
+
+/* yt (np rows of M8) into positions [p0, p0 + np) of y's M planes (OS
+ * apart), then the epilogue on them. */
+AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, int64_t np,
+                                       const float *yt)
+{
+    const int64_t M = j->p->M, M8 = j->q->M8, OS = j->OS;
+    int64_t m = 0;
+#ifdef HAVE_TRANSPOSE8
+    for (; m + 8 <= M; m += 8) {
+        int64_t i = 0;
+        for (; i + 8 <= np; i += 8)
+            transpose8_f32(yn + m * OS + p0 + i, OS, yt + i * M8 + m, M8);
+        for (; i < np; i++)
+            for (int r = 0; r < 8; r++)
+                yn[(m + r) * OS + p0 + i] = yt[i * M8 + m + r];
+    }
+#endif
+    for (; m < M; m++)
+        for (int64_t i = 0; i < np; i++)
+            yn[m * OS + p0 + i] = yt[i * M8 + m];
+    if (j->ep)
+        for (m = 0; m < M; m++)
+            ep_apply_f32(yn + m * OS + p0, yn + m * OS + p0, np, NULL, j->ep, m, M);
+}
+
+/* Slots [lo, hi): each its share of the jobs (image, chunk), in order. */
+static void dcl_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dcl_job *j = ctx;
+    const dcl_geom *q = j->q;
+    const int64_t C = j->p->C, M = j->p->M, OS = j->OS;
+    for (int64_t s = lo; s < hi; s++) {
+        float *yt = j->slots + s * dcl_slot_elems(j->p, q), *planes = yt;
+        if (q->padded)
+            yt += C * q->Hp * q->Wp;
+        for (int64_t job = s * j->jobs / j->n_slots, padded = -1;
+             job < (s + 1) * j->jobs / j->n_slots; job++) {
+            const int64_t n = job / q->chunks, p0 = job % q->chunks * DCL_CHUNK;
+            const int64_t np = OS - p0 < DCL_CHUNK ? OS - p0 : DCL_CHUNK;
+            const float *xn = j->x + n * C * q->H * q->W;
+            if (q->padded && padded != n) {
+                dcl_pad_image(q, C, planes, xn);
+                padded = n;
+            }
+            dcl_tiles(j, q->padded ? planes : xn, p0, np, yt);
+            dcl_store(j, j->y + n * M * OS, p0, np, yt);
+        }
+    }
+}
+
+static bool dcl_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
+                            const float *b, float *ws, const ai_conv_epilogue *ep)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dcl_geom q;
+    if (!dcl_of(p, &g, AI_F32, &q))
+        return false;
+    const int64_t K = q.K, M = p->M, M8 = q.M8;
+    for (int64_t k = 0; k < K; k++) /* (K, M8), zero past M; w is (M, C, kernel) = (M, K) */
+        for (int64_t m = 0; m < M8; m++)
+            ws[k * M8 + m] = m < M ? w[m * K + k] : 0;
+    for (int64_t m = 0; m < M8; m++)
+        ws[K * M8 + m] = b && m < M ? b[m] : 0;
+    dcl_job j = {p, &q, x, ws, y, ws + (K + 1) * M8, ep, g.grid_size, p->N * q.chunks, 0};
+    const int nt = ai_get_num_threads();
+    j.n_slots = j.jobs < DCL_SLOTS ? j.jobs : DCL_SLOTS;
+    if (j.n_slots > nt)
+        j.n_slots = nt;
+    ai_parallel_for(j.n_slots, 1, dcl_range, &j);
+    return true;
+}
+
 static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
                               const float *w, const float *b, float *ws,
                               const ai_conv_epilogue *ep)
 {
-    return dconv_run(p, y, x, w, false, b, false, ws, ep);
+    return dcl_forward_f32(p, y, x, w, b, ws, ep) || dconv_run(p, y, x, w, false, b, false, ws, ep);
 }
 
 /* dx += (= with `assign`) the input gradient of stride-1 Conv p by the
