@@ -139,9 +139,11 @@ CONV_CASES = {
                                   True),
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
-    # 1 to 4 channels in, >= 16 out, strided or narrow (a stem): channels-last
-    # tiles (dcl in conv.c): 16, 24 and 32+ output channels per tile, a partial
-    # vector (20, 41), asymmetric pads, dilation, 1-D, more jobs than slots
+    # >= 16 channels out, strided or rows under 16 wide: channels-last tiles
+    # (dcl in conv.c): stems of 1 to 4 channels, 16, 24 and 32+ output channels
+    # per tile, a partial vector (20, 41), asymmetric pads, dilation, 1-D, more
+    # jobs than slots, many taps (16 and 40 channels in, strided or narrow), 1x1
+    # kernels strided or padded
     "2d_stem_kws": (3, 1, 64, (29, 12), (10, 4), (2, 2), (1, 1), (4, 1, 5, 1), 1, True),
     "2d_stem_s2_41": (2, 3, 41, (19, 18), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_stem_narrow_20_dil": (2, 4, 20, (9, 7), (3, 2), (1, 1), (2, 1), (2, 0, 1, 1), 1,
@@ -149,6 +151,10 @@ CONV_CASES = {
     "2d_stem_s21_24": (2, 2, 24, (12, 30), (2, 3), (2, 1), (1, 1), (0, 1, 1, 0), 1, True),
     "1d_stem_s2_16": (3, 3, 16, (40,), (5,), (2,), (1,), (2, 2), 1, True),
     "2d_stem_slots": (9, 1, 16, (40, 30), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_dcl_16_s2": (3, 16, 32, (17, 16), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_dcl_40_narrow": (2, 40, 17, (9, 10), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, False),
+    "2d_dcl_1x1_s2": (2, 16, 32, (9, 8), (1, 1), (2, 2), (1, 1), None, 1, True),
+    "2d_dcl_1x1_pad_narrow": (2, 8, 16, (5, 6), (1, 1), (1, 1), (1, 1), (0, 1, 1, 0), 1, False),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),

@@ -670,32 +670,40 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
 }
 
 /*
- * Direct float32 Conv of few input channels (a CNN's stem: 1 to 4 channels
- * in, a kernel larger than 1x1), 1 or 2 spatial dims, one group: the
- * outputs are computed channels-last, the output channels in the vector
- * lanes. The C K taps (channel, kernel position) are few, so every output
- * position reads its own input values by offset: no phase planes, no junk
- * columns, any stride, any row width. A register tile of DCL_PX(NV) output
- * positions by NV vectors of output channels (12 accumulators) runs over
- * the taps: per tap NV vector loads of the weights, packed (K, M8), and one
- * broadcast per position, NV per FMA row. A job is DCL_CHUNK positions of
- * one image: its tile rows land in a (positions, M8) buffer, which is
- * transposed into y's planes (8 x 8 blocks), the epilogue applied there.
- * A padding conv reads its image from zero-padded copies of its planes,
- * made by the thread that takes the image's first job (in cache for the
- * next ones).
- * The plane-by-plane direct kernel (dconv) wastes most of its vectors on
- * the narrow rows and strided grids of stems (KWS's 1 -> 64 10x4 stride-2
- * stem: 5 outputs per row, in rows of 7).
+ * Direct float32 Conv, channels-last tiles ("dcl"), 1 or 2 spatial dims,
+ * one group, not a plain GEMM (a 1x1 kernel strided or padded is taken), at
+ * most DCL_MAX_TAPS taps (channel, kernel position), strided or with output
+ * rows narrower than 16:
+ * the convs whose grids the plane-by-plane direct kernel (dconv) covers
+ * badly (phase planes, junk columns, 16-wide blocks on 5-wide rows). The
+ * output channels are in the vector lanes, and every output position reads
+ * its own input values by offset: no phase planes, no junk, any stride, any
+ * row width. A register tile of PX output positions by NV vectors of output
+ * channels (12 accumulators) runs over the taps: per tap NV vector loads of
+ * the weights, packed (K, M8), and one broadcast per position. A job is
+ * DCL_CHUNK positions of one image: its tile rows land in a (positions, M8)
+ * buffer, which is transposed into y's planes (8 x 8 blocks), the epilogue
+ * applied there. A padding conv reads its image from zero-padded copies of
+ * its planes, made by the thread that takes the image's first job (in cache
+ * for the next ones).
+ * C harness, batch 16, best of 12 alternating rounds, time against dconv, 1
+ * and 2 threads: KWS's 1 -> 64 10x4 stride-2 stem 0.41-0.54, MobileNet's
+ * 3 -> 32 stride-2 stem 0.78-0.86, ResNet-8's strided 16 -> 32 and 32 -> 64
+ * 0.68-0.84, 64 -> 64 stride 2 on 28x28 0.83-0.85; stride 1 on narrow rows:
+ * LeNet's 6 -> 16 5x5 (10 wide) 0.62-0.66, 8 -> 16 on 12x12 0.75-0.78, 64 ->
+ * 64 on 8x8 0.87-0.92; against im2col, ResNet-8's 1x1 stride-2 shortcuts
+ * 0.87-0.88. Left to dconv: stride 1 on rows of 16 or more
+ * (0.93-1.05), more taps (128 -> 128 3x3 on 6x6: 1.07-1.10, the weights of a
+ * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6: 1.44).
  * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
  * thread), each a position buffer and room for an image's padded planes.
  */
-#define DCL_MAX_C 4
-#define DCL_MAX_TAPS 64
+#define DCL_MAX_TAPS 640
 #define DCL_CHUNK 96
 #define DCL_PX_MAX 12 /* positions of the widest tile (one vector of channels) */
 #define DCL_SLOTS 8
 #define DCL_MIN_M 16
+#define DCL_SLOT_PLANES (INT64_C(1) << 17) /* elements of an image's padded planes */
 typedef struct {
     int64_t H, W, Hp, Wp, pb1, pb2, s1, s2, G2; /* plane, padded plane, grid row */
     int64_t M8, K, chunks;                  /* channels in vectors, taps, jobs/image */
@@ -705,9 +713,9 @@ typedef struct {
 
 static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dcl_geom *q)
 {
-    if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || g->ksize == 1 || p->N == 0 ||
-        p->C > DCL_MAX_C || p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 ||
-        p->M < DCL_MIN_M || (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))
+    if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || g->pointwise || p->N == 0 ||
+        p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 || p->M < DCL_MIN_M ||
+        (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))
         return false;
     const int o = 3 - p->nsp; /* p's dim d is g's dim d + o */
     int64_t pe[3] = {0, 0, 0};
@@ -726,6 +734,8 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
     q->M8 = (p->M + 7) / 8 * 8;
     q->K = p->C * g->ksize;
     q->chunks = (g->grid_size + DCL_CHUNK - 1) / DCL_CHUNK;
+    if (q->padded && p->C * q->Hp * q->Wp > DCL_SLOT_PLANES)
+        return false; /* the slots' planes would make a large workspace */
     int64_t t = 0;
     for (int64_t c = 0; c < p->C; c++)
         for (int64_t k1 = 0; k1 < g->k[1]; k1++)
