@@ -687,14 +687,15 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
  * its planes, made by the thread that takes the image's first job (in cache
  * for the next ones).
  * C harness, batch 16, best of 12 alternating rounds, time against dconv, 1
- * and 2 threads: KWS's 1 -> 64 10x4 stride-2 stem 0.41-0.54, MobileNet's
- * 3 -> 32 stride-2 stem 0.78-0.86, ResNet-8's strided 16 -> 32 and 32 -> 64
+ * and 2 threads: KWS's 1 -> 64 10x4 stride-2 stem 0.41-0.54, 3 -> 32 stride
+ * 2 on 96x96 0.78-0.86, ResNet-8's strided 16 -> 32 and 32 -> 64
  * 0.68-0.84, 64 -> 64 stride 2 on 28x28 0.83-0.85; stride 1 on narrow rows:
  * LeNet's 6 -> 16 5x5 (10 wide) 0.62-0.66, 8 -> 16 on 12x12 0.75-0.78, 64 ->
  * 64 on 8x8 0.87-0.92; against im2col, ResNet-8's 1x1 stride-2 shortcuts
  * 0.87-0.88. Left to dconv: stride 1 on rows of 16 or more
  * (0.93-1.05), more taps (128 -> 128 3x3 on 6x6: 1.07-1.10, the weights of a
- * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6: 1.44).
+ * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6:
+ * 0.97-1.44; MobileNet's 3 -> 8 stride-2 stem: 1.05; 1 -> 8 stride 2: 0.75).
  * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
  * thread), each a position buffer and room for an image's padded planes.
  */
