@@ -1150,7 +1150,7 @@ static bool dconv_run(const ai_conv_params *p, float *y, const float *x, const f
     return true;
 }
 
-/* ---------------------------------------------------------------- few-channel direct conv */
+/* ------------------------------------------------ channels-last direct conv (dcl) */
 
 typedef struct {
     const ai_conv_params *p;
