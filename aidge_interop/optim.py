@@ -101,9 +101,22 @@ class SGD:
     def zero_grad(self, set_to_none: bool = False):
         """Zeroes gradients in place (keeps an AidgeModule's p.grad the engine's
         buffer); ``set_to_none=True`` drops them like torch."""
-        for p in self.params:
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.zero_()
+        # contiguous gradients are zeroed by the engine (their cached views),
+        # not by torch: torch's zero_ on a large gradient runs an OpenMP
+        # region, whose threads then spin on the cores the engine's next
+        # call needs (a ResNet-8 training step on 2 threads: 22.5 -> 19.1 ms)
+        views, zeroed = [], []
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if g is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            elif g.is_contiguous() and g.dtype == p.dtype and g.device == p.device:
+                views.append(self._view(i, p)[1])
+                zeroed.append(g)
+            else:
+                g.zero_()
+        if views:
+            _C.zero_tensors(views)
+            _increment_version(zeroed)

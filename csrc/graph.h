@@ -346,5 +346,8 @@ typedef struct {
  * first gradient). */
 ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
                       const ai_tensor *const *g, ai_tensor *const *buf, bool *started);
+/* Zeroes n tensors, each contiguous and writable (an optimizer's
+ * zero_grad, without a library whose threads then spin). */
+ai_status ai_zero_tensors(int n, ai_tensor *const *t);
 
 #endif

@@ -1896,6 +1896,39 @@ done:
     return res;
 }
 
+static PyObject *py_zero_tensors(PyObject *module, PyObject *arg)
+{
+    PyTypeObject *tt = ((module_state *)PyModule_GetState(module))->tensor_type;
+    PyObject *seq = PySequence_Fast(arg, "zero_tensors takes a sequence of Tensors");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    ai_tensor **arr = PyMem_Calloc((size_t)n + 1, sizeof *arr);
+    PyObject *res = NULL;
+    if (!arr) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyObject_TypeCheck(o, tt)) {
+            PyErr_Format(PyExc_TypeError, "zero_tensors: item %zd must be a Tensor, not %.100s",
+                         i, Py_TYPE(o)->tp_name);
+            goto done;
+        }
+        arr[i] = ((TensorObject *)o)->t;
+    }
+    ai_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ai_zero_tensors((int)n, arr);
+    Py_END_ALLOW_THREADS
+    res = st ? raise_status(st) : Py_NewRef(Py_None);
+done:
+    PyMem_Free(arr);
+    Py_DECREF(seq);
+    return res;
+}
+
 static PyObject *py_supported_operators(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -2043,6 +2076,8 @@ static PyMethodDef module_methods[] = {
      "compare(actual, expected, rtol, atol, equal_nan=False) -> dict: numel, mismatches, "
      "max_abs_diff, max_abs_index, max_rel_diff, max_rel_index (flat indices, None when "
      "empty), by the torch.testing.assert_close rule, in one pass in C."},
+    {"zero_tensors", (PyCFunction)py_zero_tensors, METH_O,
+     "zero_tensors(tensors): zeroes each Tensor (contiguous, writable) in place."},
     {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
      "sgd_step(params, grads, buffers, lr, momentum=0, dampening=0, weight_decay=0, "
      "nesterov=False, maximize=False, started=False): one torch.optim.SGD step in C."},

@@ -2,12 +2,15 @@
  * parallel.c — the thread pool of parallel.h.
  *
  * One job at a time: the thread that takes `owner` (trylock) publishes the
- * job and a new generation number under `lock`; worker i (1-based) runs
- * range i of the job if there is one, and the last range to finish wakes the
- * owner. Range k of a job is [n * k / parts, n * (k + 1) / parts): a static
- * split, no work stealing, so a worker that wakes late for a job it has no
- * range in cannot disturb the next one (it reads job and generation together
- * under `lock`).
+ * job and a new generation number under `lock`; the owner and the workers
+ * then claim the job's ranges one at a time, and the last range to finish
+ * wakes the owner. Range k of a job is [n * k / parts, n * (k + 1) / parts):
+ * a static split (the values never depend on which thread runs a range),
+ * but whoever is running takes the next unclaimed range, so a worker that
+ * is not scheduled (the other CPU busy, say with another library's spinning
+ * threads) delays nothing: the owner runs its range. A claim is a CAS on
+ * (generation, next range): a worker that wakes late, for a job that is
+ * over, claims nothing of the next one.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "parallel.h"
@@ -29,13 +32,14 @@ static struct {
     int threads;           /* set count, caller included */
     int started;           /* workers running */
     atomic_uint gen;       /* job number; workers watch it */
+    atomic_uint_least64_t claim; /* (gen << 32) | the next range to claim */
     atomic_int pending;    /* ranges of the current job not finished */
     ai_range_fn fn;
     void *ctx;
     int64_t n;
     int parts;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, NULL, NULL, 0, 0};
+          PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, NULL, NULL, 0, 0};
 
 static unsigned start_gen[AI_MAX_THREADS]; /* gen when worker i was created */
 static _Thread_local bool in_range; /* this thread is running a range: nest serially */
@@ -65,6 +69,21 @@ static void run_range(ai_range_fn fn, void *ctx, int64_t n, int parts, int k)
     }
 }
 
+/* The next unclaimed range of job `gen` (of `parts`), or -1 when none is
+ * left or the job is no longer `gen`. */
+static int claim_range(unsigned gen, int parts)
+{
+    uint_least64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    for (;;) {
+        const unsigned k = (unsigned)(c & 0xffffffffu);
+        if ((unsigned)(c >> 32) != gen || k >= (unsigned)parts)
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return (int)k;
+    }
+}
+
 static void *worker(void *arg)
 {
     const int index = (int)(intptr_t)arg;
@@ -82,8 +101,8 @@ static void *worker(void *arg)
         int64_t n = pool.n;
         int parts = pool.parts;
         pthread_mutex_unlock(&pool.lock);
-        if (index < parts)
-            run_range(fn, ctx, n, parts, index);
+        for (int k; (k = claim_range(seen, parts)) >= 0;)
+            run_range(fn, ctx, n, parts, k);
     }
     return NULL;
 }
@@ -151,11 +170,14 @@ void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx)
     pool.n = n;
     pool.parts = parts;
     atomic_store(&pool.pending, parts);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    const unsigned gen = atomic_load(&pool.gen) + 1;
+    atomic_store(&pool.claim, (uint_least64_t)gen << 32);
+    atomic_store_explicit(&pool.gen, gen, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
-    run_range(fn, ctx, n, parts, 0);
+    for (int k; (k = claim_range(gen, parts)) >= 0;)
+        run_range(fn, ctx, n, parts, k);
     for (int i = 0; i < SPIN_ROUNDS && atomic_load(&pool.pending) > 0; i++)
         cpu_relax(i);
     pthread_mutex_lock(&pool.lock);

@@ -3,9 +3,11 @@
  *
  * ai_parallel_for(n, grain, fn, ctx) calls fn(ctx, lo, hi) on contiguous
  * ranges that cover [0, n) exactly once, each at least `grain` long (but the
- * last), on at most ai_get_num_threads() threads: the calling thread runs
- * the first range, pool workers the others; it returns when all are done.
- * The split depends only on n, grain and the thread count, never on timing.
+ * last), on at most ai_get_num_threads() threads: the calling thread and the
+ * pool workers each take the next range not taken yet (a worker that is not
+ * running, its CPU busy, holds nothing up); it returns when all are done.
+ * The split depends only on n, grain and the thread count, never on timing:
+ * which thread runs a range does not change what the range computes.
  *
  * It runs fn(ctx, 0, n) on the calling thread alone when one thread is set,
  * when n < 2 * grain, when called from inside a range (nested), or when

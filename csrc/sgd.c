@@ -11,6 +11,8 @@
  */
 #include <math.h>
 
+#include <string.h>
+
 #include "graph.h"
 #include "kernels/simd.h"
 #include "parallel.h"
@@ -94,5 +96,16 @@ ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
         ai_parallel_for(ai_tensor_numel(p[i]), AI_GRAIN_ELEMS, sgd_range, &j);
     }
     *started = true;
+    return AI_OK;
+}
+
+ai_status ai_zero_tensors(int n, ai_tensor *const *t)
+{
+    for (int i = 0; i < n; i++)
+        if (!ai_tensor_is_contiguous(t[i]) || (t[i]->flags & AI_TENSOR_READONLY))
+            return ai_error(AI_ERR_VALUE, "tensor %d is not contiguous and writable", i);
+    for (int i = 0; i < n; i++)
+        if (t[i]->data)
+            memset(t[i]->data, 0, ai_tensor_nbytes(t[i]));
     return AI_OK;
 }

@@ -118,6 +118,26 @@ def test_sgd_matches_torch_optim(kw):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"step {step}: {n}")
 
 
+def test_sgd_zero_grad_zeroes_in_place_and_bumps_versions():
+    torch.manual_seed(0)
+    wrapped = wrap(MLP(), [(4, 16)])
+    plain = torch.nn.Parameter(torch.randn(3, 4))
+    opt = SGD(list(wrapped.parameters()) + [plain], lr=0.1)
+    wrapped(torch.randn(4, 16)).sum().backward()
+    plain.grad = torch.randn(4, 3).t()  # a non-contiguous gradient: zeroed by torch
+    grads = [p.grad for p in opt.params]
+    versions = [g._version for g in grads]
+    assert all(bool(g.abs().sum() > 0) for g in grads)
+    opt.zero_grad()
+    for p, g, v in zip(opt.params, grads, versions):
+        assert p.grad is g  # in place: an AidgeModule's grad stays the engine's buffer
+        assert bool((g == 0).all()) and g._version > v
+    wrapped(torch.randn(4, 16)).sum().backward()  # the engine accumulates into them again
+    assert bool(wrapped.fc1.weight.grad.abs().sum() > 0)
+    opt.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in opt.params)
+
+
 def test_no_grad_forward_and_eval_mode():
     torch.manual_seed(0)
     model = MLP()
