@@ -112,7 +112,7 @@ class SGD:
                 continue
             if set_to_none:
                 p.grad = None
-            elif g.is_contiguous() and g.dtype == p.dtype and g.device == p.device:
+            elif g.is_contiguous():
                 views.append(self._view(i, p)[1])
                 zeroed.append(g)
             else:

@@ -10,7 +10,6 @@
  * computed in the parameter's type, one flat loop per parameter.
  */
 #include <math.h>
-
 #include <string.h>
 
 #include "graph.h"
