@@ -180,6 +180,14 @@ def extract_layers(graph, where: str = "extract_layers"):
             # a recipe's fusion (aidge_interop.recipes): the base operator, an
             # optional flatten before it and an activation after it
             a = n["attrs"]
+            if a.get("y_blocked", 0):
+                raise NotImplementedError(f"{nwhere}: it runs in blocked channels (recipe "
+                                          "block_channels), which cannot be exported; export "
+                                          "the graph before that recipe")
+            if "bn_epsilon" in a:
+                raise NotImplementedError(f"{nwhere}: its BatchNorm epilogue (recipe "
+                                          "batchnorm_epilogue) cannot be exported; use "
+                                          "fuse_batchnorm, or expand_metaops first")
             if op == "FusedGemm" and a.get("flatten_axis", -1) >= 0:
                 ax, xs = a["flatten_axis"], shape[x]
                 flat = f"{name}.flatten"

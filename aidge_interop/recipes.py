@@ -9,6 +9,7 @@
     report = recipes.fuse_activation(graph)   # Conv/Gemm + Relu/Clip -> FusedConv/FusedGemm
     print(report)                     # what changed, and what was left alone and why
     recipes.expand_metaops(graph)     # FusedConv/FusedGemm -> Flatten, Conv/Gemm, Relu/Clip
+    recipes.block_channels(graph)     # conv chains in blocked channels (inference)
 
 Each recipe is one C call (``csrc/recipes.c``) that edits the graph in
 place: weights are rewritten in the engine's own parameter storage (BatchNorm
@@ -34,7 +35,7 @@ backward are exact (the same kernels as the unfused nodes).
 from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
-           "constant_fold", "RecipeReport", "RECIPES"]
+           "constant_fold", "block_channels", "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -129,6 +130,21 @@ def constant_fold(graph) -> RecipeReport:
     return _apply("constant_fold", graph)
 
 
+def block_channels(graph) -> RecipeReport:
+    """Runs each chain of float32 2-D convs (plain or fused, one group or
+    depthwise, with the Adds and Relus between them) in blocked channels:
+    ``(N, ceil(C / 8), H, W, 8)``, eight channels per position side by side,
+    the layout the conv kernels compute in (``csrc/kernels/conv.h``); the
+    convs become ``FusedConv`` with ``x_blocked``/``y_blocked``, and an
+    ``UnblockChannels`` gives a value back in NCHW where something else reads
+    it (a pool, a graph output). Values read only inside a chain exist in
+    blocked form only (``<name>_blocked``). Inference only: the blocked
+    nodes have no backward, and :func:`expand_metaops` does not undo it. A
+    conv with no conv, Add or Relu next to it is left alone (see
+    ``report.skipped``)."""
+    return _apply("block_channels", graph)
+
+
 #: name -> recipe, in the order ``aidge-interop show --recipes all`` applies them
 RECIPES = {
     "constant_fold": constant_fold,
@@ -137,4 +153,5 @@ RECIPES = {
     "remove_flatten": remove_flatten,
     "fuse_activation": fuse_activation,
     "expand_metaops": expand_metaops,
+    "block_channels": block_channels,
 }

@@ -283,7 +283,7 @@ def _apply_engine_function(module, anchor, inputs):
 # when it came, against the graph with BatchNorm folded into the weights
 # (batch 16, 1 thread, identical outputs): MobileNet -3%, KWS -9%, ResNet-8
 # +-0. remove_flatten is left out (+-2%).
-_INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation")
+_INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", "block_channels")
 
 
 class AidgeModule(torch.nn.Module):

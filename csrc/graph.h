@@ -325,13 +325,18 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *                    untouched: they may be shared and keep changing)
  *   expand_metaops   undoes remove_flatten, fuse_activation and
  *                    batchnorm_epilogue
- *   constant_fold    nodes whose inputs are all constants -> constants */
+ *   constant_fold    nodes whose inputs are all constants -> constants
+ *   block_channels   chains of float32 2-D convs (with the Adds and Relus
+ *                    between them) run in blocked channels (kernels/conv.h):
+ *                    FusedConv x_blocked/y_blocked, UnblockChannels where a
+ *                    value is read in NCHW; inference only (no backward) */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *report);
 
 /* ---------------------------------------------------------------- SGD */
 

@@ -1648,6 +1648,7 @@ static const struct {
     {"fuse_activation", ai_recipe_fuse_activation},
     {"expand_metaops", ai_recipe_expand_metaops},
     {"constant_fold", ai_recipe_constant_fold},
+    {"block_channels", ai_recipe_block_channels},
 };
 
 static PyObject *entry_list(const ai_recipe_entry *e, int n)

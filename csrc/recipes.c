@@ -1,7 +1,7 @@
 /*
  * recipes.c — graph rewrites: fold BatchNorm into Conv/Gemm, drop Flatten
  * before Gemm, fuse Conv/Gemm with their activation, undo those fusions,
- * fold constant subgraphs. See graph.h for the list and ops/fused.c for
+ * fold constant subgraphs, run conv chains in blocked channels. See graph.h for the list and ops/fused.c for
  * the fused operators.
  *
  * Every recipe first decides, node by node, what it can rewrite (reasons
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "kernels/conv.h"
 #include "plan.h"
 
 #define FUSED_DOMAIN "aidge_interop"
@@ -608,6 +609,180 @@ ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *r)
     return st;
 }
 
+/* ---------------------------------------------------------------- block_channels */
+
+/* Conv node n, plain or fused: whether it may run in blocked channels
+ * (NULL) or why not; *M: its output channels. */
+static const char *block_obstacle(const ai_graph *g, const ai_node *n, int64_t *M)
+{
+    bool act;
+    if (base_kind(n, &act) != BASE_CONV)
+        return "not a Conv";
+    const int w = n->in[1];
+    const ai_tensor *W = has_data(g, w) ? g->values[w].data : NULL;
+    if (!W || W->dtype != AI_F32 || W->ndim != 4)
+        return "its weight is not a float32 2-D conv initializer";
+    int64_t group = 1, xb = 0;
+    ai_attr_int(n, "group", 1, &group);
+    ai_attr_int(n, "x_blocked", 0, &xb);
+    if (xb || ai_node_attr(n, "y_blocked"))
+        return "already in blocked channels";
+    const int64_t C = W->shape[1] * group;
+    *M = W->shape[0];
+    if (!ai_conv_blocked_fast(C, *M, group, W->shape[2] * W->shape[3]))
+        return "no blocked kernel for it (groups other than 1 or depthwise, or over 640 taps)";
+    return NULL;
+}
+
+/* Node n's data inputs (Add: both; Relu: the first) all blocked with
+ * `channels` each: it runs on the blocks as they are (Add broadcasts over
+ * the batch and the positions only, which the lanes keep). */
+static bool elementwise_blocked(const ai_node *n, const int64_t *blocked, int64_t *channels)
+{
+    const bool add = is_op(n, "", "Add") && n->n_in == 2, relu = is_op(n, "", "Relu");
+    if (!add && !relu)
+        return false;
+    *channels = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        const int v = n->in[k];
+        if (v < 0 || !blocked[v] || (*channels && blocked[v] != *channels))
+            return false;
+        *channels = blocked[v];
+    }
+    return *channels > 0;
+}
+
+ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
+{
+    ai_status st = check_finalized(g, "block_channels");
+    if (st)
+        return st;
+    /* blocked[v]: channels of value v when it is to be blocked, else 0;
+     * conv[i]: node i is a Conv that can be blocked (its channels) */
+    int64_t *blocked = calloc((size_t)g->n_values + 1, sizeof(int64_t));
+    int64_t *conv = calloc((size_t)g->n_nodes + 1, sizeof(int64_t));
+    if (!blocked || !conv) {
+        free(blocked);
+        free(conv);
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *n = &g->nodes[i];
+        bool act;
+        if (base_kind(n, &act) != BASE_CONV)
+            continue;
+        const char *why = block_obstacle(g, n, &conv[i]);
+        if (why) {
+            conv[i] = 0;
+            st = report(r, false, n->name, "%s '%s' not blocked: %s", n->op_type, n->name, why);
+        }
+    }
+    /* a blockable conv runs blocked when it is next to another blocked
+     * node: its input comes from a blockable conv, an Add or a Relu, or one
+     * of them reads its output (a lone conv would only move its transposes
+     * into reorders). Then, in order, an Add/Relu is blocked when its
+     * inputs are. */
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *n = &g->nodes[i];
+        if (!conv[i])
+            continue;
+        const int x = n->in[0], px = g->values[x].producer;
+        bool next = px >= 0 && (conv[px] || is_op(&g->nodes[px], "", "Add") ||
+                                is_op(&g->nodes[px], "", "Relu"));
+        for (int k = 0; k < g->n_nodes && !next; k++) {
+            const ai_node *m = &g->nodes[k];
+            const bool elementwise = is_op(m, "", "Add") || is_op(m, "", "Relu");
+            for (int s = 0; s < m->n_in && !next; s++)
+                next = m->in[s] == n->out[0] && ((conv[k] && s == 0) || elementwise);
+        }
+        if (next) {
+            blocked[n->out[0]] = conv[i];
+            continue;
+        }
+        conv[i] = 0;
+        if ((st = report(r, false, n->name, "%s '%s' not blocked: no conv, Add or Relu next "
+                         "to it", n->op_type, n->name)))
+            break;
+    }
+    for (int oi = 0; oi < g->n_nodes; oi++) {
+        const int i = g->order[oi];
+        int64_t ch;
+        if (!conv[i] && elementwise_blocked(&g->nodes[i], blocked, &ch))
+            blocked[g->nodes[i].out[0]] = ch;
+    }
+    bool editing = false;
+    const int n_values = g->n_values, n_nodes = g->n_nodes;
+    int *moved = calloc((size_t)n_values + 1, sizeof(int)); /* v -> its blocked value */
+    if (!moved)
+        st = ai_error(AI_ERR_NOMEM, "out of memory");
+    /* each blocked value gets a new blocked twin written by its producer; the
+     * nodes that read it blocked read the twin; the others (and the graph's
+     * outputs) read the original, written by an UnblockChannels after the
+     * producer */
+    for (int v = 0; v < n_values && !st; v++) {
+        if (!blocked[v])
+            continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s_blocked", g->values[v].name);
+        begin_edit(g, &editing);
+        int b;
+        if ((st = ai_graph_new_value(g, name, &b)))
+            break;
+        moved[v] = b + 1;
+    }
+    for (int i = 0; i < n_nodes && !st; i++) {
+        ai_node *n = &g->nodes[i];
+        const bool is_conv = conv[i] != 0;
+        for (int s = 0; s < n->n_in; s++) {
+            const int v = n->in[s];
+            if (v >= 0 && moved[v] && (is_conv ? s == 0 : blocked[n->out[0]] != 0))
+                n->in[s] = moved[v] - 1;
+        }
+        if (!is_conv)
+            continue;
+        const bool xb = n->in[0] >= n_values; /* rewired just above */
+        if ((st = report(r, true, n->name, "%s '%s' -> FusedConv in blocked channels (%s -> "
+                         "%lld channels)", n->op_type, n->name, xb ? "blocked" : "NCHW",
+                         (long long)conv[i])) ||
+            (!is_op(n, FUSED_DOMAIN, "FusedConv") &&
+             (st = ai_node_set_op(n, FUSED_DOMAIN, "FusedConv"))) ||
+            (st = set_number(n, "y_blocked", AI_ATTR_INT, 1)) ||
+            (xb && (st = set_number(n, "x_blocked", AI_ATTR_INT, 1))))
+            break;
+    }
+    /* producers write the twins; an UnblockChannels where the original is still read */
+    for (int i = n_nodes - 1; i >= 0 && !st; i--) {
+        const int v = g->nodes[i].out[0];
+        if (g->nodes[i].n_out < 1 || v < 0 || v >= n_values || !moved[v])
+            continue;
+        const int b = moved[v] - 1;
+        bool out;
+        const int readers = uses(g, v, &out);
+        g->nodes[i].out[0] = b;
+        g->values[b].producer = i;
+        g->values[b].producer_slot = 0;
+        g->values[v].producer = -1;
+        if (!readers && !out)
+            continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s/UnblockChannels", g->nodes[i].name);
+        const char *ins[1] = {g->values[b].name}, *outs[1] = {g->values[v].name};
+        ai_attr a = {.name = "channels", .type = AI_ATTR_INT, .i = blocked[v]};
+        if ((st = ai_graph_add_node(g, name, FUSED_DOMAIN, "UnblockChannels", 1, 1, ins, 1, outs,
+                                    1, &a)))
+            break;
+        ai_graph_move_node(g, g->n_nodes - 1, i + 1);
+        st = report(r, true, name, "UnblockChannels '%s' for the readers of '%s' in NCHW", name,
+                    g->values[v].name);
+    }
+    free(moved);
+    free(blocked);
+    free(conv);
+    if (!st)
+        st = end_edit(g, editing, NULL);
+    return st;
+}
+
 /* ---------------------------------------------------------------- expand_metaops */
 
 static const char *string_attr(const ai_node *n, const char *name, const char *dflt)
@@ -735,6 +910,12 @@ ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *r)
         const ai_node *n = &g->nodes[i];
         if (!is_op(n, FUSED_DOMAIN, "FusedConv") && !is_op(n, FUSED_DOMAIN, "FusedGemm"))
             continue;
+        if (ai_node_attr(n, "y_blocked")) {
+            st = ai_error(AI_ERR_VALUE, "expand_metaops: FusedConv '%s' runs in blocked "
+                          "channels (block_channels), which expand_metaops does not undo",
+                          n->name);
+            break;
+        }
         begin_edit(g, &editing);
         st = expand_node(g, &i, r);
     }

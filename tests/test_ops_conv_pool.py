@@ -158,6 +158,13 @@ CONV_CASES = {
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),
+    # float32 forward by the direct pointwise kernel (pwk in conv.c): planes over 64
+    # positions image by image, a last block shorter than 16 and a last channel tile
+    # shorter than 6 (99 positions, 13 channels; 1-D); planes of 16 (every block
+    # inside one image, read in place)
+    "2d_pointwise_pwk_tail": (2, 7, 13, (11, 9), (1, 1), (1, 1), (1, 1), None, 1, True),
+    "1d_pointwise_pwk": (3, 5, 8, (70,), (1,), (1,), (1,), None, 1, False),
+    "2d_pointwise_pwk_16": (3, 9, 6, (4, 4), (1, 1), (1, 1), (1, 1), None, 1, True),
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
     # strided 1x1 kernels without padding: im2col's subsampling loop (1-D, 2-D with
     # unequal strides and groups, 3-D, a dilation that changes nothing); with padding

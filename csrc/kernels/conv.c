@@ -316,11 +316,11 @@ typedef struct {
     int64_t K, off[DW_PAD_MAX_TAPS];
 } dwl_geom;
 
-static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q)
+static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q, bool blocked)
 {
     if (p->M != p->C || p->group != p->C || p->N == 0 || g->img[0] != 1 ||
         g->ksize > DW_PAD_MAX_TAPS ||
-        (g->s[1] == 1 && g->s[2] == 1 && g->grid_size > DWL_MAX_GRID))
+        (!blocked && g->s[1] == 1 && g->s[2] == 1 && g->grid_size > DWL_MAX_GRID))
         return false;
     q->Hp = (g->grid[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
     q->Wp = (g->grid[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
@@ -347,7 +347,7 @@ static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q)
 static bool dwl_backward_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q,
                             int64_t *slots, int64_t *slot)
 {
-    if (!dwl_of(p, g, q) || depthwise_small_planes(p, g) || g->p[1] < 0 || g->p[2] < 0 ||
+    if (!dwl_of(p, g, q, false) || depthwise_small_planes(p, g) || g->p[1] < 0 || g->p[2] < 0 ||
         g->img[1] + g->p[1] > q->Hp || g->img[2] + g->p[2] > q->Wp)
         return false;
     *slots = q->units < DW_PAD_SLOTS ? q->units : DW_PAD_SLOTS;
@@ -708,15 +708,25 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
 typedef struct {
     int64_t H, W, Hp, Wp, pb1, pb2, s1, s2, G2; /* plane, padded plane, grid row */
     int64_t M8, K, chunks;                  /* channels in vectors, taps, jobs/image */
+    int64_t imgs;                           /* images per job (1, or more for pw) */
+    int64_t xl;                             /* x's lanes: 1 (NCHW) or 8 (blocked) */
+    int64_t xc;                             /* x's channels as stored: C, or C8 blocked */
     bool padded;                            /* x is read from padded copies */
+    bool yb;                                /* y in blocked channels */
+    bool pw;                                /* pointwise on blocked x: dclp_tiles */
     int64_t off[DCL_MAX_TAPS];              /* tap (c, k1, k2) in the padded planes */
 } dcl_geom;
 
-static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dcl_geom *q)
+/* `blocked`: the blocked-channel forward (conv.h), x blocked when `xb`: any
+ * stride, any width, pointwise too, any number of output channels (its
+ * tiles are stored as they are, no transposes). */
+static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dcl_geom *q,
+                   bool blocked, bool xb)
 {
-    if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || g->pointwise || p->N == 0 ||
-        p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 || p->M < DCL_MIN_M ||
-        (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))
+    if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || p->N == 0 ||
+        p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 ||
+        (!blocked && (g->pointwise || p->M < DCL_MIN_M ||
+                      (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))))
         return false;
     const int o = 3 - p->nsp; /* p's dim d is g's dim d + o */
     int64_t pe[3] = {0, 0, 0};
@@ -729,19 +739,25 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
     q->Hp = q->H + q->pb1 + pe[1];
     q->Wp = q->W + q->pb2 + pe[2];
     q->padded = q->Hp != q->H || q->Wp != q->W;
+    q->yb = blocked;
+    q->pw = blocked && xb && g->pointwise;
+    q->xl = blocked && xb ? AI_CONV_BLOCK : 1;
+    q->xc = q->xl == 1 ? p->C : (p->C + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK * AI_CONV_BLOCK;
     q->s1 = g->s[1];
     q->s2 = g->s[2];
     q->G2 = g->grid[2];
     q->M8 = (p->M + 7) / 8 * 8;
     q->K = p->C * g->ksize;
     q->chunks = (g->grid_size + DCL_CHUNK - 1) / DCL_CHUNK;
-    if (q->padded && p->C * q->Hp * q->Wp > DCL_SLOT_PLANES)
+    q->imgs = q->pw && g->grid_size < DCL_CHUNK ? DCL_CHUNK / g->grid_size : 1;
+    if (q->padded && q->xc * q->Hp * q->Wp > DCL_SLOT_PLANES)
         return false; /* the slots' planes would make a large workspace */
     int64_t t = 0;
-    for (int64_t c = 0; c < p->C; c++)
+    for (int64_t c = 0; c < p->C; c++) /* channel c: plane c, or lane c % 8 of block c / 8 */
         for (int64_t k1 = 0; k1 < g->k[1]; k1++)
             for (int64_t k2 = 0; k2 < g->k[2]; k2++)
-                q->off[t++] = (c * q->Hp + k1 * g->d[1]) * q->Wp + k2 * g->d[2];
+                q->off[t++] = ((c / q->xl * q->Hp + k1 * g->d[1]) * q->Wp + k2 * g->d[2]) * q->xl +
+                              c % q->xl;
     return true;
 }
 
@@ -749,13 +765,84 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
  * positions' buffer */
 static int64_t dcl_slot_elems(const ai_conv_params *p, const dcl_geom *q)
 {
-    return (q->padded ? p->C * q->Hp * q->Wp : 0) + (DCL_CHUNK + DCL_PX_MAX) * q->M8;
+    (void)p;
+    return (q->padded ? q->xc * q->Hp * q->Wp : 0) + (DCL_CHUNK + DCL_PX_MAX) * q->M8;
 }
 
-/* the packed weights and bias, the slots */
+/* the packed weights, bias and epilogue factors (blocked y), the slots */
 static int64_t dcl_elems(const ai_conv_params *p, const dcl_geom *q)
 {
-    return (q->K + 1) * q->M8 + DCL_SLOTS * dcl_slot_elems(p, q);
+    return (q->K + 3) * q->M8 + DCL_SLOTS * dcl_slot_elems(p, q);
+}
+
+/* ------------------------------------------------ pointwise direct kernel (pwk) */
+
+/*
+ * Direct float32 pointwise Conv ("pwk"): 1x1 kernel, stride 1, no padding,
+ * one group, at most PWK_MAX_C input channels. y (M, S) = w (M, C) @ x (C,
+ * S) per image is a GEMM whose depth C is small (8 to 256 in the model
+ * suite), and the library packs both operands at every call, image by image:
+ * here the weights are packed once per forward, (M / PWK_MR, C, PWK_MR),
+ * x not at all, and a register
+ * tile of PWK_MR output channels by PWK_NR positions (12 accumulators: 2
+ * vector loads of x, 6 broadcasts of weights, 12 FMAs per input channel)
+ * reads x in place, its C rows of 16 positions staying in L1 while the tile
+ * walks down the output channels. The bias, the epilogue (as ep_apply: no
+ * multiply-add contracted) and Relu are applied in registers before the
+ * store: no pass over y afterwards.
+ * Planes of PWK_SMALL_S positions or fewer (MobileNet's 6x6 and 3x3) take
+ * their positions across the batch: a block's 16 positions may span
+ * images, their C values copied into a panel (C, 16), and the tile's rows
+ * scattered to their images (a GEMM per image would have blocks of 9 or 36
+ * columns). A plane's last block, when shorter than 16, is read from a
+ * zero-padded panel too.
+ * Same-process A/B in the engine (Conv + BatchNorm + Relu, eval, batch 16,
+ * best of 20 alternating rounds) against the GEMM paths (a GEMM per image,
+ * or the batch gathered for planes of 64 or fewer): 1 thread 0.92-1.00
+ * (64 -> 64 on 25x5 0.97, 8 -> 16 on 48x48 0.94, 64 -> 64 on 12x12 0.92,
+ * 256 -> 256 on 3x3 0.95), 2 threads 0.73-0.94 (128 -> 256 on 3x3 0.73).
+ * The blocked-channel chains (below) do not come here: this is the NCHW
+ * forward (training graphs, convs outside chains).
+ * Workspace: the packed weights, and a panel and a tile per slot (thread).
+ */
+#define PWK_MR 6
+#define PWK_NR 16
+#define PWK_MAX_C 256
+#define PWK_SMALL_S 64
+#define PWK_SLOTS 8
+
+typedef struct {
+    int64_t S, MT;     /* positions per plane, channel tiles */
+    int64_t blocks;    /* position blocks of the batch */
+    int64_t per_image; /* blocks per image (0: blocks span images) */
+} pwk_geom;
+
+static bool pwk_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, pwk_geom *q)
+{
+#if defined(__GNUC__)
+    if (dtype != AI_F32 || !g->pointwise || p->group != 1 || p->N == 0 || p->C > PWK_MAX_C ||
+        g->grid_size == 0 || p->M == 0)
+        return false;
+    q->S = g->grid_size;
+    q->MT = (p->M + PWK_MR - 1) / PWK_MR;
+    if (q->S <= PWK_SMALL_S) {
+        q->per_image = 0;
+        q->blocks = (p->N * q->S + PWK_NR - 1) / PWK_NR;
+    } else {
+        q->per_image = (q->S + PWK_NR - 1) / PWK_NR;
+        q->blocks = p->N * q->per_image;
+    }
+    return true;
+#else
+    (void)p, (void)g, (void)dtype, (void)q;
+    return false;
+#endif
+}
+
+/* the packed weights (MT MR, C), then per slot a panel (C, NR) and a tile (MR, NR) */
+static int64_t pwk_elems(const ai_conv_params *p, const pwk_geom *q)
+{
+    return q->MT * PWK_MR * p->C + PWK_SLOTS * (p->C + PWK_MR) * PWK_NR;
 }
 
 /* defined after conv_impl.h, whose kernels call them (the f64 ones decline) */
@@ -834,7 +921,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
     dcl_geom dq;
-    if (!transposed && dcl_of(p, &g, dtype, &dq) && dcl_elems(p, &dq) > direct)
+    if (!transposed && dcl_of(p, &g, dtype, &dq, false, false) && dcl_elems(p, &dq) > direct)
         direct = dcl_elems(p, &dq);
     if (!transposed && conv_shift_of(p, &g, &sh)) {
         int64_t e = conv_shift_elems(p, &g, &sh);
@@ -857,16 +944,21 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         }
         dwl_geom l;
         int64_t slots, slot;
-        if (dwl_of(p, &g, &l) && l.slots * l.slot > elems)
+        if (dwl_of(p, &g, &l, false) && l.slots * l.slot > elems)
             elems = l.slots * l.slot;
         if (dwl_backward_of(p, &g, &l, &slots, &slot) && slots * slot > elems)
             elems = slots * slot;
         return (size_t)elems * ai_dtype_size(dtype);
     }
-    if (!transposed && pw_batched(p, &g))
-        return (size_t)((p->C + p->M) * p->N * g.grid_size) * ai_dtype_size(dtype);
+    pwk_geom pq;
+    if (!transposed && pwk_of(p, &g, dtype, &pq) && pwk_elems(p, &pq) > direct)
+        direct = pwk_elems(p, &pq);
+    if (!transposed && pw_batched(p, &g)) {
+        const int64_t e = (p->C + p->M) * p->N * g.grid_size;
+        return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
+    }
     if (g.pointwise)
-        return 0;
+        return (size_t)direct * ai_dtype_size(dtype);
     int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */
     int64_t cols = channels * g.ksize * g.grid_size;
     return (size_t)(cols > direct ? cols : direct) * ai_dtype_size(dtype);
@@ -973,6 +1065,20 @@ static inline void deinterleave_f64(double *e, double *o, const double *s, int64
 /* ---------------------------------------------------------------- direct conv */
 
 AI_VEC_DECL(dc_vec, float);
+#if defined(__GNUC__)
+/* a comparison's lanes; DC_NO_CONTRACT(v): v rounded as computed, not fused
+ * with the add that follows into an FMA (AI_GEMM_CLONES functions contract
+ * a * b + c; the epilogues must round as ep_apply does) */
+typedef int32_t dc_mask __attribute__((vector_size(32)));
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_assoc_barrier)
+#define DC_NO_CONTRACT(v) __builtin_assoc_barrier(v)
+#endif
+#endif
+#endif
+#ifndef DC_NO_CONTRACT
+#define DC_NO_CONTRACT(v) (v)
+#endif
 
 typedef struct {
     const ai_conv_params *p;
@@ -1156,41 +1262,85 @@ typedef struct {
     const ai_conv_params *p;
     const dcl_geom *q;
     const float *x;
-    const float *wp; /* (K, M8), then the bias (M8) */
+    const float *wp; /* (K, M8), then the bias, the epilogue's a and c (M8 each) */
     float *y, *slots;
     const ai_conv_epilogue *ep;
     int64_t OS, jobs, n_slots;
 } dcl_job;
 
-/* Image x's C planes into zero-padded copies at dst. */
-static void dcl_pad_image(const dcl_geom *q, int64_t C, float *dst, const float *x)
+/* Image x's planes into zero-padded copies at dst (blocked x: its blocks,
+ * each position a run of 8 lanes). */
+static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
 {
-    const int64_t tail = q->Wp - q->pb2 - q->W, bottom = q->Hp - q->pb1 - q->H;
-    for (int64_t c = 0; c < C; c++, dst += q->Hp * q->Wp, x += q->H * q->W) {
-        memset(dst, 0, sizeof(float) * (size_t)(q->pb1 * q->Wp));
+    const int64_t L = q->xl, Wp = q->Wp * L, W = q->W * L, pb2 = q->pb2 * L;
+    const int64_t tail = Wp - pb2 - W, bottom = q->Hp - q->pb1 - q->H;
+    for (int64_t c = 0; c < q->xc / L; c++, dst += q->Hp * Wp, x += q->H * W) {
+        memset(dst, 0, sizeof(float) * (size_t)(q->pb1 * Wp));
         for (int64_t r = 0; r < q->H; r++) {
-            float *row = dst + (q->pb1 + r) * q->Wp;
-            memset(row, 0, sizeof(float) * (size_t)q->pb2);
-            memcpy(row + q->pb2, x + r * q->W, sizeof(float) * (size_t)q->W);
-            memset(row + q->pb2 + q->W, 0, sizeof(float) * (size_t)tail);
+            float *row = dst + (q->pb1 + r) * Wp;
+            memset(row, 0, sizeof(float) * (size_t)pb2);
+            memcpy(row + pb2, x + r * W, sizeof(float) * (size_t)W);
+            memset(row + pb2 + W, 0, sizeof(float) * (size_t)tail);
         }
-        memset(dst + (q->pb1 + q->H) * q->Wp, 0, sizeof(float) * (size_t)(bottom * q->Wp));
+        memset(dst + (q->pb1 + q->H) * Wp, 0, sizeof(float) * (size_t)(bottom * Wp));
     }
 }
 
-/* Positions [p0, p0 + np) of image n: the tiles into yt (np rows of M8). */
+/* Positions [p0, p0 + np) of image n: the tiles into yt (np rows of M8),
+ * or with yb (blocked y: the image's output, OS positions per block) into
+ * it with the epilogue. */
 AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t p0, int64_t np,
-                                     float *yt)
+                                     float *yt, float *yb)
 {
     const dcl_geom *q = j->q;
-    const int64_t K = q->K, M8 = q->M8;
-    const float *bias = j->wp + K * M8;
+    const int64_t K = q->K, M8 = q->M8, OS = j->OS;
+    const float *bias = j->wp + K * M8, *ea = bias + M8, *ec = ea + M8;
+    const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     int64_t base[DCL_CHUNK + DCL_PX_MAX];
     for (int64_t i = 0; i < np + DCL_PX_MAX; i++) { /* past np: the last again (not stored) */
         const int64_t pos = p0 + (i < np ? i : np - 1);
-        base[i] = pos / q->G2 * q->s1 * q->Wp + pos % q->G2 * q->s2;
+        base[i] = (pos / q->G2 * q->s1 * q->Wp + pos % q->G2 * q->s2) * q->xl;
     }
-#define DCL_TILE(NV, PX)                                                                   for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                               dc_vec acc[PX][NV];                                                                    for (int v = 0; v < (NV); v++) {                                                           const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                                for (int i = 0; i < (PX); i++)                                                             acc[i][v] = bv;                                                                }                                                                                      const float *wk = j->wp + m0;                                                          for (int64_t k = 0; k < K; k++, wk += M8) {                                                const float *xk = xn + q->off[k];                                                      dc_vec wv[NV];                                                                         for (int v = 0; v < (NV); v++)                                                             wv[v] = *(const dc_vec *)(wk + 8 * v);                                             for (int i = 0; i < (PX); i++) {                                                           const float a = xk[base[i0 + i]];                                                      for (int v = 0; v < (NV); v++)                                                             acc[i][v] += a * wv[v];                                                        }                                                                                  }                                                                                      for (int i = 0; i < (PX); i++)                                                             for (int v = 0; v < (NV); v++)                                                             *(dc_vec *)(yt + (i0 + i) * M8 + m0 + 8 * v) = acc[i][v];                  }
+#define DCL_TILE(NV, PX)                                                           \
+    for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                    \
+        dc_vec acc[PX][NV];                                                        \
+        for (int v = 0; v < (NV); v++) {                                           \
+            const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                \
+            for (int i = 0; i < (PX); i++)                                         \
+                acc[i][v] = bv;                                                    \
+        }                                                                          \
+        const float *wk = j->wp + m0;                                              \
+        for (int64_t k = 0; k < K; k++, wk += M8) {                                \
+            const float *xk = xn + q->off[k];                                      \
+            dc_vec wv[NV];                                                         \
+            for (int v = 0; v < (NV); v++)                                         \
+                wv[v] = *(const dc_vec *)(wk + 8 * v);                             \
+            for (int i = 0; i < (PX); i++) {                                       \
+                const float a = xk[base[i0 + i]];                                  \
+                for (int v = 0; v < (NV); v++)                                     \
+                    acc[i][v] += a * wv[v];                                        \
+            }                                                                      \
+        }                                                                          \
+        if (yb) { /* each vector of channels into its block, the epilogue first */ \
+            for (int v = 0; v < (NV); v++) {                                       \
+                const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);              \
+                const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);              \
+                float *dst = yb + ((m0 / 8 + v) * OS + p0 + i0) * 8;               \
+                for (int i = 0; i < (PX) && i0 + i < np; i++) {                    \
+                    dc_vec t = acc[i][v];                                          \
+                    if (ab)                                                        \
+                        t = DC_NO_CONTRACT(t * av) + cv;                           \
+                    if (relu)                                                      \
+                        t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));           \
+                    *(dc_vec *)(dst + 8 * i) = t;                                  \
+                }                                                                  \
+            }                                                                      \
+            continue;                                                              \
+        }                                                                          \
+        for (int i = 0; i < (PX); i++)                                             \
+            for (int v = 0; v < (NV); v++)                                         \
+                *(dc_vec *)(yt + (i0 + i) * M8 + m0 + 8 * v) = acc[i][v];          \
+    }
     for (int64_t m0 = 0; m0 < M8;) {
         const int64_t nv = (M8 - m0) / 8;
         if (nv >= 4) {
@@ -1235,45 +1385,134 @@ AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, 
             ep_apply_f32(yn + m * OS + p0, yn + m * OS + p0, np, NULL, j->ep, m, M);
 }
 
+/* The same for a pointwise conv on blocked x (dclp): the input channels
+ * block by block, the 8 lanes of a block unrolled, each tile position's
+ * value read at a fixed displacement (positions are 8 floats apart): no
+ * tap table, no position table. Positions past the last whole tile go one
+ * at a time. */
+#define DCLP_TILE(NV, PX)                                                          \
+    for (; i0 + (PX) <= np; i0 += (PX)) {                                          \
+        dc_vec acc[PX][NV];                                                        \
+        for (int v = 0; v < (NV); v++) {                                           \
+            const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                \
+            for (int i = 0; i < (PX); i++)                                         \
+                acc[i][v] = bv;                                                    \
+        }                                                                          \
+        const float *xp = xn + (p0 + i0) * 8, *wk = j->wp + m0;                    \
+        for (int64_t c0 = 0; c0 < C; c0 += 8, xp += plane) {                       \
+            const float *xl = xp, *xe = xp + (C - c0 < 8 ? C - c0 : 8);            \
+            for (; xl < xe; xl++, wk += M8) {                                      \
+                dc_vec wv[NV];                                                     \
+                for (int v = 0; v < (NV); v++)                                     \
+                    wv[v] = *(const dc_vec *)(wk + 8 * v);                         \
+                for (int i = 0; i < (PX); i++) {                                   \
+                    const float a = xl[8 * i];                                     \
+                    for (int v = 0; v < (NV); v++)                                 \
+                        acc[i][v] += a * wv[v];                                    \
+                }                                                                  \
+            }                                                                      \
+        }                                                                          \
+        for (int v = 0; v < (NV); v++) {                                           \
+            const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);                  \
+            const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);                  \
+            float *dst = yb + ((m0 / 8 + v) * OS + p0 + i0) * 8;                   \
+            for (int i = 0; i < (PX); i++) {                                       \
+                dc_vec t = acc[i][v];                                              \
+                if (ab)                                                            \
+                    t = DC_NO_CONTRACT(t * av) + cv;                               \
+                if (relu)                                                          \
+                    t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));               \
+                *(dc_vec *)(dst + 8 * i) = t;                                      \
+            }                                                                      \
+        }                                                                          \
+    }
+
+AI_GEMM_CLONES static void dclp_tiles(const dcl_job *j, const float *x0, float *y0,
+                                      int64_t images, int64_t p0, int64_t np)
+{
+    const dcl_geom *q = j->q;
+    const int64_t C = j->p->C, M8 = q->M8, OS = j->OS, plane = OS * 8;
+    const int64_t xstride = q->xc * OS, ystride = M8 * OS; /* an image */
+    const float *bias = j->wp + q->K * M8, *ea = bias + M8, *ec = ea + M8;
+    const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
+    for (int64_t m0 = 0; m0 < M8;) {
+        const int64_t nv = (M8 - m0) / 8;
+        for (int64_t n = 0; n < images; n++) {
+            const float *xn = x0 + n * xstride;
+            float *yb = y0 + n * ystride;
+            int64_t i0 = 0;
+            if (nv >= 4) {
+                DCLP_TILE(4, 3)
+                DCLP_TILE(4, 1)
+            } else if (nv == 3) {
+                DCLP_TILE(3, 4)
+                DCLP_TILE(3, 1)
+            } else if (nv == 2) {
+                DCLP_TILE(2, 6)
+                DCLP_TILE(2, 1)
+            } else {
+                DCLP_TILE(1, 12)
+                DCLP_TILE(1, 1)
+            }
+        }
+        m0 += nv >= 4 ? 32 : nv * 8;
+    }
+}
+#undef DCLP_TILE
+
 /* Slots [lo, hi): each its share of the jobs (image, chunk), in order. */
 static void dcl_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dcl_job *j = ctx;
     const dcl_geom *q = j->q;
-    const int64_t C = j->p->C, M = j->p->M, OS = j->OS;
+    const int64_t M = q->yb ? q->M8 : j->p->M, OS = j->OS;
     for (int64_t s = lo; s < hi; s++) {
         float *yt = j->slots + s * dcl_slot_elems(j->p, q), *planes = yt;
         if (q->padded)
-            yt += C * q->Hp * q->Wp;
+            yt += q->xc * q->Hp * q->Wp;
         for (int64_t job = s * j->jobs / j->n_slots, padded = -1;
              job < (s + 1) * j->jobs / j->n_slots; job++) {
-            const int64_t n = job / q->chunks, p0 = job % q->chunks * DCL_CHUNK;
+            const int64_t n = job / q->chunks * q->imgs, p0 = job % q->chunks * DCL_CHUNK;
             const int64_t np = OS - p0 < DCL_CHUNK ? OS - p0 : DCL_CHUNK;
-            const float *xn = j->x + n * C * q->H * q->W;
+            const float *xn = j->x + n * q->xc * q->H * q->W;
+            if (q->pw) { /* its images, each channel tile over all of them */
+                const int64_t n1 = n + q->imgs < j->p->N ? n + q->imgs : j->p->N;
+                dclp_tiles(j, xn, j->y + n * M * OS, n1 - n, p0, np);
+                continue;
+            }
             if (q->padded && padded != n) {
-                dcl_pad_image(q, C, planes, xn);
+                dcl_pad_image(q, planes, xn);
                 padded = n;
             }
-            dcl_tiles(j, q->padded ? planes : xn, p0, np, yt);
-            dcl_store(j, j->y + n * M * OS, p0, np, yt);
+            float *yn = j->y + n * M * OS;
+            dcl_tiles(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
+            if (!q->yb)
+                dcl_store(j, yn, p0, np, yt);
         }
     }
 }
 
-static bool dcl_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
-                            const float *b, float *ws, const ai_conv_epilogue *ep)
+/* y = conv(x, w) + b by the dcl tiles (dcl_of's `blocked` and `xb`). */
+static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const float *w,
+                    const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked, bool xb)
 {
     conv_geom g = conv_geom_of(p, false);
     dcl_geom q;
-    if (!dcl_of(p, &g, AI_F32, &q))
+    if (!dcl_of(p, &g, AI_F32, &q, blocked, xb))
         return false;
     const int64_t K = q.K, M = p->M, M8 = q.M8;
-    for (int64_t k = 0; k < K; k++) /* (K, M8), zero past M; w is (M, C, kernel) = (M, K) */
-        for (int64_t m = 0; m < M8; m++)
-            ws[k * M8 + m] = m < M ? w[m * K + k] : 0;
-    for (int64_t m = 0; m < M8; m++)
+    /* (K, M8), zero past M; w is (M, C, kernel) = (M, K) */
+    transpose_f32(ws, M8, w, K, M, K, false);
+    for (int64_t k = 0; M < M8 && k < K; k++)
+        memset(ws + k * M8 + M, 0, sizeof(float) * (size_t)(M8 - M));
+    const float *ab = ep ? ep->ab : NULL;
+    for (int64_t m = 0; m < M8; m++) { /* the bias, the epilogue's factors */
         ws[K * M8 + m] = b && m < M ? b[m] : 0;
-    dcl_job j = {p, &q, x, ws, y, ws + (K + 1) * M8, ep, g.grid_size, p->N * q.chunks, 0};
+        ws[(K + 1) * M8 + m] = ab && m < M ? ab[m] : 0;
+        ws[(K + 2) * M8 + m] = ab && m < M ? ab[M + m] : 0;
+    }
+    dcl_job j = {p, &q, x, ws, y, ws + (K + 3) * M8, ep, g.grid_size,
+                 (p->N + q.imgs - 1) / q.imgs * q.chunks, 0};
     const int nt = ai_get_num_threads();
     j.n_slots = j.jobs < DCL_SLOTS ? j.jobs : DCL_SLOTS;
     if (j.n_slots > nt)
@@ -1282,11 +1521,169 @@ static bool dcl_forward_f32(const ai_conv_params *p, float *y, const float *x, c
     return true;
 }
 
+#if defined(__GNUC__)
+
+typedef struct {
+    const ai_conv_params *p;
+    const pwk_geom *q;
+    const float *x, *wp, *b;
+    const float *ab; /* the epilogue's factors (2 M), or NULL */
+    bool relu;
+    float *y, *slots;
+    int64_t n_slots;
+} pwk_job;
+
+/* Channels [m0, m0 + mr) by the NR positions of xs (C rows, ld apart) into
+ * dst (mr rows, ldd apart; whole vectors), with the bias and the epilogue. */
+AI_GEMM_CLONES static void pwk_tile(const pwk_job *j, int64_t m0, int mr, const float *xs,
+                                    int64_t ld, float *dst, int64_t ldd)
+{
+    enum { NV = PWK_NR / 8 };
+    const int64_t C = j->p->C, M = j->p->M;
+    const float *wp = j->wp + m0 * C;
+    dc_vec acc[PWK_MR][NV];
+    for (int r = 0; r < PWK_MR; r++)
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = (dc_vec){0};
+    for (int64_t c = 0; c < C; c++, wp += PWK_MR, xs += ld) {
+        dc_vec xv[NV];
+        for (int v = 0; v < NV; v++)
+            xv[v] = *(const dc_vec *)(xs + 8 * v);
+        for (int r = 0; r < PWK_MR; r++)
+            for (int v = 0; v < NV; v++)
+                acc[r][v] += wp[r] * xv[v];
+    }
+    for (int r = 0; r < mr; r++) {
+        const int64_t m = m0 + r;
+        for (int v = 0; v < NV; v++) {
+            dc_vec t = acc[r][v];
+            if (j->b)
+                t = t + j->b[m];
+            if (j->ab)
+                t = DC_NO_CONTRACT(t * j->ab[m]) + j->ab[M + m];
+            if (j->relu) { /* max(t, 0), NaN kept */
+                const dc_mask keep = (t > 0) | (t != t);
+                t = (dc_vec)((dc_mask)t & keep);
+            }
+            *(dc_vec *)(dst + r * ldd + 8 * v) = t;
+        }
+    }
+}
+
+/* Block blk's positions: their image n and plane offset s0 when they lie in
+ * one image (else n = -1), their count; their x values in xs (ld apart),
+ * in place or copied into `panel` (zero past the count). */
+static int64_t pwk_block(const pwk_job *j, int64_t blk, float *panel, const float **xs,
+                         int64_t *ld, int64_t *n, int64_t *s0)
+{
+    const pwk_geom *q = j->q;
+    const int64_t C = j->p->C, S = q->S;
+    int64_t q0, nq;
+    if (q->per_image) {
+        *n = blk / q->per_image;
+        *s0 = blk % q->per_image * PWK_NR;
+        q0 = *n * S + *s0;
+        nq = S - *s0 < PWK_NR ? S - *s0 : PWK_NR;
+    } else {
+        q0 = blk * PWK_NR;
+        nq = j->p->N * S - q0 < PWK_NR ? j->p->N * S - q0 : PWK_NR;
+        *n = q0 / S;
+        *s0 = q0 % S;
+        if (*s0 + nq > S)
+            *n = -1;
+    }
+    if (*n >= 0 && nq == PWK_NR) {
+        *xs = j->x + *n * C * S + *s0;
+        *ld = S;
+        return nq;
+    }
+    for (int64_t i = 0; i < PWK_NR; i++) { /* column i of the panel: position q0 + i */
+        const int64_t qi = q0 + i, ni = qi / S, si = qi % S;
+        const float *src = j->x + ni * C * S + si;
+        if (i < nq)
+            for (int64_t c = 0; c < C; c++)
+                panel[c * PWK_NR + i] = src[c * S];
+        else
+            for (int64_t c = 0; c < C; c++)
+                panel[c * PWK_NR + i] = 0;
+    }
+    *xs = panel;
+    *ld = PWK_NR;
+    return nq;
+}
+
+/* Slots [lo, hi): each its share of the blocks, in order. */
+static void pwk_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const pwk_job *j = ctx;
+    const pwk_geom *q = j->q;
+    const int64_t C = j->p->C, M = j->p->M, S = q->S;
+    for (int64_t s = lo; s < hi; s++) {
+        float *panel = j->slots + s * (C + PWK_MR) * PWK_NR, *tile = panel + C * PWK_NR;
+        for (int64_t blk = s * q->blocks / j->n_slots; blk < (s + 1) * q->blocks / j->n_slots;
+             blk++) {
+            const float *xs;
+            int64_t ld, n, s0;
+            const int64_t nq = pwk_block(j, blk, panel, &xs, &ld, &n, &s0);
+            for (int64_t m0 = 0; m0 < M; m0 += PWK_MR) {
+                const int mr = M - m0 < PWK_MR ? (int)(M - m0) : PWK_MR;
+                if (n >= 0 && nq == PWK_NR) { /* whole vectors into y */
+                    pwk_tile(j, m0, mr, xs, ld, j->y + (n * M + m0) * S + s0, S);
+                    continue;
+                }
+                pwk_tile(j, m0, mr, xs, ld, tile, PWK_NR);
+                const int64_t q0 = n >= 0 ? n * S + s0 : blk * PWK_NR;
+                for (int64_t i = 0; i < nq;) { /* runs of positions within one image */
+                    const int64_t qi = q0 + i, ni = qi / S, si = qi % S;
+                    const int64_t run = S - si < nq - i ? S - si : nq - i;
+                    for (int r = 0; r < mr; r++)
+                        memcpy(j->y + (ni * M + m0 + r) * S + si, tile + r * PWK_NR + i,
+                               sizeof(float) * (size_t)run);
+                    i += run;
+                }
+            }
+        }
+    }
+}
+#endif
+
+static bool pwk_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
+                            const float *b, float *ws, const ai_conv_epilogue *ep)
+{
+    conv_geom g = conv_geom_of(p, false);
+    pwk_geom q;
+    if (!pwk_of(p, &g, AI_F32, &q))
+        return false;
+#if defined(__GNUC__)
+    const int64_t C = p->C, M = p->M;
+    for (int64_t mt = 0; mt < q.MT; mt++) /* (MT, C, MR), zero rows past M */
+        for (int64_t c = 0; c < C; c++)
+            for (int r = 0; r < PWK_MR; r++) {
+                const int64_t m = mt * PWK_MR + r;
+                ws[(mt * C + c) * PWK_MR + r] = m < M ? w[m * C + c] : 0;
+            }
+    pwk_job j = {p, &q, x, ws, b, ep ? ep->ab : NULL, ep && ep->relu, y,
+                 ws + q.MT * PWK_MR * C, 0};
+    const int nt = ai_get_num_threads();
+    j.n_slots = q.blocks < PWK_SLOTS ? q.blocks : PWK_SLOTS;
+    if (j.n_slots > nt)
+        j.n_slots = nt;
+    ai_parallel_for(j.n_slots, 1, pwk_range, &j);
+    return true;
+#else
+    (void)y, (void)x, (void)w, (void)b, (void)ws, (void)ep;
+    return false;
+#endif
+}
+
 static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
                               const float *w, const float *b, float *ws,
                               const ai_conv_epilogue *ep)
 {
-    return dcl_forward_f32(p, y, x, w, b, ws, ep) || dconv_run(p, y, x, w, false, b, false, ws, ep);
+    if (pwk_forward_f32(p, y, x, w, b, ws, ep))
+        return true;
+    return dcl_run(p, y, x, w, b, ws, ep, false, false) ||
+           dconv_run(p, y, x, w, false, b, false, ws, ep);
 }
 
 /* dx += (= with `assign`) the input gradient of stride-1 Conv p by the
@@ -1401,3 +1798,285 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
     return true;
 }
 
+/* ------------------------------------------------ blocked channels (conv.h) */
+
+/*
+ * The blocked depthwise sums ("dwb"): dwl_range's jobs (a unit of 8
+ * channels of one image, its padded (Hp, Wp, 8) copy xt, the taps' weights
+ * wt (K, 8)) with the outputs written straight into the unit's block of y.
+ * A row of outputs goes 8 positions at a time (then 4, then 1): per tap one
+ * weight vector and 8 FMAs, each reading its input vector at a fixed
+ * displacement (stride 1 and 2 compiled as constants), 8 independent
+ * accumulators; the epilogue before the store. The taps are summed in
+ * order from the bias with FMAs (dwl, for NCHW outputs, rounds each
+ * product: the other depthwise kernels' values).
+ */
+#if defined(__GNUC__)
+#define DWB_TILE(NP, S2)                                                              \
+    for (; o2 + (NP) <= G2; o2 += (NP)) {                                             \
+        dc_vec acc[NP];                                                               \
+        for (int i = 0; i < (NP); i++)                                                \
+            acc[i] = bv;                                                              \
+        const float *xs = xr + o2 * (S2) * 8;                                         \
+        for (int64_t k = 0; k < K; k++) {                                             \
+            const dc_vec wk = *(const dc_vec *)(wt + k * 8);                          \
+            const float *xk = xs + off[k];                                            \
+            for (int i = 0; i < (NP); i++)                                            \
+                acc[i] += wk * *(const dc_vec *)(xk + i * (S2) * 8);                  \
+        }                                                                             \
+        for (int i = 0; i < (NP); i++) {                                              \
+            dc_vec t = acc[i];                                                        \
+            if (ab)                                                                   \
+                t = DC_NO_CONTRACT(t * av) + cv;                                      \
+            if (relu)                                                                 \
+                t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));                      \
+            *(dc_vec *)(yr + (o2 + i) * 8) = t;                                       \
+        }                                                                             \
+    }
+
+AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
+                                    const float *wt, int64_t c)
+{
+    const dwl_job_f32 *j = job;
+    const conv_geom *g = j->g;
+    const dwl_geom *q = j->q;
+    const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2], M = j->p->M, s2 = g->s[2];
+    const int64_t rs = g->s[1] * q->Wp * 8; /* an output row's step in xt */
+    const float *abf = j->ep ? j->ep->ab : NULL;
+    const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
+    int64_t off[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++)
+        off[k] = q->off[k] * 8;
+    float bl[3][8]; /* bias, scale, shift of the lanes (0 past M) */
+    for (int l = 0; l < 8; l++) {
+        const bool in = c + l < M;
+        bl[0][l] = j->b && in ? j->b[c + l] : 0;
+        bl[1][l] = ab && in ? abf[c + l] : 0;
+        bl[2][l] = ab && in ? abf[M + c + l] : 0;
+    }
+    const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
+                 cv = *(const dc_vec *)bl[2];
+    for (int64_t o1 = 0; o1 < G1; o1++) {
+        const float *xr = xt + o1 * rs;
+        float *yr = yu + o1 * G2 * 8;
+        int64_t o2 = 0;
+        if (s2 == 1)
+            DWB_TILE(8, 1)
+        else if (s2 == 2)
+            DWB_TILE(8, 2)
+        else
+            DWB_TILE(8, s2)
+        DWB_TILE(4, s2)
+        DWB_TILE(1, s2)
+    }
+}
+
+/* The same reading x's block of the unit (H, W, 8) itself: rows and
+ * columns whose taps all fall inside go through the tiles, at the image's
+ * row stride; the border positions add their inside taps one by one (the
+ * padding's zeros add nothing). Taken by strided convs of DWB_DIRECT_MIN
+ * outputs or more, whose padded copy (of an input 4 times the output at
+ * stride 2) costs as much as the sums: three-conv chains, batch 16, same
+ * process A/B against the copy: 16 and 32 channels 48x48 stride 2 -11%,
+ * 64 channels 24x24 -3%; at stride 1 the border positions made it 16-23%
+ * slower (32 channels 24x24, 8 channels 48x48), so stride 1 copies. */
+#define DWB_DIRECT_MIN 64
+AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *xu,
+                                      const float *wt, int64_t c)
+{
+    const dwl_job_f32 *j = job;
+    const conv_geom *g = j->g;
+    const int64_t K = j->q->K, G1 = g->grid[1], G2 = g->grid[2], M = j->p->M;
+    const int64_t H = g->img[1], W = g->img[2], s1 = g->s[1], s2 = g->s[2];
+    const int64_t k1n = g->k[1], k2n = g->k[2], d1 = g->d[1], d2 = g->d[2];
+    const int64_t p1 = g->p[1], p2 = g->p[2];
+    const float *abf = j->ep ? j->ep->ab : NULL;
+    const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
+    int64_t off[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++)
+        off[k] = (k / k2n * d1 * W + k % k2n * d2) * 8;
+    float bl[3][8];
+    for (int l = 0; l < 8; l++) {
+        const bool in = c + l < M;
+        bl[0][l] = j->b && in ? j->b[c + l] : 0;
+        bl[1][l] = ab && in ? abf[c + l] : 0;
+        bl[2][l] = ab && in ? abf[M + c + l] : 0;
+    }
+    const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
+                 cv = *(const dc_vec *)bl[2];
+    /* outputs [c_lo, c_hi) of a row read only inside columns */
+    int64_t c_lo = (p2 + s2 - 1) / s2, c_hi = (W - (k2n - 1) * d2 + p2 + s2 - 1) / s2;
+    c_lo = c_lo > G2 ? G2 : c_lo;
+    c_hi = c_hi > G2 ? G2 : c_hi < c_lo ? c_lo : c_hi;
+    for (int64_t o1 = 0; o1 < G1; o1++) {
+        const int64_t r0 = o1 * s1 - p1;
+        const bool row_in = r0 >= 0 && r0 + (k1n - 1) * d1 < H;
+        float *yr = yu + o1 * G2 * 8;
+        int64_t o2 = row_in ? c_lo : G2;
+        if (row_in) {
+            const float *xr = xu + (r0 * W - p2) * 8;
+            const int64_t G2 = c_hi; /* the tiles stop there */
+            if (s2 == 1)
+                DWB_TILE(8, 1)
+            else if (s2 == 2)
+                DWB_TILE(8, 2)
+            else
+                DWB_TILE(8, s2)
+            DWB_TILE(4, s2)
+            DWB_TILE(1, s2)
+        }
+        for (int64_t b = 0; b < G2; b++) { /* the border positions */
+            if (row_in && b >= c_lo && b < c_hi)
+                continue;
+            dc_vec acc = bv;
+            for (int64_t k1 = 0; k1 < k1n; k1++) {
+                const int64_t r = r0 + k1 * d1;
+                if (r < 0 || r >= H)
+                    continue;
+                for (int64_t k2 = 0; k2 < k2n; k2++) {
+                    const int64_t col = b * s2 - p2 + k2 * d2;
+                    if (col >= 0 && col < W)
+                        acc += *(const dc_vec *)(wt + (k1 * k2n + k2) * 8) *
+                               *(const dc_vec *)(xu + (r * W + col) * 8);
+                }
+            }
+            if (ab)
+                acc = DC_NO_CONTRACT(acc * av) + cv;
+            if (relu)
+                acc = (dc_vec)((dc_mask)acc & ((acc > 0) | (acc != acc)));
+            *(dc_vec *)(yr + b * 8) = acc;
+        }
+        (void)o2;
+    }
+}
+#undef DWB_TILE
+#endif
+
+typedef struct {
+    char *blocked;
+    const char *plain; /* (N, C, S) */
+    int64_t C, CB, S;  /* channels, blocks, positions */
+    size_t es;         /* element size */
+    bool to_blocked;   /* plain -> blocked, else blocked -> plain */
+    bool add;          /* into plain: add, else write */
+} reorder_job;
+
+/* Blocks [lo, hi) of the batch (n CB + cb): 8 channel planes of S
+ * positions <-> S runs of 8 lanes (float32: 8 x 8 transposes). */
+AI_VECTOR_CLONES static void reorder_range(void *ctx, int64_t lo, int64_t hi)
+{
+    enum { B = AI_CONV_BLOCK };
+    const reorder_job *j = ctx;
+    const size_t es = j->es;
+    for (int64_t nb = lo; nb < hi; nb++) {
+        const int64_t n = nb / j->CB, c0 = nb % j->CB * B;
+        const int64_t nc = j->C - c0 < B ? j->C - c0 : B;
+        char *blk = j->blocked + (size_t)(nb * j->S * B) * es;
+        char *plane = (char *)j->plain + (size_t)((n * j->C + c0) * j->S) * es;
+        if (j->to_blocked && nc < B)
+            memset(blk, 0, (size_t)(j->S * B) * es);
+        int64_t s0 = 0;
+#ifdef HAVE_TRANSPOSE8
+        for (; es == sizeof(float) && nc == B && !j->add && s0 + 8 <= j->S; s0 += 8) {
+            float *b = (float *)blk + s0 * B, *q = (float *)plane + s0;
+            if (j->to_blocked)
+                transpose8_f32(b, B, q, j->S);
+            else
+                transpose8_f32(q, j->S, b, B);
+        }
+#endif
+        for (int64_t l = 0; l < nc && s0 < j->S; l++) {
+            char *pl = plane + (size_t)(l * j->S) * es;
+            if (es == sizeof(float)) {
+                float *b = (float *)blk + l, *q = (float *)pl;
+                for (int64_t s = s0; s < j->S; s++)
+                    if (j->to_blocked)
+                        b[s * B] = q[s];
+                    else
+                        q[s] = j->add ? q[s] + b[s * B] : b[s * B];
+            } else {
+                double *b = (double *)blk + l, *q = (double *)pl;
+                for (int64_t s = s0; s < j->S; s++)
+                    if (j->to_blocked)
+                        b[s * B] = q[s];
+                    else
+                        q[s] = j->add ? q[s] + b[s * B] : b[s * B];
+            }
+        }
+    }
+}
+
+void ai_channels_reorder(void *blocked, void *plain, int64_t N, int64_t C, int64_t S,
+                         size_t elem_size, bool to_blocked, bool add)
+{
+    reorder_job j = {blocked, plain, C, (C + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK, S, elem_size,
+                     to_blocked, add};
+    ai_parallel_for(N * j.CB, ai_grain_of(S * AI_CONV_BLOCK), reorder_range, &j);
+}
+
+bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize)
+{
+    return (group == 1 && C * ksize <= DCL_MAX_TAPS) ||
+           (group == C && M == C && ksize <= DW_PAD_MAX_TAPS);
+}
+
+/* The fast kernels' geometry for p (dcl or dwl); false: the fallback */
+static bool blocked_fast_of(const ai_conv_params *p, bool xb, const conv_geom *g, dcl_geom *q,
+                            dwl_geom *l, bool *dcl)
+{
+    if (p->nsp != 2)
+        return false;
+    *dcl = dcl_of(p, g, AI_F32, q, true, xb);
+    return *dcl || (conv_depthwise(p) && dwl_of(p, g, l, true));
+}
+
+/* The fallback's workspace: x and y as NCHW, then the NCHW conv's */
+static int64_t blocked_fallback_elems(const ai_conv_params *p, const conv_geom *g)
+{
+    return p->N * (p->C * g->img_size + p->M * g->grid_size) +
+           (int64_t)(ai_conv_workspace_bytes(p, AI_F32) / sizeof(float));
+}
+
+size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dcl_geom q;
+    dwl_geom l;
+    bool dcl;
+    if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl))
+        return (size_t)blocked_fallback_elems(p, &g) * sizeof(float);
+    return (size_t)(dcl ? dcl_elems(p, &q) : l.slots * l.slot) * sizeof(float);
+}
+
+void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
+                                 const float *w, const float *b, float *ws,
+                                 const ai_conv_epilogue *ep, bool x_blocked)
+{
+    conv_geom g = conv_geom_of(p, false);
+    dcl_geom q;
+    dwl_geom l;
+    bool dcl;
+    if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl)) {
+        /* the NCHW conv between reorders (planes too large for the slots,
+         * too many taps, groups) */
+        float *xs = ws, *ys = xs + p->N * p->C * g.img_size, *rest = ys + p->N * p->M * g.grid_size;
+        if (x_blocked)
+            ai_channels_reorder((float *)x, xs, p->N, p->C, g.img_size, sizeof(float), false,
+                                false);
+        ai_conv_forward_f32(p, ys, x_blocked ? xs : x, w, b, rest, ep);
+        ai_channels_reorder(y, ys, p->N, p->M, g.grid_size, sizeof(float), true, false);
+        return;
+    }
+    if (dcl) {
+        dcl_run(p, y, x, w, b, ws, ep, true, x_blocked);
+        return;
+    }
+#if defined(__GNUC__)
+    dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, dwb_sums,
+                     x_blocked && g.grid_size >= DWB_DIRECT_MIN && g.s[1] * g.s[2] > 1 ? dwb_direct : NULL};
+#else
+    dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, NULL, NULL};
+#endif
+    const int64_t per_slot = l.jobs / l.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
+    ai_parallel_for(l.slots, ai_grain_of(per_slot), dwl_range_f32, &j);
+}

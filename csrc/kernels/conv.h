@@ -73,6 +73,34 @@ void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw
                                    float *db, const float *dy, const float *x,
                                    const float *w, float *workspace, bool assign_dx);
 
+/*
+ * Blocked channels ("NCHWc8", the layout of the fused inference graph's
+ * conv chains, recipe block_channels): a 2-D activation (N, C, H, W) stored
+ * as (N, ceil(C / 8), H, W, 8), channel c in lane c % 8 of block c / 8; the
+ * lanes past C are padding, which the kernels write (as zeros, from zero
+ * weights) and never read into a real channel. A conv's output is then a
+ * vector of 8 channels per position, written as the register tiles hold it:
+ * no transposes into planes, and the next conv reads its input the same
+ * way. float32, 2-D, forward only, x blocked or NCHW (`x_blocked`), y
+ * always blocked; the epilogue is applied before the store, as for the
+ * other forwards. Fast kernels: convs of one group (the direct tiles, at
+ * most 640 taps: channel-kernel positions) and depthwise ones (channel
+ * multiplier 1), ai_conv_blocked_fast; any other 2-D conv (or planes too
+ * large for the tiles' slots) runs the NCHW forward between reorders. The
+ * workspace is ai_conv_blocked_workspace_bytes long.
+ */
+#define AI_CONV_BLOCK 8
+bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize);
+size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked);
+void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
+                                 const float *w, const float *b, float *ws,
+                                 const ai_conv_epilogue *ep, bool x_blocked);
+/* plain (N, C, S) <-> blocked (N, ceil(C / 8), S, 8) of elem_size-byte
+ * elements (4 or 8): to_blocked writes blocked (padding lanes zero), else
+ * plain is written, or added to with `add`. On the pool. */
+void ai_channels_reorder(void *blocked, void *plain, int64_t N, int64_t C, int64_t S,
+                         size_t elem_size, bool to_blocked, bool add);
+
 /* float64 */
 void ai_conv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                          const double *w, const double *b, double *workspace,

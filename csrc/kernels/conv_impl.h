@@ -990,6 +990,11 @@ typedef struct {
     T *y, *ws;
     const T *x, *w, *b;
     const ai_conv_epilogue *ep;
+    bool xb, yb; /* x, y in blocked channels (conv.h): read, written unit by unit */
+    /* yb: the sums into the unit's block (dwb_sums in conv.c); with xb and
+     * direct_sums, those read the unit's block of x itself (no padded copy) */
+    void (*blocked_sums)(const void *job, T *yu, const T *xt, const T *wt, int64_t c);
+    void (*direct_sums)(const void *job, T *yu, const T *xu, const T *wt, int64_t c);
 } FN(dwl_job);
 
 /* yt (OS, DWL_UNIT) for channels [c, c + DWL_UNIT): every output position,
@@ -1122,13 +1127,29 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
                 memset(wt, 0, sizeof(T) * (size_t)(K * L));
                 FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
             }
-            const T *xn = j->x + (n * C + c) * IS;
-            if (inside)
-                FN(dwl_fill)(xt, L, xn, nc, g, q);
-            else
+            const int64_t units = q->units;
+            if (j->xb && j->direct_sums) {
+                j->direct_sums(j, j->y + (n * units + u) * OS * L,
+                               j->x + (n * units + u) * IS * L, wt, c);
+                continue;
+            }
+            if (j->xb) { /* the unit's (H, W, L) block: its rows copied */
+                const T *xu = j->x + (n * units + u) * IS * L;
+                for (int64_t i1 = i1lo; i1 < i1hi && i2lo < i2hi; i1++)
+                    memcpy(xt + ((i1 + p1) * q->Wp + i2lo + p2) * L, xu + (i1 * W + i2lo) * L,
+                           sizeof(T) * (size_t)((i2hi - i2lo) * L));
+            } else if (inside) {
+                FN(dwl_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
+            } else {
+                const T *xn = j->x + (n * C + c) * IS;
                 for (int64_t i1 = i1lo; i1 < i1hi && i2lo < i2hi; i1++)
                     FN(transpose)(xt + ((i1 + p1) * q->Wp + i2lo + p2) * L, L,
                                   xn + i1 * W + i2lo, IS, nc, i2hi - i2lo, false);
+            }
+            if (j->yb) { /* straight into the unit's (OS, L) block */
+                j->blocked_sums(j, j->y + (n * units + u) * OS * L, xt, wt, c);
+                continue;
+            }
             FN(dwl_sums)(j, yt, xt, wt, c);
             FN(transpose)(j->y + (n * C + c) * OS, OS, yt, L, OS, nc, false);
         }
@@ -1141,9 +1162,9 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
 {
     conv_geom g = conv_geom_of(p, false);
     dwl_geom q;
-    if (!dwl_of(p, &g, &q))
+    if (!dwl_of(p, &g, &q, false))
         return false;
-    FN(dwl_job) j = {p, &g, &q, y, ws, x, w, b, ep};
+    FN(dwl_job) j = {p, &g, &q, y, ws, x, w, b, ep, false, false, NULL, NULL};
     const int64_t per_slot = q.jobs / q.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
     ai_parallel_for(q.slots, ai_grain_of(per_slot), FN(dwl_range), &j);
     return true;

@@ -181,6 +181,11 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
     return st ? ai_node_error(n, st, "%s", ai_last_error()) : AI_OK;
 }
 
+ai_status ai_conv_params_of(const ai_ctx *c, ai_conv_params *p)
+{
+    return conv_setup(c, p);
+}
+
 static ai_status conv_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)state;

@@ -11,6 +11,11 @@
  *   flatten_axis       FusedGemm: A of any rank is read as the 2-D
  *                      (prod(shape[:axis]), prod(shape[axis:])), like ONNX
  *                      Flatten; absent: A must be 2-D, as for Gemm
+ *   x_blocked,         FusedConv, 0 or 1: X, Y in blocked channels (NCHWc8,
+ *   y_blocked          kernels/conv.h; recipe block_channels): Y (N, ceil(M
+ *                      / 8), H, W, 8); X (N, ceil(C / 8), H, W, 8) with
+ *                      x_blocked, else NCHW. float32, 2-D, y_blocked
+ *                      whenever x_blocked; no backward
  *   bn_epsilon         present: inputs 3..6 are an inference
  *                      BatchNormalization's scale, bias, mean and variance
  *                      (one value per output channel, axis 1), applied to
@@ -42,6 +47,7 @@
 #include "../kernels/conv.h"
 #include "../kernels/simd.h"
 #include "../parallel.h"
+#include "spatial.h"
 
 enum { ACT_NONE, ACT_RELU, ACT_CLIP };
 
@@ -52,6 +58,7 @@ typedef struct {
     int64_t flatten_axis; /* -1: none */
     bool bn;              /* inputs 3..6: a BatchNorm epilogue */
     bool conv;            /* the base is Conv (else Gemm) */
+    bool xb, yb;          /* x_blocked, y_blocked */
     double eps;
 } fused_info;
 
@@ -69,6 +76,15 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
         (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)) ||
         (st = ai_attr_float(n, "bn_epsilon", 0, &f->eps)))
         return st;
+    int64_t xb, yb;
+    if ((st = ai_attr_int(n, "x_blocked", 0, &xb)) || (st = ai_attr_int(n, "y_blocked", 0, &yb)))
+        return st;
+    f->xb = xb != 0;
+    f->yb = yb != 0;
+    if ((f->xb || f->yb) && gemm)
+        return ai_node_error(n, AI_ERR_VALUE, "x_blocked and y_blocked are FusedConv's");
+    if (f->xb && !f->yb)
+        return ai_node_error(n, AI_ERR_VALUE, "x_blocked without y_blocked is not supported");
     f->bn = ai_node_attr(n, "bn_epsilon") != NULL;
     if (f->bn && n->n_in != 7)
         return ai_node_error(n, AI_ERR_VALUE, "with bn_epsilon, 7 inputs expected (X, W, B "
@@ -145,27 +161,62 @@ static size_t bn_factor_bytes(int64_t M)
 /* Bytes of the workspace's head, before the base's: the masked output
  * gradient (the output's size), or the BatchNorm factors, whichever is
  * larger. */
-static size_t head_bytes(const fused_info *f, ai_dtype dtype, int ndim, const int64_t *shape)
+static size_t head_bytes(const fused_info *f, ai_dtype dtype, int ndim, const int64_t *shape,
+                         int64_t M)
 {
     size_t head = scratch_bytes(dtype, ndim, shape);
-    if (f->bn && ndim >= 2) {
-        const int64_t M = shape[1];
+    if (f->bn && M >= 0) {
         const size_t factors = bn_factor_bytes(M) + scratch_bytes(AI_F32, 1, (int64_t[]){2 * M});
         head = head > factors ? head : factors;
     }
     return head;
 }
 
-/* The context of the base operator: A flattened, the workspace after the
- * head (head_bytes). */
+/* The output's channels (BatchNorm factors): a Conv's weight's first dim
+ * (its output may be blocked), else the output's dim 1; -1 when none. */
+static int64_t out_channels(const ai_ctx *c, const fused_info *f, int ndim, const int64_t *shape)
+{
+    if (f->conv && c->in[1] && c->in[1]->ndim >= 1)
+        return c->in[1]->shape[0];
+    return ndim >= 2 ? shape[1] : -1;
+}
+
+/* *view = blocked x (N, ceil(C / 8), H, W, 8) read as (N, C, H, W), C from
+ * the weight and group. */
+static ai_status unblocked_view(const ai_ctx *c, ai_tensor *view)
+{
+    const ai_tensor *x = c->in[0], *w = c->in[1];
+    int64_t group;
+    ai_status st = ai_attr_int(c->node, "group", 1, &group);
+    if (st)
+        return st;
+    if (x->ndim != 5 || x->shape[4] != AI_CONV_BLOCK || w->ndim != 4)
+        return ai_node_error(c->node, AI_ERR_VALUE, "x_blocked: a 2-D conv with X of shape "
+                             "(N, ceil(C / 8), H, W, 8) expected, got rank %d", x->ndim);
+    const int64_t C = w->shape[1] * group;
+    if (x->shape[1] != (C + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK)
+        return ai_node_error(c->node, AI_ERR_VALUE, "x_blocked: X has %lld channel blocks; "
+                             "the weight's %lld channels make %lld", (long long)x->shape[1],
+                             (long long)C, (long long)((C + 7) / 8));
+    *view = *x;
+    view->ndim = 4;
+    view->shape[1] = C;
+    ai_contiguous_strides(4, view->shape, view->strides);
+    return AI_OK;
+}
+
+/* The context of the base operator: A flattened (x blocked: read as
+ * NCHW), the workspace after the head (head_bytes). */
 static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_tensor *views)
 {
     const ai_tensor *v;
     *b = *c;
     b->n_in = c->n_in < 3 ? c->n_in : 3; /* the BatchNorm inputs are the epilogue's */
-    ai_status st = flat_view(c->node, f, c->in[0], &views[0], &v);
+    ai_status st = f->xb ? unblocked_view(c, &views[0]) : flat_view(c->node, f, c->in[0], &views[0], &v);
     if (st)
         return st;
+    if (f->xb)
+        v = &views[0];
     b->in[0] = (ai_tensor *)v;
     if (c->din[0]) {
         flat_view(c->node, f, c->din[0], &views[1], &v);
@@ -173,7 +224,27 @@ static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_te
     }
     if (c->out[0]) /* not in shape inference */
         b->workspace = (char *)c->workspace +
-                       head_bytes(f, c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape);
+                       head_bytes(f, c->out[0]->dtype, c->out[0]->ndim, c->out[0]->shape,
+                                  out_channels(c, f, c->out[0]->ndim, c->out[0]->shape));
+    return AI_OK;
+}
+
+/* Blocked y: the base's (N, M, H, W) output meta made (N, ceil(M / 8), H,
+ * W, 8); the workspace the blocked kernels need. */
+static ai_status blocked_shape(const ai_ctx *b, const fused_info *f, ai_meta *out, size_t *ws)
+{
+    ai_conv_params p;
+    ai_status st = ai_conv_params_of(b, &p);
+    if (st)
+        return st;
+    if (out[0].dtype != AI_F32 || p.nsp != 2)
+        return ai_node_error(b->node, AI_ERR_VALUE, "y_blocked: a float32 2-D conv "
+                             "expected, got %s with %d spatial dims",
+                             ai_dtype_name(out[0].dtype), p.nsp);
+    *ws = ai_conv_blocked_workspace_bytes(&p, f->xb);
+    out[0].ndim = 5;
+    out[0].shape[1] = (p.M + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK;
+    out[0].shape[4] = AI_CONV_BLOCK;
     return AI_OK;
 }
 
@@ -187,8 +258,10 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         return st;
     if (f.act != ACT_NONE && !ai_dtype_is_float(out[0].dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "the activation takes float outputs");
+    const int64_t M = out_channels(c, &f, out[0].ndim, out[0].shape);
+    if (f.yb && (st = blocked_shape(&b, &f, out, ws)))
+        return st;
     if (f.bn) {
-        const int64_t M = out[0].ndim >= 2 ? out[0].shape[1] : -1;
         for (int k = 3; k < 7; k++)
             if (!c->in[k] || !ai_dtype_is_float(c->in[k]->dtype) ||
                 ai_tensor_numel(c->in[k]) != M)
@@ -196,7 +269,7 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                                      "float values expected (the output's channels)", k,
                                      (long long)M);
     }
-    const size_t scratch = head_bytes(&f, out[0].dtype, out[0].ndim, out[0].shape);
+    const size_t scratch = head_bytes(&f, out[0].dtype, out[0].ndim, out[0].shape, M);
     *ws += scratch; /* [masked output gradient or BN factors | the base's workspace] */
     if (f.act == ACT_CLIP)
         *state = scratch / ai_dtype_size(out[0].dtype); /* one byte per element */
@@ -334,7 +407,7 @@ static ai_status fused_forward(ai_ctx *c)
     activate_job j = {c->out[0], c->state, &f, NULL, NULL, 1, 1};
     if (f.bn) {
         const ai_tensor *y = c->out[0];
-        j.M = y->shape[1];
+        j.M = out_channels(c, &f, y->ndim, y->shape);
         for (int d = 2; d < y->ndim; d++)
             j.S *= y->shape[d];
         /* the masked gradient's part (no backward here), sized for them: the
@@ -351,6 +424,18 @@ static ai_status fused_forward(ai_ctx *c)
     ai_conv_epilogue ep = {j.abf ? (const void *)j.abf : (const void *)j.ab,
                            f.act == ACT_RELU};
     b.epilogue = in_conv ? &ep : NULL;
+    if (f.yb) { /* the blocked kernels apply the epilogue as they store */
+        ai_conv_params p;
+        if ((st = ai_conv_params_of(&b, &p)))
+            return st;
+        const ai_tensor *bias = b.n_in > 2 ? b.in[2] : NULL;
+        ai_conv_forward_blocked_f32(&p, c->out[0]->data, c->in[0]->data, b.in[1]->data,
+                                    bias ? bias->data : NULL, b.workspace, &ep, f.xb);
+        j.ab = NULL; /* Clip alone is left, on the whole blocks (padding lanes too) */
+        if (f.act == ACT_CLIP)
+            ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range, &j);
+        return AI_OK;
+    }
     if ((st = f.base->forward(&b)))
         return st;
     if (!in_conv && (f.act != ACT_NONE || f.bn))
@@ -366,6 +451,9 @@ static ai_status fused_backward(ai_ctx *c)
     ai_status st = fused_read(c->node, &f);
     if (st || (st = base_ctx(c, &f, &b, views)))
         return st;
+    if (f.yb)
+        return ai_node_error(c->node, AI_ERR_VALUE, "blocked channels (y_blocked) are "
+                             "inference-only: no backward");
     if (f.bn)
         return ai_node_error(c->node, AI_ERR_VALUE, "a BatchNorm epilogue (bn_epsilon) is "
                              "inference-only: no backward (expand_metaops gives the "

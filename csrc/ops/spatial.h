@@ -1,11 +1,13 @@
 /*
  * spatial.h — attribute parsing shared by the operators with spatial
- * windows (convolutions and pools): int lists, auto_pad.
+ * windows (convolutions and pools): int lists, auto_pad; a Conv node's
+ * parameters.
  */
 #ifndef AI_OPS_SPATIAL_H
 #define AI_OPS_SPATIAL_H
 
 #include "../graph.h"
+#include "../kernels/conv.h"
 
 enum { AI_PAD_NOTSET, AI_PAD_SAME_UPPER, AI_PAD_SAME_LOWER, AI_PAD_VALID };
 
@@ -22,5 +24,10 @@ ai_status ai_read_auto_pad(const ai_node *n, int *mode);
 /* Copies list l (nsp values; `dflt` for each when absent) into out. */
 ai_status ai_spatial_list(const ai_node *n, const char *name, const ai_int_list *l, int nsp,
                           int64_t dflt, int64_t *out);
+
+/* A Conv node's kernel parameters from c's inputs (ops/conv.c), validated;
+ * errors name the node. FusedConv (ops/fused.c) calls it on its blocked
+ * inputs read as NCHW. */
+ai_status ai_conv_params_of(const ai_ctx *c, ai_conv_params *p);
 
 #endif

@@ -417,7 +417,10 @@ TEST(conv_output_sizes_and_workspace)
     ai_conv_params pw = {.nsp = 1, .N = 1, .C = 2, .M = 2, .group = 1, .in = {5},
                          .kernel = {1}, .stride = {1}, .dilation = {3}};
     CHECK_OK(ai_conv_infer_out(&pw));
-    CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == 0);
+    CHECK(ai_conv_workspace_bytes(&pw, AI_F64) == 0); /* a GEMM in place */
+    /* float32: the direct pointwise kernel's packed weights (one tile of 6
+     * channels by 2) and 8 slots of a (2, 16) panel and a (6, 16) tile */
+    CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == (6 * 2 + 8 * (2 + 6) * 16) * sizeof(float));
     pw.pad_end[0] = 1; /* 1x1 but y is longer than x: columns needed */
     CHECK_OK(ai_conv_infer_out(&pw));
     CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == 2 * 6 * sizeof(float));

@@ -1,0 +1,236 @@
+"""Blocked channels (recipe block_channels, csrc/kernels/conv.h, ops/layout.c).
+
+Chains of float32 2-D convs run in (N, ceil(C / 8), H, W, 8) in the fused
+inference graph. Every case is checked against torch's eval forward; each
+case names the kernel path it is there for, and the test checks that the
+graph really runs blocked (a case that silently stayed NCHW would prove
+nothing). The reorders are checked against numpy, forward and backward.
+"""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import aidge_interop
+from aidge_interop import load_onnx, recipes, wrap
+from aidge_interop.divergence import torch_graph
+from models import SAMPLE_SHAPES
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _conv_bn(c, m, k=3, s=1, p=None, groups=1, dilation=1, act="relu"):
+    p = k // 2 * dilation if p is None else p
+    layers = [torch.nn.Conv2d(c, m, k, stride=s, padding=p, groups=groups, dilation=dilation),
+              torch.nn.BatchNorm2d(m)]
+    layers += {"relu": [torch.nn.ReLU()], "relu6": [torch.nn.ReLU6()], "": []}[act]
+    return layers
+
+
+class Residual(torch.nn.Module):
+    """conv -> conv, plus the input (or a 1x1 strided shortcut), then Relu."""
+
+    def __init__(self, c, m, s):
+        super().__init__()
+        self.body = torch.nn.Sequential(*_conv_bn(c, m, s=s), *_conv_bn(m, m, act=""))
+        self.short = torch.nn.Identity() if c == m and s == 1 else torch.nn.Conv2d(c, m, 1, s)
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.short(x))
+
+
+class ChannelBroadcast(torch.nn.Module):
+    """An Add of a 1-channel conv output to a 12-channel one: broadcast over
+    the channels, which blocks cannot do (the Add stays NCHW)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 12, 3, padding=1)
+        self.b = torch.nn.Conv2d(3, 1, 3, padding=1)
+        self.c = torch.nn.Conv2d(12, 12, 1)
+
+    def forward(self, x):
+        return self.c(self.a(x) + self.b(x))
+
+
+# name: (layers or module, input shape); channel counts off multiples of 8,
+# odd plane sizes and batch sizes on purpose
+CASES = {
+    # pointwise on blocked x: tiles of 4/3/2/1 vectors, positions past the last
+    # whole tile, several images per job (3x3 planes: 10 per job, batch 23)
+    "pointwise_chain": ([*_conv_bn(5, 36, 1), *_conv_bn(36, 20, 1), *_conv_bn(20, 9, 1)],
+                        (3, 5, 11, 7)),
+    "pointwise_small_planes": ([*_conv_bn(12, 24, 1), *_conv_bn(24, 12, 1)], (23, 12, 3, 3)),
+    # depthwise: stride 1 through the padded copy, stride 2 on a large plane
+    # read directly (border positions, odd sizes), a partial unit of 8, 5x5
+    # and dilation
+    "depthwise_s1_s2": ([*_conv_bn(3, 12, 1), *_conv_bn(12, 12, groups=12),
+                         *_conv_bn(12, 12, s=2, groups=12), *_conv_bn(12, 16, 1)],
+                        (2, 3, 37, 29)),
+    "depthwise_5x5_dilated": ([*_conv_bn(4, 16, 1), *_conv_bn(16, 16, k=5, groups=16, s=2),
+                               *_conv_bn(16, 16, groups=16, dilation=2)], (2, 4, 40, 33)),
+    # the direct tiles reading blocked x: 3x3 padded, strided, asymmetric
+    # output sizes, then an NCHW reader (a pool)
+    "general_blocked": ([*_conv_bn(3, 10, 3), *_conv_bn(10, 17, 3, s=2), *_conv_bn(17, 8, 3),
+                         torch.nn.AdaptiveAvgPool2d(1)], (2, 3, 15, 18)),
+    # Clip as the activation: its pass over the whole blocks
+    "clip_activation": ([*_conv_bn(3, 16, 3, act="relu6"), *_conv_bn(16, 16, 1, act="relu6")],
+                        (2, 3, 9, 9)),
+    # residual blocks: blocked Add and Relu, identity and strided shortcuts
+    "residual": (lambda: torch.nn.Sequential(*_conv_bn(3, 16), Residual(16, 16, 1),
+                                             Residual(16, 24, 2)), (3, 3, 16, 12)),
+    # planes too large for the direct tiles' slots: the NCHW forward between reorders
+    "fallback_large_plane": ([*_conv_bn(3, 16, 1), *_conv_bn(16, 16, 3)], (1, 3, 100, 100)),
+}
+
+
+def _build(name):
+    spec, shape = CASES[name]
+    torch.manual_seed(sum(map(ord, name)))
+    net = spec() if callable(spec) else torch.nn.Sequential(*spec)
+    with torch.no_grad():  # statistics that matter (and no two parameters equal)
+        for mod in net.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.5, 0.5)
+    return net.eval(), torch.randn(shape, generator=torch.Generator().manual_seed(3))
+
+
+def _blocked_nodes(graph):
+    return [n for n in graph.nodes() if n["attrs"].get("y_blocked")]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_blocked_chains_against_torch(name):
+    net, x = _build(name)
+    wrapped = wrap(copy.deepcopy(net), [tuple(x.shape)]).eval()
+    with torch.no_grad():
+        got, ref = wrapped(x), net(x)
+    torch.testing.assert_close(got, ref, **TOL)
+    assert len(_blocked_nodes(wrapped._fused)) >= 2  # it did run blocked
+    # another batch size: the plan is redone, the layout holds
+    x5 = torch.randn((5, *x.shape[1:]), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(x5), net(x5), **TOL)
+
+
+@pytest.mark.parametrize("name", ["depthwise_s1_s2", "residual", "pointwise_small_planes"])
+def test_blocked_results_do_not_depend_on_threads(name):
+    net, x = _build(name)
+    wrapped = wrap(net, [tuple(x.shape)]).eval()
+    outs, saved = [], aidge_interop.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            aidge_interop.set_num_threads(n)
+            with torch.no_grad():
+                outs.append(wrapped(x))
+    finally:
+        aidge_interop.set_num_threads(saved)
+    for y in outs[1:]:  # each output position is computed whole by one thread
+        torch.testing.assert_close(y, outs[0], rtol=0, atol=0)
+
+
+def test_channel_broadcast_add_stays_nchw():
+    net = ChannelBroadcast().eval()
+    x = torch.randn(2, 3, 7, 6)
+    graph, _, _ = torch_graph(net, [x], "test")
+    report = recipes.block_channels(graph)
+    ops = {n["name"]: n for n in graph.nodes()}
+    add = next(n for n in ops.values() if n["op_type"] == "Add")
+    assert not any(i.endswith("_blocked") for i in add["inputs"])  # read in NCHW
+    with torch.no_grad():
+        np.testing.assert_allclose(graph.forward(x.numpy())[0], net(x).numpy(), **TOL)
+    assert report.skipped == [] or all("not blocked" in s for s in report.skipped)
+
+
+@pytest.mark.parametrize("name", list(SAMPLE_SHAPES))
+def test_block_channels_on_the_suite(name):
+    factory, shape = SAMPLE_SHAPES[name]
+    net = factory().eval()
+    x = torch.randn((3, *shape), generator=torch.Generator().manual_seed(1))
+    graph, _, _ = torch_graph(net, [x], "test")
+    for recipe in ("constant_fold", "batchnorm_epilogue", "fuse_activation", "block_channels"):
+        report = recipes.RECIPES[recipe](graph)
+    with torch.no_grad():
+        ref = net(x).numpy()
+    np.testing.assert_allclose(graph.forward(x.numpy())[0], ref, **TOL)
+    blocked = _blocked_nodes(graph)
+    convs = sum(n["op_type"] in ("Conv", "FusedConv") for n in graph.nodes())
+    if name in ("kws", "mobilenet", "resnet"):  # conv chains: every conv blocked
+        assert len(blocked) == convs and "UnblockChannels" in {n["op_type"] for n in graph.nodes()}
+        with pytest.raises(ValueError, match="expand_metaops: FusedConv '.*' runs in blocked"):
+            recipes.expand_metaops(graph)
+    else:  # lone convs (LeNet: pools between them) or none: left alone, with the reason
+        assert not blocked
+        assert all("no conv, Add or Relu next to it" in s for s in report.skipped)
+        assert len(report.skipped) == convs
+
+
+def test_blocked_conv_is_inference_only_and_not_exported(tmp_path):
+    from aidge_interop.export import export_c
+
+    net, x = _build("pointwise_chain")
+    graph, _, _ = torch_graph(net.train(), [x], "test")
+    recipes.block_channels(graph)
+    graph.training = True
+    y = graph.forward(x.numpy(), need_backward=True)[0]
+    with pytest.raises(ValueError, match="blocked channels .*inference-only"):
+        graph.backward([np.ones_like(y)])
+    graph.training = False
+    with pytest.raises(NotImplementedError, match="blocked channels .*cannot be exported"):
+        export_c(graph, tmp_path / "out", inputs=[x.numpy()[:1]], verbose=False)
+
+
+# -- the reorders ---------------------------------------------------------------------
+
+
+def _reorder_model(channels, rank, dtype):
+    t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [helper.make_node("BlockChannels", ["x"], ["b"], name="block", domain="aidge_interop"),
+             helper.make_node("UnblockChannels", ["b"], ["y"], name="unblock",
+                              domain="aidge_interop", channels=channels)]
+    sp = ["N", channels] + [None] * (rank - 2)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, sp)],
+                              [helper.make_tensor_value_info("y", t, sp),
+                               helper.make_tensor_value_info("b", t, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("aidge_interop", 1)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 13, 5, 7), (3, 8, 9), (1, 20, 2, 3, 4), (2, 3)], ids=str)
+def test_reorders_against_numpy(shape, dtype):
+    C = shape[1]
+    graph = load_onnx(_reorder_model(C, len(shape), dtype))
+    x = np.random.default_rng(5).standard_normal(shape).astype(dtype)
+    y, b = graph.forward(x)
+    cb = -(-C // 8)
+    xp = np.zeros((shape[0], cb * 8, *shape[2:]), dtype)
+    xp[:, :C] = x
+    ref = np.moveaxis(xp.reshape(shape[0], cb, 8, *shape[2:]), 2, -1)
+    np.testing.assert_array_equal(b, ref)  # padding lanes are zeros
+    np.testing.assert_array_equal(y, x)
+    # backward: with gradients dy of y and db of the blocked value, x gets dy
+    # (Unblock then Block's backwards) plus db's real lanes (Block's)
+    y, b = graph.forward(x, need_backward=True, input_grads=True)
+    rng = np.random.default_rng(6)
+    dy, db = rng.standard_normal(y.shape).astype(dtype), rng.standard_normal(b.shape).astype(dtype)
+    (dx,) = graph.backward([dy, db])
+    db_plain = np.moveaxis(db, -1, 2).reshape(shape[0], cb * 8, *shape[2:])[:, :C]
+    np.testing.assert_array_equal(dx, dy + db_plain)
+
+
+def test_reorder_errors_name_the_node():
+    bad = _reorder_model(13, 4, np.float32)
+    unblock = next(n for n in bad.graph.node if n.op_type == "UnblockChannels")
+    del unblock.attribute[:]
+    graph = load_onnx(bad)
+    with pytest.raises(ValueError, match="UnblockChannels node 'unblock': attribute 'channels'"):
+        graph.forward(np.zeros((2, 13, 3, 3), np.float32))
+    wrong = load_onnx(_reorder_model(20, 4, np.float32))  # 13 channels make 2 blocks, not 3
+    with pytest.raises(ValueError, match="UnblockChannels node 'unblock': .*for 20 channels"):
+        wrong.forward(np.zeros((2, 13, 3, 3), np.float32))
