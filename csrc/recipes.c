@@ -1,8 +1,8 @@
 /*
  * recipes.c — graph rewrites: fold BatchNorm into Conv/Gemm, drop Flatten
  * before Gemm, fuse Conv/Gemm with their activation, undo those fusions,
- * fold constant subgraphs, run conv chains in blocked channels. See graph.h for the list and ops/fused.c for
- * the fused operators.
+ * fold constant subgraphs, run conv chains in blocked channels. See graph.h
+ * for the list and ops/fused.c for the fused operators.
  *
  * Every recipe first decides, node by node, what it can rewrite (reasons
  * for what it cannot go to report->skipped), then edits: the graph is

@@ -1912,10 +1912,10 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
         const int64_t r0 = o1 * s1 - p1;
         const bool row_in = r0 >= 0 && r0 + (k1n - 1) * d1 < H;
         float *yr = yu + o1 * G2 * 8;
-        int64_t o2 = row_in ? c_lo : G2;
         if (row_in) {
             const float *xr = xu + (r0 * W - p2) * 8;
             const int64_t G2 = c_hi; /* the tiles stop there */
+            int64_t o2 = c_lo;
             if (s2 == 1)
                 DWB_TILE(8, 1)
             else if (s2 == 2)
@@ -1946,7 +1946,6 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
                 acc = (dc_vec)((dc_mask)acc & ((acc > 0) | (acc != acc)));
             *(dc_vec *)(yr + b * 8) = acc;
         }
-        (void)o2;
     }
 }
 #undef DWB_TILE
@@ -2072,8 +2071,9 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
         return;
     }
 #if defined(__GNUC__)
+    const bool direct = x_blocked && g.grid_size >= DWB_DIRECT_MIN && g.s[1] * g.s[2] > 1;
     dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, dwb_sums,
-                     x_blocked && g.grid_size >= DWB_DIRECT_MIN && g.s[1] * g.s[2] > 1 ? dwb_direct : NULL};
+                     direct ? dwb_direct : NULL};
 #else
     dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, NULL, NULL};
 #endif

@@ -212,7 +212,8 @@ static ai_status base_ctx(const ai_ctx *c, const fused_info *f, ai_ctx *b, ai_te
     const ai_tensor *v;
     *b = *c;
     b->n_in = c->n_in < 3 ? c->n_in : 3; /* the BatchNorm inputs are the epilogue's */
-    ai_status st = f->xb ? unblocked_view(c, &views[0]) : flat_view(c->node, f, c->in[0], &views[0], &v);
+    ai_status st = f->xb ? unblocked_view(c, &views[0])
+                         : flat_view(c->node, f, c->in[0], &views[0], &v);
     if (st)
         return st;
     if (f->xb)
