@@ -63,6 +63,9 @@ CASES = {
     "pointwise_chain": ([*_conv_bn(5, 36, 1), *_conv_bn(36, 20, 1), *_conv_bn(20, 9, 1)],
                         (3, 5, 11, 7)),
     "pointwise_small_planes": ([*_conv_bn(12, 24, 1), *_conv_bn(24, 12, 1)], (23, 12, 3, 3)),
+    # over 128 input channels: the sums kept in y between chunks of channels
+    # (the last chunk 77 channels, its last block partial)
+    "pointwise_wide": ([*_conv_bn(12, 205, 1), *_conv_bn(205, 40, 1)], (3, 12, 5, 5)),
     # depthwise: stride 1 through the padded copy, stride 2 on a large plane
     # read directly (border positions, odd sizes), a partial unit of 8, 5x5
     # and dilation
