@@ -1079,6 +1079,37 @@ typedef int32_t dc_mask __attribute__((vector_size(32)));
 #ifndef DC_NO_CONTRACT
 #define DC_NO_CONTRACT(v) (v)
 #endif
+/* The forward epilogue on vector t in registers, as ep_apply computes it:
+ * t a + c (rounded twice) when `ab`, then max(t, 0) keeping NaN when
+ * `relu`; a and c vectors or scalars. */
+#define DC_EPILOGUE(t, ab, a, c, relu)                                             \
+    do {                                                                           \
+        if (ab)                                                                    \
+            (t) = DC_NO_CONTRACT((t) * (a)) + (c);                                 \
+        if (relu)                                                                  \
+            (t) = (dc_vec)((dc_mask)(t) & (((t) > 0) | ((t) != (t))));             \
+    } while (0)
+/* A tile's accumulators acc[PX][NV] (positions by vectors of channels m0
+ * on) set to the bias */
+#define DC_ACC_BIAS(NV, PX)                                                        \
+    for (int v = 0; v < (NV); v++) {                                               \
+        const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                    \
+        for (int i = 0; i < (PX); i++)                                             \
+            acc[i][v] = bv;                                                        \
+    }
+/* The accumulators into a blocked y, the first `valid` positions, with the epilogue:
+ * yb is the image's output, p the tile's first position. */
+#define DC_STORE_BLOCKED(NV, PX, valid, p)                                         \
+    for (int v = 0; v < (NV); v++) {                                               \
+        const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);                      \
+        const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);                      \
+        float *dst = yb + ((m0 / 8 + v) * OS + (p)) * 8;                           \
+        for (int i = 0; i < (PX) && i < (valid); i++) {                            \
+            dc_vec t = acc[i][v];                                                  \
+            DC_EPILOGUE(t, ab, av, cv, relu);                                      \
+            *(dc_vec *)(dst + 8 * i) = t;                                          \
+        }                                                                          \
+    }
 
 typedef struct {
     const ai_conv_params *p;
@@ -1268,6 +1299,14 @@ typedef struct {
     int64_t OS, jobs, n_slots;
 } dcl_job;
 
+/* Slots for `jobs` jobs: one per thread, at most `max_slots` (the
+ * workspace's), at most one per job. */
+static int64_t n_slots_of(int64_t jobs, int64_t max_slots)
+{
+    const int64_t nt = ai_get_num_threads(), n = jobs < max_slots ? jobs : max_slots;
+    return n > nt ? nt : n;
+}
+
 /* Image x's planes into zero-padded copies at dst (blocked x: its blocks,
  * each position a run of 8 lanes). */
 static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
@@ -1304,11 +1343,7 @@ AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t 
 #define DCL_TILE(NV, PX)                                                           \
     for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                    \
         dc_vec acc[PX][NV];                                                        \
-        for (int v = 0; v < (NV); v++) {                                           \
-            const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                \
-            for (int i = 0; i < (PX); i++)                                         \
-                acc[i][v] = bv;                                                    \
-        }                                                                          \
+        DC_ACC_BIAS(NV, PX)                                                        \
         const float *wk = j->wp + m0;                                              \
         for (int64_t k = 0; k < K; k++, wk += M8) {                                \
             const float *xk = xn + q->off[k];                                      \
@@ -1322,19 +1357,7 @@ AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t 
             }                                                                      \
         }                                                                          \
         if (yb) { /* each vector of channels into its block, the epilogue first */ \
-            for (int v = 0; v < (NV); v++) {                                       \
-                const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);              \
-                const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);              \
-                float *dst = yb + ((m0 / 8 + v) * OS + p0 + i0) * 8;               \
-                for (int i = 0; i < (PX) && i0 + i < np; i++) {                    \
-                    dc_vec t = acc[i][v];                                          \
-                    if (ab)                                                        \
-                        t = DC_NO_CONTRACT(t * av) + cv;                           \
-                    if (relu)                                                      \
-                        t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));           \
-                    *(dc_vec *)(dst + 8 * i) = t;                                  \
-                }                                                                  \
-            }                                                                      \
+            DC_STORE_BLOCKED(NV, PX, np - i0, p0 + i0)                             \
             continue;                                                              \
         }                                                                          \
         for (int i = 0; i < (PX); i++)                                             \
@@ -1386,18 +1409,14 @@ AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, 
 }
 
 /* The same for a pointwise conv on blocked x (dclp): the input channels
- * block by block, the 8 lanes of a block unrolled, each tile position's
- * value read at a fixed displacement (positions are 8 floats apart): no
- * tap table, no position table. Positions past the last whole tile go one
- * at a time. */
+ * block by block, each tile position's value read at a fixed displacement
+ * (positions are 8 floats apart): no tap table, no position table.
+ * Positions past the last whole tile go one at a time. (Unrolling the 8
+ * lanes of a block made GCC spill accumulators: slower.) */
 #define DCLP_TILE(NV, PX)                                                          \
     for (; i0 + (PX) <= np; i0 += (PX)) {                                          \
         dc_vec acc[PX][NV];                                                        \
-        for (int v = 0; v < (NV); v++) {                                           \
-            const dc_vec bv = *(const dc_vec *)(bias + m0 + 8 * v);                \
-            for (int i = 0; i < (PX); i++)                                         \
-                acc[i][v] = bv;                                                    \
-        }                                                                          \
+        DC_ACC_BIAS(NV, PX)                                                        \
         const float *xp = xn + (p0 + i0) * 8, *wk = j->wp + m0;                    \
         for (int64_t c0 = 0; c0 < C; c0 += 8, xp += plane) {                       \
             const float *xl = xp, *xe = xp + (C - c0 < 8 ? C - c0 : 8);            \
@@ -1412,19 +1431,7 @@ AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, 
                 }                                                                  \
             }                                                                      \
         }                                                                          \
-        for (int v = 0; v < (NV); v++) {                                           \
-            const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);                  \
-            const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);                  \
-            float *dst = yb + ((m0 / 8 + v) * OS + p0 + i0) * 8;                   \
-            for (int i = 0; i < (PX); i++) {                                       \
-                dc_vec t = acc[i][v];                                              \
-                if (ab)                                                            \
-                    t = DC_NO_CONTRACT(t * av) + cv;                               \
-                if (relu)                                                          \
-                    t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));               \
-                *(dc_vec *)(dst + 8 * i) = t;                                      \
-            }                                                                      \
-        }                                                                          \
+        DC_STORE_BLOCKED(NV, PX, PX, p0 + i0)                                      \
     }
 
 AI_GEMM_CLONES static void dclp_tiles(const dcl_job *j, const float *x0, float *y0,
@@ -1513,10 +1520,7 @@ static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const flo
     }
     dcl_job j = {p, &q, x, ws, y, ws + (K + 3) * M8, ep, g.grid_size,
                  (p->N + q.imgs - 1) / q.imgs * q.chunks, 0};
-    const int nt = ai_get_num_threads();
-    j.n_slots = j.jobs < DCL_SLOTS ? j.jobs : DCL_SLOTS;
-    if (j.n_slots > nt)
-        j.n_slots = nt;
+    j.n_slots = n_slots_of(j.jobs, DCL_SLOTS);
     ai_parallel_for(j.n_slots, 1, dcl_range, &j);
     return true;
 }
@@ -1559,12 +1563,7 @@ AI_GEMM_CLONES static void pwk_tile(const pwk_job *j, int64_t m0, int mr, const 
             dc_vec t = acc[r][v];
             if (j->b)
                 t = t + j->b[m];
-            if (j->ab)
-                t = DC_NO_CONTRACT(t * j->ab[m]) + j->ab[M + m];
-            if (j->relu) { /* max(t, 0), NaN kept */
-                const dc_mask keep = (t > 0) | (t != t);
-                t = (dc_vec)((dc_mask)t & keep);
-            }
+            DC_EPILOGUE(t, j->ab, j->ab[m], j->ab[M + m], j->relu);
             *(dc_vec *)(dst + r * ldd + 8 * v) = t;
         }
     }
@@ -1664,10 +1663,7 @@ static bool pwk_forward_f32(const ai_conv_params *p, float *y, const float *x, c
             }
     pwk_job j = {p, &q, x, ws, b, ep ? ep->ab : NULL, ep && ep->relu, y,
                  ws + q.MT * PWK_MR * C, 0};
-    const int nt = ai_get_num_threads();
-    j.n_slots = q.blocks < PWK_SLOTS ? q.blocks : PWK_SLOTS;
-    if (j.n_slots > nt)
-        j.n_slots = nt;
+    j.n_slots = n_slots_of(q.blocks, PWK_SLOTS);
     ai_parallel_for(j.n_slots, 1, pwk_range, &j);
     return true;
 #else
@@ -1826,13 +1822,36 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
         }                                                                             \
         for (int i = 0; i < (NP); i++) {                                              \
             dc_vec t = acc[i];                                                        \
-            if (ab)                                                                   \
-                t = DC_NO_CONTRACT(t * av) + cv;                                      \
-            if (relu)                                                                 \
-                t = (dc_vec)((dc_mask)t & ((t > 0) | (t != t)));                      \
+            DC_EPILOGUE(t, ab, av, cv, relu);                                         \
             *(dc_vec *)(yr + (o2 + i) * 8) = t;                                       \
         }                                                                             \
     }
+
+/* A row's outputs [o2, G2): 8 at a time (stride 1 and 2 as constants),
+ * then 4, then 1. */
+#define DWB_ROW()                                                                     \
+    if (s2 == 1)                                                                      \
+        DWB_TILE(8, 1)                                                                \
+    else if (s2 == 2)                                                                 \
+        DWB_TILE(8, 2)                                                                \
+    else                                                                              \
+        DWB_TILE(8, s2)                                                               \
+    DWB_TILE(4, s2)                                                                   \
+    DWB_TILE(1, s2)
+
+/* The bias, scale and shift of the unit's 8 lanes from channel c (zeros
+ * past M). */
+static void dwb_lanes(const dwl_job_f32 *j, int64_t c, float bl[3][8])
+{
+    const int64_t M = j->p->M;
+    const float *abf = j->ep ? j->ep->ab : NULL;
+    for (int l = 0; l < 8; l++) {
+        const bool in = c + l < M;
+        bl[0][l] = j->b && in ? j->b[c + l] : 0;
+        bl[1][l] = abf && in ? abf[c + l] : 0;
+        bl[2][l] = abf && in ? abf[M + c + l] : 0;
+    }
+}
 
 AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
                                     const float *wt, int64_t c)
@@ -1840,34 +1859,22 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
     const dwl_job_f32 *j = job;
     const conv_geom *g = j->g;
     const dwl_geom *q = j->q;
-    const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2], M = j->p->M, s2 = g->s[2];
+    const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
     const int64_t rs = g->s[1] * q->Wp * 8; /* an output row's step in xt */
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
     int64_t off[DW_PAD_MAX_TAPS];
     for (int64_t k = 0; k < K; k++)
         off[k] = q->off[k] * 8;
-    float bl[3][8]; /* bias, scale, shift of the lanes (0 past M) */
-    for (int l = 0; l < 8; l++) {
-        const bool in = c + l < M;
-        bl[0][l] = j->b && in ? j->b[c + l] : 0;
-        bl[1][l] = ab && in ? abf[c + l] : 0;
-        bl[2][l] = ab && in ? abf[M + c + l] : 0;
-    }
+    float bl[3][8];
+    dwb_lanes(j, c, bl);
     const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
                  cv = *(const dc_vec *)bl[2];
     for (int64_t o1 = 0; o1 < G1; o1++) {
         const float *xr = xt + o1 * rs;
         float *yr = yu + o1 * G2 * 8;
         int64_t o2 = 0;
-        if (s2 == 1)
-            DWB_TILE(8, 1)
-        else if (s2 == 2)
-            DWB_TILE(8, 2)
-        else
-            DWB_TILE(8, s2)
-        DWB_TILE(4, s2)
-        DWB_TILE(1, s2)
+        DWB_ROW()
     }
 }
 
@@ -1886,7 +1893,7 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
 {
     const dwl_job_f32 *j = job;
     const conv_geom *g = j->g;
-    const int64_t K = j->q->K, G1 = g->grid[1], G2 = g->grid[2], M = j->p->M;
+    const int64_t K = j->q->K, G1 = g->grid[1], G2 = g->grid[2];
     const int64_t H = g->img[1], W = g->img[2], s1 = g->s[1], s2 = g->s[2];
     const int64_t k1n = g->k[1], k2n = g->k[2], d1 = g->d[1], d2 = g->d[2];
     const int64_t p1 = g->p[1], p2 = g->p[2];
@@ -1896,12 +1903,7 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
     for (int64_t k = 0; k < K; k++)
         off[k] = (k / k2n * d1 * W + k % k2n * d2) * 8;
     float bl[3][8];
-    for (int l = 0; l < 8; l++) {
-        const bool in = c + l < M;
-        bl[0][l] = j->b && in ? j->b[c + l] : 0;
-        bl[1][l] = ab && in ? abf[c + l] : 0;
-        bl[2][l] = ab && in ? abf[M + c + l] : 0;
-    }
+    dwb_lanes(j, c, bl);
     const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
                  cv = *(const dc_vec *)bl[2];
     /* outputs [c_lo, c_hi) of a row read only inside columns */
@@ -1916,14 +1918,7 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
             const float *xr = xu + (r0 * W - p2) * 8;
             const int64_t G2 = c_hi; /* the tiles stop there */
             int64_t o2 = c_lo;
-            if (s2 == 1)
-                DWB_TILE(8, 1)
-            else if (s2 == 2)
-                DWB_TILE(8, 2)
-            else
-                DWB_TILE(8, s2)
-            DWB_TILE(4, s2)
-            DWB_TILE(1, s2)
+            DWB_ROW()
         }
         for (int64_t b = 0; b < G2; b++) { /* the border positions */
             if (row_in && b >= c_lo && b < c_hi)
@@ -1940,14 +1935,12 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
                                *(const dc_vec *)(xu + (r * W + col) * 8);
                 }
             }
-            if (ab)
-                acc = DC_NO_CONTRACT(acc * av) + cv;
-            if (relu)
-                acc = (dc_vec)((dc_mask)acc & ((acc > 0) | (acc != acc)));
+            DC_EPILOGUE(acc, ab, av, cv, relu);
             *(dc_vec *)(yr + b * 8) = acc;
         }
     }
 }
+#undef DWB_ROW
 #undef DWB_TILE
 #endif
 
