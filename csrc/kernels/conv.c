@@ -1813,9 +1813,9 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
         dc_vec acc[NP];                                                               \
         for (int i = 0; i < (NP); i++)                                                \
             acc[i] = bv;                                                              \
-        const float *xs = xr + o2 * (S2) * 8;                                         \
+        const float *xs = xr + (o2 * (S2) - x0) * 8;                                  \
         for (int64_t k = 0; k < K; k++) {                                             \
-            const dc_vec wk = *(const dc_vec *)(wt + k * 8);                          \
+            const dc_vec wk = *(const dc_vec *)(wt + wo[k]);                          \
             const float *xk = xs + off[k];                                            \
             for (int i = 0; i < (NP); i++)                                            \
                 acc[i] += wk * *(const dc_vec *)(xk + i * (S2) * 8);                  \
@@ -1863,13 +1863,16 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
     const int64_t rs = g->s[1] * q->Wp * 8; /* an output row's step in xt */
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
-    int64_t off[DW_PAD_MAX_TAPS];
-    for (int64_t k = 0; k < K; k++)
+    int64_t off[DW_PAD_MAX_TAPS], wo[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++) {
         off[k] = q->off[k] * 8;
+        wo[k] = k * 8;
+    }
     float bl[3][8];
     dwb_lanes(j, c, bl);
     const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
                  cv = *(const dc_vec *)bl[2];
+    const int64_t x0 = 0; /* xt's padding is inside it */
     for (int64_t o1 = 0; o1 < G1; o1++) {
         const float *xr = xt + o1 * rs;
         float *yr = yu + o1 * G2 * 8;
@@ -1878,30 +1881,41 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
     }
 }
 
-/* The same reading x's block of the unit (H, W, 8) itself: rows and
- * columns whose taps all fall inside go through the tiles, at the image's
- * row stride; the border positions add their inside taps one by one (the
- * padding's zeros add nothing). Taken by strided convs of DWB_DIRECT_MIN
- * outputs or more, whose padded copy (of an input 4 times the output at
- * stride 2) costs as much as the sums: three-conv chains, batch 16, same
- * process A/B against the copy: 16 and 32 channels 48x48 stride 2 -11%,
- * 64 channels 24x24 -3%; at stride 1 the border positions made it 16-23%
- * slower (32 channels 24x24, 8 channels 48x48), so stride 1 copies. */
+/* Taps [lo, hi) of a kernel dim whose input index o s - p + k d falls
+ * in [0, n). */
+static void dwb_taps(int64_t o, int64_t s, int64_t p, int64_t d, int64_t kn, int64_t n,
+                     int64_t *lo, int64_t *hi)
+{
+    const int64_t i0 = o * s - p;
+    *lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
+    *hi = i0 > n - 1 ? 0 : (n - 1 - i0) / d + 1;
+    *hi = *hi > kn ? kn : *hi;
+    *lo = *lo > *hi ? *hi : *lo;
+}
+
+/* The same reading x's block of the unit (H, W, 8) itself, no padded copy:
+ * each output row takes the kernel rows that fall inside the input; its
+ * columns whose taps all fall inside go through the tiles (the row's taps,
+ * at the image's row stride), the border columns add their inside taps
+ * (the padding's zeros add nothing). Taken by strided convs of
+ * DWB_DIRECT_MIN outputs or more, whose padded copy (of an input 4 times
+ * the output at stride 2) costs as much as the sums. Three-conv chains,
+ * batch 16, same process A/B against the copy: stride 2, 16 channels 48x48
+ * -12 to -16%, 32 channels -11%; stride 1 (8 and 32 channels, 48x48 and
+ * 24x24) came out between -7% and +10% over repeated runs, so stride 1
+ * keeps the copy. */
 #define DWB_DIRECT_MIN 64
 AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *xu,
                                       const float *wt, int64_t c)
 {
     const dwl_job_f32 *j = job;
     const conv_geom *g = j->g;
-    const int64_t K = j->q->K, G1 = g->grid[1], G2 = g->grid[2];
+    const int64_t G1 = g->grid[1], G2 = g->grid[2];
     const int64_t H = g->img[1], W = g->img[2], s1 = g->s[1], s2 = g->s[2];
     const int64_t k1n = g->k[1], k2n = g->k[2], d1 = g->d[1], d2 = g->d[2];
-    const int64_t p1 = g->p[1], p2 = g->p[2];
+    const int64_t p1 = g->p[1], p2 = g->p[2], x0 = p2;
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
-    int64_t off[DW_PAD_MAX_TAPS];
-    for (int64_t k = 0; k < K; k++)
-        off[k] = (k / k2n * d1 * W + k % k2n * d2) * 8;
     float bl[3][8];
     dwb_lanes(j, c, bl);
     const dc_vec bv = *(const dc_vec *)bl[0], av = *(const dc_vec *)bl[1],
@@ -1911,30 +1925,31 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
     c_lo = c_lo > G2 ? G2 : c_lo;
     c_hi = c_hi > G2 ? G2 : c_hi < c_lo ? c_lo : c_hi;
     for (int64_t o1 = 0; o1 < G1; o1++) {
-        const int64_t r0 = o1 * s1 - p1;
-        const bool row_in = r0 >= 0 && r0 + (k1n - 1) * d1 < H;
+        int64_t k1a, k1b, K = 0, off[DW_PAD_MAX_TAPS], wo[DW_PAD_MAX_TAPS];
+        dwb_taps(o1, s1, p1, d1, k1n, H, &k1a, &k1b);
+        const int64_t r = o1 * s1 - p1 + k1a * d1; /* the first row read */
+        for (int64_t k1 = k1a; k1 < k1b; k1++)
+            for (int64_t k2 = 0; k2 < k2n; k2++, K++) {
+                off[K] = ((k1 - k1a) * d1 * W + k2 * d2) * 8;
+                wo[K] = (k1 * k2n + k2) * 8;
+            }
+        const float *xr = xu + (K ? r * W * 8 : 0);
         float *yr = yu + o1 * G2 * 8;
-        if (row_in) {
-            const float *xr = xu + (r0 * W - p2) * 8;
+        {
             const int64_t G2 = c_hi; /* the tiles stop there */
             int64_t o2 = c_lo;
             DWB_ROW()
         }
-        for (int64_t b = 0; b < G2; b++) { /* the border positions */
-            if (row_in && b >= c_lo && b < c_hi)
-                continue;
+        /* the border columns: [0, c_lo) and [c_hi, G2) */
+        for (int64_t b = c_lo > 0 ? 0 : c_hi; b < G2; b = b + 1 == c_lo ? c_hi : b + 1) {
+            int64_t k2a, k2b;
+            dwb_taps(b, s2, p2, d2, k2n, W, &k2a, &k2b);
+            const int64_t col = b * s2 - p2;
             dc_vec acc = bv;
-            for (int64_t k1 = 0; k1 < k1n; k1++) {
-                const int64_t r = r0 + k1 * d1;
-                if (r < 0 || r >= H)
-                    continue;
-                for (int64_t k2 = 0; k2 < k2n; k2++) {
-                    const int64_t col = b * s2 - p2 + k2 * d2;
-                    if (col >= 0 && col < W)
-                        acc += *(const dc_vec *)(wt + (k1 * k2n + k2) * 8) *
-                               *(const dc_vec *)(xu + (r * W + col) * 8);
-                }
-            }
+            for (int64_t k1 = k1a; k1 < k1b; k1++)
+                for (int64_t k2 = k2a; k2 < k2b; k2++)
+                    acc += *(const dc_vec *)(wt + (k1 * k2n + k2) * 8) *
+                           *(const dc_vec *)(xr + ((k1 - k1a) * d1 * W + col + k2 * d2) * 8);
             DC_EPILOGUE(acc, ab, av, cv, relu);
             *(dc_vec *)(yr + b * 8) = acc;
         }
