@@ -763,16 +763,15 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
 
 /* elements of a slot: its image's padded planes (when the conv pads), its
  * positions' buffer */
-static int64_t dcl_slot_elems(const ai_conv_params *p, const dcl_geom *q)
+static int64_t dcl_slot_elems(const dcl_geom *q)
 {
-    (void)p;
     return (q->padded ? q->xc * q->Hp * q->Wp : 0) + (DCL_CHUNK + DCL_PX_MAX) * q->M8;
 }
 
 /* the packed weights, bias and epilogue factors (blocked y), the slots */
-static int64_t dcl_elems(const ai_conv_params *p, const dcl_geom *q)
+static int64_t dcl_elems(const dcl_geom *q)
 {
-    return (q->K + 3) * q->M8 + DCL_SLOTS * dcl_slot_elems(p, q);
+    return (q->K + 3) * q->M8 + DCL_SLOTS * dcl_slot_elems(q);
 }
 
 /* ------------------------------------------------ pointwise direct kernel (pwk) */
@@ -921,8 +920,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
     dcl_geom dq;
-    if (!transposed && dcl_of(p, &g, dtype, &dq, false, false) && dcl_elems(p, &dq) > direct)
-        direct = dcl_elems(p, &dq);
+    if (!transposed && dcl_of(p, &g, dtype, &dq, false, false) && dcl_elems(&dq) > direct)
+        direct = dcl_elems(&dq);
     if (!transposed && conv_shift_of(p, &g, &sh)) {
         int64_t e = conv_shift_elems(p, &g, &sh);
         return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
@@ -1474,7 +1473,7 @@ static void dcl_range(void *ctx, int64_t lo, int64_t hi)
     const dcl_geom *q = j->q;
     const int64_t M = q->yb ? q->M8 : j->p->M, OS = j->OS;
     for (int64_t s = lo; s < hi; s++) {
-        float *yt = j->slots + s * dcl_slot_elems(j->p, q), *planes = yt;
+        float *yt = j->slots + s * dcl_slot_elems(q), *planes = yt;
         if (q->padded)
             yt += q->xc * q->Hp * q->Wp;
         for (int64_t job = s * j->jobs / j->n_slots, padded = -1;
@@ -1965,7 +1964,7 @@ typedef struct {
     int64_t C, CB, S;  /* channels, blocks, positions */
     size_t es;         /* element size */
     bool to_blocked;   /* plain -> blocked, else blocked -> plain */
-    bool add;          /* into plain: add, else write */
+    bool add;          /* add into the destination, else write */
 } reorder_job;
 
 /* Blocks [lo, hi) of the batch (n CB + cb): 8 channel planes of S
@@ -1980,7 +1979,7 @@ AI_VECTOR_CLONES static void reorder_range(void *ctx, int64_t lo, int64_t hi)
         const int64_t nc = j->C - c0 < B ? j->C - c0 : B;
         char *blk = j->blocked + (size_t)(nb * j->S * B) * es;
         char *plane = (char *)j->plain + (size_t)((n * j->C + c0) * j->S) * es;
-        if (j->to_blocked && nc < B)
+        if (j->to_blocked && !j->add && nc < B)
             memset(blk, 0, (size_t)(j->S * B) * es);
         int64_t s0 = 0;
 #ifdef HAVE_TRANSPOSE8
@@ -1998,14 +1997,14 @@ AI_VECTOR_CLONES static void reorder_range(void *ctx, int64_t lo, int64_t hi)
                 float *b = (float *)blk + l, *q = (float *)pl;
                 for (int64_t s = s0; s < j->S; s++)
                     if (j->to_blocked)
-                        b[s * B] = q[s];
+                        b[s * B] = j->add ? b[s * B] + q[s] : q[s];
                     else
                         q[s] = j->add ? q[s] + b[s * B] : b[s * B];
             } else {
                 double *b = (double *)blk + l, *q = (double *)pl;
                 for (int64_t s = s0; s < j->S; s++)
                     if (j->to_blocked)
-                        b[s * B] = q[s];
+                        b[s * B] = j->add ? b[s * B] + q[s] : q[s];
                     else
                         q[s] = j->add ? q[s] + b[s * B] : b[s * B];
             }
@@ -2052,7 +2051,7 @@ size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
     bool dcl;
     if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl))
         return (size_t)blocked_fallback_elems(p, &g) * sizeof(float);
-    return (size_t)(dcl ? dcl_elems(p, &q) : l.slots * l.slot) * sizeof(float);
+    return (size_t)(dcl ? dcl_elems(&q) : l.slots * l.slot) * sizeof(float);
 }
 
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,

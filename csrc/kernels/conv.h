@@ -97,7 +97,8 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
                                  const ai_conv_epilogue *ep, bool x_blocked);
 /* plain (N, C, S) <-> blocked (N, ceil(C / 8), S, 8) of elem_size-byte
  * elements (4 or 8): to_blocked writes blocked (padding lanes zero), else
- * plain is written, or added to with `add`. On the pool. */
+ * plain; with `add` the destination is added to (blocked: its padding
+ * lanes left as they are). On the pool. */
 void ai_channels_reorder(void *blocked, void *plain, int64_t N, int64_t C, int64_t S,
                          size_t elem_size, bool to_blocked, bool add);
 

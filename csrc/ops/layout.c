@@ -104,37 +104,19 @@ static ai_status unblock_forward(ai_ctx *c)
     return AI_OK;
 }
 
-/* dx (blocked) += dy blocked: the padding lanes get zeros */
+/* dx (blocked) += dy blocked; its padding lanes get nothing */
 static ai_status unblock_backward(ai_ctx *c)
 {
-    ai_tensor *dx = c->din[0];
-    if (!dx)
-        return AI_OK;
-    const int64_t n = ai_tensor_numel(dx);
-    const size_t es = ai_dtype_size(dx->dtype);
-    void *tmp = c->workspace;
-    reorder(tmp, c->dout[0]->data, c->out[0], true, false);
-    for (int64_t i = 0; i < n; i++)
-        if (es == sizeof(float))
-            ((float *)dx->data)[i] += ((const float *)tmp)[i];
-        else
-            ((double *)dx->data)[i] += ((const double *)tmp)[i];
+    if (c->din[0])
+        reorder(c->din[0]->data, c->dout[0]->data, c->out[0], true, true);
     return AI_OK;
-}
-
-static ai_status unblock_shape_ws(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
-{
-    ai_status st = unblock_shape(c, out, ws, state);
-    if (!st) /* backward's blocked copy of dy */
-        *ws = (size_t)ai_tensor_numel(c->in[0]) * ai_dtype_size(c->in[0]->dtype);
-    return st;
 }
 
 static const ai_op_def op_block = {"BlockChannels", "aidge_interop", 1, 1, 1, 1,
                                    AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, block_shape,
                                    block_forward, block_backward};
 static const ai_op_def op_unblock = {"UnblockChannels", "aidge_interop", 1, 1, 1, 1,
-                                     AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, unblock_shape_ws,
+                                     AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, unblock_shape,
                                      unblock_forward, unblock_backward};
 
 const ai_op_def *const ai_ops_layout[] = {&op_block, &op_unblock, NULL};
