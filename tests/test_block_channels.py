@@ -63,8 +63,7 @@ CASES = {
     "pointwise_chain": ([*_conv_bn(5, 36, 1), *_conv_bn(36, 20, 1), *_conv_bn(20, 9, 1)],
                         (3, 5, 11, 7)),
     "pointwise_small_planes": ([*_conv_bn(12, 24, 1), *_conv_bn(24, 12, 1)], (23, 12, 3, 3)),
-    # over 128 input channels: the sums kept in y between chunks of channels
-    # (the last chunk 77 channels, its last block partial)
+    # over 128 input channels (a tile's weights past L1), the last block partial
     "pointwise_wide": ([*_conv_bn(12, 205, 1), *_conv_bn(205, 40, 1)], (3, 12, 5, 5)),
     # depthwise: stride 1 through the padded copy, stride 2 on a large plane
     # read directly (border positions, odd sizes), a partial unit of 8, 5x5
@@ -72,6 +71,11 @@ CASES = {
     "depthwise_s1_s2": ([*_conv_bn(3, 12, 1), *_conv_bn(12, 12, groups=12),
                          *_conv_bn(12, 12, s=2, groups=12), *_conv_bn(12, 16, 1)],
                         (2, 3, 37, 29)),
+    # rows of 12 by the row tiles, then rows of 6 (8x6 outputs, padded copy)
+    # by the flat tiles
+    "depthwise_short_rows": ([*_conv_bn(8, 24, 1), *_conv_bn(24, 24, groups=24),
+                              *_conv_bn(24, 24, s=2, groups=24), *_conv_bn(24, 8, 1)],
+                             (5, 8, 16, 12)),
     "depthwise_5x5_dilated": ([*_conv_bn(4, 16, 1), *_conv_bn(16, 16, k=5, groups=16, s=2),
                                *_conv_bn(16, 16, groups=16, dilation=2)], (2, 4, 40, 33)),
     # the direct tiles reading blocked x: 3x3 padded, strided, asymmetric
