@@ -997,6 +997,21 @@ typedef struct {
     void (*direct_sums)(const void *job, T *yu, const T *xu, const T *wt, int64_t c);
 } FN(dwl_job);
 
+/* *r = v[c, c + VL), zeros past M (and without v); a whole vector is one
+ * load (lanes stored one by one and read back as a vector stall the load) */
+static inline void FN(lane_vec)(FN(vec) *r, const T *v, int64_t c, int64_t M)
+{
+    enum { VL = AI_VEC_LANES(T) };
+    if (v && c + VL <= M) {
+        memcpy(r, v + c, sizeof *r);
+        return;
+    }
+    T l[VL] = {0};
+    for (int i = 0; v && i < VL && c + i < M; i++)
+        l[i] = v[c + i];
+    memcpy(r, l, sizeof *r);
+}
+
 /* yt (OS, DWL_UNIT) for channels [c, c + DWL_UNIT): every output position,
  * DWL_NP at a time, the taps in order, then the epilogue (as ep_apply). */
 #define DWL_NP 8
@@ -1014,17 +1029,10 @@ AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *
     for (int64_t k = 0; k < K; k++)
         off[k] = q->off[k] * L;
     for (int64_t v = 0; v < L; v += VL) {
-        T bl[3][VL]; /* bias, scale, shift of the lanes (0 past M) */
-        for (int l = 0; l < VL; l++) {
-            const bool in = c + v + l < M;
-            bl[0][l] = j->b && in ? j->b[c + v + l] : 0;
-            bl[1][l] = ab && in ? ab[c + v + l] : 0;
-            bl[2][l] = ab && in ? ab[M + c + v + l] : 0;
-        }
-        FN(vec) bv, av, tv;
-        memcpy(&bv, bl[0], sizeof bv);
-        memcpy(&av, bl[1], sizeof av);
-        memcpy(&tv, bl[2], sizeof tv);
+        FN(vec) bv, av, tv; /* bias, scale, shift of the lanes (0 past M) */
+        FN(lane_vec)(&bv, j->b, c + v, M);
+        FN(lane_vec)(&av, ab, c + v, M);
+        FN(lane_vec)(&tv, ab ? ab + M : NULL, c + v, M);
         for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWL_NP) {
             const T *src[DWL_NP];
             for (int i = 0; i < DWL_NP; i++) { /* positions past OS repeat the last */
