@@ -141,7 +141,10 @@ def block_channels(graph) -> RecipeReport:
     blocked form only (``<name>_blocked``). Inference only: the blocked
     nodes have no backward, and :func:`expand_metaops` does not undo it. A
     conv with no conv, Add or Relu next to it is left alone (see
-    ``report.skipped``)."""
+    ``report.skipped``). An Add of a conv's output (no activation, read
+    nowhere else) and a value of the same shape, with the Relu after it,
+    fuses into the conv as a residual input (a ResNet block's): this needs
+    the shapes of a planned graph (run a forward first)."""
     return _apply("block_channels", graph)
 
 

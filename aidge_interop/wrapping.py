@@ -284,7 +284,8 @@ def _apply_engine_function(module, anchor, inputs):
 # (batch 16, 1 thread, identical outputs): MobileNet -3%, KWS -9%, ResNet-8
 # +-0. remove_flatten is left out (+-2%). block_channels last runs the conv
 # chains in blocked channels (docs/engine.md): same process, KWS 0.78-0.82,
-# MobileNet 0.84-0.86, ResNet-8 0.84-0.90 of the time without it.
+# MobileNet 0.84-0.86, ResNet-8 0.84-0.90 of the time without it; its
+# residual fusion needs planned shapes, so the graph runs once before it.
 _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", "block_channels")
 
 
@@ -379,9 +380,10 @@ class AidgeModule(torch.nn.Module):
                 g.add_(eg)
         return input_grads
 
-    def _build_fused(self):
-        """The fused inference graph from the current values, or False when the
-        recipes change nothing (or fail: then with a warning)."""
+    def _build_fused(self, inputs):
+        """The fused inference graph from the current values (planned for
+        ``inputs``), or False when the recipes change nothing (or fail: then
+        with a warning)."""
         from .graph import Graph
         from .recipes import RECIPES
 
@@ -395,7 +397,14 @@ class AidgeModule(torch.nn.Module):
                                             else "const"
                                             for i in self.onnx_model.graph.initializer})
             graph = Graph(g, self.onnx_model)
-            reports = [RECIPES[name](graph) for name in _INFERENCE_RECIPES]
+            reports = []
+            for name in _INFERENCE_RECIPES:
+                if name == "block_channels":  # plans the shapes its residual fusion checks
+                    try:
+                        _graph_call(g.forward, inputs)
+                    except Exception:  # bad inputs: the forward that follows says why;
+                        pass           # block_channels then leaves the residual Adds alone
+                reports.append(RECIPES[name](graph))
         except Exception as exc:  # the main graph still runs: say so, do not fail
             warnings.warn(f"{where}: disabled, the graph could not be fused: {exc}",
                           RuntimeWarning, stacklevel=4)
@@ -408,7 +417,7 @@ class AidgeModule(torch.nn.Module):
     def _run_fused(self, inputs):
         fused = self._fused
         if fused is None:
-            fused = self._fused = self._build_fused()
+            fused = self._fused = self._build_fused(inputs)
             if fused is False:
                 return _graph_call(self._graph.forward, inputs)
         self._fused_call[0] = self._calls[0]

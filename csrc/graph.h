@@ -329,7 +329,9 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *   block_channels   chains of float32 2-D convs (with the Adds and Relus
  *                    between them) run in blocked channels (kernels/conv.h):
  *                    FusedConv x_blocked/y_blocked, UnblockChannels where a
- *                    value is read in NCHW; inference only (no backward) */
+ *                    value is read in NCHW, a residual Add (+ Relu) into
+ *                    the conv before it when the planned shapes are equal;
+ *                    inference only (no backward) */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);

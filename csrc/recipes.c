@@ -652,6 +652,93 @@ static bool elementwise_blocked(const ai_node *n, const int64_t *blocked, int64_
     return *channels > 0;
 }
 
+/* Why Add node a, blocked, cannot fuse into the conv writing its input s
+ * with the other input as the residual (NULL: it can); conv[p]: node p is
+ * a conv to be blocked. */
+static const char *residual_obstacle(const ai_graph *g, const ai_node *a, int s,
+                                     const int64_t *conv)
+{
+    bool out, act;
+    int64_t res = 0;
+    const int v = a->in[s], p = v >= 0 ? g->values[v].producer : -1;
+    if (p < 0 || !conv[p])
+        return "not a conv in blocked channels";
+    if (base_kind(&g->nodes[p], &act) != BASE_CONV || act ||
+        ai_attr_int(&g->nodes[p], "residual", 0, &res) || res)
+        return "the conv already ends with an activation or a residual";
+    if (uses(g, v, &out) != 1 || out)
+        return "the conv's output is also read elsewhere";
+    ai_meta m0, m1;
+    if (!ai_graph_value_meta(g, a->in[0], &m0) || !ai_graph_value_meta(g, a->in[1], &m1))
+        return "the Add's input shapes are unknown (run a forward first)";
+    bool same = m0.ndim == m1.ndim;
+    for (int d = 0; same && d < m0.ndim; d++)
+        same = m0.shape[d] == m1.shape[d];
+    return same ? NULL : "the Add broadcasts";
+}
+
+/* Add(conv, R) in blocked channels, and the Relu after it when it is the
+ * Add's only reader: the conv (no activation) takes R as a residual (input
+ * 7, blocked too) and the Relu as its activation; the Add and the Relu are
+ * detached (no inputs, no outputs: removed at the end). When both inputs
+ * qualify, the conv that runs last takes the other's output. On the
+ * planned graph (the shapes must be equal). */
+static ai_status fuse_residuals(ai_graph *g, const int64_t *conv, const int64_t *blocked,
+                                ai_recipe_report *r)
+{
+    ai_status st = AI_OK;
+    int *pos = calloc((size_t)g->n_nodes + 1, sizeof(int)); /* place in the order */
+    if (!pos)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    for (int oi = 0; oi < g->n_nodes; oi++)
+        pos[g->order[oi]] = oi;
+    for (int oi = 0; oi < g->n_nodes && !st; oi++) {
+        ai_node *a = &g->nodes[g->order[oi]];
+        if (!is_op(a, "", "Add") || a->n_in != 2 || a->n_out != 1 || !blocked[a->out[0]])
+            continue;
+        const char *why[2] = {residual_obstacle(g, a, 0, conv),
+                              residual_obstacle(g, a, 1, conv)};
+        if (why[0] && why[1]) {
+            if (why[0] == why[1])
+                st = report(r, false, a->name, "Add '%s' not fused into a conv: %s", a->name,
+                            why[0]);
+            else
+                st = report(r, false, a->name, "Add '%s' not fused into a conv: input 0: %s; "
+                            "input 1: %s", a->name, why[0], why[1]);
+            continue;
+        }
+        int s = why[0] ? 1 : 0;
+        if (!why[0] && !why[1] &&
+            pos[g->values[a->in[1]].producer] > pos[g->values[a->in[0]].producer])
+            s = 1;
+        const int p = g->values[a->in[s]].producer, rv = a->in[1 - s];
+        ai_node *n = &g->nodes[p], *relu = NULL; /* the Relu, the Add's only reader */
+        bool out;
+        if (uses(g, a->out[0], &out) == 1 && !out)
+            for (int k = 0; k < g->n_nodes; k++)
+                if (is_op(&g->nodes[k], "", "Relu") && g->nodes[k].in[0] == a->out[0])
+                    relu = &g->nodes[k];
+        if ((st = report(r, true, n->name, "%s '%s' + Add '%s'%s%s%s -> FusedConv '%s' adding "
+                         "'%s' before its activation", n->op_type, n->name, a->name,
+                         relu ? " + Relu '" : "", relu ? relu->name : "", relu ? "'" : "",
+                         n->name, g->values[rv].name)) ||
+            (st = set_number(n, "residual", AI_ATTR_INT, 1)) ||
+            (st = set_string(n, "residual_node", a->name)) ||
+            (relu && (st = set_string(n, "activation", "Relu"))))
+            break;
+        for (int k = n->n_in; k < 7; k++)
+            n->in[k] = -1; /* absent: the bias, the BatchNorm's inputs */
+        n->in[7] = rv;
+        n->n_in = 8;
+        take_output(g, p, relu ? relu->out[0] : a->out[0]);
+        a->n_in = a->n_out = 0;
+        if (relu)
+            relu->n_in = relu->n_out = 0;
+    }
+    free(pos);
+    return st;
+}
+
 ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
 {
     ai_status st = check_finalized(g, "block_channels");
@@ -710,6 +797,8 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
         if (!conv[i] && elementwise_blocked(&g->nodes[i], blocked, &ch))
             blocked[g->nodes[i].out[0]] = ch;
     }
+    if (!st)
+        st = fuse_residuals(g, conv, blocked, r);
     bool editing = false;
     const int n_values = g->n_values, n_nodes = g->n_nodes;
     int *moved = calloc((size_t)n_values + 1, sizeof(int)); /* v -> its blocked value */
@@ -735,7 +824,8 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
         const bool is_conv = conv[i] != 0;
         for (int s = 0; s < n->n_in; s++) {
             const int v = n->in[s];
-            if (v >= 0 && moved[v] && (is_conv ? s == 0 : blocked[n->out[0]] != 0))
+            if (v >= 0 && moved[v] &&
+                (is_conv ? s == 0 || s == 7 /* the residual */ : blocked[n->out[0]] != 0))
                 n->in[s] = moved[v] - 1;
         }
         if (!is_conv)
@@ -775,11 +865,18 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
         st = report(r, true, name, "UnblockChannels '%s' for the readers of '%s' in NCHW", name,
                     g->values[v].name);
     }
+    /* the Adds and Relus fuse_residuals detached: the only nodes without outputs */
+    bool *remove = st ? NULL : calloc((size_t)g->n_nodes + 1, sizeof(bool));
+    if (!st && !remove)
+        st = ai_error(AI_ERR_NOMEM, "out of memory");
+    for (int i = 0; !st && i < g->n_nodes; i++)
+        remove[i] = g->nodes[i].n_out == 0;
     free(moved);
     free(blocked);
     free(conv);
     if (!st)
-        st = end_edit(g, editing, NULL);
+        st = end_edit(g, editing, remove);
+    free(remove);
     return st;
 }
 

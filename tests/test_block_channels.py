@@ -97,14 +97,20 @@ def _build(name):
     spec, shape = CASES[name]
     torch.manual_seed(sum(map(ord, name)))
     net = spec() if callable(spec) else torch.nn.Sequential(*spec)
-    with torch.no_grad():  # statistics that matter (and no two parameters equal)
+    return _random_bn(net), torch.randn(shape, generator=torch.Generator().manual_seed(3))
+
+
+def _random_bn(net):
+    """net in eval mode, its BatchNorms' statistics and affine random: values
+    that matter, and no two parameters equal (the exporter would merge them)."""
+    with torch.no_grad():
         for mod in net.modules():
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.5, 0.5)
                 mod.running_var.uniform_(0.5, 2.0)
                 mod.weight.uniform_(0.5, 1.5)
                 mod.bias.uniform_(-0.5, 0.5)
-    return net.eval(), torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    return net.eval()
 
 
 def _blocked_nodes(graph):
@@ -190,6 +196,100 @@ def test_blocked_conv_is_inference_only_and_not_exported(tmp_path):
     graph.training = False
     with pytest.raises(NotImplementedError, match="blocked channels .*cannot be exported"):
         export_c(graph, tmp_path / "out", inputs=[x.numpy()[:1]], verbose=False)
+
+
+# -- residual Adds fused into the conv ------------------------------------------------
+
+
+class Residuals(torch.nn.Module):
+    """Four Adds of blocked values: a ResNet block (fused, with its Relu); an
+    Add whose conv output is also read elsewhere and whose other input ends
+    with a Relu (left alone); an Add of a conv (fused, no Relu after it);
+    one that broadcasts a 1x1 plane over the other (left alone)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(*_conv_bn(3, 12))
+        self.block = Residual(12, 12, 1)
+        self.a = torch.nn.Conv2d(12, 12, 3, padding=1)
+        self.b = torch.nn.Conv2d(12, 12, 1)
+        self.whole = torch.nn.Conv2d(12, 12, (5, 4))  # a 5x4 plane -> 1x1
+        self.c = torch.nn.Conv2d(12, 12, 1)
+
+    def forward(self, x):
+        x = self.block(self.stem(x))
+        a = self.a(x)
+        y = self.b(a + x) + a  # a is read twice
+        return self.c(y + self.whole(y))  # (N, 12, 1, 1) broadcast over the plane
+
+
+def _recipes(net, x, plan):
+    graph, _, _ = torch_graph(net, [x], "test")
+    for recipe in ("constant_fold", "batchnorm_epilogue", "fuse_activation", "block_channels"):
+        if recipe == "block_channels" and plan:
+            graph.forward(x.numpy())  # the shapes the residual fusion checks
+        report = recipes.RECIPES[recipe](graph)
+    return graph, report
+
+
+def test_residual_add_fuses_into_the_conv():
+    torch.manual_seed(0)
+    net = _random_bn(Residuals())
+    x = torch.randn(3, 3, 5, 4)
+    graph, report = _recipes(net, x, plan=True)
+    plain, plain_report = _recipes(net, x, plan=False)
+    nodes = graph.nodes()
+    fused = {n["name"]: n for n in nodes if n["attrs"].get("residual")}
+    assert sorted(fused) == ["/b/Conv", "/block/body/body.3/Conv"]
+    assert fused["/block/body/body.3/Conv"]["attrs"]["activation"] == "Relu"
+    assert "activation" not in fused["/b/Conv"]["attrs"]
+    for n in fused.values():
+        assert len(n["inputs"]) == 8 and n["inputs"][7].endswith("_blocked")
+    assert sum(n["op_type"] == "Add" for n in nodes) == 2  # of 4
+    assert sum(n["op_type"] == "Relu" for n in nodes) == 0
+    assert any("+ Add '" in d and "+ Relu '" in d for d in report)
+    why = " ".join(report.skipped)
+    assert ("Add '/Add' not fused into a conv: input 0: the conv's output is also read "
+            "elsewhere; input 1: the conv already ends with an activation" in why)
+    assert "Add '/Add_2' not fused into a conv: input 0: " in why
+    assert "input 1: the Add broadcasts" in why
+    # unplanned: every Add stays, and says why
+    assert not any(n["attrs"].get("residual") for n in plain.nodes())
+    assert "input shapes are unknown (run a forward first)" in " ".join(plain_report.skipped)
+    # the residual is added where the Add would round it: the same bits
+    with torch.no_grad():
+        ref = net(x).numpy()
+    y = graph.forward(x.numpy())[0]
+    np.testing.assert_array_equal(y, plain.forward(x.numpy())[0])
+    np.testing.assert_allclose(y, ref, **TOL)
+    # through wrap: planned at the first eval forward, then another input size
+    wrapped = wrap(copy.deepcopy(net), [tuple(x.shape)]).eval()
+    x2 = torch.randn(2, 3, 5, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(x), net(x), **TOL)
+        torch.testing.assert_close(wrapped(x2), net(x2), **TOL)
+    assert any(n["attrs"].get("residual") for n in wrapped._fused.nodes())
+
+
+def test_residual_shape_mismatch_names_the_node():
+    f32 = TensorProto.FLOAT
+    w = helper.make_tensor("w", f32, (8, 8, 1, 1), np.ones(64, np.float32))
+    node = helper.make_node("FusedConv", ["x", "w", "", "", "", "", "", "r"], ["y"], name="conv",
+                            domain="aidge_interop", y_blocked=1, residual=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", f32, None),
+                                            helper.make_tensor_value_info("r", f32, None)],
+                              [helper.make_tensor_value_info("y", f32, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("aidge_interop", 1)])
+    g = load_onnx(model)
+    x = np.random.default_rng(0).standard_normal((2, 8, 3, 3)).astype(np.float32)
+    r = np.random.default_rng(1).standard_normal((2, 1, 3, 3, 8)).astype(np.float32)
+    y = g.forward([x, r])[0]  # the conv (all-ones 1x1 weights: channel sums) plus r
+    ref = np.broadcast_to(x.sum(1)[:, None, :, :, None], r.shape) + r
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="FusedConv node 'conv': the residual .*blocked "
+                                         "output's shape"):
+        g.forward([x, r[:, :, :2]])
 
 
 # -- the reorders ---------------------------------------------------------------------

@@ -1097,15 +1097,22 @@ typedef int32_t dc_mask __attribute__((vector_size(32)));
             acc[i][v] = bv;                                                        \
     }
 /* The accumulators into a blocked y, the first `valid` positions, with the epilogue:
- * yb is the image's output, p the tile's first position. */
+ * yb is the image's output, p the tile's first position; with rb (the
+ * image's residual, blocked like y) the residual is added after the
+ * affine, before the Relu (as a separate Add and Relu would round). */
 #define DC_STORE_BLOCKED(NV, PX, valid, p)                                         \
     for (int v = 0; v < (NV); v++) {                                               \
         const dc_vec av = *(const dc_vec *)(ea + m0 + 8 * v);                      \
         const dc_vec cv = *(const dc_vec *)(ec + m0 + 8 * v);                      \
-        float *dst = yb + ((m0 / 8 + v) * OS + (p)) * 8;                           \
+        const int64_t at = ((m0 / 8 + v) * OS + (p)) * 8;                          \
+        float *dst = yb + at;                                                      \
         for (int i = 0; i < (PX) && i < (valid); i++) {                            \
             dc_vec t = acc[i][v];                                                  \
-            DC_EPILOGUE(t, ab, av, cv, relu);                                      \
+            DC_EPILOGUE(t, ab, av, cv, relu && !rb);                               \
+            if (rb) {                                                              \
+                t += *(const dc_vec *)(rb + at + 8 * i);                           \
+                DC_EPILOGUE(t, false, av, cv, relu);                               \
+            }                                                                      \
             *(dc_vec *)(dst + 8 * i) = t;                                          \
         }                                                                          \
     }
@@ -1296,6 +1303,7 @@ typedef struct {
     float *y, *slots;
     const ai_conv_epilogue *ep;
     int64_t OS, jobs, n_slots;
+    const float *r; /* blocked y: a residual added before the Relu, or NULL */
 } dcl_job;
 
 /* Slots for `jobs` jobs: one per thread, at most `max_slots` (the
@@ -1334,6 +1342,7 @@ AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t 
     const int64_t K = q->K, M8 = q->M8, OS = j->OS;
     const float *bias = j->wp + K * M8, *ea = bias + M8, *ec = ea + M8;
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
+    const float *rb = j->r && yb ? j->r + (yb - j->y) : NULL; /* the image's residual */
     int64_t base[DCL_CHUNK + DCL_PX_MAX];
     for (int64_t i = 0; i < np + DCL_PX_MAX; i++) { /* past np: the last again (not stored) */
         const int64_t pos = p0 + (i < np ? i : np - 1);
@@ -1446,6 +1455,7 @@ AI_GEMM_CLONES static void dclp_tiles(const dcl_job *j, const float *x0, float *
         for (int64_t n = 0; n < images; n++) {
             const float *xn = x0 + n * xstride;
             float *yb = y0 + n * ystride;
+            const float *rb = j->r ? j->r + (yb - j->y) : NULL; /* the image's residual */
             int64_t i0 = 0;
             if (nv >= 4) {
                 DCLP_TILE(4, 3)
@@ -1500,7 +1510,8 @@ static void dcl_range(void *ctx, int64_t lo, int64_t hi)
 
 /* y = conv(x, w) + b by the dcl tiles (dcl_of's `blocked` and `xb`). */
 static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const float *w,
-                    const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked, bool xb)
+                    const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked, bool xb,
+                    const float *r)
 {
     conv_geom g = conv_geom_of(p, false);
     dcl_geom q;
@@ -1518,7 +1529,7 @@ static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const flo
         ws[(K + 2) * M8 + m] = ab && m < M ? ab[M + m] : 0;
     }
     dcl_job j = {p, &q, x, ws, y, ws + (K + 3) * M8, ep, g.grid_size,
-                 (p->N + q.imgs - 1) / q.imgs * q.chunks, 0};
+                 (p->N + q.imgs - 1) / q.imgs * q.chunks, 0, r};
     j.n_slots = n_slots_of(j.jobs, DCL_SLOTS);
     ai_parallel_for(j.n_slots, 1, dcl_range, &j);
     return true;
@@ -1677,7 +1688,7 @@ static bool dconv_forward_f32(const ai_conv_params *p, float *y, const float *x,
 {
     if (pwk_forward_f32(p, y, x, w, b, ws, ep))
         return true;
-    return dcl_run(p, y, x, w, b, ws, ep, false, false) ||
+    return dcl_run(p, y, x, w, b, ws, ep, false, false, NULL) ||
            dconv_run(p, y, x, w, false, b, false, ws, ep);
 }
 
@@ -1863,8 +1874,10 @@ static inline void dwb_lane_vec(dc_vec *r, const float *v, int64_t c, int64_t M)
 #define DWB_NP 8
 static inline void dwb_flat(float *yu, const float *xt, const float *wt, const int64_t *off,
                             int64_t K, int64_t OS, int64_t G2, int64_t rs, int64_t cs,
-                            dc_vec bv, dc_vec av, dc_vec cv, bool ab, bool relu)
+                            const dc_vec *bvp, const dc_vec *avp, const dc_vec *cvp, bool ab,
+                            bool relu)
 {
+    const dc_vec bv = *bvp, av = *avp, cv = *cvp; /* (pointers: no vector arguments) */
     for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWB_NP) {
         const float *src[DWB_NP];
         dc_vec acc[DWB_NP];
@@ -1914,7 +1927,7 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
     dwb_lane_vec(&av, abf, c, M);
     dwb_lane_vec(&cv, abf ? abf + M : NULL, c, M);
     if (G2 < 8 || G2 % 4) { /* short rows: flat tiles */
-        dwb_flat(yu, xt, wt, off, K, g->grid_size, G2, rs, s2 * 8, bv, av, cv, ab, relu);
+        dwb_flat(yu, xt, wt, off, K, g->grid_size, G2, rs, s2 * 8, &bv, &av, &cv, ab, relu);
         return;
     }
     const int64_t x0 = 0; /* xt's padding is inside it */
@@ -2101,14 +2114,44 @@ size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
     return (size_t)(dcl ? dcl_elems(&q) : l.slots * l.slot) * sizeof(float);
 }
 
+typedef struct {
+    float *y;
+    const float *r;
+    bool relu;
+} residual_job;
+
+/* y[lo, hi) += r, then the Relu (NaN passes) */
+AI_VECTOR_CLONES static void residual_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const residual_job *j = ctx;
+    float *y = j->y;
+    const float *r = j->r;
+    for (int64_t i = lo; i < hi; i++) {
+        const float t = y[i] + r[i];
+        y[i] = j->relu && !(t > 0 || t != t) ? 0 : t;
+    }
+}
+
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
                                  const float *w, const float *b, float *ws,
-                                 const ai_conv_epilogue *ep, bool x_blocked)
+                                 const ai_conv_epilogue *ep, bool x_blocked, const float *r)
 {
     conv_geom g = conv_geom_of(p, false);
     dcl_geom q;
     dwl_geom l;
     bool dcl;
+    if (blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl) && dcl) {
+        dcl_run(p, y, x, w, b, ws, ep, true, x_blocked, r); /* the residual in registers */
+        return;
+    }
+    if (r) { /* the other paths: the conv and affine, then y = relu(y + r) in a pass */
+        const ai_conv_epilogue e = {ep ? ep->ab : NULL, false};
+        ai_conv_forward_blocked_f32(p, y, x, w, b, ws, &e, x_blocked, NULL);
+        residual_job j = {y, r, ep && ep->relu};
+        ai_parallel_for(p->N * (p->M + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK * AI_CONV_BLOCK *
+                            g.grid_size, AI_GRAIN_ELEMS, residual_range, &j);
+        return;
+    }
     if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl)) {
         /* the NCHW conv between reorders (planes too large for the slots,
          * too many taps, groups) */
@@ -2118,10 +2161,6 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
                                 false);
         ai_conv_forward_f32(p, ys, x_blocked ? xs : x, w, b, rest, ep);
         ai_channels_reorder(y, ys, p->N, p->M, g.grid_size, sizeof(float), true, false);
-        return;
-    }
-    if (dcl) {
-        dcl_run(p, y, x, w, b, ws, ep, true, x_blocked);
         return;
     }
 #if defined(__GNUC__)

@@ -87,14 +87,17 @@ void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw
  * most 640 taps: channel-kernel positions) and depthwise ones (channel
  * multiplier 1), ai_conv_blocked_fast; any other 2-D conv (or planes too
  * large for the tiles' slots) runs the NCHW forward between reorders. The
- * workspace is ai_conv_blocked_workspace_bytes long.
+ * workspace is ai_conv_blocked_workspace_bytes long. `r` (or NULL): a
+ * residual blocked like y, added after the epilogue's affine and before its
+ * Relu (a ResNet block's Add and Relu; the direct tiles add it in registers,
+ * the other paths in a pass after the conv).
  */
 #define AI_CONV_BLOCK 8
 bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize);
 size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked);
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
                                  const float *w, const float *b, float *ws,
-                                 const ai_conv_epilogue *ep, bool x_blocked);
+                                 const ai_conv_epilogue *ep, bool x_blocked, const float *r);
 /* plain (N, C, S) <-> blocked (N, ceil(C / 8), S, 8) of elem_size-byte
  * elements (4 or 8): to_blocked writes blocked (padding lanes zero), else
  * plain; with `add` the destination is added to (blocked: its padding

@@ -59,6 +59,7 @@ typedef struct {
     bool bn;              /* inputs 3..6: a BatchNorm epilogue */
     bool conv;            /* the base is Conv (else Gemm) */
     bool xb, yb;          /* x_blocked, y_blocked */
+    bool res;             /* residual: input 7 added before the activation */
     double eps;
 } fused_info;
 
@@ -76,22 +77,30 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
         (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)) ||
         (st = ai_attr_float(n, "bn_epsilon", 0, &f->eps)))
         return st;
-    int64_t xb, yb;
-    if ((st = ai_attr_int(n, "x_blocked", 0, &xb)) || (st = ai_attr_int(n, "y_blocked", 0, &yb)))
+    int64_t xb, yb, res;
+    if ((st = ai_attr_int(n, "x_blocked", 0, &xb)) || (st = ai_attr_int(n, "y_blocked", 0, &yb)) ||
+        (st = ai_attr_int(n, "residual", 0, &res)))
         return st;
     f->xb = xb != 0;
     f->yb = yb != 0;
+    f->res = res != 0;
+    if (f->res && (!f->yb || n->n_in != 8 || n->in[7] < 0))
+        return ai_node_error(n, AI_ERR_VALUE, "residual: a FusedConv with y_blocked and the "
+                             "residual as input 7 (inputs 3 to 6 the BatchNorm's or absent) "
+                             "expected");
     if ((f->xb || f->yb) && gemm)
         return ai_node_error(n, AI_ERR_VALUE, "x_blocked and y_blocked are FusedConv's");
     if (f->xb && !f->yb)
         return ai_node_error(n, AI_ERR_VALUE, "x_blocked without y_blocked is not supported");
     f->bn = ai_node_attr(n, "bn_epsilon") != NULL;
-    if (f->bn && n->n_in != 7)
+    const int n_in = n->n_in - f->res; /* without the residual */
+    if (f->bn && n_in != 7)
         return ai_node_error(n, AI_ERR_VALUE, "with bn_epsilon, 7 inputs expected (X, W, B "
-                             "or '', scale, bias, mean, var), got %d", n->n_in);
-    if (!f->bn && n->n_in > 3)
-        return ai_node_error(n, AI_ERR_VALUE, "%d inputs: more than 3 only with bn_epsilon",
-                             n->n_in);
+                             "or '', scale, bias, mean, var), got %d", n_in);
+    for (int k = 3; !f->bn && k < n_in; k++)
+        if (k >= 3 + 4 * f->res || n->in[k] >= 0)
+            return ai_node_error(n, AI_ERR_VALUE, "%d inputs: more than 3 only with bn_epsilon "
+                                 "(or absent before a residual)", n->n_in);
     if (!act[0]) {
         f->act = ACT_NONE;
     } else if (!strcmp(act, "Relu")) {
@@ -107,6 +116,8 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
         return ai_node_error(n, AI_ERR_VALUE, "activation '%s'; 'Relu', 'Clip' or '' "
                              "expected", act);
     }
+    if (f->res && f->act == ACT_CLIP)
+        return ai_node_error(n, AI_ERR_VALUE, "residual: activation Relu or none expected");
     if (f->flatten_axis != -1 && (!gemm || f->flatten_axis < 0))
         return ai_node_error(n, AI_ERR_VALUE, "flatten_axis %lld: only FusedGemm takes one, "
                              ">= 0", (long long)f->flatten_axis);
@@ -262,6 +273,16 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     const int64_t M = out_channels(c, &f, out[0].ndim, out[0].shape);
     if (f.yb && (st = blocked_shape(&b, &f, out, ws)))
         return st;
+    if (f.res) {
+        const ai_tensor *r = c->in[7];
+        bool same = r->dtype == AI_F32 && r->ndim == out[0].ndim;
+        for (int d = 0; same && d < r->ndim; d++)
+            same = r->shape[d] == out[0].shape[d];
+        if (!same)
+            return ai_node_error(c->node, AI_ERR_VALUE, "the residual (input 7) must be float32 "
+                                 "with the blocked output's shape (no broadcasting), got %s "
+                                 "of rank %d", ai_dtype_name(r->dtype), r->ndim);
+    }
     if (f.bn) {
         for (int k = 3; k < 7; k++)
             if (!c->in[k] || !ai_dtype_is_float(c->in[k]->dtype) ||
@@ -431,7 +452,8 @@ static ai_status fused_forward(ai_ctx *c)
             return st;
         const ai_tensor *bias = b.n_in > 2 ? b.in[2] : NULL;
         ai_conv_forward_blocked_f32(&p, c->out[0]->data, c->in[0]->data, b.in[1]->data,
-                                    bias ? bias->data : NULL, b.workspace, &ep, f.xb);
+                                    bias ? bias->data : NULL, b.workspace, &ep, f.xb,
+                                    f.res ? c->in[7]->data : NULL);
         j.ab = NULL; /* Clip alone is left, on the whole blocks (padding lanes too) */
         if (f.act == ACT_CLIP)
             ai_parallel_for(ai_tensor_numel(c->out[0]), AI_GRAIN_ELEMS, activate_range, &j);
@@ -473,7 +495,7 @@ static ai_status fused_backward(ai_ctx *c)
     return f.base->backward(&b);
 }
 
-static const ai_op_def op_fused_conv = {"FusedConv", "aidge_interop", 2, 7, 1, 1, 0,
+static const ai_op_def op_fused_conv = {"FusedConv", "aidge_interop", 2, 8, 1, 1, 0,
                                         fused_init, fused_shape, fused_forward,
                                         fused_backward};
 static const ai_op_def op_fused_gemm = {"FusedGemm", "aidge_interop", 2, 7, 1, 1, 0,
