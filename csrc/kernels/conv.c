@@ -749,7 +749,17 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
     q->M8 = (p->M + 7) / 8 * 8;
     q->K = p->C * g->ksize;
     q->chunks = (g->grid_size + DCL_CHUNK - 1) / DCL_CHUNK;
-    q->imgs = q->pw && g->grid_size < DCL_CHUNK ? DCL_CHUNK / g->grid_size : 1;
+    q->imgs = 1;
+    if (q->pw && g->grid_size < DCL_CHUNK) {
+        /* images of a job: at most a chunk's positions, the jobs a multiple
+         * of the threads (16 images of 3x3 at 2 threads: 8 + 8, not 10 + 6)
+         * and as even as they go */
+        const int64_t most = DCL_CHUNK / g->grid_size, nt = ai_get_num_threads();
+        int64_t jobs = (p->N + most - 1) / most;
+        jobs = (jobs + nt - 1) / nt * nt;
+        jobs = jobs < p->N ? jobs : p->N;
+        q->imgs = (p->N + jobs - 1) / jobs;
+    }
     if (q->padded && q->xc * q->Hp * q->Wp > DCL_SLOT_PLANES)
         return false; /* the slots' planes would make a large workspace */
     int64_t t = 0;
@@ -1508,6 +1518,21 @@ static void dcl_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+typedef struct {
+    float *wp;
+    const float *w;
+    int64_t K, M, M8;
+} pack_job;
+
+/* Output channels [16 lo, 16 hi) of w (M, K) into columns of wp (K, M8):
+ * on the pool, the weights of a wide conv are 256 KB and more. */
+static void pack_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const pack_job *j = ctx;
+    const int64_t m0 = lo * 16, m1 = hi * 16 < j->M ? hi * 16 : j->M;
+    transpose_f32(j->wp + m0, j->M8, j->w + m0 * j->K, j->K, m1 - m0, j->K, false);
+}
+
 /* y = conv(x, w) + b by the dcl tiles (dcl_of's `blocked` and `xb`). */
 static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const float *w,
                     const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked, bool xb,
@@ -1519,7 +1544,8 @@ static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const flo
         return false;
     const int64_t K = q.K, M = p->M, M8 = q.M8;
     /* (K, M8), zero past M; w is (M, C, kernel) = (M, K) */
-    transpose_f32(ws, M8, w, K, M, K, false);
+    pack_job pj = {ws, w, K, M, M8};
+    ai_parallel_for((M + 15) / 16, ai_grain_of(16 * K), pack_range, &pj);
     for (int64_t k = 0; M < M8 && k < K; k++)
         memset(ws + k * M8 + M, 0, sizeof(float) * (size_t)(M8 - M));
     const float *ab = ep ? ep->ab : NULL;
