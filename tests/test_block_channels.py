@@ -41,6 +41,23 @@ class Residual(torch.nn.Module):
         return torch.relu(self.body(x) + self.short(x))
 
 
+class ResidualPaths(torch.nn.Module):
+    """Residual Adds after a depthwise conv and after a 3x3 conv on a plane
+    too large for the direct tiles (the kernels that add the residual in a
+    pass after the conv)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(*_conv_bn(3, 16, 1))
+        self.dw = torch.nn.Sequential(*_conv_bn(16, 16, groups=16, act=""))
+        self.big = torch.nn.Sequential(*_conv_bn(16, 16, act=""))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = torch.relu(self.dw(x) + x)
+        return torch.relu(self.big(y) + y)
+
+
 class ChannelBroadcast(torch.nn.Module):
     """An Add of a 1-channel conv output to a 12-channel one: broadcast over
     the channels, which blocks cannot do (the Add stays NCHW)."""
@@ -90,6 +107,8 @@ CASES = {
                                              Residual(16, 24, 2)), (3, 3, 16, 12)),
     # planes too large for the direct tiles' slots: the NCHW forward between reorders
     "fallback_large_plane": ([*_conv_bn(3, 16, 1), *_conv_bn(16, 16, 3)], (1, 3, 100, 100)),
+    # residuals fused into a depthwise conv and into the fallback: added in a pass
+    "residual_other_paths": (lambda: ResidualPaths(), (1, 3, 100, 100)),
 }
 
 
@@ -125,6 +144,10 @@ def test_blocked_chains_against_torch(name):
         got, ref = wrapped(x), net(x)
     torch.testing.assert_close(got, ref, **TOL)
     assert len(_blocked_nodes(wrapped._fused)) >= 2  # it did run blocked
+    if name.startswith("residual"):  # every Add fused into its conv
+        nodes = wrapped._fused.nodes()
+        assert not any(n["op_type"] == "Add" for n in nodes)
+        assert sum(bool(n["attrs"].get("residual")) for n in nodes) == 2
     # another batch size: the plan is redone, the layout holds
     x5 = torch.randn((5, *x.shape[1:]), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():

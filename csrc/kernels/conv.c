@@ -2174,8 +2174,9 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
         const ai_conv_epilogue e = {ep ? ep->ab : NULL, false};
         ai_conv_forward_blocked_f32(p, y, x, w, b, ws, &e, x_blocked, NULL);
         residual_job j = {y, r, ep && ep->relu};
-        ai_parallel_for(p->N * (p->M + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK * AI_CONV_BLOCK *
-                            g.grid_size, AI_GRAIN_ELEMS, residual_range, &j);
+        const int64_t blocks = (p->M + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK;
+        ai_parallel_for(p->N * blocks * AI_CONV_BLOCK * g.grid_size, AI_GRAIN_ELEMS,
+                        residual_range, &j);
         return;
     }
     if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl)) {

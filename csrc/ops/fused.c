@@ -41,6 +41,7 @@
  * factors use the same first part of the workspace.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "../graph.h"
@@ -63,6 +64,20 @@ typedef struct {
     double eps;
 } fused_info;
 
+/* The registry's Conv or Gemm, looked up once (every forward reads the
+ * node's attributes again: the registry's linear search by name was a
+ * hundred string compares per node and call). */
+static const ai_op_def *base_op(bool gemm)
+{
+    static _Atomic(const ai_op_def *) cache[2]; /* the table is constant: relaxed is enough */
+    const ai_op_def *op = atomic_load_explicit(&cache[gemm], memory_order_relaxed);
+    if (!op) {
+        op = ai_op_find("", gemm ? "Gemm" : "Conv");
+        atomic_store_explicit(&cache[gemm], op, memory_order_relaxed);
+    }
+    return op;
+}
+
 static ai_status fused_read(const ai_node *n, fused_info *f)
 {
     const char *act;
@@ -71,7 +86,7 @@ static ai_status fused_read(const ai_node *n, fused_info *f)
     bool gemm = strcmp(n->op_type, "FusedGemm") == 0;
     f->conv = !gemm;
     ai_status st;
-    f->base = ai_op_find("", gemm ? "Gemm" : "Conv");
+    f->base = base_op(gemm);
     if ((st = ai_attr_string(n, "activation", "", &act)) ||
         (st = ai_attr_floats(n, "activation_params", &params, &n_params)) ||
         (st = ai_attr_int(n, "flatten_axis", -1, &f->flatten_axis)) ||
