@@ -2166,7 +2166,8 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
     dcl_geom q;
     dwl_geom l;
     bool dcl;
-    if (blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl) && dcl) {
+    const bool fast = blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl);
+    if (fast && dcl) {
         dcl_run(p, y, x, w, b, ws, ep, true, x_blocked, r); /* the residual in registers */
         return;
     }
@@ -2179,7 +2180,7 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
                         residual_range, &j);
         return;
     }
-    if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl)) {
+    if (!fast) {
         /* the NCHW conv between reorders (planes too large for the slots,
          * too many taps, groups) */
         float *xs = ws, *ys = xs + p->N * p->C * g.img_size, *rest = ys + p->N * p->M * g.grid_size;
