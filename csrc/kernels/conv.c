@@ -1878,20 +1878,6 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
     DWB_TILE(4, s2)                                                                   \
     DWB_TILE(1, s2)
 
-/* *r = v[c, c + 8), zeros past M (and without v): a unit's bias, scale
- * or shift; inline, so a whole unit is one vector load. */
-static inline void dwb_lane_vec(dc_vec *r, const float *v, int64_t c, int64_t M)
-{
-    if (v && c + 8 <= M) {
-        memcpy(r, v + c, sizeof *r);
-        return;
-    }
-    float l[8] = {0};
-    for (int i = 0; v && i < 8 && c + i < M; i++)
-        l[i] = v[c + i];
-    memcpy(r, l, sizeof *r);
-}
-
 /* The outputs [0, OS) in flat tiles of DWB_NP positions (rows of G2, the
  * last tile repeating the last position), for rows too short for the row
  * tiles, whose 1-wide tails are chains of dependent FMAs: each position
@@ -1949,9 +1935,9 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
     }
     const int64_t M = j->p->M;
     dc_vec bv, av, cv;
-    dwb_lane_vec(&bv, j->b, c, M);
-    dwb_lane_vec(&av, abf, c, M);
-    dwb_lane_vec(&cv, abf ? abf + M : NULL, c, M);
+    lane_vec_f32(&bv, j->b, c, M);
+    lane_vec_f32(&av, abf, c, M);
+    lane_vec_f32(&cv, abf ? abf + M : NULL, c, M);
     if (G2 < 8 || G2 % 4) { /* short rows: flat tiles */
         dwb_flat(yu, xt, wt, off, K, g->grid_size, G2, rs, s2 * 8, &bv, &av, &cv, ab, relu);
         return;
@@ -2002,9 +1988,9 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
     const int64_t M = j->p->M;
     dc_vec bv, av, cv;
-    dwb_lane_vec(&bv, j->b, c, M);
-    dwb_lane_vec(&av, abf, c, M);
-    dwb_lane_vec(&cv, abf ? abf + M : NULL, c, M);
+    lane_vec_f32(&bv, j->b, c, M);
+    lane_vec_f32(&av, abf, c, M);
+    lane_vec_f32(&cv, abf ? abf + M : NULL, c, M);
     /* outputs [c_lo, c_hi) of a row read only inside columns */
     int64_t c_lo = (p2 + s2 - 1) / s2, c_hi = (W - (k2n - 1) * d2 + p2 + s2 - 1) / s2;
     c_lo = c_lo > G2 ? G2 : c_lo;
