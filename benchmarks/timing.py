@@ -22,6 +22,13 @@ def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
     microsecond calls are not timer noise); the number of samples fills
     ``budget_s`` for all callables together, within [min_samples, max_samples].
     """
+    return [statistics.median(s)
+            for s in interleaved_samples(fns, budget_s, min_samples, max_samples, sample_s)]
+
+
+def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=2e-4):
+    """The samples (seconds per call) behind :func:`interleaved_medians`, one
+    list per callable."""
     inners = []
     for fn in fns:  # warm-up, and the size of one sample
         fn()
@@ -33,4 +40,4 @@ def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
     for _ in range(rounds):
         for fn, k, out in zip(fns, inners, samples):
             out.append(_sample(fn, k))
-    return [statistics.median(s) for s in samples]
+    return samples
