@@ -1369,26 +1369,62 @@ AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t 
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     const float *rb = j->r && yb ? j->r + (yb - j->y) : NULL; /* the image's residual */
     int64_t base[DCL_CHUNK + DCL_PX_MAX];
-    for (int64_t i = 0; i < np + DCL_PX_MAX; i++) { /* past np: the last again (not stored) */
-        const int64_t pos = p0 + (i < np ? i : np - 1);
-        base[i] = (pos / q->G2 * q->s1 * q->Wp + pos % q->G2 * q->s2) * q->xl;
+    /* position p0 + i's first input, rows and columns counted (a division
+     * per position was a sixth of the stem's time) */
+    const int64_t rs = q->s1 * q->Wp * q->xl, cstep = q->s2 * q->xl; /* a row's, a column's step */
+    int64_t o2 = p0 % q->G2, at = (p0 / q->G2 * q->s1 * q->Wp + o2 * q->s2) * q->xl;
+    for (int64_t i = 0; i < np; i++) {
+        base[i] = at;
+        if (++o2 < q->G2) {
+            at += cstep;
+        } else {
+            o2 = 0;
+            at += rs - (q->G2 - 1) * cstep;
+        }
     }
-#define DCL_TILE(NV, PX)                                                           \
-    for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                    \
-        dc_vec acc[PX][NV];                                                        \
-        DC_ACC_BIAS(NV, PX)                                                        \
+    for (int64_t i = np; i < np + DCL_PX_MAX; i++) /* past np: the last again (not stored) */
+        base[i] = base[np - 1];
+/* The taps of a tile, position i's input at x + IDX(i) (IDX a table
+ * lookup, or a constant step: no index registers, no spills) */
+#define DCL_TAPS(NV, PX, X0, IDX)                                                  \
+    {                                                                              \
         const float *wk = j->wp + m0 * K;                                          \
         for (int64_t k = 0; k < K; k++, wk += bw) {                                \
-            const float *xk = xn + q->off[k];                                      \
+            const float *xk = (X0) + q->off[k];                                    \
             dc_vec wv[NV];                                                         \
             for (int v = 0; v < (NV); v++)                                         \
                 wv[v] = *(const dc_vec *)(wk + 8 * v);                             \
             for (int i = 0; i < (PX); i++) {                                       \
-                const float a = xk[base[i0 + i]];                                  \
+                const float a = xk[IDX(i)];                                        \
                 for (int v = 0; v < (NV); v++)                                     \
                     acc[i][v] += a * wv[v];                                        \
             }                                                                      \
         }                                                                          \
+    }
+#define DCL_TABLE(i) base[i0 + (i)]
+#define DCL_STEP1(i) (i)
+#define DCL_STEP2(i) ((i) * 2)
+#define DCL_STEP8(i) ((i) * 8)
+#define DCL_STEP16(i) ((i) * 16)
+#define DCL_TILE(NV, PX)                                                           \
+    for (int64_t i0 = 0; i0 < np; i0 += (PX)) {                                    \
+        dc_vec acc[PX][NV];                                                        \
+        DC_ACC_BIAS(NV, PX)                                                        \
+        /* a whole tile inside one output row: its positions a column step \
+         * apart, constant displacements when the step is a common one */         \
+        const bool row = i0 + (PX) <= np &&                                        \
+                         base[i0 + (PX) - 1] - base[i0] == cstep * ((PX) - 1);     \
+        const float *x0 = xn + base[i0];                                           \
+        if (row && cstep == 1)                                                     \
+            DCL_TAPS(NV, PX, x0, DCL_STEP1)                                        \
+        else if (row && cstep == 2)                                                \
+            DCL_TAPS(NV, PX, x0, DCL_STEP2)                                        \
+        else if (row && cstep == 8)                                                \
+            DCL_TAPS(NV, PX, x0, DCL_STEP8)                                        \
+        else if (row && cstep == 16)                                               \
+            DCL_TAPS(NV, PX, x0, DCL_STEP16)                                       \
+        else                                                                       \
+            DCL_TAPS(NV, PX, xn, DCL_TABLE)                                        \
         if (yb) { /* each vector of channels into its block, the epilogue first */ \
             DC_STORE_BLOCKED(NV, PX, np - i0, p0 + i0)                             \
             continue;                                                              \
@@ -1410,6 +1446,12 @@ AI_GEMM_CLONES static void dcl_tiles(const dcl_job *j, const float *xn, int64_t 
         m0 += bw;
     }
 #undef DCL_TILE
+#undef DCL_TAPS
+#undef DCL_TABLE
+#undef DCL_STEP1
+#undef DCL_STEP2
+#undef DCL_STEP8
+#undef DCL_STEP16
 }
 
 /* yt (np rows of M8) into positions [p0, p0 + np) of y's M planes (OS
