@@ -161,6 +161,8 @@ struct ai_op_def {
     /* Infers out metas from c->in (shapes, dtypes, constant values);
      * may set *workspace and *state_bytes (zeroed per plan). */
     ai_status (*shape)(ai_ctx *c, ai_meta *out, size_t *workspace, size_t *state_bytes);
+    /* Writes every element of every output: outputs come uninitialised
+     * (arena memory, or a new tensor for a graph output). */
     ai_status (*forward)(ai_ctx *c);
     ai_status (*backward)(ai_ctx *c); /* NULL: no gradient flows through */
 };
