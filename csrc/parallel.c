@@ -1,16 +1,23 @@
 /*
  * parallel.c — the thread pool of parallel.h.
  *
- * One job at a time: the thread that takes `owner` (trylock) publishes the
- * job and a new generation number under `lock`; the owner and the workers
- * then claim the job's ranges one at a time, and the last range to finish
- * wakes the owner. Range k of a job is [n * k / parts, n * (k + 1) / parts):
- * a static split (the values never depend on which thread runs a range),
- * but whoever is running takes the next unclaimed range, so a worker that
- * is not scheduled (the other CPU busy, say with another library's spinning
- * threads) delays nothing: the owner runs its range. A claim is a CAS on
- * (generation, next range): a worker that wakes late, for a job that is
- * over, claims nothing of the next one.
+ * One job at a time: the thread that takes `owner` (trylock) writes the job,
+ * then a new generation number, which the spinning workers watch (no lock
+ * on that path: a worker blocked on a lock the owner held had to be woken,
+ * tens of microseconds on a virtual machine); only sleeping workers are
+ * woken, under `lock`. The owner and the workers then claim the job's parts
+ * one at a time, and the last part to finish wakes the owner if it sleeps. Part k of a job is [n * k / parts, n * (k + 1) / parts):
+ * a static split (the values never depend on which thread runs a part).
+ * Each taking thread has a block of consecutive parts (the owner the first,
+ * worker i the (i + 1)-th): it claims its own from the front, in order, and
+ * when they are gone takes the others' from their back. With threads of
+ * equal speed each runs exactly its block, as a static split would (and
+ * the same items as in the previous job, still in its cache); a slower
+ * thread (a virtual CPU whose physical core is busy with someone else's
+ * work, here up to half the speed) or a descheduled one gives its parts
+ * up to the others. A claim is a CAS on the block's (generation, next,
+ * end): a worker that wakes late, for a job that is over, claims nothing
+ * of the next one.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "parallel.h"
@@ -23,26 +30,40 @@
 
 #include "kernels/gemm.h"
 
-#define SPIN_ROUNDS 20000 /* polls of the generation before sleeping: ~20-50 us */
+/* How long an idle worker polls for the next job before it sleeps, and the
+ * owner for the last parts before it waits: the next operator's job usually
+ * follows within microseconds, and a sleeping worker takes a wake-up (tens
+ * of microseconds on a virtual machine) to start. */
+#define SPIN_SECONDS 3e-4
+
+/* One block's claim word, (gen << 32) | (next << 16) | end, on its own
+ * cache line: a thread claiming its own parts shares it with nobody. */
+typedef struct {
+    _Alignas(64) atomic_uint_least64_t w;
+} block_claim;
 
 static struct {
     pthread_mutex_t owner; /* held by the thread whose job is running */
-    pthread_mutex_t lock;  /* guards job, gen and the condition variables */
+    pthread_mutex_t lock;  /* guards the condition variables */
     pthread_cond_t wake, done;
     int threads;           /* set count, caller included */
     int started;           /* workers running */
     atomic_uint gen;       /* job number; workers watch it */
-    atomic_uint_least64_t claim; /* (gen << 32) | the next range to claim */
-    atomic_int pending;    /* ranges of the current job not finished */
-    ai_range_fn fn;
-    void *ctx;
-    int64_t n;
-    int parts;
+    atomic_int pending;    /* parts of the current job not finished */
+    atomic_int sleepers;   /* workers waiting on `wake` */
+    atomic_bool owner_waits; /* the owner waits on `done` */
+    /* the job: written before gen is, read after it (a worker that reads a
+     * later job's fields claims nothing: its gen is over) */
+    _Atomic(ai_range_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_int_least64_t n;
+    atomic_int parts, blocks;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, NULL, NULL, 0, 0};
+          PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, false, NULL, NULL, 0, 0, 0};
 
+static block_claim claims[AI_MAX_THREADS];
 static unsigned start_gen[AI_MAX_THREADS]; /* gen when worker i was created */
-static _Thread_local bool in_range; /* this thread is running a range: nest serially */
+static _Thread_local bool in_range; /* this thread is running a part: nest serially */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* One poll of a spin-wait (round i): a pause, and every 64th round the CPU
@@ -57,31 +78,45 @@ static inline void cpu_relax(int i)
         sched_yield();
 }
 
-static void run_range(ai_range_fn fn, void *ctx, int64_t n, int parts, int k)
+/* Whether a spin that started at t0 has lasted SPIN_SECONDS (the clock read
+ * every 64 rounds). */
+static inline bool spun_out(int i, double t0)
+{
+    return (i & 63) == 63 && ai_seconds() - t0 > SPIN_SECONDS;
+}
+
+static void run_part(ai_range_fn fn, void *ctx, int64_t n, int parts, int k)
 {
     in_range = true;
     fn(ctx, n * k / parts, n * (k + 1) / parts);
     in_range = false;
-    if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+    if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.owner_waits)) {
         pthread_mutex_lock(&pool.lock);
         pthread_cond_signal(&pool.done);
         pthread_mutex_unlock(&pool.lock);
     }
 }
 
-/* The next unclaimed range of job `gen` (of `parts`), or -1 when none is
- * left or the job is no longer `gen`. */
-static int claim_range(unsigned gen, int parts)
+/* The next part of job `gen` for thread `self`: the front of its own block
+ * (when it has one), else the back of the next block that has parts left;
+ * -1 when none is left or the job is no longer `gen`. */
+static int claim_part(unsigned gen, int self, int blocks)
 {
-    uint_least64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
-    for (;;) {
-        const unsigned k = (unsigned)(c & 0xffffffffu);
-        if ((unsigned)(c >> 32) != gen || k >= (unsigned)parts)
-            return -1;
-        if (atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + 1,
-                                                  memory_order_acq_rel, memory_order_acquire))
-            return (int)k;
+    for (int i = 0; i < blocks; i++) {
+        const int b = (self + i) % blocks;
+        const bool own = i == 0 && self < blocks;
+        uint_least64_t c = atomic_load_explicit(&claims[b].w, memory_order_acquire);
+        for (;;) {
+            const unsigned next = (unsigned)(c >> 16) & 0xffffu, end = (unsigned)c & 0xffffu;
+            if ((unsigned)(c >> 32) != gen || next >= end)
+                break;
+            const uint_least64_t d = own ? c + (UINT64_C(1) << 16) : c - 1;
+            if (atomic_compare_exchange_weak_explicit(&claims[b].w, &c, d, memory_order_acq_rel,
+                                                      memory_order_acquire))
+                return own ? (int)next : (int)end - 1;
+        }
     }
+    return -1;
 }
 
 static void *worker(void *arg)
@@ -89,20 +124,28 @@ static void *worker(void *arg)
     const int index = (int)(intptr_t)arg;
     unsigned seen = start_gen[index]; /* not a load here: the first job may be out */
     for (;;) {
-        for (int i = 0; i < SPIN_ROUNDS && atomic_load_explicit(&pool.gen, memory_order_acquire)
-                                               == seen; i++)
+        const double t0 = ai_seconds();
+        unsigned gen;
+        for (int i = 0; (gen = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen &&
+                        !spun_out(i, t0);
+             i++)
             cpu_relax(i);
-        pthread_mutex_lock(&pool.lock);
-        while (atomic_load(&pool.gen) == seen)
-            pthread_cond_wait(&pool.wake, &pool.lock);
-        seen = atomic_load(&pool.gen);
-        ai_range_fn fn = pool.fn;
-        void *ctx = pool.ctx;
-        int64_t n = pool.n;
-        int parts = pool.parts;
-        pthread_mutex_unlock(&pool.lock);
-        for (int k; (k = claim_range(seen, parts)) >= 0;)
-            run_range(fn, ctx, n, parts, k);
+        if (gen == seen) { /* sleep; the owner wakes sleepers (sleepers > 0) */
+            pthread_mutex_lock(&pool.lock);
+            atomic_fetch_add(&pool.sleepers, 1);
+            while ((gen = atomic_load(&pool.gen)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            atomic_fetch_sub(&pool.sleepers, 1);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = gen;
+        const ai_range_fn fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
+        void *const ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+        const int64_t n = atomic_load_explicit(&pool.n, memory_order_relaxed);
+        const int parts = atomic_load_explicit(&pool.parts, memory_order_relaxed);
+        const int blocks = atomic_load_explicit(&pool.blocks, memory_order_relaxed);
+        for (int k; (k = claim_part(seen, index, blocks)) >= 0;)
+            run_part(fn, ctx, n, parts, k);
     }
     return NULL;
 }
@@ -116,6 +159,8 @@ static void after_fork_child(void)
     pthread_cond_init(&pool.done, NULL);
     pool.started = 0;
     atomic_store(&pool.pending, 0);
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.owner_waits, false);
 }
 
 static void init(void)
@@ -144,6 +189,12 @@ static int start_workers(int threads)
     return pool.started + 1;
 }
 
+int ai_parallel_parts(void)
+{
+    pthread_once(&once, init);
+    return pool.threads == 1 ? 1 : pool.threads * AI_PARTS_PER_THREAD;
+}
+
 void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx)
 {
     pthread_once(&once, init);
@@ -151,39 +202,54 @@ void ai_parallel_for(int64_t n, int64_t grain, ai_range_fn fn, void *ctx)
         return;
     if (grain < 1)
         grain = 1;
-    int64_t most = n / grain;
-    int parts = pool.threads < most ? pool.threads : (int)most;
-    if (parts < 2 || in_range || pthread_mutex_trylock(&pool.owner) != 0) {
+    const int64_t most = n / grain;
+    const int threads = pool.threads < most ? pool.threads : (int)most;
+    if (threads < 2 || in_range || pthread_mutex_trylock(&pool.owner) != 0) {
         fn(ctx, 0, n);
         return;
     }
-    int running = start_workers(parts);
-    parts = parts < running ? parts : running;
-    if (parts < 2) {
+    const int running = start_workers(threads);
+    const int blocks = threads < running ? threads : running;
+    if (blocks < 2) {
         pthread_mutex_unlock(&pool.owner);
         fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&pool.lock);
-    pool.fn = fn;
-    pool.ctx = ctx;
-    pool.n = n;
-    pool.parts = parts;
-    atomic_store(&pool.pending, parts);
+    const int64_t most_parts = (int64_t)pool.threads * AI_PARTS_PER_THREAD;
+    const int parts = (int)(most < most_parts ? most : most_parts);
+    atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&pool.n, n, memory_order_relaxed);
+    atomic_store_explicit(&pool.parts, parts, memory_order_relaxed);
+    atomic_store_explicit(&pool.blocks, blocks, memory_order_relaxed);
+    atomic_store_explicit(&pool.pending, parts, memory_order_relaxed);
     const unsigned gen = atomic_load(&pool.gen) + 1;
-    atomic_store(&pool.claim, (uint_least64_t)gen << 32);
-    atomic_store_explicit(&pool.gen, gen, memory_order_release);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
+    for (int b = 0; b < blocks; b++)
+        atomic_store_explicit(&claims[b].w,
+                              (uint_least64_t)gen << 32 |
+                                  (uint_least64_t)(parts * b / blocks) << 16 |
+                                  (uint_least64_t)(parts * (b + 1) / blocks),
+                              memory_order_relaxed);
+    atomic_store(&pool.gen, gen); /* publishes the above; then wake the sleepers */
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
 
-    for (int k; (k = claim_range(gen, parts)) >= 0;)
-        run_range(fn, ctx, n, parts, k);
-    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&pool.pending) > 0; i++)
+    for (int k; (k = claim_part(gen, 0, blocks)) >= 0;)
+        run_part(fn, ctx, n, parts, k);
+    const double t0 = ai_seconds();
+    for (int i = 0; atomic_load(&pool.pending) > 0 && !spun_out(i, t0); i++)
         cpu_relax(i);
-    pthread_mutex_lock(&pool.lock);
-    while (atomic_load(&pool.pending) > 0)
-        pthread_cond_wait(&pool.done, &pool.lock);
-    pthread_mutex_unlock(&pool.lock);
+    if (atomic_load(&pool.pending) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        atomic_store(&pool.owner_waits, true);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        atomic_store(&pool.owner_waits, false);
+        pthread_mutex_unlock(&pool.lock);
+    }
     pthread_mutex_unlock(&pool.owner);
 }
 

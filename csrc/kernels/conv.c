@@ -701,7 +701,7 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
  * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6:
  * 0.97-1.44; MobileNet's 3 -> 8 stride-2 stem: 1.05; 1 -> 8 stride 2: 0.75).
  * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
- * thread), each a position buffer and room for an image's padded planes.
+ * part of a pool pass), each a position buffer and room for an image's padded planes.
  */
 #define DCL_MAX_TAPS 640
 #define DCL_CHUNK 96
@@ -768,7 +768,7 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
         /* images of a job: at most a chunk's positions, the jobs a multiple
          * of the threads (16 images of 3x3 at 2 threads: 8 + 8, not 10 + 6)
          * and as even as they go */
-        const int64_t most = DCL_CHUNK / g->grid_size, nt = ai_get_num_threads();
+        const int64_t most = DCL_CHUNK / g->grid_size, nt = ai_parallel_parts();
         int64_t jobs = (p->N + most - 1) / most;
         jobs = (jobs + nt - 1) / nt * nt;
         jobs = jobs < p->N ? jobs : p->N;
@@ -1331,11 +1331,11 @@ typedef struct {
     const float *r; /* blocked y: a residual added before the Relu, or NULL */
 } dcl_job;
 
-/* Slots for `jobs` jobs: one per thread, at most `max_slots` (the
- * workspace's), at most one per job. */
+/* Slots for `jobs` jobs: one per part of the pool (ai_parallel_parts), at
+ * most `max_slots` (the workspace's), at most one per job. */
 static int64_t n_slots_of(int64_t jobs, int64_t max_slots)
 {
-    const int64_t nt = ai_get_num_threads(), n = jobs < max_slots ? jobs : max_slots;
+    const int64_t nt = ai_parallel_parts(), n = jobs < max_slots ? jobs : max_slots;
     return n > nt ? nt : n;
 }
 
