@@ -33,6 +33,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -47,15 +48,21 @@ from timing import interleaved_medians as _interleaved  # noqa: E402
 
 # With one thread the contenders alternate sample by sample (timing.py). With
 # more, a library's idle workers keep spinning for a while after its call
-# (torch's OpenMP ~0.3 ms, ONNX Runtime's pool, the engine's ~20 us) and take a
-# core from the next contender: then each contender is timed in its own block.
+# (ONNX Runtime's pool about 60 ms here, torch's OpenMP ~0.3 ms, the engine's
+# 0.3 ms) and take a core from the next contender: then each contender is
+# timed in its own block, after a pause (`settle`, seconds) that lets the
+# others' workers sleep: 2 ms, or 0.1 s where ONNX Runtime is a contender.
 _THREADS = [1]
 
 
-def interleaved_medians(fns, budget=0.3, **kw):
+def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
     if _THREADS[0] == 1:
         return _interleaved(fns, budget, **kw)
-    return [_interleaved([fn], budget / len(fns), **kw)[0] for fn in fns]
+    out = []
+    for fn in fns:
+        time.sleep(settle)
+        out.append(_interleaved([fn], budget / len(fns), **kw)[0])
+    return out
 
 MODELS = {  # name: (factory module, factory, input shape without the batch)
     "Perceptron": ("perceptron_model", "perceptron", (16,)),
@@ -189,7 +196,7 @@ def bench_models(budget, batch, threads):
             return run
 
         row["engine_fwd"], row["torch_fwd"], row["ort_fwd"] = interleaved_medians(
-            [fwd(am), fwd(tm), lambda: session.run(None, feed)], budget)
+            [fwd(am), fwd(tm), lambda: session.run(None, feed)], budget, settle=0.1)
         # training step: forward, MSE loss, backward, SGD
         tm = build_model(name).train()
         am = aidge_interop.wrap(copy.deepcopy(tm), [tuple(x.shape)])
@@ -197,7 +204,7 @@ def bench_models(budget, batch, threads):
             y = torch.randn_like(tm(x))
         steps = [train_step(am, aidge_interop.SGD(am, lr=LR), x, y),
                  train_step(tm, torch.optim.SGD(tm.parameters(), lr=LR), x, y)]
-        row["engine_train"], row["torch_train"] = interleaved_medians(steps, budget)
+        row["engine_train"], row["torch_train"] = interleaved_medians(steps, budget, settle=0.1)
         stats = am.memory_stats()
         row["engine_plan_peak_bytes"] = stats.get("peak_bytes", stats.get("peak"))
         rows.append(row)
