@@ -777,9 +777,10 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
     q->imgs = 1;
     if (q->pw && g->grid_size < DCL_CHUNK) {
         /* images of a job: at most a chunk's positions, the jobs a multiple
-         * of the threads (16 images of 3x3 at 2 threads: 8 + 8, not 10 + 6)
-         * and as even as they go */
-        const int64_t most = DCL_CHUNK / g->grid_size, nt = ai_parallel_parts();
+         * of the slots (n_slots_of: 16 images of 3x3 in 2 slots go 8 + 8,
+         * not 10 + 6) and as even as they go */
+        const int64_t most = DCL_CHUNK / g->grid_size,
+                      nt = ai_parallel_parts() < DCL_SLOTS ? ai_parallel_parts() : DCL_SLOTS;
         int64_t jobs = (p->N + most - 1) / most;
         jobs = (jobs + nt - 1) / nt * nt;
         jobs = jobs < p->N ? jobs : p->N;
