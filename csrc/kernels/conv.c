@@ -712,7 +712,8 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
  * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6:
  * 0.97-1.44; MobileNet's 3 -> 8 stride-2 stem: 1.05; 1 -> 8 stride 2: 0.75).
  * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
- * part of a pool pass), each a position buffer and room for an image's padded planes.
+ * part of a pool pass), each a position buffer and room for an image's
+ * padded planes.
  */
 #define DCL_MAX_TAPS 640
 #define DCL_CHUNK 96
@@ -779,8 +780,8 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
         /* images of a job: at most a chunk's positions, the jobs a multiple
          * of the slots (n_slots_of: 16 images of 3x3 in 2 slots go 8 + 8,
          * not 10 + 6) and as even as they go */
-        const int64_t most = DCL_CHUNK / g->grid_size,
-                      nt = ai_parallel_parts() < DCL_SLOTS ? ai_parallel_parts() : DCL_SLOTS;
+        const int64_t most = DCL_CHUNK / g->grid_size, parts = ai_parallel_parts();
+        const int64_t nt = parts < DCL_SLOTS ? parts : DCL_SLOTS;
         int64_t jobs = (p->N + most - 1) / most;
         jobs = (jobs + nt - 1) / nt * nt;
         jobs = jobs < p->N ? jobs : p->N;
