@@ -14,11 +14,12 @@
  */
 #include "../parallel.h"
 
-/* For row r in [R0, R1) of the columns and each grid row (o0, o1), calls BODY with
- * `rowp` (the grid row's columns, grid[2] long), `src` (the image row's
- * element for o2 = 0: src[o2 * s2] for o2 in [lo2, hi2)), or src NULL when
- * the row lies in the padding; [lo2, hi2) are the grid positions inside. */
-#define FOR_COLUMN_ROWS(R0, R1, IMG, COL, BODY)                                        \
+/* For row r in [R0, R1) of the columns (rows LD apart) and each grid row
+ * (o0, o1), calls BODY with `rowp` (the grid row's columns, grid[2] long),
+ * `src` (the image row's element for o2 = 0: src[o2 * s2] for o2 in
+ * [lo2, hi2)), or src NULL when the row lies in the padding; [lo2, hi2) are
+ * the grid positions inside. */
+#define FOR_COLUMN_ROWS(R0, R1, IMG, COL, LD, BODY)                                    \
     for (int64_t r = (R0); r < (R1); r++) {                                            \
         conv_tap t = conv_tap_of(g, r);                                                \
         int64_t lo[3], hi[3];                                                          \
@@ -28,7 +29,7 @@
         (void)s2;                                                                      \
         for (int64_t o0 = 0; o0 < g->grid[0]; o0++)                                    \
             for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {                              \
-                T *rowp = (COL) + ((r * g->grid[0] + o0) * g->grid[1] + o1) * g->grid[2]; \
+                T *rowp = (COL) + r * (LD) + (o0 * g->grid[1] + o1) * g->grid[2];      \
                 bool in = o0 >= lo[0] && o0 < hi[0] && o1 >= lo[1] && o1 < hi[1];      \
                 T *src = !in ? NULL                                                    \
                              : (IMG) + t.plane +                                       \
@@ -57,13 +58,13 @@ static inline bool FN(im2col_subsamples)(const conv_geom *g)
     return inside;
 }
 
-/* col (C*K, grid) = the patches of img (C, image); padding reads 0. Rows
- * [r0, r1) of the columns. A 1x1 kernel that reads no padding (a strided
+/* col (C*K, grid; rows ld apart) = the patches of img (C, image); padding
+ * reads 0. Rows [r0, r1) of the columns. A 1x1 kernel that reads no padding (a strided
  * 1x1 conv: ResNet's shortcuts) is a plain subsampling of each plane, its
  * own loop (the general one's per-row bookkeeping made it cost more than
  * the GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
 AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
-                                             int64_t r0, int64_t r1)
+                                             int64_t r0, int64_t r1, int64_t ld)
 {
     if (FN(im2col_subsamples)(g)) {
         const int64_t G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
@@ -72,13 +73,13 @@ AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_ge
                 for (int64_t o1 = 0; o1 < G1; o1++) {
                     const T *src = img + r * g->img_size +
                                    (o0 * g->s[0] * g->img[1] + o1 * g->s[1]) * g->img[2];
-                    T *dst = col + r * g->grid_size + (o0 * G1 + o1) * G2;
+                    T *dst = col + r * ld + (o0 * G1 + o1) * G2;
                     for (int64_t j = 0; j < G2; j++)
                         dst[j] = src[j * s2];
                 }
         return;
     }
-    FOR_COLUMN_ROWS(r0, r1, (T *)img, col, {
+    FOR_COLUMN_ROWS(r0, r1, (T *)img, col, ld, {
         if (!src) {
             memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
             continue;
@@ -98,7 +99,7 @@ AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_ge
 static void FN(im2col_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(cols_job) *j = ctx;
-    FN(im2col_rows)(j->dst, j->src, j->g, lo, hi);
+    FN(im2col_rows)(j->dst, j->src, j->g, lo, hi, j->g->grid_size);
 }
 
 /* Split by column rows: each writes its own row. */
@@ -108,12 +109,13 @@ static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
     ai_parallel_for(C * g->ksize, ai_grain_of(g->grid_size), FN(im2col_range), &j);
 }
 
-/* img (C, image) += the columns col (C*K, grid) summed back onto the image:
- * the adjoint of im2col. Channels [c0, c1), that is rows [c0*K, c1*K). */
+/* img (C, image) += the columns col (C*K, grid; rows ld apart) summed back
+ * onto the image: the adjoint of im2col. Channels [c0, c1), that is rows
+ * [c0*K, c1*K). */
 AI_VECTOR_CLONES static void FN(col2im_channels)(T *img, const T *col, const conv_geom *g,
-                                                 int64_t c0, int64_t c1)
+                                                 int64_t c0, int64_t c1, int64_t ld)
 {
-    FOR_COLUMN_ROWS(c0 * g->ksize, c1 * g->ksize, img, (T *)col, {
+    FOR_COLUMN_ROWS(c0 * g->ksize, c1 * g->ksize, img, (T *)col, ld, {
         if (!src)
             continue;
         if (s2 == 1)
@@ -128,7 +130,7 @@ AI_VECTOR_CLONES static void FN(col2im_channels)(T *img, const T *col, const con
 static void FN(col2im_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(cols_job) *j = ctx;
-    FN(col2im_channels)(j->dst, j->src, j->g, lo, hi);
+    FN(col2im_channels)(j->dst, j->src, j->g, lo, hi, j->g->grid_size);
 }
 
 /* Split by channels: the rows of one channel add into its plane alone, in
@@ -1684,6 +1686,71 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         FN(gemm_image)(p, &g, y, x, w, b, workspace, ep, n, ep != NULL);
 }
 
+/* The image groups of cols_groups_of (conv.c), in `parts` runs of
+ * consecutive groups (one at one thread): workspace slots of columns (C K,
+ * OS), one per run, then one weight gradient (M, C K) per group. */
+typedef struct {
+    const ai_conv_params *p;
+    const conv_geom *g;
+    T *dx, *dw, *ws;
+    const T *dy, *x, *w;
+    int64_t groups, parts;
+    bool assign_dx;
+} FN(cols_groups_job);
+
+static void FN(cols_groups_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(cols_groups_job) *j = ctx;
+    const ai_conv_params *p = j->p;
+    const conv_geom *g = j->g;
+    const int64_t OS = g->grid_size, IS = g->img_size, rows = p->C * g->ksize;
+    for (int64_t q = lo; q < hi; q++) {
+        T *cols = j->ws + q * rows * OS;
+        for (int64_t u = q * j->groups / j->parts; u < (q + 1) * j->groups / j->parts; u++) {
+            T *dwg = j->ws + j->groups * rows * OS + u * p->M * rows;
+            const int64_t n0 = u * p->N / j->groups, n1 = (u + 1) * p->N / j->groups;
+            for (int64_t n = n0; n < n1; n++) {
+                const T *dyn = j->dy + n * p->M * OS;
+                if (j->dw) {
+                    FN(im2col_rows)(cols, j->x + n * p->C * IS, g, 0, rows, OS);
+                    GEMM(false, true, p->M, rows, OS, 1, dyn, OS, cols, OS, n == n0 ? 0 : 1,
+                         dwg, rows);
+                }
+                if (j->dx) {
+                    T *dxn = j->dx + n * p->C * IS;
+                    GEMM(true, false, rows, OS, p->M, 1, j->w, rows, dyn, OS, 0, cols, OS);
+                    if (j->assign_dx) /* col2im adds overlapping windows */
+                        memset(dxn, 0, sizeof(T) * (size_t)(p->C * IS));
+                    FN(col2im_channels)(dxn, cols, g, 0, p->C, OS);
+                }
+            }
+        }
+    }
+}
+
+/* dw elements [lo, hi) += each group's, in group order */
+static void FN(cols_groups_sum_range)(void *ctx, int64_t lo, int64_t hi)
+{
+    const FN(cols_groups_job) *j = ctx;
+    const int64_t rows = j->p->C * j->g->ksize, size = j->p->M * rows;
+    const T *dwg = j->ws + j->groups * rows * j->g->grid_size;
+    for (int64_t u = 0; u < j->groups; u++)
+        for (int64_t e = lo; e < hi; e++)
+            j->dw[e] += dwg[u * size + e];
+}
+
+static void FN(cols_groups_backward)(const ai_conv_params *p, const conv_geom *g,
+                                     int64_t groups, T *dx, T *dw, const T *dy, const T *x,
+                                     const T *w, T *ws, bool assign_dx)
+{
+    const int64_t parts = ai_parallel_parts() < groups ? ai_parallel_parts() : groups;
+    FN(cols_groups_job) j = {p, g, dx, dw, ws, dy, x, w, groups, parts, assign_dx};
+    ai_parallel_for(parts, 1, FN(cols_groups_range), &j);
+    if (dw)
+        ai_parallel_for(p->M * p->C * g->ksize, ai_grain_of(groups), FN(cols_groups_sum_range),
+                        &j);
+}
+
 /* With assign_dx, dx is written (=), not added to; dx and dw may then be one
  * buffer (a value that is both x and w): zeroed once, then added to. */
 static bool FN(zero_dx_if_shared)(const ai_conv_params *p, T *dx, const T *dw, bool assign_dx)
@@ -1754,7 +1821,12 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
         if (dx)
             FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace, NULL);
     }
-    for (int64_t n = 0; n < p->N && !conv_depthwise(p); n++)
+    const int64_t groups = (dx || dw) && !conv_depthwise(p) ? cols_groups_of(p, &g) : 0;
+    if (groups) {
+        FN(cols_groups_backward)(p, &g, groups, dx, dw, dy, x, w, workspace, assign_dx);
+        dx = dw = NULL; /* done: db below */
+    }
+    for (int64_t n = 0; n < p->N && !conv_depthwise(p) && (dx || dw); n++)
         for (int64_t grp = 0; grp < p->group; grp++) {
             const T *dyg = dy + (n * p->M + grp * Mg) * OS;
             int64_t xoff = (n * p->C + grp * Cg) * IS;
