@@ -1716,13 +1716,15 @@ AI_GEMM_CLONES static void pwk_tile(const pwk_job *j, int64_t m0, int mr, const 
             for (int v = 0; v < NV; v++)
                 acc[r][v] += wp[r] * xv[v];
     }
+    const float *const bias = j->b, *const ab = j->ab; /* (not reloaded after stores) */
+    const bool relu = j->relu;
     for (int r = 0; r < mr; r++) {
         const int64_t m = m0 + r;
         for (int v = 0; v < NV; v++) {
             dc_vec t = acc[r][v];
-            if (j->b)
-                t = t + j->b[m];
-            DC_EPILOGUE(t, j->ab, j->ab[m], j->ab[M + m], j->relu);
+            if (bias)
+                t = t + bias[m];
+            DC_EPILOGUE(t, ab, ab[m], ab[M + m], relu);
             *(dc_vec *)(dst + r * ldd + 8 * v) = t;
         }
     }
