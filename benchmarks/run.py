@@ -18,9 +18,9 @@ engine and ONNX Runtime set to the same count):
 
 On one thread engine and torch calls alternate sample by sample and
 medians are kept (timing.py): the ratios hold on a loaded machine better
-than the absolute times do. On more threads each contender is timed in its
-own block (idle workers of one library spin after its calls and would slow
-the next contender's). Ratios are engine / reference: below 1 the engine is
+than the absolute times do. On more threads each contender is timed in
+blocks of its own, 4 rounds of them in rotating order (idle workers of one
+library spin after its calls and would slow the next contender's). Ratios are engine / reference: below 1 the engine is
 faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
@@ -31,6 +31,7 @@ import copy
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,25 +45,33 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import aidge_interop  # noqa: E402
-from timing import interleaved_medians as _interleaved  # noqa: E402
+from timing import interleaved_medians as _interleaved, interleaved_samples  # noqa: E402
 
 # With one thread the contenders alternate sample by sample (timing.py). With
 # more, a library's idle workers keep spinning for a while after its call
 # (ONNX Runtime's pool about 60 ms here, torch's OpenMP ~0.3 ms, the engine's
 # 0.3 ms) and take a core from the next contender: then each contender is
-# timed in its own block, after a pause (`settle`, seconds) that lets the
-# others' workers sleep: 2 ms, or 0.1 s where ONNX Runtime is a contender.
+# timed in blocks of its own, each after a pause (`settle`, seconds) that
+# lets the others' workers sleep: 2 ms, or 0.1 s where ONNX Runtime is a
+# contender. BLOCK_ROUNDS rounds of blocks, the order rotated each round,
+# the median over all of a contender's samples: this VM's CPUs change speed
+# for seconds at a time, and with one block each a contender timed in a
+# slow spell came out up to 1.4x slower than in the next run.
 _THREADS = [1]
+BLOCK_ROUNDS = 4
 
 
 def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
     if _THREADS[0] == 1:
         return _interleaved(fns, budget, **kw)
-    out = []
-    for fn in fns:
-        time.sleep(settle)
-        out.append(_interleaved([fn], budget / len(fns), **kw)[0])
-    return out
+    samples = [[] for _ in fns]
+    for r in range(BLOCK_ROUNDS):
+        for i in range(len(fns)):
+            k = (i + r) % len(fns)
+            time.sleep(settle)
+            samples[k] += interleaved_samples([fns[k]], budget / (len(fns) * BLOCK_ROUNDS),
+                                              **kw)[0]
+    return [statistics.median(s) for s in samples]
 
 MODELS = {  # name: (factory module, factory, input shape without the batch)
     "Perceptron": ("perceptron_model", "perceptron", (16,)),

@@ -3,9 +3,10 @@ do not depend on the thread count, two graphs sharing the pool from two
 Python threads, and a forked child that inherits a started pool.
 
 Every operator whose kernels split their work on the pool (elementwise,
-BatchNormalization, Softmax, pooling, depthwise and im2col convolution, SGD)
-runs at 1, 2 and 3 threads on tensors above the grain (csrc/parallel.h
-AI_GRAIN_ELEMS = 32768 elements): bit-identical results, and torch's.
+BatchNormalization, LayerNormalization's forward, Softmax, pooling,
+depthwise and im2col convolution, SGD) runs at 1, 2 and 3 threads on
+tensors above the grain (csrc/parallel.h AI_GRAIN_ELEMS = 32768 elements):
+bit-identical results, and torch's.
 
 Timings are not asserted here (benchmarks/run.py and peak.py show them).
 """
@@ -207,6 +208,17 @@ def test_batchnorm_split_between_threads(threads, training, dtype):
     check_threads("BatchNormalization", inputs,
                   lambda x, s, b, m, v: _bn(x, s, b, m, v, training), consts=stats,
                   training=training)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_layernorm_split_between_threads(threads, dtype):
+    """The forward's rows split between threads, each with its own statistics."""
+    H = 130
+    inputs = {"x": _rand((1000, H), dtype), "scale": _rand((H,), dtype, 1),
+              "bias": _rand((H,), dtype, 2)}
+    check_threads("LayerNormalization", inputs,
+                  lambda x, s, b: torch.nn.functional.layer_norm(x, (H,), s, b, eps=1e-5),
+                  {"axis": -1})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

@@ -750,6 +750,29 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 DEFINE_LN_KERNELS(f32, float)
 DEFINE_LN_KERNELS(f64, double)
 
+/* The forward's rows [lo, hi) on the pool: each row its own statistics and
+ * outputs, the same values at any thread count. */
+typedef struct {
+    void *y;
+    double *mean, *invstd;
+    const void *x, *scale, *bias;
+    double eps;
+    int64_t H;
+    bool f64;
+} ln_job;
+
+static void ln_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const ln_job *j = ctx;
+    const int64_t H = j->H;
+    if (j->f64)
+        ln_forward_f64((double *)j->y + lo * H, j->mean + lo, j->invstd + lo,
+                       (const double *)j->x + lo * H, j->scale, j->bias, j->eps, hi - lo, H);
+    else
+        ln_forward_f32((float *)j->y + lo * H, j->mean + lo, j->invstd + lo,
+                       (const float *)j->x + lo * H, j->scale, j->bias, j->eps, hi - lo, H);
+}
+
 static ai_status ln_forward(ai_ctx *c)
 {
     const ln_params *p = c->node->params;
@@ -758,12 +781,9 @@ static ai_status ln_forward(ai_ctx *c)
     int64_t R, H;
     ln_dims(c, &axis, &R, &H);
     double *mean = c->state, *invstd = mean + R;
-    if (x->dtype == AI_F32)
-        ln_forward_f32(c->out[0]->data, mean, invstd, x->data, c->in[1]->data,
-                       bias ? bias->data : NULL, p->eps, R, H);
-    else
-        ln_forward_f64(c->out[0]->data, mean, invstd, x->data, c->in[1]->data,
-                       bias ? bias->data : NULL, p->eps, R, H);
+    ln_job j = {c->out[0]->data, mean,  invstd, x->data, c->in[1]->data,
+                bias ? bias->data : NULL, p->eps, H, x->dtype == AI_F64};
+    ai_parallel_for(R, ai_grain_of(H), ln_forward_range, &j);
     for (int64_t r = 0; r < R; r++) {
         if (c->n_out > 1)
             set_d(c->out[1], r, mean[r]);
