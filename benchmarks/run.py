@@ -20,8 +20,8 @@ On one thread engine and torch calls alternate sample by sample and
 medians are kept (timing.py): the ratios hold on a loaded machine better
 than the absolute times do. On more threads each contender is timed in
 blocks of its own, 4 rounds of them in rotating order (idle workers of one
-library spin after its calls and would slow the next contender's). Ratios are engine / reference: below 1 the engine is
-faster.
+library spin after its calls and would slow the next contender's). Ratios
+are engine / reference: below 1 the engine is faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
                              [--sections ops,kernels,models,overhead,memory] [--batch 16]

@@ -242,7 +242,8 @@ enum { DW_FWD, DW_DX, DW_DW }; /* modes of dw_plane (conv_impl.h) */
  * on the pool (one run at one thread), each group's images in turn as the
  * serial path does them (im2col, the GEMMs, col2im, in its run's columns
  * slot), its weight gradient summed in a slot of its own; the slots are
- * then added to dw in group order: the same values at any thread count. Image by image, the GEMMs were too small to split across threads:
+ * then added to dw in group order: the same values at any thread count.
+ * Image by image, the GEMMs were too small to split across threads:
  * ResNet-8's strided convs and shortcuts took as long on 2 threads as on 1.
  * (Chunks of images side by side in one GEMM per gradient split well but
  * left L2: 4% slower on 1 thread.) A group's slots (columns and weight

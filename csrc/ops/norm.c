@@ -781,7 +781,7 @@ static ai_status ln_forward(ai_ctx *c)
     int64_t R, H;
     ln_dims(c, &axis, &R, &H);
     double *mean = c->state, *invstd = mean + R;
-    ln_job j = {c->out[0]->data, mean,  invstd, x->data, c->in[1]->data,
+    ln_job j = {c->out[0]->data, mean, invstd, x->data, c->in[1]->data,
                 bias ? bias->data : NULL, p->eps, H, x->dtype == AI_F64};
     ai_parallel_for(R, ai_grain_of(H), ln_forward_range, &j);
     for (int64_t r = 0; r < R; r++) {
