@@ -235,32 +235,6 @@ static bool conv_depthwise(const ai_conv_params *p)
 
 enum { DW_FWD, DW_DX, DW_DW }; /* modes of dw_plane (conv_impl.h) */
 
-/*
- * The backward of a one-group conv that reaches im2col (strided, or not
- * covered by the direct kernels) on several small images: the images in
- * COLS_GROUPS groups (fewer with fewer images), runs of consecutive groups
- * on the pool (one run at one thread), each group's images in turn as the
- * serial path does them (im2col, the GEMMs, col2im, in its run's columns
- * slot), its weight gradient summed in a slot of its own; the slots are
- * then added to dw in group order: the same values at any thread count.
- * Image by image, the GEMMs were too small to split across threads:
- * ResNet-8's strided convs and shortcuts took as long on 2 threads as on 1.
- * (Chunks of images side by side in one GEMM per gradient split well but
- * left L2: 4% slower on 1 thread.) A group's slots (columns and weight
- * gradient) are at most COLS_GROUP_ELEMS. Returns the number of groups, 0
- * for other convs.
- */
-#define COLS_GROUPS 8
-#define COLS_GROUP_ELEMS (INT64_C(1) << 18)
-static int64_t cols_groups_of(const ai_conv_params *p, const conv_geom *g)
-{
-    const int64_t rows = p->C * g->ksize;
-    if (p->group != 1 || g->pointwise || p->N < 2 || g->grid_size == 0 ||
-        rows * (g->grid_size + p->M) > COLS_GROUP_ELEMS)
-        return 0;
-    return p->N < COLS_GROUPS ? p->N : COLS_GROUPS;
-}
-
 /* The output positions [*lo, *hi) of a grid dim of size `grid` whose input
  * position o * s + off lies in [0, img). */
 static void tap_range(int64_t off, int64_t s, int64_t img, int64_t grid, int64_t *lo,
@@ -707,6 +681,35 @@ static int64_t dconv_dx_elems(const ai_conv_params *p, ai_dtype dtype)
 }
 
 /*
+ * The backward of a one-group conv that reaches im2col (strided, or not
+ * covered by the direct kernels) on several small images: the images in
+ * COLS_GROUPS groups (fewer with fewer images), runs of consecutive groups
+ * on the pool (one run at one thread), each group's images in turn as the
+ * serial path does them (im2col, the GEMMs, col2im, in its run's columns
+ * slot), its weight gradient summed in a slot of its own; the slots are
+ * then added to dw in group order: the same values at any thread count.
+ * Image by image, the GEMMs were too small to split across threads:
+ * ResNet-8's strided convs and shortcuts took as long on 2 threads as on 1.
+ * (Chunks of images side by side in one GEMM per gradient split well but
+ * left L2: 4% slower on 1 thread.) A group's slots (columns and weight
+ * gradient) are at most COLS_GROUP_ELEMS. Returns the number of groups, 0
+ * for other convs, and for those whose input gradient the direct kernel
+ * computes (stride 1, float32): their weight gradient goes to dconv_dw or,
+ * where that declines, to the serial loop; reserving the groups' workspace
+ * for them had grown LeNet's memory plan by 365 KB for nothing.
+ */
+#define COLS_GROUPS 8
+#define COLS_GROUP_ELEMS (INT64_C(1) << 18)
+static int64_t cols_groups_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype)
+{
+    const int64_t rows = p->C * g->ksize;
+    if (p->group != 1 || g->pointwise || p->N < 2 || g->grid_size == 0 ||
+        rows * (g->grid_size + p->M) > COLS_GROUP_ELEMS || dconv_dx_elems(p, dtype) > 0)
+        return 0;
+    return p->N < COLS_GROUPS ? p->N : COLS_GROUPS;
+}
+
+/*
  * Direct float32 Conv, channels-last tiles ("dcl"), 1 or 2 spatial dims,
  * one group, not a plain GEMM (a 1x1 kernel strided or padded is taken), at
  * most DCL_MAX_TAPS taps (channel, kernel position), strided or with output
@@ -1023,7 +1026,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         return (size_t)direct * ai_dtype_size(dtype);
     int64_t channels = (transposed ? p->M : p->C) / p->group; /* image side */
     int64_t cols = channels * g.ksize * g.grid_size;
-    const int64_t groups = transposed ? 0 : cols_groups_of(p, &g);
+    const int64_t groups = transposed ? 0 : cols_groups_of(p, &g, dtype);
     if (groups * p->C * g.ksize * (g.grid_size + p->M) > cols)
         cols = groups * p->C * g.ksize * (g.grid_size + p->M);
     return (size_t)(cols > direct ? cols : direct) * ai_dtype_size(dtype);

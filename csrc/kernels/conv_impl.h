@@ -1821,7 +1821,9 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
         if (dx)
             FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace, NULL);
     }
-    const int64_t groups = (dx || dw) && !conv_depthwise(p) ? cols_groups_of(p, &g) : 0;
+    const int64_t groups =
+        (dx || dw) && !conv_depthwise(p) ? cols_groups_of(p, &g, sizeof(T) == 4 ? AI_F32 : AI_F64)
+                                         : 0;
     if (groups) {
         FN(cols_groups_backward)(p, &g, groups, dx, dw, dy, x, w, workspace, assign_dx);
         dx = dw = NULL; /* done: db below */
