@@ -1,8 +1,9 @@
 """The machine's fp32 peak and memory bandwidth, and how close the engine gets.
 
 - Peak: an FMA loop in C (compiled here, at run time, with the system ``cc``
-  and ``-O2 -march=native``): 12 independent vector accumulators, so the
-  loop is bound by FMA throughput, not latency; one thread and N threads.
+  and ``-O2 -march=native``): 12 independent vector accumulators of the
+  widest vectors the CPU has (16 floats with AVX-512, else 8), so the loop
+  is bound by FMA throughput, not latency; one thread and N threads.
 - Bandwidth: a triad ``a[i] = b[i] + s * c[i]`` over arrays far above the
   last-level cache (counted as 3 x 4 bytes per element; write-allocate
   traffic not counted, like STREAM).
@@ -38,7 +39,18 @@ C_SOURCE = r"""
 #include <stddef.h>
 #include <time.h>
 
-typedef float vf __attribute__((vector_size(32)));  /* 8 floats: one AVX register */
+/* the widest vector register -march=native has: 16 floats with AVX-512 (a
+   peak measured on 8 lanes of such a CPU is half its peak), else 8 (AVX) */
+#ifdef __AVX512F__
+#define LANES 16
+#define REG "+v"
+#else
+#define LANES 8
+#define REG "+x"
+#endif
+typedef float vf __attribute__((vector_size(4 * LANES)));
+
+int fma_lanes(void) { return LANES; }
 
 static double now(void)
 {
@@ -52,20 +64,20 @@ typedef struct { long iters; float out; } fma_job;
 static void *fma_loop(void *arg)
 {
     fma_job *j = arg;
-    vf a = {1, 1, 1, 1, 1, 1, 1, 1}, b = a * 0.999999f;
+    vf a = (vf){0} + 1.0f, b = a * 0.999999f;
     vf x0 = a, x1 = a, x2 = a, x3 = a, x4 = a, x5 = a, x6 = a, x7 = a, x8 = a, x9 = a,
        x10 = a, x11 = a;
     /* Every accumulator goes through the empty asm: the compiler can neither see
        that the twelve chains hold equal values (and merge them) nor drop any. */
     for (long i = 0; i < j->iters; i++) {
-        __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5),
-                              "+x"(x6), "+x"(x7), "+x"(x8), "+x"(x9), "+x"(x10), "+x"(x11));
+        __asm__ volatile("" : REG(x0), REG(x1), REG(x2), REG(x3), REG(x4), REG(x5),
+                              REG(x6), REG(x7), REG(x8), REG(x9), REG(x10), REG(x11));
         x0 = x0 * b + a; x1 = x1 * b + a; x2 = x2 * b + a; x3 = x3 * b + a;
         x4 = x4 * b + a; x5 = x5 * b + a; x6 = x6 * b + a; x7 = x7 * b + a;
         x8 = x8 * b + a; x9 = x9 * b + a; x10 = x10 * b + a; x11 = x11 * b + a;
     }
     vf s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7 + x8 + x9 + x10 + x11;
-    j->out = s[0] + s[7];
+    j->out = s[0] + s[LANES - 1];
     return NULL;
 }
 
@@ -83,7 +95,7 @@ double fma_gflops(int threads, long iters)
     for (int k = 0; k < threads; k++)
         pthread_join(tid[k], NULL);
     double t = now() - t0;
-    return threads * (double)iters * 12 * 8 * 2 / t * 1e-9;
+    return threads * (double)iters * 12 * LANES * 2 / t * 1e-9;
 }
 
 typedef struct { float *a; const float *b, *c; size_t lo, hi; int reps; } triad_job;
@@ -126,6 +138,7 @@ def build_library(folder):
     if res.returncode:
         sys.exit(f"peak.py: {' '.join(cmd)} failed:\n{res.stderr}")
     so = ctypes.CDLL(lib)
+    so.fma_lanes.restype = ctypes.c_int
     so.fma_gflops.restype = ctypes.c_double
     so.fma_gflops.argtypes = [ctypes.c_int, ctypes.c_long]
     so.triad_gbs.restype = ctypes.c_double
@@ -179,7 +192,8 @@ def main():
         for threads in (int(t) for t in args.threads.split(",")):
             aidge_interop.set_num_threads(threads)
             peak, bw = peak_gflops(so, threads), bandwidth_gbs(so, threads)
-            print(f"\n{threads} thread(s): fp32 FMA peak {peak:7.1f} GFLOP/s, "
+            print(f"\n{threads} thread(s): fp32 FMA peak {peak:7.1f} GFLOP/s "
+                  f"({so.fma_lanes()}-lane vectors), "
                   f"triad bandwidth {bw:6.1f} GB/s")
             samples = interleaved_samples([fn for fn, _ in cases.values()], budget_s=3.0,
                                           max_samples=30)

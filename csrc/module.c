@@ -23,6 +23,7 @@
 #include "dlpack.h"
 #include "graph.h"
 #include "kernels/gemm.h"
+#include "kernels/simd.h"
 #include "parallel.h"
 
 /* ------------------------------------------------------------ state */
@@ -1974,6 +1975,18 @@ static PyObject *py_get_num_threads(PyObject *module, PyObject *unused)
     return PyLong_FromLong(ai_get_num_threads());
 }
 
+/* set_avx512(on) -> whether the AVX-512 kernels now run (False where the
+ * CPU or the build has none) */
+static PyObject *py_set_avx512(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    ai_set_avx512(on);
+    return PyBool_FromLong(ai_cpu_avx512());
+}
+
 /* ------------------------------------------------------------ module functions */
 
 static PyObject *py_empty(PyObject *module, PyObject *args, PyObject *kwds)
@@ -2086,6 +2099,9 @@ static PyMethodDef module_methods[] = {
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
     {"set_num_threads", py_set_num_threads, METH_O, "Threads of the engine (its pool; GEMMs included)."},
+    {"_set_avx512", py_set_avx512, METH_O,
+     "_set_avx512(on) -> bool: the engine's AVX-512 kernels on (where the CPU has AVX-512) or off "
+     "(8-lane kernels); returns whether they now run. For tests and benchmarks."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
     {NULL, NULL, 0, NULL},
 };

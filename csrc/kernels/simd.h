@@ -18,11 +18,26 @@
  * x86-64-v3 (AVX2 + FMA) with a * b + c contracted into FMAs, or baseline */
 #define AI_GEMM_CLONES \
     __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract=fast")))
+/* AI_AVX512_KERNEL: a kernel written for 16-lane vectors (64-byte GCC
+ * vectors), compiled for x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) with a * b + c
+ * contracted as in AI_GEMM_CLONES; called only where ai_cpu_avx512().
+ * GCC 12 on (__builtin_shufflevector) */
+#if __GNUC__ >= 12
+#define AI_AVX512_KERNEL \
+    __attribute__((target("arch=x86-64-v4"), optimize("fp-contract=fast")))
+#endif
 #else
 #define AI_VECTOR_CLONES
 #define AI_FMA_CLONES
 #define AI_GEMM_CLONES
 #endif
+
+/* Whether the AI_AVX512_KERNEL kernels run: where they are compiled, the
+ * CPU has AVX-512 (x86-64-v4) and ai_set_avx512(false) was not called
+ * (tests compare the two widths). */
+#include <stdbool.h>
+bool ai_cpu_avx512(void);
+void ai_set_avx512(bool on);
 
 /* AI_SHORT_LOOPS: copy and fill loops of a few elements stay loops (GCC
  * would turn each into a memcpy/memset call, which costs more than the few

@@ -1,0 +1,143 @@
+"""The engine's AVX-512 kernels (csrc/kernels/simd.h): the direct convs'
+16-lane tiles give the same values, bit for bit, as their 8-lane tiles (each
+output sums its terms in the same order, with FMAs in both), and torch's
+within tolerance.
+
+- Eval-mode wrapped models run their fused convs on blocked channels (the
+  dcl tiles): 3x3 at stride 1 and 2, pointwise, with bias, folded
+  BatchNorm, Relu and a residual added before the Relu; output channels a
+  multiple of 16 (the wide tiles) or not (8-lane tiles whatever the CPU).
+- Training steps run the NCHW plane kernel (dconv): forward of stride-1
+  convs and the input gradient, odd block and channel-tile counts included.
+
+Skipped where the CPU or the build has no AVX-512.
+"""
+import pytest
+import torch
+from torch import nn
+
+import aidge_interop as ai
+from aidge_interop import _C
+from aidge_interop.examples import ds_cnn, resnet8
+
+
+@pytest.fixture
+def avx512():
+    if not _C._set_avx512(True):
+        pytest.skip("no AVX-512 on this CPU or in this build")
+    yield
+    _C._set_avx512(True)
+
+
+class _Mixed(nn.Module):
+    """Channel counts of 16, 24 (not a multiple of 16), 48 (a 32-wide and a
+    16-wide block of packed weights), a strided conv, a pointwise conv and a
+    residual branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())
+        self.a = nn.Sequential(nn.Conv2d(16, 24, 3, stride=2, padding=1), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(24, 48, 1), nn.BatchNorm2d(48), nn.ReLU())
+        self.c = nn.Sequential(nn.Conv2d(48, 48, 3, padding=(1, 2), dilation=(1, 2)),
+                               nn.BatchNorm2d(48))
+        self.head = nn.Conv2d(48, 32, 1)
+
+    def forward(self, x):
+        y = self.b(self.a(self.stem(x)))
+        return self.head(torch.relu(self.c(y) + y))
+
+
+def _mixed(seed=0):
+    torch.manual_seed(seed)
+    m = _Mixed()
+    for mod in m.modules():  # BatchNorm statistics that are not the identity
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+            mod.weight.data.uniform_(0.5, 1.5)
+            mod.bias.data.uniform_(-0.5, 0.5)
+    return m.eval()
+
+
+@pytest.mark.parametrize("factory,shape", [
+    (resnet8, (16, 3, 32, 32)),
+    (ds_cnn, (16, 1, 49, 10)),
+    (_mixed, (5, 3, 21, 19)),
+], ids=["resnet8", "ds_cnn", "mixed"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_tiles_match_the_8_lane_tiles_bit_for_bit(avx512, factory, shape, threads):
+    saved = ai.get_num_threads()
+    ai.set_num_threads(threads)
+    try:
+        model = factory().eval()
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        wrapped = ai.wrap(model, list(shape)).eval()
+        outs = {}
+        with torch.no_grad():
+            for wide in (True, False):
+                assert _C._set_avx512(wide) is wide
+                outs[wide] = wrapped(x).clone()
+            expected = model(x)
+    finally:
+        ai.set_num_threads(saved)
+    assert torch.equal(outs[True], outs[False])
+    torch.testing.assert_close(outs[True], expected, rtol=1e-4, atol=1e-4)
+
+
+class _Planes(nn.Module):
+    """Stride-1 convs on planes wider than 16 (the plane kernel): 5, 12 and
+    20 output channels (1 to 5 channel tiles of 4), 3x3 and 5x5, a grid
+    of 23 x 29 (its blocks cross rows, the last is partial)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 5, 3, padding=1)
+        self.c2 = nn.Conv2d(5, 12, 5, padding=2)
+        self.c3 = nn.Conv2d(12, 20, 3, padding=1)
+
+    def forward(self, x):
+        return self.c3(torch.relu(self.c2(torch.relu(self.c1(x)))))
+
+
+def _planes(seed=0):
+    torch.manual_seed(seed)
+    return _Planes()
+
+
+@pytest.mark.parametrize("factory,shape", [
+    (resnet8, (4, 3, 32, 32)),
+    (_planes, (3, 3, 23, 29)),
+], ids=["resnet8", "planes"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_plane_kernel_matches_the_8_lane_one_in_training(avx512, factory, shape, threads):
+    saved = ai.get_num_threads()
+    ai.set_num_threads(threads)
+    try:
+        model = factory().train()
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
+        wrapped = ai.wrap(model, list(shape)).train()
+        results = {}
+        for wide in (True, False):
+            assert _C._set_avx512(wide) is wide
+            xi = x.clone().requires_grad_(True)
+            out = wrapped(xi)
+            out.backward(torch.ones_like(out))
+            results[wide] = [out.detach().clone(), xi.grad.clone()] + [
+                p.grad.clone() for p in wrapped.parameters()]
+            wrapped.zero_grad()
+        xt = x.clone().requires_grad_(True)
+        expected = model(xt)
+        expected.backward(torch.ones_like(expected))
+    finally:
+        ai.set_num_threads(saved)
+    for a, b in zip(results[True], results[False]):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(results[True][0], expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(results[True][1], xt.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_set_avx512_off_stays_off_until_turned_on(avx512):
+    assert _C._set_avx512(False) is False
+    assert _C._set_avx512(False) is False
+    assert _C._set_avx512(True) is True
