@@ -1491,15 +1491,15 @@ static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
 #define DCL_VL 8
 #define DCL_SFX _v8
 #define DCL_ATTR AI_GEMM_CLONES
-#define DCL_SHAPES(TILE) \
-    if (nv >= 4) {       \
-        TILE(4, 3)       \
+#define DCL_SHAPES(TILE)  \
+    if (nv >= 4) {        \
+        TILE(4, 3)        \
     } else if (nv == 3) { \
-        TILE(3, 4)       \
+        TILE(3, 4)        \
     } else if (nv == 2) { \
-        TILE(2, 6)       \
-    } else {             \
-        TILE(1, 12)      \
+        TILE(2, 6)        \
+    } else {              \
+        TILE(1, 12)       \
     }
 #define DCL_NO_CONTRACT DC_NO_CONTRACT
 #define DCL_LOAD_BLOCKS(src, ld) (*(const dc_vec *)(src))
@@ -1521,12 +1521,12 @@ static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
         TILE(1, 16)      \
     }
 #define DCLP_SHAPES(TILE) \
-    if (nv >= 2) {        \
-        DCLP_TILE(2, 12)  \
-        TILE(2, 4)        \
-    } else {              \
-        DCLP_TILE(1, 16)  \
-        TILE(1, 4)        \
+    if (nv >= 2) {       \
+        DCLP_TILE(2, 12) \
+        TILE(2, 4)       \
+    } else {             \
+        DCLP_TILE(1, 16) \
+        TILE(1, 4)       \
     }
 /* (GCC 12 rebuilt a 64-byte __builtin_assoc_barrier lane by lane: 20
  * shuffles per vector; an empty asm keeps the product unfused as well) */

@@ -7,6 +7,7 @@
  *   DCL_SFX     the functions' name suffix,
  *   DCL_ATTR    their attributes (target, contraction),
  *   DCL_SHAPES(TILE)  the tiles by vectors left (nv): TILE(NV, PX) calls,
+ *   DCLP_SHAPES(TILE) (optional) the pointwise tiles; DCL_SHAPES by default,
  *   DCL_NO_CONTRACT(v)  v as computed, not fused into an FMA with what follows,
  *   DCL_LOAD_BLOCKS(src, ld), DCL_STORE_BLOCKS(dst, ld, t): a vector from
  *               or to consecutive 8-lane blocks of blocked data, ld apart;
@@ -20,7 +21,7 @@
 
 /* A tile's accumulators acc[PX][NV] (positions by vectors of channels m0
  * on) set to the bias */
-#define DCL_ACC_BIAS(NV, PX)                                                        \
+#define DCL_ACC_BIAS(NV, PX)                                                       \
     for (int v = 0; v < (NV); v++) {                                               \
         const DCL_V bv = *(const DCL_V *)(bias + m0 + DCL_VL * v);                 \
         for (int i = 0; i < (PX); i++)                                             \
@@ -30,7 +31,7 @@
  * yb is the image's output, p the tile's first position; with rb (the
  * image's residual, blocked like y) the residual is added after the
  * affine, before the Relu (as a separate Add and Relu would round). */
-#define DCL_STORE_BLOCKED(NV, PX, valid, p)                                         \
+#define DCL_STORE_BLOCKED(NV, PX, valid, p)                                        \
     for (int v = 0; v < (NV); v++) {                                               \
         const DCL_V av = *(const DCL_V *)(ea + m0 + DCL_VL * v);                   \
         const DCL_V cv = *(const DCL_V *)(ec + m0 + DCL_VL * v);                   \
@@ -38,10 +39,10 @@
         float *dst = yb + at;                                                      \
         for (int i = 0; i < (PX) && i < (valid); i++) {                            \
             DCL_V t = acc[i][v];                                                   \
-            DC_EPILOGUE_NC(t, ab, av, cv, relu && !rb, DCL_NO_CONTRACT);                               \
+            DC_EPILOGUE_NC(t, ab, av, cv, relu && !rb, DCL_NO_CONTRACT);           \
             if (rb) {                                                              \
                 t += DCL_LOAD_BLOCKS(rb + at + 8 * i, OS * 8);                     \
-                DC_EPILOGUE_NC(t, false, av, cv, relu, DCL_NO_CONTRACT);                               \
+                DC_EPILOGUE_NC(t, false, av, cv, relu, DCL_NO_CONTRACT);           \
             }                                                                      \
             DCL_STORE_BLOCKS(dst + 8 * i, OS * 8, t);                              \
         }                                                                          \
@@ -161,7 +162,7 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
                 }                                                                  \
             }                                                                      \
         }                                                                          \
-        DCL_STORE_BLOCKED(NV, PX, PX, p0 + i0)                                      \
+        DCL_STORE_BLOCKED(NV, PX, PX, p0 + i0)                                     \
     }
 
 /* One image's tiles for channels m0 on (nv vectors of them): the widest
