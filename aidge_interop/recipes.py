@@ -137,7 +137,10 @@ def block_channels(graph) -> RecipeReport:
     the layout the conv kernels compute in (``csrc/kernels/conv.h``); the
     convs become ``FusedConv`` with ``x_blocked``/``y_blocked``, and an
     ``UnblockChannels`` gives a value back in NCHW where something else reads
-    it (a pool, a graph output). Values read only inside a chain exist in
+    it (a pool, a graph output); a pool averaging each channel over its whole
+    plane (GlobalAveragePool, or an unpadded whole-plane AveragePool in a
+    planned graph) becomes a ``BlockedGlobalAveragePool`` reading the
+    blocks. Values read only inside a chain exist in
     blocked form only (``<name>_blocked``). Inference only: the blocked
     nodes have no backward, and :func:`expand_metaops` does not undo it. A
     conv with no conv, Add or Relu next to it is left alone (see

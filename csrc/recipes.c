@@ -652,6 +652,38 @@ static bool elementwise_blocked(const ai_node *n, const int64_t *blocked, int64_
     return *channels > 0;
 }
 
+/* Whether node n averages each channel over all its positions: a
+ * GlobalAveragePool, or an AveragePool whose window is the planned input's
+ * whole plane (no padding, no dilation): it can read blocked channels
+ * (BlockedGlobalAveragePool), with no UnblockChannels of its input. */
+static bool channel_mean(const ai_graph *g, const ai_node *n)
+{
+    if (is_op(n, "", "GlobalAveragePool"))
+        return n->n_in == 1;
+    ai_meta m;
+    const int64_t *k, *pads, *dil;
+    int64_t nk, np = 0, nd = 0;
+    const char *auto_pad = "NOTSET";
+    if (!is_op(n, "", "AveragePool") || n->n_in != 1 ||
+        !ai_graph_value_meta(g, n->in[0], &m) || m.ndim < 3 ||
+        ai_attr_ints(n, "kernel_shape", &k, &nk) || nk != m.ndim - 2 ||
+        (ai_node_attr(n, "pads") && ai_attr_ints(n, "pads", &pads, &np)) ||
+        (ai_node_attr(n, "dilations") && ai_attr_ints(n, "dilations", &dil, &nd)) ||
+        ai_attr_string(n, "auto_pad", "NOTSET", &auto_pad) ||
+        (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID")))
+        return false;
+    for (int64_t d = 0; d < nk; d++)
+        if (k[d] != m.shape[2 + d])
+            return false;
+    for (int64_t d = 0; d < np; d++)
+        if (pads[d])
+            return false;
+    for (int64_t d = 0; d < nd; d++)
+        if (dil[d] != 1)
+            return false;
+    return true;
+}
+
 /* Why Add node a, blocked, cannot fuse into the conv writing its input s
  * with the other input as the residual (NULL: it can); conv[p]: node p is
  * a conv to be blocked. */
@@ -802,8 +834,12 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
     bool editing = false;
     const int n_values = g->n_values, n_nodes = g->n_nodes;
     int *moved = calloc((size_t)n_values + 1, sizeof(int)); /* v -> its blocked value */
-    if (!moved)
+    bool *mean = calloc((size_t)n_nodes + 1, sizeof(bool)); /* channel means of blocked values */
+    if (!moved || !mean)
         st = ai_error(AI_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_nodes && !st; i++) /* (before the edit: it reads the plan's shapes) */
+        mean[i] = g->nodes[i].n_in == 1 && g->nodes[i].in[0] >= 0 &&
+                  blocked[g->nodes[i].in[0]] && channel_mean(g, &g->nodes[i]);
     /* each blocked value gets a new blocked twin written by its producer; the
      * nodes that read it blocked read the twin; the others (and the graph's
      * outputs) read the original, written by an UnblockChannels after the
@@ -822,6 +858,22 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
     for (int i = 0; i < n_nodes && !st; i++) {
         ai_node *n = &g->nodes[i];
         const bool is_conv = conv[i] != 0;
+        const int x = n->n_in > 0 ? n->in[0] : -1;
+        if (mean[i] && moved[x]) {
+            /* the mean of each block's lanes, straight into (N, C, 1, 1) */
+            const char *drop[] = {"kernel_shape", "strides", "pads", "dilations", "auto_pad",
+                                  "ceil_mode", "count_include_pad"};
+            if ((st = report(r, true, n->name, "%s '%s' -> BlockedGlobalAveragePool on the "
+                             "blocks of '%s'", n->op_type, n->name, g->values[x].name)) ||
+                (st = ai_node_set_op(n, FUSED_DOMAIN, "BlockedGlobalAveragePool")))
+                break;
+            for (size_t k = 0; k < sizeof drop / sizeof drop[0]; k++)
+                ai_node_remove_attr(n, drop[k]);
+            if ((st = set_number(n, "channels", AI_ATTR_INT, (double)blocked[x])))
+                break;
+            n->in[0] = moved[x] - 1;
+            continue;
+        }
         for (int s = 0; s < n->n_in; s++) {
             const int v = n->in[s];
             if (v >= 0 && moved[v] &&
@@ -872,6 +924,7 @@ ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *r)
     for (int i = 0; !st && i < g->n_nodes; i++)
         remove[i] = g->nodes[i].n_out == 0;
     free(moved);
+    free(mean);
     free(blocked);
     free(conv);
     if (!st)

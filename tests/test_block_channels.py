@@ -197,7 +197,13 @@ def test_block_channels_on_the_suite(name):
     blocked = _blocked_nodes(graph)
     convs = sum(n["op_type"] in ("Conv", "FusedConv") for n in graph.nodes())
     if name in ("kws", "mobilenet", "resnet"):  # conv chains: every conv blocked
-        assert len(blocked) == convs and "UnblockChannels" in {n["op_type"] for n in graph.nodes()}
+        assert len(blocked) == convs
+        # the chain's end: MobileNet's and ResNet's GlobalAveragePool reads the
+        # blocks; KWS's AveragePool would too with the shapes planned (a
+        # forward before the recipe, as wrap does), here it reads NCHW
+        ops = [n["op_type"] for n in graph.nodes()]
+        ends = ["UnblockChannels"] if name == "kws" else ["BlockedGlobalAveragePool"]
+        assert [op for op in ops if op in ("UnblockChannels", "BlockedGlobalAveragePool")] == ends
         with pytest.raises(ValueError, match="expand_metaops: FusedConv '.*' runs in blocked"):
             recipes.expand_metaops(graph)
     else:  # lone convs (LeNet: pools between them) or none: left alone, with the reason
@@ -364,3 +370,83 @@ def test_reorder_errors_name_the_node():
     wrong = load_onnx(_reorder_model(20, 4, np.float32))  # 13 channels make 2 blocks, not 3
     with pytest.raises(ValueError, match="UnblockChannels node 'unblock': .*for 20 channels"):
         wrong.forward(np.zeros((2, 13, 3, 3), np.float32))
+
+
+# -- the channel means of blocked values ------------------------------------------------
+
+
+class _PoolHead(torch.nn.Module):
+    """Two blocked convs, then a pool over the last one's output."""
+
+    def __init__(self, pool):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 20, 3, padding=1)
+        self.b = torch.nn.Conv2d(20, 20, 3, padding=1)
+        self.pool = pool
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+@pytest.mark.parametrize("pool,reads_blocks", [
+    (torch.nn.AdaptiveAvgPool2d(1), True),             # GlobalAveragePool
+    (torch.nn.AvgPool2d((7, 5)), True),                # the whole 7 x 5 plane
+    (torch.nn.AvgPool2d((7, 5), stride=(2, 3)), True),  # still one window
+    (torch.nn.AvgPool2d(3), False),                    # windows of a part of the plane
+    (torch.nn.AvgPool2d((7, 5), padding=1), False),    # padded: not the plane's mean
+], ids=["global", "whole", "whole-strided", "part", "padded"])
+def test_pool_of_whole_planes_reads_the_blocks(pool, reads_blocks):
+    torch.manual_seed(0)
+    net = _PoolHead(pool).eval()
+    x = torch.randn(4, 3, 7, 5)
+    graph, _, _ = torch_graph(net, [x], "test")
+    graph.forward(x.numpy())  # plans the shapes (as wrap does before block_channels)
+    report = recipes.block_channels(graph)
+    ops = [n["op_type"] for n in graph.nodes()]
+    assert ("BlockedGlobalAveragePool" in ops) == reads_blocks
+    assert ("UnblockChannels" in ops) != reads_blocks
+    if reads_blocks:
+        assert any("-> BlockedGlobalAveragePool on the blocks of" in d for d in report)
+    with torch.no_grad():
+        ref = net(x).numpy()
+    np.testing.assert_allclose(graph.forward(x.numpy())[0], ref, **TOL)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(2, 13, 5, 7), (3, 8, 9), (2, 20, 1, 1)], ids=str)
+def test_blocked_global_average_pool_against_numpy(shape, dtype):
+    t = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    C = shape[1]
+    nodes = [helper.make_node("BlockChannels", ["x"], ["b"], name="block", domain="aidge_interop"),
+             helper.make_node("BlockedGlobalAveragePool", ["b"], ["y"], name="mean",
+                              domain="aidge_interop", channels=C)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, None)],
+                              [helper.make_tensor_value_info("y", t, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("aidge_interop", 1)])
+    g = load_onnx(model)
+    x = np.random.default_rng(7).standard_normal(shape).astype(dtype)
+    axes = tuple(range(2, len(shape)))
+    (y,) = g.forward(x, need_backward=True, input_grads=True)
+    assert y.shape == (*shape[:2], *([1] * len(axes)))
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y, x.mean(axis=axes, keepdims=True), **tol)
+    dy = np.random.default_rng(8).standard_normal(y.shape).astype(dtype)
+    (dx,) = g.backward([dy])  # each position gets dy / S
+    S = int(np.prod(shape[2:]))
+    np.testing.assert_allclose(dx, np.broadcast_to(dy / S, shape), **tol)
+
+
+
+def test_blocked_global_average_pool_names_the_node_on_a_wrong_channel_count():
+    nodes = [helper.make_node("BlockChannels", ["x"], ["b"], name="block", domain="aidge_interop"),
+             helper.make_node("BlockedGlobalAveragePool", ["b"], ["y"], name="mean",
+                              domain="aidge_interop", channels=20)]  # 13 channels: 2 blocks
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("aidge_interop", 1)])
+    with pytest.raises(ValueError, match="BlockedGlobalAveragePool node 'mean': .*for 20 "
+                                         "channels"):
+        load_onnx(model).forward(np.zeros((2, 13, 3, 3), np.float32))

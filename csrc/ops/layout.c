@@ -7,14 +7,21 @@
  *                    channel c in lane c % 8 of block c / 8, lanes past C zero
  *   UnblockChannels  X (N, ceil(C / 8), spatial..., 8) -> Y (N, C, spatial...);
  *                    attribute `channels` (C) required; padding lanes dropped
+ *   BlockedGlobalAveragePool
+ *                    X (N, ceil(C / 8), spatial..., 8) -> Y (N, C, 1...): the
+ *                    mean of each channel over its positions (GlobalAveragePool
+ *                    of the unblocked X, without unblocking the whole of it);
+ *                    attribute `channels` (C) required
  *
- * float32 or float64. Each backward is the other's forward (padding lanes
- * get no gradient).
+ * float32 or float64. Each reorder's backward is the other's forward
+ * (padding lanes get no gradient); the mean's spreads dY / S.
  */
 #include <string.h>
 
 #include "../graph.h"
 #include "../kernels/conv.h"
+#include "../kernels/simd.h"
+#include "../parallel.h"
 
 enum { B = AI_CONV_BLOCK };
 
@@ -112,6 +119,103 @@ static ai_status unblock_backward(ai_ctx *c)
     return AI_OK;
 }
 
+static ai_status block_mean_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    ai_status st = unblock_shape(c, out, ws, state);
+    for (int d = 2; !st && d < out[0].ndim; d++)
+        out[0].shape[d] = 1;
+    return st;
+}
+
+typedef struct {
+    void *y;
+    const void *x; /* forward: x blocked, y (N, C); backward: dx blocked, dy */
+    int64_t C, CB, S;
+    bool f64;
+} block_mean_job;
+
+/* positions of one block summed in 4 interleaved partial sums per lane, so
+ * that the adds do not wait on each other */
+#define BLOCK_MEAN(T)                                                              \
+    for (int64_t nb = lo; nb < hi; nb++) {                                         \
+        const T *x = (const T *)j->x + nb * j->S * B;                              \
+        T part[4][B] = {{0}};                                                      \
+        int64_t s = 0;                                                             \
+        for (; s + 4 <= j->S; s += 4)                                              \
+            for (int k = 0; k < 4; k++)                                            \
+                for (int l = 0; l < B; l++)                                        \
+                    part[k][l] += x[(s + k) * B + l];                              \
+        for (; s < j->S; s++)                                                      \
+            for (int l = 0; l < B; l++)                                            \
+                part[0][l] += x[s * B + l];                                        \
+        const int64_t n = nb / j->CB, c0 = nb % j->CB * B;                         \
+        T *y = (T *)j->y + n * j->C + c0;                                          \
+        for (int l = 0; l < B && c0 + l < j->C; l++)                               \
+            y[l] = ((part[0][l] + part[1][l]) + (part[2][l] + part[3][l])) / (T)j->S; \
+    }
+#define BLOCK_MEAN_BACKWARD(T)                                                     \
+    for (int64_t nb = lo; nb < hi; nb++) {                                         \
+        const int64_t n = nb / j->CB, c0 = nb % j->CB * B;                         \
+        const T *dy = (const T *)j->x + n * j->C + c0;                             \
+        T *dx = (T *)j->y + nb * j->S * B, g[B] = {0};                             \
+        for (int l = 0; l < B && c0 + l < j->C; l++)                               \
+            g[l] = dy[l] / (T)j->S;                                                \
+        for (int64_t s = 0; s < j->S; s++)                                         \
+            for (int l = 0; l < B; l++)                                            \
+                dx[s * B + l] += g[l];                                             \
+    }
+
+AI_VECTOR_CLONES static void block_mean_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const block_mean_job *j = ctx;
+    if (j->f64) {
+        BLOCK_MEAN(double)
+    } else {
+        BLOCK_MEAN(float)
+    }
+}
+
+AI_VECTOR_CLONES static void block_mean_backward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const block_mean_job *j = ctx;
+    if (j->f64) {
+        BLOCK_MEAN_BACKWARD(double)
+    } else {
+        BLOCK_MEAN_BACKWARD(float)
+    }
+}
+#undef BLOCK_MEAN
+#undef BLOCK_MEAN_BACKWARD
+
+static block_mean_job block_mean_job_of(const ai_tensor *x, const ai_tensor *y)
+{
+    int64_t S = 1;
+    for (int d = 2; d < x->ndim - 1; d++)
+        S *= x->shape[d];
+    return (block_mean_job){NULL, NULL, y->shape[1], x->shape[1], S, x->dtype == AI_F64};
+}
+
+static ai_status block_mean_forward(ai_ctx *c)
+{
+    block_mean_job j = block_mean_job_of(c->in[0], c->out[0]);
+    j.y = c->out[0]->data;
+    j.x = c->in[0]->data;
+    ai_parallel_for(c->in[0]->shape[0] * j.CB, ai_grain_of(j.S * B), block_mean_range, &j);
+    return AI_OK;
+}
+
+static ai_status block_mean_backward(ai_ctx *c)
+{
+    if (!c->din[0])
+        return AI_OK;
+    block_mean_job j = block_mean_job_of(c->in[0], c->out[0]);
+    j.y = c->din[0]->data;
+    j.x = c->dout[0]->data;
+    ai_parallel_for(c->in[0]->shape[0] * j.CB, ai_grain_of(j.S * B), block_mean_backward_range,
+                    &j);
+    return AI_OK;
+}
+
 static const ai_op_def op_block = {"BlockChannels", "aidge_interop", 1, 1, 1, 1,
                                    AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, block_shape,
                                    block_forward, block_backward};
@@ -119,4 +223,8 @@ static const ai_op_def op_unblock = {"UnblockChannels", "aidge_interop", 1, 1, 1
                                      AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, unblock_shape,
                                      unblock_forward, unblock_backward};
 
-const ai_op_def *const ai_ops_layout[] = {&op_block, &op_unblock, NULL};
+static const ai_op_def op_block_mean = {"BlockedGlobalAveragePool", "aidge_interop", 1, 1, 1, 1,
+                                        AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL, block_mean_shape,
+                                        block_mean_forward, block_mean_backward};
+
+const ai_op_def *const ai_ops_layout[] = {&op_block, &op_unblock, &op_block_mean, NULL};
