@@ -9,6 +9,8 @@ within tolerance.
   multiple of 16 (the wide tiles) or not (8-lane tiles whatever the CPU).
 - Training steps run the NCHW plane kernel (dconv): forward of stride-1
   convs and the input gradient, odd block and channel-tile counts included.
+- Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):
+  forward, and the input gradient in training.
 
 Skipped where the CPU or the build has no AVX-512.
 """
@@ -105,12 +107,21 @@ def _planes(seed=0):
     return _Planes()
 
 
+def _mlp(seed=0):
+    """Linear layers of 640 -> 96 -> 640 (the skinny GEMM's K >= 64), the
+    96 columns not a multiple of its 8-column tile."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(640, 96), nn.ReLU(), nn.Linear(96, 640))
+
+
 @pytest.mark.parametrize("factory,shape", [
     (resnet8, (4, 3, 32, 32)),
     (_planes, (3, 3, 23, 29)),
-], ids=["resnet8", "planes"])
+    (_mlp, (16, 640)),
+    (_mlp, (5, 640)),
+], ids=["resnet8", "planes", "mlp-16-rows", "mlp-5-rows"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_wide_plane_kernel_matches_the_8_lane_one_in_training(avx512, factory, shape, threads):
+def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, factory, shape, threads):
     saved = ai.get_num_threads()
     ai.set_num_threads(threads)
     try:

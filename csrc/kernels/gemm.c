@@ -69,88 +69,45 @@ DEFINE_REF_GEMM(ai_gemm_ref_f64, double)
  * 47 -> 34 us with warm caches, 132 -> 85 us with cold ones; Anomaly's eval
  * forward 3-9% faster. Taken for K >= 64 and N K >= 4096 only: with fewer
  * terms per output the tile's scattered stores outweigh its FMAs
- * (MobileNet's pointwise convs, K = 8..32, were 4% slower).
+ * (MobileNet's pointwise convs, K = 8..32, were 4% slower). Written once
+ * in skinny_impl.h: 8 lanes (two vectors per column, tile SK_NR columns),
+ * and 16 where the CPU has AVX-512.
  */
 #define SK_MR 16
 #define SK_NR 6
 #define SK_KC 256
 AI_VEC_DECL(sk_vec, float);
 
-AI_GEMM_CLONES static void skinny_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                                     float alpha, const float *A, int64_t lda, const float *B,
-                                     int64_t ldb, float beta, float *C, int64_t ldc)
-{
-    _Alignas(32) float at[SK_KC * SK_MR];
-    const int64_t am = ta ? 1 : lda, ak = ta ? lda : 1; /* op(A)[m, k] = A[m am + k ak] */
-    const int64_t bk = tb ? 1 : ldb, bn = tb ? ldb : 1; /* op(B)[k, n] = B[k bk + n bn] */
-    for (int64_t k0 = 0; k0 < K; k0 += SK_KC) {
-        const int64_t kc = K - k0 < SK_KC ? K - k0 : SK_KC;
-        const float cb = k0 ? 1.0f : beta; /* what C is scaled by before adding */
-        for (int64_t m = 0; m < SK_MR; m++)
-            if (m < M)
-                for (int64_t k = 0; k < kc; k++)
-                    at[k * SK_MR + m] = alpha * A[m * am + (k0 + k) * ak];
-            else
-                for (int64_t k = 0; k < kc; k++)
-                    at[k * SK_MR + m] = 0.0f;
-        for (int64_t n0 = 0; n0 < N; n0 += SK_NR) {
-            const int nr = N - n0 < SK_NR ? (int)(N - n0) : SK_NR;
-            const float *bp = B + k0 * bk + n0 * bn;
-            sk_vec acc[SK_NR][2];
-            for (int r = 0; r < SK_NR; r++)
-                acc[r][0] = acc[r][1] = (sk_vec){0};
-            /* Software prefetch, a cache line of B per row or column every 16
-             * k. B^T: its panel is SK_NR short rows, too short for the
-             * hardware prefetcher to ramp up on (weights not in cache ran from
-             * L3 at its latency): the next panel's rows are fetched a panel
-             * ahead (Anomaly's eval forward 0.63 -> 0.47 ms, batch 16). B:
-             * the rows 16 k ahead in this panel (training, 2%). */
-            const bool ahead = tb && n0 + 2 * SK_NR <= N;
-            if (nr == SK_NR)
-                for (int64_t k1 = 0; k1 < kc; k1 += 16) {
-                    if (ahead)
-                        for (int r = 0; r < SK_NR; r++)
-                            __builtin_prefetch(bp + (SK_NR + r) * bn + k1);
-                    else if (!tb)
-                        for (int64_t k = k1 + 16; k < k1 + 32 && k < K - k0; k++)
-                            __builtin_prefetch(bp + k * bk);
-                    for (int64_t k = k1; k < kc && k < k1 + 16; k++) {
-                        const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
-                        const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
-                        for (int r = 0; r < SK_NR; r++) {
-                            const float b = bp[k * bk + r * bn];
-                            acc[r][0] += b * a0;
-                            acc[r][1] += b * a1;
-                        }
-                    }
-                }
-            else
-                for (int64_t k = 0; k < kc; k++) {
-                    const sk_vec a0 = *(const sk_vec *)(at + k * SK_MR);
-                    const sk_vec a1 = *(const sk_vec *)(at + k * SK_MR + 8);
-                    for (int r = 0; r < nr; r++) {
-                        const float b = bp[k * bk + r * bn];
-                        acc[r][0] += b * a0;
-                        acc[r][1] += b * a1;
-                    }
-                }
-            for (int r = 0; r < nr; r++) {
-                float t[SK_MR];
-                memcpy(t, acc[r], sizeof t);
-                for (int64_t m = 0; m < M; m++) {
-                    float *c = C + m * ldc + n0 + r;
-                    *c = cb == 0 ? t[m] : t[m] + cb * *c; /* beta 0: C not read */
-                }
-            }
-        }
-    }
-}
+#define SK_FN skinny_f32
+#define SK_ATTR AI_GEMM_CLONES
+#define SK_V sk_vec
+#define SK_VL 8
+#define SK_TNR SK_NR
+#include "skinny_impl.h"
+#ifdef AI_AVX512_KERNEL
+/* AVX-512: a column of 16 rows is one vector, a tile 8 columns (Anomaly's
+ * eval forward 0.75-0.77 of the 8-lane kernel's time, same process; 12
+ * columns 0.82-0.87, 16 0.86, 24 spilled: 1.8) */
+typedef float skw_vec __attribute__((vector_size(64), aligned(sizeof(float)), may_alias));
+#define SK_FN skinny_f32_v16
+#define SK_ATTR AI_AVX512_KERNEL
+#define SK_V skw_vec
+#define SK_VL 16
+#define SK_TNR 8
+#include "skinny_impl.h"
+#endif
 
 static void gemm_serial_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                             const float *A, int64_t lda, const float *B, int64_t ldb,
                             float beta, float *C, int64_t ldc)
 {
     if (K >= 64 && M <= SK_MR && N >= SK_NR && N * K >= 4096) {
+#ifdef AI_AVX512_KERNEL
+        if (ai_cpu_avx512()) {
+            skinny_f32_v16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+#endif
         skinny_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
