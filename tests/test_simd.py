@@ -9,6 +9,8 @@ within tolerance.
   multiple of 16 (the wide tiles) or not (8-lane tiles whatever the CPU).
 - Training steps run the NCHW plane kernel (dconv): forward of stride-1
   convs and the input gradient, odd block and channel-tile counts included.
+- Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
+  convs, partial channel tiles and position blocks, blocks across images.
 - Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):
   forward, and the input gradient in training.
 
@@ -107,6 +109,27 @@ def _planes(seed=0):
     return _Planes()
 
 
+class _Pointwise(nn.Module):
+    """Stride-1 pointwise convs (the pointwise kernel): 20, 26 and 13 output
+    channels (partial channel tiles), on 9 x 11 planes (a partial block of
+    positions per image) and 4 x 5 (blocks across images)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 20, 1)
+        self.c2 = nn.Conv2d(20, 26, 1)
+        self.c3 = nn.Conv2d(26, 13, 1)
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        return self.c3(nn.functional.avg_pool2d(torch.relu(y), 2))
+
+
+def _pointwise(seed=0):
+    torch.manual_seed(seed)
+    return _Pointwise()
+
+
 def _mlp(seed=0):
     """Linear layers of 640 -> 96 -> 640 (the skinny GEMM's K >= 64), the
     96 columns not a multiple of its 8-column tile."""
@@ -117,9 +140,11 @@ def _mlp(seed=0):
 @pytest.mark.parametrize("factory,shape", [
     (resnet8, (4, 3, 32, 32)),
     (_planes, (3, 3, 23, 29)),
+    (ds_cnn, (4, 1, 49, 10)),
+    (_pointwise, (3, 3, 9, 11)),
     (_mlp, (16, 640)),
     (_mlp, (5, 640)),
-], ids=["resnet8", "planes", "mlp-16-rows", "mlp-5-rows"])
+], ids=["resnet8", "planes", "ds_cnn", "pointwise", "mlp-16-rows", "mlp-5-rows"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, factory, shape, threads):
     saved = ai.get_num_threads()
