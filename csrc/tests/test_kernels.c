@@ -419,8 +419,9 @@ TEST(conv_output_sizes_and_workspace)
     CHECK_OK(ai_conv_infer_out(&pw));
     CHECK(ai_conv_workspace_bytes(&pw, AI_F64) == 0); /* a GEMM in place */
     /* float32: the direct pointwise kernel's packed weights (one tile of 6
-     * channels by 2) and 8 slots of a (2, 16) panel and a (6, 16) tile */
-    CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == (6 * 2 + 8 * (2 + 6) * 16) * sizeof(float));
+     * channels by 2) and 8 slots of a (2, 16) panel and a (24, 16) tile (4
+     * channel tiles: the 16-lane kernel's) */
+    CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == (6 * 2 + 8 * (2 + 24) * 16) * sizeof(float));
     pw.pad_end[0] = 1; /* 1x1 but y is longer than x: columns needed */
     CHECK_OK(ai_conv_infer_out(&pw));
     CHECK(ai_conv_workspace_bytes(&pw, AI_F32) == 2 * 6 * sizeof(float));
