@@ -81,6 +81,15 @@ def test_large_gemm_split_between_threads(threads):
         np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [16, 5])
+def test_skinny_gemm_split_between_threads(threads, rows):
+    """A Linear on a small batch (the skinny kernel of csrc/kernels/gemm.c,
+    split from 0.5 MFLOP per thread): bit-identical at 1, 2 and 3 threads,
+    forward (16 x 640 @ 640 x 256, B transposed) and input gradient."""
+    inputs = {"a": _rand((rows, 640), np.float32), "b": _rand((256, 640), np.float32, 1)}
+    check_threads("Gemm", inputs, lambda a, b: a @ b.T, attrs={"transB": 1})
+
+
 def test_two_graphs_share_the_pool_from_two_python_threads(threads):
     """One Python thread gets the pool, the other computes alone meanwhile:
     both results equal the sequential ones."""
