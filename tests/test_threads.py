@@ -289,6 +289,8 @@ def _conv(group, stride, pad):
     ((4, 32, 40, 40), (32, 1, 3, 3), 1, 32),   # depthwise plane by plane
     ((3, 16, 40, 40), (32, 1, 3, 3), 2, 16),   # depthwise, 2 outputs per channel
     ((8, 40, 12, 12), (40, 1, 3, 3), 1, 40),   # depthwise channels-last, 16+16+8
+    ((11, 24, 9, 10), (24, 1, 3, 3), 1, 24),   # the same, 11 images in 8 slots
+    ((3, 40, 12, 12), (40, 1, 3, 3), 1, 40),   # the same, fewer images than slots
     ((2, 16, 55, 55), (2, 16, 3, 3), 2, 1),    # im2col/col2im (GEMMs too small to split)
     ((11, 16, 16, 16), (32, 16, 3, 3), 2, 1),  # backward: 11 images in 8 groups
     ((10, 16, 16, 16), (32, 16, 1, 1), 2, 1),  # the same, strided 1x1 (a shortcut)
@@ -296,7 +298,8 @@ def _conv(group, stride, pad):
     ((7, 4, 21, 20), (6, 4, 3, 3), 2, 1),      # the same, strided
     ((9, 16, 12, 11), (24, 16, 1, 1), 1, 1),   # pointwise, an image's GEMM per thread
     ((12, 32, 6, 6), (48, 32, 1, 1), 1, 1)],   # pointwise, the batch in one GEMM
-    ids=["dw-planes", "dw-multiplier", "dw-channels-last", "im2col", "im2col-groups",
+    ids=["dw-planes", "dw-multiplier", "dw-channels-last", "dw-channels-last-images",
+         "dw-channels-last-units", "im2col", "im2col-groups",
          "im2col-groups-1x1", "direct-images",
          "direct-images-s2", "pointwise-images", "pointwise-batched"])
 def test_conv_split_between_threads(threads, x_shape, w_shape, stride, group, dtype):

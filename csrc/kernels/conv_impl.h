@@ -1115,13 +1115,22 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
     const int64_t i2lo = p2 > 0 ? 0 : -p2, i2hi = q->Wp - p2 < W ? q->Wp - p2 : W;
     const int64_t i1lo = p1 > 0 ? 0 : -p1, i1hi = q->Hp - p1 < H ? q->Hp - p1 : H;
     const bool inside = p1 >= 0 && p2 >= 0 && H + p1 <= q->Hp && W + p2 <= q->Wp;
+    /* with at least an image per slot, a slot takes its share of the images,
+     * every unit of them (units major): a thread then reads the images the
+     * layer before wrote on the same thread (their images), not half of
+     * them from the other core's cache (KWS's blocked depthwise convs, 2
+     * threads, had spent twice the 1-thread share in the copies into xt) */
+    const bool by_image = N >= q->slots;
     for (int64_t s = lo; s < hi; s++) {
         T *xt = j->ws + s * q->slot, *yt = xt + XT * L, *wt = yt + OS * L;
-        for (int64_t job = s * q->jobs / q->slots, u = -1; job < (s + 1) * q->jobs / q->slots;
-             job++) {
-            const int64_t c = job / N * L, n = job % N, nc = C - c < L ? C - c : L;
-            if (job / N != u) { /* a new unit: zero pads (and lanes past C), its weights */
-                u = job / N;
+        const int64_t n0 = by_image ? s * N / q->slots : 0;
+        const int64_t ns = by_image ? (s + 1) * N / q->slots - n0 : N; /* images per unit */
+        const int64_t j0 = by_image ? 0 : s * q->jobs / q->slots;
+        const int64_t j1 = by_image ? q->units * ns : (s + 1) * q->jobs / q->slots;
+        for (int64_t job = j0, u = -1; job < j1; job++) {
+            const int64_t c = job / ns * L, n = n0 + job % ns, nc = C - c < L ? C - c : L;
+            if (job / ns != u) { /* a new unit: zero pads (and lanes past C), its weights */
+                u = job / ns;
                 if (!inside || nc < L)
                     memset(xt, 0, sizeof(T) * (size_t)(XT * L));
                 else /* the fill writes every position inside: the pads alone */
