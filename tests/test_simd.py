@@ -26,6 +26,14 @@ from aidge_interop.examples import ds_cnn, resnet8
 
 
 @pytest.fixture
+def at_threads():
+    """Sets the engine's thread count for a test, restored after it."""
+    saved = ai.get_num_threads()
+    yield ai.set_num_threads
+    ai.set_num_threads(saved)
+
+
+@pytest.fixture
 def avx512():
     if not _C._set_avx512(True):
         pytest.skip("no AVX-512 on this CPU or in this build")
@@ -70,21 +78,18 @@ def _mixed(seed=0):
     (_mixed, (5, 3, 21, 19)),
 ], ids=["resnet8", "ds_cnn", "mixed"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_wide_tiles_match_the_8_lane_tiles_bit_for_bit(avx512, factory, shape, threads):
-    saved = ai.get_num_threads()
-    ai.set_num_threads(threads)
-    try:
-        model = factory().eval()
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-        wrapped = ai.wrap(model, list(shape)).eval()
-        outs = {}
-        with torch.no_grad():
-            for wide in (True, False):
-                assert _C._set_avx512(wide) is wide
-                outs[wide] = wrapped(x).clone()
-            expected = model(x)
-    finally:
-        ai.set_num_threads(saved)
+def test_wide_tiles_match_the_8_lane_tiles_bit_for_bit(avx512, at_threads, factory, shape,
+                                                       threads):
+    at_threads(threads)
+    model = factory().eval()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    wrapped = ai.wrap(model, list(shape)).eval()
+    outs = {}
+    with torch.no_grad():
+        for wide in (True, False):
+            assert _C._set_avx512(wide) is wide
+            outs[wide] = wrapped(x).clone()
+        expected = model(x)
     assert torch.equal(outs[True], outs[False])
     torch.testing.assert_close(outs[True], expected, rtol=1e-4, atol=1e-4)
 
@@ -146,27 +151,24 @@ def _mlp(seed=0):
     (_mlp, (5, 640)),
 ], ids=["resnet8", "planes", "ds_cnn", "pointwise", "mlp-16-rows", "mlp-5-rows"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, factory, shape, threads):
-    saved = ai.get_num_threads()
-    ai.set_num_threads(threads)
-    try:
-        model = factory().train()
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
-        wrapped = ai.wrap(model, list(shape)).train()
-        results = {}
-        for wide in (True, False):
-            assert _C._set_avx512(wide) is wide
-            xi = x.clone().requires_grad_(True)
-            out = wrapped(xi)
-            out.backward(torch.ones_like(out))
-            results[wide] = [out.detach().clone(), xi.grad.clone()] + [
-                p.grad.clone() for p in wrapped.parameters()]
-            wrapped.zero_grad()
-        xt = x.clone().requires_grad_(True)
-        expected = model(xt)
-        expected.backward(torch.ones_like(expected))
-    finally:
-        ai.set_num_threads(saved)
+def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, at_threads, factory, shape,
+                                                      threads):
+    at_threads(threads)
+    model = factory().train()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
+    wrapped = ai.wrap(model, list(shape)).train()
+    results = {}
+    for wide in (True, False):
+        assert _C._set_avx512(wide) is wide
+        xi = x.clone().requires_grad_(True)
+        out = wrapped(xi)
+        out.backward(torch.ones_like(out))
+        results[wide] = [out.detach().clone(), xi.grad.clone()] + [
+            p.grad.clone() for p in wrapped.parameters()]
+        wrapped.zero_grad()
+    xt = x.clone().requires_grad_(True)
+    expected = model(xt)
+    expected.backward(torch.ones_like(expected))
     for a, b in zip(results[True], results[False]):
         assert torch.equal(a, b)
     torch.testing.assert_close(results[True][0], expected, rtol=1e-4, atol=1e-4)

@@ -911,7 +911,8 @@ static bool pwk_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
 #endif
 }
 
-/* the packed weights (MT MR, C), then per slot a panel (C, NR) and a tile (MR, NR) */
+/* the packed weights (MT MR, C), then per slot a panel (C, NR) and a tile
+ * (PWK_WIDE MR, NR: the 16-lane kernel's; the 8-lane one uses MR rows) */
 static int64_t pwk_elems(const ai_conv_params *p, const pwk_geom *q)
 {
     return q->MT * PWK_MR * p->C + PWK_SLOTS * (p->C + PWK_WIDE * PWK_MR) * PWK_NR;
@@ -1141,7 +1142,7 @@ static inline void deinterleave_f64(double *e, double *o, const double *s, int64
 
 AI_VEC_DECL(dc_vec, float);
 #ifdef AI_AVX512_KERNEL /* 16 floats (the AVX-512 kernels) */
-typedef float dcw_vec __attribute__((vector_size(64), aligned(sizeof(float)), may_alias));
+typedef ai_vec16_f32 dcw_vec;
 /* DC_NO_CONTRACT for them: GCC 12 rebuilt a 64-byte __builtin_assoc_barrier
  * lane by lane (20 shuffles per vector); an empty asm keeps the product
  * unfused as well */

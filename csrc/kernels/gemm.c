@@ -88,10 +88,9 @@ AI_VEC_DECL(sk_vec, float);
 /* AVX-512: a column of 16 rows is one vector, a tile 8 columns (Anomaly's
  * eval forward 0.75-0.77 of the 8-lane kernel's time, same process; 12
  * columns 0.82-0.87, 16 0.86, 24 spilled: 1.8) */
-typedef float skw_vec __attribute__((vector_size(64), aligned(sizeof(float)), may_alias));
 #define SK_FN skinny_f32_v16
 #define SK_ATTR AI_AVX512_KERNEL
-#define SK_V skw_vec
+#define SK_V ai_vec16_f32
 #define SK_VL 16
 #define SK_TNR 8
 #include "skinny_impl.h"

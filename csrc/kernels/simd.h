@@ -25,6 +25,8 @@
 #if __GNUC__ >= 12
 #define AI_AVX512_KERNEL \
     __attribute__((target("arch=x86-64-v4"), optimize("fp-contract=fast")))
+/* their vector: 16 floats, loadable from any float-aligned address */
+typedef float ai_vec16_f32 __attribute__((vector_size(64), aligned(sizeof(float)), may_alias));
 #endif
 #else
 #define AI_VECTOR_CLONES

@@ -187,32 +187,29 @@ AI_VECTOR_CLONES static void block_mean_backward_range(void *ctx, int64_t lo, in
 #undef BLOCK_MEAN
 #undef BLOCK_MEAN_BACKWARD
 
-static block_mean_job block_mean_job_of(const ai_tensor *x, const ai_tensor *y)
+/* fn over the (image, block) pairs of blocked x (forward: y = its means;
+ * backward: y = dx, x = dy) */
+static void block_mean_run(const ai_tensor *xb, const ai_tensor *mean, void *y, const void *x,
+                           ai_range_fn fn)
 {
     int64_t S = 1;
-    for (int d = 2; d < x->ndim - 1; d++)
-        S *= x->shape[d];
-    return (block_mean_job){NULL, NULL, y->shape[1], x->shape[1], S, x->dtype == AI_F64};
+    for (int d = 2; d < xb->ndim - 1; d++)
+        S *= xb->shape[d];
+    block_mean_job j = {y, x, mean->shape[1], xb->shape[1], S, xb->dtype == AI_F64};
+    ai_parallel_for(xb->shape[0] * j.CB, ai_grain_of(S * B), fn, &j);
 }
 
 static ai_status block_mean_forward(ai_ctx *c)
 {
-    block_mean_job j = block_mean_job_of(c->in[0], c->out[0]);
-    j.y = c->out[0]->data;
-    j.x = c->in[0]->data;
-    ai_parallel_for(c->in[0]->shape[0] * j.CB, ai_grain_of(j.S * B), block_mean_range, &j);
+    block_mean_run(c->in[0], c->out[0], c->out[0]->data, c->in[0]->data, block_mean_range);
     return AI_OK;
 }
 
 static ai_status block_mean_backward(ai_ctx *c)
 {
-    if (!c->din[0])
-        return AI_OK;
-    block_mean_job j = block_mean_job_of(c->in[0], c->out[0]);
-    j.y = c->din[0]->data;
-    j.x = c->dout[0]->data;
-    ai_parallel_for(c->in[0]->shape[0] * j.CB, ai_grain_of(j.S * B), block_mean_backward_range,
-                    &j);
+    if (c->din[0])
+        block_mean_run(c->in[0], c->out[0], c->din[0]->data, c->dout[0]->data,
+                       block_mean_backward_range);
     return AI_OK;
 }
 
