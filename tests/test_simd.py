@@ -7,6 +7,9 @@ within tolerance.
   dcl tiles): 3x3 at stride 1 and 2, pointwise, with bias, folded
   BatchNorm, Relu and a residual added before the Relu; output channels a
   multiple of 16 (the wide tiles) or not (8-lane tiles whatever the CPU).
+- Eval-mode depthwise convs on blocked channels (the dwb sums): pairs of
+  blocks as one 16-lane vector, channel counts that pair up or not, batches
+  smaller and larger than the thread slots.
 - Training steps run the NCHW plane kernel (dconv): forward of stride-1
   convs and the input gradient, odd block and channel-tile counts included.
 - Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
@@ -60,10 +63,10 @@ class _Mixed(nn.Module):
         return self.head(torch.relu(self.c(y) + y))
 
 
-def _mixed(seed=0):
-    torch.manual_seed(seed)
-    m = _Mixed()
-    for mod in m.modules():  # BatchNorm statistics that are not the identity
+def _with_batchnorm_statistics(m):
+    """m in eval mode, its BatchNorms given statistics and affines that
+    are not the identity."""
+    for mod in m.modules():
         if isinstance(mod, nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.5, 0.5)
             mod.running_var.uniform_(0.5, 2.0)
@@ -72,11 +75,43 @@ def _mixed(seed=0):
     return m.eval()
 
 
+def _mixed(seed=0):
+    torch.manual_seed(seed)
+    return _with_batchnorm_statistics(_Mixed())
+
+
+class _Depthwise(nn.Module):
+    """Depthwise convs on blocked channels (the dwb sums, two blocks at a
+    time with 16 lanes): 12 channels (a pair of blocks, lanes past the
+    channels), 24 (three blocks: an odd one out), 32 at stride 2 on a
+    small grid, and a 5x5 with dilation 2 and asymmetric padding."""
+
+    def __init__(self):
+        super().__init__()
+        def dw(c, k=3, **kw):
+            return [nn.Conv2d(c, c, k, groups=c, **kw), nn.BatchNorm2d(c), nn.ReLU()]
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 12, 3, padding=1), nn.ReLU(), *dw(12, padding=1),
+            nn.Conv2d(12, 24, 1), nn.ReLU(), *dw(24, padding=1),
+            nn.Conv2d(24, 32, 1), *dw(32, stride=2, padding=1),
+            *dw(32, 5, padding=(4, 3), dilation=2), nn.Conv2d(32, 16, 1))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _depthwise(seed=0):
+    torch.manual_seed(seed)
+    return _with_batchnorm_statistics(_Depthwise())
+
+
 @pytest.mark.parametrize("factory,shape", [
     (resnet8, (16, 3, 32, 32)),
     (ds_cnn, (16, 1, 49, 10)),
     (_mixed, (5, 3, 21, 19)),
-], ids=["resnet8", "ds_cnn", "mixed"])
+    (_depthwise, (3, 3, 13, 11)),
+    (_depthwise, (37, 3, 7, 6)),
+], ids=["resnet8", "ds_cnn", "mixed", "depthwise", "depthwise-37-images"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_wide_tiles_match_the_8_lane_tiles_bit_for_bit(avx512, at_threads, factory, shape,
                                                        threads):
