@@ -1102,7 +1102,7 @@ AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_
     }
 }
 
-/* Slots [lo, hi): each its share of the jobs (unit u, image n), u major */
+/* Slots [lo, hi): their share of the jobs (unit u, image n), u major */
 static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(dwl_job) *j = ctx;
@@ -1121,12 +1121,15 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
      * them from the other core's cache (KWS's blocked depthwise convs, 2
      * threads, had spent twice the 1-thread share in the copies into xt) */
     const bool by_image = N >= q->slots;
-    for (int64_t s = lo; s < hi; s++) {
-        T *xt = j->ws + s * q->slot, *yt = xt + XT * L, *wt = yt + OS * L;
-        const int64_t n0 = by_image ? s * N / q->slots : 0;
-        const int64_t ns = by_image ? (s + 1) * N / q->slots - n0 : N; /* images per unit */
-        const int64_t j0 = by_image ? 0 : s * q->jobs / q->slots;
-        const int64_t j1 = by_image ? q->units * ns : (s + 1) * q->jobs / q->slots;
+    /* slots [lo, hi) run as one, in the first one's buffers: their images,
+     * or their runs of jobs, are consecutive (a unit's pads and weights set
+     * once per thread, not once per slot) */
+    {
+        T *xt = j->ws + lo * q->slot, *yt = xt + XT * L, *wt = yt + OS * L;
+        const int64_t n0 = by_image ? lo * N / q->slots : 0;
+        const int64_t ns = by_image ? hi * N / q->slots - n0 : N; /* images per unit */
+        const int64_t j0 = by_image ? 0 : lo * q->jobs / q->slots;
+        const int64_t j1 = by_image ? q->units * ns : hi * q->jobs / q->slots;
         for (int64_t job = j0, u = -1; job < j1; job++) {
             const int64_t c = job / ns * L, n = n0 + job % ns, nc = C - c < L ? C - c : L;
             if (job / ns != u) { /* a new unit: zero pads (and lanes past C), its weights */
