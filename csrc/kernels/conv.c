@@ -2238,7 +2238,7 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     const int64_t i1lo = p1 > 0 ? 0 : -p1, i1hi = q->Hp - p1 < H ? q->Hp - p1 : H;
     const int64_t units = q->units, pairs = units / 2, jobs = pairs * N;
     const bool inside = p1 >= 0 && p2 >= 0 && H + p1 <= q->Hp && W + p2 <= Wp;
-    const bool by_image = N >= q->slots;
+    const bool by_image = N >= q->slots || N >= ai_parallel_parts(); /* as dwl_range */
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
     int64_t off[DW_PAD_MAX_TAPS];
