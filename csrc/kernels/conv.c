@@ -309,11 +309,12 @@ typedef struct {
  * per-plane setup: on small planes and strided convs the plane-by-plane
  * kernels spend most of their time there. Each element starts from its
  * bias and gets its taps in order (pads add w * 0), as in the other
- * depthwise kernels: the same values. Each of at most DW_PAD_SLOTS threads'
- * ranges has its own slot (xt, yt, wt) and takes its share of the images
- * (with fewer images than slots, of the jobs), units major (the unit's
- * packed weights and xt's zero pads are reused): a thread reads the images
- * that the layer before wrote on it. (Split by units, half of each
+ * depthwise kernels: the same values. The weights are packed once per
+ * call, after the slots (dwl_pack). Each of at most DW_PAD_SLOTS threads'
+ * ranges has its own slot (xt, yt) and takes its share of the images (with
+ * fewer images than slots or parts, of the jobs), units major (xt's zero
+ * pads are reused): a thread reads the images that the layer before wrote
+ * on it. (Split by units, half of each
  * thread's input came from the other core's cache: KWS's eval at 2
  * threads, per-node profile, 1.32 -> 1.59 times the 1-thread speed, its
  * depthwise convs 1.25 -> 1.55, the pointwise ones after them 1.33 ->
@@ -346,13 +347,20 @@ static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q, boo
     q->units = (p->C + DWL_UNIT - 1) / DWL_UNIT;
     q->jobs = q->units * p->N;
     q->slots = q->jobs < DW_PAD_SLOTS ? q->jobs : DW_PAD_SLOTS;
-    q->slot = (q->Hp * q->Wp + g->grid_size + g->ksize) * DWL_UNIT;
-    if (blocked && 2 * (q->Hp * q->Wp + g->ksize) * DWL_UNIT > q->slot)
-        q->slot = 2 * (q->Hp * q->Wp + g->ksize) * DWL_UNIT; /* dwb_range_v16's xt, wt */
+    q->slot = (q->Hp * q->Wp + g->grid_size) * DWL_UNIT; /* xt, yt */
+    if (blocked && 2 * q->Hp * q->Wp * DWL_UNIT > q->slot)
+        q->slot = 2 * q->Hp * q->Wp * DWL_UNIT; /* dwb_range_v16's xt */
     q->K = g->ksize;
     for (int64_t k = 0; k < q->K; k++)
         q->off[k] = k / g->k[2] * g->d[1] * q->Wp + k % g->k[2] * g->d[2];
     return true;
+}
+
+/* dwl's workspace: the slots, then the packed weights (dwl_pack), or
+ * those and the bias, scale and shift lanes (dwb_pack_v16) */
+static int64_t dwl_elems(const dwl_geom *q)
+{
+    return q->slots * q->slot + q->units * (q->K + 3) * DWL_UNIT;
 }
 
 /* The depthwise backward channels-last (dwl_backward, conv_impl.h): dwl_of's
@@ -1019,8 +1027,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         }
         dwl_geom l;
         int64_t slots, slot;
-        if (dwl_of(p, &g, &l, false) && l.slots * l.slot > elems)
-            elems = l.slots * l.slot;
+        if (dwl_of(p, &g, &l, false) && dwl_elems(&l) > elems)
+            elems = dwl_elems(&l);
         if (dwl_backward_of(p, &g, &l, &slots, &slot) && slots * slot > elems)
             elems = slots * slot;
         return (size_t)elems * ai_dtype_size(dtype);
@@ -2218,18 +2226,40 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
  * epilogue rounded as dwb_sums does: its values bit for bit, in half the
  * vector instructions. The jobs of slots as dwl_range's, pairs of units
  * in place of units, but a thread's range of slots runs as one (their
- * images, or their run of jobs, are consecutive): in the first slot's
- * buffers, each pair's pads zeroed and weights packed once per thread, not
- * once per slot (128 channels on 6x6 planes, batch 16, 1 thread: 0.071 ->
- * 0.030 ms).
+ * images, or their run of jobs, are consecutive), in the first slot's
+ * buffer, its pads zeroed once; the weights are packed once per call
+ * (dwb_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
+ * taken 0.071 ms at 1 thread, 0.030 as one range; with a pair's weights
+ * packed once per part of the pool's pass, MobileNet's depthwise convs on
+ * 6x6 and 3x3 were slower at 2 threads than at 1.
  */
+/* dwb_range_v16's weights, packed once per call after the slots: per pair
+ * of units, its taps (K, 16) then its bias, scale and shift (16 lanes
+ * each), zeros past the channels */
+static void dwb_pack_v16(const dwl_job_f32 *j)
+{
+    enum { L = 16 };
+    const int64_t C = j->p->C, M = j->p->M, K = j->q->K, pairs = j->q->units / 2;
+    const float *abf = j->ep ? j->ep->ab : NULL;
+    float *wt = j->ws + j->q->slots * j->q->slot;
+    for (int64_t c = 0; c < pairs * L; c += L, wt += (K + 3) * L)
+        for (int l = 0; l < L; l++) {
+            const bool in = c + l < C, out = c + l < M;
+            for (int64_t k = 0; k < K; k++)
+                wt[k * L + l] = in ? j->w[(c + l) * K + k] : 0.0f;
+            wt[K * L + l] = out && j->b ? j->b[c + l] : 0.0f;
+            wt[(K + 1) * L + l] = out && abf ? abf[c + l] : 0.0f;
+            wt[(K + 2) * L + l] = out && abf ? abf[M + c + l] : 0.0f;
+        }
+}
+
 AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo, int64_t hi)
 {
     const dwl_job_f32 *j = ctx;
     const conv_geom *g = j->g;
     const dwl_geom *q = j->q;
     enum { L = 16, B = DWL_UNIT };
-    const int64_t C = j->p->C, M = j->p->M, N = j->p->N, K = q->K, IS = g->img_size;
+    const int64_t N = j->p->N, K = q->K, IS = g->img_size;
     const int64_t OS = g->grid_size, G2 = g->grid[2], H = g->img[1], W = g->img[2];
     const int64_t p1 = g->p[1], p2 = g->p[2], Wp = q->Wp, XT = q->Hp * Wp;
     const int64_t rs = g->s[1] * Wp * L, cs = g->s[2] * L; /* an output row's, column's step */
@@ -2245,41 +2275,31 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     for (int64_t k = 0; k < K; k++)
         off[k] = q->off[k] * L;
     { /* slots [lo, hi) as one: their images, or their run of jobs, are consecutive */
-        float *xt = j->ws + lo * q->slot, *wt = xt + XT * L;
+        float *xt = j->ws + lo * q->slot;
         const int64_t n0 = by_image ? lo * N / q->slots : 0;
         const int64_t ns = by_image ? hi * N / q->slots - n0 : N; /* images per pair */
         const int64_t j0 = by_image ? 0 : lo * jobs / q->slots;
         const int64_t j1 = by_image ? pairs * ns : hi * jobs / q->slots;
-        float lanes[3][L]; /* bias, scale, shift of the pair's channels (0 past M) */
-        for (int64_t job = j0, pu = -1; job < j1; job++) {
-            const int64_t pr = job / ns, n = n0 + job % ns, c = pr * L;
-            if (pr != pu) { /* a new pair: zero xt's pads, its weights and lanes */
-                pu = pr;
-                if (!inside)
-                    memset(xt, 0, sizeof(float) * (size_t)(XT * L));
-                else /* the copy writes every position inside (x's lanes past C
-                      * are zeros): the pads alone */
-                    for (int64_t r = 0; r < q->Hp; r++) {
-                        float *xr = xt + r * Wp * L;
-                        if (r < p1 || r >= p1 + H) {
-                            memset(xr, 0, sizeof(float) * (size_t)(Wp * L));
-                            continue;
-                        }
-                        memset(xr, 0, sizeof(float) * (size_t)(p2 * L));
-                        memset(xr + (p2 + W) * L, 0, sizeof(float) * (size_t)((Wp - p2 - W) * L));
-                    }
-                for (int64_t k = 0; k < K; k++)
-                    for (int l = 0; l < L; l++)
-                        wt[k * L + l] = c + l < C ? j->w[(c + l) * K + k] : 0.0f;
-                for (int l = 0; l < L; l++) {
-                    const bool in = c + l < M;
-                    lanes[0][l] = in && j->b ? j->b[c + l] : 0.0f;
-                    lanes[1][l] = in && abf ? abf[c + l] : 0.0f;
-                    lanes[2][l] = in && abf ? abf[M + c + l] : 0.0f;
+        /* xt's pads: the copies write the same positions inside at every job
+         * (x's lanes past C are zeros), so the rest is zeroed once */
+        if (!inside)
+            memset(xt, 0, sizeof(float) * (size_t)(XT * L));
+        else
+            for (int64_t r = 0; r < q->Hp; r++) {
+                float *xr = xt + r * Wp * L;
+                if (r < p1 || r >= p1 + H) {
+                    memset(xr, 0, sizeof(float) * (size_t)(Wp * L));
+                    continue;
                 }
+                memset(xr, 0, sizeof(float) * (size_t)(p2 * L));
+                memset(xr + (p2 + W) * L, 0, sizeof(float) * (size_t)((Wp - p2 - W) * L));
             }
-            const dcw_vec bv = *(const dcw_vec *)lanes[0], av = *(const dcw_vec *)lanes[1];
-            const dcw_vec cv = *(const dcw_vec *)lanes[2];
+        for (int64_t job = j0; job < j1; job++) {
+            const int64_t pr = job / ns, n = n0 + job % ns;
+            const float *wt = j->ws + q->slots * q->slot + pr * (K + 3) * L; /* dwb_pack_v16's */
+            const dcw_vec bv = *(const dcw_vec *)(wt + K * L);
+            const dcw_vec av = *(const dcw_vec *)(wt + (K + 1) * L);
+            const dcw_vec cv = *(const dcw_vec *)(wt + (K + 2) * L);
             const float *xu = j->x + (n * units + 2 * pr) * IS * B; /* block u; u + 1 follows */
             for (int64_t i1 = i1lo; i1 < i1hi; i1++)
                 for (int64_t i2 = i2lo; i2 < i2hi; i2++) {
@@ -2416,7 +2436,7 @@ size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
     bool dcl;
     if (!blocked_fast_of(p, x_blocked, &g, &q, &l, &dcl))
         return (size_t)blocked_fallback_elems(p, &g) * sizeof(float);
-    return (size_t)(dcl ? dcl_elems(&q) : l.slots * l.slot) * sizeof(float);
+    return (size_t)(dcl ? dcl_elems(&q) : dwl_elems(&l)) * sizeof(float);
 }
 
 typedef struct {
@@ -2485,9 +2505,11 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
      * Runtime in the same run) the copy and 16-lane sums took 0.92-0.98 of
      * dwb_direct's time */
     if (x_blocked && l.units % 2 == 0 && ai_cpu_avx512()) {
+        dwb_pack_v16(&j);
         ai_parallel_for(l.slots, ai_grain_of(per_slot), dwb_range_v16, &j);
         return;
     }
 #endif
+    dwl_pack_f32(&j);
     ai_parallel_for(l.slots, ai_grain_of(per_slot), dwl_range_f32, &j);
 }

@@ -1102,6 +1102,21 @@ AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_
     }
 }
 
+/* The units' weights (K, DWL_UNIT) after the slots, zeros past C: packed
+ * once per call (per unit and part of the pool's pass, MobileNet's
+ * depthwise convs on 6x6 and 3x3 planes had been slower at 2 threads than
+ * at 1) */
+static void FN(dwl_pack)(const FN(dwl_job) *j)
+{
+    enum { L = DWL_UNIT };
+    const int64_t C = j->p->C, K = j->q->K;
+    T *wt = j->ws + j->q->slots * j->q->slot;
+    for (int64_t c = 0; c < j->q->units * L; c += L, wt += K * L) {
+        memset(wt, 0, sizeof(T) * (size_t)(K * L));
+        FN(transpose)(wt, L, j->w + c * K, K, C - c < L ? C - c : L, K, false);
+    }
+}
+
 /* Slots [lo, hi): their share of the jobs (unit u, image n), u major */
 static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
 {
@@ -1125,17 +1140,17 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
      * split by units, MobileNet's 0.95-0.98, same-process A/B) */
     const bool by_image = N >= q->slots || N >= ai_parallel_parts();
     /* slots [lo, hi) run as one, in the first one's buffers: their images,
-     * or their runs of jobs, are consecutive (a unit's pads and weights set
-     * once per thread, not once per slot) */
+     * or their runs of jobs, are consecutive (a unit's pads set once per
+     * thread, not once per slot) */
     {
-        T *xt = j->ws + lo * q->slot, *yt = xt + XT * L, *wt = yt + OS * L;
+        T *xt = j->ws + lo * q->slot, *yt = xt + XT * L;
         const int64_t n0 = by_image ? lo * N / q->slots : 0;
         const int64_t ns = by_image ? hi * N / q->slots - n0 : N; /* images per unit */
         const int64_t j0 = by_image ? 0 : lo * q->jobs / q->slots;
         const int64_t j1 = by_image ? q->units * ns : hi * q->jobs / q->slots;
         for (int64_t job = j0, u = -1; job < j1; job++) {
             const int64_t c = job / ns * L, n = n0 + job % ns, nc = C - c < L ? C - c : L;
-            if (job / ns != u) { /* a new unit: zero pads (and lanes past C), its weights */
+            if (job / ns != u) { /* a new unit: zero pads (and lanes past C) */
                 u = job / ns;
                 if (!inside || nc < L)
                     memset(xt, 0, sizeof(T) * (size_t)(XT * L));
@@ -1149,9 +1164,8 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
                         memset(xr, 0, sizeof(T) * (size_t)(p2 * L));
                         memset(xr + (p2 + W) * L, 0, sizeof(T) * (size_t)((q->Wp - p2 - W) * L));
                     }
-                memset(wt, 0, sizeof(T) * (size_t)(K * L));
-                FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
             }
+            const T *wt = j->ws + q->slots * q->slot + u * K * L; /* dwl_pack's */
             const int64_t units = q->units;
             if (j->xb && j->direct_sums) {
                 j->direct_sums(j, j->y + (n * units + u) * OS * L,
@@ -1190,6 +1204,7 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
     if (!dwl_of(p, &g, &q, false))
         return false;
     FN(dwl_job) j = {p, &g, &q, y, ws, x, w, b, ep, false, false, NULL, NULL};
+    FN(dwl_pack)(&j);
     const int64_t per_slot = q.jobs / q.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
     ai_parallel_for(q.slots, ai_grain_of(per_slot), FN(dwl_range), &j);
     return true;
