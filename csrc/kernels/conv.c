@@ -2069,6 +2069,19 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
  * its input pointer (rs: an output row's step, cs: a column's), the same
  * sums in the same order. */
 #define DWB_NP 8
+/* A flat tile's taps: acc[i] += w_k x_k(i), k in order, position i's input
+ * at src[i] (vectors V of VL lanes; 9 taps unrolled) */
+#define DWB_TAPS_K(V, VL, KK)                                                         \
+    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                      \
+        const V wk = *(const V *)(wt + k * (VL));                                     \
+        for (int i = 0; i < DWB_NP; i++)                                              \
+            acc[i] += wk * *(const V *)(src[i] + off[k]);                             \
+    }
+#define DWB_FLAT_TAPS(V, VL)      \
+    if (K == 9)                   \
+        DWB_TAPS_K(V, VL, 9)      \
+    else                          \
+        DWB_TAPS_K(V, VL, K)
 static inline void dwb_flat(float *yu, const float *xt, const float *wt, const int64_t *off,
                             int64_t K, int64_t OS, int64_t G2, int64_t rs, int64_t cs,
                             const dc_vec *bvp, const dc_vec *avp, const dc_vec *cvp, bool ab,
@@ -2084,17 +2097,7 @@ static inline void dwb_flat(float *yu, const float *xt, const float *wt, const i
             if (o + i + 1 < OS && ++o2 == G2)
                 o1++, o2 = 0;
         }
-#define DWB_FLAT_TAPS(KK)                                                             \
-    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                      \
-        const dc_vec wk = *(const dc_vec *)(wt + k * 8);                              \
-        for (int i = 0; i < DWB_NP; i++)                                              \
-            acc[i] += wk * *(const dc_vec *)(src[i] + off[k]);                        \
-    }
-        if (K == 9)
-            DWB_FLAT_TAPS(9)
-        else
-            DWB_FLAT_TAPS(K)
-#undef DWB_FLAT_TAPS
+        DWB_FLAT_TAPS(dc_vec, 8)
         for (int i = 0; i < DWB_NP && o + i < OS; i++) {
             dc_vec t = acc[i];
             DC_EPILOGUE(t, ab, av, cv, relu);
@@ -2318,17 +2321,7 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
                     if (o + i + 1 < OS && ++o2 == G2)
                         o1++, o2 = 0;
                 }
-#define DWB16_TAPS(KK)                                                                \
-    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                      \
-        const dcw_vec wk = *(const dcw_vec *)(wt + k * L);                            \
-        for (int i = 0; i < DWB_NP; i++)                                              \
-            acc[i] += wk * *(const dcw_vec *)(src[i] + off[k]);                       \
-    }
-                if (K == 9)
-                    DWB16_TAPS(9)
-                else
-                    DWB16_TAPS(K)
-#undef DWB16_TAPS
+                DWB_FLAT_TAPS(dcw_vec, L)
                 for (int i = 0; i < DWB_NP && o + i < OS; i++) {
                     dcw_vec t = acc[i];
                     DC_EPILOGUE_NC(t, ab, av, cv, relu, DCW_NO_CONTRACT);
@@ -2341,6 +2334,8 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     }
 }
 #endif
+#undef DWB_FLAT_TAPS
+#undef DWB_TAPS_K
 #endif
 
 typedef struct {
