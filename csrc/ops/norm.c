@@ -874,9 +874,9 @@ static ai_status sm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 #define DEFINE_SM_KERNELS(SUF, T, EXPF)                                                    \
     /* softmax: y = exp(x - max) / sum; log: y = x - max - log(sum) */                     \
-    AI_VECTOR_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx, \
-                                                  double *sum, sm_dims d, int64_t i0,      \
-                                                  int64_t i1)                              \
+    AI_WIDE_CLONES static void sm_forward_##SUF(T *y, const T *x, bool log_, double *mx,   \
+                                                double *sum, sm_dims d, int64_t i0,        \
+                                                int64_t i1)                                \
     {                                                                                      \
         const int64_t L = d.L, I = d.inner;                                                \
         for (int64_t o = 0; o < d.outer; o++) {                                            \
@@ -951,8 +951,8 @@ DEFINE_SM_KERNELS(f64, double, exp)
             s8[0] += v[l];                                                                 \
         return ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));  \
     }                                                                                      \
-    AI_VECTOR_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,        \
-                                                       int64_t R, int64_t L)               \
+    AI_WIDE_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,          \
+                                                     int64_t R, int64_t L)                 \
     {                                                                                      \
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * L;                                                       \

@@ -90,8 +90,8 @@ static inline float gelu_tanh_deriv_f(float xf)
 #define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER) \
     UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, 1)
 #define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS)                       \
-    AI_VECTOR_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,    \
-                                                const float *xp, int64_t n)           \
+    AI_WIDE_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,      \
+                                              const float *xp, int64_t n)             \
     {                                                                                  \
         const unary_params Pv = *P_, *P = &Pv; /* a copy: no aliasing with yp */       \
         (void)P;                                                                       \
@@ -113,10 +113,10 @@ static inline float gelu_tanh_deriv_f(float xf)
         (void)yf;                                                                      \
         return (PASS) ? (float)(dyf * (DER32)) : 0.0f;                                 \
     }                                                                                  \
-    AI_VECTOR_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,    \
-                                                const float *xp, const float *yp,     \
-                                                const float *dy, int64_t n,           \
-                                                bool assign)                          \
+    AI_WIDE_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,      \
+                                              const float *xp, const float *yp,       \
+                                              const float *dy, int64_t n,             \
+                                              bool assign)                            \
     {                                                                                  \
         const unary_params Pv = *P_, *P = &Pv;                                         \
         GRAD_LOOP(assign, n, dx, NAME##_f32_grad(P, xp[i], yp[i], dy[i]));             \
