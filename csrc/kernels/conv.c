@@ -1138,6 +1138,29 @@ static inline void deinterleave_f64(double *e, double *o, const double *s, int64
     }
 }
 
+/* Zeroes what the copies into a padded buffer (Hp, Wp) of `lanes`-wide
+ * positions (elements of es bytes) leave: with x's plane (H, W) inside at
+ * (p1, p2), the pad rows and columns alone, else all of it. */
+static void dw_zero_pads(void *buf, size_t es, int64_t lanes, int64_t Hp, int64_t Wp, int64_t H,
+                         int64_t W, int64_t p1, int64_t p2, bool inside)
+{
+    char *b = buf;
+    const size_t pos = es * (size_t)lanes; /* bytes of a position */
+    if (!inside) {
+        memset(b, 0, pos * (size_t)(Hp * Wp));
+        return;
+    }
+    for (int64_t r = 0; r < Hp; r++) {
+        char *row = b + pos * (size_t)(r * Wp);
+        if (r < p1 || r >= p1 + H) {
+            memset(row, 0, pos * (size_t)Wp);
+            continue;
+        }
+        memset(row, 0, pos * (size_t)p2);
+        memset(row + pos * (size_t)(p2 + W), 0, pos * (size_t)(Wp - p2 - W));
+    }
+}
+
 #define T float
 #define SFX _f32
 #define GEMM ai_gemm_f32
@@ -2218,24 +2241,6 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
 #undef DWB_TILE
 
 #ifdef AI_AVX512_KERNEL
-/*
- * dwb with 16-lane vectors (AVX-512), where x is blocked and read through
- * the padded copy (not dwb_direct) and the units pair up: a job is two
- * units of one image (blocks u and u + 1, 16 channels), copied into one
- * padded xt (Hp, Wp, 16) with their lanes side by side; each output
- * position is then one vector product per tap, its result stored as two
- * 8-lane halves, one into each block. Flat tiles of DWB_NP positions
- * (dwb_flat's), each lane's taps in order from the bias with FMAs and the
- * epilogue rounded as dwb_sums does: its values bit for bit, in half the
- * vector instructions. The jobs of slots as dwl_range's, pairs of units
- * in place of units, but a thread's range of slots runs as one (their
- * images, or their run of jobs, are consecutive), in the first slot's
- * buffer, its pads zeroed once; the weights are packed once per call
- * (dwb_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
- * taken 0.071 ms at 1 thread, 0.030 as one range; with a pair's weights
- * packed once per part of the pool's pass, MobileNet's depthwise convs on
- * 6x6 and 3x3 were slower at 2 threads than at 1.
- */
 /* dwb_range_v16's weights, packed once per call after the slots: per pair
  * of units, its taps (K, 16) then its bias, scale and shift (16 lanes
  * each), zeros past the channels */
@@ -2256,6 +2261,24 @@ static void dwb_pack_v16(const dwl_job_f32 *j)
         }
 }
 
+/*
+ * dwb with 16-lane vectors (AVX-512), where x is blocked and the units
+ * pair up (strided convs too: dwb_direct runs at 8 lanes only): a job is two
+ * units of one image (blocks u and u + 1, 16 channels), copied into one
+ * padded xt (Hp, Wp, 16) with their lanes side by side; each output
+ * position is then one vector product per tap, its result stored as two
+ * 8-lane halves, one into each block. Flat tiles of DWB_NP positions
+ * (dwb_flat's), each lane's taps in order from the bias with FMAs and the
+ * epilogue rounded as dwb_sums does: its values bit for bit, in half the
+ * vector instructions. The jobs of slots as dwl_range's, pairs of units
+ * in place of units, but a thread's range of slots runs as one (their
+ * images, or their run of jobs, are consecutive), in the first slot's
+ * buffer, its pads zeroed once; the weights are packed once per call
+ * (dwb_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
+ * taken 0.071 ms at 1 thread, 0.030 as one range; with a pair's weights
+ * packed once per part of the pool's pass, MobileNet's depthwise convs on
+ * 6x6 and 3x3 were slower at 2 threads than at 1.
+ */
 AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo, int64_t hi)
 {
     const dwl_job_f32 *j = ctx;
@@ -2264,7 +2287,7 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     enum { L = 16, B = DWL_UNIT };
     const int64_t N = j->p->N, K = q->K, IS = g->img_size;
     const int64_t OS = g->grid_size, G2 = g->grid[2], H = g->img[1], W = g->img[2];
-    const int64_t p1 = g->p[1], p2 = g->p[2], Wp = q->Wp, XT = q->Hp * Wp;
+    const int64_t p1 = g->p[1], p2 = g->p[2], Wp = q->Wp;
     const int64_t rs = g->s[1] * Wp * L, cs = g->s[2] * L; /* an output row's, column's step */
     /* x's columns [i2lo, i2hi) and rows [i1lo, i1hi) land inside xt */
     const int64_t i2lo = p2 > 0 ? 0 : -p2, i2hi = Wp - p2 < W ? Wp - p2 : W;
@@ -2285,18 +2308,7 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
         const int64_t j1 = by_image ? pairs * ns : hi * jobs / q->slots;
         /* xt's pads: the copies write the same positions inside at every job
          * (x's lanes past C are zeros), so the rest is zeroed once */
-        if (!inside)
-            memset(xt, 0, sizeof(float) * (size_t)(XT * L));
-        else
-            for (int64_t r = 0; r < q->Hp; r++) {
-                float *xr = xt + r * Wp * L;
-                if (r < p1 || r >= p1 + H) {
-                    memset(xr, 0, sizeof(float) * (size_t)(Wp * L));
-                    continue;
-                }
-                memset(xr, 0, sizeof(float) * (size_t)(p2 * L));
-                memset(xr + (p2 + W) * L, 0, sizeof(float) * (size_t)((Wp - p2 - W) * L));
-            }
+        dw_zero_pads(xt, sizeof(float), L, q->Hp, Wp, H, W, p1, p2, inside);
         for (int64_t job = j0; job < j1; job++) {
             const int64_t pr = job / ns, n = n0 + job % ns;
             const float *wt = j->ws + q->slots * q->slot + pr * (K + 3) * L; /* dwb_pack_v16's */

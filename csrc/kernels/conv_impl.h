@@ -1152,18 +1152,9 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
             const int64_t c = job / ns * L, n = n0 + job % ns, nc = C - c < L ? C - c : L;
             if (job / ns != u) { /* a new unit: zero pads (and lanes past C) */
                 u = job / ns;
-                if (!inside || nc < L)
-                    memset(xt, 0, sizeof(T) * (size_t)(XT * L));
-                else /* the fill writes every position inside: the pads alone */
-                    for (int64_t r = 0; r < q->Hp; r++) {
-                        T *xr = xt + r * q->Wp * L;
-                        if (r < p1 || r >= p1 + H) {
-                            memset(xr, 0, sizeof(T) * (size_t)(q->Wp * L));
-                            continue;
-                        }
-                        memset(xr, 0, sizeof(T) * (size_t)(p2 * L));
-                        memset(xr + (p2 + W) * L, 0, sizeof(T) * (size_t)((q->Wp - p2 - W) * L));
-                    }
+                /* the fill writes every position inside (all lanes when
+                 * the unit is whole): the pads alone */
+                dw_zero_pads(xt, sizeof(T), L, q->Hp, q->Wp, H, W, p1, p2, inside && nc == L);
             }
             const T *wt = j->ws + q->slots * q->slot + u * K * L; /* dwl_pack's */
             const int64_t units = q->units;
