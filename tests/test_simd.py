@@ -14,6 +14,8 @@ within tolerance.
   convs and the input gradient, odd block and channel-tile counts included.
 - Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
   convs, partial channel tiles and position blocks, blocks across images.
+- The direct weight gradient (dconv_dw) runs pairs of output channels as
+  one 16-lane vector: convs whose input needs no gradient, any stride.
 - Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):
   forward, and the input gradient in training.
 
@@ -209,6 +211,33 @@ def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, at_threads, fact
     torch.testing.assert_close(results[True][0], expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[True][1], xt.grad, rtol=1e-4, atol=1e-4)
 
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_weight_gradient_of_convs_without_input_gradient(avx512, at_threads, threads):
+    """The direct weight-gradient kernel (dconv_dw: a model's first convs,
+    whose input needs no gradient; strided ones too) with 16 lanes on pairs
+    of output channels: odd channel counts (a pair with one row), 5x5 (taps
+    in passes of 9, 9 and 7) and 3x3 at stride 2, 10x4 (40 taps)."""
+    at_threads(threads)
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(3, 7, 5, stride=2, padding=2), nn.ReLU(),
+                          nn.Conv2d(7, 9, 3, stride=2), nn.ReLU(),
+                          nn.Conv2d(9, 6, (10, 4), padding=(4, 1))).train()
+    x = torch.randn(5, 3, 45, 41, generator=torch.Generator().manual_seed(2))
+    wrapped = ai.wrap(model, list(x.shape)).train()
+    results = {}
+    for wide in (True, False):
+        assert _C._set_avx512(wide) is wide
+        out = wrapped(x)
+        out.backward(torch.ones_like(out))
+        results[wide] = [out.detach().clone()] + [p.grad.clone() for p in wrapped.parameters()]
+        wrapped.zero_grad()
+    expected = model(x)
+    expected.backward(torch.ones_like(expected))
+    for a, b in zip(results[True], results[False]):
+        assert torch.equal(a, b)
+    for got, p in zip(results[True][1:], model.parameters()):
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-3)
 
 def test_set_avx512_off_stays_off_until_turned_on(avx512):
     assert _C._set_avx512(False) is False

@@ -952,7 +952,7 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
 #define DW_CHUNK_ELEMS (INT64_C(1) << 18) /* 1 MiB of float32 */
 static int64_t dconv_dw_image_elems(const ai_conv_params *p, const dconv *dc)
 {
-    return p->C * dc->ph.size + p->M * (dc->L + DC_NR);
+    return p->C * dc->ph.size + (p->M + 1) / 2 * 2 * (dc->L + DC_NR); /* (rows in pairs) */
 }
 
 static int64_t dconv_dw_images(const ai_conv_params *p, const conv_geom *g, const dconv *dc)
@@ -1094,17 +1094,13 @@ static inline void deinterleave_f32(float *e, float *o, const float *s, int64_t 
  * transpose cost 4-5x as much). Where there are vector shuffles. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define HAVE_TRANSPOSE8
-/* row i of the block to d[i] (8 rows anywhere) */
-static inline __attribute__((always_inline)) void transpose8_to_f32(float *const d[8],
-                                                                    const float *src,
-                                                                    int64_t lds)
+/* r[i] = column i of the 8 x 8 block whose rows are r[] (24 shuffles) */
+static inline __attribute__((always_inline)) void transpose8_regs(dv_vec r[8])
 {
     const dv_idx lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
     const dv_idx ev = {0, 1, 8, 9, 4, 5, 12, 13}, od = {2, 3, 10, 11, 6, 7, 14, 15};
     const dv_idx h0 = {0, 1, 2, 3, 8, 9, 10, 11}, h1 = {4, 5, 6, 7, 12, 13, 14, 15};
-    dv_vec r[8], t[8], u[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = *(const dv_vec *)(src + i * lds);
+    dv_vec t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
         t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
         t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
@@ -1115,8 +1111,40 @@ static inline __attribute__((always_inline)) void transpose8_to_f32(float *const
             u[i + 2 * h + 1] = __builtin_shuffle(t[i + h], t[i + h + 2], od);
         }
     for (int i = 0; i < 4; i++) {
-        *(dv_vec *)d[i] = __builtin_shuffle(u[i], u[i + 4], h0);
-        *(dv_vec *)d[i + 4] = __builtin_shuffle(u[i], u[i + 4], h1);
+        r[i] = __builtin_shuffle(u[i], u[i + 4], h0);
+        r[i + 4] = __builtin_shuffle(u[i], u[i + 4], h1);
+    }
+}
+
+/* row i of the block to d[i] (8 rows anywhere) */
+static inline __attribute__((always_inline)) void transpose8_to_f32(float *const d[8],
+                                                                    const float *src,
+                                                                    int64_t lds)
+{
+    dv_vec r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = *(const dv_vec *)(src + i * lds);
+    transpose8_regs(r);
+    for (int i = 0; i < 8; i++)
+        *(dv_vec *)d[i] = r[i];
+}
+
+/* the block of rows s[i] (8 rows anywhere) to dst (rows ldd apart), or
+ * added to it */
+static inline __attribute__((always_inline)) void transpose8_from_f32(float *dst, int64_t ldd,
+                                                                      const float *const s[8],
+                                                                      bool add)
+{
+    dv_vec r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = *(const dv_vec *)s[i];
+    transpose8_regs(r);
+    for (int i = 0; i < 8; i++) {
+        dv_vec *d = (dv_vec *)(dst + i * ldd);
+        if (add)
+            *d = *d + r[i];
+        else
+            *d = r[i];
     }
 }
 
@@ -2005,6 +2033,119 @@ AI_GEMM_CLONES static void dconv_dw_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+#ifdef AI_AVX512_KERNEL
+/* dconv_dw_range with 16-lane vectors (AVX-512): dy's rows in pairs, 8
+ * positions of one row then the same 8 of the other (dconv_dw_f32 lays dyg
+ * so when this kernel runs), times x's 8 positions broadcast to both
+ * halves. Each half is the 8-lane kernel's accumulator of its row and tap,
+ * summed over the same images and positions in the same order (the same
+ * values bit for bit), in half the FMAs; a pass takes up to DWW_TAPS taps
+ * (2 x 9 accumulators, 2 + 9 loads per step). */
+#define DWW_TAPS 9
+static inline __attribute__((always_inline)) void dww_steps(ai_vec16_f32 acc[2][DWW_TAPS],
+                                                            const float *d0, const float *d1,
+                                                            const float *xc,
+                                                            const int64_t *off, int64_t nv,
+                                                            const int nt)
+{
+    for (int64_t v = 0; v < nv; v++) {
+        const ai_vec16_f32 a = *(const ai_vec16_f32 *)(d0 + 16 * v);
+        const ai_vec16_f32 b = *(const ai_vec16_f32 *)(d1 + 16 * v);
+        for (int q = 0; q < nt; q++) {
+            const dc_vec h = *(const dc_vec *)(xc + off[q] + 8 * v);
+            const ai_vec16_f32 xv = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1,
+                                                            2, 3, 4, 5, 6, 7);
+            acc[0][q] += a * xv;
+            acc[1][q] += b * xv;
+        }
+    }
+}
+
+AI_AVX512_KERNEL static void dconv_dw_range_v16(void *ctx, int64_t lo, int64_t hi)
+{
+    const dconv_dw_job *j = ctx;
+    const dconv *dc = j->dc;
+    const int64_t C = j->p->C, M = j->p->M, K = dc->ph.K, nv = (dc->L + 7) / 8;
+    const int64_t PS = dc->ph.size, MP = (M + 1) / 2, ld = 2 * j->ld; /* a pair's row */
+    const int64_t groups = (K + DWW_TAPS - 1) / DWW_TAPS, per = (K + groups - 1) / groups;
+    /* the partial sums of every tap group, kept across the images of the chunk */
+    ai_vec16_f32 sums[(DW_PAD_MAX_TAPS + DWW_TAPS - 1) / DWW_TAPS][2][DWW_TAPS];
+    for (int64_t item = lo; item < hi; item++) {
+        const int64_t mt = item / C, c = item % C;
+        /* the tile's 2 pairs of rows; a pair past M reads pair 0: computed, not stored */
+        const int64_t p0 = 2 * mt, p1 = 2 * mt + 1 < MP ? 2 * mt + 1 : 0;
+        memset(sums, 0, sizeof(sums[0]) * (size_t)groups);
+        for (int64_t n = 0; n < j->nb; n++) {
+            const float *xc = j->planes + (n * C + c) * PS;
+            const float *d0 = j->dyg + (n * MP + p0) * ld, *d1 = j->dyg + (n * MP + p1) * ld;
+            for (int64_t grp = 0; grp < groups; grp++) {
+                const int64_t k0 = grp * per;
+                const int nt = (int)(K - k0 < per ? K - k0 : per);
+                int64_t off[DWW_TAPS];
+                for (int q = 0; q < nt; q++)
+                    off[q] = dc->ph.base[k0 + q];
+                switch (nt) { /* (constant tap counts: the tap loop unrolled) */
+                case 9: dww_steps(sums[grp], d0, d1, xc, off, nv, 9); break;
+                case 8: dww_steps(sums[grp], d0, d1, xc, off, nv, 8); break;
+                case 7: dww_steps(sums[grp], d0, d1, xc, off, nv, 7); break;
+                case 6: dww_steps(sums[grp], d0, d1, xc, off, nv, 6); break;
+                case 5: dww_steps(sums[grp], d0, d1, xc, off, nv, 5); break;
+                case 4: dww_steps(sums[grp], d0, d1, xc, off, nv, 4); break;
+                case 3: dww_steps(sums[grp], d0, d1, xc, off, nv, 3); break;
+                case 2: dww_steps(sums[grp], d0, d1, xc, off, nv, 2); break;
+                default: dww_steps(sums[grp], d0, d1, xc, off, nv, 1); break;
+                }
+            }
+        }
+        for (int64_t grp = 0; grp < groups; grp++) {
+            const int64_t k0 = grp * per, nt = K - k0 < per ? K - k0 : per;
+            for (int r = 0; r < DC_MR && mt * DC_MR + r < M; r++)
+                for (int64_t q = 0; q < nt; q++) {
+                    float lanes[16];
+                    memcpy(lanes, &sums[grp][r / 2][q], sizeof lanes);
+                    const float *l = lanes + 8 * (r % 2);
+                    j->dw[((mt * DC_MR + r) * C + c) * K + k0 + q] +=
+                        ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+                }
+        }
+    }
+}
+#endif
+
+/* dy's planes (rows [lo, hi) of the chunk: image i, channel m) on the grid
+ * "G1 rows of R2" in dyg, rows ld apart; with `pairs` (dconv_dw_range_v16)
+ * rows m and m + 1 (m even) share a row of 2 ld, in turns of 8 positions */
+typedef struct {
+    const dconv *dc;
+    float *dyg;
+    const float *dy; /* the chunk's first image */
+    int64_t M, M2, ld;
+    bool pairs;
+} dyg_job;
+
+static void dyg_fill_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dyg_job *j = ctx;
+    const int64_t R2 = j->dc->ph.R2, G1 = j->dc->ph.G1, G2 = j->dc->ph.G2;
+    for (int64_t row = lo; row < hi; row++) {
+        const int64_t i = row / j->M, m = row % j->M;
+        const float *src = j->dy + row * G1 * G2;
+        if (!j->pairs) {
+            for (int64_t o1 = 0; o1 < G1; o1++)
+                memcpy(j->dyg + (i * j->M + m) * j->ld + o1 * R2, src + o1 * G2,
+                       sizeof(float) * (size_t)G2);
+            continue;
+        }
+        float *d = j->dyg + (i * j->M2 + m - m % 2) * j->ld + 8 * (m % 2);
+        for (int64_t o1 = 0; o1 < G1; o1++) /* runs within a turn of 8 */
+            for (int64_t o2 = 0, e = o1 * R2; o2 < G2;) {
+                const int64_t n = 8 - e % 8 < G2 - o2 ? 8 - e % 8 : G2 - o2;
+                memcpy(d + e / 8 * 16 + e % 8, src + o1 * G2 + o2, sizeof(float) * (size_t)n);
+                o2 += n, e += n;
+            }
+    }
+}
+
 /* dw += the weight gradient of Conv p by the direct kernel. Taken where the
  * input gradient is not wanted or went through dconv_dx (else the GEMM paths
  * compute both in one pass): a model's first conv, strided ones included (MobileNet's
@@ -2016,24 +2157,27 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
     dconv dc;
     if (!dconv_of(p, &g, AI_F32, &dc) || dc.L * dconv_dw_images(p, &g, &dc) < DW_MIN_GRID)
         return false;
-    const int64_t C = p->C, M = p->M, R2 = dc.ph.R2, G1 = dc.ph.G1, G2 = dc.ph.G2;
-    const int64_t ld = dc.L + DC_NR, nb = dconv_dw_images(p, &g, &dc);
+    const int64_t C = p->C, M = p->M, G1 = dc.ph.G1, G2 = dc.ph.G2;
+    const int64_t ld = dc.L + DC_NR, nb = dconv_dw_images(p, &g, &dc), M2 = (M + 1) / 2 * 2;
     float *planes = ws, *dyg = ws + nb * C * dc.ph.size;
-    memset(dyg, 0, sizeof(float) * (size_t)(nb * M * ld)); /* junk columns and tails */
+    void (*range)(void *, int64_t, int64_t) = dconv_dw_range;
+    bool pairs = false; /* dyg's rows in pairs, 8 positions of each in turn */
+#ifdef AI_AVX512_KERNEL
+    if (ai_cpu_avx512())
+        range = dconv_dw_range_v16, pairs = true;
+#endif
+    memset(dyg, 0, sizeof(float) * (size_t)(nb * M2 * ld)); /* junk columns and tails */
     for (int64_t n0 = 0; n0 < p->N; n0 += nb) {
         const int64_t cnt = p->N - n0 < nb ? p->N - n0 : nb;
         for (int64_t i = 0; i < cnt; i++) {
             dconv_job pj = {p, &g, &dc, x + (n0 + i) * C * g.img_size, NULL, NULL,
                             planes + i * C * dc.ph.size, NULL, false, n0 > 0};
             ai_parallel_for(C, ai_grain_of(dc.ph.size), dconv_pad_range, &pj);
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t o1 = 0; o1 < G1; o1++)
-                    memcpy(dyg + ((i * M + m) * ld + o1 * R2),
-                           dy + (((n0 + i) * M + m) * G1 + o1) * G2, sizeof(float) * (size_t)G2);
         }
+        dyg_job dj = {&dc, dyg, dy + n0 * M * G1 * G2, M, M2, ld, pairs};
+        ai_parallel_for(cnt * M, ai_grain_of(dc.L), dyg_fill_range, &dj);
         dconv_dw_job j = {p, &dc, planes, dyg, dw, ld, cnt};
-        ai_parallel_for(dc.MT * C, ai_grain_of(DC_MR * dc.ph.K * dc.L * cnt), dconv_dw_range,
-                        &j);
+        ai_parallel_for(dc.MT * C, ai_grain_of(DC_MR * dc.ph.K * dc.L * cnt), range, &j);
     }
     return true;
 }

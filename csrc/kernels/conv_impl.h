@@ -397,8 +397,8 @@ AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *
 }
 
 /* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles (the
- * branch outside the loops: a plain copy when not adding). Rows of dst are
- * ldd apart, rows of src lds apart. */
+ * branch outside the element loops: a plain copy when not adding). Rows of
+ * dst are ldd apart, rows of src lds apart. */
 AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, int64_t lds,
                                            int64_t rows, int64_t cols, bool add)
 {
@@ -406,25 +406,31 @@ AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, in
         for (int64_t j0 = 0; j0 < cols; j0 += 16) {
             const int64_t i1 = i0 + 16 < rows ? i0 + 16 : rows;
             const int64_t j1 = j0 + 16 < cols ? j0 + 16 : cols;
-            if (add) {
-                for (int64_t i = i0; i < i1; i++)
-                    for (int64_t j = j0; j < j1; j++)
-                        dst[j * ldd + i] += src[i * lds + j];
-            } else {
-                int64_t i = i0, j = j0;
+            int64_t i = i0, j = j0;
 #ifdef HAVE_TRANSPOSE8 /* whole 8 x 8 blocks of float by shuffles */
-                for (; sizeof(T) == 4 && i + 8 <= i1; i += 8)
-                    for (j = j0; j + 8 <= j1; j += 8)
-                        transpose8_f32((float *)dst + j * ldd + i, ldd,
-                                       (const float *)src + i * lds + j, lds);
+            for (; sizeof(T) == 4 && i + 8 <= i1; i += 8)
+                for (j = j0; j + 8 <= j1; j += 8) {
+                    const float *s[8];
+                    for (int r = 0; r < 8; r++)
+                        s[r] = (const float *)src + (i + r) * lds + j;
+                    transpose8_from_f32((float *)dst + j * ldd + i, ldd, s, add);
+                }
 #endif
-                for (int64_t jj = j0; jj < j1; jj++) /* what is left: the rows past i, */
-                    for (int64_t ii = i; ii < i1; ii++) /* the columns past j above it */
-                        dst[jj * ldd + ii] = src[ii * lds + jj];
-                for (int64_t jj = j; jj < j1; jj++)
-                    for (int64_t ii = i0; ii < i; ii++)
-                        dst[jj * ldd + ii] = src[ii * lds + jj];
-            }
+            /* what is left: the rows past i, the columns past j above it */
+#define TRANSPOSE_REST(OP)                                                             \
+    do {                                                                               \
+        for (int64_t jj = j0; jj < j1; jj++)                                           \
+            for (int64_t ii = i; ii < i1; ii++)                                        \
+                dst[jj * ldd + ii] OP src[ii * lds + jj];                              \
+        for (int64_t jj = j; jj < j1; jj++)                                            \
+            for (int64_t ii = i0; ii < i; ii++)                                        \
+                dst[jj * ldd + ii] OP src[ii * lds + jj];                              \
+    } while (0)
+            if (add)
+                TRANSPOSE_REST(+=);
+            else
+                TRANSPOSE_REST(=);
+#undef TRANSPOSE_REST
         }
 }
 
@@ -1102,6 +1108,34 @@ AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_
     }
 }
 
+/* The inverse of dwl_fill: x's plane xn (nc channels, IS apart) = xt's
+ * positions inside the pads, or += with `add` (the depthwise backward's
+ * dx); 8 positions at a time across rows, as the fill. */
+AI_VECTOR_CLONES static void FN(dwl_unfill)(T *xn, const T *xt, int64_t ld, int64_t nc,
+                                            const conv_geom *g, const dwl_geom *q, bool add)
+{
+    const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
+    const T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
+    int64_t f = 0, i2 = 0; /* position f = (i1, i2) */
+#ifdef HAVE_TRANSPOSE8
+    for (; sizeof(T) == 4 && nc == 8 && f + 8 <= IS; f += 8) {
+        const float *s[8];
+        for (int i = 0; i < 8; i++, i2++) {
+            if (i2 == W)
+                i2 = 0, row += Wp * ld;
+            s[i] = (const float *)(row + i2 * ld);
+        }
+        transpose8_from_f32((float *)xn + f, IS, s, add);
+    }
+#endif
+    for (; f < IS; f++, i2++) {
+        if (i2 == W)
+            i2 = 0, row += Wp * ld;
+        for (int64_t c = 0; c < nc; c++)
+            xn[c * IS + f] = add ? xn[c * IS + f] + row[i2 * ld + c] : row[i2 * ld + c];
+    }
+}
+
 /* The units' weights (K, DWL_UNIT) after the slots, zeros past C: packed
  * once per call (per unit and part of the pool's pass, MobileNet's
  * depthwise convs on 6x6 and 3x3 planes had been slower at 2 threads than
@@ -1294,7 +1328,7 @@ static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
     const dwl_geom *q = j->q;
     enum { L = DWL_UNIT };
     const int64_t C = j->p->C, N = j->p->N, K = q->K, IS = g->img_size, OS = g->grid_size;
-    const int64_t H = g->img[1], W = g->img[2], p1 = g->p[1], p2 = g->p[2], XT = q->Hp * q->Wp;
+    const int64_t XT = q->Hp * q->Wp;
     double dsum[DW_PAD_MAX_TAPS * L];
     for (int64_t s = lo; s < hi; s++) {
         T *xt = j->ws + s * j->slot, *dxt = xt + XT * L, *dyt = dxt + XT * L, *wt = dyt + OS * L;
@@ -1314,9 +1348,7 @@ static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
                     memset(dxt, 0, sizeof(T) * (size_t)(XT * L));
                 FN(dwlb_image)(j, dxt, xt, dyt, wt, dsum, nc);
                 if (j->dx)
-                    for (int64_t i1 = 0; i1 < H; i1++)
-                        FN(transpose)(j->dx + (n * C + c) * IS + i1 * W, IS,
-                                      dxt + ((i1 + p1) * q->Wp + p2) * L, L, W, nc, !j->assign);
+                    FN(dwl_unfill)(j->dx + (n * C + c) * IS, dxt, L, nc, g, q, !j->assign);
             }
             if (j->dw)
                 for (int ch = 0; ch < nc; ch++)
