@@ -249,11 +249,28 @@ F = torch.nn.functional
     ("ReduceMean", [2], 1, lambda x, a: x.mean(2, keepdim=True)),
     ("ReduceMean", [0], 0, lambda x, a: x.mean(0))],
     ids=["sum-middle", "sum-outer-inner", "mean-last", "mean-first"])
-def test_reduce_backward_split_between_threads(threads, op, axes, keepdims, fn, dtype):
-    """The backward broadcasts dy over input rows split between threads (ranges
-    start inside the kept axes)."""
+def test_reduce_split_between_threads(threads, op, axes, keepdims, fn, dtype):
+    """float32 sums split along the outermost kept row axis (sum-middle,
+    sum-outer-inner, mean-last) or the columns of kept rows (mean-first),
+    each output summed on one thread; the backward broadcasts dy over input
+    rows split between threads (ranges start inside the kept axes)."""
     check_threads(op, {"x": _rand((30, 70, 130), dtype)}, fn, {"keepdims": keepdims},
                   {"axes": np.array(axes, np.int64)})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,inputs,attrs,fn", [
+    ("Transpose", {"x": (30, 70, 130)}, {"perm": [0, 2, 1]}, lambda x: x.permute(0, 2, 1)),
+    ("Transpose", {"x": (9, 70, 13, 11)}, {"perm": [3, 1, 0, 2]},
+     lambda x: x.permute(3, 1, 0, 2)),
+    ("Concat", {"a": (30, 70, 64), "b": (30, 19, 64)}, {"axis": 1},
+     lambda a, b: torch.cat([a, b], 1))],
+    ids=["transpose-last-two", "transpose-4d", "concat-middle"])
+def test_strided_copies_split_between_threads(threads, op, inputs, attrs, fn, dtype):
+    """Copies along strided walks (forward) and their adds back (backward),
+    rows split between threads; ranges start inside the outer axes."""
+    check_threads(op, {k: _rand(v, dtype, i) for i, (k, v) in enumerate(inputs.items())}, fn,
+                  attrs)
 
 
 @pytest.mark.parametrize("mode,torch_mode", [("reflect", "reflect"), ("edge", "replicate"),

@@ -187,29 +187,81 @@ static inline void kahan_add(double *s, double *c, double v)
 
 DEFINE_SUM(sum_f64, double)
 
-AI_VECTOR_CLONES static void sum_f32(const reduce_plan *p, float *y, const float *x,
-                                     double scale, double *acc, double *comp)
+/* sum_f32's share of the input: with split = d (a row axis whose outputs
+ * are kept), the rows whose index along d is in [lo, hi); with split =
+ * nd - 1 (a kept row axis), the columns [lo, hi) of every row; with -1, all
+ * of it. Every output element sums its rows in the same order whatever the
+ * split: the same values at any thread count. */
+typedef struct {
+    const reduce_plan *p;
+    const float *x;
+    double *acc;
+    int split;
+} sum_job;
+
+AI_VECTOR_CLONES static void sum_f32_range(void *ctx, int64_t lo, int64_t hi)
 {
-    (void)comp;
-    memset(acc, 0, sizeof(double) * (size_t)p->nout);
-    FOR_ROWS(p, {
-        const float *xr = x + xo;
+    const sum_job *j = ctx;
+    const reduce_plan *p = j->p;
+    const int nd = p->nd, s = j->split;
+    const int64_t L = nd ? p->shape[nd - 1] : 1, os = nd ? p->ostride[nd - 1] : 0;
+    const int64_t c0 = s == nd - 1 ? lo : 0, c1 = s == nd - 1 ? hi : L;
+    int64_t idx[AI_MAX_DIMS] = {0}, xs[AI_MAX_DIMS], rows = 1, xo = 0, oo = 0, st = L;
+    for (int d = nd - 2; d >= 0; d--) { /* input strides (contiguous) */
+        xs[d] = st;
+        st *= p->shape[d];
+    }
+    for (int d = 0; d < nd - 1; d++) {
+        rows *= d == s ? hi - lo : p->shape[d];
+        idx[d] = d == s ? lo : 0;
+        xo += idx[d] * xs[d];
+        oo += idx[d] * p->ostride[d];
+    }
+    for (int64_t r = 0; r < rows && L > 0; r++) {
+        const float *xr = j->x + xo;
         if (os == 0) {
             double part[8] = {0};
-            int64_t j = 0;
-            for (; j + 8 <= L; j += 8)
+            int64_t k = 0;
+            for (; k + 8 <= L; k += 8)
                 for (int l = 0; l < 8; l++)
-                    part[l] += xr[j + l];
-            for (; j < L; j++)
-                part[j % 8] += xr[j];
-            acc[oo] += ((part[0] + part[1]) + (part[2] + part[3])) +
-                       ((part[4] + part[5]) + (part[6] + part[7]));
+                    part[l] += xr[k + l];
+            for (; k < L; k++)
+                part[k % 8] += xr[k];
+            j->acc[oo] += ((part[0] + part[1]) + (part[2] + part[3])) +
+                          ((part[4] + part[5]) + (part[6] + part[7]));
         } else {
-            double *ar = acc + oo;
-            for (int64_t j = 0; j < L; j++)
-                ar[j] += xr[j];
+            double *ar = j->acc + oo;
+            for (int64_t k = c0; k < c1; k++)
+                ar[k] += xr[k];
         }
-    });
+        for (int d = nd - 2; d >= 0; d--) { /* the next row */
+            const int64_t first = d == s ? lo : 0, end = d == s ? hi : p->shape[d];
+            xo += xs[d];
+            oo += p->ostride[d];
+            if (++idx[d] < end)
+                break;
+            xo -= xs[d] * (end - first);
+            oo -= p->ostride[d] * (end - first);
+            idx[d] = first;
+        }
+    }
+}
+
+/* float32 sums on the pool where the input is large: split along the
+ * outermost row axis whose outputs are kept, else along the columns of
+ * rows that are kept; a full reduction stays on one thread. */
+static void sum_f32(const reduce_plan *p, float *y, const float *x, double scale, double *acc)
+{
+    memset(acc, 0, sizeof(double) * (size_t)p->nout);
+    sum_job j = {p, x, acc, -1};
+    int64_t n = 1, numel = p->nd ? p->nout * p->count : 1;
+    for (int d = 0; numel >= 2 * AI_GRAIN_ELEMS && d < p->nd && j.split < 0; d++)
+        if (p->ostride[d] != 0 && p->shape[d] > 1 && (d < p->nd - 1 || p->shape[d] >= 64))
+            j.split = d, n = p->shape[d];
+    if (j.split < 0)
+        sum_f32_range(&j, 0, 1);
+    else
+        ai_parallel_for(n, ai_grain_of(numel / n), sum_f32_range, &j);
     for (int64_t o = 0; o < p->nout; o++)
         y[o] = (float)(acc[o] * scale);
 }
@@ -294,7 +346,7 @@ static ai_status reduce_forward(ai_ctx *c)
     if (!ai_dtype_is_float(x->dtype))
         reduce_int(&p, kind, y, x, c->workspace);
     else if ((kind == R_SUM || kind == R_MEAN) && x->dtype == AI_F32)
-        sum_f32(&p, y->data, x->data, scale, acc, comp);
+        sum_f32(&p, y->data, x->data, scale, acc);
     else if (kind == R_SUM || kind == R_MEAN)
         sum_f64(&p, y->data, x->data, scale, acc, comp);
     else if (x->dtype == AI_F32)

@@ -197,44 +197,74 @@ static walk walk_swapped(const walk *w)
     return r;
 }
 
+/* Rows [lo, hi) of a merged walk (walk_run) */
+typedef struct {
+    walk w; /* merged: size-1 dimensions dropped, contiguous runs joined */
+    char *dst;
+    const char *src;
+    size_t es;
+    row_fn row;
+} walk_job;
+
+static void walk_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const walk_job *j = ctx;
+    const walk *w = &j->w;
+    const int nd = w->nd;
+    const int64_t inner = nd ? w->shape[nd - 1] : 1, e = (int64_t)j->es;
+    const int64_t sd = nd ? w->sd[nd - 1] : 1, ss = nd ? w->ss[nd - 1] : 1;
+    int64_t idx[AI_MAX_DIMS] = {0}, od = w->od, os = w->os;
+    int64_t below = 1;
+    for (int d = nd - 2; d >= 0; d--) { /* row lo's index */
+        idx[d] = lo / below % w->shape[d];
+        below *= w->shape[d];
+        od += idx[d] * w->sd[d];
+        os += idx[d] * w->ss[d];
+    }
+    for (int64_t r = lo; r < hi; r++) {
+        j->row(j->dst + od * e, sd, j->src + os * e, ss, inner, j->es);
+        for (int d = nd - 2; d >= 0; d--) {
+            od += w->sd[d];
+            os += w->ss[d];
+            if (++idx[d] < w->shape[d])
+                break;
+            od -= w->sd[d] * w->shape[d];
+            os -= w->ss[d] * w->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Every row of w (their destinations never overlap: each walk maps one
+ * element to one), rows split between threads where there are enough. */
 static void walk_run(const walk *w0, char *dst, const char *src, size_t es, row_fn row)
 {
     /* drop size-1 dimensions; merge a dimension into the previous one when
      * both sides are contiguous across them (long rows, few calls) */
-    walk w = {0};
+    walk_job j = {.dst = dst, .src = src, .es = es, .row = row};
+    walk *w = &j.w;
     for (int d = 0; d < w0->nd; d++) {
         if (w0->shape[d] == 0)
             return;
         if (w0->shape[d] == 1)
             continue;
-        int k = w.nd - 1;
-        if (k >= 0 && w.sd[k] == w0->sd[d] * w0->shape[d] &&
-            w.ss[k] == w0->ss[d] * w0->shape[d]) {
-            w.shape[k] *= w0->shape[d];
+        int k = w->nd - 1;
+        if (k >= 0 && w->sd[k] == w0->sd[d] * w0->shape[d] &&
+            w->ss[k] == w0->ss[d] * w0->shape[d]) {
+            w->shape[k] *= w0->shape[d];
         } else {
-            k = w.nd++;
-            w.shape[k] = w0->shape[d];
+            k = w->nd++;
+            w->shape[k] = w0->shape[d];
         }
-        w.sd[k] = w0->sd[d];
-        w.ss[k] = w0->ss[d];
+        w->sd[k] = w0->sd[d];
+        w->ss[k] = w0->ss[d];
     }
-    const int nd = w.nd;
-    const int64_t inner = nd ? w.shape[nd - 1] : 1;
-    const int64_t sd = nd ? w.sd[nd - 1] : 1, ss = nd ? w.ss[nd - 1] : 1;
-    const int64_t rows = nd ? prod(w.shape, 0, nd - 1) : 1, e = (int64_t)es;
-    int64_t idx[AI_MAX_DIMS] = {0}, od = w0->od, os = w0->os;
-    for (int64_t r = 0; r < rows; r++) {
-        row(dst + od * e, sd, src + os * e, ss, inner, es);
-        for (int d = nd - 2; d >= 0; d--) {
-            od += w.sd[d];
-            os += w.ss[d];
-            if (++idx[d] < w.shape[d])
-                break;
-            od -= w.sd[d] * w.shape[d];
-            os -= w.ss[d] * w.shape[d];
-            idx[d] = 0;
-        }
-    }
+    w->od = w0->od;
+    w->os = w0->os;
+    const int nd = w->nd;
+    const int64_t inner = nd ? w->shape[nd - 1] : 1;
+    const int64_t rows = nd ? prod(w->shape, 0, nd - 1) : 1;
+    ai_parallel_for(rows, ai_grain_of(inner), walk_range, &j);
 }
 
 /* Forward along w: out <- in. */
