@@ -45,8 +45,12 @@ def _engine_times(am, x, reps, acc):
     with torch.no_grad(), aidge_interop.profile(am) as prof:
         for _ in range(reps):
             am(x)
+    # the fused inference graph where the model has one (a BatchNorm to
+    # move), else the main graph, which then runs the eval forward
+    ran = {r["graph"] for r in prof.rows if r["fwd_calls"]}
+    graph = "inference" if "inference" in ran else "main"
     for r in prof.rows:
-        if r["graph"] == "inference" and r["fwd_calls"]:
+        if r["graph"] == graph and r["fwd_calls"]:
             acc.setdefault((r["name"], r["op_type"]), []).append(r["fwd_s"] / r["fwd_calls"])
 
 

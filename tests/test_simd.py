@@ -18,6 +18,8 @@ within tolerance.
   one 16-lane vector: convs whose input needs no gradient, any stride.
 - Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):
   forward, and the input gradient in training.
+- 2 x 2 max pools at stride 2 run 16 outputs of a row per vector
+  (csrc/kernels/pool.c): the same maxima and positions as the generic kernel.
 
 Skipped where the CPU or the build has no AVX-512.
 """
@@ -238,6 +240,59 @@ def test_wide_weight_gradient_of_convs_without_input_gradient(avx512, at_threads
         assert torch.equal(a, b)
     for got, p in zip(results[True][1:], model.parameters()):
         torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-3)
+
+class _Pools(nn.Module):
+    """2 x 2 max pools at stride 2 on rows of 17 outputs (a full vector and a
+    partial one), odd sizes (the last row and column unused), and a 3-d pool
+    of (1, 2, 2) windows."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2)
+        self.pool3 = nn.MaxPool3d((1, 2, 2))
+
+    def forward(self, x):
+        y = self.pool(x)
+        return torch.cat([y.flatten(1), self.pool(y[:, :, :5, :7]).flatten(1),
+                          self.pool3(x[:, None]).flatten(1)], 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("special", ["ties", "nan", "-inf"])
+def test_wide_maxpool_matches_the_generic_kernel(avx512, at_threads, threads, special):
+    """The 16-lane 2 x 2 max pool (csrc/kernels/pool.c) against the generic
+    kernel bit for bit, forward in eval (maxima only) and in training (the
+    gradient goes to the positions kept), and against torch. Values drawn
+    from a few levels (ties in most windows), with NaN or -inf planted."""
+    at_threads(threads)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(-2, 3, (3, 5, 11, 35), generator=g).float()
+    if special != "ties":
+        value = float("nan") if special == "nan" else float("-inf")
+        x.view(-1)[torch.randperm(x.numel(), generator=g)[:40]] = value
+        x[0, 0, :2, :2] = value  # a whole window
+    model = _Pools()
+    wrapped = ai.wrap(model, [tuple(x.shape)])
+    gy = torch.rand(model(x).shape, generator=g)
+    results = {}
+    for wide in (True, False):
+        assert _C._set_avx512(wide) is wide
+        with torch.no_grad():
+            evals = wrapped.eval()(x)
+        xi = x.clone().requires_grad_(True)
+        out = wrapped.train()(xi)
+        out.backward(gy)
+        results[wide] = [evals, out.detach(), xi.grad]
+    xt = x.clone().requires_grad_(True)
+    expected = model(xt)
+    expected.backward(gy)
+    for a, b in zip(results[True], results[False]):
+        assert torch.equal(a, b) or (special == "nan" and torch.equal(a.isnan(), b.isnan())
+                                     and torch.equal(a.nan_to_num(), b.nan_to_num()))
+    for got in results[True][:2]:
+        torch.testing.assert_close(got, expected.detach(), equal_nan=True)
+    torch.testing.assert_close(results[True][2], xt.grad, equal_nan=True)
+
 
 def test_set_avx512_off_stays_off_until_turned_on(avx512):
     assert _C._set_avx512(False) is False

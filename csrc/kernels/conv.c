@@ -1092,30 +1092,8 @@ static inline void deinterleave_f32(float *e, float *o, const float *s, int64_t 
 /* dst (8 rows ldd apart) = the 8 x 8 block of src (rows lds apart)
  * transposed: 8 loads, 24 shuffles, 8 stores (the element loops of
  * transpose cost 4-5x as much). Where there are vector shuffles. */
-#if defined(__GNUC__) && !defined(__clang__)
+#ifdef AI_HAVE_TRANSPOSE8
 #define HAVE_TRANSPOSE8
-/* r[i] = column i of the 8 x 8 block whose rows are r[] (24 shuffles) */
-static inline __attribute__((always_inline)) void transpose8_regs(dv_vec r[8])
-{
-    const dv_idx lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const dv_idx ev = {0, 1, 8, 9, 4, 5, 12, 13}, od = {2, 3, 10, 11, 6, 7, 14, 15};
-    const dv_idx h0 = {0, 1, 2, 3, 8, 9, 10, 11}, h1 = {4, 5, 6, 7, 12, 13, 14, 15};
-    dv_vec t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
-        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int h = 0; h < 2; h++) {
-            u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + h + 2], ev);
-            u[i + 2 * h + 1] = __builtin_shuffle(t[i + h], t[i + h + 2], od);
-        }
-    for (int i = 0; i < 4; i++) {
-        r[i] = __builtin_shuffle(u[i], u[i + 4], h0);
-        r[i + 4] = __builtin_shuffle(u[i], u[i + 4], h1);
-    }
-}
-
 /* row i of the block to d[i] (8 rows anywhere) */
 static inline __attribute__((always_inline)) void transpose8_to_f32(float *const d[8],
                                                                     const float *src,
@@ -1124,7 +1102,7 @@ static inline __attribute__((always_inline)) void transpose8_to_f32(float *const
     dv_vec r[8];
     for (int i = 0; i < 8; i++)
         r[i] = *(const dv_vec *)(src + i * lds);
-    transpose8_regs(r);
+    ai_transpose8_f32(r);
     for (int i = 0; i < 8; i++)
         *(dv_vec *)d[i] = r[i];
 }
@@ -1138,7 +1116,7 @@ static inline __attribute__((always_inline)) void transpose8_from_f32(float *dst
     dv_vec r[8];
     for (int i = 0; i < 8; i++)
         r[i] = *(const dv_vec *)s[i];
-    transpose8_regs(r);
+    ai_transpose8_f32(r);
     for (int i = 0; i < 8; i++) {
         dv_vec *d = (dv_vec *)(dst + i * ldd);
         if (add)

@@ -76,6 +76,39 @@ DEFINE_REF_GEMM(ai_gemm_ref_f64, double)
 #define SK_MR 16
 #define SK_NR 6
 #define SK_KC 256
+
+/* at[k SK_MR + m] = alpha op(A)[m, k] for k < kc, m < SK_MR (0 for m >= M):
+ * A's rows (or, ta, its columns) are read in place. Rows of A go across in
+ * 8 x 8 blocks of shuffles (scalar element by element this copy cost a
+ * quarter of the product 16 x 128 x 640); alpha's product is exact, so
+ * every clone writes the same values. */
+AI_VECTOR_CLONES static void sk_copy_a(float *at, bool ta, int64_t M, int64_t kc, float alpha,
+                                       const float *A, int64_t lda)
+{
+    if (ta) { /* op(A)[m, k] = A[k lda + m]: a contiguous row of M per k */
+        for (int64_t k = 0; k < kc; k++)
+            for (int64_t m = 0; m < SK_MR; m++)
+                at[k * SK_MR + m] = m < M ? alpha * A[k * lda + m] : 0.0f;
+        return;
+    }
+    for (int64_t m0 = 0; m0 < SK_MR; m0 += 8) {
+        int64_t k = 0;
+#ifdef AI_HAVE_TRANSPOSE8
+        if (m0 + 8 <= M)
+            for (; k + 8 <= kc; k += 8) {
+                ai_vec8_f32 r[8];
+                for (int i = 0; i < 8; i++)
+                    r[i] = *(const ai_vec8_f32 *)(A + (m0 + i) * lda + k);
+                ai_transpose8_f32(r);
+                for (int i = 0; i < 8; i++)
+                    *(ai_vec8_f32 *)(at + (k + i) * SK_MR + m0) = alpha * r[i];
+            }
+#endif
+        for (int64_t m = m0; m < m0 + 8; m++)
+            for (int64_t kk = k; kk < kc; kk++)
+                at[kk * SK_MR + m] = m < M ? alpha * A[m * lda + kk] : 0.0f;
+    }
+}
 AI_VEC_DECL(sk_vec, float);
 
 #define SK_FN skinny_f32

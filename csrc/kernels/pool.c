@@ -199,6 +199,86 @@ typedef int64_t mp_lvec __attribute__((vector_size(64))); /* MP_LANES flat indic
 #define mp_even_f64(a, b) __builtin_shuffle((a), (b), (mp_ivec_f64){0, 2, 4, 6, 8, 10, 12, 14})
 #endif
 
+/* MaxPool 2 x 2 at stride 2 with every window inside the input (undilated,
+ * unpadded), float32, AVX-512: 16 outputs of a row per vector, the four
+ * taps the even and odd lanes of the two input rows' 32 values, visited in
+ * maxpool_inside's scan order with its tie and NaN rule (the same maxima
+ * and positions). The generic kernel ran these (LeNet's pools) at 1.4-4.8
+ * ns an output: one tap at a time through its loops, 8 lanes, the short
+ * rows' tails one by one. */
+#if defined(AI_AVX512_KERNEL) && defined(MP_LANES)
+#define HAVE_MAXPOOL2X2_V16
+typedef int32_t mp16_ivec __attribute__((vector_size(64)));
+
+static bool maxpool2x2_case(const pool_geom *g)
+{
+    return g->k[0] == 1 && g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 &&
+           g->in_size <= INT32_MAX && ai_cpu_avx512();
+}
+
+/* one tap: where t beats the running maximum (greater, or NaN), take it */
+#define MP16_TAKE(t, off)                                                                 \
+    {                                                                                     \
+        const mp16_ivec take = ((t) > best) | ((t) != (t));                               \
+        best = (ai_vec16_f32)(((mp16_ivec)(t) & take) | ((mp16_ivec)best & ~take));       \
+        at = (((mp16_ivec){0} + (off)) & take) | (at & ~take);                            \
+    }
+
+AI_AVX512_KERNEL AI_SHORT_LOOPS static void maxpool2x2_v16(const pool_geom *g, int64_t nc0,
+                                                           int64_t nc1, int64_t NC, float *y,
+                                                           int64_t *idx, const float *x)
+{
+    const mp16_ivec ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const mp16_ivec od = ev + 1;
+    const int64_t in2 = g->in[2], n2 = g->out[2];
+    const int32_t w = (int32_t)in2;
+    const float *const xend = x + NC * g->in_size;
+    for (int64_t nc = nc0; nc < nc1; nc++)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                const int64_t row = (o0 * g->s[0] * g->in[1] + 2 * o1) * in2;
+                const int64_t o = (nc * g->out[0] + o0) * g->out[1] * n2 + o1 * n2;
+                const float *r0 = x + nc * g->in_size + row;
+                for (int64_t o2 = 0; o2 < n2; o2 += 16) {
+                    const int64_t n = n2 - o2 < 16 ? n2 - o2 : 16;
+                    const float *p0 = r0 + 2 * o2, *p1 = p0 + in2;
+                    _Alignas(64) float pad[2][32];
+                    if (p1 + 32 > xend) { /* the end of x: the rows' last values alone */
+                        for (int64_t i = 0; i < 32; i++) {
+                            pad[0][i] = i < 2 * n ? p0[i] : 0.0f;
+                            pad[1][i] = i < 2 * n ? p1[i] : 0.0f;
+                        }
+                        p0 = pad[0];
+                        p1 = pad[1];
+                    }
+                    const ai_vec16_f32 a0 = *(const ai_vec16_f32 *)p0,
+                                       a1 = *(const ai_vec16_f32 *)(p0 + 16),
+                                       b0 = *(const ai_vec16_f32 *)p1,
+                                       b1 = *(const ai_vec16_f32 *)(p1 + 16);
+                    const ai_vec16_f32 t00 = __builtin_shuffle(a0, a1, ev),
+                                       t01 = __builtin_shuffle(a0, a1, od),
+                                       t10 = __builtin_shuffle(b0, b1, ev),
+                                       t11 = __builtin_shuffle(b0, b1, od);
+                    /* the first tap against -inf: taken unless it is -inf,
+                     * which leaves the same value and position */
+                    ai_vec16_f32 best = t00;
+                    mp16_ivec at = {0};
+                    MP16_TAKE(t01, 1)
+                    MP16_TAKE(t10, w)
+                    MP16_TAKE(t11, w + 1)
+                    float v[16];
+                    memcpy(v, &best, sizeof v);
+                    for (int64_t l = 0; l < n; l++)
+                        y[o + o2 + l] = v[l];
+                    if (idx)
+                        for (int64_t l = 0; l < n; l++)
+                            idx[o + o2 + l] = row + 2 * (o2 + l) + at[l];
+                }
+            }
+}
+#undef MP16_TAKE
+#endif
+
 #define T float
 #define SFX _f32
 #include "pool_impl.h"

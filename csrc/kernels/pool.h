@@ -46,7 +46,8 @@ ai_status ai_pool_infer_out(ai_pool_params *p);
 ai_status ai_pool_check(const ai_pool_params *p);
 
 /* float32. idx is (N, C, out...); for the global pools x is (NC, S) with
- * S >= 1, y and idx are (NC). */
+ * S >= 1, y and idx are (NC). The max pools' forward takes idx NULL where
+ * nothing needs the maxima's positions (no backward). */
 void ai_maxpool_forward_f32(const ai_pool_params *p, float *y, int64_t *idx,
                             const float *x);
 void ai_maxpool_backward_f32(const ai_pool_params *p, float *dx, const float *dy,

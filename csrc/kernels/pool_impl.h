@@ -32,18 +32,20 @@ static void FN(scatter)(T *dx, const T *dy, const int64_t *idx, int64_t nc0, int
  * outputs of a row go MP_LANES at a time through vector registers when the
  * stride along the row is 1 or 2 (the even lanes of two loads), the winning
  * tap's offset tracked per lane; the rest of a row one by one. */
-AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1,
-                                                int64_t NC, T *y, int64_t *idx, const T *x)
+static inline __attribute__((always_inline)) void
+FN(maxpool_inside_body)(const pool_geom *g, int64_t nc0, int64_t nc1, int64_t NC, T *y,
+                        int64_t *idx, const T *x, const bool want_idx)
 {
     const int64_t in1 = g->in[1], in2 = g->in[2], n2 = g->out[2], s2 = g->s[2];
     const int64_t k0 = g->k[0], k1 = g->k[1], k2 = g->k[2];
     const int64_t last = ((k0 - 1) * in1 + k1 - 1) * in2 + k2 - 1; /* the last tap's offset */
     x += nc0 * g->in_size;
     y += nc0 * g->out_size;
-    idx += nc0 * g->out_size;
+    if (want_idx)
+        idx += nc0 * g->out_size;
     for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
-            for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2, idx += n2) {
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2, idx += want_idx ? n2 : 0) {
                 const int64_t row = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2;
                 int64_t o2 = 0;
 #ifdef MP_LANES
@@ -67,21 +69,25 @@ AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0,
                                 const FN(mp_ivec) take = (v > best) | (v != v);
                                 best = (FN(mp_vec))(((FN(mp_ivec))v & take) |
                                                     ((FN(mp_ivec))best & ~take));
-                                at = (((FN(mp_ivec)){0} + (FN(mp_int))off) & take) |
-                                     (at & ~take);
+                                if (want_idx)
+                                    at = (((FN(mp_ivec)){0} + (FN(mp_int))off) & take) |
+                                         (at & ~take);
                             }
                     if (o2 + MP_LANES <= n2) {
-                        const mp_lvec where = __builtin_convertvector(at, mp_lvec) +
-                                              (row + o2 * s2) + s2 * MP_IOTA;
                         memcpy(y + o2, &best, sizeof best);
-                        memcpy(idx + o2, &where, sizeof where);
+                        if (want_idx) {
+                            const mp_lvec where = __builtin_convertvector(at, mp_lvec) +
+                                                  (row + o2 * s2) + s2 * MP_IOTA;
+                            memcpy(idx + o2, &where, sizeof where);
+                        }
                         continue;
                     }
                     T lanes[MP_LANES];
                     memcpy(lanes, &best, sizeof lanes);
                     for (int64_t l = 0; l < n2 - o2; l++) {
                         y[o2 + l] = lanes[l];
-                        idx[o2 + l] = row + (o2 + l) * s2 + at[l];
+                        if (want_idx)
+                            idx[o2 + l] = row + (o2 + l) * s2 + at[l];
                     }
                 }
 #endif
@@ -99,9 +105,25 @@ AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0,
                                 at = take ? off : at;
                             }
                     y[o2] = best;
-                    idx[o2] = row + o2 * s2 + at;
+                    if (want_idx)
+                        idx[o2] = row + o2 * s2 + at;
                 }
             }
+}
+
+AI_VECTOR_CLONES static void FN(maxpool_inside)(const pool_geom *g, int64_t nc0, int64_t nc1,
+                                                int64_t NC, T *y, int64_t *idx, const T *x)
+{
+    FN(maxpool_inside_body)(g, nc0, nc1, NC, y, idx, x, true);
+}
+
+/* the same maxima without their positions (a forward that keeps nothing
+ * for backward) */
+AI_VECTOR_CLONES static void FN(maxpool_inside_noidx)(const pool_geom *g, int64_t nc0,
+                                                      int64_t nc1, int64_t NC, T *y,
+                                                      const T *x)
+{
+    FN(maxpool_inside_body)(g, nc0, nc1, NC, y, NULL, x, false);
 }
 
 static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, int64_t NC, T *y,
@@ -111,13 +133,23 @@ static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, int6
     for (int i = 0; i < 3; i++)
         inside = inside && g->d[i] == 1 && g->pb[i] == 0 &&
                  (g->out[i] - 1) * g->s[i] + g->k[i] <= g->in[i];
+#ifdef HAVE_MAXPOOL2X2_V16
+    if (inside && sizeof(T) == sizeof(float) && maxpool2x2_case(g)) {
+        maxpool2x2_v16(g, nc0, nc1, NC, (float *)y, idx, (const float *)x);
+        return;
+    }
+#endif
     if (inside) {
-        FN(maxpool_inside)(g, nc0, nc1, NC, y, idx, x);
+        if (idx)
+            FN(maxpool_inside)(g, nc0, nc1, NC, y, idx, x);
+        else
+            FN(maxpool_inside_noidx)(g, nc0, nc1, NC, y, x);
         return;
     }
     x += nc0 * g->in_size;
     y += nc0 * g->out_size;
-    idx += nc0 * g->out_size;
+    if (idx)
+        idx += nc0 * g->out_size;
     for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++) {
             pool_win w0 = pool_win_of(g, 0, o0);
@@ -137,7 +169,8 @@ static void FN(maxpool_range)(const pool_geom *g, int64_t nc0, int64_t nc1, int6
                                 }
                             }
                     *y++ = best;
-                    *idx++ = at;
+                    if (idx)
+                        *idx++ = at;
                 }
             }
         }
@@ -223,7 +256,8 @@ static void FN(global_max_range)(int64_t nc0, int64_t nc1, T *y, int64_t *idx, c
                 at = i;
             }
         y[nc] = best;
-        idx[nc] = at;
+        if (idx)
+            idx[nc] = at;
     }
 }
 

@@ -72,4 +72,34 @@ void ai_set_avx512(bool on);
 #define AI_VEC_LANES(T) 1
 #endif
 
+/* AI_HAVE_TRANSPOSE8 where GCC's vector shuffles exist:
+ * ai_transpose8_f32(r) makes r[i] column i of the 8 x 8 block of floats
+ * whose rows are r[] (24 shuffles; exact, so the same in every clone). */
+#if defined(__GNUC__) && !defined(__clang__)
+#include <stdint.h>
+#define AI_HAVE_TRANSPOSE8
+typedef float ai_vec8_f32 __attribute__((vector_size(32), aligned(sizeof(float)), may_alias));
+typedef int32_t ai_idx8 __attribute__((vector_size(32)));
+static inline __attribute__((always_inline)) void ai_transpose8_f32(ai_vec8_f32 r[8])
+{
+    const ai_idx8 lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+    const ai_idx8 ev = {0, 1, 8, 9, 4, 5, 12, 13}, od = {2, 3, 10, 11, 6, 7, 14, 15};
+    const ai_idx8 h0 = {0, 1, 2, 3, 8, 9, 10, 11}, h1 = {4, 5, 6, 7, 12, 13, 14, 15};
+    ai_vec8_f32 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + h + 2], ev);
+            u[i + 2 * h + 1] = __builtin_shuffle(t[i + h], t[i + h + 2], od);
+        }
+    for (int i = 0; i < 4; i++) {
+        r[i] = __builtin_shuffle(u[i], u[i + 4], h0);
+        r[i + 4] = __builtin_shuffle(u[i], u[i + 4], h1);
+    }
+}
+#endif
+
 #endif

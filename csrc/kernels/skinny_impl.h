@@ -28,18 +28,12 @@ SK_ATTR static void SK_FN(bool ta, bool tb, int64_t M, int64_t N, int64_t K, flo
                                      int64_t ldb, float beta, float *C, int64_t ldc)
 {
     _Alignas(64) float at[SK_KC * SK_MR];
-    const int64_t am = ta ? 1 : lda, ak = ta ? lda : 1; /* op(A)[m, k] = A[m am + k ak] */
+    const int64_t ak = ta ? lda : 1; /* op(A)[m, k] = A[m am + k ak], am = ta ? 1 : lda */
     const int64_t bk = tb ? 1 : ldb, bn = tb ? ldb : 1; /* op(B)[k, n] = B[k bk + n bn] */
     for (int64_t k0 = 0; k0 < K; k0 += SK_KC) {
         const int64_t kc = K - k0 < SK_KC ? K - k0 : SK_KC;
         const float cb = k0 ? 1.0f : beta; /* what C is scaled by before adding */
-        for (int64_t m = 0; m < SK_MR; m++)
-            if (m < M)
-                for (int64_t k = 0; k < kc; k++)
-                    at[k * SK_MR + m] = alpha * A[m * am + (k0 + k) * ak];
-            else
-                for (int64_t k = 0; k < kc; k++)
-                    at[k * SK_MR + m] = 0.0f;
+        sk_copy_a(at, ta, M, kc, alpha, A + k0 * ak, lda);
         for (int64_t n0 = 0; n0 < N; n0 += SK_TNR) {
             const int nr = N - n0 < SK_TNR ? (int)(N - n0) : SK_TNR;
             const float *bp = B + k0 * bk + n0 * bn;

@@ -199,7 +199,8 @@ static ai_status pool_forward(ai_ctx *c)
     const bool f32 = c->in[0]->dtype == AI_F32;
     void *y = c->out[0]->data;
     const void *x = c->in[0]->data;
-    int64_t *idx = c->state;
+    /* the maxima's positions: for backward and the Indices output only */
+    int64_t *idx = c->g->need_backward || c->n_out > 1 ? c->state : NULL;
     ai_status st;
     if (a->kind == GLOBAL_MAX_POOL || a->kind == GLOBAL_AVG_POOL) {
         int64_t NC, S;
