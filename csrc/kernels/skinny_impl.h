@@ -62,6 +62,30 @@ SK_ATTR static void SK_FN(bool ta, bool tb, int64_t M, int64_t N, int64_t K, flo
             else
                 for (int64_t k = 0; k < kc; k++)
                     SK_STEP(nr)
+#if SK_TNR == 8 && SK_VL == 16 && defined(AI_HAVE_TRANSPOSE8)
+            /* a whole tile: its 8 columns of 16 rows transposed in two 8 x 8
+             * blocks, each row's 8 values one store (the same values as
+             * the element loop below) */
+            if (nr == 8) {
+                for (int64_t m0 = 0; m0 < M; m0 += 8) {
+                    ai_vec8_f32 t[8];
+                    for (int r = 0; r < 8; r++)
+                        memcpy(&t[r], (const float *)&acc[r][0] + m0, sizeof t[r]);
+                    ai_transpose8_f32(t);
+                    for (int64_t i = 0; i < 8 && m0 + i < M; i++) {
+                        float *c = C + (m0 + i) * ldc + n0;
+                        ai_vec8_f32 v = t[i];
+                        if (cb != 0) {
+                            ai_vec8_f32 old;
+                            memcpy(&old, c, sizeof old);
+                            v = v + cb * old;
+                        }
+                        memcpy(c, &v, sizeof v);
+                    }
+                }
+                continue;
+            }
+#endif
             for (int r = 0; r < nr; r++) {
                 float t[SK_MR];
                 memcpy(t, acc[r], sizeof t);
