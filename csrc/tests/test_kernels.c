@@ -637,6 +637,10 @@ static void check_maxpool(pool_ctx *c, int64_t nx, int64_t ny)
     CHECK(memcmp(idxf, iref, (size_t)ny * sizeof *iref) == 0);
     CHECK(close_to(NULL, yf, yref, ny, 1e-6));
     CHECK(close_to(NULL, dxf, dx1, nx, 1e-6));
+    float *yf1 = zeros_f32(ny); /* the maxima alone (no positions): the same */
+    ai_maxpool_forward_f32(p, yf1, NULL, xf);
+    CHECK(memcmp(yf1, yf, (size_t)ny * sizeof *yf) == 0);
+    free(yf1);
 
     free(xf), free(dyf), free(yf), free(dxf), free(idxf);
     free(y), free(yref), free(dy), free(iref), free(dx), free(dx1);
@@ -702,6 +706,10 @@ static const pool_case pool_cases[] = {
     {.nsp = 2, .N = 2, .C = 3, .in = {7, 6}, .kernel = {3, 2}, .stride = {2, 2},
      .pb = {1, 1}, .pe = {1, 0}, .ceil_mode = true},
     {.nsp = 2, .N = 1, .C = 2, .in = {8, 8}, .kernel = {2, 2}, .stride = {2, 2}},
+    /* 2 x 2 at stride 2 (its AVX-512 kernel): rows of 17 outputs (a whole
+     * vector and a partial one), odd sizes, the last plane read to its end */
+    {.nsp = 2, .N = 2, .C = 3, .in = {7, 35}, .kernel = {2, 2}, .stride = {2, 2}},
+    {.nsp = 3, .N = 1, .C = 2, .in = {3, 5, 6}, .kernel = {1, 2, 2}, .stride = {2, 2, 2}},
     {.nsp = 2, .N = 1, .C = 2, .in = {6, 7}, .kernel = {3, 2}, .dilation = {2, 2},
      .pb = {1, 1}, .pe = {1, 1}},
     {.nsp = 2, .N = 1, .C = 1, .in = {5, 4}, .kernel = {1, 1}, .stride = {2, 2},
