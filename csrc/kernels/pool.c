@@ -232,18 +232,18 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void maxpool2x2_v16(const pool_geom *g, i
     const mp16_ivec od = ev + 1;
     const int64_t in2 = g->in[2], n2 = g->out[2];
     const int32_t w = (int32_t)in2;
-    const float *const xend = x + NC * g->in_size;
+    const int64_t xn = NC * g->in_size; /* x's floats */
     for (int64_t nc = nc0; nc < nc1; nc++)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
             for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
                 const int64_t row = (o0 * g->s[0] * g->in[1] + 2 * o1) * in2;
                 const int64_t o = (nc * g->out[0] + o0) * g->out[1] * n2 + o1 * n2;
-                const float *r0 = x + nc * g->in_size + row;
                 for (int64_t o2 = 0; o2 < n2; o2 += 16) {
                     const int64_t n = n2 - o2 < 16 ? n2 - o2 : 16;
-                    const float *p0 = r0 + 2 * o2, *p1 = p0 + in2;
+                    const int64_t at0 = nc * g->in_size + row + 2 * o2; /* the first tap's */
+                    const float *p0 = x + at0, *p1 = p0 + in2;
                     _Alignas(64) float pad[2][32];
-                    if (p1 + 32 > xend) { /* the end of x: the rows' last values alone */
+                    if (at0 + in2 + 32 > xn) { /* the end of x: the rows' last values alone */
                         for (int64_t i = 0; i < 32; i++) {
                             pad[0][i] = i < 2 * n ? p0[i] : 0.0f;
                             pad[1][i] = i < 2 * n ? p1[i] : 0.0f;

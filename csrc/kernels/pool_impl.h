@@ -45,7 +45,7 @@ FN(maxpool_inside_body)(const pool_geom *g, int64_t nc0, int64_t nc1, int64_t NC
         idx += nc0 * g->out_size;
     for (int64_t nc = nc0; nc < nc1; nc++, x += g->in_size)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
-            for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2, idx += want_idx ? n2 : 0) {
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++, y += n2) {
                 const int64_t row = (o0 * g->s[0] * in1 + o1 * g->s[1]) * in2;
                 int64_t o2 = 0;
 #ifdef MP_LANES
@@ -108,6 +108,8 @@ FN(maxpool_inside_body)(const pool_geom *g, int64_t nc0, int64_t nc1, int64_t NC
                     if (want_idx)
                         idx[o2] = row + o2 * s2 + at;
                 }
+                if (want_idx)
+                    idx += n2;
             }
 }
 
