@@ -1093,7 +1093,6 @@ static inline void deinterleave_f32(float *e, float *o, const float *s, int64_t 
  * transposed: 8 loads, 24 shuffles, 8 stores (the element loops of
  * transpose cost 4-5x as much). Where there are vector shuffles. */
 #ifdef AI_HAVE_TRANSPOSE8
-#define HAVE_TRANSPOSE8
 /* row i of the block to d[i] (8 rows anywhere) */
 static inline __attribute__((always_inline)) void transpose8_to_f32(float *const d[8],
                                                                     const float *src,
@@ -1604,7 +1603,7 @@ AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, 
 {
     const int64_t M = j->p->M, M8 = j->q->M8, OS = j->OS;
     int64_t m = 0;
-#ifdef HAVE_TRANSPOSE8
+#ifdef AI_HAVE_TRANSPOSE8
     for (; m + 8 <= M; m += 8) {
         int64_t i = 0;
         for (; i + 8 <= np; i += 8)
@@ -2496,7 +2495,7 @@ AI_VECTOR_CLONES static void reorder_range(void *ctx, int64_t lo, int64_t hi)
         if (j->to_blocked && !j->add && nc < B)
             memset(blk, 0, (size_t)(j->S * B) * es);
         int64_t s0 = 0;
-#ifdef HAVE_TRANSPOSE8
+#ifdef AI_HAVE_TRANSPOSE8
         for (; es == sizeof(float) && nc == B && !j->add && s0 + 8 <= j->S; s0 += 8) {
             float *b = (float *)blk + s0 * B, *q = (float *)plane + s0;
             if (j->to_blocked)

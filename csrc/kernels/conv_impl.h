@@ -407,7 +407,7 @@ AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, in
             const int64_t i1 = i0 + 16 < rows ? i0 + 16 : rows;
             const int64_t j1 = j0 + 16 < cols ? j0 + 16 : cols;
             int64_t i = i0, j = j0;
-#ifdef HAVE_TRANSPOSE8 /* whole 8 x 8 blocks of float by shuffles */
+#ifdef AI_HAVE_TRANSPOSE8 /* whole 8 x 8 blocks of float by shuffles */
             for (; sizeof(T) == 4 && i + 8 <= i1; i += 8)
                 for (j = j0; j + 8 <= j1; j += 8) {
                     const float *s[8];
@@ -1089,7 +1089,7 @@ AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_
     const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
     T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
     int64_t f = 0, i2 = 0; /* position f = (i1, i2) */
-#ifdef HAVE_TRANSPOSE8
+#ifdef AI_HAVE_TRANSPOSE8
     for (; sizeof(T) == 4 && nc == 8 && f + 8 <= IS; f += 8) {
         float *d[8];
         for (int i = 0; i < 8; i++, i2++) {
@@ -1117,7 +1117,7 @@ AI_VECTOR_CLONES static void FN(dwl_unfill)(T *xn, const T *xt, int64_t ld, int6
     const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
     const T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
     int64_t f = 0, i2 = 0; /* position f = (i1, i2) */
-#ifdef HAVE_TRANSPOSE8
+#ifdef AI_HAVE_TRANSPOSE8
     for (; sizeof(T) == 4 && nc == 8 && f + 8 <= IS; f += 8) {
         const float *s[8];
         for (int i = 0; i < 8; i++, i2++) {
