@@ -9,6 +9,7 @@
     report = recipes.fuse_activation(graph)   # Conv/Gemm + Relu/Clip -> FusedConv/FusedGemm
     print(report)                     # what changed, and what was left alone and why
     recipes.expand_metaops(graph)     # FusedConv/FusedGemm -> Flatten, Conv/Gemm, Relu/Clip
+    recipes.fuse_pad(graph)           # zero Pad + Conv -> Conv with the pads
     recipes.block_channels(graph)     # conv chains in blocked channels (inference)
 
 Each recipe is one C call (``csrc/recipes.c``) that edits the graph in
@@ -35,7 +36,7 @@ backward are exact (the same kernels as the unfused nodes).
 from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
-           "constant_fold", "block_channels", "RecipeReport", "RECIPES"]
+           "constant_fold", "fuse_pad", "block_channels", "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -130,6 +131,19 @@ def constant_fold(graph) -> RecipeReport:
     return _apply("constant_fold", graph)
 
 
+def fuse_pad(graph) -> RecipeReport:
+    """Removes each Pad that pads the spatial axes with zeros (mode
+    ``constant``, value +0, constant pads, none on the batch and channel
+    axes, no cropping) when only Convs read its output, as their input:
+    each of them adds the padding to its own ``pads`` (``auto_pad`` unset)
+    and reads the Pad's input (a ``ZeroPad2d`` before a ``Conv2d``, or
+    TensorFlow's "same" padding exported as a Pad). The Conv pads each
+    image where its kernel reads it, instead of one node writing the whole
+    padded tensor for the next to read. Not undone by
+    :func:`expand_metaops`."""
+    return _apply("fuse_pad", graph)
+
+
 def block_channels(graph) -> RecipeReport:
     """Runs each chain of float32 2-D convs (plain or fused, one group or
     depthwise, with the Adds and Relus between them) in blocked channels:
@@ -159,5 +173,6 @@ RECIPES = {
     "remove_flatten": remove_flatten,
     "fuse_activation": fuse_activation,
     "expand_metaops": expand_metaops,
+    "fuse_pad": fuse_pad,
     "block_channels": block_channels,
 }

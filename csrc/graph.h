@@ -333,7 +333,9 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *                    FusedConv x_blocked/y_blocked, UnblockChannels where a
  *                    value is read in NCHW, a residual Add (+ Relu) into
  *                    the conv before it when the planned shapes are equal;
- *                    inference only (no backward) */
+ *                    inference only (no backward)
+ *   fuse_pad         a zero Pad of the spatial axes read only by Convs (as
+ *                    their input): the Convs pad it themselves (pads) */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
@@ -341,6 +343,7 @@ ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_fuse_pad(ai_graph *g, ai_recipe_report *report);
 
 /* ---------------------------------------------------------------- SGD */
 

@@ -1650,6 +1650,7 @@ static const struct {
     {"expand_metaops", ai_recipe_expand_metaops},
     {"constant_fold", ai_recipe_constant_fold},
     {"block_channels", ai_recipe_block_channels},
+    {"fuse_pad", ai_recipe_fuse_pad},
 };
 
 static PyObject *entry_list(const ai_recipe_entry *e, int n)

@@ -609,6 +609,159 @@ ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *r)
     return st;
 }
 
+/* ---------------------------------------------------------------- fuse_pad */
+
+/* The spatial pads of Pad node f, zero padding of a rank-`nd` tensor
+ * (before[d], after[d] for each axis), or why it is not one a Conv can
+ * take: constant mode, value +0, constant pads, nothing on the batch and
+ * channel axes, nothing cropped. */
+static const char *zero_pad_of(const ai_graph *g, const ai_node *f, int nd, int64_t *before,
+                               int64_t *after)
+{
+    const char *mode = "constant";
+    const ai_attr *m = ai_node_attr(f, "mode");
+    if (m && m->type == AI_ATTR_STRING && m->s)
+        mode = m->s;
+    if (strcmp(mode, "constant") != 0)
+        return "its mode is not 'constant'";
+    int64_t pads[2 * AI_MAX_DIMS], axes[AI_MAX_DIMS];
+    int64_t np = 0, na = -1;
+    double value = 0;
+    if (f->opset < 11) {
+        const ai_attr *a = ai_node_attr(f, "pads"), *v = ai_node_attr(f, "value");
+        if (!a || a->type != AI_ATTR_INTS || a->n > 2 * AI_MAX_DIMS)
+            return "its pads attribute is missing or malformed";
+        np = a->n;
+        memcpy(pads, a->ints, sizeof(int64_t) * (size_t)np);
+        value = v ? (v->type == AI_ATTR_FLOAT ? v->f : (double)v->i) : 0;
+    } else {
+        const int pv = f->n_in > 1 ? f->in[1] : -1, vv = f->n_in > 2 ? f->in[2] : -1;
+        const int av = f->n_in > 3 ? f->in[3] : -1;
+        if (!is_constant(g, pv) || (av >= 0 && !is_constant(g, av)))
+            return "its pads or axes are computed, not constants (run constant_fold first)";
+        if (vv >= 0 && (!has_data(g, vv) || ai_tensor_numel(g->values[vv].data) != 1))
+            return "its constant value is computed, not a constant";
+        np = ai_tensor_numel(g->values[pv].data);
+        if (np > 2 * AI_MAX_DIMS)
+            return "it has more pads than the engine has dimensions";
+        for (int64_t i = 0; i < np; i++)
+            pads[i] = ai_tensor_get_flat_i64(g->values[pv].data, i);
+        if (av >= 0) {
+            na = ai_tensor_numel(g->values[av].data);
+            if (na > AI_MAX_DIMS)
+                return "it has more axes than the engine has dimensions";
+            for (int64_t i = 0; i < na; i++)
+                axes[i] = ai_tensor_get_flat_i64(g->values[av].data, i);
+        }
+        value = vv >= 0 ? ai_tensor_get_flat(g->values[vv].data, 0) : 0;
+    }
+    if (value != 0 || signbit(value))
+        return "it pads with a value other than +0";
+    if (na < 0) {
+        na = nd;
+        for (int i = 0; i < nd; i++)
+            axes[i] = i;
+    }
+    if (np != 2 * na)
+        return "its pads do not match the conv input's rank";
+    for (int d = 0; d < nd; d++)
+        before[d] = after[d] = 0;
+    for (int64_t i = 0; i < na; i++) {
+        const int64_t a = axes[i] < 0 ? axes[i] + nd : axes[i];
+        if (a < 0 || a >= nd)
+            return "an axis is out of range";
+        before[a] += pads[i];
+        after[a] += pads[na + i];
+    }
+    for (int d = 0; d < nd; d++) {
+        if (d < 2 && (before[d] || after[d]))
+            return "it pads the batch or channel axis";
+        if (before[d] < 0 || after[d] < 0)
+            return "it crops (negative pads)";
+    }
+    return NULL;
+}
+
+/* Why conv node n cannot take input 0's padding in its pads (NULL when it
+ * can); *nd: its input's rank (its weight's). */
+static const char *pad_taker_obstacle(const ai_graph *g, const ai_node *n, int k, int *nd)
+{
+    bool act;
+    if (base_kind(n, &act) != BASE_CONV || k != 0)
+        return "it is read by a node other than a Conv (as its input)";
+    if (ai_node_attr(n, "x_blocked"))
+        return "a Conv reading it reads blocked channels";
+    const ai_attr *ap = ai_node_attr(n, "auto_pad");
+    if (ap && ap->type == AI_ATTR_STRING && ap->s && strcmp(ap->s, "NOTSET") != 0)
+        return "a Conv reading it sets auto_pad";
+    if (n->n_in < 2 || !has_data(g, n->in[1]))
+        return "a Conv reading it has no weight of known shape";
+    *nd = g->values[n->in[1]].data->ndim;
+    const ai_attr *pads = ai_node_attr(n, "pads");
+    if (*nd < 3 || (pads && (pads->type != AI_ATTR_INTS || pads->n != 2 * (*nd - 2))))
+        return "a Conv reading it has pads that do not match its rank";
+    return NULL;
+}
+
+ai_status ai_recipe_fuse_pad(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_pad", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *f = &g->nodes[i];
+        if (!is_op(f, "", "Pad") || f->in[0] < 0)
+            continue;
+        const int v = f->out[0];
+        bool out;
+        int n_uses = uses(g, v, &out), nd = -1;
+        const char *why = out ? "its output is a graph output"
+                                : !n_uses ? "nothing reads its output" : NULL;
+        for (int j = 0; j < g->n_nodes && !why; j++)
+            for (int k = 0; k < g->nodes[j].n_in && !why; k++) {
+                int nd_j = 0;
+                if (g->nodes[j].in[k] != v)
+                    continue;
+                why = pad_taker_obstacle(g, &g->nodes[j], k, &nd_j);
+                if (!why && nd >= 0 && nd_j != nd)
+                    why = "the Convs reading it have different ranks";
+                nd = nd_j;
+            }
+        int64_t before[AI_MAX_DIMS], after[AI_MAX_DIMS];
+        if (!why)
+            why = zero_pad_of(g, f, nd, before, after);
+        if (why) {
+            st = report(r, false, f->name, "Pad '%s' kept: %s", f->name, why);
+            continue;
+        }
+        editing = true;
+        for (int j = 0; j < g->n_nodes && !st; j++) {
+            ai_node *n = &g->nodes[j];
+            if (n->n_in < 1 || n->in[0] != v)
+                continue;
+            const int nsp = nd - 2;
+            const ai_attr *old = ai_node_attr(n, "pads");
+            int64_t pads[2 * AI_MAX_DIMS];
+            for (int d = 0; d < nsp; d++) {
+                pads[d] = (old ? old->ints[d] : 0) + before[2 + d];
+                pads[nsp + d] = (old ? old->ints[nsp + d] : 0) + after[2 + d];
+            }
+            ai_attr a = {.name = "pads", .type = AI_ATTR_INTS, .n = 2 * nsp, .ints = pads};
+            n->in[0] = g->nodes[i].in[0];
+            if ((st = ai_node_set_attr(n, &a)) ||
+                (st = report(r, true, n->name, "Pad '%s' removed: %s '%s' pads its input "
+                             "itself", g->nodes[i].name, n->op_type, n->name)))
+                break;
+        }
+        remove[i] = true;
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
 /* ---------------------------------------------------------------- block_channels */
 
 /* Conv node n, plain or fused: whether it may run in blocked channels

@@ -415,3 +415,115 @@ def test_fused_operators_are_registered_and_checked():
     bad.opset_import.append(helper.make_opsetid("aidge_interop", 1))
     with pytest.raises(ValueError, match="FusedConv node 'conv': activation 'Swish'"):
         load_onnx(bad)
+
+
+def _pad_conv_model(mode="constant", value=None, pads=(0, 0, 2, 1, 0, 0, 3, 0), axes=None,
+                    conv_pads=(1, 0, 0, 1), opset=20, extra=None):
+    """x (N, 3, 7, 6) -> Pad -> Conv 4@3x2 (conv_pads) -> y; ``extra``: "output"
+    (the padded value is a graph output too) or "relu" (a Relu reads it too)."""
+    rng = np.random.default_rng(20)
+    inits = {"w": rng.standard_normal((4, 3, 3, 2)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    pad_in = ["x"]
+    attrs = {"mode": mode}
+    if opset < 11:
+        attrs["pads"] = list(pads)
+        if value is not None:
+            attrs["value"] = value
+    else:
+        inits["pads"] = np.array(pads, np.int64)
+        pad_in.append("pads")
+        if value is not None or axes is not None:
+            inits["value"] = np.array(0.0 if value is None else value, np.float32)
+            pad_in.append("value")
+        if axes is not None:
+            inits["axes"] = np.array(axes, np.int64)
+            pad_in.append("axes")
+    nodes = [helper.make_node("Pad", pad_in, ["p"], name="pad", **attrs),
+             helper.make_node("Conv", ["p", "w", "b"], ["y"], name="conv",
+                              pads=list(conv_pads))]
+    outputs = [("y", (1, 4, 1, 1))]
+    if extra == "output":
+        outputs.append(("p", (1, 3, 1, 1)))
+    elif extra == "relu":
+        nodes.append(helper.make_node("Relu", ["p"], ["r"], name="relu"))
+        outputs.append(("r", (1, 3, 1, 1)))
+    return model(nodes, [("x", (1, 3, 7, 6))], outputs, inits, opset=opset), inits
+
+
+@pytest.mark.parametrize("case,kw", [
+    ("spatial", {}),
+    ("explicit zero value", {"value": 0.0}),
+    ("axes", {"pads": (2, 0, 1, 3), "axes": (2, 3)}),
+    ("negative axes", {"pads": (0, 2, 3, 1), "axes": (-1, -2)}),
+    ("opset 10 attributes", {"opset": 10}),
+])
+def test_fuse_pad_moves_a_zero_pad_into_the_conv(case, kw):
+    onnx_model, inits = _pad_conv_model(**kw)
+    graph = load_onnx(onnx_model)
+    x = np.random.default_rng(21).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    before = graph.forward(x)[0]
+    report = recipes.fuse_pad(graph)
+    assert report == ["Pad 'pad' removed: Conv 'conv' pads its input itself"], case
+    assert _ops(graph) == ["Conv"]
+    # against torch: the Pad's padding (per axis, ONNX order) then the Conv's
+    pads, axes = kw.get("pads", (0, 0, 2, 1, 0, 0, 3, 0)), kw.get("axes", (0, 1, 2, 3))
+    before_after = {a % 4: (pads[i], pads[len(axes) + i]) for i, a in enumerate(axes)}
+    t_pad = [v for a in (3, 2) for v in before_after.get(a, (0, 0))]
+    ref = torch.nn.functional.conv2d(  # the conv's own pads (1, 0, 0, 1): top 1, right 1
+        torch.nn.functional.pad(torch.nn.functional.pad(torch.from_numpy(x), t_pad),
+                                [0, 1, 1, 0]),
+        torch.from_numpy(inits["w"]), torch.from_numpy(inits["b"])).numpy()
+    after = graph.forward(x)[0]
+    np.testing.assert_allclose(after, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-6)
+    x5 = np.random.default_rng(22).standard_normal((5, 3, 7, 6)).astype(np.float32)
+    assert graph.forward(x5)[0].shape == (5,) + after.shape[1:]
+
+
+@pytest.mark.parametrize("kw,reason", [
+    ({"value": 0.5}, "a value other than +0"),
+    ({"value": -0.0}, "a value other than +0"),
+    ({"mode": "reflect"}, "mode is not 'constant'"),
+    ({"mode": "edge"}, "mode is not 'constant'"),
+    ({"pads": (1, 0, 0, 0, 0, 0, 0, 0)}, "batch or channel axis"),
+    ({"pads": (0, 0, -1, 0, 0, 0, 1, 0)}, "crops"),
+    ({"extra": "output"}, "graph output"),
+    ({"extra": "relu"}, "other than a Conv"),
+])
+def test_fuse_pad_keeps_a_pad_the_conv_cannot_take(kw, reason):
+    graph = load_onnx(_pad_conv_model(**kw)[0])
+    x = np.random.default_rng(23).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    before = graph.forward(x)
+    report = recipes.fuse_pad(graph)
+    assert report == [] and len(report.skipped) == 1 and reason in report.skipped[0]
+    assert "Pad" in _ops(graph)
+    for a, b in zip(graph.forward(x), before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fuse_pad_on_kws_and_its_gradient():
+    """DS-CNN's ZeroPad2d (after constant_fold): the first conv pads; outputs
+    equal, and a training graph's input gradient is still torch's."""
+    graph, x, ref = _suite_graph("kws")
+    recipes.constant_fold(graph)
+    before = graph.forward(x)[0]
+    report = recipes.fuse_pad(graph)
+    assert len(report) == 1 and "Pad" not in _ops(graph)
+    np.testing.assert_allclose(graph.forward(x)[0], before, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=RTOL, atol=ATOL)
+    # backward through the padding conv: the input gradient against torch's
+    onnx_model, inits = _pad_conv_model()
+    graph = load_onnx(onnx_model)
+    recipes.fuse_pad(graph)
+    xt = torch.randn(2, 3, 7, 6, requires_grad=True)
+    # W: 1 before (Pad), 1 after (Conv); H: 2 + 1 before, 3 after
+    yt = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(xt, [1, 1, 3, 3]), torch.from_numpy(inits["w"]),
+        torch.from_numpy(inits["b"]))
+    g = torch.randn_like(yt)
+    yt.backward(g)
+    y = graph.forward(xt.detach().numpy(), need_backward=True, input_grads=True)[0]
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    dx = graph.backward([g.numpy()])[0]
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-5, atol=1e-5)
