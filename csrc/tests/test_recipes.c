@@ -3,7 +3,7 @@
  * x -> Conv -> BatchNormalization -> Relu -> Flatten -> Gemm -> y.
  * Outputs before and after each recipe agree (BatchNorm folding: up to
  * float rounding; fusions and their undoing: exactly, same kernels), and
- * nothing leaks.
+ * nothing leaks. fuse_pad on x -> Pad -> Conv.
  */
 #include <math.h>
 #include <string.h>
@@ -138,7 +138,82 @@ TEST(recipes_keep_outputs_and_undo)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* x (2, 2, 5, 4) -> Pad (mode, pads on H and W) -> Conv 3@3x2 (pads 1, 0, 0, 1) -> y */
+static ai_graph *build_pad_conv(const char *mode)
+{
+    ai_graph *g;
+    if (ai_graph_new(&g))
+        return NULL;
+    const int64_t w[4] = {3, 2, 3, 2}, c[1] = {3}, np[1] = {8};
+    int64_t conv_pads[4] = {1, 0, 0, 1};
+    ai_attr conv_attrs[1] = {{.name = "pads", .type = AI_ATTR_INTS, .n = 4, .ints = conv_pads}};
+    ai_attr pad_attrs[1] = {{.name = "mode", .type = AI_ATTR_STRING, .s = (char *)mode}};
+    const char *pad_in[2] = {"x", "pads"}, *pad_out[1] = {"p"};
+    const char *conv_in[3] = {"p", "w", "b"}, *conv_out[1] = {"y"};
+    ai_tensor *pads = NULL;
+    ai_status st = ai_tensor_new(&pads, AI_I64, 1, np);
+    if (!st) {
+        const int64_t v[8] = {0, 0, 2, 1, 0, 0, 1, 3}; /* H: 2 before, 1 after; W: 1, 3 */
+        memcpy(pads->data, v, sizeof v);
+    }
+    st = st ? st : ai_graph_add_input(g, "x", AI_F32);
+    st = st ? st : ai_graph_add_initializer(g, "pads", AI_VAL_CONST, pads);
+    st = st ? st : ai_graph_add_initializer(g, "w", AI_VAL_PARAM, filled(4, w, 11, -1, 1));
+    st = st ? st : ai_graph_add_initializer(g, "b", AI_VAL_PARAM, filled(1, c, 12, -1, 1));
+    st = st ? st : ai_graph_add_node(g, "pad", "", "Pad", 17, 2, pad_in, 1, pad_out, 1,
+                                     pad_attrs);
+    st = st ? st : ai_graph_add_node(g, "conv", "", "Conv", 17, 3, conv_in, 1, conv_out, 1,
+                                     conv_attrs);
+    st = st ? st : ai_graph_set_outputs(g, 1, conv_out);
+    st = st ? st : ai_graph_finalize(g);
+    if (st) {
+        ai_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+TEST(fuse_pad_moves_zero_padding_into_the_conv)
+{
+    int64_t live = ai_debug_live_tensors();
+    const int64_t xs[4] = {2, 2, 5, 4};
+    ai_tensor *x = filled(4, xs, 13, -2, 2);
+    /* constant: the Conv takes the padding (pads 1+2, 0+1, 0+1, 1+3) */
+    ai_graph *g = build_pad_conv("constant");
+    CHECK(g != NULL && x != NULL);
+    if (!g || !x)
+        return;
+    ai_tensor *y0 = run(g, x);
+    CHECK(apply(ai_recipe_fuse_pad, g) == 1);
+    CHECK(g->n_nodes == 1 && !strcmp(g->nodes[0].op_type, "Conv") &&
+          ai_graph_find_value(g, "p") < 0);
+    const ai_attr *a = g->n_nodes ? ai_node_attr(&g->nodes[0], "pads") : NULL;
+    static const int64_t want[4] = {3, 1, 1, 4};
+    CHECK(a && a->n == 4 && !memcmp(a->ints, want, sizeof want));
+    ai_tensor *y1 = run(g, x);
+    CHECK(y0 && y1 && y0->shape[2] == y1->shape[2] && y0->shape[3] == y1->shape[3] &&
+          max_diff(y0, y1) < 1e-6);
+    ai_tensor_free(y0);
+    ai_tensor_free(y1);
+    ai_graph_free(g);
+    /* reflect: kept, with the reason */
+    g = build_pad_conv("reflect");
+    CHECK(g != NULL);
+    if (g) {
+        ai_recipe_report r = {0};
+        CHECK_OK(ai_recipe_fuse_pad(g, &r));
+        CHECK(r.n_done == 0 && r.n_skipped == 1 &&
+              strstr(r.skipped[0].text, "mode is not 'constant'") != NULL);
+        CHECK(g->n_nodes == 2);
+        ai_recipe_report_free(&r);
+        ai_graph_free(g);
+    }
+    ai_tensor_free(x);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case recipe_cases[] = {
     CASE(recipes_keep_outputs_and_undo),
+    CASE(fuse_pad_moves_zero_padding_into_the_conv),
     {NULL, NULL},
 };
