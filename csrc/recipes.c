@@ -664,14 +664,16 @@ static const char *zero_pad_of(const ai_graph *g, const ai_node *f, int nd, int6
     }
     if (np != 2 * na)
         return "its pads do not match the conv input's rank";
+    bool seen[AI_MAX_DIMS] = {false};
     for (int d = 0; d < nd; d++)
         before[d] = after[d] = 0;
     for (int64_t i = 0; i < na; i++) {
         const int64_t a = axes[i] < 0 ? axes[i] + nd : axes[i];
-        if (a < 0 || a >= nd)
-            return "an axis is out of range";
-        before[a] += pads[i];
-        after[a] += pads[na + i];
+        if (a < 0 || a >= nd || seen[a])
+            return "an axis is out of range or repeated";
+        seen[a] = true;
+        before[a] = pads[i];
+        after[a] = pads[na + i];
     }
     for (int d = 0; d < nd; d++) {
         if (d < 2 && (before[d] || after[d]))

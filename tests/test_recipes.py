@@ -527,3 +527,13 @@ def test_fuse_pad_on_kws_and_its_gradient():
     np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-5, atol=1e-5)
     dx = graph.backward([g.numpy()])[0]
     np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fuse_pad_keeps_a_pad_with_repeated_axes():
+    """A Pad the engine refuses (an axis twice) stays, and still fails at
+    forward, naming the node: the recipe does not make it run."""
+    graph = load_onnx(_pad_conv_model(pads=(1, 2, 1, 2), axes=(2, 2))[0])
+    report = recipes.fuse_pad(graph)
+    assert report == [] and "repeated" in report.skipped[0]
+    with pytest.raises(ValueError, match="pad"):
+        graph.forward(np.zeros((2, 3, 7, 6), np.float32))
