@@ -665,8 +665,9 @@ def _add_show(commands) -> None:
                       help="the picture: .svg, or .html (the SVG in a page)")
     show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
                       help="comma-separated recipes applied in order before drawing "
-                           "(constant_fold, fuse_batchnorm, remove_flatten, fuse_activation, "
-                           "expand_metaops), or all (every one but expand_metaops)")
+                           "(constant_fold, fuse_batchnorm, batchnorm_epilogue, remove_flatten, "
+                           "fuse_activation, expand_metaops, fuse_pad, block_channels), or all "
+                           "(every one but expand_metaops)")
     show.add_argument("--title", help="title of the picture (default: the model and shape)")
     show.add_argument("--locate", action="store_true",
                       help="colour nodes by the error of their values against a reference "
