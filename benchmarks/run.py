@@ -299,21 +299,21 @@ def _print_row(label, row, kinds, ort=False):
     for k in kinds:
         e, t = row.get(f"engine_{k}"), row.get(f"torch_{k}")
         if e is None:
-            cells.append(" " * 27)
+            cells.append(" " * 33)
             continue
         r = e / t if t else float("nan")
-        cells.append(f"{e * 1e3:9.3f}{(t or float('nan')) * 1e3:9.3f}{r:7.2f}  ")
+        cells.append(f"{e * 1e3:12.4f}{(t or float('nan')) * 1e3:12.4f}{r:7.2f}  ")
     if ort:
         o = row["ort_fwd"]
-        cells.append(f"{o * 1e3:9.3f}{row['engine_fwd'] / o:7.2f}")
+        cells.append(f"{o * 1e3:12.4f}{row['engine_fwd'] / o:7.2f}")
     print(f"{label[:34]:<34}" + "".join(cells))
     sys.stdout.flush()
 
 
 def _header(title, kinds, ort=False):
     print(f"\n== {title} (ms, medians; ratio engine/torch)")
-    cols = "".join(f"{'eng ' + k:>9}{'torch ' + k:>9}{'ratio':>7}  " for k in kinds)
-    print(f"{'case':<34}{cols}" + (f"{'ort fwd':>9}{'e/ort':>7}" if ort else ""))
+    cols = "".join(f"{'eng ' + k:>12}{'torch ' + k:>12}{'ratio':>7}  " for k in kinds)
+    print(f"{'case':<34}{cols}" + (f"{'ort fwd':>12}{'e/ort':>7}" if ort else ""))
 
 
 def summary(rows, kinds):

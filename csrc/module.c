@@ -799,6 +799,46 @@ static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *cop
     return cap;
 }
 
+/* A DLPack capsule that takes over `t` (a graph's result) without a Tensor
+ * object: its deleter frees t in C, without the GIL, which the thread that
+ * drops the consumer's tensor may not hold (torch's autograd engine frees a
+ * backward's results with the GIL released: a deleter that took it cost a
+ * few microseconds of every backward). Takes `t` in all cases. */
+typedef struct {
+    DLManagedTensor m;
+    ai_tensor *t;
+} dl_result;
+
+static void dl_result_deleter(DLManagedTensor *m)
+{
+    dl_result *e = (dl_result *)((char *)m - offsetof(dl_result, m));
+    ai_tensor_free(e->t);
+    PyMem_RawFree(e);
+}
+
+static PyObject *result_capsule(ai_tensor *t)
+{
+    dl_result *e = PyMem_RawCalloc(1, sizeof *e);
+    if (!e) {
+        ai_tensor_free(t);
+        return PyErr_NoMemory();
+    }
+    e->t = t;
+    DLTensor *dl = &e->m.dl_tensor;
+    dl->data = t->data;
+    dl->device = (DLDevice){kDLCPU, 0};
+    dl->ndim = t->ndim;
+    dl->dtype = dtype_map[t->dtype].dl;
+    dl->shape = t->shape;     /* t outlives the DLTensor: the deleter frees both */
+    dl->strides = t->strides;
+    e->m.manager_ctx = NULL;
+    e->m.deleter = dl_result_deleter;
+    PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
+    if (!cap)
+        dl_result_deleter(&e->m);
+    return cap;
+}
+
 static PyObject *Tensor_dlpack_device(TensorObject *self, PyObject *unused)
 {
     (void)self;
@@ -1375,13 +1415,30 @@ static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, i
     return 0;
 }
 
+/* Whether result_capsule exports `t` as it is: a writable tensor without
+ * negative strides (tensor_capsule copies or refuses the others). */
+static bool result_exportable(const ai_tensor *t)
+{
+    if (t->flags & AI_TENSOR_READONLY)
+        return false;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->strides[i] < 0 && t->shape[i] > 1)
+            return false;
+    return true;
+}
+
 /* The results as Tensors, or through the bridge's from_capsule. */
 static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n, const bridge *b)
 {
     PyObject *list = PyList_New(n);
     for (int i = 0; list && i < n; i++) {
         PyObject *o;
-        if (ts[i]) {
+        if (ts[i] && b->from_capsule && result_exportable(ts[i])) {
+            PyObject *cap = result_capsule(ts[i]);
+            ts[i] = NULL;
+            o = cap ? PyObject_CallOneArg(b->from_capsule, cap) : NULL;
+            Py_XDECREF(cap);
+        } else if (ts[i]) {
             o = tensor_wrap(self->tensor_type, ts[i]);
             ts[i] = NULL;
             if (o && b->from_capsule) {

@@ -75,3 +75,28 @@ def test_hundred_thousand_tensor_round_trips():
 
     before, after = run_cycles(100_000, 2_000, cycle)
     assert_flat(before, after, "100,000 tensor round trips")
+
+
+def test_results_outlive_their_module_and_free_without_leaks():
+    """A wrapped module's results (outputs, and input gradients that torch's
+    autograd engine frees without the GIL) own their engine memory: valid
+    after the module is gone, released when torch drops them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh())
+    x = torch.randn(4, 8)
+    want_y = model(x).detach()
+    x_ref = x.clone().requires_grad_()
+    want_dx = torch.autograd.grad(model(x_ref).square().sum(), x_ref)[0]
+
+    def cycle():
+        wrapped = ai.wrap(model, [(4, 8)])
+        xg = x.clone().requires_grad_()
+        y = wrapped(xg)
+        y.square().sum().backward()
+        del wrapped
+        gc.collect()
+        torch.testing.assert_close(y.detach(), want_y)
+        torch.testing.assert_close(xg.grad, want_dx)
+
+    before, after = run_cycles(40, 10, cycle)
+    assert_flat(before, after, "40 wrap/forward/backward cycles")
