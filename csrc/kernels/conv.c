@@ -2114,12 +2114,19 @@ static void dyg_fill_range(void *ctx, int64_t lo, int64_t hi)
             continue;
         }
         float *d = j->dyg + (i * j->M2 + m - m % 2) * j->ld + 8 * (m % 2);
-        for (int64_t o1 = 0; o1 < G1; o1++) /* runs within a turn of 8 */
-            for (int64_t o2 = 0, e = o1 * R2; o2 < G2;) {
-                const int64_t n = 8 - e % 8 < G2 - o2 ? 8 - e % 8 : G2 - o2;
-                memcpy(d + e / 8 * 16 + e % 8, src + o1 * G2 + o2, sizeof(float) * (size_t)n);
-                o2 += n, e += n;
-            }
+        /* grid position e lands at e / 8 * 16 + e % 8 = e + (e & ~7); whole
+         * turns of 8 (at 2 e) in one move, the rest value by value (a
+         * memcpy call per run cost more than the copy: KWS's rows are 5) */
+        for (int64_t o1 = 0; o1 < G1; o1++) {
+            const float *s = src + o1 * G2;
+            int64_t o2 = 0, e = o1 * R2;
+            for (; o2 < G2 && (e & 7); o2++, e++)
+                d[e + (e & ~INT64_C(7))] = s[o2];
+            for (; o2 + 8 <= G2; o2 += 8, e += 8)
+                memcpy(d + 2 * e, s + o2, 8 * sizeof(float));
+            for (; o2 < G2; o2++, e++)
+                d[e + (e & ~INT64_C(7))] = s[o2];
+        }
     }
 }
 
