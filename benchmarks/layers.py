@@ -1,5 +1,6 @@
 """Where eval time goes, layer by layer: the engine's fused inference graph
-against ONNX Runtime on the same ONNX model, one thread each.
+against ONNX Runtime on the same ONNX model, the same number of threads
+(``--threads``, 1 by default).
 
 For each model of the model suite (run.py's MODELS, batch 16), the engine's
 node times (``aidge_interop.profile``) and ONNX Runtime's kernel times (its
@@ -14,7 +15,7 @@ Ratios are engine / ONNX Runtime; the totals cover the node kernels only
 ``--rounds`` times, so a load burst lands on both.
 
     python benchmarks/layers.py [--models KWS,MobileNet] [--rounds 5] [--reps 20]
-                                [--json out.json]
+                                [--threads 2] [--json out.json]
 """
 import argparse
 import copy
@@ -54,11 +55,11 @@ def _engine_times(am, x, reps, acc):
             acc.setdefault((r["name"], r["op_type"]), []).append(r["fwd_s"] / r["fwd_calls"])
 
 
-def _ort_times(proto, x, reps, acc):
+def _ort_times(proto, x, reps, acc, threads=1):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_profiling = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,9 +96,9 @@ def _match(eng, ort):
     return rows
 
 
-def bench_model(name, batch, rounds, reps):
-    torch.set_num_threads(1)
-    aidge_interop.set_num_threads(1)
+def bench_model(name, batch, rounds, reps, threads=1):
+    torch.set_num_threads(threads)
+    aidge_interop.set_num_threads(threads)
     x = torch.randn(batch, *MODELS[name][2], generator=torch.Generator().manual_seed(0))
     tm = build_model(name).eval()
     am = aidge_interop.wrap(copy.deepcopy(tm), [tuple(x.shape)])
@@ -106,7 +107,7 @@ def bench_model(name, batch, rounds, reps):
     eng_acc, ort_acc = {}, {}
     for _ in range(rounds):
         _engine_times(am, x, reps, eng_acc)
-        _ort_times(am.onnx_model, x, reps, ort_acc)
+        _ort_times(am.onnx_model, x, reps, ort_acc, threads)
     eng = [(n, op, statistics.median(v)) for (n, op), v in eng_acc.items()]
     ort = [(n, op, statistics.median(v)) for (n, op), v in ort_acc.items()]
     return _match(eng, ort)
@@ -117,7 +118,8 @@ def _ms(t):
 
 
 def print_rows(model, rows):
-    print(f"\n== {model}: eval forward per layer (ms, medians; engine / ONNX Runtime)")
+    print(f"\n== {model}: eval forward per layer (ms, medians; engine / ONNX Runtime; "
+          f"{torch.get_num_threads()} thread(s))")
     print(f"{'engine node':<38}{'op':<18}{'engine':>8}  {'onnxruntime kernel':<34}{'ort':>8}"
           f"{'ratio':>7}")
     for en, eo, et, on, oo, ot in rows:
@@ -147,15 +149,16 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5, help="alternating blocks per library")
     ap.add_argument("--reps", type=int, default=20, help="forwards per block")
+    ap.add_argument("--threads", type=int, default=1, help="threads of each library")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    if args.rounds < 1 or args.reps < 1 or args.batch < 1:
-        ap.error("--rounds, --reps and --batch must be at least 1")
-    results = [print_rows(m, bench_model(m, args.batch, args.rounds, args.reps))
+    if args.rounds < 1 or args.reps < 1 or args.batch < 1 or args.threads < 1:
+        ap.error("--rounds, --reps, --batch and --threads must be at least 1")
+    results = [print_rows(m, bench_model(m, args.batch, args.rounds, args.reps, args.threads))
                for m in models]
     if args.json:
         tmp = args.json + ".tmp"
