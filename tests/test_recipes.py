@@ -104,6 +104,31 @@ def test_fused_backward_equals_unfused(name):
         np.testing.assert_array_equal(g1[k], g0[k], err_msg=k)
 
 
+def test_fused_relu_gradient_passes_nan_like_torch():
+    """A NaN output of a fused Relu passes its gradient, as torch's Relu
+    (and the engine's Relu node) does: the mask is y <= 0 -> 0, not y > 0."""
+    rng = np.random.default_rng(8)
+    w = rng.normal(0, 1, (3, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc", transB=1),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    graph = load_onnx(model(nodes, [("x", (2, 4))], [("y", (2, 3))], {"w": w}))
+    recipes.fuse_activation(graph)
+    assert _ops(graph) == ["FusedGemm"]
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    x[1, 2] = np.nan  # row 1 of the output is all NaN
+    gy = rng.standard_normal((2, 3)).astype(np.float32)
+    graph.training = True
+    y = graph.forward(x, need_backward=True, input_grads=True)[0]
+    dx = graph.backward([gy])[0]
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.relu(xt @ torch.from_numpy(w).T)
+    yt.backward(torch.from_numpy(gy))
+    assert np.isnan(y[1]).all()
+    np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.isfinite(dx[1]).all()  # dy went through the NaN row, times finite weights
+
+
 def _conv_clip_model(clip_inputs, opset=17):
     rng = np.random.default_rng(4)
     w = rng.normal(0, 1, (3, 2, 3, 3)).astype(np.float32)

@@ -30,7 +30,8 @@
  * output and applies the activation in place; a Conv base applies the
  * BatchNorm epilogue and Relu itself as it writes each output plane
  * (ai_conv_epilogue, kernels/conv.h: bitwise the same as the pass). Backward is exact: Relu's
- * mask is read from the output (y > 0 exactly where x > 0); Clip's mask
+ * mask is read from the output (the gradient passes unless y <= 0: where x > 0
+ * or is NaN, as torch's Relu and the engine's pass it); Clip's mask
  * (min <= x <= max, inclusive like torch.clamp and the engine's Clip) is
  * kept as one byte per element in the node's state, since the output
  * cannot tell x == min from x < min. The masked output gradient goes
@@ -333,7 +334,7 @@ static ai_status fused_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                                 int64_t n, int act)                                     \
     {                                                                                   \
         for (int64_t i = 0; i < n; i++)                                                 \
-            g[i] = (act == ACT_RELU ? y[i] > 0 : mask[i] != 0) ? dy[i] : 0;             \
+            g[i] = (act == ACT_RELU ? !(y[i] <= 0) : mask[i] != 0) ? dy[i] : 0;         \
     }
 
 /* y = y a[m] + b[m] over output elements [i0, i1), channel m of plane
