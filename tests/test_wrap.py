@@ -286,3 +286,32 @@ def test_functorch_transform_is_refused_not_wrong():
     x = torch.randn(2, 16)
     with pytest.raises(RuntimeError, match="setup_context"):
         torch.func.grad(lambda t: wrapped(t).sum())(x)
+
+
+def test_batchnorm_counters_count_like_torch():
+    """num_batches_tracked: +1 per training forward of each BatchNorm (views
+    of one tensor, counted in one call), not in eval; state_dict round trips."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 1),
+                                torch.nn.BatchNorm2d(4), torch.nn.ReLU()).train()
+    with torch.no_grad():  # distinct values: the exporter merges equal initializers
+        for bn in (model[1], model[4]):
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    model[1].num_batches_tracked.fill_(7)
+    wrapped = wrap(copy.deepcopy(model), [(2, 2, 6, 6)])
+    x = torch.randn(2, 2, 6, 6)
+    for _ in range(3):
+        wrapped(x)
+        model(x)
+    with torch.no_grad():
+        wrapped.eval()(x)
+    counts = {k: v for k, v in wrapped.state_dict().items() if k.endswith("num_batches_tracked")}
+    want = {k: v for k, v in model.state_dict().items() if k.endswith("num_batches_tracked")}
+    assert counts.keys() == want.keys() and all(torch.equal(counts[k], want[k]) for k in want)
+    assert counts["1.num_batches_tracked"].item() == 10
+    model[4].num_batches_tracked.fill_(42)
+    wrapped.load_state_dict(model.state_dict())
+    assert dict(wrapped.named_buffers())["4.num_batches_tracked"].item() == 42
+    assert dict(wrapped.named_buffers())["1.num_batches_tracked"].item() == 10
