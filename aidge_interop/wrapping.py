@@ -346,18 +346,18 @@ class AidgeModule(torch.nn.Module):
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
         # MobileNet's training step); any other in a list
-        counted = [name for name, b in source.named_buffers()
-                   if name.rsplit(".", 1)[-1] == "num_batches_tracked"]
-        stacked = [name for name, b in source.named_buffers() if name in counted and
-                   name not in in_graph and b.dim() == 0 and b.dtype == torch.long]
         buffers = dict(source.named_buffers())
+        counted = [n for n in buffers if n.rsplit(".", 1)[-1] == "num_batches_tracked"]
+        stacked = {n: i for i, n in enumerate(
+            n for n in counted if n not in in_graph and buffers[n].dim() == 0 and
+            buffers[n].dtype == torch.long)}
         self._batch_counts = (torch.stack([buffers[n].detach() for n in stacked])
                               if stacked else None)
         self._batch_counters = []
-        for name, b in source.named_buffers():
+        for name, b in buffers.items():
             owner, leaf = _owner(self, name)
             if name in stacked:
-                t = self._batch_counts[stacked.index(name)]
+                t = self._batch_counts[stacked[name]]
             elif name in in_graph:
                 t = aidge_tensor_to_torch(graph.value(name))
             else:
