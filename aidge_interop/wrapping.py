@@ -334,14 +334,15 @@ class AidgeModule(torch.nn.Module):
         self.input_dims = input_dims
         self._n_inputs = len(graph.input_names)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
-        self._params, self._engine_grads = [], []
+        self._params, self._engine_grads, self._grad_views = [], [], []
         for name, p in source.named_parameters():
             owner, leaf = _owner(self, name)
             view = aidge_tensor_to_torch(graph.value(name))
             owner.register_parameter(leaf, torch.nn.Parameter(view, requires_grad=p.requires_grad))
             if p.requires_grad:
                 self._params.append(owner._parameters[leaf])
-                self._engine_grads.append(aidge_tensor_to_torch(graph.grad(name)))
+                self._grad_views.append(graph.grad(name))
+                self._engine_grads.append(aidge_tensor_to_torch(self._grad_views[-1]))
         # BatchNorms' num_batches_tracked, counted at each training forward:
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
@@ -387,12 +388,15 @@ class AidgeModule(torch.nn.Module):
 
     # -- engine calls ------------------------------------------------------
     def _backward(self, grad_outputs):
-        fresh = []
-        for p, eg in zip(self._params, self._engine_grads):
+        fresh, views = [], []
+        for p, eg, v in zip(self._params, self._engine_grads, self._grad_views):
             g = p.grad
             if g is not eg and (g is None or g.data_ptr() != eg.data_ptr()):
-                eg.zero_()  # the engine accumulates; start from zero for this parameter
                 fresh.append((p, eg, g))
+                views.append(v)
+        if views:  # the engine accumulates: these start from zero (one C call for all,
+            _C.zero_tensors(views)  # not a torch zero_ each: after zero_grad(set_to_none))
+            torch.autograd.graph.increment_version([eg for _, eg, _ in fresh])
         input_grads = _graph_call(self._graph.backward, grad_outputs)
         for p, eg, g in fresh:
             if g is None:
