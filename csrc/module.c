@@ -695,6 +695,29 @@ static void dl_capsule_destructor(PyObject *cap)
 
 static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *copy_obj);
 
+/* Whether t has a negative stride on an axis of more than one element
+ * (DLPack consumers take none). */
+static bool negative_strides(const ai_tensor *t)
+{
+    for (int i = 0; i < t->ndim; i++)
+        if (t->strides[i] < 0 && t->shape[i] > 1)
+            return true;
+    return false;
+}
+
+/* dl describes t's CPU memory, with these shape and strides arrays (kept
+ * alive by the exporter as long as dl). */
+static void dl_describe(DLTensor *dl, const ai_tensor *t, int64_t *shape, int64_t *strides)
+{
+    dl->data = t->data;
+    dl->device = (DLDevice){kDLCPU, 0};
+    dl->ndim = t->ndim;
+    dl->dtype = dtype_map[t->dtype].dl;
+    dl->shape = shape;
+    dl->strides = strides;
+    dl->byte_offset = 0;
+}
+
 static PyObject *Tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -734,12 +757,8 @@ static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *cop
 {
     int copy = copy_obj != Py_None && PyObject_IsTrue(copy_obj);
     ai_tensor *t = self->t;
-    int negative = 0;
-    for (int i = 0; i < t->ndim; i++)
-        if (t->strides[i] < 0 && t->shape[i] > 1)
-            negative = 1;
     PyObject *owner = Py_NewRef(self);
-    if (copy || negative) {
+    if (copy || negative_strides(t)) {
         if (copy_obj == Py_False) {
             Py_DECREF(owner);
             PyErr_SetString(PyExc_BufferError,
@@ -771,16 +790,9 @@ static PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *cop
         Py_DECREF(owner);
         return PyErr_NoMemory();
     }
-    DLTensor *dl = versioned ? &e->v.dl_tensor : &e->m.dl_tensor;
-    dl->data = t->data;
-    dl->device = (DLDevice){kDLCPU, 0};
-    dl->ndim = t->ndim;
-    dl->dtype = dtype_map[t->dtype].dl;
     memcpy(e->shape, t->shape, sizeof e->shape);
     memcpy(e->strides, t->strides, sizeof e->strides);
-    dl->shape = e->shape;
-    dl->strides = e->strides;
-    dl->byte_offset = 0;
+    dl_describe(versioned ? &e->v.dl_tensor : &e->m.dl_tensor, t, e->shape, e->strides);
     PyObject *cap;
     if (versioned) {
         e->v.version = (DLPackVersion){DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
@@ -824,14 +836,8 @@ static PyObject *result_capsule(ai_tensor *t)
         ai_tensor_free(t);
         return PyErr_NoMemory();
     }
-    e->t = t;
-    DLTensor *dl = &e->m.dl_tensor;
-    dl->data = t->data;
-    dl->device = (DLDevice){kDLCPU, 0};
-    dl->ndim = t->ndim;
-    dl->dtype = dtype_map[t->dtype].dl;
-    dl->shape = t->shape;     /* t outlives the DLTensor: the deleter frees both */
-    dl->strides = t->strides;
+    e->t = t; /* t outlives the DLTensor: the deleter frees both */
+    dl_describe(&e->m.dl_tensor, t, t->shape, t->strides);
     e->m.manager_ctx = NULL;
     e->m.deleter = dl_result_deleter;
     PyObject *cap = PyCapsule_New(&e->m, "dltensor", dl_capsule_destructor);
@@ -1420,12 +1426,7 @@ static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, i
  * negative strides (tensor_capsule copies or refuses the others). */
 static bool result_exportable(const ai_tensor *t)
 {
-    if (t->flags & AI_TENSOR_READONLY)
-        return false;
-    for (int i = 0; i < t->ndim; i++)
-        if (t->strides[i] < 0 && t->shape[i] > 1)
-            return false;
-    return true;
+    return !(t->flags & AI_TENSOR_READONLY) && !negative_strides(t);
 }
 
 /* The results as Tensors, or through the bridge's from_capsule. */
