@@ -314,11 +314,12 @@ def _conv(group, stride, pad):
     ((9, 3, 20, 18), (10, 3, 3, 3), 1, 1),     # direct conv, whole images per thread
     ((7, 4, 21, 20), (6, 4, 3, 3), 2, 1),      # the same, strided
     ((9, 16, 12, 11), (24, 16, 1, 1), 1, 1),   # pointwise, an image's GEMM per thread
+    ((6, 32, 9, 10), (80, 32, 1, 1), 1, 1),    # the same, weight gradient's row panels
     ((12, 32, 6, 6), (48, 32, 1, 1), 1, 1)],   # pointwise, the batch in one GEMM
     ids=["dw-planes", "dw-multiplier", "dw-channels-last", "dw-channels-last-images",
          "dw-channels-last-units", "im2col", "im2col-groups",
          "im2col-groups-1x1", "direct-images",
-         "direct-images-s2", "pointwise-images", "pointwise-batched"])
+         "direct-images-s2", "pointwise-images", "pointwise-panels", "pointwise-batched"])
 def test_conv_split_between_threads(threads, x_shape, w_shape, stride, group, dtype):
     inputs = {"x": _rand(x_shape, dtype), "w": _rand(w_shape, dtype, 1),
               "b": _rand((w_shape[0],), dtype, 2)}
