@@ -2141,6 +2141,60 @@ done:
     return res;
 }
 
+/* grads_unchanged(params, grads, ptrs): whether, for every i, params[i]
+ * still requires grad, params[i].grad is grads[i] (the same object) and
+ * contiguous, and params[i] and grads[i] still have the data pointers
+ * ptrs[2 i] and ptrs[2 i + 1]; False also where the lists differ in length
+ * (params is the optimizer's own list). Torch tensors, read through their Python
+ * attributes: the check of SGD's cached engine views (optim.py), in one
+ * call instead of five Python operations per parameter. */
+static PyObject *py_grads_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
+        !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "grads_unchanged(params, grads, ptrs) takes 3 lists");
+        return NULL;
+    }
+    const Py_ssize_t n = PyList_GET_SIZE(args[0]);
+    if (PyList_GET_SIZE(args[1]) != n || PyList_GET_SIZE(args[2]) != 2 * n)
+        Py_RETURN_FALSE; /* (params is the caller's list: one added since) */
+    static PyObject *names[4]; /* interned once: grad, requires_grad, data_ptr, is_contiguous */
+    static const char *const spelled[4] = {"grad", "requires_grad", "data_ptr", "is_contiguous"};
+    for (int k = 0; k < 4; k++)
+        if (!names[k] && !(names[k] = PyUnicode_InternFromString(spelled[k])))
+            return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(args[0], i), *g = PyList_GET_ITEM(args[1], i);
+        PyObject *cur = PyObject_GetAttr(p, names[0]);
+        if (!cur)
+            return NULL;
+        Py_DECREF(cur); /* (compared by identity: g holds a reference) */
+        if (cur != g)
+            Py_RETURN_FALSE;
+        PyObject *checks[4] = {PyObject_GetAttr(p, names[1]), NULL, NULL, NULL};
+        int same = checks[0] == Py_True;
+        if (checks[0] && same) {
+            checks[1] = PyObject_CallMethodNoArgs(g, names[3]);
+            same = checks[1] == Py_True;
+        }
+        for (int k = 0; k < 2 && checks[k] && same; k++) {
+            checks[2 + k] = PyObject_CallMethodNoArgs(k ? g : p, names[2]);
+            same = checks[2 + k] ? PyObject_RichCompareBool(
+                                       checks[2 + k], PyList_GET_ITEM(args[2], 2 * i + k), Py_EQ)
+                                 : -1;
+        }
+        const bool failed = !checks[0] || (checks[0] == Py_True && !checks[1]) || same < 0;
+        for (int k = 0; k < 4; k++)
+            Py_XDECREF(checks[k]);
+        if (failed)
+            return NULL;
+        if (!same)
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef module_methods[] = {
     {"zeros", (PyCFunction)(void (*)(void))py_empty, METH_VARARGS | METH_KEYWORDS,
      "zeros(shape, dtype='float32') -> Tensor owning zero-filled memory."},
@@ -2155,6 +2209,9 @@ static PyMethodDef module_methods[] = {
     {"sgd_step", (PyCFunction)(void (*)(void))py_sgd_step, METH_VARARGS | METH_KEYWORDS,
      "sgd_step(params, grads, buffers, lr, momentum=0, dampening=0, weight_decay=0, "
      "nesterov=False, maximize=False, started=False): one torch.optim.SGD step in C."},
+    {"grads_unchanged", (PyCFunction)(void (*)(void))py_grads_unchanged, METH_FASTCALL,
+     "grads_unchanged(params, grads, ptrs) -> bool: every params[i] requires grad, has "
+     "params[i].grad is grads[i], contiguous, and the data pointers ptrs[2i], ptrs[2i+1]."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},

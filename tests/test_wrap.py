@@ -118,6 +118,50 @@ def test_sgd_matches_torch_optim(kw):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"step {step}: {n}")
 
 
+@pytest.mark.parametrize("change", ["new_grad_tensor", "param_data_swapped", "grad_data_swapped",
+                                    "grad_transposed_in_place", "frozen", "grad_dropped"])
+def test_sgd_steady_state_cache_follows_changes(change):
+    """SGD keeps its engine views across steps while every parameter has the
+    same gradient tensor in the same memory (checked in one C call); any
+    change between steps falls back to the full path: the same updates as
+    torch.optim.SGD on plain tensors changed the same way."""
+    torch.manual_seed(0)
+    shapes = [(4, 4), (4,), (3, 4)]
+    ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    opt_a, opt_t = SGD(ours, lr=0.1, weight_decay=0.01), torch.optim.SGD(ref, lr=0.1,
+                                                                          weight_decay=0.01)
+    for step in range(4):
+        for params, opt in ((ours, opt_a), (ref, opt_t)):
+            opt.zero_grad(set_to_none=False)
+            for i, p in enumerate(params):
+                if p.grad is not None or step == 0:
+                    g = torch.full(p.shape, float(step + i + 1)) + torch.arange(p.numel()).view(
+                        p.shape)
+                    if p.grad is None:
+                        p.grad = g
+                    else:
+                        p.grad.add_(g)
+            if step == 2:  # between the cached steps, on both sides alike
+                p, g = params[0], params[0].grad
+                if change == "new_grad_tensor":
+                    p.grad = g.clone() * 3
+                elif change == "param_data_swapped":
+                    p.data = p.detach().clone() + 1
+                elif change == "grad_data_swapped":
+                    g.data = g.detach().clone() * -2
+                elif change == "grad_transposed_in_place":
+                    g.t_()  # same memory, now read transposed
+                elif change == "frozen":
+                    p.requires_grad_(False)
+                    p.grad = None  # (torch's SGD updates a frozen parameter that has a grad)
+                elif change == "grad_dropped":
+                    p.grad = None
+            opt.step()
+        for a, t in zip(ours, ref):
+            torch.testing.assert_close(a.detach(), t.detach(), msg=f"{change}, step {step}")
+
+
 def test_sgd_zero_grad_zeroes_in_place_and_bumps_versions():
     torch.manual_seed(0)
     wrapped = wrap(MLP(), [(4, 16)])
