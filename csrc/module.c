@@ -2141,13 +2141,24 @@ done:
     return res;
 }
 
+/* value == expected: 1, 0, or -1 with an exception (value NULL: a failed
+ * call, its exception set); the reference to value is consumed. */
+static int steal_equals(PyObject *value, PyObject *expected)
+{
+    if (!value)
+        return -1;
+    int eq = PyObject_RichCompareBool(value, expected, Py_EQ);
+    Py_DECREF(value);
+    return eq;
+}
+
 /* grads_unchanged(params, grads, ptrs): whether, for every i, params[i]
  * still requires grad, params[i].grad is grads[i] (the same object) and
  * contiguous, and params[i] and grads[i] still have the data pointers
  * ptrs[2 i] and ptrs[2 i + 1]; False also where the lists differ in length
- * (params is the optimizer's own list). Torch tensors, read through their Python
- * attributes: the check of SGD's cached engine views (optim.py), in one
- * call instead of five Python operations per parameter. */
+ * (params is the optimizer's own list). Torch tensors, read through their
+ * Python attributes: the check of SGD's cached engine views (optim.py), in
+ * one call instead of five Python operations per parameter. */
 static PyObject *py_grads_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
@@ -2156,43 +2167,43 @@ static PyObject *py_grads_unchanged(PyObject *module, PyObject *const *args, Py_
         PyErr_SetString(PyExc_TypeError, "grads_unchanged(params, grads, ptrs) takes 3 lists");
         return NULL;
     }
-    const Py_ssize_t n = PyList_GET_SIZE(args[0]);
-    if (PyList_GET_SIZE(args[1]) != n || PyList_GET_SIZE(args[2]) != 2 * n)
-        Py_RETURN_FALSE; /* (params is the caller's list: one added since) */
-    static PyObject *names[4]; /* interned once: grad, requires_grad, data_ptr, is_contiguous */
-    static const char *const spelled[4] = {"grad", "requires_grad", "data_ptr", "is_contiguous"};
+    static PyObject *names[4]; /* interned once: grad, requires_grad, is_contiguous, data_ptr */
+    static const char *const spelled[4] = {"grad", "requires_grad", "is_contiguous", "data_ptr"};
     for (int k = 0; k < 4; k++)
         if (!names[k] && !(names[k] = PyUnicode_InternFromString(spelled[k])))
             return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *p = PyList_GET_ITEM(args[0], i), *g = PyList_GET_ITEM(args[1], i);
+    int same = 1;
+    /* (the sizes read at every turn: a tensor subclass's Python could change a list;
+     * params is the caller's list: one added or removed since gives False) */
+    for (Py_ssize_t i = 0; same > 0; i++) {
+        const Py_ssize_t n = PyList_GET_SIZE(args[0]);
+        if (PyList_GET_SIZE(args[1]) != n || PyList_GET_SIZE(args[2]) != 2 * n)
+            Py_RETURN_FALSE;
+        if (i == n)
+            break;
+        PyObject *p = Py_NewRef(PyList_GET_ITEM(args[0], i));
+        PyObject *g = Py_NewRef(PyList_GET_ITEM(args[1], i));
+        PyObject *ptrs[2] = {Py_NewRef(PyList_GET_ITEM(args[2], 2 * i)),
+                             Py_NewRef(PyList_GET_ITEM(args[2], 2 * i + 1))};
         PyObject *cur = PyObject_GetAttr(p, names[0]);
-        if (!cur)
-            return NULL;
-        Py_DECREF(cur); /* (compared by identity: g holds a reference) */
-        if (cur != g)
-            Py_RETURN_FALSE;
-        PyObject *checks[4] = {PyObject_GetAttr(p, names[1]), NULL, NULL, NULL};
-        int same = checks[0] == Py_True;
-        if (checks[0] && same) {
-            checks[1] = PyObject_CallMethodNoArgs(g, names[3]);
-            same = checks[1] == Py_True;
-        }
-        for (int k = 0; k < 2 && checks[k] && same; k++) {
-            checks[2 + k] = PyObject_CallMethodNoArgs(k ? g : p, names[2]);
-            same = checks[2 + k] ? PyObject_RichCompareBool(
-                                       checks[2 + k], PyList_GET_ITEM(args[2], 2 * i + k), Py_EQ)
-                                 : -1;
-        }
-        const bool failed = !checks[0] || (checks[0] == Py_True && !checks[1]) || same < 0;
-        for (int k = 0; k < 4; k++)
-            Py_XDECREF(checks[k]);
-        if (failed)
-            return NULL;
-        if (!same)
-            Py_RETURN_FALSE;
+        same = cur ? cur == g : -1;
+        Py_XDECREF(cur);
+        if (same > 0)
+            same = steal_equals(PyObject_GetAttr(p, names[1]), Py_True);
+        if (same > 0)
+            same = steal_equals(PyObject_CallMethodNoArgs(g, names[2]), Py_True);
+        if (same > 0)
+            same = steal_equals(PyObject_CallMethodNoArgs(p, names[3]), ptrs[0]);
+        if (same > 0)
+            same = steal_equals(PyObject_CallMethodNoArgs(g, names[3]), ptrs[1]);
+        Py_DECREF(p);
+        Py_DECREF(g);
+        Py_DECREF(ptrs[0]);
+        Py_DECREF(ptrs[1]);
     }
-    Py_RETURN_TRUE;
+    if (same < 0)
+        return NULL;
+    return PyBool_FromLong(same);
 }
 
 static PyMethodDef module_methods[] = {
