@@ -50,7 +50,8 @@ class SGD:
             raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
         self.defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
                              weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
-        self._buffers = [None] * len(self.params)
+        self._buffers = [None] * len(self.params)  # momentum buffers (engine Tensors)
+        self._all_started = False
         # engine views of each parameter and its gradient, kept across steps:
         # a view keeps its torch memory alive, so a data pointer seen again
         # is the same memory (an AidgeModule's p.grad is the engine's buffer)
@@ -83,6 +84,12 @@ class SGD:
                             d["nesterov"], d["maximize"], False)
                 _increment_version(updated)
             return
+        fast = self._fast_views()
+        if fast is not None and self._all_started:  # every buffer exists: one call
+            _C.sgd_step(fast[3], fast[4], self._buffers, d["lr"], d["momentum"],
+                        d["dampening"], d["weight_decay"], d["nesterov"], d["maximize"], True)
+            _increment_version(fast[0])
+            return
         updated = []
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
         for i, p in enumerate(self.params):
@@ -103,6 +110,7 @@ class SGD:
                             d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
                             d["maximize"], started)
         _increment_version(updated)
+        self._all_started = all(b is not None for b in self._buffers)
 
     def _fast_views(self):
         """The cached ``(params, grads, pointers, param views, grad views)``

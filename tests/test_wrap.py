@@ -118,9 +118,10 @@ def test_sgd_matches_torch_optim(kw):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=f"step {step}: {n}")
 
 
+@pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])
 @pytest.mark.parametrize("change", ["new_grad_tensor", "param_data_swapped", "grad_data_swapped",
                                     "grad_transposed_in_place", "frozen", "grad_dropped"])
-def test_sgd_steady_state_cache_follows_changes(change):
+def test_sgd_steady_state_cache_follows_changes(change, momentum):
     """SGD keeps its engine views across steps while every parameter has the
     same gradient tensor in the same memory (checked in one C call); any
     change between steps falls back to the full path: the same updates as
@@ -129,9 +130,9 @@ def test_sgd_steady_state_cache_follows_changes(change):
     shapes = [(4, 4), (4,), (3, 4)]
     ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
     ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    opt_a, opt_t = SGD(ours, lr=0.1, weight_decay=0.01), torch.optim.SGD(ref, lr=0.1,
-                                                                          weight_decay=0.01)
-    for step in range(4):
+    kw = dict(lr=0.1, weight_decay=0.01, momentum=momentum)
+    opt_a, opt_t = SGD(ours, **kw), torch.optim.SGD(ref, **kw)
+    for step in range(5):
         for params, opt in ((ours, opt_a), (ref, opt_t)):
             opt.zero_grad(set_to_none=False)
             for i, p in enumerate(params):
