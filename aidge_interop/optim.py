@@ -20,6 +20,15 @@ except (AttributeError, TypeError):
     pass
 
 
+class _Steady:
+    """SGD's cached state between calls: every parameter's gradient (or None)
+    and data pointers (``ptrs``: p's and its gradient's, 0 where None), the
+    indices, parameters and gradients that are updated, their engine views,
+    and their momentum buffers once all exist (else None)."""
+
+    __slots__ = ("grads", "ptrs", "idx", "updated", "zeroed", "pvs", "gvs", "bufs")
+
+
 class SGD:
     """Stochastic gradient descent computed by the engine.
 
@@ -51,26 +60,24 @@ class SGD:
         self.defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
                              weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
         self._buffers = [None] * len(self.params)  # momentum buffers (engine Tensors)
-        self._all_started = False
         # engine views of each parameter and its gradient, kept across steps:
         # a view keeps its torch memory alive, so a data pointer seen again
         # is the same memory (an AidgeModule's p.grad is the engine's buffer)
         self._views = [None] * len(self.params)
-        # the steady state of a training loop, where every parameter has its
-        # gradient tensor of the last step: (params, grads, their data
-        # pointers, param views, grad views), checked by one C call
-        # (_C.grads_unchanged) instead of the views' keys one by one
-        self._fast = None
+        # the steady state of a training loop (_Steady): every parameter has
+        # the gradient tensor (or None) of the last call, checked by one C
+        # call (_C.grads_unchanged) instead of the views' keys one by one
+        self._steady = None
 
     def step(self):
         """One update of every parameter that has a gradient."""
         # (no torch.no_grad(): no torch operation runs here, the update is C's;
         # the context costs a third of a small model's step)
         d = self.defaults
+        st = self._steady_state()
         if d["momentum"] == 0:  # plain SGD (no buffers): one list, kept lean
-            fast = self._fast_views()
-            if fast is not None:
-                ps, gs, updated = fast[3], fast[4], fast[0]
+            if st is not None:
+                ps, gs, updated = st.pvs, st.gvs, st.updated
             else:
                 ps, gs, updated = [], [], []
                 for i, p in enumerate(self.params):
@@ -84,11 +91,11 @@ class SGD:
                             d["nesterov"], d["maximize"], False)
                 _increment_version(updated)
             return
-        fast = self._fast_views()
-        if fast is not None and self._all_started:  # every buffer exists: one call
-            _C.sgd_step(fast[3], fast[4], self._buffers, d["lr"], d["momentum"],
-                        d["dampening"], d["weight_decay"], d["nesterov"], d["maximize"], True)
-            _increment_version(fast[0])
+        if st is not None and st.bufs is not None:  # every buffer exists: one call
+            if st.pvs:
+                _C.sgd_step(st.pvs, st.gvs, st.bufs, d["lr"], d["momentum"], d["dampening"],
+                            d["weight_decay"], d["nesterov"], d["maximize"], True)
+                _increment_version(st.updated)
             return
         updated = []
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
@@ -110,26 +117,34 @@ class SGD:
                             d["momentum"], d["dampening"], d["weight_decay"], d["nesterov"],
                             d["maximize"], started)
         _increment_version(updated)
-        self._all_started = all(b is not None for b in self._buffers)
+        if st is not None:  # the buffers of its parameters exist now
+            st.bufs = [self._buffers[i] for i in st.idx]
 
-    def _fast_views(self):
-        """The cached ``(params, grads, pointers, param views, grad views)``
-        while every parameter requires grad and has the same contiguous
-        gradient tensor, in the same memory, as when it was cached; else
-        rebuilt when that holds now (None when it does not)."""
-        fast = self._fast
-        if fast is not None and _C.grads_unchanged(fast[0], fast[1], fast[2]):
-            return fast
-        self._fast = None
+    def _steady_state(self):
+        """The _Steady of the last call while every parameter has the same
+        gradient tensor (or None) in the same memory; else a new one when
+        every parameter with a gradient requires grad and has it contiguous
+        (None when one does not: the full paths then)."""
+        st = self._steady
+        if st is not None and _C.grads_unchanged(self.params, st.grads, st.ptrs):
+            return st
+        self._steady = None
         grads = [p.grad for p in self.params]
-        if any(g is None or not g.is_contiguous() for g in grads) or \
-                not all(p.requires_grad for p in self.params):
+        idx = [i for i, g in enumerate(grads) if g is not None]
+        if not all(self.params[i].requires_grad and grads[i].is_contiguous() for i in idx):
             return None
-        views = [self._view(i, p) for i, p in enumerate(self.params)]
-        ptrs = [ptr for p, g in zip(self.params, grads) for ptr in (p.data_ptr(), g.data_ptr())]
-        self._fast = (self.params, grads, ptrs, [v[0] for v in views],
-                      [v[1] for v in views])
-        return self._fast
+        st = self._steady = _Steady()
+        st.grads, st.idx = grads, idx
+        st.ptrs = [0] * (2 * len(grads))
+        for i in idx:
+            st.ptrs[2 * i], st.ptrs[2 * i + 1] = self.params[i].data_ptr(), grads[i].data_ptr()
+        views = [self._view(i, self.params[i]) for i in idx]
+        st.updated = [self.params[i] for i in idx]
+        st.zeroed = [grads[i] for i in idx]
+        st.pvs, st.gvs = [v[0] for v in views], [v[1] for v in views]
+        bufs = [self._buffers[i] for i in idx]
+        st.bufs = bufs if all(b is not None for b in bufs) else None
+        return st
 
     def _view(self, i, p):
         g = p.grad
@@ -149,11 +164,12 @@ class SGD:
         # region, whose threads then spin on the cores the engine's next
         # call needs (a ResNet-8 training step on 2 threads: 22.5 -> 19.1 ms)
         if set_to_none:
-            self._fast = None  # (its references would keep the old gradients alive)
-        fast = None if set_to_none else self._fast_views()
-        if fast is not None:
-            _C.zero_tensors(fast[4])
-            _increment_version(fast[1])
+            self._steady = None  # (its references would keep the old gradients alive)
+        st = None if set_to_none else self._steady_state()
+        if st is not None:
+            if st.gvs:
+                _C.zero_tensors(st.gvs)
+                _increment_version(st.zeroed)
             return
         views, zeroed = [], []
         for i, p in enumerate(self.params):

@@ -464,7 +464,7 @@ class AidgeModule(torch.nn.Module):
         need_backward = False
         if torch.is_grad_enabled():
             need_backward = input_grads
-            if not need_backward:  # self._trainable, inline (a generator costs here)
+            if not need_backward:  # any parameter requiring grad (a generator costs here)
                 for p in self._params:
                     if p.requires_grad:
                         need_backward = True
@@ -488,10 +488,6 @@ class AidgeModule(torch.nn.Module):
             for counter in self._batch_counters:
                 counter.add_(1)
         return outs[0] if len(outs) == 1 else tuple(outs)
-
-    @property
-    def _trainable(self) -> bool:
-        return any(p.requires_grad for p in self._params)
 
     def _not_a_tensor(self, inputs) -> TypeError:
         i, x = next((i, x) for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor))

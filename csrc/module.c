@@ -2152,8 +2152,9 @@ static int steal_equals(PyObject *value, PyObject *expected)
     return eq;
 }
 
-/* grads_unchanged(params, grads, ptrs): whether, for every i, params[i]
- * still requires grad, params[i].grad is grads[i] (the same object) and
+/* grads_unchanged(params, grads, ptrs): whether, for every i,
+ * params[i].grad is grads[i] (the same object, or None for None) and, where
+ * it is a tensor, params[i] still requires grad, the gradient is still
  * contiguous, and params[i] and grads[i] still have the data pointers
  * ptrs[2 i] and ptrs[2 i + 1]; False also where the lists differ in length
  * (params is the optimizer's own list). Torch tensors, read through their
@@ -2188,13 +2189,13 @@ static PyObject *py_grads_unchanged(PyObject *module, PyObject *const *args, Py_
         PyObject *cur = PyObject_GetAttr(p, names[0]);
         same = cur ? cur == g : -1;
         Py_XDECREF(cur);
-        if (same > 0)
+        if (same > 0 && g != Py_None)
             same = steal_equals(PyObject_GetAttr(p, names[1]), Py_True);
-        if (same > 0)
+        if (same > 0 && g != Py_None)
             same = steal_equals(PyObject_CallMethodNoArgs(g, names[2]), Py_True);
-        if (same > 0)
+        if (same > 0 && g != Py_None)
             same = steal_equals(PyObject_CallMethodNoArgs(p, names[3]), ptrs[0]);
-        if (same > 0)
+        if (same > 0 && g != Py_None)
             same = steal_equals(PyObject_CallMethodNoArgs(g, names[3]), ptrs[1]);
         Py_DECREF(p);
         Py_DECREF(g);
@@ -2221,8 +2222,9 @@ static PyMethodDef module_methods[] = {
      "sgd_step(params, grads, buffers, lr, momentum=0, dampening=0, weight_decay=0, "
      "nesterov=False, maximize=False, started=False): one torch.optim.SGD step in C."},
     {"grads_unchanged", (PyCFunction)(void (*)(void))py_grads_unchanged, METH_FASTCALL,
-     "grads_unchanged(params, grads, ptrs) -> bool: every params[i] requires grad, has "
-     "params[i].grad is grads[i], contiguous, and the data pointers ptrs[2i], ptrs[2i+1]."},
+     "grads_unchanged(params, grads, ptrs) -> bool: params[i].grad is grads[i] and, where "
+     "not None, params[i] requires grad, the gradient is contiguous, the data pointers are "
+     "ptrs[2i], ptrs[2i+1]."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},

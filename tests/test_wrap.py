@@ -163,6 +163,32 @@ def test_sgd_steady_state_cache_follows_changes(change, momentum):
             torch.testing.assert_close(a.detach(), t.detach(), msg=f"{change}, step {step}")
 
 
+@pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])
+def test_sgd_steady_state_with_parameters_without_gradients(momentum):
+    """Parameters without a gradient (frozen, unused) stay in the steady
+    state as None; one that gets a gradient later is updated from then on,
+    like torch.optim.SGD."""
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(4, 3)) for _ in range(3)]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    kw = dict(lr=0.1, momentum=momentum)
+    opt_a, opt_t = SGD(ours, **kw), torch.optim.SGD(ref, **kw)
+    for step in range(5):
+        for params, opt in ((ours, opt_a), (ref, opt_t)):
+            opt.zero_grad(set_to_none=False)
+            for i, p in enumerate(params):
+                if i == 1 and step < 3:  # no gradient for the first three steps
+                    continue
+                g = torch.full(p.shape, float(step + 2 * i + 1))
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
+            opt.step()
+        for k, (a, t) in enumerate(zip(ours, ref)):
+            torch.testing.assert_close(a.detach(), t.detach(), msg=f"step {step}, param {k}")
+
+
 def test_sgd_zero_grad_zeroes_in_place_and_bumps_versions():
     torch.manual_seed(0)
     wrapped = wrap(MLP(), [(4, 16)])

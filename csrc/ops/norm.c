@@ -257,8 +257,8 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
      * the float sums; the variance sums (x - mt)^2 about the mean rounded to T            \
      * (exact differences where x is near it) and corrects:                                \
      * sum (x - m)^2 = sum (x - mt)^2 - cnt (m - mt)^2. */                                 \
-    AI_WIDE_CLONES static void bn_stats_##SUF(double *mean, double *var, const T *x,     \
-                                                bn_dims d, int64_t ch)                     \
+    AI_WIDE_CLONES static void bn_stats_##SUF(double *mean, double *var, const T *x,       \
+                                              bn_dims d, int64_t ch)                       \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
         const int64_t first = ch * d.S, stride = d.C * d.S;                                \
@@ -274,10 +274,10 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     }                                                                                      \
     /* y = (x - mean) * a + b, x - mean as (x - mt) + dm: exact where x is near the        \
      * rounded mean; planes [p0, p1) (fixed statistics) */                                 \
-    AI_WIDE_CLONES static void bn_forward_##SUF(T *y, const T *x, const double *mean,    \
-                                                  const double *invstd, const T *scale,    \
-                                                  const T *bias, bn_dims d, int64_t p0,    \
-                                                  int64_t p1)                              \
+    AI_WIDE_CLONES static void bn_forward_##SUF(T *y, const T *x, const double *mean,      \
+                                                const double *invstd, const T *scale,      \
+                                                const T *bias, bn_dims d, int64_t p0,      \
+                                                int64_t p1)                                \
     {                                                                                      \
         for (int64_t pl = p0; pl < p1; pl++) {                                             \
             const int64_t ch = pl % d.C, off = pl * d.S;                                   \
@@ -288,9 +288,9 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                  \
     }                                                                                      \
     /* the same on the N planes of channel ch */                                           \
-    AI_WIDE_CLONES static void bn_channel_forward_##SUF(T *y, const T *x, double mean,   \
-                                                          double invstd, T scale, T bias,  \
-                                                          bn_dims d, int64_t ch)           \
+    AI_WIDE_CLONES static void bn_channel_forward_##SUF(T *y, const T *x, double mean,     \
+                                                        double invstd, T scale, T bias,    \
+                                                        bn_dims d, int64_t ch)             \
     {                                                                                      \
         const T m = (T)mean, dm = (T)((double)m - mean), a = (T)(invstd * scale);          \
         for (int64_t n = 0; n < d.N; n++) {                                                \
@@ -302,9 +302,9 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     /* *sdy = sum dy, *sdyx = sum dy * (x - mean) over channel ch (one CHANNEL_SUM2_OF),   \
      * about the mean rounded to T, then corrected:                                        \
      * sum dy (x - m) = sum dy (x - mt) - (m - mt) sum dy. */                              \
-    AI_WIDE_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,     \
-                                               const T *x, double mean, bn_dims d,         \
-                                               int64_t ch)                                 \
+    AI_WIDE_CLONES static void bn_sums_##SUF(double *sdy, double *sdyx, const T *dy,       \
+                                             const T *x, double mean, bn_dims d,           \
+                                             int64_t ch)                                   \
     {                                                                                      \
         const T mt = (T)mean;                                                              \
         double sa, sb;                                                                     \
@@ -316,11 +316,11 @@ static ai_status bn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     /* dx += scale * invstd * (dy - sdy/cnt - (x - mean) * invstd^2 * sdyx/cnt) with batch \
      * statistics, dx += scale * invstd * dy with fixed ones (= with assign), on the N     \
      * planes of channel ch */                                                             \
-    AI_WIDE_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,         \
-                                                   double mean, double invstd, T scale,    \
-                                                   double sdy, double sdyx,                \
-                                                   bool batch_stats, bool assign,          \
-                                                   bn_dims d, int64_t ch)                  \
+    AI_WIDE_CLONES static void bn_backward_##SUF(T *dx, const T *dy, const T *x,           \
+                                                 double mean, double invstd, T scale,      \
+                                                 double sdy, double sdyx,                  \
+                                                 bool batch_stats, bool assign,            \
+                                                 bn_dims d, int64_t ch)                    \
     {                                                                                      \
         const double cnt = (double)(d.N * d.S);                                            \
         const T m = (T)mean, dm = (T)((double)m - mean);                                   \
