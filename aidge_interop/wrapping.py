@@ -16,6 +16,7 @@ import warnings
 from typing import Sequence
 
 import numpy as np
+import onnx
 import torch
 
 from torch.utils.dlpack import from_dlpack, to_dlpack
@@ -70,6 +71,15 @@ def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Ten
     TorchScript exporter; parameters stay initializers under their torch
     names (no constant folding); the graph is the inference graph, the
     engine switches BatchNorm/Dropout semantics with ``train()``.
+
+    Every parameter and buffer keeps an initializer of its own: exported
+    for inference, torch merges initializers of equal *values* (two fresh
+    BatchNorm or LayerNorm layers of one width: ones and zeros), which
+    would leave all but one of them untrainable. ``keep_initializers_as_inputs``
+    turns that pass off (tensors that share memory, tied weights, are one
+    parameter in torch as well); the initializers are then taken out of the
+    graph's inputs again, where ONNX Runtime would not treat them as
+    constants.
     """
     was_training = model.training
     model.eval()
@@ -90,8 +100,14 @@ def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Ten
                 model, tuple(example_inputs), buf, dynamo=False, opset_version=opset,
                 do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
                 input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
+                keep_initializers_as_inputs=True,
             )
-        return buf.getvalue()
+        proto = onnx.load_from_string(buf.getvalue())
+        inits = {i.name for i in proto.graph.initializer}
+        inputs = [i for i in proto.graph.input if i.name not in inits]
+        del proto.graph.input[:]
+        proto.graph.input.extend(inputs)
+        return proto.SerializeToString()
     finally:
         model.train(was_training)
 
@@ -337,10 +353,15 @@ class AidgeModule(torch.nn.Module):
         self._n_inputs = len(graph.input_names)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads, self._grad_views = [], [], []
-        for name, p in source.named_parameters():
+        made = {}  # id of a torch parameter -> ours: tied weights stay one, under each name
+        for name, p in source.named_parameters(remove_duplicate=False):
             owner, leaf = _owner(self, name)
+            if id(p) in made:
+                owner.register_parameter(leaf, made[id(p)])
+                continue
             view = aidge_tensor_to_torch(graph.value(name))
-            owner.register_parameter(leaf, torch.nn.Parameter(view, requires_grad=p.requires_grad))
+            made[id(p)] = torch.nn.Parameter(view, requires_grad=p.requires_grad)
+            owner.register_parameter(leaf, made[id(p)])
             if p.requires_grad:
                 self._params.append(owner._parameters[leaf])
                 self._grad_views.append(graph.grad(name))

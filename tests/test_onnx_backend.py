@@ -40,6 +40,10 @@ OPERATOR_TESTS = {
     "CastLike": r"test_castlike_(FLOAT|DOUBLE)_to_(FLOAT|DOUBLE)", "Size": r"test_size",
     "Sum": r"test_sum_",
     "Unsqueeze": r"test_unsqueeze", "Where": r"test_where",
+    "HardSwish": r"test_hardswish", "HardSigmoid": r"test_hardsigmoid", "Elu": r"test_elu",
+    "Selu": r"test_selu", "Celu": r"test_celu", "Sin": r"test_sin(_example)?(?=_cpu)",
+    "Cos": r"test_cos(_example)?(?=_cpu)", "Atan": r"test_atan(_example)?(?=_cpu)",
+    "Sign": r"test_sign", "Mod": r"test_mod_", "PRelu": r"test_prelu",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.
@@ -48,7 +52,7 @@ EXCLUDED = {
     r"test_.*(bfloat16|float8|FLOAT8|BFLOAT16|INT4|UINT4|INT2|UINT2|FLOAT4|_e4m3|_e5m2|STRING|"
     r"string|int4|uint4)": "bfloat16, float8, 2- and 4-bit and string dtypes are not engine dtypes",
     r"test_(max|min)_float16": "float16 arithmetic is not supported (float16 is storage only)",
-    r"test_(clip|abs|neg|add|sub|mul|div)_.*float16": "float16 arithmetic is not supported",
+    r"test_(clip|abs|neg|add|sub|mul|div|mod|celu)_.*float16": "float16 arithmetic is not supported",
     r"test_maxpool_2d_uint8": "pools take float32/float64",
     r"test_maxpool_with_argmax_2d_precomputed_strides":
         "MaxPool Indices in column-major order (storage_order=1)",

@@ -29,6 +29,21 @@ UNARY = {
     "Round": (torch.round, {}, None),
     "Identity": (lambda x: x * 1, {}, None),
     "Softplus": (torch.nn.functional.softplus, {}, None),
+    "HardSwish": (torch.nn.functional.hardswish, {}, None),
+    # torch's hardsigmoid is ONNX's with alpha 1/6 (as exported); the default 0.2
+    # HardSigmoid: torch's alpha 1/6 is not a short decimal (checked in float32 below)
+    "HardSigmoid": (lambda x: torch.clamp(0.25 * x + 0.5, 0, 1), {"alpha": 0.25, "beta": 0.5},
+                    None),
+    "HardSigmoid_default": (lambda x: torch.clamp(0.2 * x + 0.5, 0, 1), {}, "HardSigmoid"),
+    "Elu": (lambda x: torch.nn.functional.elu(x, 0.7), {"alpha": 0.7}, None),
+    "Elu_default": (torch.nn.functional.elu, {}, "Elu"),
+    "Selu": (torch.nn.functional.selu, {}, None),
+    # (alpha 2: torch's celu backward takes 1 / alpha in float32, 1.3 would show it)
+    "Celu": (lambda x: torch.nn.functional.celu(x, 2.0), {"alpha": 2.0}, None),
+    "Sin": (torch.sin, {}, None),
+    "Cos": (torch.cos, {}, None),
+    "Atan": (torch.atan, {}, None),
+    "Sign": (torch.sign, {}, None),
 }
 
 
@@ -44,6 +59,61 @@ def test_unary(name, dtype):
                                      ("Reciprocal", torch.reciprocal)])
 def test_unary_positive(name, fn, dtype):
     check_op(name, {"x": _x((4, 6), dtype, lo=0.2, hi=4)}, fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_hard_activations_at_their_kinks(dtype):
+    """torch's gradients where the pieces meet: HardSwish 0 at -3, 1 at 3;
+    HardSigmoid 0 at both ends."""
+    x = np.array([-4, -3, -2.5, 0, 2.5, 3, 4], dtype)
+    check_op("HardSwish", {"x": x}, torch.nn.functional.hardswish)
+    if dtype == np.float32:  # (float64: the attribute holds 0.16666667, not 1/6)
+        check_op("HardSigmoid", {"x": x}, torch.nn.functional.hardsigmoid,
+                 attrs={"alpha": 1 / 6, "beta": 0.5})
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("sx,sw", [((2, 3, 4, 5), (3, 1, 1)), ((2, 3, 4, 5), (1,)),
+                                   ((4, 6), (6,)), ((2, 3, 4), (2, 3, 4))], ids=str)
+def test_prelu(sx, sw, dtype):
+    x, w = _x(sx, dtype, 1), _x(sw, dtype, 2, lo=0, hi=0.5)
+    x.reshape(-1)[:3] = 0  # the kink: torch passes w * dy at 0
+    check_op("PRelu", {"x": x, "slope": w}, lambda x, w: torch.where(x > 0, x, w * x))
+    if len(sw) < len(sx):  # torch's own prelu: one slope, or one per channel (axis 1)
+        check_op("PRelu", {"x": x, "slope": w},
+                 lambda x, w: torch.nn.functional.prelu(x, w.reshape(-1)))
+
+
+def test_prelu_slope_must_broadcast_to_x():
+    for sw in [(4, 3), (2, 2, 3)]:
+        with pytest.raises(ValueError, match="PRelu.*(broadcast|slope)"):
+            check_op("PRelu", {"x": _x((2, 3), np.float32), "slope": _x(sw, np.float32)},
+                     lambda x, w: torch.where(x > 0, x, w * x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_float(fmod, dtype):
+    a, b = _x((3, 4), dtype, 1, lo=-5, hi=5), _x((4,), dtype, 2, lo=0.5, hi=2)
+    b[::2] *= -1  # both signs of divisor
+    fn = torch.fmod if fmod else torch.remainder
+    check_op("Mod", {"a": a, "b": b}, fn, attrs={"fmod": fmod})
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_mod_integers(fmod):
+    a = np.array([-7, 7, -7, 7, 0, -9223372036854775808, 5], np.int64)
+    b = np.array([3, -3, -3, 3, -2, -1, 5], np.int64)
+    fn = torch.fmod if fmod else torch.remainder
+    check_op("Mod", {"a": a, "b": b}, fn, attrs={"fmod": fmod}, grad=False)
+    check_op("Mod", {"a": a[:4].astype(np.int32), "b": b[:4].astype(np.int32)}, fn,
+             attrs={"fmod": fmod}, grad=False)
+
+
+def test_mod_integer_by_zero_is_an_error():
+    with pytest.raises(ValueError, match="Mod.*modulo by zero"):
+        check_op("Mod", {"a": np.array([3], np.int64), "b": np.array([0], np.int64)},
+                 torch.remainder, grad=False)
 
 
 def test_relu_gradient_at_zero_is_zero():

@@ -67,6 +67,60 @@ def test_wrap_matches_torch(cls, dims):
     _compare_step(model, wrapped, [torch.randn((7,) + tuple(d[1:])) for d in dims])
 
 
+class FreshNorms(torch.nn.Module):
+    """Two BatchNorms and two LayerNorms of one width, freshly initialised:
+    their weights (ones), biases and running statistics have equal values."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 4, 3)
+        self.bn1 = torch.nn.BatchNorm2d(4)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3)
+        self.bn2 = torch.nn.BatchNorm2d(4)
+        self.ln1 = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 16)
+        self.ln2 = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        x = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))).flatten(1)
+        return self.ln2(self.fc(torch.relu(self.ln1(x))))
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Linear(8, 8)
+        self.dec = torch.nn.Linear(8, 8)
+        self.dec.weight = self.enc.weight
+
+    def forward(self, x):
+        return self.dec(torch.tanh(self.enc(x)))
+
+
+@pytest.mark.parametrize("cls,dims", [(FreshNorms, [(2, 3, 6, 6)]), (Tied, [(3, 8)])])
+def test_parameters_of_equal_values_stay_apart(cls, dims):
+    """torch's ONNX export merges initializers of equal values for inference;
+    wrap keeps one per parameter and buffer (tied weights stay one), and
+    after SGD steps the layers have diverged exactly as in torch."""
+    torch.manual_seed(0)
+    model = cls().train()
+    wrapped = wrap(copy.deepcopy(model), dims)
+    assert list(wrapped.state_dict()) == list(model.state_dict())
+    opt_t = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_a = SGD(wrapped, lr=0.1)
+    for step in range(3):
+        x = torch.randn(dims[0])
+        for m, opt in ((model, opt_t), (wrapped, opt_a)):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            opt.step()
+    for (n, p), (m, q) in zip(model.state_dict().items(), wrapped.state_dict().items()):
+        assert n == m
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=n)
+    if cls is FreshNorms:
+        assert not torch.equal(model.bn1.weight, model.bn2.weight)  # they did diverge
+
+
 def test_parameters_are_zero_copy_views_with_torch_names():
     torch.manual_seed(0)
     model = MLP()

@@ -1,7 +1,7 @@
 /*
  * binary.c — elementwise operators of several tensors with numpy
- * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Sum, Equal, Less,
- * Greater, Where.
+ * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Mod, PRelu, Sum, Equal,
+ * Less, Greater, Where.
  *
  * Arithmetic takes float32/float64 (with gradients) and integers of every
  * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
@@ -18,7 +18,9 @@
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, EQUAL, LESS, GREATER, WHERE, SUM };
+/* MOD: Mod with fmod = 0, the remainder takes the divisor's sign (numpy.mod,
+ * torch.remainder, Python's %); FMOD: fmod = 1, the dividend's (C, torch.fmod) */
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, WHERE, SUM };
 
 typedef struct {
     int kind;
@@ -112,12 +114,30 @@ static int64_t bcast_total(const bcast *b)
 
 /* ---------------------------------------------------------------- forward */
 
+/* numpy.mod of floats: fmod's remainder moved to the divisor's sign, a zero
+ * remainder signed like the divisor; x mod 0 is NaN */
+#define DEFINE_PY_MOD(NAME, T, FMOD, COPYSIGN)                                       \
+    static inline T NAME(T a, T b)                                                   \
+    {                                                                                \
+        T m = FMOD(a, b);                                                            \
+        if (b == 0)                                                                  \
+            return m;                                                                \
+        if (m != 0)                                                                  \
+            return (b < 0) != (m < 0) ? m + b : m;                                   \
+        return COPYSIGN((T)0, b);                                                    \
+    }
+DEFINE_PY_MOD(py_modf, float, fmodf, copysignf)
+DEFINE_PY_MOD(py_mod, double, fmod, copysign)
+
 #define ARITH(T, KIND, A, B)                                                         \
     ((KIND) == ADD ? (A) + (B)                                                       \
      : (KIND) == SUB ? (A) - (B)                                                     \
      : (KIND) == MUL ? (A) * (B)                                                     \
      : (KIND) == MIN ? ((A) < (B) || (A) != (A) ? (A) : (B))                         \
      : (KIND) == MAX ? ((A) > (B) || (A) != (A) ? (A) : (B))                         \
+     : (KIND) == MOD ? _Generic((A), float: py_modf, default: py_mod)((A), (B))    \
+     : (KIND) == FMOD ? _Generic((A), float: fmodf, default: fmod)((A), (B))       \
+     : (KIND) == PRELU ? ((A) > 0 ? (A) : (B) * (A))                                 \
                      : (A))
 
 /* STMT for j in [0, inner) with a_ = pa[j * sa], b_ = pb[j * sb]: the
@@ -268,6 +288,17 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 } else {
                     r = (u == INT64_MIN && v == -1) ? INT64_MIN : u / v;
                 }
+            } else if (kind == MOD || kind == FMOD) {
+                if (v == 0) {
+                    st = ai_node_error(node, AI_ERR_VALUE, "integer modulo by zero");
+                    r = 0;
+                } else {
+                    r = v == -1 ? 0 : u % v; /* C: the sign of u (INT64_MIN % -1 is UB) */
+                    if (kind == MOD && r != 0 && (r < 0) != (v < 0))
+                        r += v; /* Python: the sign of v */
+                }
+            } else if (kind == PRELU) {
+                r = u < 0 ? (int64_t)((uint64_t)u * (uint64_t)v) : u;
             } else if (kind == POW) {
                 r = int_pow(u, v);
             } else { /* wrap around, never undefined behaviour */
@@ -372,6 +403,15 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
                 case SUB: r = which ? -d : d; break;                                 \
                 case MUL: r = which ? d * a : d * bb; break;                         \
                 case DIV: r = which ? -d * ((a / bb) / bb) : d / bb; break;          \
+                case MOD: /* torch.remainder: d/dx1 = -floor(x0 / x1) */             \
+                    r = which ? -d * (T)floor((double)(a / bb)) : d;                 \
+                    break;                                                           \
+                case FMOD: /* torch.fmod: d/dx1 = -trunc(x0 / x1) */                 \
+                    r = which ? -d * (T)trunc((double)(a / bb)) : d;                 \
+                    break;                                                           \
+                case PRELU: /* torch.prelu: dy where x > 0; else slope dy, x dy */    \
+                    r = a > 0 ? (which ? (T)0 : d) : (which ? a * d : bb * d);       \
+                    break;                                                           \
                 case POW:                                                            \
                     if (!which)                                                      \
                         r = bb == 0 ? (T)0 : d * bb * POWF(a, bb - 1);               \
@@ -440,7 +480,7 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
     ai_dtype dt = a->dtype;
-    bool arith = kind <= MAX;
+    bool arith = kind <= PRELU;
     if (arith && (dt == AI_F16 || dt == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "dtype %s is not supported (float32, float64 and integers)",
@@ -459,6 +499,10 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         nd = nd2;
         memcpy(shape, s2, sizeof shape);
     }
+    if (kind == PRELU && (nd != a->ndim || memcmp(shape, a->shape, sizeof *shape * (size_t)nd)))
+        return ai_node_error(c->node, AI_ERR_VALUE,
+                             "slope of rank %d does not broadcast to X's shape (rank %d)",
+                             b->ndim, a->ndim);
     out[0].dtype = (kind >= EQUAL && kind <= GREATER) ? AI_BOOL : dt;
     out[0].ndim = nd;
     memcpy(out[0].shape, shape, sizeof shape);
@@ -735,16 +779,23 @@ static ai_status minmax_backward(ai_ctx *c)
 
 static ai_status binary_init(ai_node *n)
 {
-    static const char *names[] = {"Add", "Sub", "Mul", "Div", "Pow", "Min",
-                                  "Max", "Equal", "Less", "Greater", "Where", "Sum"};
+    /* by kind; FMOD is Mod with fmod = 1 */
+    static const char *names[] = {"Add", "Sub",   "Mul",   "Div",  "Pow",     "Min",   "Max", "Mod",
+                                  NULL,  "PRelu", "Equal", "Less", "Greater", "Where", "Sum"};
     binary_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
     for (int k = 0; k <= SUM; k++)
-        if (strcmp(n->op_type, names[k]) == 0)
+        if (names[k] && strcmp(n->op_type, names[k]) == 0)
             p->kind = k;
-    return AI_OK;
+    int64_t fmod = 0;
+    ai_status st = p->kind == MOD ? ai_attr_int(n, "fmod", 0, &fmod) : AI_OK;
+    if (!st && fmod != 0 && fmod != 1)
+        return ai_node_error(n, AI_ERR_VALUE, "fmod is %lld; 0 or 1 expected", (long long)fmod);
+    if (fmod)
+        p->kind = FMOD;
+    return st;
 }
 
 #define BINARY_OP(VAR, NAME, NIN, FLAGS, BWD)                                           \
@@ -759,6 +810,8 @@ BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE, binary_backward)
 BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 BINARY_OP(op_pow, "Pow", 2, 0, binary_backward)
+BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_prelu, "PRelu", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
 static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
@@ -771,6 +824,6 @@ BINARY_OP(op_greater, "Greater", 2, 0, NULL)
 BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
-    &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max,
+    &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max, &op_mod, &op_prelu,
     &op_sum, &op_equal, &op_less, &op_greater, &op_where, NULL,
 };

@@ -1,6 +1,7 @@
 /*
- * unary.c — elementwise operators of one tensor: activations and math
- * functions, Clip, Identity, Dropout, Cast.
+ * unary.c — elementwise operators of one tensor: activations (Relu,
+ * LeakyRelu, Sigmoid, Tanh, Gelu, Softplus, HardSwish, HardSigmoid, Elu,
+ * Selu, Celu) and math functions, Clip, Identity, Dropout, Cast.
  *
  * Each function is one line of forward and one of derivative, computed in
  * double and stored in the tensor's type (float32 or float64). Backward
@@ -19,7 +20,9 @@
 #include "../parallel.h"
 
 typedef struct {
-    double alpha; /* LeakyRelu slope */
+    double alpha; /* LeakyRelu slope, Elu/Celu/Selu alpha, HardSigmoid slope */
+    double beta;  /* HardSigmoid offset */
+    double gamma; /* Selu scale */
     int tanh;     /* Gelu approximate == "tanh" */
 } unary_params;
 
@@ -212,6 +215,26 @@ UNARY_KERNELS2(reciprocal, 1.0f / xf, -y * y, 1.0 / x, -y * y)
 UNARY_KERNELS2(exp, ai_expf(xf), yf, exp(x), y)
 UNARY_KERNELS(log, log(x), 1.0 / x)
 UNARY_KERNELS(softplus, x > 20 ? x : log1p(exp(x)), 1.0 / (1.0 + exp(-x)))
+/* HardSwish as torch computes it in float: x min(max(x + 3, 0), 6) / 6; its
+ * derivative 0 up to -3 included, x / 3 + 1/2 below 3, 1 from 3 on (torch's
+ * boundaries). HardSigmoid: clamp(alpha x + beta, 0, 1), derivative alpha
+ * strictly inside (0, 1) (torch: -3 < x < 3 for alpha 1/6, beta 1/2). */
+UNARY_KERNELS2(hard_swish, xf * fminf(fmaxf(xf + 3.0f, 0.0f), 6.0f) / 6.0f,
+               xf <= -3.0f ? 0.0f : (xf < 3.0f ? xf / 3.0f + 0.5f : 1.0f),
+               x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0,
+               x <= -3.0 ? 0.0 : (x < 3.0 ? x / 3.0 + 0.5 : 1.0))
+UNARY_KERNELS(hard_sigmoid, fmin(fmax(P->alpha * x + P->beta, 0.0), 1.0),
+              (P->alpha * x + P->beta > 0.0 && P->alpha * x + P->beta < 1.0) ? P->alpha : 0.0)
+/* Elu, Selu, Celu: torch's forms (expm1 below 0, the derivative from x) */
+UNARY_KERNELS(elu, x > 0 ? x : P->alpha * expm1(x), x > 0 ? 1.0 : P->alpha * exp(x))
+UNARY_KERNELS(selu, P->gamma * (x > 0 ? x : P->alpha * expm1(x)),
+              P->gamma * (x > 0 ? 1.0 : P->alpha * exp(x)))
+UNARY_KERNELS(celu, x > 0 ? x : P->alpha * expm1(x / P->alpha), x > 0 ? 1.0 : exp(x / P->alpha))
+UNARY_KERNELS(sin, sin(x), cos(x))
+UNARY_KERNELS(cos, cos(x), -sin(x))
+UNARY_KERNELS(atan, atan(x), 1.0 / (1.0 + x * x))
+/* Sign of NaN is 0, like torch.sign; zero gradient */
+UNARY_KERNELS_PASS(sign, (double)((x > 0) - (x < 0)), 0.0, 0)
 UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
 UNARY_KERNELS_PASS(ceil, ceil(x), 0.0, 0)
 UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
@@ -290,7 +313,24 @@ static ai_status unary_init(ai_node *n)
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    ai_status st = ai_attr_float(n, "alpha", 0.01, &p->alpha);
+    /* defaults of ONNX's attributes, by operator */
+    const char *op = n->op_type;
+    /* Selu: torch's constants (ONNX's are these rounded to float32; a float
+     * attribute given explicitly arrives as its shortest decimal) */
+    double alpha = 0.01, beta = 0.5, gamma = 1.0507009873554804934;
+    if (strcmp(op, "Elu") == 0 || strcmp(op, "Celu") == 0)
+        alpha = 1.0;
+    else if (strcmp(op, "Selu") == 0)
+        alpha = 1.6732632423543772848;
+    else if (strcmp(op, "HardSigmoid") == 0)
+        alpha = 0.2;
+    ai_status st = ai_attr_float(n, "alpha", alpha, &p->alpha);
+    if (!st)
+        st = ai_attr_float(n, "beta", beta, &p->beta);
+    if (!st)
+        st = ai_attr_float(n, "gamma", gamma, &p->gamma);
+    if (!st && strcmp(op, "Celu") == 0 && p->alpha == 0)
+        return ai_node_error(n, AI_ERR_VALUE, "alpha is 0; Celu divides by it");
     const char *approx;
     if (!st && (st = ai_attr_string(n, "approximate", "none", &approx)) == AI_OK) {
         if (strcmp(approx, "tanh") == 0)
@@ -320,6 +360,15 @@ FLOAT_OP(reciprocal, "Reciprocal")
 FLOAT_OP(exp, "Exp")
 FLOAT_OP(log, "Log")
 FLOAT_OP(softplus, "Softplus")
+FLOAT_OP(hard_swish, "HardSwish")
+FLOAT_OP(hard_sigmoid, "HardSigmoid")
+FLOAT_OP(elu, "Elu")
+FLOAT_OP(selu, "Selu")
+FLOAT_OP(celu, "Celu")
+FLOAT_OP(sin, "Sin")
+FLOAT_OP(cos, "Cos")
+FLOAT_OP(atan, "Atan")
+FLOAT_OP(sign, "Sign")
 FLOAT_OP(floor, "Floor")
 FLOAT_OP(ceil, "Ceil")
 FLOAT_OP(round, "Round")
@@ -645,6 +694,8 @@ static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, 0, NULL, cast
 
 const ai_op_def *const ai_ops_unary[] = {
     &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
-    &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_floor, &op_ceil, &op_round,
-    &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast, &op_cast_like, NULL,
+    &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_hard_swish, &op_hard_sigmoid,
+    &op_elu, &op_selu, &op_celu, &op_sin, &op_cos, &op_atan, &op_sign, &op_floor, &op_ceil,
+    &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
+    &op_cast_like, NULL,
 };
