@@ -175,7 +175,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
     ``"const"``; by default float initializers are parameters (BatchNorm
-    running statistics: buffers) and the others constants. ``values`` maps
+    running statistics: buffers; Resize's roi and scales: constants) and the
+    others constants. ``values`` maps
     initializer names to engine Tensors that replace the stored values
     (same shape and dtype expected): copied, or with ``share_values`` read
     and written in place (the graph shares their memory). Returns
@@ -205,6 +206,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     # running statistics of BatchNormalization are state, not parameters
     stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
              for k in (3, 4) if len(n.input) > k}
+    # float inputs that set a shape (Resize's roi and scales) are constants
+    fixed = {n.input[k] for n in graph.node if n.op_type == "Resize"
+             for k in (1, 2) if len(n.input) > k}
     for init in graph.initializer:
         kind = (param_kinds or {}).get(init.name)
         value = (values or {}).get(init.name)
@@ -214,7 +218,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 _load_external(init, base_dir, where)
             array = _to_array(init, where)
             if kind is None:
-                trainable = array.dtype.kind == "f" and array.dtype != np.float16
+                trainable = (array.dtype.kind == "f" and array.dtype != np.float16 and
+                             init.name not in fixed)
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
         g.add_initializer(init.name, value, kind or "const", share)

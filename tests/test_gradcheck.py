@@ -66,6 +66,8 @@ CASES = {
                                 {}, {"m": x(4), "v": x(4, lo=0.5)}),
     "LayerNormalization": ("LayerNormalization", {"x": x(3, 4, 5), "s": x(5), "b": x(5)},
                            {"axis": -1}, {}),
+    "InstanceNormalization": ("InstanceNormalization",
+                              {"x": x(2, 3, 4), "s": x(3), "b": x(3)}, {"epsilon": 0.01}, {}),
     "Softmax": ("Softmax", {"x": x(3, 5)}, {"axis": -1}, {}),
     "LogSoftmax": ("LogSoftmax", {"x": x(3, 5)}, {"axis": 0}, {}),
     "ReduceMean": ("ReduceMean", {"x": x(3, 4, 5)}, {"keepdims": 0}, {"axes": i64(1)}),

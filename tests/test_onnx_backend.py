@@ -44,6 +44,7 @@ OPERATOR_TESTS = {
     "Selu": r"test_selu", "Celu": r"test_celu", "Sin": r"test_sin(_example)?(?=_cpu)",
     "Cos": r"test_cos(_example)?(?=_cpu)", "Atan": r"test_atan(_example)?(?=_cpu)",
     "Sign": r"test_sign", "Mod": r"test_mod_", "PRelu": r"test_prelu",
+    "InstanceNormalization": r"test_instancenorm", "Resize": r"test_resize_",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.
@@ -64,6 +65,11 @@ EXCLUDED = {
     r"test_pow_types_int": "Pow of an integer base with a float exponent (mixed types)",
     r"test_batchnorm_.*training_mode": "running variance is updated with the unbiased batch "
         "variance, like torch; ONNX's reference uses the biased one",
+    r"test_resize_.*cubic": "Resize mode 'cubic' is not supported",
+    r"test_resize_tf_crop_and_resize": "Resize tf_crop_and_resize is not supported",
+    r"test_resize_.*antialias": "Resize antialias is not supported",
+    r"test_resize_.*_scales_": "scales is a graph input there, the output shape must be known "
+        "at plan time (exporters write a constant): test_resize_with_constant_scales runs them",
 }
 
 backend_test = onnx.backend.test.BackendTest(AidgeBackend, __name__)
@@ -73,6 +79,45 @@ for pattern in EXCLUDED:
     backend_test.exclude(pattern)
 
 globals().update(backend_test.test_cases)
+
+
+def _resize_scales_cases():
+    from onnx.backend.test.loader import load_model_tests
+
+    return [t for t in load_model_tests(kind="node")
+            if re.match(r"test_resize_.*_scales_", t.name) and
+            not any(re.search(p, t.name + "_cpu") for p in list(EXCLUDED)[-4:-1])
+            and t.name not in RESIZE_REFERENCE_ONLY]
+
+
+# ONNX's reference computes align_corners over the fractional length in *
+# scale (4 * 0.6 = 2.4: x * 3 / 1.4); torch and ONNX Runtime, like the
+# engine, over the output's integer length (x * 3 / 1)
+RESIZE_REFERENCE_ONLY = {"test_resize_downsample_scales_linear_align_corners"}
+
+
+@pytest.mark.parametrize("case", _resize_scales_cases(), ids=lambda t: t.name)
+def test_resize_with_constant_scales(case):
+    """ONNX's Resize node tests whose scales are a graph input, with scales
+    (and roi) made initializers, as exporters write them."""
+    import copy
+
+    import numpy as np
+    from onnx import numpy_helper
+
+    from aidge_interop import load_onnx
+
+    model = copy.deepcopy(case.model)
+    ins, (want,) = case.data_sets[0]
+    graph = model.graph
+    for inp, value in list(zip(graph.input, ins))[1:]:
+        graph.initializer.append(numpy_helper.from_array(value, inp.name))
+    keep = graph.input[0]
+    del graph.input[:]
+    graph.input.append(keep)
+    (got,) = load_onnx(model, param_kinds={i.name: "const" for i in graph.initializer}) \
+        .forward([ins[0]])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def _report():

@@ -664,3 +664,111 @@ def test_errors_name_the_attribute():
     _fails("AveragePool", {"x": x}, {"kernel_shape": [2, 2, 2]}, "kernel_shape has 3 values")
     _fails("AveragePool", {"x": x}, {"kernel_shape": [2, 2], "ceil_mode": 2}, "ceil_mode")
     _fails("GlobalAveragePool", {"x": _x((3, 4), f)}, {}, "rank 2")
+
+
+# ---------------------------------------------------------------- Resize
+
+class _Interpolate(torch.nn.Module):
+    def __init__(self, conv, **kw):
+        super().__init__()
+        self.conv, self.kw = conv, kw
+
+    def forward(self, x):
+        return F.interpolate(self.conv(x), **self.kw)
+
+
+RESIZE_CASES = [
+    ((2, 3, 5, 6), dict(scale_factor=2, mode="nearest")),
+    ((2, 3, 5, 6), dict(scale_factor=1.5, mode="nearest")),
+    ((2, 3, 5, 6), dict(size=(7, 11), mode="nearest")),
+    ((2, 3, 5, 6), dict(size=(3, 4), mode="nearest")),
+    ((2, 3, 5, 6), dict(scale_factor=2, mode="bilinear", align_corners=False)),
+    ((2, 3, 5, 6), dict(scale_factor=2, mode="bilinear", align_corners=True)),
+    ((2, 3, 5, 6), dict(size=(9, 4), mode="bilinear", align_corners=False)),
+    ((2, 3, 5, 6), dict(size=(9, 4), mode="bilinear", align_corners=True)),
+    ((2, 3, 8, 8), dict(scale_factor=0.5, mode="bilinear", align_corners=False)),
+    ((2, 3, 5, 6), dict(scale_factor=1.7, mode="bilinear", align_corners=False)),
+    ((2, 3, 5, 6), dict(size=(1, 1), mode="bilinear", align_corners=True)),
+    ((2, 3, 10), dict(scale_factor=2, mode="linear", align_corners=False)),
+    ((2, 3, 10), dict(size=17, mode="nearest")),
+    ((2, 3, 4, 5, 3), dict(scale_factor=2, mode="trilinear", align_corners=False)),
+    ((2, 3, 4, 5, 3), dict(size=(5, 7, 2), mode="nearest")),
+]
+
+
+@pytest.mark.parametrize("shape,kw", RESIZE_CASES,
+                         ids=[f"{len(s) - 2}d-" + "-".join(f"{k}={v}" for k, v in kw.items())
+                              for s, kw in RESIZE_CASES])
+def test_resize_as_torch_interpolate(shape, kw):
+    """F.interpolate exports as Resize (scales or sizes, nearest or linear,
+    align_corners or pytorch_half_pixel): the wrapped model's output and the
+    gradients of the input and of the conv before it, at two batch sizes."""
+    torch.manual_seed(0)
+    conv = [torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d][len(shape) - 3](3, 4, 1)
+    model = _Interpolate(conv, **kw)
+    wrapped = aidge_interop.wrap(model, [shape])
+    for batch in (shape[0], 3):
+        x = torch.randn((batch,) + shape[1:])
+        xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
+        yt, ya = model(xt), wrapped(xa)
+        torch.testing.assert_close(ya, yt, rtol=1e-5, atol=1e-5)
+        g = torch.randn_like(yt)
+        yt.backward(g)
+        ya.backward(g)
+        torch.testing.assert_close(xa.grad, xt.grad, rtol=1e-5, atol=1e-5)
+        for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-4, msg=n)
+        model.zero_grad()
+        wrapped.zero_grad()
+
+
+def _resize_model(attrs, scales=None, sizes=None, shape=(1, 1, 2, 3), dtype=np.float32):
+    from onnx import helper, numpy_helper
+
+    inits, names = [], ["x", ""]
+    for name, v, dt in (("scales", scales, np.float32), ("sizes", sizes, np.int64)):
+        names.append(name if v is not None else "")
+        if v is not None:
+            inits.append(numpy_helper.from_array(np.array(v, dt), name))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("Resize", names, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)],
+        [helper.make_empty_tensor_value_info("y")], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners"])
+def test_resize_linear_finite_differences(coord):
+    x = _x((1, 2, 3, 4), np.float64)
+    model = _resize_model({"mode": "linear", "coordinate_transformation_mode": coord},
+                          scales=[1, 1, 1.5, 0.75], shape=x.shape, dtype=np.float64)
+    g = aidge_interop.load_onnx(model)  # (scales: a constant, as a Resize input)
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    gy = np.random.default_rng(1).standard_normal(y.shape)
+    (gx,) = g.backward([gy])
+    num = np.zeros_like(x)
+    for i in range(x.size):
+        xp, xm = x.copy(), x.copy()
+        xp.flat[i] += 1e-6
+        xm.flat[i] -= 1e-6
+        num.flat[i] = np.sum(gy * (g.forward([xp])[0] - g.forward([xm])[0])) / 2e-6
+    np.testing.assert_allclose(gx, num, rtol=1e-6, atol=1e-8)
+
+
+def test_resize_refusals_name_the_node_and_value():
+    x = _x((1, 1, 2, 3), np.float32)
+    for attrs, match in [({"mode": "cubic"}, "mode 'cubic'"),
+                         ({"coordinate_transformation_mode": "tf_crop_and_resize"},
+                          "tf_crop_and_resize"),
+                         ({"antialias": 1, "mode": "linear"}, "antialias")]:
+        with pytest.raises(NotImplementedError, match=f"Resize node.*{match}"):
+            aidge_interop.load_onnx(_resize_model(attrs, scales=[1, 1, 2, 2])).forward([x])
+    with pytest.raises(ValueError, match="Resize node.*both scales and sizes"):
+        aidge_interop.load_onnx(_resize_model({}, scales=[1, 1, 2, 2], sizes=[1, 1, 4, 6])) \
+            .forward([x])
+    with pytest.raises(ValueError, match="Resize node.*scales has 2 values; 4 expected"):
+        aidge_interop.load_onnx(_resize_model({}, scales=[2, 2])).forward([x])
+    with pytest.raises(ValueError, match=r"Resize node.*scales\[2\] is -2"):
+        aidge_interop.load_onnx(_resize_model({}, scales=[1, 1, -2, 2])).forward([x])

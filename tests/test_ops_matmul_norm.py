@@ -1,6 +1,6 @@
 """Matrix products (matmul.c) and normalisations (norm.c) against torch:
 Gemm, MatMul, BatchNormalization (eval and training, with the running
-statistics), LayerNormalization, Softmax, LogSoftmax."""
+statistics), LayerNormalization, InstanceNormalization, Softmax, LogSoftmax."""
 import numpy as np
 import pytest
 import torch
@@ -374,6 +374,69 @@ def test_layernorm_errors():
     with pytest.raises(NotImplementedError, match="stash_type"):
         check_op("LayerNormalization", {"x": x, "s": np.ones(3)}, None,
                  attrs={"stash_type": 10}, opset=17)
+
+
+# ---------------------------------------------------------------- InstanceNormalization
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 4, 5), (1, 4, 2, 3, 3), (3, 2, 1, 2)],
+                         ids=str)
+@pytest.mark.parametrize("eps", [1e-5, 0.1])
+def test_instancenorm(shape, eps, dtype):
+    c = shape[1]
+    x, s, b = _x(shape, dtype, 1), _x((c,), dtype, 2), _x((c,), dtype, 3)
+    check_op("InstanceNormalization", {"x": x, "s": s, "b": b},
+             lambda x, s, b: F.instance_norm(x, weight=s, bias=b, eps=eps),
+             attrs={"epsilon": eps})
+
+
+def test_instancenorm_large_offset_float32():
+    x = (_x((2, 3, 16, 16), np.float32) + 500).astype(np.float32)
+    s, b = np.ones(3, np.float32), np.zeros(3, np.float32)
+    # float64 reference: the engine's statistics accumulate in double
+    check_op("InstanceNormalization", {"x": x, "s": s, "b": b},
+             lambda x, s, b: F.instance_norm(x.double(), weight=s.double(),
+                                             bias=b.double()).float())
+
+
+@pytest.mark.parametrize("module", ["GroupNorm", "InstanceNorm2d"])
+def test_group_and_instance_norm_modules_wrapped(module):
+    """torch's GroupNorm exports as Reshape, InstanceNormalization (scale 1,
+    bias 0 per group), Reshape, Mul, Add; InstanceNorm2d with affine weights."""
+    torch.manual_seed(0)
+    norm = torch.nn.GroupNorm(2, 6) if module == "GroupNorm" else \
+        torch.nn.InstanceNorm2d(6, affine=True)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), norm, torch.nn.ReLU())
+    with torch.no_grad():  # parameters away from their initial ones and zeros
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    wrapped = aidge_interop.wrap(model, [(2, 3, 7, 6)])
+    x = torch.randn(4, 3, 7, 6)
+    xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yt, ya = model(xt), wrapped(xa)
+    torch.testing.assert_close(ya, yt, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(yt)
+    yt.backward(g)
+    ya.backward(g)
+    torch.testing.assert_close(xa.grad, xt.grad, rtol=1e-4, atol=1e-5)
+    for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_instancenorm_finite_differences():
+    x, s, b = _x((2, 3, 4, 2), np.float64, 1), _x((3,), np.float64, 2), _x((3,), np.float64, 3)
+    model = make_model("InstanceNormalization", {"x": x, "s": s, "b": b}, {"epsilon": 1e-2})
+    fd_check(model, {"x": x, "s": s, "b": b})
+
+
+def test_instancenorm_errors():
+    x = np.ones((2, 3, 4))
+    with pytest.raises(ValueError, match="scale must have shape"):
+        check_op("InstanceNormalization", {"x": x, "s": np.ones(2), "b": np.ones(3)}, None)
+    with pytest.raises(ValueError, match="rank >= 3"):
+        check_op("InstanceNormalization", {"x": np.ones((2, 3)), "s": np.ones(3),
+                                           "b": np.ones(3)}, None)
 
 
 # ---------------------------------------------------------------- Softmax, LogSoftmax

@@ -1,6 +1,6 @@
 /*
- * norm.c — normalisations: BatchNormalization, LayerNormalization, Softmax,
- * LogSoftmax (float32 and float64).
+ * norm.c — normalisations: BatchNormalization, LayerNormalization,
+ * InstanceNormalization, Softmax, LogSoftmax (float32 and float64).
  *
  * Statistics (means, variances, softmax sums) accumulate in double whatever
  * the tensor type; forward saves in node state what backward needs (mean
@@ -834,6 +834,198 @@ static const ai_op_def op_layernorm = {"LayerNormalization", "", 2, 3, 1, 3,
                                        AI_OP_GRAD_ASSIGN(3), ln_init, ln_shape, ln_forward,
                                        ln_backward};
 
+/* ---------------------------------------------------------------- InstanceNormalization */
+
+/* X (N, C, spatial...) as R = N C rows of H values, each normalised by its own
+ * mean and biased variance, then scaled and shifted per channel c = r % C
+ * (torch's instance_norm and group_norm, which exports as Reshape,
+ * InstanceNormalization, Reshape). State: mean and invstd per row;
+ * backward's workspace: sum(dy) and sum(dy xhat) per row, added per channel
+ * in n's order after the rows (the same values at any thread count). */
+typedef struct {
+    double eps;
+} in_params;
+
+static ai_status in_init(ai_node *n)
+{
+    in_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    return ai_attr_float(n, "epsilon", 1e-5, &p->eps);
+}
+
+static void in_dims(const ai_tensor *x, int64_t *R, int64_t *C, int64_t *H)
+{
+    *C = x->shape[1];
+    *R = x->shape[0] * x->shape[1];
+    *H = 1;
+    for (int i = 2; i < x->ndim; i++)
+        *H *= x->shape[i];
+}
+
+static ai_status in_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    const ai_tensor *x = c->in[0];
+    ai_status st = float_input(c);
+    if (st)
+        return st;
+    if (x->ndim < 3)
+        return ai_node_error(c->node, AI_ERR_VALUE,
+                             "input has rank %d; (N, C, D1, ...) of rank >= 3 expected",
+                             x->ndim);
+    for (int k = 1; k <= 2; k++) {
+        const ai_tensor *t = c->in[k];
+        if (t->dtype != x->dtype)
+            return ai_node_error(c->node, AI_ERR_TYPE, "%s is %s, input is %s",
+                                 k == 1 ? "scale" : "B", ai_dtype_name(t->dtype),
+                                 ai_dtype_name(x->dtype));
+        if (t->ndim != 1 || t->shape[0] != x->shape[1])
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "%s must have shape (C,) = (%lld,)", k == 1 ? "scale" : "B",
+                                 (long long)x->shape[1]);
+    }
+    int64_t R, C, H;
+    in_dims(x, &R, &C, &H);
+    copy_meta(&out[0], x);
+    *state = 2 * (size_t)R * sizeof(double); /* mean, invstd per row */
+    *ws = 2 * (size_t)R * sizeof(double);    /* backward: sum(dy), sum(dy xhat) per row */
+    return AI_OK;
+}
+
+#define DEFINE_IN_KERNELS(SUF, T)                                                          \
+    /* rows [r0, r1): mean, invstd (double sums); y = (x - mean) invstd s + b in T */      \
+    AI_VECTOR_CLONES static void in_forward_##SUF(T *y, double *mean, double *invstd,      \
+                                                  const T *x, const T *scale,              \
+                                                  const T *bias, double eps, int64_t r0,   \
+                                                  int64_t r1, int64_t C, int64_t H)        \
+    {                                                                                      \
+        for (int64_t r = r0; r < r1; r++) {                                                \
+            const T *xr = x + r * H;                                                       \
+            T *yr = y + r * H;                                                             \
+            double m, v;                                                                   \
+            SUM8_OF(m, H, h, (double)xr[h]);                                               \
+            m /= (double)H;                                                                \
+            SUM8_OF(v, H, h, (xr[h] - m) * (xr[h] - m));                                   \
+            const double is = 1.0 / sqrt(v / (double)H + eps);                             \
+            mean[r] = m;                                                                   \
+            invstd[r] = is;                                                                \
+            const T mt = (T)m, dm = (T)((double)mt - m), ist = (T)is;                      \
+            const T sc = scale[r % C], b = bias[r % C];                                    \
+            for (int64_t h = 0; h < H; h++)                                                \
+                yr[h] = ((xr[h] - mt) + dm) * ist * sc + b;                                \
+        }                                                                                  \
+    }                                                                                      \
+    /* rows [r0, r1), with xhat = (x - mean) invstd, g = dy s:                             \
+     * dx (+)= invstd (g - mean(g) - xhat mean(g xhat)); sdy[r] = sum(dy),                 \
+     * sdx[r] = sum(dy xhat) (double) */                                                   \
+    AI_VECTOR_CLONES static void in_backward_##SUF(T *dx, bool assign, double *sdy,        \
+                                                   double *sdx, const T *dy, const T *x,   \
+                                                   const T *scale, const double *mean,     \
+                                                   const double *invstd, int64_t r0,       \
+                                                   int64_t r1, int64_t C, int64_t H)       \
+    {                                                                                      \
+        for (int64_t r = r0; r < r1; r++) {                                                \
+            const T *xr = x + r * H, *dyr = dy + r * H;                                    \
+            const double m = mean[r], is = invstd[r];                                      \
+            const T mt = (T)m, dmt = (T)((double)mt - m), ist = (T)is;                     \
+            double a, b;                                                                   \
+            SUM8_OF(a, H, h, (double)dyr[h]);                                              \
+            SUM8_OF(b, H, h, dyr[h] * (((xr[h] - mt) + dmt) * ist));                       \
+            sdy[r] = a;                                                                    \
+            sdx[r] = b;                                                                    \
+            if (!dx)                                                                       \
+                continue;                                                                  \
+            const T sc = scale[r % C];                                                     \
+            const T at = (T)(a * (double)sc / (double)H);                                  \
+            const T bt = (T)(b * (double)sc / (double)H);                                  \
+            T *dxr = dx + r * H;                                                           \
+            for (int64_t h = 0; h < H; h++) {                                              \
+                const T xh = ((xr[h] - mt) + dmt) * ist;                                   \
+                const T v = ist * (dyr[h] * sc - at - xh * bt);                            \
+                dxr[h] = assign ? v : dxr[h] + v;                                          \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+DEFINE_IN_KERNELS(f32, float)
+DEFINE_IN_KERNELS(f64, double)
+
+typedef struct {
+    void *y, *dx;
+    double *mean, *invstd, *sdy, *sdx;
+    const void *x, *dy, *scale, *bias;
+    double eps;
+    int64_t C, H;
+    bool f64, assign;
+} in_job;
+
+static void in_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const in_job *j = ctx;
+    if (j->f64)
+        in_forward_f64(j->y, j->mean, j->invstd, j->x, j->scale, j->bias, j->eps, lo, hi, j->C,
+                       j->H);
+    else
+        in_forward_f32(j->y, j->mean, j->invstd, j->x, j->scale, j->bias, j->eps, lo, hi, j->C,
+                       j->H);
+}
+
+static void in_backward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const in_job *j = ctx;
+    if (j->f64)
+        in_backward_f64(j->dx, j->assign, j->sdy, j->sdx, j->dy, j->x, j->scale, j->mean,
+                        j->invstd, lo, hi, j->C, j->H);
+    else
+        in_backward_f32(j->dx, j->assign, j->sdy, j->sdx, j->dy, j->x, j->scale, j->mean,
+                        j->invstd, lo, hi, j->C, j->H);
+}
+
+static ai_status in_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int64_t R, C, H;
+    in_dims(x, &R, &C, &H);
+    double *mean = c->state;
+    in_job j = {.y = c->out[0]->data, .mean = mean, .invstd = mean + R, .x = x->data,
+                .scale = c->in[1]->data, .bias = c->in[2]->data,
+                .eps = ((const in_params *)c->node->params)->eps, .C = C, .H = H,
+                .f64 = x->dtype == AI_F64};
+    ai_parallel_for(R, ai_grain_of(H), in_forward_range, &j);
+    return AI_OK;
+}
+
+static ai_status in_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int64_t R, C, H;
+    in_dims(x, &R, &C, &H);
+    double *mean = c->state, *sdy = c->workspace;
+    in_job j = {.dx = c->din[0] ? c->din[0]->data : NULL, .mean = mean, .invstd = mean + R,
+                .sdy = sdy, .sdx = sdy + R, .x = x->data, .dy = c->dout[0]->data,
+                .scale = c->in[1]->data, .C = C, .H = H, .f64 = x->dtype == AI_F64,
+                .assign = c->din_assign[0]};
+    ai_parallel_for(R, ai_grain_of(H), in_backward_range, &j);
+    ai_tensor *dscale = c->din[1], *dbias = c->din[2];
+    for (int64_t ch = 0; ch < C; ch++) {
+        double gs = 0, gb = 0;
+        for (int64_t r = ch; r < R; r += C) {
+            gs += j.sdx[r];
+            gb += sdy[r];
+        }
+        if (dscale)
+            set_d(dscale, ch, (c->din_assign[1] ? 0 : get_d(dscale, ch)) + gs);
+        if (dbias)
+            set_d(dbias, ch, (c->din_assign[2] ? 0 : get_d(dbias, ch)) + gb);
+    }
+    return AI_OK;
+}
+
+static const ai_op_def op_instancenorm = {"InstanceNormalization", "", 3, 3, 1, 1,
+                                          AI_OP_GRAD_ASSIGN(3), in_init, in_shape, in_forward,
+                                          in_backward};
+
 /* ---------------------------------------------------------------- Softmax, LogSoftmax */
 
 /* X is (outer, L, inner), normalised along L. Opset >= 13: L is the axis
@@ -1096,5 +1288,5 @@ static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIG
 static const ai_op_def op_logsoftmax = {"LogSoftmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1),
                                         NULL, sm_shape, sm_forward, sm_backward};
 
-const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_softmax,
-                                        &op_logsoftmax, NULL};
+const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_instancenorm,
+                                        &op_softmax, &op_logsoftmax, NULL};
