@@ -45,6 +45,11 @@ OPERATOR_TESTS = {
     "Cos": r"test_cos(_example)?(?=_cpu)", "Atan": r"test_atan(_example)?(?=_cpu)",
     "Sign": r"test_sign", "Mod": r"test_mod_", "PRelu": r"test_prelu",
     "InstanceNormalization": r"test_instancenorm", "Resize": r"test_resize_",
+    "ReduceProd": r"test_reduce_prod_", "ReduceL1": r"test_reduce_l1_",
+    "ReduceL2": r"test_reduce_l2_", "ReduceSumSquare": r"test_reduce_sum_square_",
+    "ReduceLogSum": r"test_reduce_log_sum_(?!exp)",
+    "ReduceLogSumExp": r"test_reduce_log_sum_exp_", "Tile": r"test_tile",
+    "DepthToSpace": r"test_depthtospace", "SpaceToDepth": r"test_spacetodepth",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.
@@ -53,7 +58,8 @@ EXCLUDED = {
     r"test_.*(bfloat16|float8|FLOAT8|BFLOAT16|INT4|UINT4|INT2|UINT2|FLOAT4|_e4m3|_e5m2|STRING|"
     r"string|int4|uint4)": "bfloat16, float8, 2- and 4-bit and string dtypes are not engine dtypes",
     r"test_(max|min)_float16": "float16 arithmetic is not supported (float16 is storage only)",
-    r"test_(clip|abs|neg|add|sub|mul|div|mod|celu)_.*float16": "float16 arithmetic is not supported",
+    r"test_(clip|abs|neg|add|sub|mul|div|mod|celu)_.*float16":
+        "float16 arithmetic is not supported",
     r"test_maxpool_2d_uint8": "pools take float32/float64",
     r"test_maxpool_with_argmax_2d_precomputed_strides":
         "MaxPool Indices in column-major order (storage_order=1)",

@@ -459,8 +459,19 @@ def test_shape_subgraph_is_folded_per_batch_size():
 
 # ---------------------------------------------------------------- reductions
 
+def _prod(x, dim, keepdim):
+    for d in sorted((d % x.dim() for d in dim), reverse=True):
+        x = x.prod(d, keepdim=keepdim)
+    return x
+
+
 REDUCE = {"ReduceMean": torch.mean, "ReduceSum": torch.sum, "ReduceMax": torch.amax,
-          "ReduceMin": torch.amin}
+          "ReduceMin": torch.amin, "ReduceProd": _prod,
+          "ReduceL1": lambda x, dim, keepdim: torch.linalg.vector_norm(x, 1, dim, keepdim),
+          "ReduceL2": lambda x, dim, keepdim: torch.linalg.vector_norm(x, 2, dim, keepdim),
+          "ReduceSumSquare": lambda x, dim, keepdim: (x * x).sum(dim, keepdim),
+          "ReduceLogSum": lambda x, dim, keepdim: x.sum(dim, keepdim).log(),
+          "ReduceLogSumExp": torch.logsumexp}
 AXES = [[1], [0, 2], [-1], [2, 0, 1], [1, 3], None]
 
 
@@ -487,6 +498,27 @@ def test_reduce(op, axes, keepdims, dtype):
 
 
 @dtypes
+@pytest.mark.parametrize("op", ["ReduceProd", "ReduceL1", "ReduceL2"])
+def test_reduce_gradients_at_zeros(op, dtype):
+    """Prod: one zero in a row gets the product of the others, two zeros
+    none; L1: sign(0) = 0; L2: a zero norm passes no gradient (torch)."""
+    x = _x((4, 5), dtype)
+    x[0, 1] = 0
+    x[1, [0, 3]] = 0
+    x[2] = 0
+    check_op(op, {"x": x}, lambda x, a: _torch_reduce(op, x, [1], 0), consts={"a": _i64(1)},
+             attrs={"keepdims": 0})
+
+
+@dtypes
+def test_reduce_log_sum_of_a_negative_sum(dtype):
+    """log of a negative sum is NaN, its gradient 1 / sum as torch's."""
+    x = -np.abs(_x((3, 4), dtype)) - 0.1
+    check_op("ReduceLogSum", {"x": x}, lambda x, a: _torch_reduce("ReduceLogSum", x, [1], 1),
+             consts={"a": _i64(1)})
+
+
+@dtypes
 @pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
 def test_reduce_max_min_ties_split_the_gradient(op, dtype):
     # integers in a small range: many tied maxima/minima per row
@@ -507,10 +539,10 @@ def test_reduce_noop_with_empty_axes(op):
              consts={"a": np.zeros(0, np.int64)})
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_reduce_integers(op, dtype):
-    x = _x((4, 5, 3), dtype)
+    x = _x((4, 5, 3), dtype) % 7 - 3  # products within int32
     check_op(op, {"x": x}, lambda x, a: _torch_reduce(op, x, [0, 2], 0),
              consts={"a": _i64(0, 2)}, attrs={"keepdims": 0}, grad=False)
 
@@ -559,3 +591,48 @@ FD_CASES = [
 @pytest.mark.parametrize("op,shape,consts,attrs", FD_CASES, ids=[c[0] for c in FD_CASES])
 def test_gradient_finite_differences(op, shape, consts, attrs):
     _fd_check(op, _x(shape, np.float64, 5), consts, attrs)
+
+
+# ---------------------------------------------------------------- Tile, DepthToSpace, SpaceToDepth
+
+@dtypes
+@pytest.mark.parametrize("shape,reps", [((2, 3), (1, 2)), ((2, 3, 4), (3, 1, 2)),
+                                        ((4,), (5,)), ((2, 1, 3), (2, 4, 1)), ((2, 3), (0, 2))],
+                         ids=str)
+def test_tile(shape, reps, dtype):
+    check_op("Tile", {"x": _x(shape, dtype)}, lambda x, r: x.repeat(*reps),
+             consts={"r": _i64(*reps)})
+
+
+def _d2s_dcr(x, b):
+    n, c, h, w = x.shape
+    return x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2) \
+        .reshape(n, c // (b * b), h * b, w * b)
+
+
+def _s2d_dcr(x, b):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4) \
+        .reshape(n, c * b * b, h // b, w // b)
+
+
+@dtypes
+@pytest.mark.parametrize("b", [2, 3])
+def test_depth_to_space_and_back(b, dtype):
+    x = _x((2, 2 * b * b, 3, 4), dtype)
+    check_op("DepthToSpace", {"x": x}, lambda x: F.pixel_shuffle(x, b),
+             attrs={"blocksize": b, "mode": "CRD"})
+    check_op("DepthToSpace", {"x": x}, lambda x: _d2s_dcr(x, b), attrs={"blocksize": b})
+    y = _x((2, 3, 2 * b, 3 * b), dtype)
+    check_op("SpaceToDepth", {"x": y}, lambda x: _s2d_dcr(x, b), attrs={"blocksize": b})
+    check_op("SpaceToDepth", {"x": y}, lambda x: F.pixel_unshuffle(x, b),
+             attrs={"blocksize": b, "mode": "CRD"}, opset=28)
+
+
+def test_depth_to_space_errors():
+    with pytest.raises(ValueError, match="DepthToSpace node.*multiple of blocksize"):
+        check_op("DepthToSpace", {"x": _x((1, 6, 2, 2))}, None, attrs={"blocksize": 2})
+    with pytest.raises(ValueError, match="SpaceToDepth node.*multiples of blocksize"):
+        check_op("SpaceToDepth", {"x": _x((1, 2, 3, 4))}, None, attrs={"blocksize": 2})
+    with pytest.raises(ValueError, match="Tile node.*repeats has 1 values for rank 2"):
+        check_op("Tile", {"x": _x((2, 3))}, None, consts={"r": _i64(2)})

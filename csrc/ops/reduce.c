@@ -1,6 +1,7 @@
 /*
- * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin over any set of
- * axes, with keepdims and noop_with_empty_axes.
+ * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
+ * ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp over
+ * any set of axes, with keepdims and noop_with_empty_axes.
  *
  * Axes are an attribute before opset 18 (ReduceSum: 13) and an optional
  * constant input from then on; no axes (or an empty list) means all axes,
@@ -27,7 +28,7 @@
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
-enum { R_SUM, R_MEAN, R_MAX, R_MIN };
+enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP };
 
 typedef struct {
     int kind;
@@ -50,7 +51,7 @@ static ai_status reduce_setup(const ai_ctx *c, reduce_plan *p)
     const ai_node *node = c->node;
     const ai_tensor *x = c->in[0];
     const int kind = ((const reduce_params *)node->params)->kind;
-    const int since = kind == R_SUM ? 13 : 18;
+    const int since = kind == R_SUM ? 13 : 18; /* axes become an input */
     int64_t keepdims, noop, axes[AI_MAX_DIMS];
     int n = -1;
     memset(p, 0, sizeof *p);
@@ -285,6 +286,52 @@ static void sum_f32(const reduce_plan *p, float *y, const float *x, double scale
 DEFINE_EXTREMUM(extremum_f32, float)
 DEFINE_EXTREMUM(extremum_f64, double)
 
+/* Prod, L1, L2, SumSquare, LogSum, LogSumExp of floats, in double (acc:
+ * nout doubles; LogSumExp first takes each output's max into mx). Empty:
+ * Prod 1, the sums 0, LogSum(Exp) -inf. */
+#define DEFINE_OTHER(NAME, T)                                                          \
+    static void NAME(const reduce_plan *p, int kind, T *y, const T *x, double *acc,    \
+                     double *mx)                                                       \
+    {                                                                                  \
+        for (int64_t o = 0; o < p->nout; o++) {                                        \
+            acc[o] = kind == R_PROD;                                                   \
+            mx[o] = -INFINITY;                                                         \
+        }                                                                              \
+        if (kind == R_LOGSUMEXP)                                                       \
+            FOR_ROWS(p, {                                                              \
+                for (int64_t j = 0; j < L; j++) {                                      \
+                    double *m = &mx[oo + j * os];                                      \
+                    if (x[xo + j] > *m || x[xo + j] != x[xo + j])                      \
+                        *m = x[xo + j];                                                \
+                }                                                                      \
+            });                                                                        \
+        FOR_ROWS(p, {                                                                  \
+            for (int64_t j = 0; j < L; j++) {                                          \
+                const double v = x[xo + j];                                            \
+                double *a = &acc[oo + j * os];                                         \
+                switch (kind) {                                                        \
+                case R_PROD: *a *= v; break;                                           \
+                case R_L1: *a += fabs(v); break;                                       \
+                case R_LOGSUM: *a += v; break;                                         \
+                case R_LOGSUMEXP: {                                                    \
+                    const double m = mx[oo + j * os];                                  \
+                    *a += isinf(m) ? (v == m) : exp(v - m);                            \
+                    break;                                                             \
+                }                                                                      \
+                default: *a += v * v; /* L2, SumSquare */                              \
+                }                                                                      \
+            }                                                                          \
+        });                                                                            \
+        for (int64_t o = 0; o < p->nout; o++)                                          \
+            y[o] = (T)(kind == R_L2 ? sqrt(acc[o])                                     \
+                       : kind == R_LOGSUM ? log(acc[o])                                \
+                       : kind == R_LOGSUMEXP ? (isinf(mx[o]) ? mx[o] : mx[o] + log(acc[o])) \
+                                             : acc[o]);                                \
+    }
+
+DEFINE_OTHER(other_f32, float)
+DEFINE_OTHER(other_f64, double)
+
 /* Sum/Max/Min of int32 or int64 (Max/Min also of bool: any/all) into acc
  * (nout int64), then stored. An empty max/min gives the dtype's lowest /
  * highest value. */
@@ -303,7 +350,7 @@ static void reduce_int(const reduce_plan *p, int kind, ai_tensor *y, const ai_te
     const ai_dtype dt = x->dtype;
     const int64_t lowest = dt == AI_I64 ? INT64_MIN : (dt == AI_I32 ? INT32_MIN : 0);
     const int64_t highest = dt == AI_I64 ? INT64_MAX : (dt == AI_I32 ? INT32_MAX : 1);
-    const int64_t init = kind == R_MAX ? lowest : (kind == R_MIN ? highest : 0);
+    const int64_t init = kind == R_MAX ? lowest : (kind == R_MIN ? highest : kind == R_PROD);
     for (int64_t o = 0; o < p->nout; o++)
         acc[o] = init;
     FOR_ROWS(p, {
@@ -311,6 +358,8 @@ static void reduce_int(const reduce_plan *p, int kind, ai_tensor *y, const ai_te
             int64_t v = load_int(x, xo + j), *m = &acc[oo + j * os];
             if (kind == R_SUM)
                 *m = (int64_t)((uint64_t)*m + (uint64_t)v); /* wraps like torch */
+            else if (kind == R_PROD)
+                *m = (int64_t)((uint64_t)*m * (uint64_t)v);
             else if (kind == R_MAX ? v > *m : v < *m)
                 *m = v;
         }
@@ -349,6 +398,10 @@ static ai_status reduce_forward(ai_ctx *c)
         sum_f32(&p, y->data, x->data, scale, acc);
     else if (kind == R_SUM || kind == R_MEAN)
         sum_f64(&p, y->data, x->data, scale, acc, comp);
+    else if (kind >= R_PROD && x->dtype == AI_F32)
+        other_f32(&p, kind, y->data, x->data, acc, comp);
+    else if (kind >= R_PROD)
+        other_f64(&p, kind, y->data, x->data, acc, comp);
     else if (x->dtype == AI_F32)
         extremum_f32(&p, y->data, x->data, kind == R_MAX ? 1 : -1);
     else
@@ -443,6 +496,56 @@ static void sum_back_range(void *ctx, int64_t r0, int64_t r1)
 DEFINE_EXTREMUM_BACK(extremum_back_f32, float)
 DEFINE_EXTREMUM_BACK(extremum_back_f64, double)
 
+/* dx += dy * d(y)/d(x), as torch: L1 sign(x) (0 at 0); L2 x / y (0 where
+ * y = 0, torch's norm); SumSquare 2x; LogSum 1 / sum (w: the sums, also
+ * where the log is NaN); LogSumExp exp(x - y);
+ * Prod the product of the others: y / x without zeros, else the product of
+ * the nonzero values for the one zero, 0 for the rest (w: zeros per output,
+ * nz: the product of the nonzero values; nout doubles each). */
+#define DEFINE_OTHER_BACK(NAME, T)                                                     \
+    static void NAME(const reduce_plan *p, int kind, T *dx, const T *dy, const T *x,   \
+                     const T *y, double *w, double *nz)                                \
+    {                                                                                  \
+        if (kind == R_PROD || kind == R_LOGSUM) {                                      \
+            for (int64_t o = 0; o < p->nout; o++) {                                    \
+                w[o] = 0;                                                              \
+                nz[o] = 1;                                                             \
+            }                                                                          \
+            FOR_ROWS(p, {                                                              \
+                for (int64_t j = 0; j < L; j++) {                                      \
+                    const double v = x[xo + j];                                        \
+                    if (kind == R_LOGSUM)                                              \
+                        w[oo + j * os] += v;                                           \
+                    else if (v == 0)                                                   \
+                        w[oo + j * os] += 1;                                           \
+                    else                                                               \
+                        nz[oo + j * os] *= v;                                          \
+                }                                                                      \
+            });                                                                        \
+        }                                                                              \
+        FOR_ROWS(p, {                                                                  \
+            for (int64_t j = 0; j < L; j++) {                                          \
+                const int64_t o = oo + j * os;                                         \
+                const double v = x[xo + j], g = dy[o], r = y[o];                       \
+                double d;                                                              \
+                switch (kind) {                                                        \
+                case R_L1: d = v > 0 ? g : (v < 0 ? -g : 0.0); break;                  \
+                case R_L2: d = r == 0 ? 0.0 : g * v / r; break;                        \
+                case R_SUMSQ: d = 2 * v * g; break;                                    \
+                case R_LOGSUM: d = g / w[o]; break;                                    \
+                case R_LOGSUMEXP: d = g * exp(v - r); break;                           \
+                default: /* R_PROD */                                                  \
+                    d = w[o] == 0 ? g * (r / v)                                        \
+                        : (w[o] == 1 && v == 0 ? g * nz[o] : 0.0);                     \
+                }                                                                      \
+                dx[xo + j] += (T)d;                                                    \
+            }                                                                          \
+        });                                                                            \
+    }
+
+DEFINE_OTHER_BACK(other_back_f32, float)
+DEFINE_OTHER_BACK(other_back_f64, double)
+
 static ai_status reduce_backward(ai_ctx *c)
 {
     const int kind = ((const reduce_params *)c->node->params)->kind;
@@ -465,6 +568,14 @@ static ai_status reduce_backward(ai_ctx *c)
         const int64_t L = p.nd ? p.shape[p.nd - 1] : 1;
         if (L > 0)
             ai_parallel_for(ai_tensor_numel(dx) / L, ai_grain_of(L), sum_back_range, &j);
+    } else if (kind >= R_PROD) {
+        double *w = c->workspace;
+        if (dx->dtype == AI_F32)
+            other_back_f32(&p, kind, dx->data, dy->data, c->in[0]->data, c->out[0]->data, w,
+                           w + p.nout);
+        else
+            other_back_f64(&p, kind, dx->data, dy->data, c->in[0]->data, c->out[0]->data, w,
+                           w + p.nout);
     } else if (dx->dtype == AI_F32) {
         extremum_back_f32(&p, dx->data, dy->data, c->in[0]->data, c->out[0]->data,
                           c->workspace);
@@ -482,7 +593,7 @@ static ai_status reduce_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     (void)state;
     const int kind = ((const reduce_params *)c->node->params)->kind;
     const ai_dtype dt = c->in[0]->dtype;
-    const bool ints = (dt == AI_I64 || dt == AI_I32) && kind != R_MEAN;
+    const bool ints = (dt == AI_I64 || dt == AI_I32) && kind <= R_PROD && kind != R_MEAN;
     const bool bools = dt == AI_BOOL && (kind == R_MAX || kind == R_MIN);
     if (dt != AI_F32 && dt != AI_F64 && !ints && !bools)
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported by %s",
@@ -500,12 +611,14 @@ static ai_status reduce_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
 
 static ai_status reduce_init(ai_node *n)
 {
-    static const char *names[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
+    static const char *names[] = {"ReduceSum",    "ReduceMean",     "ReduceMax", "ReduceMin",
+                                  "ReduceProd",   "ReduceL1",       "ReduceL2",  "ReduceSumSquare",
+                                  "ReduceLogSum", "ReduceLogSumExp"};
     reduce_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    for (int k = 0; k <= R_MIN; k++)
+    for (int k = 0; k <= R_LOGSUMEXP; k++)
         if (strcmp(n->op_type, names[k]) == 0)
             p->kind = k;
     return AI_OK;
@@ -519,7 +632,15 @@ REDUCE_OP(op_reduce_sum, "ReduceSum")
 REDUCE_OP(op_reduce_mean, "ReduceMean")
 REDUCE_OP(op_reduce_max, "ReduceMax")
 REDUCE_OP(op_reduce_min, "ReduceMin")
+REDUCE_OP(op_reduce_prod, "ReduceProd")
+REDUCE_OP(op_reduce_l1, "ReduceL1")
+REDUCE_OP(op_reduce_l2, "ReduceL2")
+REDUCE_OP(op_reduce_sum_square, "ReduceSumSquare")
+REDUCE_OP(op_reduce_log_sum, "ReduceLogSum")
+REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp")
 
 const ai_op_def *const ai_ops_reduce[] = {
-    &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, NULL,
+    &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, &op_reduce_prod,
+    &op_reduce_l1, &op_reduce_l2, &op_reduce_sum_square, &op_reduce_log_sum,
+    &op_reduce_log_sum_exp, NULL,
 };

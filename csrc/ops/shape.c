@@ -1,7 +1,7 @@
 /*
  * shape.c — operators that move data without arithmetic: Reshape, Flatten,
- * Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather, Expand, Pad,
- * Shape, ConstantOfShape.
+ * Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather, Expand, Tile,
+ * DepthToSpace, SpaceToDepth, Pad, Shape, ConstantOfShape.
  *
  * Forward kernels copy bytes (ai_dtype_size), so they take every dtype:
  * int64 matters because shape subgraphs (Shape -> Gather -> Concat ->
@@ -811,6 +811,181 @@ static ai_status expand_backward(ai_ctx *c)
     return st;
 }
 
+/* ---------------------------------------------------------------- Tile */
+
+/* Y = X repeated repeats[d] times along each dim d: Y viewed as (r0, s0, r1,
+ * s1, ...) reads X with stride 0 on the r's. Backward sums dY over them
+ * (ai_reduce_to from that view onto X viewed as (1, s0, 1, s1, ...)). */
+static ai_status tile_view(const ai_ctx *c, int64_t *rep, int64_t *yshape, int64_t *view,
+                           int64_t *xview)
+{
+    const ai_tensor *x = c->in[0];
+    int n;
+    ai_status st = int_list(c, 1, 1, "repeats", rep, AI_MAX_DIMS, &n);
+    if (st)
+        return st;
+    if (n != x->ndim)
+        return ai_node_error(c->node, AI_ERR_VALUE, "repeats has %d values for rank %d", n,
+                             x->ndim);
+    if (2 * x->ndim > AI_MAX_DIMS)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "rank %d: at most %d supported",
+                             x->ndim, AI_MAX_DIMS / 2);
+    for (int d = 0; d < x->ndim; d++) {
+        if (rep[d] < 0)
+            return ai_node_error(c->node, AI_ERR_VALUE, "repeats[%d] is %lld", d,
+                                 (long long)rep[d]);
+        if (rep[d] && x->shape[d] > INT64_MAX / 2 / rep[d])
+            return ai_node_error(c->node, AI_ERR_VALUE, "repeats[%d] = %lld is too large", d,
+                                 (long long)rep[d]);
+        yshape[d] = rep[d] * x->shape[d];
+        view[2 * d] = rep[d];
+        view[2 * d + 1] = x->shape[d];
+        xview[2 * d] = 1;
+        xview[2 * d + 1] = x->shape[d];
+    }
+    return AI_OK;
+}
+
+static ai_status tile_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    int64_t rep[AI_MAX_DIMS], y[AI_MAX_DIMS], v[AI_MAX_DIMS], xv[AI_MAX_DIMS];
+    ai_status st = tile_view(c, rep, y, v, xv);
+    return st ? st : set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, y);
+}
+
+static ai_status tile_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int64_t rep[AI_MAX_DIMS], y[AI_MAX_DIMS], v[AI_MAX_DIMS], xv[AI_MAX_DIMS], xs[AI_MAX_DIMS];
+    ai_status st = tile_view(c, rep, y, v, xv);
+    if (st || ai_tensor_numel(c->out[0]) == 0)
+        return st;
+    walk w;
+    walk_init(&w, 2 * x->ndim, v);
+    ai_contiguous_strides(x->ndim, x->shape, xs);
+    for (int d = 0; d < x->ndim; d++) {
+        w.ss[2 * d] = 0;
+        w.ss[2 * d + 1] = xs[d];
+    }
+    walk_copy(&w, c->out[0], x);
+    return AI_OK;
+}
+
+static ai_status tile_backward(ai_ctx *c)
+{
+    ai_status st = check_grad_dtype(c, c->din[0]);
+    int64_t rep[AI_MAX_DIMS], y[AI_MAX_DIMS], v[AI_MAX_DIMS], xv[AI_MAX_DIMS];
+    if (st || (st = tile_view(c, rep, y, v, xv)))
+        return st;
+    const int nd = 2 * c->in[0]->ndim;
+    ai_tensor g = *c->dout[0], dx = *c->din[0];
+    g.ndim = dx.ndim = nd;
+    memcpy(g.shape, v, sizeof(int64_t) * (size_t)nd);
+    memcpy(dx.shape, xv, sizeof(int64_t) * (size_t)nd);
+    ai_contiguous_strides(nd, g.shape, g.strides);
+    ai_contiguous_strides(nd, dx.shape, dx.strides);
+    if (ai_tensor_numel(&g) == 0) {
+        if (c->din_assign[0] && ai_tensor_nbytes(c->din[0]))
+            memset(c->din[0]->data, 0, ai_tensor_nbytes(c->din[0]));
+        return AI_OK;
+    }
+    ai_reduce_to(&dx, &g, c->din_assign[0]);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- DepthToSpace, SpaceToDepth */
+
+/* Both are a transpose of a 6-D view (blocksize b): DepthToSpace reads X
+ * (N, C, H, W) as (N, b, b, C', H, W) (mode DCR) or (N, C', b, b, H, W)
+ * (CRD) and writes Y (N, C', H, b, W, b) = (N, C / b^2, H b, W b);
+ * SpaceToDepth reads X as (N, C, H', b, W', b) and writes (N, b, b, C, H',
+ * W') (DCR) or (N, C, b, b, H', W') (CRD, opset 28's mode) = (N, C b^2,
+ * H / b, W / b). The walk goes over Y's 6-D shape. */
+static ai_status d2s_walk(const ai_ctx *c, walk *w, int64_t *yshape)
+{
+    const ai_tensor *x = c->in[0];
+    const bool d2s = strcmp(c->node->op_type, "DepthToSpace") == 0;
+    int64_t b;
+    const char *mode = "DCR";
+    ai_status st = ai_attr_int(c->node, "blocksize", 0, &b);
+    if (!st)
+        st = ai_attr_string(c->node, "mode", "DCR", &mode);
+    if (st)
+        return st;
+    const bool crd = strcmp(mode, "CRD") == 0;
+    if (!crd && strcmp(mode, "DCR") != 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "mode '%s'; DCR or CRD expected", mode);
+    if (b <= 0 || b > (1 << 20))
+        return ai_node_error(c->node, AI_ERR_VALUE, "blocksize is %lld; > 0 expected",
+                             (long long)b);
+    if (x->ndim != 4)
+        return ai_node_error(c->node, AI_ERR_VALUE, "input has rank %d; (N, C, H, W) expected",
+                             x->ndim);
+    const int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    int64_t xv[6], perm[6], shape[6], xs[6];
+    if (d2s) {
+        if (C % (b * b))
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "%lld channels are not a multiple of blocksize^2 = %lld",
+                                 (long long)C, (long long)(b * b));
+        const int64_t Cp = C / (b * b);
+        const int64_t dcr[6] = {N, b, b, Cp, H, W}, crdv[6] = {N, Cp, b, b, H, W};
+        const int64_t pd[6] = {0, 3, 4, 1, 5, 2}, pc[6] = {0, 1, 4, 2, 5, 3};
+        memcpy(xv, crd ? crdv : dcr, sizeof xv);
+        memcpy(perm, crd ? pc : pd, sizeof perm);
+        yshape[0] = N, yshape[1] = Cp, yshape[2] = H * b, yshape[3] = W * b;
+    } else {
+        if (H % b || W % b)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "H = %lld and W = %lld must be multiples of blocksize %lld",
+                                 (long long)H, (long long)W, (long long)b);
+        const int64_t v[6] = {N, C, H / b, b, W / b, b};
+        const int64_t pd[6] = {0, 3, 5, 1, 2, 4}, pc[6] = {0, 1, 3, 5, 2, 4};
+        memcpy(xv, v, sizeof xv);
+        memcpy(perm, crd ? pc : pd, sizeof perm);
+        yshape[0] = N, yshape[1] = C * b * b, yshape[2] = H / b, yshape[3] = W / b;
+    }
+    ai_contiguous_strides(6, xv, xs);
+    for (int i = 0; i < 6; i++)
+        shape[i] = xv[perm[i]];
+    walk_init(w, 6, shape);
+    for (int i = 0; i < 6; i++)
+        w->ss[i] = xs[perm[i]];
+    return AI_OK;
+}
+
+static ai_status d2s_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    walk w;
+    int64_t y[4];
+    ai_status st = d2s_walk(c, &w, y);
+    return st ? st : set_meta(&out[0], c->in[0]->dtype, 4, y);
+}
+
+static ai_status d2s_forward(ai_ctx *c)
+{
+    walk w;
+    int64_t y[4];
+    ai_status st = d2s_walk(c, &w, y);
+    if (!st && ai_tensor_numel(c->out[0]))
+        walk_copy(&w, c->out[0], c->in[0]);
+    return st;
+}
+
+static ai_status d2s_backward(ai_ctx *c)
+{
+    walk w;
+    int64_t y[4];
+    ai_status st = d2s_walk(c, &w, y);
+    if (st || !ai_tensor_numel(c->out[0]))
+        return st;
+    return walk_add_back(c, &w, c->din[0], c->dout[0], c->din_assign[0]);
+}
+
 /* ---------------------------------------------------------------- Gather */
 
 static ai_status gather_axis(const ai_ctx *c, int *axis)
@@ -1344,6 +1519,12 @@ OP(op_concat, "Concat", 1, AI_MAX_IO, 1, AI_OP_GRAD_ASSIGN(AI_MAX_IO), concat_sh
 OP(op_split, "Split", 1, 2, AI_MAX_IO, ASSIGN1, split_shape, split_forward, split_backward)
 OP(op_slice, "Slice", 1, 5, 1, 0, slice_shape, slice_forward, slice_backward)
 OP(op_expand, "Expand", 2, 2, 1, ASSIGN1, expand_shape, expand_forward, expand_backward)
+OP(op_tile, "Tile", 2, 2, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, tile_shape,
+   tile_forward, tile_backward)
+OP(op_depth_to_space, "DepthToSpace", 1, 1, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+   d2s_shape, d2s_forward, d2s_backward)
+OP(op_space_to_depth, "SpaceToDepth", 1, 1, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+   d2s_shape, d2s_forward, d2s_backward)
 OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
 OP(op_pad, "Pad", 1, 4, 1, 0, pad_shape, pad_forward, pad_backward)
 #undef ASSIGN1
@@ -1371,6 +1552,6 @@ OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL
 
 const ai_op_def *const ai_ops_shape[] = {
     &op_reshape, &op_flatten, &op_squeeze, &op_unsqueeze, &op_transpose, &op_concat,
-    &op_split, &op_slice, &op_expand, &op_gather, &op_pad, &op_shape,
-    &op_constant_of_shape, &op_size, NULL,
+    &op_split, &op_slice, &op_expand, &op_tile, &op_depth_to_space, &op_space_to_depth,
+    &op_gather, &op_pad, &op_shape, &op_constant_of_shape, &op_size, NULL,
 };
