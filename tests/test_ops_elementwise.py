@@ -174,6 +174,24 @@ def test_compare(name, fn):
     check_op(name, {"a": a.astype(np.int64), "b": b.astype(np.int64)}, fn, grad=False)
 
 
+@pytest.mark.parametrize("name,fn", [("And", torch.logical_and), ("Or", torch.logical_or),
+                                     ("Xor", torch.logical_xor)])
+def test_logical_binary(name, fn):
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 2, (3, 4)).astype(bool), rng.integers(0, 2, (4,)).astype(bool)
+    check_op(name, {"a": a, "b": b}, fn, grad=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_isnan_isinf_not(dtype):
+    x = np.array([0.5, np.nan, np.inf, -np.inf, -2.0, 0.0], dtype)
+    check_op("IsNaN", {"x": x}, torch.isnan, grad=False)
+    check_op("IsInf", {"x": x}, torch.isinf, grad=False)
+    check_op("IsInf", {"x": x}, torch.isposinf, attrs={"detect_negative": 0}, grad=False)
+    check_op("IsInf", {"x": x}, torch.isneginf, attrs={"detect_positive": 0}, grad=False)
+    check_op("Not", {"x": x > 0}, torch.logical_not, grad=False)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_where(dtype):
     c = np.random.default_rng(0).integers(0, 2, (3, 1, 4)).astype(bool)

@@ -636,3 +636,85 @@ def test_depth_to_space_errors():
         check_op("SpaceToDepth", {"x": _x((1, 2, 3, 4))}, None, attrs={"blocksize": 2})
     with pytest.raises(ValueError, match="Tile node.*repeats has 1 values for rank 2"):
         check_op("Tile", {"x": _x((2, 3))}, None, consts={"r": _i64(2)})
+
+
+# ---------------------------------------------------------------- ArgMax, ArgMin, CumSum
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("axis,keepdims", [(0, 1), (1, 0), (-1, 1)])
+def test_argmax_argmin(op, axis, keepdims):
+    fn = torch.argmax if op == "ArgMax" else torch.argmin
+    x = np.random.default_rng(0).integers(0, 4, (3, 5, 4)).astype(np.float32)  # ties
+    check_op(op, {"x": x}, lambda x: fn(x, axis, bool(keepdims)),
+             attrs={"axis": axis, "keepdims": keepdims}, grad=False)
+    check_op(op, {"x": x.astype(np.int64)}, lambda x: fn(x, axis, bool(keepdims)),
+             attrs={"axis": axis, "keepdims": keepdims}, grad=False)
+    # the last of tied extremes: torch's on the flipped axis
+    n = x.shape[axis]
+    check_op(op, {"x": x}, lambda x: n - 1 - fn(x.flip(axis), axis, bool(keepdims)),
+             attrs={"axis": axis, "keepdims": keepdims, "select_last_index": 1}, grad=False)
+
+
+def test_argmax_nan_is_the_largest():
+    x = np.array([[1, np.nan, 3, np.nan], [2, 5, 1, 0]], np.float32)
+    check_op("ArgMax", {"x": x}, lambda x: torch.argmax(x, 1, True), attrs={"axis": 1},
+             grad=False)
+
+
+def _cumsum(x, axis, exclusive, reverse):
+    if reverse:
+        x = x.flip(axis)
+    y = torch.cumsum(x, axis)
+    if exclusive:
+        y = y - x
+    return y.flip(axis) if reverse else y
+
+
+@dtypes
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumsum(axis, reverse, exclusive, dtype):
+    x = _x((3, 4, 5), dtype)
+    check_op("CumSum", {"x": x}, lambda x, a: _cumsum(x, axis, exclusive, reverse),
+             consts={"a": np.array(axis, np.int64)},
+             attrs={"exclusive": exclusive, "reverse": reverse})
+
+
+def test_cumsum_integers():
+    x = _x((4, 5), np.int64)
+    check_op("CumSum", {"x": x}, lambda x, a: torch.cumsum(x, 1),
+             consts={"a": np.array([1], np.int32)}, grad=False)
+
+
+# ---------------------------------------------------------------- Trilu, GatherElements
+
+@dtypes
+@pytest.mark.parametrize("upper", [1, 0])
+@pytest.mark.parametrize("k", [0, 2, -1])
+@pytest.mark.parametrize("shape", [(4, 5), (2, 3, 5, 4)], ids=str)
+def test_trilu(shape, k, upper, dtype):
+    fn = torch.triu if upper else torch.tril
+    check_op("Trilu", {"x": _x(shape, dtype)}, lambda x, k_: fn(x, k),
+             consts={"k": np.array(k, np.int64)}, attrs={"upper": upper})
+
+
+@dtypes
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements(axis, dtype):
+    x = _x((3, 4, 5), dtype)
+    shape = [2, 3, 4]
+    shape[axis] = 6  # repeated indices: their gradients add up
+    idx = np.random.default_rng(1).integers(0, x.shape[axis], shape).astype(np.int64)
+    check_op("GatherElements", {"x": x}, lambda x, i: torch.gather(x, axis, i),
+             consts={"i": idx}, attrs={"axis": axis})
+    # negative indices count from the end
+    check_op("GatherElements", {"x": x},
+             lambda x, i: torch.gather(x, axis, i + x.shape[axis]),
+             consts={"i": idx - x.shape[axis]}, attrs={"axis": axis})
+
+
+def test_gather_elements_index_out_of_range():
+    with pytest.raises(ValueError, match="GatherElements node.*index 3 is out of range"):
+        check_op("GatherElements", {"x": _x((2, 3))}, None,
+                 consts={"i": np.array([[0, 3]], np.int64)}, attrs={"axis": 1})

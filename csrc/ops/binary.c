@@ -1,7 +1,7 @@
 /*
  * binary.c — elementwise operators of several tensors with numpy
  * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Mod, PRelu, Sum, Equal,
- * Less, Greater, Where.
+ * Less, Greater, And, Or, Xor, Where.
  *
  * Arithmetic takes float32/float64 (with gradients) and integers of every
  * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
@@ -20,7 +20,8 @@
 
 /* MOD: Mod with fmod = 0, the remainder takes the divisor's sign (numpy.mod,
  * torch.remainder, Python's %); FMOD: fmod = 1, the dividend's (C, torch.fmod) */
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, WHERE, SUM };
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, AND, OR,
+       XOR, WHERE, SUM };
 
 typedef struct {
     int kind;
@@ -331,6 +332,9 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
                 ai_tensor tb = {.dtype = x0->dtype, .data = (void *)eb};
                 double u = ai_tensor_get_flat(&ta, 0), v = ai_tensor_get_flat(&tb, 0);
                 r = kind == EQUAL ? u == v : kind == LESS ? u < v : u > v;
+            } else if (kind >= AND) { /* bool */
+                const bool u = *ea != 0, v = *eb != 0;
+                r = kind == AND ? u && v : kind == OR ? u || v : u != v;
             } else {
                 int64_t u = 0, v = 0;
                 memcpy(&u, ea, isz); /* little-endian integers widen by copying */
@@ -476,6 +480,9 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     if (kind == WHERE && c->in[0]->dtype != AI_BOOL)
         return ai_node_error(c->node, AI_ERR_TYPE, "condition is %s; bool expected",
                              ai_dtype_name(c->in[0]->dtype));
+    if (kind >= AND && kind <= XOR && (a->dtype != AI_BOOL || b->dtype != AI_BOOL))
+        return ai_node_error(c->node, AI_ERR_TYPE, "inputs are %s and %s; bool expected",
+                             ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
     if (a->dtype != b->dtype && !(kind == POW && ai_dtype_is_float(a->dtype)))
         return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
@@ -503,7 +510,7 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         return ai_node_error(c->node, AI_ERR_VALUE,
                              "slope of rank %d does not broadcast to X's shape (rank %d)",
                              b->ndim, a->ndim);
-    out[0].dtype = (kind >= EQUAL && kind <= GREATER) ? AI_BOOL : dt;
+    out[0].dtype = (kind >= EQUAL && kind <= XOR) ? AI_BOOL : dt;
     out[0].ndim = nd;
     memcpy(out[0].shape, shape, sizeof shape);
     /* backward scratch: one output-shaped gradient */
@@ -780,8 +787,9 @@ static ai_status minmax_backward(ai_ctx *c)
 static ai_status binary_init(ai_node *n)
 {
     /* by kind; FMOD is Mod with fmod = 1 */
-    static const char *names[] = {"Add", "Sub",   "Mul",   "Div",  "Pow",     "Min",   "Max", "Mod",
-                                  NULL,  "PRelu", "Equal", "Less", "Greater", "Where", "Sum"};
+    static const char *names[] = {"Add",  "Sub",   "Mul",     "Div", "Pow", "Min",
+                                  "Max",  "Mod",   NULL,      "PRelu", "Equal", "Less",
+                                  "Greater", "And", "Or",     "Xor", "Where", "Sum"};
     binary_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
@@ -821,9 +829,12 @@ static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, 
 BINARY_OP(op_equal, "Equal", 2, 0, NULL)
 BINARY_OP(op_less, "Less", 2, 0, NULL)
 BINARY_OP(op_greater, "Greater", 2, 0, NULL)
+BINARY_OP(op_and, "And", 2, 0, NULL)
+BINARY_OP(op_or, "Or", 2, 0, NULL)
+BINARY_OP(op_xor, "Xor", 2, 0, NULL)
 BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max, &op_mod, &op_prelu,
-    &op_sum, &op_equal, &op_less, &op_greater, &op_where, NULL,
+    &op_sum, &op_equal, &op_less, &op_greater, &op_and, &op_or, &op_xor, &op_where, NULL,
 };

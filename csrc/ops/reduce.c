@@ -1,7 +1,8 @@
 /*
  * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
  * ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp over
- * any set of axes, with keepdims and noop_with_empty_axes.
+ * any set of axes, with keepdims and noop_with_empty_axes; ArgMax, ArgMin
+ * and CumSum along one axis (at the end of the file).
  *
  * Axes are an attribute before opset 18 (ReduceSum: 13) and an optional
  * constant input from then on; no axes (or an empty list) means all axes,
@@ -624,6 +625,213 @@ static ai_status reduce_init(ai_node *n)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- ArgMax, ArgMin, CumSum */
+
+/* X seen as (outer, L, inner) around `axis`. */
+static ai_status axis_split(const ai_ctx *c, int64_t axis, int *a, int64_t *outer, int64_t *L,
+                            int64_t *inner)
+{
+    const ai_tensor *x = c->in[0];
+    ai_status st = ai_norm_axis(c->node, axis, x->ndim ? x->ndim : 1, a);
+    if (st)
+        return st;
+    *outer = *inner = 1;
+    *L = x->ndim ? x->shape[*a] : 1;
+    for (int d = 0; d < x->ndim; d++)
+        if (d < *a)
+            *outer *= x->shape[d];
+        else if (d > *a)
+            *inner *= x->shape[d];
+    return AI_OK;
+}
+
+/* The index of the first (select_last_index: last) largest or smallest value
+ * along `axis`, int64; NaN counts as the largest and the smallest, like
+ * torch.argmax and numpy. No gradient. */
+static ai_status arg_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L, int64_t *inner,
+                           int64_t *keep, int64_t *last)
+{
+    int64_t axis;
+    ai_status st = ai_attr_int(c->node, "axis", 0, &axis);
+    if (!st)
+        st = ai_attr_int(c->node, "keepdims", 1, keep);
+    if (!st)
+        st = ai_attr_int(c->node, "select_last_index", 0, last);
+    if (!st)
+        st = axis_split(c, axis, a, outer, L, inner);
+    if (!st && *L == 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "axis %d has no elements", *a);
+    return st;
+}
+
+static ai_status arg_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    if (x->dtype == AI_BOOL || x->dtype == AI_F16)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
+                             ai_dtype_name(x->dtype));
+    int a;
+    int64_t outer, L, inner, keep, last;
+    ai_status st = arg_setup(c, &a, &outer, &L, &inner, &keep, &last);
+    if (st)
+        return st;
+    out[0].dtype = AI_I64;
+    out[0].ndim = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (d != a || keep)
+            out[0].shape[out[0].ndim++] = d == a ? 1 : x->shape[d];
+    return AI_OK;
+}
+
+static ai_status arg_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int a;
+    int64_t outer, L, inner, keep, last;
+    ai_status st = arg_setup(c, &a, &outer, &L, &inner, &keep, &last);
+    if (st)
+        return st;
+    const bool max = strcmp(c->node->op_type, "ArgMax") == 0, flt = ai_dtype_is_float(x->dtype);
+    int64_t *y = c->out[0]->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const int64_t base = o * L * inner + i;
+            int64_t best = 0;
+            for (int64_t k = 1; k < L; k++) {
+                bool better;
+                if (flt) {
+                    const double v = ai_tensor_get_flat(x, base + k * inner);
+                    const double b = ai_tensor_get_flat(x, base + best * inner);
+                    better = b != b ? (last && v != v)
+                                    : (v != v || (max ? v > b : v < b) || (last && v == b));
+                } else {
+                    const int64_t v = ai_tensor_get_flat_i64(x, base + k * inner);
+                    const int64_t b = ai_tensor_get_flat_i64(x, base + best * inner);
+                    better = (max ? v > b : v < b) || (last && v == b);
+                }
+                if (better)
+                    best = k;
+            }
+            y[o * inner + i] = best;
+        }
+    return AI_OK;
+}
+
+/* CumSum (axis: a constant input; exclusive, reverse), sums in double (int64
+ * for integers); backward is the cumulative sum of dy in the other
+ * direction, with the same exclusivity. */
+static ai_status cumsum_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L,
+                              int64_t *inner)
+{
+    const ai_tensor *t = ai_ctx_const(c, 1);
+    if (!t)
+        t = c->in[1]->data ? c->in[1] : NULL;
+    if (!t)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "axis input must be a constant");
+    if (ai_tensor_numel(t) != 1 || ai_dtype_is_float(t->dtype))
+        return ai_node_error(c->node, AI_ERR_VALUE, "axis must be one integer");
+    return axis_split(c, ai_tensor_get_flat_i64(t, 0), a, outer, L, inner);
+}
+
+static void set_float(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F32)
+        ((float *)t->data)[i] = (float)v;
+    else
+        ((double *)t->data)[i] = v;
+}
+
+static void cumsum_run(const ai_tensor *x, ai_tensor *y, int64_t outer, int64_t L,
+                       int64_t inner, bool exclusive, bool reverse, bool add)
+{
+    const bool flt = ai_dtype_is_float(x->dtype);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double s = 0;
+            int64_t si = 0;
+            for (int64_t n = 0; n < L; n++) {
+                const int64_t k = reverse ? L - 1 - n : n;
+                const int64_t at = (o * L + k) * inner + i;
+                if (flt) {
+                    const double v = ai_tensor_get_flat(x, at);
+                    if (!exclusive)
+                        s += v;
+                    set_float(y, at, add ? ai_tensor_get_flat(y, at) + s : s);
+                    if (exclusive)
+                        s += v;
+                } else {
+                    const int64_t v = ai_tensor_get_flat_i64(x, at);
+                    if (!exclusive)
+                        si = (int64_t)((uint64_t)si + (uint64_t)v);
+                    if (y->dtype == AI_I64)
+                        ((int64_t *)y->data)[at] = si;
+                    else
+                        ((int32_t *)y->data)[at] = (int32_t)si;
+                    if (exclusive)
+                        si = (int64_t)((uint64_t)si + (uint64_t)v);
+                }
+            }
+        }
+}
+
+static ai_status cumsum_flags(const ai_ctx *c, int64_t *exclusive, int64_t *reverse)
+{
+    ai_status st = ai_attr_int(c->node, "exclusive", 0, exclusive);
+    return st ? st : ai_attr_int(c->node, "reverse", 0, reverse);
+}
+
+static ai_status cumsum_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    const ai_dtype dt = x->dtype;
+    if (dt != AI_F32 && dt != AI_F64 && dt != AI_I32 && dt != AI_I64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
+                             ai_dtype_name(dt));
+    int a;
+    int64_t outer, L, inner, e, r;
+    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
+    if (!st)
+        st = cumsum_flags(c, &e, &r);
+    out[0].dtype = dt;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+    return st;
+}
+
+static ai_status cumsum_forward(ai_ctx *c)
+{
+    int a;
+    int64_t outer, L, inner, e, r;
+    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
+    if (!st && !(st = cumsum_flags(c, &e, &r)))
+        cumsum_run(c->in[0], c->out[0], outer, L, inner, e, r, false);
+    return st;
+}
+
+static ai_status cumsum_backward(ai_ctx *c)
+{
+    if (!c->din[0])
+        return AI_OK;
+    int a;
+    int64_t outer, L, inner, e, r;
+    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
+    if (!st && !(st = cumsum_flags(c, &e, &r)))
+        cumsum_run(c->dout[0], c->din[0], outer, L, inner, e, !r, !c->din_assign[0]);
+    return st;
+}
+
+static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
+                                    NULL};
+static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
+                                    NULL};
+static const ai_op_def op_cumsum = {"CumSum", "", 2, 2, 1, 1,
+                                    AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+                                    NULL, cumsum_shape, cumsum_forward, cumsum_backward};
+
 #define REDUCE_OP(VAR, NAME)                                                           \
     static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, 0, reduce_init, reduce_shape,  \
                                   reduce_forward, reduce_backward};
@@ -642,5 +850,5 @@ REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp")
 const ai_op_def *const ai_ops_reduce[] = {
     &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, &op_reduce_prod,
     &op_reduce_l1, &op_reduce_l2, &op_reduce_sum_square, &op_reduce_log_sum,
-    &op_reduce_log_sum_exp, NULL,
+    &op_reduce_log_sum_exp, &op_argmax, &op_argmin, &op_cumsum, NULL,
 };

@@ -1,7 +1,8 @@
 /*
  * unary.c — elementwise operators of one tensor: activations (Relu,
  * LeakyRelu, Sigmoid, Tanh, Gelu, Softplus, HardSwish, HardSigmoid, Elu,
- * Selu, Celu) and math functions, Clip, Identity, Dropout, Cast.
+ * Selu, Celu) and math functions, Clip, Identity, Dropout, Cast; Not, IsNaN,
+ * IsInf.
  *
  * Each function is one line of forward and one of derivative, computed in
  * double and stored in the tensor's type (float32 or float64). Backward
@@ -518,6 +519,53 @@ static ai_status clip_backward(ai_ctx *c)
 static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL, clip_shape,
                                   clip_forward, clip_backward};
 
+/* ---------------------------------------------------------------- Not, IsNaN, IsInf */
+
+/* Boolean results, no gradient: Not of bool; IsNaN and IsInf (detect_positive,
+ * detect_negative) of float16/32/64. */
+static ai_status logic_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    const ai_dtype dt = c->in[0]->dtype;
+    const bool is_not = strcmp(c->node->op_type, "Not") == 0;
+    if (is_not ? dt != AI_BOOL : !ai_dtype_is_float(dt))
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; %s expected",
+                             ai_dtype_name(dt), is_not ? "bool" : "a float type");
+    ai_status st = same_shape(c, out, ws, state);
+    out[0].dtype = AI_BOOL;
+    return st;
+}
+
+static ai_status logic_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    uint8_t *y = c->out[0]->data;
+    const int64_t n = ai_tensor_numel(x);
+    const char *op = c->node->op_type;
+    if (op[0] == 'N') { /* Not */
+        const uint8_t *b = x->data;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = !b[i];
+        return AI_OK;
+    }
+    int64_t pos = 1, neg = 1;
+    ai_status st = ai_attr_int(c->node, "detect_positive", 1, &pos);
+    if (!st)
+        st = ai_attr_int(c->node, "detect_negative", 1, &neg);
+    const bool nan = strcmp(op, "IsNaN") == 0;
+    for (int64_t i = 0; i < n && !st; i++) {
+        const double v = ai_tensor_get_flat(x, i);
+        y[i] = nan ? v != v : (isinf(v) && ((v > 0 && pos) || (v < 0 && neg)));
+    }
+    return st;
+}
+
+static const ai_op_def op_not = {"Not", "", 1, 1, 1, 1, 0, NULL, logic_shape, logic_forward,
+                                 NULL};
+static const ai_op_def op_isnan = {"IsNaN", "", 1, 1, 1, 1, 0, NULL, logic_shape,
+                                   logic_forward, NULL};
+static const ai_op_def op_isinf = {"IsInf", "", 1, 1, 1, 1, 0, NULL, logic_shape,
+                                   logic_forward, NULL};
+
 /* ---------------------------------------------------------------- Dropout */
 
 /* Active only when the graph is in training mode and the ratio is > 0. Its
@@ -697,5 +745,5 @@ const ai_op_def *const ai_ops_unary[] = {
     &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_hard_swish, &op_hard_sigmoid,
     &op_elu, &op_selu, &op_celu, &op_sin, &op_cos, &op_atan, &op_sign, &op_floor, &op_ceil,
     &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
-    &op_cast_like, NULL,
+    &op_cast_like, &op_not, &op_isnan, &op_isinf, NULL,
 };
