@@ -98,3 +98,21 @@ def check_op(op_type, inputs, torch_fn, *, attrs=None, consts=None, n_outputs=1,
         expected = np.zeros_like(inputs[n]) if tg is None else tg.numpy()
         _close(f"{op_type} grad of input '{n}'", ours, expected, rtol or rt, atol or at)
     return outs
+
+
+def check_wrapped_step(model, wrapped, x, *, rtol=1e-5, atol=1e-5, grad_rtol=1e-4,
+                       grad_atol=1e-5):
+    """One forward and backward of a torch model and of its wrap() on input x
+    (a random output gradient): outputs, input and parameter gradients; the
+    gradients are zeroed afterwards."""
+    xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yt, ya = model(xt), wrapped(xa)
+    torch.testing.assert_close(ya, yt, rtol=rtol, atol=atol)
+    g = torch.randn_like(yt)
+    yt.backward(g)
+    ya.backward(g)
+    torch.testing.assert_close(xa.grad, xt.grad, rtol=grad_rtol, atol=grad_atol)
+    for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=grad_rtol, atol=grad_atol, msg=n)
+    model.zero_grad()
+    wrapped.zero_grad()

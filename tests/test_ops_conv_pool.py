@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import aidge_interop
-from op_harness import check_op, make_model
+from op_harness import check_op, check_wrapped_step, make_model
 
 DTYPES = [np.float32, np.float64]
 dtypes = pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -708,18 +708,8 @@ def test_resize_as_torch_interpolate(shape, kw):
     model = _Interpolate(conv, **kw)
     wrapped = aidge_interop.wrap(model, [shape])
     for batch in (shape[0], 3):
-        x = torch.randn((batch,) + shape[1:])
-        xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
-        yt, ya = model(xt), wrapped(xa)
-        torch.testing.assert_close(ya, yt, rtol=1e-5, atol=1e-5)
-        g = torch.randn_like(yt)
-        yt.backward(g)
-        ya.backward(g)
-        torch.testing.assert_close(xa.grad, xt.grad, rtol=1e-5, atol=1e-5)
-        for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-4, msg=n)
-        model.zero_grad()
-        wrapped.zero_grad()
+        check_wrapped_step(model, wrapped, torch.randn((batch,) + shape[1:]),
+                           grad_rtol=1e-5, grad_atol=1e-4)
 
 
 def _resize_model(attrs, scales=None, sizes=None, shape=(1, 1, 2, 3), dtype=np.float32):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import aidge_interop
-from op_harness import check_op, make_model
+from op_harness import check_op, check_wrapped_step, make_model
 
 DTYPES = [np.float32, np.float64]
 DT_IDS = lambda d: np.dtype(d).name  # noqa: E731
@@ -412,16 +412,7 @@ def test_group_and_instance_norm_modules_wrapped(module):
         norm.weight.uniform_(0.5, 1.5)
         norm.bias.uniform_(-0.5, 0.5)
     wrapped = aidge_interop.wrap(model, [(2, 3, 7, 6)])
-    x = torch.randn(4, 3, 7, 6)
-    xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
-    yt, ya = model(xt), wrapped(xa)
-    torch.testing.assert_close(ya, yt, rtol=1e-5, atol=1e-5)
-    g = torch.randn_like(yt)
-    yt.backward(g)
-    ya.backward(g)
-    torch.testing.assert_close(xa.grad, xt.grad, rtol=1e-4, atol=1e-5)
-    for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=n)
+    check_wrapped_step(model, wrapped, torch.randn(4, 3, 7, 6))
 
 
 def test_instancenorm_finite_differences():

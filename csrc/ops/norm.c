@@ -685,6 +685,18 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return AI_OK;
 }
 
+/* M, IS (double) = the mean and 1 / sqrt(biased variance + EPS) of row XR
+ * (H values): two passes of 8 partial sums (LayerNormalization's and
+ * InstanceNormalization's row statistics). */
+#define ROW_MEAN_INVSTD(M, IS, XR, H, EPS)                                                 \
+    do {                                                                                   \
+        double v_;                                                                         \
+        SUM8_OF(M, H, h_, (double)(XR)[h_]);                                               \
+        M /= (double)(H);                                                                  \
+        SUM8_OF(v_, H, h_, ((XR)[h_] - M) * ((XR)[h_] - M));                               \
+        IS = 1.0 / sqrt(v_ / (double)(H) + (EPS));                                         \
+    } while (0)
+
 #define DEFINE_LN_KERNELS(SUF, T)                                                          \
     /* per row: mean, invstd (double sums); y = (x - mean) * invstd * scale + bias in T */ \
     AI_VECTOR_CLONES static void ln_forward_##SUF(T *y, double *mean, double *invstd,      \
@@ -695,11 +707,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * H;                                                       \
             T *yr = y + r * H;                                                             \
-            double m, v;                                                                   \
-            SUM8_OF(m, H, h, (double)xr[h]);                                               \
-            m /= (double)H;                                                                \
-            SUM8_OF(v, H, h, (xr[h] - m) * (xr[h] - m));                                   \
-            const double is = 1.0 / sqrt(v / (double)H + eps);                             \
+            double m, is;                                                                  \
+            ROW_MEAN_INVSTD(m, is, xr, H, eps);                                            \
             mean[r] = m;                                                                   \
             invstd[r] = is;                                                                \
             const T mt = (T)m, dm = (T)((double)mt - m), ist = (T)is;                      \
@@ -903,11 +912,8 @@ static ai_status in_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         for (int64_t r = r0; r < r1; r++) {                                                \
             const T *xr = x + r * H;                                                       \
             T *yr = y + r * H;                                                             \
-            double m, v;                                                                   \
-            SUM8_OF(m, H, h, (double)xr[h]);                                               \
-            m /= (double)H;                                                                \
-            SUM8_OF(v, H, h, (xr[h] - m) * (xr[h] - m));                                   \
-            const double is = 1.0 / sqrt(v / (double)H + eps);                             \
+            double m, is;                                                                  \
+            ROW_MEAN_INVSTD(m, is, xr, H, eps);                                            \
             mean[r] = m;                                                                   \
             invstd[r] = is;                                                                \
             const T mt = (T)m, dm = (T)((double)mt - m), ist = (T)is;                      \
