@@ -718,3 +718,29 @@ def test_gather_elements_index_out_of_range():
     with pytest.raises(ValueError, match="GatherElements node.*index 3 is out of range"):
         check_op("GatherElements", {"x": _x((2, 3))}, None,
                  consts={"i": np.array([[0, 3]], np.int64)}, attrs={"axis": 1})
+
+
+# ---------------------------------------------------------------- TopK
+
+@dtypes
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("axis,k", [(-1, 3), (0, 2), (1, 4), (1, 0)])
+def test_topk(axis, k, largest, dtype):
+    x = np.random.default_rng(2).permutation(60).reshape(3, 4, 5).astype(dtype) / 7  # distinct
+    check_op("TopK", {"x": x}, lambda x, k_: torch.topk(x, k, axis, bool(largest)),
+             consts={"k": _i64(k)}, attrs={"axis": axis, "largest": largest}, n_outputs=2)
+
+
+def test_topk_ties_by_index_and_nan_largest():
+    x = np.array([[1, 3, 3, np.nan, 0, 3]], np.float32)
+    g = aidge_interop.load_onnx(make_model("TopK", {"x": x}, {}, {"k": _i64(4)}, n_outputs=2),
+                                param_kinds={"k": "const"})
+    vals, idx = g.forward([x])
+    np.testing.assert_array_equal(idx, [[3, 1, 2, 5]])
+    np.testing.assert_array_equal(vals[:, 1:], [[3, 3, 3]])
+    assert np.isnan(vals[0, 0])
+
+
+def test_topk_k_larger_than_the_axis():
+    with pytest.raises(ValueError, match="TopK node.*K = 6 for an axis of 5"):
+        check_op("TopK", {"x": _x((2, 5))}, None, consts={"k": _i64(6)}, n_outputs=2)

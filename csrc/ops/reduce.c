@@ -1,8 +1,8 @@
 /*
  * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
  * ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp over
- * any set of axes, with keepdims and noop_with_empty_axes; ArgMax, ArgMin
- * and CumSum along one axis (at the end of the file).
+ * any set of axes, with keepdims and noop_with_empty_axes; ArgMax, ArgMin,
+ * CumSum and TopK along one axis (at the end of the file).
  *
  * Axes are an attribute before opset 18 (ReduceSum: 13) and an optional
  * constant input from then on; no axes (or an empty list) means all axes,
@@ -824,6 +824,143 @@ static ai_status cumsum_backward(ai_ctx *c)
     return st;
 }
 
+/* TopK (K: a constant input; axis, largest, sorted): Values and int64
+ * Indices of the K largest (smallest) along axis, in order; equal values by
+ * index, NaN the largest (torch.topk). Backward adds dValues at Indices.
+ * State: one line of (value, index) pairs to sort. */
+typedef struct {
+    double v;
+    int64_t i;
+} topk_item;
+
+static int topk_desc(const void *a, const void *b)
+{
+    const topk_item *x = a, *y = b;
+    const bool xn = x->v != x->v, yn = y->v != y->v;
+    if (xn != yn)
+        return xn ? -1 : 1;
+    if (!xn && x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+static int topk_asc(const void *a, const void *b)
+{
+    const topk_item *x = a, *y = b;
+    const bool xn = x->v != x->v, yn = y->v != y->v;
+    if (xn != yn)
+        return xn ? 1 : -1;
+    if (!xn && x->v != y->v)
+        return x->v < y->v ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+static ai_status topk_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L, int64_t *inner,
+                            int64_t *k, int64_t *largest)
+{
+    int64_t axis;
+    ai_status st = ai_attr_int(c->node, "axis", -1, &axis);
+    if (!st)
+        st = ai_attr_int(c->node, "largest", 1, largest);
+    if (!st)
+        st = axis_split(c, axis, a, outer, L, inner);
+    if (st)
+        return st;
+    const ai_tensor *t = ai_ctx_const(c, 1);
+    if (!t && !(t = c->in[1]->data ? c->in[1] : NULL))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "K input must be a constant");
+    if (ai_tensor_numel(t) != 1 || t->dtype != AI_I64)
+        return ai_node_error(c->node, AI_ERR_VALUE, "K must be one int64");
+    *k = ai_tensor_get_flat_i64(t, 0);
+    if (*k < 0 || *k > *L)
+        return ai_node_error(c->node, AI_ERR_VALUE, "K = %lld for an axis of %lld elements",
+                             (long long)*k, (long long)*L);
+    return AI_OK;
+}
+
+static ai_status topk_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    const ai_tensor *x = c->in[0];
+    if (x->dtype != AI_F32 && x->dtype != AI_F64 && x->dtype != AI_I32 && x->dtype != AI_I64)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
+                             ai_dtype_name(x->dtype));
+    if (x->ndim == 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "input has rank 0");
+    int a;
+    int64_t outer, L, inner, k, largest;
+    ai_status st = topk_setup(c, &a, &outer, &L, &inner, &k, &largest);
+    if (st)
+        return st;
+    for (int o = 0; o < 2; o++) {
+        out[o].dtype = o ? AI_I64 : x->dtype;
+        out[o].ndim = x->ndim;
+        memcpy(out[o].shape, x->shape, sizeof out[o].shape);
+        out[o].shape[a] = k;
+    }
+    *state = (size_t)L * sizeof(topk_item);
+    return AI_OK;
+}
+
+static ai_status topk_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    int a;
+    int64_t outer, L, inner, k, largest;
+    ai_status st = topk_setup(c, &a, &outer, &L, &inner, &k, &largest);
+    if (st)
+        return st;
+    topk_item *line = c->state;
+    const bool flt = ai_dtype_is_float(x->dtype);
+    ai_tensor *vals = c->out[0];
+    int64_t *idx = c->out[1]->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            for (int64_t n = 0; n < L; n++) {
+                const int64_t at = (o * L + n) * inner + i;
+                line[n].v = flt ? ai_tensor_get_flat(x, at)
+                                : (double)ai_tensor_get_flat_i64(x, at);
+                line[n].i = n;
+            }
+            qsort(line, (size_t)L, sizeof *line, largest ? topk_desc : topk_asc);
+            for (int64_t n = 0; n < k; n++) {
+                const int64_t to = (o * k + n) * inner + i;
+                const int64_t from = (o * L + line[n].i) * inner + i;
+                const size_t es = ai_dtype_size(x->dtype);
+                memcpy((char *)vals->data + to * (int64_t)es,
+                       (const char *)x->data + from * (int64_t)es, es);
+                idx[to] = line[n].i;
+            }
+        }
+    return AI_OK;
+}
+
+static ai_status topk_backward(ai_ctx *c)
+{
+    ai_tensor *dx = c->din[0];
+    if (!dx)
+        return AI_OK;
+    int a;
+    int64_t outer, L, inner, k, largest;
+    ai_status st = topk_setup(c, &a, &outer, &L, &inner, &k, &largest);
+    if (st)
+        return st;
+    if (c->din_assign[0] && ai_tensor_nbytes(dx))
+        memset(dx->data, 0, ai_tensor_nbytes(dx));
+    const int64_t *idx = c->out[1]->data;
+    const ai_tensor *dv = c->dout[0];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t n = 0; n < k; n++)
+            for (int64_t i = 0; i < inner; i++) {
+                const int64_t from = (o * k + n) * inner + i;
+                const int64_t to = (o * L + idx[from]) * inner + i;
+                set_float(dx, to, ai_tensor_get_flat(dx, to) + ai_tensor_get_flat(dv, from));
+            }
+    return AI_OK;
+}
+
+static const ai_op_def op_topk = {"TopK", "", 2, 2, 2, 2, AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X,
+                                  NULL, topk_shape, topk_forward, topk_backward};
 static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
                                     NULL};
 static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
@@ -850,5 +987,5 @@ REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp")
 const ai_op_def *const ai_ops_reduce[] = {
     &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, &op_reduce_prod,
     &op_reduce_l1, &op_reduce_l2, &op_reduce_sum_square, &op_reduce_log_sum,
-    &op_reduce_log_sum_exp, &op_argmax, &op_argmin, &op_cumsum, NULL,
+    &op_reduce_log_sum_exp, &op_argmax, &op_argmin, &op_cumsum, &op_topk, NULL,
 };
