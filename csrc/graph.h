@@ -171,6 +171,9 @@ struct ai_op_def {
 
 /* NULL if input i is absent or not a constant known at plan time. */
 const ai_tensor *ai_ctx_const(const ai_ctx *c, int i);
+/* Input i as one integer known at plan time (CumSum's axis, TopK's K,
+ * Trilu's k); errors name the node and `name`. */
+ai_status ai_ctx_int_scalar(const ai_ctx *c, int i, const char *name, int64_t *out);
 
 /* Attribute getters: AI_OK and the default when absent; AI_ERR_VALUE naming
  * the node and attribute when present with the wrong type. */

@@ -123,3 +123,17 @@ void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign)
     accumulate_job j = {dst->dtype == AI_F64, assign, dst->data, src->data};
     ai_parallel_for(ai_tensor_numel(dst), AI_GRAIN_ELEMS, accumulate_range, &j);
 }
+
+ai_status ai_ctx_int_scalar(const ai_ctx *c, int i, const char *name, int64_t *out)
+{
+    const ai_tensor *t = ai_ctx_const(c, i);
+    if (!t && i < c->n_in && c->in[i] && c->in[i]->data) /* at run time */
+        t = c->in[i];
+    if (!t)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "%s input must be a constant",
+                             name);
+    if (ai_tensor_numel(t) != 1 || ai_dtype_is_float(t->dtype) || t->dtype == AI_BOOL)
+        return ai_node_error(c->node, AI_ERR_VALUE, "%s must be one integer", name);
+    *out = ai_tensor_get_flat_i64(t, 0);
+    return AI_OK;
+}

@@ -725,14 +725,9 @@ static ai_status arg_forward(ai_ctx *c)
 static ai_status cumsum_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L,
                               int64_t *inner)
 {
-    const ai_tensor *t = ai_ctx_const(c, 1);
-    if (!t)
-        t = c->in[1]->data ? c->in[1] : NULL;
-    if (!t)
-        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "axis input must be a constant");
-    if (ai_tensor_numel(t) != 1 || ai_dtype_is_float(t->dtype))
-        return ai_node_error(c->node, AI_ERR_VALUE, "axis must be one integer");
-    return axis_split(c, ai_tensor_get_flat_i64(t, 0), a, outer, L, inner);
+    int64_t axis;
+    ai_status st = ai_ctx_int_scalar(c, 1, "axis", &axis);
+    return st ? st : axis_split(c, axis, a, outer, L, inner);
 }
 
 static void set_float(ai_tensor *t, int64_t i, double v)
@@ -864,14 +859,10 @@ static ai_status topk_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L,
         st = ai_attr_int(c->node, "largest", 1, largest);
     if (!st)
         st = axis_split(c, axis, a, outer, L, inner);
+    if (!st)
+        st = ai_ctx_int_scalar(c, 1, "K", k);
     if (st)
         return st;
-    const ai_tensor *t = ai_ctx_const(c, 1);
-    if (!t && !(t = c->in[1]->data ? c->in[1] : NULL))
-        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "K input must be a constant");
-    if (ai_tensor_numel(t) != 1 || t->dtype != AI_I64)
-        return ai_node_error(c->node, AI_ERR_VALUE, "K must be one int64");
-    *k = ai_tensor_get_flat_i64(t, 0);
     if (*k < 0 || *k > *L)
         return ai_node_error(c->node, AI_ERR_VALUE, "K = %lld for an axis of %lld elements",
                              (long long)*k, (long long)*L);

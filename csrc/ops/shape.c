@@ -1007,13 +1007,7 @@ static ai_status trilu_k(const ai_ctx *c, int64_t *k, int64_t *upper)
     ai_status st = ai_attr_int(c->node, "upper", 1, upper);
     if (st || c->n_in < 2 || !c->in[1])
         return st;
-    const ai_tensor *t = ai_ctx_const(c, 1);
-    if (!t && !(t = c->in[1]->data ? c->in[1] : NULL))
-        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "k input must be a constant");
-    if (ai_tensor_numel(t) != 1 || t->dtype != AI_I64)
-        return ai_node_error(c->node, AI_ERR_VALUE, "k must be one int64");
-    *k = ai_tensor_get_flat_i64(t, 0);
-    return AI_OK;
+    return ai_ctx_int_scalar(c, 1, "k", k);
 }
 
 static ai_status trilu_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
