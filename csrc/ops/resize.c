@@ -107,11 +107,10 @@ static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
         return ai_node_error(n, AI_ERR_VALUE, sc ? "both scales and sizes are given"
                                                  : "neither scales nor sizes is given");
     const int which = sc ? 2 : 3;
-    const ai_tensor *t = ai_ctx_const(c, which);
-    if (!t && !c->in[which]->data)
+    const ai_tensor *t = ai_ctx_const(c, which); /* at plan time; at run time the input */
+    if (!t && !(t = c->in[which]->data ? c->in[which] : NULL))
         return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "%s input must be a constant",
                              sc ? "scales" : "sizes");
-    t = c->in[which];
     rp->nd = x->ndim;
     int axes[AI_MAX_DIMS];
     const int64_t *av;
