@@ -60,8 +60,13 @@ __version__ = "0.1.0"
 
 
 def supported_operators() -> dict[str, dict]:
-    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``."""
-    return {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
+    (LSTM, GRU and RNN: written as the engine's operators at import)."""
+    from ._rnn import UNROLLED
+
+    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    ops.update({name: {"domain": "", "backward": True} for name in UNROLLED})
+    return ops
 
 
 def set_num_threads(n: int) -> None:

@@ -169,8 +169,66 @@ def _elem_type(value_info):
     return t.tensor_type.elem_type
 
 
+def _value_dims(proto, input_shapes=None):
+    """Value name -> its dims (ints; None where one is symbolic or unknown)
+    by ONNX shape inference, for the few nodes that need shapes at import.
+    ``input_shapes``: shapes of the graph's inputs (initializers aside, in
+    order) that fill their symbolic dims first (wrap's example shapes)."""
+    onnx = _onnx()
+    if input_shapes:
+        proto = onnx.ModelProto.FromString(proto.SerializeToString())
+        inits = {i.name for i in proto.graph.initializer}
+        graph_inputs = [i for i in proto.graph.input if i.name not in inits]
+        for inp, shape in zip(graph_inputs, input_shapes):
+            dims = inp.type.tensor_type.shape.dim
+            if len(dims) == len(shape):
+                for d, n in zip(dims, shape):
+                    if not d.HasField("dim_value"):
+                        d.dim_value = int(n)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # the engine's own shape inference reports what is wrong
+        inferred = proto.graph
+    dims = {}
+    for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None
+                             for d in t.shape.dim]
+    for init in inferred.initializer:
+        dims[init.name] = list(init.dims)
+    return dims
+
+
+def _add_rnn(g, node, attrs, opset, dims, where):
+    """An LSTM, GRU or RNN node as the engine operators of its time steps (_rnn.py)."""
+    from . import _rnn
+
+    x_dims = dims.get(node.input[0]) if node.input else None
+    layout = attrs.get("layout", 0)
+    seq_len = x_dims[1 if layout else 0] if x_dims and len(x_dims) == 3 else None
+    if not seq_len:
+        raise NotImplementedError(
+            f"{where}: the sequence length of input X ('{node.input[0]}') is not known at "
+            "import (shape {x_dims}); the engine unrolls {node.op_type} over its time steps, "
+            "so it needs a fixed sequence length (the batch may be dynamic)".format(
+                x_dims=x_dims, node=node))
+    hidden = attrs.get("hidden_size")
+    r_dims = dims.get(node.input[2]) if len(node.input) > 2 else None
+    if hidden is None and r_dims and len(r_dims) == 3:
+        hidden = r_dims[2]
+    if not hidden or hidden < 1:
+        raise ValueError(f"{where}: hidden_size is missing and R's shape ({r_dims}) does not "
+                         "give it")
+    node_opset = max(int(opset), 13)  # the nodes written use opset 13's input forms
+    _rnn.expand(node, attrs, int(seq_len), int(hidden),
+                lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",
+                                                          opset=node_opset),
+                lambda name, value: g.add_initializer(name, value, "const"), where)
+
+
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
-                share_values: bool = False, where: str = "load_onnx"):
+                share_values: bool = False, where: str = "load_onnx", input_shapes=None):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -179,8 +237,11 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     others constants. ``values`` maps
     initializer names to engine Tensors that replace the stored values
     (same shape and dtype expected): copied, or with ``share_values`` read
-    and written in place (the graph shares their memory). Returns
-    ``(graph, proto)``.
+    and written in place (the graph shares their memory). ``input_shapes``
+    (shapes of the graph's inputs, in order) fixes their symbolic dims where
+    an operator needs a shape at import (LSTM, GRU, RNN: the sequence
+    length they are unrolled for; a different one is refused at run time).
+    Returns ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -223,6 +284,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
         g.add_initializer(init.name, value, kind or "const", share)
+    rnn_dims = None  # shapes by ONNX inference, when an LSTM, GRU or RNN needs them
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         domain = node.domain or ""
@@ -235,6 +297,11 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
             if len(node.output) != 1:
                 raise ValueError(f"{node_where}: a Constant has one output")
             g.add_initializer(node.output[0], _constant_value(node, attrs, node_where), "const")
+            continue
+        if node.op_type in ("LSTM", "GRU", "RNN") and domain in ("", "ai.onnx"):
+            if rnn_dims is None:
+                rnn_dims = _value_dims(proto, input_shapes)
+            _add_rnn(g, node, attrs, opset, rnn_dims, node_where)
             continue
         g.add_node(name, node.op_type, list(node.input), list(node.output), attrs,
                    domain=domain, opset=int(opset))

@@ -146,7 +146,8 @@ def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET
     buffers = dict(torch_model.named_buffers())
     kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in params.items()}
     kinds.update({n: "buffer" for n in buffers})
-    graph, proto = build_graph(onnx_bytes, param_kinds=kinds, where=f"wrap({name})")
+    graph, proto = build_graph(onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
+                               input_shapes=shapes)
 
     # check the name mapping by shape and value, and that nothing was lost
     from onnx import numpy_helper
@@ -440,7 +441,7 @@ class AidgeModule(torch.nn.Module):
             # the module's parameters and buffers: shared, never folded
             # ("buffer"); the graph's other initializers: constants
             g, _ = build_graph(self.onnx_model, values=self._sources, share_values=True,
-                               where=where,
+                               where=where, input_shapes=self.input_dims,
                                param_kinds={i.name: "buffer" if i.name in self._sources
                                             else "const"
                                             for i in self.onnx_model.graph.initializer})
