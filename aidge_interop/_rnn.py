@@ -118,8 +118,11 @@ def expand(node, attrs, seq_len, hidden_size, emit_node, emit_const, where):
     e = _Emitter(node.name or f"{op}_{outputs[0]}", emit_node, emit_const)
 
     X = inputs[0]
-    if layout == 1:  # (batch, seq, input) -> (seq, batch, input)
+    if layout == 1:  # (batch, seq, input) -> (seq, batch, input); states (batch, dirs, H)
         X = e.op("Transpose", [X], perm=[1, 0, 2])
+        for k in (5, 6):
+            if inputs[k]:
+                inputs[k] = e.op("Transpose", [inputs[k]], perm=[1, 0, 2])
 
     def direction_part(name, d):
         """Direction d of a (n_dirs, ...) input, without that axis."""

@@ -129,6 +129,32 @@ def _lstm_model(seq=3, **attrs):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_onnx_layout_1_with_initial_states_matches_reference(op):
+    """layout 1: X (batch, seq, input), initial and final states (batch,
+    directions, hidden); bidirectional, with a bias."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(4)
+    G, H, I, B, T = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 3, 2, 2, 4
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, s, rng.standard_normal(np.prod(s)))
+             for n, s in (("W", (2, G * H, I)), ("R", (2, G * H, H)), ("B", (2, 2 * G * H)))]
+    ins = ["X", "W", "R", "B", "", "h0"] + (["c0"] if op == "LSTM" else [])
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ins, outs, hidden_size=H, layout=1, direction="bidirectional")
+    feeds = {"X": (B, T, I), "h0": (B, 2, H), "c0": (B, 2, H)}
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, feeds[n])
+                      for n in ins if n in feeds],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    values = {n: rng.standard_normal(feeds[n]).astype(np.float32) for n in ins if n in feeds}
+    expected = ReferenceEvaluator(model).run(None, values)
+    got = aidge_interop.load_onnx(model).forward([values[n] for n in ins if n in feeds])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
+
+
 def test_onnx_lstm_without_states_or_bias_matches_reference():
     from onnx.reference import ReferenceEvaluator
 
