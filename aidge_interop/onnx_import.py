@@ -210,9 +210,8 @@ def _add_rnn(g, node, attrs, opset, dims, where):
     if not seq_len:
         raise NotImplementedError(
             f"{where}: the sequence length of input X ('{node.input[0]}') is not known at "
-            "import (shape {x_dims}); the engine unrolls {node.op_type} over its time steps, "
-            "so it needs a fixed sequence length (the batch may be dynamic)".format(
-                x_dims=x_dims, node=node))
+            f"import (shape {x_dims}); the engine unrolls {node.op_type} over its time steps, "
+            "so it needs a fixed sequence length (the batch may be dynamic)")
     hidden = attrs.get("hidden_size")
     r_dims = dims.get(node.input[2]) if len(node.input) > 2 else None
     if hidden is None and r_dims and len(r_dims) == 3:
