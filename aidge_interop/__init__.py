@@ -61,11 +61,11 @@ __version__ = "0.1.0"
 
 def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
-    (LSTM, GRU and RNN: written as the engine's operators at import)."""
-    from ._rnn import UNROLLED
+    (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
+    from .onnx_import import EXPANDED
 
     ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
-    ops.update({name: {"domain": "", "backward": True} for name in UNROLLED})
+    ops.update({name: {"domain": "", "backward": True} for name in EXPANDED})
     return ops
 
 

@@ -200,10 +200,26 @@ def _value_dims(proto, input_shapes=None):
     return dims
 
 
-def _add_rnn(g, node, attrs, opset, dims, where):
-    """An LSTM, GRU or RNN node as the engine operators of its time steps (_rnn.py)."""
+# operators written at import as other engine operators (_rnn.py, _einsum.py)
+EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
+
+
+def _add_expanded(g, node, attrs, opset, dims, where):
+    """An operator of EXPANDED as the engine operators that compute it.
+    ``dims(hinted)``: value name -> dims by ONNX shape inference, with the
+    graph's symbolic input dims left unknown, or filled from input_shapes
+    (an RNN's sequence length; Einsum keeps a dynamic batch dynamic)."""
+    node_opset = max(int(opset), 13)  # the nodes written use opset 13's input forms
+    emit_node = lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",  # noqa: E731
+                                                         opset=node_opset)
+    emit_const = lambda name, value: g.add_initializer(name, value, "const")  # noqa: E731
+    if node.op_type == "Einsum":
+        from . import _einsum
+
+        return _einsum.expand(node, attrs, dims(False), emit_node, emit_const, where)
     from . import _rnn
 
+    dims = dims(True)
     x_dims = dims.get(node.input[0]) if node.input else None
     layout = attrs.get("layout", 0)
     seq_len = x_dims[1 if layout else 0] if x_dims and len(x_dims) == 3 else None
@@ -219,11 +235,7 @@ def _add_rnn(g, node, attrs, opset, dims, where):
     if not hidden or hidden < 1:
         raise ValueError(f"{where}: hidden_size is missing and R's shape ({r_dims}) does not "
                          "give it")
-    node_opset = max(int(opset), 13)  # the nodes written use opset 13's input forms
-    _rnn.expand(node, attrs, int(seq_len), int(hidden),
-                lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",
-                                                          opset=node_opset),
-                lambda name, value: g.add_initializer(name, value, "const"), where)
+    _rnn.expand(node, attrs, int(seq_len), int(hidden), emit_node, emit_const, where)
 
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
@@ -239,7 +251,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     and written in place (the graph shares their memory). ``input_shapes``
     (shapes of the graph's inputs, in order) fixes their symbolic dims where
     an operator needs a shape at import (LSTM, GRU, RNN: the sequence
-    length they are unrolled for; a different one is refused at run time).
+    length they are unrolled for, a different one refused at run time;
+    Einsum: the ranks behind ``...`` and the sizes its reshapes fix).
     Returns ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
@@ -283,7 +296,13 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
         g.add_initializer(init.name, value, kind or "const", share)
-    rnn_dims = None  # shapes by ONNX inference, when an LSTM, GRU or RNN needs them
+    inferred = {}  # shapes by ONNX inference, when an operator of EXPANDED needs them
+
+    def dims(hinted):
+        if hinted not in inferred:
+            inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
+        return inferred[hinted]
+
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         domain = node.domain or ""
@@ -297,10 +316,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 raise ValueError(f"{node_where}: a Constant has one output")
             g.add_initializer(node.output[0], _constant_value(node, attrs, node_where), "const")
             continue
-        if node.op_type in ("LSTM", "GRU", "RNN") and domain in ("", "ai.onnx"):
-            if rnn_dims is None:
-                rnn_dims = _value_dims(proto, input_shapes)
-            _add_rnn(g, node, attrs, opset, rnn_dims, node_where)
+        if node.op_type in EXPANDED and domain in ("", "ai.onnx"):
+            _add_expanded(g, node, attrs, opset, dims, node_where)
             continue
         g.add_node(name, node.op_type, list(node.input), list(node.output), attrs,
                    domain=domain, opset=int(opset))

@@ -103,15 +103,20 @@ def check_op(op_type, inputs, torch_fn, *, attrs=None, consts=None, n_outputs=1,
 def check_wrapped_step(model, wrapped, x, *, rtol=1e-5, atol=1e-5, grad_rtol=1e-4,
                        grad_atol=1e-5):
     """One forward and backward of a torch model and of its wrap() on input x
-    (a random output gradient): outputs, input and parameter gradients; the
-    gradients are zeroed afterwards."""
-    xt, xa = x.clone().requires_grad_(), x.clone().requires_grad_()
-    yt, ya = model(xt), wrapped(xa)
-    torch.testing.assert_close(ya, yt, rtol=rtol, atol=atol)
-    g = torch.randn_like(yt)
-    yt.backward(g)
-    ya.backward(g)
-    torch.testing.assert_close(xa.grad, xt.grad, rtol=grad_rtol, atol=grad_atol)
+    (a tensor, or a list of them; random output gradients): outputs, input
+    and parameter gradients; the gradients are zeroed afterwards."""
+    xs = list(x) if isinstance(x, (list, tuple)) else [x]
+    xt = [v.detach().clone().requires_grad_() for v in xs]
+    xa = [v.detach().clone().requires_grad_() for v in xs]
+    yt, ya = model(*xt), wrapped(*xa)
+    yt, ya = (list(yt), list(ya)) if isinstance(yt, tuple) else ([yt], [ya])
+    for a, t in zip(ya, yt, strict=True):
+        torch.testing.assert_close(a, t, rtol=rtol, atol=atol)
+    g = [torch.randn_like(t) for t in yt]
+    torch.autograd.backward(yt, g)
+    torch.autograd.backward(ya, g)
+    for a, t in zip(xa, xt):
+        torch.testing.assert_close(a.grad, t.grad, rtol=grad_rtol, atol=grad_atol)
     for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=grad_rtol, atol=grad_atol, msg=n)
     model.zero_grad()

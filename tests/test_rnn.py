@@ -79,18 +79,7 @@ def test_states_in_and_out(cell):
     model = States(cell)
     shapes = [(6, 3, 5), (4, 3, 8), (4, 3, 8)]
     wrapped = aidge_interop.wrap(copy.deepcopy(model), shapes)
-    ins_t = [torch.randn(s, requires_grad=True) for s in shapes]
-    ins_a = [x.detach().clone().requires_grad_() for x in ins_t]
-    outs_t, outs_a = model(*ins_t), wrapped(*ins_a)
-    grads = [torch.randn_like(o) for o in outs_t]
-    for a, t in zip(outs_a, outs_t):
-        torch.testing.assert_close(a, t, rtol=1e-5, atol=1e-6)
-    torch.autograd.backward(outs_t, grads)
-    torch.autograd.backward(outs_a, grads)
-    for a, t in zip(ins_a, ins_t):
-        torch.testing.assert_close(a.grad, t.grad, rtol=1e-4, atol=1e-5)
-    for (n, p), q in zip(model.named_parameters(), wrapped.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=n)
+    check_wrapped_step(model, wrapped, [torch.randn(s) for s in shapes], atol=1e-6)
 
 
 def test_dynamic_batch_runs_other_batch_sizes():
