@@ -7,7 +7,8 @@ no more); letters needed by no later operand and not in the output are
 summed out first. An operand is transposed to batch + own + contracted
 (the other to batch + contracted + own), its groups reshaped to one axis
 each, multiplied with MatMul (which broadcasts the batch axes), and the
-result reshaped back to its letters. The last operand left is summed over
+result reshaped back to its letters (no reshapes where MatMul's
+broadcasting does it: one contracted letter against a matrix). The last operand left is summed over
 what the output lacks and transposed to the output's order. Products run
 through the engine's GEMM, and backward is that of the operators.
 
@@ -115,12 +116,16 @@ class _Contraction:
                     return None
                 p *= size[c]
             return p
-        if len(own_a) != 1 or len(contr) != 1:  # (else already so)
+        # x (own_a..., c) by y (c, own_b): MatMul broadcasts own_a's leading
+        # letters as it would batch axes (a Linear's einsum: no reshapes,
+        # each a copy); else each group reshaped to one axis
+        broadcast = not batch and own_a and len(contr) == 1 and len(own_b) == 1
+        if not broadcast and (len(own_a) != 1 or len(contr) != 1):  # (else already so)
             x = self.reshape(x, [0] * nb + [prod(own_a), prod(contr)])
         if len(contr) != 1 or len(own_b) != 1:
             y = self.reshape(y, [0] * nb + [prod(contr), prod(own_b)])
         z = self.e.op("MatMul", [x, y])
-        if len(own_a) != 1 or len(own_b) != 1:
+        if not broadcast and (len(own_a) != 1 or len(own_b) != 1):
             z = self.reshape(z, [0] * nb + [size.get(c) for c in own_a + own_b])
         out = batch + own_a + own_b
         dims = [size.get(c) if c in size else None for c in out]

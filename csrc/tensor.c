@@ -517,6 +517,47 @@ double ai_tensor_get_flat(const ai_tensor *t, int64_t i)
                   t->dtype);
 }
 
+/* A same-type copy of 4- or 8-byte elements, a row (the last dim) at a
+ * time: a memcpy where both rows are contiguous, else a typed strided loop
+ * (an expanded source, stride 0, is a fill). The element-wise walk below
+ * took 6.6 ns an element: 0.87 ms to copy a gradient expanded from a
+ * scalar over 131072 floats (loss.sum().backward() into a graph). */
+static ai_status copy_rows(ai_tensor *dst, const ai_tensor *src, int64_t es)
+{
+    const int nd = src->ndim, last = nd - 1;
+    const int64_t inner = src->shape[last], rows = ai_tensor_numel(src) / inner;
+    const int64_t s1 = src->strides[last], d1 = dst->strides[last];
+    int64_t idx[AI_MAX_DIMS] = {0};
+    const char *sp = src->data;
+    char *dp = dst->data;
+    for (int64_t r = 0; r < rows; r++) {
+        if (s1 == 1 && d1 == 1) {
+            memcpy(dp, sp, (size_t)(inner * es));
+        } else if (s1 == 0 && d1 == 1 && es == 4) { /* a fill (vectorised) */
+            uint32_t v;
+            memcpy(&v, sp, 4);
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dp + i * 4, &v, 4);
+        } else if (es == 4) { /* (fixed-size memcpy: one move, any alignment) */
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dp + i * d1 * 4, sp + i * s1 * 4, 4);
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dp + i * d1 * 8, sp + i * s1 * 8, 8);
+        }
+        for (int d = last - 1; d >= 0; d--) { /* the next row */
+            sp += src->strides[d] * es;
+            dp += dst->strides[d] * es;
+            if (++idx[d] < src->shape[d])
+                break;
+            sp -= src->strides[d] * es * src->shape[d];
+            dp -= dst->strides[d] * es * dst->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return AI_OK;
+}
+
 ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
 {
     if (dst->ndim != src->ndim)
@@ -546,6 +587,8 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
     int64_t idx[AI_MAX_DIMS] = {0};
     const char *sp = src->data;
     char *dp = dst->data;
+    if (same && (ss == 4 || ss == 8))
+        return copy_rows(dst, src, ss);
     for (int64_t k = 0; k < n; k++) {
         if (same)
             memcpy(dp, sp, (size_t)ss);

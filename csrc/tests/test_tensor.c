@@ -143,6 +143,35 @@ TEST(strided_copy_negative_and_transposed)
     ai_tensor_free(c);
 }
 
+TEST(strided_copy_expanded_and_row_paths)
+{
+    /* a column of 3 doubles expanded to (2, 3, 4): strides 0, 1, 0 */
+    double col[] = {1.5, -2.0, 7.25};
+    int64_t shape[] = {2, 3, 4}, expanded[] = {0, 1, 0};
+    ai_tensor *v, *c;
+    CHECK_OK(ai_tensor_borrow(&v, col, AI_F64, 3, shape, expanded, 0, true, NULL, NULL));
+    CHECK_OK(ai_tensor_clone(&c, v));
+    const double *o = c->data;
+    for (int i = 0; i < 24; i++)
+        CHECK(o[i] == col[(i / 4) % 3]);
+    ai_tensor_free(v);
+    ai_tensor_free(c);
+    /* every other row of a (4, 5) int32 matrix: rows contiguous, a memcpy each */
+    int32_t m[20];
+    for (int i = 0; i < 20; i++)
+        m[i] = i * 3 - 7;
+    int64_t rows_shape[] = {2, 5}, rows_strides[] = {10, 1};
+    CHECK_OK(ai_tensor_borrow(&v, m, AI_I32, 2, rows_shape, rows_strides, 0, false, NULL,
+                              NULL));
+    CHECK_OK(ai_tensor_clone(&c, v));
+    const int32_t *r = c->data;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 5; j++)
+            CHECK(r[i * 5 + j] == m[i * 10 + j]);
+    ai_tensor_free(v);
+    ai_tensor_free(c);
+}
+
 TEST(dtype_conversion)
 {
     double src[] = {-1.5, 0.0, 2.75, 300.0, -200.0, 1e30, NAN};
@@ -214,6 +243,7 @@ const ctest_case tensor_cases[] = {
     CASE(borrow_failure_still_releases),
     CASE(overlap_detection),
     CASE(strided_copy_negative_and_transposed),
+    CASE(strided_copy_expanded_and_row_paths),
     CASE(dtype_conversion),
     CASE(f16_round_trip_exhaustive),
     CASE(live_counters_return_to_zero),
