@@ -517,6 +517,23 @@ double ai_tensor_get_flat(const ai_tensor *t, int64_t i)
                   t->dtype);
 }
 
+/* The next index of src's first `nd` dims (idx, the last fastest), *sp and
+ * *dp moved with it by the strides of src and dst (elements of ss and ds
+ * bytes). */
+static inline void next_index(int64_t *idx, int nd, const ai_tensor *src, const ai_tensor *dst,
+                              const char **sp, char **dp, int64_t ss, int64_t ds)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        *sp += src->strides[d] * ss;
+        *dp += dst->strides[d] * ds;
+        if (++idx[d] < src->shape[d])
+            return;
+        *sp -= src->strides[d] * ss * src->shape[d];
+        *dp -= dst->strides[d] * ds * dst->shape[d];
+        idx[d] = 0;
+    }
+}
+
 /* A same-type copy of 4- or 8-byte elements, a row (the last dim) at a
  * time: a memcpy where both rows are contiguous, else a typed strided loop
  * (an expanded source, stride 0, is a fill). The element-wise walk below
@@ -545,15 +562,7 @@ static ai_status copy_rows(ai_tensor *dst, const ai_tensor *src, int64_t es)
             for (int64_t i = 0; i < inner; i++)
                 memcpy(dp + i * d1 * 8, sp + i * s1 * 8, 8);
         }
-        for (int d = last - 1; d >= 0; d--) { /* the next row */
-            sp += src->strides[d] * es;
-            dp += dst->strides[d] * es;
-            if (++idx[d] < src->shape[d])
-                break;
-            sp -= src->strides[d] * es * src->shape[d];
-            dp -= dst->strides[d] * es * dst->shape[d];
-            idx[d] = 0;
-        }
+        next_index(idx, last, src, dst, &sp, &dp, es, es); /* the next row */
     }
     return AI_OK;
 }
@@ -596,15 +605,7 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
             store_i(dp, dst->dtype, load_i(sp, src->dtype));
         else
             store_f(dp, dst->dtype, load_f(sp, src->dtype));
-        for (int d = nd - 1; d >= 0; d--) {
-            sp += src->strides[d] * ss;
-            dp += dst->strides[d] * ds;
-            if (++idx[d] < src->shape[d])
-                break;
-            sp -= src->strides[d] * ss * src->shape[d];
-            dp -= dst->strides[d] * ds * dst->shape[d];
-            idx[d] = 0;
-        }
+        next_index(idx, nd, src, dst, &sp, &dp, ss, ds);
     }
     return AI_OK;
 }
