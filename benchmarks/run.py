@@ -19,9 +19,11 @@ engine and ONNX Runtime set to the same count):
 On one thread engine and torch calls alternate sample by sample and
 medians are kept (timing.py): the ratios hold on a loaded machine better
 than the absolute times do. On more threads each contender is timed in
-blocks of its own, 4 rounds of them in rotating order (idle workers of one
-library spin after its calls and would slow the next contender's). Ratios
-are engine / reference: below 1 the engine is faster.
+blocks of its own, 16 rounds of them in rotating order (idle workers of one
+library spin after its calls and would slow the next contender's), each
+block's median relative to the engine's block of the same round (the
+machine's speed changes between rounds more than within one). Ratios are
+engine / reference: below 1 the engine is faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
                              [--sections ops,kernels,models,overhead,memory] [--batch 16]
@@ -53,25 +55,49 @@ from timing import interleaved_medians as _interleaved, interleaved_samples  # n
 # 0.3 ms) and take a core from the next contender: then each contender is
 # timed in blocks of its own, each after a pause (`settle`, seconds) that
 # lets the others' workers sleep: 2 ms, or 0.1 s where ONNX Runtime is a
-# contender. BLOCK_ROUNDS rounds of blocks, the order rotated each round,
-# the median over all of a contender's samples: this VM's CPUs change speed
-# for seconds at a time, and with one block each a contender timed in a
-# slow spell came out up to 1.4x slower than in the next run.
+# contender. BLOCK_ROUNDS rounds of blocks, every contender once per round,
+# the order rotated each round.
+#
+# This VM runs in two speeds that switch every few tens of milliseconds (a
+# 5 us Sub took 5 or 9 us for a whole block, torch's as the engine's), so
+# a median over all of a contender's samples depends on how many of its
+# blocks fell in the slow spells: with 4 rounds the same case measured
+# 1.07-1.73, and every 2-thread run had a few tiny cases above 1.5, never
+# the same ones. Blocks of one round run a few ms apart, in the same spell
+# mostly: each contender's block is taken relative to the first
+# contender's block of the same round (the engine's, in every call here),
+# and its time is the median of those ratios times the first contender's
+# median. The ratio of a contender to the first is then the median of
+# their per-round ratios (same case, 16 rounds: 1.07-1.10 where the
+# all-sample medians gave 1.02-1.50).
+#
+# Each block begins with `settle / 5` seconds (at least 2 ms) of calls that
+# are not timed: after a pause the other virtual CPU comes back slowly (the
+# engine's worker took 1 of a Tanh's 4 parts over the first ~20 calls
+# after 0.1 s idle, 2 of 4 once warm), and blocks of a few ms would time
+# that wake-up more than the library.
 _THREADS = [1]
-BLOCK_ROUNDS = 4
+BLOCK_ROUNDS = 16
 
 
 def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
     if _THREADS[0] == 1:
         return _interleaved(fns, budget, **kw)
-    samples = [[] for _ in fns]
+    n = len(fns)
+    blocks = [[0.0] * BLOCK_ROUNDS for _ in fns]  # block medians, by contender and round
     for r in range(BLOCK_ROUNDS):
-        for i in range(len(fns)):
-            k = (i + r) % len(fns)
+        for i in range(n):
+            k = (i + r) % n
             time.sleep(settle)
-            samples[k] += interleaved_samples([fns[k]], budget / (len(fns) * BLOCK_ROUNDS),
-                                              **kw)[0]
-    return [statistics.median(s) for s in samples]
+            warm_end = time.perf_counter() + max(0.002, settle / 5)
+            while time.perf_counter() < warm_end:
+                fns[k]()
+            blocks[k][r] = statistics.median(
+                interleaved_samples([fns[k]], budget / (n * BLOCK_ROUNDS), **kw)[0])
+    ref = blocks[0]
+    scale = statistics.median(ref)
+    return [statistics.median(b[r] / ref[r] for r in range(BLOCK_ROUNDS)) * scale
+            for b in blocks]
 
 MODELS = {  # name: (factory module, factory, input shape without the batch)
     "Perceptron": ("perceptron_model", "perceptron", (16,)),
@@ -399,7 +425,10 @@ def main():
             res["kernels"] = bench_kernels(budget)
         if "models" in sections:
             _header(f"models, batch {args.batch}", ("fwd", "train"), ort=True)
-            res["models"] = bench_models(budget * 2, args.batch, threads)
+            # (calls of milliseconds: 2 s per measurement, 50 samples and more
+            # per contender; at 2 threads the machine's speed still moves the
+            # models' ratios by about 10% from run to run)
+            res["models"] = bench_models(budget * 5, args.batch, threads)
         if "overhead" in sections:
             _header("per-call overhead", ("fwd",))
             res["overhead"] = bench_overhead(budget)
