@@ -155,6 +155,10 @@ CONV_CASES = {
     "2d_dcl_40_narrow": (2, 40, 17, (9, 10), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, False),
     "2d_dcl_1x1_s2": (2, 16, 32, (9, 8), (1, 1), (2, 2), (1, 1), None, 1, True),
     "2d_dcl_1x1_pad_narrow": (2, 8, 16, (5, 6), (1, 1), (1, 1), (1, 1), (0, 1, 1, 0), 1, False),
+    # pads past the kernel: the first and last output rows read only padding
+    # (the tiles skip the kernel rows that read none of the image)
+    "2d_dcl_rows_all_padding": (2, 3, 16, (6, 9), (3, 3), (2, 1), (1, 1), (4, 1, 5, 1), 1, True),
+    "2d_dcl_rows_dil_asym": (2, 5, 24, (11, 7), (3, 3), (1, 1), (3, 1), (4, 1, 2, 1), 1, True),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),

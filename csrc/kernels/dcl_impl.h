@@ -92,6 +92,30 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
             }                                                                      \
         }                                                                          \
     }
+/* The same over kernel rows [k1lo, k1hi) of each input channel alone: the
+ * taps of the other rows read the padded copy's zero rows for every
+ * position of the tile. Each sum keeps its order, less terms that are +0
+ * (a tile of a 3x3 conv on the first or last output row: a third of the
+ * FMAs; 8x8 planes: 8% of all). */
+#define DCL_TAPS_ROWS(NV, PX, X0, IDX)                                             \
+    {                                                                              \
+        const int64_t kw_ = q->kw, per_c_ = q->kh * q->kw;                         \
+        for (int64_t kc = 0; kc < K; kc += per_c_)                                 \
+            for (int64_t kr = kc + k1lo * kw_; kr < kc + k1hi * kw_; kr += kw_) {  \
+                const float *wk = j->wp + m0 * K + kr * bw;                        \
+                for (int64_t k = kr; k < kr + kw_; k++, wk += bw) {                \
+                    const float *xk = (X0) + q->off[k];                            \
+                    DCL_V wv[NV];                                                 \
+                    for (int v = 0; v < (NV); v++)                                 \
+                        wv[v] = *(const DCL_V *)(wk + DCL_VL * v);                 \
+                    for (int i = 0; i < (PX); i++) {                               \
+                        const float a = xk[IDX(i)];                                \
+                        for (int v = 0; v < (NV); v++)                             \
+                            acc[i][v] += a * wv[v];                                \
+                    }                                                              \
+                }                                                                  \
+            }                                                                      \
+    }
 #define DCL_TABLE(i) base[i0 + (i)]
 #define DCL_STEP1(i) (i)
 #define DCL_STEP2(i) ((i) * 2)
@@ -106,7 +130,29 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
         const bool row = i0 + (PX) <= np &&                                        \
                          base[i0 + (PX) - 1] - base[i0] == cstep * ((PX) - 1);     \
         const float *x0 = xn + base[i0];                                           \
-        if (row && cstep == 1)                                                     \
+        /* the kernel rows that read inside the image for some position: from \
+         * the tile's last output row (the lowest first one) to its first */      \
+        int64_t k1lo = 0, k1hi = q->kh;                                            \
+        if (q->padded) {                                                           \
+            const int64_t oa = (p0 + i0) / q->G2;                                  \
+            const int64_t ob = (p0 + (i0 + (PX) <= np ? i0 + (PX) : np) - 1) / q->G2; \
+            while (k1lo < k1hi && ob * q->s1 + k1lo * q->d1 < q->pb1)              \
+                k1lo++;                                                            \
+            while (k1hi > k1lo && oa * q->s1 + (k1hi - 1) * q->d1 - q->pb1 >= q->H) \
+                k1hi--;                                                            \
+        }                                                                          \
+        if (k1lo > 0 || k1hi < q->kh) {                                            \
+            if (row && cstep == 1)                                                 \
+                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP1)                               \
+            else if (row && cstep == 2)                                            \
+                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP2)                               \
+            else if (row && cstep == 8)                                            \
+                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP8)                               \
+            else if (row && cstep == 16)                                           \
+                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP16)                              \
+            else                                                                   \
+                DCL_TAPS_ROWS(NV, PX, xn, DCL_TABLE)                               \
+        } else if (row && cstep == 1)                                              \
             DCL_TAPS(NV, PX, x0, DCL_STEP1)                                        \
         else if (row && cstep == 2)                                                \
             DCL_TAPS(NV, PX, x0, DCL_STEP2)                                        \
@@ -131,6 +177,7 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
     }
 #undef DCL_TILE
 #undef DCL_TAPS
+#undef DCL_TAPS_ROWS
 #undef DCL_TABLE
 #undef DCL_STEP1
 #undef DCL_STEP2
