@@ -75,12 +75,12 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
     }
     for (int64_t i = np; i < np + DCL_PX_MAX; i++) /* past np: the last again (not stored) */
         base[i] = base[np - 1];
-/* The taps of a tile, position i's input at x + IDX(i) (IDX a table
+/* Taps [KLO, KHI) of a tile, position i's input at x + IDX(i) (IDX a table
  * lookup, or a constant step: no index registers, no spills) */
-#define DCL_TAPS(NV, PX, X0, IDX)                                                  \
+#define DCL_TAPS_RANGE(NV, PX, X0, IDX, KLO, KHI)                                  \
     {                                                                              \
-        const float *wk = j->wp + m0 * K;                                          \
-        for (int64_t k = 0; k < K; k++, wk += bw) {                                \
+        const float *wk = j->wp + m0 * K + (KLO) * bw;                             \
+        for (int64_t k = (KLO); k < (KHI); k++, wk += bw) {                        \
             const float *xk = (X0) + q->off[k];                                    \
             DCL_V wv[NV];                                                         \
             for (int v = 0; v < (NV); v++)                                         \
@@ -92,6 +92,7 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
             }                                                                      \
         }                                                                          \
     }
+#define DCL_TAPS(NV, PX, X0, IDX) DCL_TAPS_RANGE(NV, PX, X0, IDX, 0, K)
 /* The same over kernel rows [k1lo, k1hi) of each input channel alone: the
  * taps of the other rows read the padded copy's zero rows for every
  * position of the tile. Each sum keeps its order, less terms that are +0
@@ -99,22 +100,22 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
  * FMAs; 8x8 planes: 8% of all). */
 #define DCL_TAPS_ROWS(NV, PX, X0, IDX)                                             \
     {                                                                              \
-        const int64_t kw_ = q->kw, per_c_ = q->kh * q->kw;                         \
-        for (int64_t kc = 0; kc < K; kc += per_c_)                                 \
-            for (int64_t kr = kc + k1lo * kw_; kr < kc + k1hi * kw_; kr += kw_) {  \
-                const float *wk = j->wp + m0 * K + kr * bw;                        \
-                for (int64_t k = kr; k < kr + kw_; k++, wk += bw) {                \
-                    const float *xk = (X0) + q->off[k];                            \
-                    DCL_V wv[NV];                                                 \
-                    for (int v = 0; v < (NV); v++)                                 \
-                        wv[v] = *(const DCL_V *)(wk + DCL_VL * v);                 \
-                    for (int i = 0; i < (PX); i++) {                               \
-                        const float a = xk[IDX(i)];                                \
-                        for (int v = 0; v < (NV); v++)                             \
-                            acc[i][v] += a * wv[v];                                \
-                    }                                                              \
-                }                                                                  \
-            }                                                                      \
+        for (int64_t kc = 0; kc < K; kc += q->kh * q->kw)                          \
+            DCL_TAPS_RANGE(NV, PX, X0, IDX, kc + k1lo * q->kw, kc + k1hi * q->kw)  \
+    }
+/* TAPS with the constant step of a tile inside one output row, else the table */
+#define DCL_DISPATCH(TAPS, NV, PX)                                                 \
+    {                                                                              \
+        if (row && cstep == 1)                                                     \
+            TAPS(NV, PX, x0, DCL_STEP1)                                            \
+        else if (row && cstep == 2)                                                \
+            TAPS(NV, PX, x0, DCL_STEP2)                                            \
+        else if (row && cstep == 8)                                                \
+            TAPS(NV, PX, x0, DCL_STEP8)                                            \
+        else if (row && cstep == 16)                                               \
+            TAPS(NV, PX, x0, DCL_STEP16)                                           \
+        else                                                                       \
+            TAPS(NV, PX, xn, DCL_TABLE)                                            \
     }
 #define DCL_TABLE(i) base[i0 + (i)]
 #define DCL_STEP1(i) (i)
@@ -141,27 +142,10 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
             while (k1hi > k1lo && oa * q->s1 + (k1hi - 1) * q->d1 - q->pb1 >= q->H) \
                 k1hi--;                                                            \
         }                                                                          \
-        if (k1lo > 0 || k1hi < q->kh) {                                            \
-            if (row && cstep == 1)                                                 \
-                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP1)                               \
-            else if (row && cstep == 2)                                            \
-                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP2)                               \
-            else if (row && cstep == 8)                                            \
-                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP8)                               \
-            else if (row && cstep == 16)                                           \
-                DCL_TAPS_ROWS(NV, PX, x0, DCL_STEP16)                              \
-            else                                                                   \
-                DCL_TAPS_ROWS(NV, PX, xn, DCL_TABLE)                               \
-        } else if (row && cstep == 1)                                              \
-            DCL_TAPS(NV, PX, x0, DCL_STEP1)                                        \
-        else if (row && cstep == 2)                                                \
-            DCL_TAPS(NV, PX, x0, DCL_STEP2)                                        \
-        else if (row && cstep == 8)                                                \
-            DCL_TAPS(NV, PX, x0, DCL_STEP8)                                        \
-        else if (row && cstep == 16)                                               \
-            DCL_TAPS(NV, PX, x0, DCL_STEP16)                                       \
+        if (k1lo > 0 || k1hi < q->kh)                                              \
+            DCL_DISPATCH(DCL_TAPS_ROWS, NV, PX)                                    \
         else                                                                       \
-            DCL_TAPS(NV, PX, xn, DCL_TABLE)                                        \
+            DCL_DISPATCH(DCL_TAPS, NV, PX)                                         \
         if (yb) { /* each vector of channels into its block, the epilogue first */ \
             DCL_STORE_BLOCKED(NV, PX, np - i0, p0 + i0)                             \
             continue;                                                              \
@@ -177,7 +161,9 @@ DCL_ATTR static void DCL_FN(dcl_tiles)(const dcl_job *j, const float *xn, int64_
     }
 #undef DCL_TILE
 #undef DCL_TAPS
+#undef DCL_TAPS_RANGE
 #undef DCL_TAPS_ROWS
+#undef DCL_DISPATCH
 #undef DCL_TABLE
 #undef DCL_STEP1
 #undef DCL_STEP2
