@@ -159,6 +159,9 @@ CONV_CASES = {
     # (the tiles skip the kernel rows that read none of the image)
     "2d_dcl_rows_all_padding": (2, 3, 16, (6, 9), (3, 3), (2, 1), (1, 1), (4, 1, 5, 1), 1, True),
     "2d_dcl_rows_dil_asym": (2, 5, 24, (11, 7), (3, 3), (1, 1), (3, 1), (4, 1, 2, 1), 1, True),
+    # 3x3, pads 1, rows of 8 and 32 output channels: with 16-lane tiles, tiles of
+    # whole rows (their first and last rows skip a kernel row)
+    "2d_dcl_row_tiles_edges": (2, 8, 32, (6, 8), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),
