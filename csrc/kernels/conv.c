@@ -1186,6 +1186,12 @@ static void dw_zero_pads(void *buf, size_t es, int64_t lanes, int64_t Hp, int64_
 #define GEMM ai_gemm_f64
 #include "conv_impl.h"
 
+void ai_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                      int64_t cols, bool add)
+{
+    transpose_f32(dst, ldd, src, lds, rows, cols, add);
+}
+
 /* ---------------------------------------------------------------- direct conv */
 
 AI_VEC_DECL(dc_vec, float);

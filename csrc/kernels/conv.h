@@ -105,6 +105,12 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
 void ai_channels_reorder(void *blocked, void *plain, int64_t N, int64_t C, int64_t S,
                          size_t elem_size, bool to_blocked, bool add);
 
+/* dst (cols, rows) = src (rows, cols)^T, or += with `add` (rows of dst ldd
+ * apart, of src lds apart): 8 x 8 blocks of 4-byte elements by shuffles
+ * where the CPU has them. One thread. */
+void ai_transpose_f32(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                      int64_t cols, bool add);
+
 /* float64 */
 void ai_conv_forward_f64(const ai_conv_params *p, double *y, const double *x,
                          const double *w, const double *b, double *workspace,

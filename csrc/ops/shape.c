@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/conv.h"
 #include "../parallel.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -236,9 +237,42 @@ static void walk_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* A float32 walk whose last two dimensions swap which side is contiguous
+ * (the destination along the last, the source along the one before:
+ * Transpose's [..., 1, 0] and its backward, after merging): each 2-D slice
+ * a blocked transpose (8 x 8 tiles by shuffles) instead of rows that read
+ * one element per cache line. Items: (slice, band of TR_BAND destination
+ * rows). */
+#define TR_BAND 64
+static void transpose_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const walk_job *j = ctx;
+    const walk *w = &j->w;
+    const int nd = w->nd;
+    const int64_t R = w->shape[nd - 2], C = w->shape[nd - 1];
+    const int64_t bands = (R + TR_BAND - 1) / TR_BAND;
+    for (int64_t it = lo; it < hi; it++) {
+        int64_t b = it / bands, od = w->od, os = w->os;
+        const int64_t r0 = it % bands * TR_BAND;
+        for (int d = nd - 3; d >= 0; d--) { /* slice b's offsets */
+            const int64_t i = b % w->shape[d];
+            b /= w->shape[d];
+            od += i * w->sd[d];
+            os += i * w->ss[d];
+        }
+        const int64_t nr = R - r0 < TR_BAND ? R - r0 : TR_BAND;
+        /* dst rows r0.. (sd[nd-2] apart) = src columns r0.. (rows ss[nd-1] apart) */
+        ai_transpose_f32((float *)j->dst + od + r0 * w->sd[nd - 2], w->sd[nd - 2],
+                         (const float *)j->src + os + r0, w->ss[nd - 1], C, nr,
+                         j->row == row_add_f32);
+    }
+}
+
 /* Every row of w (their destinations never overlap: each walk maps one
- * element to one), rows split between threads where there are enough. */
-static void walk_run(const walk *w0, char *dst, const char *src, size_t es, row_fn row)
+ * element to one), rows split between threads where there are enough;
+ * float32 transposes by blocks (transpose_range). */
+static void walk_run(const walk *w0, char *dst, const char *src, size_t es, row_fn row,
+                     bool f32)
 {
     /* drop size-1 dimensions; merge a dimension into the previous one when
      * both sides are contiguous across them (long rows, few calls) */
@@ -265,13 +299,21 @@ static void walk_run(const walk *w0, char *dst, const char *src, size_t es, row_
     const int nd = w->nd;
     const int64_t inner = nd ? w->shape[nd - 1] : 1;
     const int64_t rows = nd ? prod(w->shape, 0, nd - 1) : 1;
+    if (f32 && (row == row_copy || row == row_add_f32) && nd >= 2 &&
+        w->sd[nd - 1] == 1 && w->ss[nd - 2] == 1 && w->ss[nd - 1] > 1 &&
+        w->shape[nd - 2] >= 8 && w->shape[nd - 1] >= 8) {
+        const int64_t items =
+            prod(w->shape, 0, nd - 2) * ((w->shape[nd - 2] + TR_BAND - 1) / TR_BAND);
+        ai_parallel_for(items, ai_grain_of(TR_BAND * inner), transpose_range, &j);
+        return;
+    }
     ai_parallel_for(rows, ai_grain_of(inner), walk_range, &j);
 }
 
 /* Forward along w: out <- in. */
 static void walk_copy(const walk *w, ai_tensor *out, const ai_tensor *in)
 {
-    walk_run(w, out->data, in->data, ai_dtype_size(in->dtype), row_copy);
+    walk_run(w, out->data, in->data, ai_dtype_size(in->dtype), row_copy, in->dtype == AI_F32);
 }
 
 /* Backward along w (the forward walk): din += dout where in -> out (=
@@ -284,7 +326,8 @@ static ai_status walk_add_back(const ai_ctx *c, const walk *w, ai_tensor *din,
         return st;
     walk b = walk_swapped(w);
     walk_run(&b, din->data, dout->data, ai_dtype_size(din->dtype),
-             assign ? row_copy : din->dtype == AI_F32 ? row_add_f32 : row_add_f64);
+             assign ? row_copy : din->dtype == AI_F32 ? row_add_f32 : row_add_f64,
+             din->dtype == AI_F32);
     return AI_OK;
 }
 
