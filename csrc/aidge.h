@@ -118,6 +118,12 @@ ai_status ai_tensor_borrow(ai_tensor **out, void *data, ai_dtype dtype,
 
 /* A new tensor sharing `src`'s storage (same shape, strides and data). */
 ai_status ai_tensor_share(ai_tensor **out, const ai_tensor *src);
+/* `dst` becomes a view of `src`'s storage, as ai_tensor_share makes one, in
+ * the header it already has: its previous storage loses a reference. */
+void ai_tensor_reshare(ai_tensor *dst, const ai_tensor *src);
+/* True when `t` holds the only reference to memory of its own: no other
+ * tensor (nor a view exported from one) reads or writes it. */
+bool ai_tensor_unshared(const ai_tensor *t);
 
 /* A new contiguous tensor owning a copy of `src`'s values. */
 ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src);

@@ -410,6 +410,18 @@ ai_status ai_tensor_share(ai_tensor **out, const ai_tensor *src)
     return AI_OK;
 }
 
+void ai_tensor_reshare(ai_tensor *dst, const ai_tensor *src)
+{
+    atomic_fetch_add(&src->storage->refcount, 1); /* first: src may share dst's storage */
+    storage_decref(dst->storage);
+    *dst = *src;
+}
+
+bool ai_tensor_unshared(const ai_tensor *t)
+{
+    return t->storage && t->storage->owned && atomic_load(&t->storage->refcount) == 1;
+}
+
 ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src)
 {
     ai_status st = ai_tensor_new(out, src->dtype, src->ndim, src->shape);

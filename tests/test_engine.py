@@ -128,6 +128,50 @@ def _conv_bn_relu_model():
     return _model(nodes, [("x", ["N", 2, 5, 5])], ["y"], list(inits.items())), inits
 
 
+def test_results_held_keep_their_values_and_released_ones_are_reused():
+    """A result the caller still holds (or a view of it) is never the next
+    forward's output; once released, the next forward writes into its
+    memory (no allocation), with the right values."""
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Mul", ["t", "x"], ["y"])]
+    g = load_onnx(_model(nodes, [("x", [3, 4])], ["y"]))
+    xs = np.random.default_rng(3).standard_normal((4, 3, 4))
+    want = np.tanh(xs) * xs
+    ptr = lambda a: a.__array_interface__["data"][0]  # noqa: E731
+
+    (y0,) = g.forward([xs[0]])
+    y0_copy = y0.copy()
+    (y1,) = g.forward([xs[1]])  # y0 is held: y1 has memory of its own
+    assert ptr(y1) != ptr(y0)
+    view, p1 = y1[1:], ptr(y1)
+    view_copy = view.copy()
+    del y1
+    (y2,) = g.forward([xs[2]])  # a view of y1 is held
+    assert ptr(y2) != p1
+    p2 = ptr(y2)
+    del y2
+    (y3,) = g.forward([xs[3]])  # nothing holds y2: its memory is y3's
+    assert ptr(y3) == p2
+    np.testing.assert_array_equal(y0, y0_copy)
+    np.testing.assert_array_equal(view, view_copy)
+    for got, want_i in ((y0, want[0]), (view, want[1][1:]), (y3, want[3])):
+        np.testing.assert_allclose(got, want_i, rtol=1e-14, atol=0)
+
+    # the same through torch tensors (DLPack results of a wrapped module)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    am = aidge_interop.wrap(copy.deepcopy(model), [(3, 4)])
+    xt = torch.tensor(xs, dtype=torch.float32)
+    with torch.no_grad():
+        outs = [am(x) for x in xt]
+        for i in range(len(xt)):
+            torch.testing.assert_close(outs[i], model(xt[i]))
+        assert len({o.data_ptr() for o in outs}) == len(outs)
+        p = outs[-1].data_ptr()
+        del outs
+        again = am(xt[0])
+        assert again.data_ptr() == p
+        torch.testing.assert_close(again, model(xt[0]))
+
+
 def test_training_plan_frees_what_no_backward_reads():
     """With need_backward, a value that no backward reads (the BatchNorm's
     output: Relu's gradient reads Relu's output, the BatchNorm's its input)

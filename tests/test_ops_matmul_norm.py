@@ -70,10 +70,12 @@ def test_gemm(ta, tb, alpha, beta, c_shape, dtype):
                                          "beta": beta})
 
 
-# the last three take the skinny kernel (gemm.c: m <= 16, k >= 64, n k >= 4096), with a
-# column tail, across its K chunks of 256
+# (16, 600, 20), (9, 257, 20) and (1, 300, 14) take the skinny kernel (gemm.c: m <= 16,
+# k >= 64, n k >= 4096), with a column tail, across its K chunks of 256; (1, 9, 20) and
+# (1, 70, 5) the library's matrix-vector product (one row of C)
 @pytest.mark.parametrize("m,k,n", [(16, 37, 128), (19, 64, 50), (5, 3, 26), (33, 17, 40),
-                                   (40, 70, 30), (16, 600, 20), (9, 257, 20), (1, 300, 14)],
+                                   (40, 70, 30), (16, 600, 20), (9, 257, 20), (1, 300, 14),
+                                   (1, 9, 20), (1, 70, 5)],
                          ids=str)
 @pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.5, -1.5), (2.0, 0.0)], ids=str)
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)], ids=str)

@@ -272,6 +272,49 @@ def test_no_grad_forward_and_eval_mode():
     assert not y.requires_grad and not wrapped.training
 
 
+def test_hooks_run_as_on_a_torch_module():
+    """AidgeModule.__call__ skips nn.Module's hook machinery only while no
+    hook is registered: module and global hooks, input and output gradient
+    hooks run as they do on the torch model, and stop once removed."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    wrapped = wrap(copy.deepcopy(model), [(2, 4)])
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        plain = model(x)
+        hooked = torch.nn.functional.linear(2 * x, model.weight, model.bias) + 1
+    handles, grads = [], {}
+    for name, m in (("torch", model), ("engine", wrapped)):
+        handles += [m.register_forward_pre_hook(lambda mod, args: (args[0] * 2,)),
+                    m.register_forward_hook(lambda mod, args, out: out + 1),
+                    m.register_full_backward_hook(
+                        lambda mod, gin, gout, name=name: grads.__setitem__(name, gout[0]))]
+    xs = {name: x.clone().requires_grad_() for name in ("torch", "engine")}
+    want, got = model(xs["torch"]), wrapped(xs["engine"])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got.detach(), hooked)
+    (got * got).sum().backward()
+    (want * want).sum().backward()
+    torch.testing.assert_close(grads["engine"], grads["torch"])
+    torch.testing.assert_close(xs["engine"].grad, xs["torch"].grad)
+
+    seen = []
+    g = torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: seen.append(type(mod).__name__))
+    try:
+        with torch.no_grad():
+            wrapped(x)
+    finally:
+        g.remove()
+    assert seen == ["AidgeModule"]
+    for h in handles:
+        h.remove()
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(x), plain)
+        wrapped(x)
+    assert seen == ["AidgeModule"]
+
+
 def test_backward_of_an_older_forward_is_refused():
     wrapped = wrap(Elementwise(), [(2, 16)])
     y1 = wrapped(torch.randn(2, 16))

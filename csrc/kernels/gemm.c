@@ -21,6 +21,8 @@ void scipy_cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alp
 void scipy_cblas_dgemm(int order, int ta, int tb, int M, int N, int K, double alpha,
                        const double *A, int lda, const double *B, int ldb, double beta,
                        double *C, int ldc);
+void scipy_cblas_sgemv(int order, int trans, int M, int N, float alpha, const float *A,
+                       int lda, const float *x, int incx, float beta, float *y, int incy);
 void scipy_openblas_set_num_threads(int n);
 int scipy_openblas_get_num_threads(void);
 #endif
@@ -154,6 +156,14 @@ static void gemm_serial_f32(bool skinny, bool ta, bool tb, int64_t M, int64_t N,
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
         FITS_INT(ldb) && FITS_INT(ldc)) {
+        if (M == 1) { /* one row of C: B times A's row, without sgemm's packing */
+            if (beta == 0) /* C may be uninitialised: NaN * 0 must not reach it */
+                memset(C, 0, (size_t)N * sizeof *C);
+            scipy_cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans,
+                              tb ? (int)N : (int)K, tb ? (int)K : (int)N, alpha, B, (int)ldb,
+                              A, ta ? (int)lda : 1, beta, C, 1);
+            return;
+        }
         scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                           tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha,
                           A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

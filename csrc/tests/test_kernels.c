@@ -11,7 +11,9 @@
 
 #include "../aidge.h"
 #include "../kernels/conv.h"
+#include "../kernels/gemm.h"
 #include "../kernels/pool.h"
+#include "../parallel.h"
 #include "ctest.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -873,7 +875,73 @@ TEST(global_pools)
     }
 }
 
+/* ---------------------------------------------------------------- gemm */
+
+/* C = alpha op(A) op(B) + beta C in float32 against a float64 sum, with
+ * leading dimensions past the matrices' widths; C starts as NaN where beta
+ * is 0 (its old values must not reach the result) */
+static void check_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           float beta)
+{
+    const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+    float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda));
+    float *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc));
+    double *want = malloc(sizeof(double) * (size_t)(M * N));
+    for (int64_t i = 0; i < (ta ? K : M) * lda; i++)
+        A[i] = (float)urand();
+    for (int64_t i = 0; i < (tb ? N : K) * ldb; i++)
+        B[i] = (float)urand();
+    for (int64_t i = 0; i < M * ldc; i++)
+        C[i] = beta == 0 ? NAN : (float)urand();
+    double worst = 0, scale = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double sum = 0;
+            for (int64_t k = 0; k < K; k++)
+                sum += (double)(ta ? A[k * lda + m] : A[m * lda + k]) *
+                       (double)(tb ? B[n * ldb + k] : B[k * ldb + n]);
+            want[m * N + n] = alpha * sum + (beta == 0 ? 0 : beta * (double)C[m * ldc + n]);
+            scale += fabs(sum);
+        }
+    ai_gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double d = fabs((double)C[m * ldc + n] - want[m * N + n]);
+            if (isnan(d) || d > worst)
+                worst = isnan(d) ? INFINITY : d;
+        }
+    /* float32 rounding of sums of K products of magnitude ~1/3 */
+    const double tol = 1e-5 * (1 + scale / (double)(M * N)) * sqrt((double)K);
+    CHECK(worst <= tol);
+    if (!(worst <= tol))
+        fprintf(stderr, "  gemm ta=%d tb=%d %lldx%lldx%lld: error %g\n", ta, tb,
+                (long long)M, (long long)N, (long long)K, worst);
+    free(A);
+    free(B);
+    free(C);
+    free(want);
+}
+
+/* One row of C (the library's matrix-vector product), each transpose, with
+ * beta 0 over NaN and beta 0.5; then, at 2 threads, a product split into row
+ * panels of 8 whose last panel is one row of a transposed, strided A. */
+TEST(gemm_f32_single_rows)
+{
+    for (int t = 0; t < 4; t++) {
+        check_gemm_f32(t & 1, t & 2, 1, 16, 16, 1.0f, 0.0f);
+        check_gemm_f32(t & 1, t & 2, 1, 37, 70, 0.5f, 0.5f);
+        check_gemm_f32(t & 1, t & 2, 3, 5, 9, 2.0f, 0.0f);
+    }
+    const int threads = ai_get_num_threads();
+    ai_set_num_threads(2);
+    check_gemm_f32(true, false, 17, 4, 40000, 1.0f, 0.0f);
+    check_gemm_f32(true, true, 17, 4, 40000, 1.0f, 0.5f);
+    ai_set_num_threads(threads);
+}
+
 const ctest_case kernel_cases[] = {
+    CASE(gemm_f32_single_rows),
     CASE(conv_forward_backward_against_naive_and_finite_differences),
     CASE(convtranspose_forward_backward_against_naive_and_finite_differences),
     CASE(conv_output_sizes_and_workspace),
