@@ -172,6 +172,9 @@ CONV_CASES = {
     "2d_pointwise_pwk_tail": (2, 7, 13, (11, 9), (1, 1), (1, 1), (1, 1), None, 1, True),
     "1d_pointwise_pwk": (3, 5, 8, (70,), (1,), (1,), (1,), None, 1, False),
     "2d_pointwise_pwk_16": (3, 9, 6, (4, 4), (1, 1), (1, 1), (1, 1), None, 1, True),
+    # small planes over 64 positions: the backward's weight gradient by panels summed
+    # over the images, its input gradient image by image (pw_small in conv.c); KWS's 25x5
+    "2d_pointwise_small_kws": (3, 16, 12, (25, 5), (1, 1), (1, 1), (1, 1), None, 1, True),
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
     # strided 1x1 kernels without padding: im2col's subsampling loop (1-D, 2-D with
     # unequal strides and groups, 3-D, a dilation that changes nothing); with padding
