@@ -709,7 +709,11 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
         if (!p->needs_grad[v])
             continue;
         /* fresh (the caller may keep the last one), not ready: its first
-         * writer assigns or zeroes it; zeroed at the end if nobody wrote it */
+         * writer assigns or zeroes it; zeroed at the end if nobody wrote it.
+         * The last one again when nothing else references it (as forward's
+         * outputs) */
+        if (p->gradv[v] && ai_tensor_unshared(p->gradv[v]))
+            continue;
         ai_tensor_free(p->gradv[v]);
         p->gradv[v] = NULL;
         if ((st = ai_tensor_new_uninit(&p->gradv[v], p->meta[v].dtype, p->meta[v].ndim,

@@ -156,6 +156,24 @@ def test_results_held_keep_their_values_and_released_ones_are_reused():
     for got, want_i in ((y0, want[0]), (view, want[1][1:]), (y3, want[3])):
         np.testing.assert_allclose(got, want_i, rtol=1e-14, atol=0)
 
+    # input gradients: the same rule (d/dx tanh(x) x = (1 - tanh^2) x + tanh)
+    def grad(i):
+        g.forward([xs[i]], need_backward=True, input_grads=True)
+        return g.backward([np.ones((3, 4))])[0]
+
+    want_dx = (1 - np.tanh(xs) ** 2) * xs + np.tanh(xs)
+    dx0 = grad(0)
+    dx0_copy = dx0.copy()
+    dx1 = grad(1)
+    assert ptr(dx1) != ptr(dx0)
+    p1 = ptr(dx1)
+    del dx1
+    dx2 = grad(2)
+    assert ptr(dx2) == p1
+    np.testing.assert_array_equal(dx0, dx0_copy)
+    for got, want_i in ((dx0, want_dx[0]), (dx2, want_dx[2])):
+        np.testing.assert_allclose(got, want_i, rtol=1e-13, atol=0)
+
     # the same through torch tensors (DLPack results of a wrapped module)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
     am = aidge_interop.wrap(copy.deepcopy(model), [(3, 4)])
@@ -170,6 +188,13 @@ def test_results_held_keep_their_values_and_released_ones_are_reused():
         again = am(xt[0])
         assert again.data_ptr() == p
         torch.testing.assert_close(again, model(xt[0]))
+    # gradients torch accumulates into x.grad: the first one becomes x.grad
+    # (held), the later ones are added to it and released
+    xg, xr = xt[1].clone().requires_grad_(), xt[1].clone().requires_grad_()
+    for _ in range(3):
+        am(xg).square().sum().backward()
+        model(xr).square().sum().backward()
+        torch.testing.assert_close(xg.grad, xr.grad)
 
 
 def test_training_plan_frees_what_no_backward_reads():
