@@ -475,7 +475,7 @@ class AidgeModule(torch.nn.Module):
     def __call__(self, *inputs, **kwargs):
         # nn.Module.__call__ goes straight to forward when no hook is
         # registered; this is that test without its two extra Python calls
-        # (about a fifth of a small model's per-call overhead). Anything
+        # (0.44 us of a 16-feature Linear's 4-5 us, paired). Anything
         # else (hooks, keyword arguments, torch.compile, jit tracing) takes
         # torch's own path.
         if (kwargs or self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
