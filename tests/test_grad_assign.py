@@ -344,9 +344,9 @@ class _ConvFanout(torch.nn.Module):
     gradient is written or added by the register-tiled kernel) and by Relu,
     in either order; Conv output read twice."""
 
-    def __init__(self, conv_first, k=3):
+    def __init__(self, conv_first, k=3, groups=1):
         super().__init__()
-        self.conv = torch.nn.Conv2d(5, 5, k, padding=k // 2)
+        self.conv = torch.nn.Conv2d(5, 5, k, padding=k // 2, groups=groups)
         self.conv_first = conv_first
 
     def forward(self, x):
@@ -370,6 +370,24 @@ def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, 
     gy = torch.randn(2, 5, 7, width)
     model(x).backward(gy)
     for _ in range(2):  # a second pass: nothing left over from the first
+        xe.grad = None
+        wrapped(xe).backward(gy)
+        torch.testing.assert_close(xe.grad, x.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("plane", [(25, 5), (12, 12)])
+@pytest.mark.parametrize("conv_first", [True, False])
+def test_float32_narrow_depthwise_input_gradient_assigns_and_accumulates(conv_first, plane):
+    """The depthwise conv's input gradient on narrow planes (dwn in conv.c,
+    where the CPU has AVX-512), written or added."""
+    torch.manual_seed(5)
+    model = _ConvFanout(conv_first, groups=5)
+    wrapped = aidge_interop.wrap(model, [(3, 5, *plane)])
+    x = torch.randn(3, 5, *plane, requires_grad=True)
+    xe = x.detach().clone().requires_grad_(True)
+    gy = torch.randn(3, 5, *plane)
+    model(x).backward(gy)
+    for _ in range(2):
         xe.grad = None
         wrapped(xe).backward(gy)
         torch.testing.assert_close(xe.grad, x.grad, rtol=1e-4, atol=1e-5)

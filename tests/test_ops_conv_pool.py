@@ -121,6 +121,19 @@ CONV_CASES = {
     "2d_depthwise_same_w1": (2, 4, 4, (6, 1), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 4, False),
     "2d_depthwise_narrow_s2": (2, 8, 8, (12, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 8,
                                True),
+    # float32 with AVX-512: the forward and (planes of 64 positions or more) the input
+    # gradient straight on the planes, 16 positions a vector (dwn in conv.c): 9, 5 and
+    # 6 chunks of 16 (blocks of 8, 4, 2 and 1), dilated rows and asymmetric pads that
+    # keep the width, fewer output rows than input rows, 1-D
+    "2d_depthwise_dwn_12x12": (3, 10, 10, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 10,
+                               True),
+    "2d_depthwise_dwn_11x7": (2, 6, 6, (11, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6,
+                              False),
+    "2d_depthwise_dwn_dil_asym": (2, 9, 9, (14, 6), (3, 5), (1, 1), (2, 1), (2, 1, 2, 3), 9,
+                                  True),
+    "2d_depthwise_dwn_fewer_rows": (2, 8, 8, (20, 6), (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 8,
+                                    True),
+    "1d_depthwise_dwn": (3, 8, 8, (13,), (5,), (1,), (1,), (2, 2), 8, True),
     # forward channels-last by units of 8 channels (dwl in conv.c): a partial
     # unit, taps past the image (last row or column unused: the row by row fill),
     # dilation, 1-D, more jobs than slots

@@ -12,6 +12,8 @@ within tolerance.
   smaller and larger than the thread slots.
 - Training steps run the NCHW plane kernel (dconv): forward of stride-1
   convs and the input gradient, odd block and channel-tile counts included.
+- Training steps run depthwise convs on narrow NCHW planes (dwn): the
+  forward and input gradient 16 positions a vector.
 - Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
   convs, partial channel tiles and position blocks, blocks across images.
 - The direct weight gradient (dconv_dw) runs pairs of output channels as
@@ -174,6 +176,30 @@ def _pointwise(seed=0):
     return _Pointwise()
 
 
+class _Narrow(nn.Module):
+    """Depthwise convs on NCHW planes under 16 wide (dwn in conv.c): the
+    forward, and the input gradient on planes of 64 positions or more, 16
+    positions a vector; the weight gradient channels-last. 12 x 12 (9
+    chunks of 16), a dilated 3 x 5 kernel with asymmetric pads, a 3 x 3
+    without row pads (fewer output rows), and 12 channels (a partial unit
+    of 8 for the channels-last weight gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 12, 1), nn.Conv2d(12, 12, 3, padding=1, groups=12), nn.ReLU(),
+            nn.ZeroPad2d((1, 3, 2, 2)), nn.Conv2d(12, 12, (3, 5), dilation=(2, 1), groups=12),
+            nn.BatchNorm2d(12), nn.ReLU(), nn.Conv2d(12, 12, 3, padding=(0, 1), groups=12))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _narrow(seed=0):
+    torch.manual_seed(seed)
+    return _Narrow()
+
+
 def _mlp(seed=0):
     """Linear layers of 640 -> 96 -> 640 (the skinny GEMM's K >= 64), the
     96 columns not a multiple of its 8-column tile."""
@@ -185,10 +211,11 @@ def _mlp(seed=0):
     (resnet8, (4, 3, 32, 32)),
     (_planes, (3, 3, 23, 29)),
     (ds_cnn, (4, 1, 49, 10)),
+    (_narrow, (3, 3, 12, 12)),
     (_pointwise, (3, 3, 9, 11)),
     (_mlp, (16, 640)),
     (_mlp, (5, 640)),
-], ids=["resnet8", "planes", "ds_cnn", "pointwise", "mlp-16-rows", "mlp-5-rows"])
+], ids=["resnet8", "planes", "ds_cnn", "narrow", "pointwise", "mlp-16-rows", "mlp-5-rows"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, at_threads, factory, shape,
                                                       threads):

@@ -318,7 +318,8 @@ typedef struct {
  * thread's input came from the other core's cache: KWS's eval at 2
  * threads, per-node profile, 1.32 -> 1.59 times the 1-thread speed, its
  * depthwise convs 1.25 -> 1.55, the pointwise ones after them 1.33 ->
- * 1.60.)
+ * 1.60.) Float32 stride-1 convs on narrow planes as wide as their output
+ * go to dwn (end of this file) first where the CPU has AVX-512.
  */
 #define DWL_UNIT 8 /* channels per job: one vector of float */
 /* Stride-1 outputs of more positions stay plane by plane, where rows are
@@ -1000,6 +1001,26 @@ static bool dconv_dx_f64(const ai_conv_params *p, double *dx, const double *dy,
                          const double *w, double *ws, bool assign)
 {
     (void)p, (void)dx, (void)dy, (void)w, (void)ws, (void)assign;
+    return false;
+}
+
+/* the depthwise kernels on narrow planes (dwn, after conv_impl.h); float32 */
+static bool dwn_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
+                            const float *b, const ai_conv_epilogue *ep);
+static bool dwn_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
+                       bool assign);
+
+static bool dwn_forward_f64(const ai_conv_params *p, double *y, const double *x,
+                            const double *w, const double *b, const ai_conv_epilogue *ep)
+{
+    (void)p, (void)y, (void)x, (void)w, (void)b, (void)ep;
+    return false;
+}
+
+static bool dwn_dx_f64(const ai_conv_params *p, double *dx, const double *dy, const double *w,
+                       bool assign)
+{
+    (void)p, (void)dx, (void)dy, (void)w, (void)assign;
     return false;
 }
 
@@ -2663,4 +2684,225 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
 #endif
     dwl_pack_f32(&j);
     ai_parallel_for(l.slots, ai_grain_of(per_slot), dwl_range_f32, &j);
+}
+
+/* ----------------------------------------------- depthwise, narrow NCHW planes */
+
+/*
+ * The forward and input gradient of depthwise convs with one output
+ * channel per input channel, stride 1, on narrow planes (width under 16)
+ * whose output rows are as wide as the input's ("same" columns: KWS's 3x3
+ * on 25x5), straight on the NCHW planes ("dwn"): a vector holds 16
+ * consecutive flat positions of a plane (a chunk), and tap k of position f
+ * reads f + off[k]. A 16-bit mask per (chunk, tap) clears the lanes whose
+ * tap lies outside the plane: their loads read 0 and never fault (AVX-512).
+ * The channels-last kernels (dwl) these shapes took before spent about
+ * half their time transposing each unit of channels in and out (perf, 64
+ * channels of 25x5, batch 16). Each value is summed as dwl sums it, so
+ * where the CPU has no AVX-512 dwl computes the same values.
+ */
+#define DWN_MAX_CHUNKS 64 /* chunks per plane at most */
+#define DWN_CB 8          /* chunks summed at once: independent sums cover the add's latency */
+typedef struct {
+    int64_t IS, OS, K, ic, oc; /* x and y plane sizes, taps, their chunks */
+    int64_t off[DW_PAD_MAX_TAPS];
+    /* y chunk j, tap k: lanes whose tap lies inside x (ym[j K + k]); x chunk
+     * j, tap k: lanes of x that tap k of a y position inside reads (xm) */
+    uint16_t ym[DWN_MAX_CHUNKS * DW_PAD_MAX_TAPS], xm[DWN_MAX_CHUNKS * DW_PAD_MAX_TAPS];
+} dwn_geom;
+
+static bool dwn_of(const ai_conv_params *p, const conv_geom *g, dwn_geom *q)
+{
+    if (!conv_depthwise(p) || p->M != p->C || p->N == 0 || g->img[0] != 1 || g->s[1] != 1 ||
+        g->s[2] != 1 || g->grid[2] != g->img[2] || g->img[2] >= 16 ||
+        g->ksize > DW_PAD_MAX_TAPS || g->img_size == 0 || g->grid_size == 0)
+        return false;
+    const int64_t H = g->img[1], W = g->img[2], G1 = g->grid[1], K = g->ksize;
+    q->IS = H * W, q->OS = G1 * W, q->K = K;
+    q->ic = (q->IS + 15) / 16, q->oc = (q->OS + 15) / 16;
+    if (q->ic > DWN_MAX_CHUNKS || q->oc > DWN_MAX_CHUNKS)
+        return false;
+    int64_t du[DW_PAD_MAX_TAPS], dv[DW_PAD_MAX_TAPS];
+    for (int64_t k = 0; k < K; k++) {
+        du[k] = k / g->k[2] * g->d[1] - g->p[1], dv[k] = k % g->k[2] * g->d[2] - g->p[2];
+        q->off[k] = du[k] * W + dv[k];
+    }
+    memset(q->ym, 0, sizeof(uint16_t) * (size_t)(q->oc * K));
+    memset(q->xm, 0, sizeof(uint16_t) * (size_t)(q->ic * K));
+    const int64_t chunks = q->oc > q->ic ? q->oc : q->ic;
+    for (int64_t f = 0, r = 0, s = 0; f < chunks * 16; f++) { /* f = r W + s */
+        const int64_t jc = f / 16, l = f % 16;
+        for (int64_t k = 0; k < K; k++) {
+            if (f < q->OS && r + du[k] >= 0 && r + du[k] < H && s + dv[k] >= 0 && s + dv[k] < W)
+                q->ym[jc * K + k] |= (uint16_t)(1u << l);
+            if (f < q->IS && r - du[k] >= 0 && r - du[k] < G1 && s - dv[k] >= 0 && s - dv[k] < W)
+                q->xm[jc * K + k] |= (uint16_t)(1u << l);
+        }
+        if (++s == W)
+            s = 0, r++;
+    }
+    return true;
+}
+
+typedef struct {
+    const ai_conv_params *p;
+    const dwn_geom *q;
+    float *y, *dx;
+    const float *x, *dy, *w, *b;
+    const ai_conv_epilogue *ep;
+    bool assign;
+} dwn_job;
+
+#ifdef AI_AVX512_KERNEL
+#include <immintrin.h>
+/* (no contraction into FMAs: each product rounded, as dwl's) */
+#define DWN_ATTR __attribute__((target("arch=x86-64-v4")))
+#define DWN_INLINE static inline __attribute__((always_inline)) DWN_ATTR
+
+/* Calls BLOCK(j0, nj) over chunks [0, n) in blocks of DWN_CB, then of 4, 2
+ * and 1: nj is a constant in each call (the block's sums stay in registers) */
+#define DWN_BLOCKS(n, BLOCK)                        \
+    do {                                            \
+        int64_t b0_ = 0;                            \
+        for (; b0_ + DWN_CB <= (n); b0_ += DWN_CB)  \
+            BLOCK(b0_, DWN_CB);                     \
+        for (; b0_ + 4 <= (n); b0_ += 4)            \
+            BLOCK(b0_, 4);                          \
+        for (; b0_ + 2 <= (n); b0_ += 2)            \
+            BLOCK(b0_, 2);                          \
+        for (; b0_ < (n); b0_++)                    \
+            BLOCK(b0_, 1);                          \
+    } while (0)
+
+/* the first n (1 to 16) floats of v into dst, or added to dst's */
+DWN_INLINE void dwn_store(float *dst, __m512 v, int64_t n, bool add)
+{
+    const __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+    if (add)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, dst));
+    _mm512_mask_storeu_ps(dst, m, v);
+}
+
+/* chunks [j0, j0 + nj) of y plane yp: the bias, then taps in order, w[k] *
+ * 0 where the tap lies outside (as dwl_sums adds its pads) */
+DWN_INLINE void dwn_fwd_chunks(const dwn_geom *q, float *yp, const float *xp, const float *wc,
+                               float bias, int64_t j0, const int nj)
+{
+    const int64_t K = q->K;
+    __m512 acc[DWN_CB];
+    _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
+        acc[jj] = _mm512_set1_ps(bias);
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 wk = _mm512_set1_ps(wc[k]);
+        const uint16_t *m = q->ym + j0 * K + k;
+        const float *src = xp + j0 * 16 + q->off[k];
+        _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
+            acc[jj] = _mm512_add_ps(
+                acc[jj], _mm512_mul_ps(wk, _mm512_maskz_loadu_ps(m[jj * K], src + jj * 16)));
+    }
+    _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
+        dwn_store(yp + (j0 + jj) * 16, acc[jj], q->OS - (j0 + jj) * 16, false);
+}
+
+/* Planes [lo, hi) of y, then the epilogue on each */
+static DWN_ATTR void dwn_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dwn_job *j = ctx;
+    const dwn_geom *q = j->q;
+    const int64_t C = j->p->C, K = q->K;
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t c = i % C;
+        const float *xp = j->x + i * q->IS, *wc = j->w + c * K, bias = j->b ? j->b[c] : 0;
+        float *yp = j->y + i * q->OS;
+#define DWN_FWD(j0, nj) dwn_fwd_chunks(q, yp, xp, wc, bias, j0, nj)
+        DWN_BLOCKS(q->oc, DWN_FWD);
+#undef DWN_FWD
+        if (j->ep)
+            ep_plane_f32(yp, q->OS, j->ep, c, C);
+    }
+}
+
+/* chunks [j0, j0 + nj) of dx plane dxp: 0, then w[k] * dy[i - off[k]] for
+ * the taps k whose output lies inside, k from the last to the first (the
+ * order in which dwl_backward's scatter reaches i; the other taps are
+ * skipped, as there); written or added to dx */
+DWN_INLINE void dwn_dx_chunks(const dwn_geom *q, float *dxp, const float *gp, const float *wc,
+                              bool add, int64_t j0, const int nj)
+{
+    const int64_t K = q->K;
+    __m512 acc[DWN_CB];
+    _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
+        acc[jj] = _mm512_setzero_ps();
+    for (int64_t k = K - 1; k >= 0; k--) {
+        const __m512 wk = _mm512_set1_ps(wc[k]);
+        const uint16_t *m = q->xm + j0 * K + k;
+        const float *src = gp + j0 * 16 - q->off[k];
+        _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++) {
+            const __mmask16 mj = m[jj * K];
+            acc[jj] = _mm512_mask_add_ps(
+                acc[jj], mj, acc[jj],
+                _mm512_mul_ps(wk, _mm512_maskz_loadu_ps(mj, src + jj * 16)));
+        }
+    }
+    _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
+        dwn_store(dxp + (j0 + jj) * 16, acc[jj], q->IS - (j0 + jj) * 16, add);
+}
+
+/* dx planes [lo, hi) */
+static DWN_ATTR void dwn_dx_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dwn_job *j = ctx;
+    const dwn_geom *q = j->q;
+    const int64_t C = j->p->C, K = q->K;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *gp = j->dy + i * q->OS, *wc = j->w + i % C * K;
+        float *dxp = j->dx + i * q->IS;
+#define DWN_DX(j0, nj) dwn_dx_chunks(q, dxp, gp, wc, !j->assign, j0, nj)
+        DWN_BLOCKS(q->ic, DWN_DX);
+#undef DWN_DX
+    }
+}
+#endif
+
+static bool dwn_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
+                            const float *b, const ai_conv_epilogue *ep)
+{
+#ifdef AI_AVX512_KERNEL
+    conv_geom g = conv_geom_of(p, false);
+    dwn_geom q;
+    if (!ai_cpu_avx512() || !dwn_of(p, &g, &q))
+        return false;
+    dwn_job j = {.p = p, .q = &q, .y = y, .x = x, .w = w, .b = b, .ep = ep};
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.OS * q.K), dwn_forward_range, &j);
+    return true;
+#else
+    (void)p, (void)y, (void)x, (void)w, (void)b, (void)ep;
+    return false;
+#endif
+}
+
+/* The input gradient alone, where dwl_backward would compute it (the same
+ * values where the CPU has no AVX-512); the weight gradient is left to
+ * dwl_backward, whose sums dwn would otherwise have to reproduce. Planes
+ * of DWN_DX_MIN positions or more: on smaller ones dwl's one pass for both
+ * gradients costs less than two. */
+#define DWN_DX_MIN 64
+static bool dwn_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
+                       bool assign)
+{
+#ifdef AI_AVX512_KERNEL
+    conv_geom g = conv_geom_of(p, false);
+    dwn_geom q;
+    dwl_geom l;
+    int64_t slots, slot;
+    if (!ai_cpu_avx512() || g.img_size < DWN_DX_MIN || !dwl_backward_of(p, &g, &l, &slots, &slot) ||
+        !dwn_of(p, &g, &q))
+        return false;
+    dwn_job j = {.p = p, .q = &q, .dx = dx, .dy = dy, .w = w, .assign = assign};
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.IS * q.K), dwn_dx_range, &j);
+    return true;
+#else
+    (void)p, (void)dx, (void)dy, (void)w, (void)assign;
+    return false;
+#endif
 }

@@ -1710,7 +1710,7 @@ void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
         return;
     }
     if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
-        if (FN(dwl_forward)(p, y, x, w, b, workspace, ep))
+        if (FN(dwn_forward)(p, y, x, w, b, ep) || FN(dwl_forward)(p, y, x, w, b, workspace, ep))
             return;
         if (dw_forward_reads_planes(p, &g))
             FN(fill_bias)(y, b, p->N, p->M, OS);
@@ -1869,6 +1869,8 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
             FN(bias_backward)(db, dy, p->N, p->M, OS);
         return;
     }
+    if (conv_depthwise(p) && dx && dx != dw && FN(dwn_dx)(p, dx, dy, w, assign_dx))
+        dx = NULL; /* done: dw below */
     if (conv_depthwise(p) && (dx || dw) &&
         FN(dwl_backward)(p, dx, dw, dy, x, w, workspace, assign_dx))
         dx = dw = NULL; /* done: db below */
