@@ -2804,24 +2804,6 @@ DWN_INLINE void dwn_fwd_chunks(const dwn_geom *q, float *yp, const float *xp, co
         dwn_store(yp + (j0 + jj) * 16, acc[jj], q->OS - (j0 + jj) * 16, false);
 }
 
-/* Planes [lo, hi) of y, then the epilogue on each */
-static DWN_ATTR void dwn_forward_range(void *ctx, int64_t lo, int64_t hi)
-{
-    const dwn_job *j = ctx;
-    const dwn_geom *q = j->q;
-    const int64_t C = j->p->C, K = q->K;
-    for (int64_t i = lo; i < hi; i++) {
-        const int64_t c = i % C;
-        const float *xp = j->x + i * q->IS, *wc = j->w + c * K, bias = j->b ? j->b[c] : 0;
-        float *yp = j->y + i * q->OS;
-#define DWN_FWD(j0, nj) dwn_fwd_chunks(q, yp, xp, wc, bias, j0, nj)
-        DWN_BLOCKS(q->oc, DWN_FWD);
-#undef DWN_FWD
-        if (j->ep)
-            ep_plane_f32(yp, q->OS, j->ep, c, C);
-    }
-}
-
 /* chunks [j0, j0 + nj) of dx plane dxp: 0, then w[k] * dy[i - off[k]] for
  * the taps k whose output lies inside, k from the last to the first (the
  * order in which dwl_backward's scatter reaches i; the other taps are
@@ -2848,18 +2830,30 @@ DWN_INLINE void dwn_dx_chunks(const dwn_geom *q, float *dxp, const float *gp, co
         dwn_store(dxp + (j0 + jj) * 16, acc[jj], q->IS - (j0 + jj) * 16, add);
 }
 
-/* dx planes [lo, hi) */
-static DWN_ATTR void dwn_dx_range(void *ctx, int64_t lo, int64_t hi)
+/* Planes [lo, hi) of y (then the epilogue on each), or of dx (with dx) */
+static DWN_ATTR void dwn_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dwn_job *j = ctx;
     const dwn_geom *q = j->q;
     const int64_t C = j->p->C, K = q->K;
     for (int64_t i = lo; i < hi; i++) {
-        const float *gp = j->dy + i * q->OS, *wc = j->w + i % C * K;
-        float *dxp = j->dx + i * q->IS;
+        const int64_t c = i % C;
+        const float *wc = j->w + c * K;
+        if (j->dx) {
+            const float *gp = j->dy + i * q->OS;
+            float *dxp = j->dx + i * q->IS;
 #define DWN_DX(j0, nj) dwn_dx_chunks(q, dxp, gp, wc, !j->assign, j0, nj)
-        DWN_BLOCKS(q->ic, DWN_DX);
+            DWN_BLOCKS(q->ic, DWN_DX);
 #undef DWN_DX
+            continue;
+        }
+        const float *xp = j->x + i * q->IS, bias = j->b ? j->b[c] : 0;
+        float *yp = j->y + i * q->OS;
+#define DWN_FWD(j0, nj) dwn_fwd_chunks(q, yp, xp, wc, bias, j0, nj)
+        DWN_BLOCKS(q->oc, DWN_FWD);
+#undef DWN_FWD
+        if (j->ep)
+            ep_plane_f32(yp, q->OS, j->ep, c, C);
     }
 }
 #endif
@@ -2873,7 +2867,7 @@ static bool dwn_forward_f32(const ai_conv_params *p, float *y, const float *x, c
     if (!ai_cpu_avx512() || !dwn_of(p, &g, &q))
         return false;
     dwn_job j = {.p = p, .q = &q, .y = y, .x = x, .w = w, .b = b, .ep = ep};
-    ai_parallel_for(p->N * p->C, ai_grain_of(q.OS * q.K), dwn_forward_range, &j);
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.OS * q.K), dwn_range, &j);
     return true;
 #else
     (void)p, (void)y, (void)x, (void)w, (void)b, (void)ep;
@@ -2899,7 +2893,7 @@ static bool dwn_dx_f32(const ai_conv_params *p, float *dx, const float *dy, cons
         !dwn_of(p, &g, &q))
         return false;
     dwn_job j = {.p = p, .q = &q, .dx = dx, .dy = dy, .w = w, .assign = assign};
-    ai_parallel_for(p->N * p->C, ai_grain_of(q.IS * q.K), dwn_dx_range, &j);
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.IS * q.K), dwn_range, &j);
     return true;
 #else
     (void)p, (void)dx, (void)dy, (void)w, (void)assign;
