@@ -2701,6 +2701,8 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
  * channels of 25x5, batch 16). Each value is summed as dwl sums it, so
  * where the CPU has no AVX-512 dwl computes the same values.
  */
+#ifdef AI_AVX512_KERNEL
+#include <immintrin.h>
 #define DWN_MAX_CHUNKS 64 /* chunks per plane at most */
 #define DWN_CB 8          /* chunks summed at once: independent sums cover the add's latency */
 typedef struct {
@@ -2753,8 +2755,6 @@ typedef struct {
     bool assign;
 } dwn_job;
 
-#ifdef AI_AVX512_KERNEL
-#include <immintrin.h>
 /* (no contraction into FMAs: each product rounded, as dwl's) */
 #define DWN_ATTR __attribute__((target("arch=x86-64-v4")))
 #define DWN_INLINE static inline __attribute__((always_inline)) DWN_ATTR
