@@ -2698,8 +2698,10 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
  * tap lies outside the plane: their loads read 0 and never fault (AVX-512).
  * The channels-last kernels (dwl) these shapes took before spent about
  * half their time transposing each unit of channels in and out (perf, 64
- * channels of 25x5, batch 16). Each value is summed as dwl sums it, so
- * where the CPU has no AVX-512 dwl computes the same values.
+ * channels of 25x5, batch 16). Each value is summed in the order of the
+ * kernels that take these convs where the CPU has no AVX-512 (the
+ * forward's: every depthwise kernel's; the input gradient's: dwl's, so it
+ * runs only where dwl_backward would), which compute the same values.
  */
 #ifdef AI_AVX512_KERNEL
 #include <immintrin.h>
