@@ -180,15 +180,15 @@ class _Narrow(nn.Module):
     """Depthwise convs on NCHW planes under 16 wide (dwn in conv.c): the
     forward, and the input gradient on planes of 64 positions or more, 16
     positions a vector; the weight gradient channels-last. 12 x 12 (9
-    chunks of 16), a dilated 3 x 5 kernel with asymmetric pads, a 3 x 3
-    without row pads (fewer output rows), and 12 channels (a partial unit
-    of 8 for the channels-last weight gradient)."""
+    chunks of 16), a 3 x 5 kernel dilated along rows, a 3 x 3 without row
+    pads (fewer output rows), and 12 channels (a partial unit of 8 for the
+    channels-last weight gradient)."""
 
     def __init__(self):
         super().__init__()
         self.body = nn.Sequential(
             nn.Conv2d(3, 12, 1), nn.Conv2d(12, 12, 3, padding=1, groups=12), nn.ReLU(),
-            nn.ZeroPad2d((1, 3, 2, 2)), nn.Conv2d(12, 12, (3, 5), dilation=(2, 1), groups=12),
+            nn.Conv2d(12, 12, (3, 5), padding=2, dilation=(2, 1), groups=12),
             nn.BatchNorm2d(12), nn.ReLU(), nn.Conv2d(12, 12, 3, padding=(0, 1), groups=12))
 
     def forward(self, x):
