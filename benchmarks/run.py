@@ -16,9 +16,10 @@ engine and ONNX Runtime set to the same count):
 - ``memory`` (not with ``--quick``): the training step's peak resident
   memory growth, engine and torch, each in a fresh subprocess.
 
-On one thread engine and torch calls alternate sample by sample and
-medians are kept (timing.py): the ratios hold on a loaded machine better
-than the absolute times do. On more threads each contender is timed in
+On one thread engine and torch calls alternate sample by sample (a sample:
+calls in a row for at least 1 ms, or one longer call) and medians are kept
+(timing.py): the ratios hold on a loaded machine better than the absolute
+times do. On more threads each contender is timed in
 blocks of its own, 16 rounds of them in rotating order (idle workers of one
 library spin after its calls and would slow the next contender's), each
 block's median relative to the engine's block of the same round (the

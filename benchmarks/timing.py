@@ -3,6 +3,17 @@
 On a shared or noisy machine, timing engine and torch in separate blocks
 lets a burst of load favour one of them; alternating them sample by sample
 and keeping medians spreads the noise over both.
+
+A sample is at least ``sample_s`` (1 ms) of calls in a row. The first call
+after the other contender's runs with cold caches and branch predictors,
+and that penalty is not the library's own: the Perceptron's training step
+(batch 16, 1 thread) took 83 us in a loop of its own and 115 us right
+after a torch step; torch's 202 us and 222 us right after ours (a 4 MB
+cache sweep between steps: +17 us and +21 us). With 0.2 ms samples (one or
+two steps each) every sample timed that switch, and the ratio read
+0.45-0.51; with 1 ms samples (about ten steps) it reads 0.41-0.42, the
+ratio of the two loops run alone (0.41). A call longer than ``sample_s``
+is one call per sample, where such a penalty is a few percent at most.
 """
 import statistics
 import time
@@ -15,18 +26,20 @@ def _sample(fn, inner):
     return (time.perf_counter() - t0) / inner
 
 
-def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=2e-4):
+def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3):
     """Median seconds per call of each callable of ``fns``, sampled in turn.
 
-    Each sample runs a callable ``inner`` times (enough for ``sample_s``, so
-    microsecond calls are not timer noise); the number of samples fills
-    ``budget_s`` for all callables together, within [min_samples, max_samples].
+    Each sample runs a callable ``inner`` times (enough for ``sample_s``: so
+    microsecond calls are not timer noise, and a sample times the library in
+    a steady state, not the switch from the other, see above); the number of
+    samples fills ``budget_s`` for all callables together, within
+    [min_samples, max_samples].
     """
     return [statistics.median(s)
             for s in interleaved_samples(fns, budget_s, min_samples, max_samples, sample_s)]
 
 
-def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=2e-4):
+def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3):
     """The samples (seconds per call) behind :func:`interleaved_medians`, one
     list per callable."""
     inners = []
