@@ -72,11 +72,15 @@ from timing import interleaved_medians as _interleaved, interleaved_samples  # n
 # their per-round ratios (same case, 16 rounds: 1.07-1.10 where the
 # all-sample medians gave 1.02-1.50).
 #
-# Each block begins with `settle / 5` seconds (at least 2 ms) of calls that
-# are not timed: after a pause the other virtual CPU comes back slowly (the
+# Each block begins with `settle` seconds (at least 2 ms) of calls that are
+# not timed: after a pause the other virtual CPU comes back slowly (the
 # engine's worker took 1 of a Tanh's 4 parts over the first ~20 calls
 # after 0.1 s idle, 2 of 4 once warm), and blocks of a few ms would time
-# that wake-up more than the library.
+# that wake-up more than the library. It lasts about as long as the pause:
+# KWS's training step at 2 threads, medians over 15 pauses of 0.1 s, took
+# 6.0-6.9 ms at each of the first 14 steps (~90 ms), 5.2-6.3 (mostly
+# 5.3-5.7) after; torch's 15.2 ms at the first step, 11.4-14.1 after. (With
+# `settle / 5`, 20 ms, the engine's block was timed inside that ramp.)
 _THREADS = [1]
 BLOCK_ROUNDS = 16
 
@@ -90,7 +94,7 @@ def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
         for i in range(n):
             k = (i + r) % n
             time.sleep(settle)
-            warm_end = time.perf_counter() + max(0.002, settle / 5)
+            warm_end = time.perf_counter() + max(0.002, settle)
             while time.perf_counter() < warm_end:
                 fns[k]()
             blocks[k][r] = statistics.median(
