@@ -253,6 +253,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     p->n_values = V;
     p->n_inputs = g->n_inputs;
     p->need_backward = g->need_backward;
+    p->input_grads = g->input_grads;
     p->keep_all = g->keep_intermediates;
     p->training = g->training;
     p->poison_dead = p->need_backward && getenv("AIDGE_INTEROP_POISON_DEAD") != NULL;
@@ -501,8 +502,8 @@ fail:
 
 static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
 {
-    if (!p || p->need_backward != g->need_backward || p->keep_all != g->keep_intermediates ||
-        p->training != g->training)
+    if (!p || p->need_backward != g->need_backward || p->input_grads != g->input_grads ||
+        p->keep_all != g->keep_intermediates || p->training != g->training)
         return false;
     for (int i = 0; i < g->n_inputs; i++) {
         const int64_t *key = p->in_shapes + (size_t)i * (AI_MAX_DIMS + 1);

@@ -13,6 +13,7 @@ struct ai_plan {
     int n_inputs;
     int64_t *in_shapes;   /* key: AI_MAX_DIMS + 1 per input (ndim, dims) */
     bool need_backward;
+    bool input_grads;     /* the graph inputs' gradients are computed */
     bool keep_all;
     bool training;
 

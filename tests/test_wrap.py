@@ -272,6 +272,26 @@ def test_no_grad_forward_and_eval_mode():
     assert not y.requires_grad and not wrapped.training
 
 
+def test_input_gradient_follows_requires_grad_from_call_to_call():
+    # the memory plan is built at the first forward of a shape; it once kept
+    # whether the input's gradient was computed, so an input that required
+    # grad after calls with one that did not got no gradient (None)
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(copy.deepcopy(model), [(3, 16)])
+    x = torch.randn(3, 16)
+    for requires in (False, True, False, True):
+        xe, xt = x.clone().requires_grad_(requires), x.clone().requires_grad_(requires)
+        wrapped(xe).sum().backward()
+        model(xt).sum().backward()
+        if requires:
+            torch.testing.assert_close(xe.grad, xt.grad)
+        else:
+            assert xe.grad is None
+    for pe, pt in zip(wrapped.parameters(), model.parameters()):
+        torch.testing.assert_close(pe.grad, pt.grad)
+
+
 def test_hooks_run_as_on_a_torch_module():
     """AidgeModule.__call__ skips nn.Module's hook machinery only while no
     hook is registered: module and global hooks, input and output gradient

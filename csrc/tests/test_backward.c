@@ -67,7 +67,47 @@ TEST(backward_first_writer_assigns)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* input_grads is part of the plan's key: a forward with it set, after one
+ * without on the same shapes, re-plans, and backward gives dx (it used to
+ * give NULL: the plan of the first forward had no gradient for x). */
+TEST(backward_input_grads_replans)
+{
+    int64_t live = ai_debug_live_tensors();
+    ai_graph *g = build();
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    const int64_t shape[2] = {2, 8};
+    ai_tensor *x, *dy;
+    CHECK_OK(ai_tensor_new(&x, AI_F64, 2, shape));
+    CHECK_OK(ai_tensor_new(&dy, AI_F64, 2, shape));
+    const int64_t n = ai_tensor_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        AI_F64P(x)[i] = -1.5 + 3.0 * (double)i / (double)(n - 1);
+        AI_F64P(dy)[i] = 1.0 + 0.1 * (double)i;
+    }
+    for (int round = 0; round < 4; round++) {
+        g->input_grads = round % 2 == 1;
+        ai_tensor *y = NULL, *dx = NULL;
+        CHECK_OK(ai_graph_forward(g, 1, (const ai_tensor *const *)&x, 1, &y));
+        CHECK_OK(ai_graph_backward(g, 1, (const ai_tensor *const *)&dy, 1, &dx));
+        CHECK((dx != NULL) == g->input_grads);
+        for (int64_t i = 0; dx && i < n; i++) {
+            double h = tanh(AI_F64P(x)[i]);
+            double want = AI_F64P(dy)[i] * (2 * h + (h > 0)) * (1 - h * h);
+            CHECK_CLOSE(AI_F64P(dx)[i], want, 1e-12);
+        }
+        ai_tensor_free(dx);
+        ai_tensor_free(y);
+    }
+    ai_tensor_free(dy);
+    ai_tensor_free(x);
+    ai_graph_free(g);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case backward_cases[] = {
     CASE(backward_first_writer_assigns),
+    CASE(backward_input_grads_replans),
     {NULL, NULL},
 };
