@@ -320,6 +320,10 @@ class AidgeModule(torch.nn.Module):
       batch size or input shape re-plans transparently.
     - backward runs the engine's backward in one C call; parameter
       gradients land in ``p.grad``, which is the engine's gradient buffer.
+      A parameter frozen after ``wrap`` (``requires_grad_(False)``) keeps its
+      gradient as torch would; one that was frozen at ``wrap`` is a buffer
+      of the engine (no gradient computed): a forward that would need its
+      gradient raises, wrap the model again after unfreezing it.
     - ``named_parameters()`` / ``named_buffers()`` have the torch model's
       names, order and shapes; ``.data`` is the engine's memory.
     - ``train()`` / ``eval()`` switch BatchNorm and Dropout like torch.
@@ -354,6 +358,9 @@ class AidgeModule(torch.nn.Module):
         self._n_inputs = len(graph.input_names)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads, self._grad_views = [], [], []
+        # parameters that required no gradient at wrap(): imported as buffers,
+        # the engine has no gradient for them (name, parameter)
+        self._frozen = []
         made = {}  # id of a torch parameter -> ours: tied weights stay one, under each name
         for name, p in source.named_parameters(remove_duplicate=False):
             owner, leaf = _owner(self, name)
@@ -367,6 +374,8 @@ class AidgeModule(torch.nn.Module):
                 self._params.append(owner._parameters[leaf])
                 self._grad_views.append(graph.grad(name))
                 self._engine_grads.append(aidge_tensor_to_torch(self._grad_views[-1]))
+            else:
+                self._frozen.append((name, made[id(p)]))
         # BatchNorms' num_batches_tracked, counted at each training forward:
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
@@ -411,10 +420,22 @@ class AidgeModule(torch.nn.Module):
         self._fused = None if value else False
 
     # -- engine calls ------------------------------------------------------
+    def _check_frozen(self):
+        for name, p in self._frozen:
+            if p.requires_grad:
+                raise RuntimeError(
+                    f"AidgeModule({self.source_name}): parameter '{name}' required no "
+                    "gradient when the model was wrapped, so the engine has none for it; "
+                    "set requires_grad before wrap(), or wrap the model again")
+
     def _backward(self, grad_outputs):
         fresh, views = [], []
         for p, eg, v in zip(self._params, self._engine_grads, self._grad_views):
             g = p.grad
+            if not p.requires_grad:  # frozen since wrap(): its gradient stays as it is,
+                if g is not None and g.data_ptr() == eg.data_ptr():  # as torch leaves it,
+                    p.grad = eg.clone()  # not the engine's buffer, which backward adds to
+                continue
             if g is not eg and (g is None or g.data_ptr() != eg.data_ptr()):
                 fresh.append((p, eg, g))
                 views.append(v)
@@ -505,6 +526,8 @@ class AidgeModule(torch.nn.Module):
                     if p.requires_grad:
                         need_backward = True
                         break
+            if self._frozen:
+                self._check_frozen()
         input_grads = input_grads and need_backward
         training = self.training
         g = self._graph

@@ -292,6 +292,62 @@ def test_input_gradient_follows_requires_grad_from_call_to_call():
         torch.testing.assert_close(pe.grad, pt.grad)
 
 
+def _grads_match(wrapped, model):
+    for (n, p), (_, q) in zip(model.named_parameters(), wrapped.named_parameters()):
+        if p.grad is None:
+            assert q.grad is None, n
+        else:
+            torch.testing.assert_close(q.grad, p.grad, msg=n)
+
+
+def test_parameter_frozen_after_wrap_keeps_its_gradient_like_torch():
+    # a frozen parameter's gradient is left alone by backward; it was the
+    # engine's buffer, which the engine still adds to (torch.optim would
+    # then have moved the frozen layer)
+    torch.manual_seed(0)
+    model = MLP()
+    wrapped = wrap(copy.deepcopy(model), [(3, 16)])
+    x = torch.randn(3, 16)
+    opt_t = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt_e = torch.optim.SGD(wrapped.parameters(), lr=0.1, momentum=0.9)
+    for m in (model, wrapped):
+        m(x).square().sum().backward()
+    for m in (model, wrapped):
+        m.fc1.requires_grad_(False)
+        m(x).square().sum().backward()  # fc1's gradients stay, fc2's accumulate
+    _grads_match(wrapped, model)
+    frozen = wrapped.fc1.weight.detach().clone()
+    for opt, m in ((opt_t, model), (opt_e, wrapped)):
+        for _ in range(2):
+            opt.zero_grad()  # (set_to_none: fc1's gradient is None from here)
+            m(x).square().sum().backward()
+            opt.step()
+    _grads_match(wrapped, model)
+    assert wrapped.fc1.weight.grad is None
+    torch.testing.assert_close(wrapped.fc1.weight, frozen, rtol=0, atol=0)
+    for m in (model, wrapped):  # unfrozen again: a fresh gradient
+        m.fc1.requires_grad_(True)
+        m(x).square().sum().backward()
+    _grads_match(wrapped, model)
+    for (n, p), (_, q) in zip(model.named_parameters(), wrapped.named_parameters()):
+        torch.testing.assert_close(q, p, msg=n)
+
+
+def test_parameter_frozen_at_wrap_then_unfrozen_is_refused():
+    torch.manual_seed(0)
+    model = MLP()
+    model.fc1.weight.requires_grad_(False)
+    wrapped = wrap(model, [(3, 16)])
+    x = torch.randn(3, 16)
+    wrapped(x).sum().backward()
+    assert wrapped.fc1.weight.grad is None and wrapped.fc1.bias.grad is not None
+    wrapped.fc1.weight.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"parameter 'fc1\.weight'.*wrap"):
+        wrapped(x)
+    with torch.no_grad():  # no gradient asked for: runs
+        wrapped(x)
+
+
 def test_hooks_run_as_on_a_torch_module():
     """AidgeModule.__call__ skips nn.Module's hook machinery only while no
     hook is registered: module and global hooks, input and output gradient
