@@ -176,13 +176,67 @@ def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET
                        fuse_inference=fuse_inference)
 
 
+# An AidgeModule's parameters and graph buffers are views of the engine's
+# memory, which is all the engine reads. Torch's ways of giving one new
+# values by replacing its tensor would leave the engine on the old values,
+# silently: `module.weight = t` copies t into the engine's memory
+# (_EngineMemory), and after `p.data = t` the next forward does
+# (AidgeModule._relink). A new shape or dtype is refused.
+def _assign_engine(target: torch.Tensor, value, name: str, how: str):
+    """Copies `value` into `target` (the engine's memory for `name`) for
+    `how` (the assignment, for the message)."""
+    if not isinstance(value, torch.Tensor) or value.shape != target.shape or \
+            value.dtype != target.dtype:
+        got = (f"{value.dtype} of shape {tuple(value.shape)}"
+               if isinstance(value, torch.Tensor) else type(value).__name__)
+        raise RuntimeError(
+            f"AidgeModule: {how} '{name}' (the engine's memory, {target.dtype} of shape "
+            f"{tuple(target.shape)}): it cannot take {got}; wrap the model again to change it")
+    with torch.no_grad():
+        target.copy_(value)
+
+
+class _EngineMemory:
+    """Mixin of the modules holding engine tensors: assigning a tensor to the
+    name of one copies its values into it (a Parameter also passes on its
+    requires_grad); replacing a submodule is refused."""
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        old = d["_parameters"].get(name) if "_parameters" in d else None
+        if old is None and "_buffers" in d:
+            old = d["_buffers"].get(name)
+        if old is None and isinstance(d.get("_modules", {}).get(name), _Container) and \
+                value is not d["_modules"][name]:
+            raise RuntimeError(f"AidgeModule: submodule '{name}' holds the engine's memory; "
+                               "the wrapped model's structure is fixed: wrap the model again")
+        if old is None or getattr(old, "_engine_name", None) is None or value is old:
+            return super().__setattr__(name, value)
+        _assign_engine(old, value, old._engine_name, f"a {type(value).__name__} assigned to")
+        if isinstance(value, torch.nn.Parameter) and isinstance(old, torch.nn.Parameter):
+            old.requires_grad_(value.requires_grad)
+
+    def __delattr__(self, name):
+        d = self.__dict__
+        for table in ("_parameters", "_buffers"):
+            old = d.get(table, {}).get(name)
+            if getattr(old, "_engine_name", None) is not None:
+                raise RuntimeError(f"AidgeModule: '{old._engine_name}' is the engine's "
+                                   "memory and cannot be deleted")
+        super().__delattr__(name)
+
+
+class _Container(_EngineMemory, torch.nn.Module):
+    """A submodule of an AidgeModule, holding parameters and buffers."""
+
+
 def _owner(root: torch.nn.Module, dotted: str):
     """The submodule that holds `dotted` (created as needed) and the leaf name."""
     *path, leaf = dotted.split(".")
     m = root
     for part in path:
         if part not in m._modules:
-            m.add_module(part, torch.nn.Module())
+            m.add_module(part, _Container())
         m = m._modules[part]
     return m, leaf
 
@@ -313,7 +367,7 @@ _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", 
                       "block_channels")
 
 
-class AidgeModule(torch.nn.Module):
+class AidgeModule(_EngineMemory, torch.nn.Module):
     """A torch module computed by the engine (returned by :func:`wrap`).
 
     - ``forward`` runs the whole graph in one C call (GIL released); a new
@@ -325,7 +379,10 @@ class AidgeModule(torch.nn.Module):
       of the engine (no gradient computed): a forward that would need its
       gradient raises, wrap the model again after unfreezing it.
     - ``named_parameters()`` / ``named_buffers()`` have the torch model's
-      names, order and shapes; ``.data`` is the engine's memory.
+      names, order and shapes; ``.data`` is the engine's memory. New values
+      given by replacing a tensor (``module.weight = t``, or ``p.data = t``,
+      seen at the next forward) are copied into that memory; a new shape or
+      dtype is refused (wrap the model again).
     - ``train()`` / ``eval()`` switch BatchNorm and Dropout like torch.
 
     Fused inference (``fuse_inference``, default True): a forward in eval
@@ -361,6 +418,9 @@ class AidgeModule(torch.nn.Module):
         # parameters that required no gradient at wrap(): imported as buffers,
         # the engine has no gradient for them (name, parameter)
         self._frozen = []
+        # (tensor, view): each parameter and graph buffer, and a view of its
+        # engine memory (_relink); their data pointers, checked at each forward
+        self._engine_tensors = []
         made = {}  # id of a torch parameter -> ours: tied weights stay one, under each name
         for name, p in source.named_parameters(remove_duplicate=False):
             owner, leaf = _owner(self, name)
@@ -369,6 +429,8 @@ class AidgeModule(torch.nn.Module):
                 continue
             view = aidge_tensor_to_torch(graph.value(name))
             made[id(p)] = torch.nn.Parameter(view, requires_grad=p.requires_grad)
+            made[id(p)]._engine_name = name
+            self._engine_tensors.append((made[id(p)], view))
             owner.register_parameter(leaf, made[id(p)])
             if p.requires_grad:
                 self._params.append(owner._parameters[leaf])
@@ -394,11 +456,15 @@ class AidgeModule(torch.nn.Module):
                 t = self._batch_counts[stacked[name]]
             elif name in in_graph:
                 t = aidge_tensor_to_torch(graph.value(name))
+                t._engine_name = name
+                self._engine_tensors.append((t, t.detach()))
             else:
                 t = b.detach().clone()
             owner.register_buffer(leaf, t)
             if name in counted and name not in stacked:
                 self._batch_counters.append(t)
+        self._engine_data = [t for t, _ in self._engine_tensors]
+        self._engine_ptrs = [v.data_ptr() for _, v in self._engine_tensors]
         self._anchor = torch.zeros(0, requires_grad=True)
         # fused inference: the engine values it shares (name -> Tensor) and
         # the graph (None: not built yet, False: none)
@@ -420,6 +486,14 @@ class AidgeModule(torch.nn.Module):
         self._fused = None if value else False
 
     # -- engine calls ------------------------------------------------------
+    def _relink(self):
+        """After `t.data = new` on parameters or buffers: new's values into the
+        engine's memory, and t a view of that memory again."""
+        for t, view in self._engine_tensors:
+            if t.data_ptr() != view.data_ptr():
+                _assign_engine(view, t.data, t._engine_name, "new .data given to")
+                t.data = view
+
     def _check_frozen(self):
         for name, p in self._frozen:
             if p.requires_grad:
@@ -512,6 +586,8 @@ class AidgeModule(torch.nn.Module):
         if len(inputs) != self._n_inputs:
             raise TypeError(f"AidgeModule({self.source_name}).forward takes "
                             f"{self._n_inputs} input(s), got {len(inputs)}")
+        if _C.data_moved(self._engine_data, self._engine_ptrs) >= 0:
+            self._relink()
         input_grads = False
         for x in inputs:
             if not isinstance(x, torch.Tensor):

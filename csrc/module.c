@@ -2207,6 +2207,37 @@ static PyObject *py_grads_unchanged(PyObject *module, PyObject *const *args, Py_
     return PyBool_FromLong(same);
 }
 
+/* data_moved(tensors, ptrs): the index of the first tensor whose data_ptr()
+ * is no longer ptrs[i], or -1: an AidgeModule's check, at each forward,
+ * that its parameters and buffers still view the engine's memory (torch's
+ * `p.data = t` gives a tensor other memory); one call instead of a Python
+ * loop. */
+static PyObject *py_data_moved(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "data_moved(tensors, ptrs) takes 2 lists");
+        return NULL;
+    }
+    static PyObject *name; /* interned once */
+    if (!name && !(name = PyUnicode_InternFromString("data_ptr")))
+        return NULL;
+    for (Py_ssize_t i = 0;; i++) {
+        /* (the sizes read at every turn: a tensor subclass's Python could change a list) */
+        if (i >= PyList_GET_SIZE(args[0]) || i >= PyList_GET_SIZE(args[1]))
+            return PyLong_FromLong(-1);
+        PyObject *t = Py_NewRef(PyList_GET_ITEM(args[0], i));
+        PyObject *ptr = Py_NewRef(PyList_GET_ITEM(args[1], i));
+        int same = steal_equals(PyObject_CallMethodNoArgs(t, name), ptr);
+        Py_DECREF(t);
+        Py_DECREF(ptr);
+        if (same < 0)
+            return NULL;
+        if (!same)
+            return PyLong_FromSsize_t(i);
+    }
+}
+
 static PyMethodDef module_methods[] = {
     {"zeros", (PyCFunction)(void (*)(void))py_empty, METH_VARARGS | METH_KEYWORDS,
      "zeros(shape, dtype='float32') -> Tensor owning zero-filled memory."},
@@ -2225,6 +2256,9 @@ static PyMethodDef module_methods[] = {
      "grads_unchanged(params, grads, ptrs) -> bool: params[i].grad is grads[i] and, where "
      "not None, params[i] requires grad, the gradient is contiguous, the data pointers are "
      "ptrs[2i], ptrs[2i+1]."},
+    {"data_moved", (PyCFunction)(void (*)(void))py_data_moved, METH_FASTCALL,
+     "data_moved(tensors, ptrs) -> int: the first i where tensors[i].data_ptr() != ptrs[i], "
+     "or -1."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},

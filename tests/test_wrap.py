@@ -348,6 +348,66 @@ def test_parameter_frozen_at_wrap_then_unfrozen_is_refused():
         wrapped(x)
 
 
+class LinearBN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.bn = torch.nn.BatchNorm1d(32)
+        self.fc2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+def test_new_values_given_by_replacing_tensors_reach_the_engine():
+    # p.data = t and module.name = t replace torch's tensor; the engine reads
+    # its own memory, so these copy t into it (else: old values, silently)
+    torch.manual_seed(0)
+    model = LinearBN()
+    wrapped = wrap(copy.deepcopy(model), [(8, 16)])
+    x = torch.randn(8, 16)
+    w, b, mean = torch.randn(32, 16), torch.randn(4), torch.randn(32)
+    for m in (model, wrapped):
+        m.fc1.weight.data = w.clone()
+        m.fc2.bias = torch.nn.Parameter(b.clone())
+        m.fc2.weight = torch.nn.Parameter(m.fc2.weight.detach() * 2, requires_grad=False)
+        m.bn.running_mean = mean.clone()
+    for mode in ("train", "eval"):
+        for m in (model, wrapped):
+            getattr(m, mode)()
+        torch.testing.assert_close(wrapped(x), model(x), msg=mode)
+    for m in (model, wrapped):
+        m.train()(x).square().sum().backward()
+    assert wrapped.fc2.weight.grad is None and not wrapped.fc2.weight.requires_grad
+    _grads_match(wrapped, model)
+    for (n, t), (_, e) in zip(model.state_dict().items(), wrapped.state_dict().items()):
+        torch.testing.assert_close(e, t, msg=n)
+
+
+def test_replacing_an_engine_tensor_by_another_shape_or_dtype_is_refused():
+    torch.manual_seed(0)
+    model = LinearBN().eval()
+    wrapped = wrap(copy.deepcopy(model), [(8, 16)]).eval()
+    x = torch.randn(8, 16)
+    before, ptr = wrapped.fc1.weight.detach().clone(), wrapped.fc1.weight.data_ptr()
+    with pytest.raises(RuntimeError, match=r"'fc1\.weight'.*float64"):
+        wrapped.fc1.weight = torch.nn.Parameter(torch.zeros(32, 16, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"'bn\.running_var'.*NoneType"):
+        wrapped.bn.running_var = None
+    with pytest.raises(RuntimeError, match=r"'fc1\.bias'.*cannot be deleted"):
+        del wrapped.fc1.bias
+    with pytest.raises(RuntimeError, match=r"submodule 'fc2'.*wrap the model again"):
+        wrapped.fc2 = torch.nn.Linear(32, 4)
+    torch.testing.assert_close(wrapped.fc1.weight, before, rtol=0, atol=0)
+    # p.data = t is seen at the next forward
+    wrapped.fc1.weight.data = torch.zeros(16, 16)
+    with pytest.raises(RuntimeError, match=r"'fc1\.weight'.*\(32, 16\).*\(16, 16\)"):
+        wrapped(x)
+    wrapped.fc1.weight.data = before.clone()  # a shape that fits: the engine's memory again
+    torch.testing.assert_close(wrapped(x), model(x))
+    assert wrapped.fc1.weight.data_ptr() == ptr
+
+
 def test_hooks_run_as_on_a_torch_module():
     """AidgeModule.__call__ skips nn.Module's hook machinery only while no
     hook is registered: module and global hooks, input and output gradient
