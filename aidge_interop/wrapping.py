@@ -377,7 +377,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
       A parameter frozen after ``wrap`` (``requires_grad_(False)``) keeps its
       gradient as torch would; one that was frozen at ``wrap`` is a buffer
       of the engine (no gradient computed): a forward that would need its
-      gradient raises, wrap the model again after unfreezing it.
+      gradient raises, wrap the model again after unfreezing it. A gradient
+      hook on a parameter would never run (the engine writes the gradients
+      itself): backward refuses it.
     - ``named_parameters()`` / ``named_buffers()`` have the torch model's
       names, order and shapes; ``.data`` is the engine's memory. New values
       given by replacing a tensor (``module.weight = t``, or ``p.data = t``,
@@ -494,6 +496,13 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                 _assign_engine(view, t.data, t._engine_name, "new .data given to")
                 t.data = view
 
+    def _hooked(self, p) -> NotImplementedError:
+        return NotImplementedError(
+            f"AidgeModule({self.source_name}): parameter '{p._engine_name}' has a gradient "
+            "hook (register_hook or register_post_accumulate_grad_hook); the engine writes "
+            "parameter gradients itself and runs no such hook: remove it, or apply it to "
+            "p.grad after backward")
+
     def _check_frozen(self):
         for name, p in self._frozen:
             if p.requires_grad:
@@ -505,6 +514,8 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     def _backward(self, grad_outputs):
         fresh, views = [], []
         for p, eg, v in zip(self._params, self._engine_grads, self._grad_views):
+            if p._backward_hooks or p._post_accumulate_grad_hooks:
+                raise self._hooked(p)
             g = p.grad
             if not p.requires_grad:  # frozen since wrap(): its gradient stays as it is,
                 if g is not None and g.data_ptr() == eg.data_ptr():  # as torch leaves it,

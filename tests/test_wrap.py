@@ -408,6 +408,19 @@ def test_replacing_an_engine_tensor_by_another_shape_or_dtype_is_refused():
     assert wrapped.fc1.weight.data_ptr() == ptr
 
 
+@pytest.mark.parametrize("register", ["register_hook", "register_post_accumulate_grad_hook"])
+def test_parameter_gradient_hooks_are_refused_not_skipped(register):
+    # the engine writes parameter gradients itself: a hook on one would never
+    # run (torch runs it); backward says so
+    wrapped = wrap(MLP(), [(3, 16)])
+    handle = getattr(wrapped.fc2.bias, register)(lambda t: None)
+    with pytest.raises(NotImplementedError, match=r"'fc2\.bias' has a gradient hook"):
+        wrapped(torch.randn(3, 16)).sum().backward()
+    handle.remove()
+    wrapped(torch.randn(3, 16)).sum().backward()
+    assert wrapped.fc2.bias.grad is not None
+
+
 def test_hooks_run_as_on_a_torch_module():
     """AidgeModule.__call__ skips nn.Module's hook machinery only while no
     hook is registered: module and global hooks, input and output gradient
