@@ -6,8 +6,32 @@ Python face: tensors and their conversion from and to torch and NumPy
 """
 
 
+def _avx512_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU runs, and the OS enables, the AVX-512 subset of OpenBLAS's
+    SkylakeX kernels (F, CD, BW, DQ, VL); from /proc/cpuinfo, whose flags Linux
+    clears where it does not save the vector state. False elsewhere."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.partition(":")[2].split())
+                    return {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    except OSError:
+        pass
+    return False
+
+
 def _load_gemm_library():
-    """Loads OpenBLAS (scipy-openblas32 wheel) so that _C's link to it resolves."""
+    """Loads OpenBLAS (scipy-openblas32 wheel) so that _C's link to it resolves.
+
+    OpenBLAS picks its kernels from a table of CPU models, and a model newer than
+    the table gets the generic AVX2 ones even where it has AVX-512 (an AMD Zen 5
+    got "Haswell": GEMM at 47% of the FMA peak, 91% with "SkylakeX", the kernels
+    OpenBLAS gives every AVX-512 CPU it knows). Where the CPU has AVX-512 and
+    ``OPENBLAS_CORETYPE`` is not set, it is set to ``SkylakeX`` while the library
+    loads (OpenBLAS reads it then) and removed after, so that neither the process
+    nor its children see it. Setting ``OPENBLAS_CORETYPE`` yourself overrides this;
+    ``aidge_interop._C.gemm_backend()`` names the kernels in use."""
     try:
         import scipy_openblas32
     except ImportError:  # an AIDGE_INTEROP_NO_BLAS build needs none
@@ -18,7 +42,14 @@ def _load_gemm_library():
     libdir = scipy_openblas32.get_lib_dir()
     for name in sorted(os.listdir(libdir)):
         if name.startswith("libscipy_openblas") and (".so" in name or name.endswith(".dylib")):
-            ctypes.CDLL(os.path.join(libdir, name), mode=ctypes.RTLD_GLOBAL)
+            force = "OPENBLAS_CORETYPE" not in os.environ and _avx512_cpu()
+            if force:
+                os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+            try:
+                ctypes.CDLL(os.path.join(libdir, name), mode=ctypes.RTLD_GLOBAL)
+            finally:
+                if force:
+                    del os.environ["OPENBLAS_CORETYPE"]
             return
 
 

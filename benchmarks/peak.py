@@ -14,6 +14,13 @@
   the median also counts the time the CPU was lent to someone else). The
   scaling from one thread to N compares the best samples as well.
 
+The GEMM runs on OpenBLAS's kernels for this CPU, which the first line
+names. Where the CPU has AVX-512, aidge_interop asks for OpenBLAS's AVX-512
+("SkylakeX") kernels unless ``OPENBLAS_CORETYPE`` is set (see
+``aidge_interop/__init__.py``); a machine that sets it to "Haswell" (some do,
+for old OpenBLAS builds) gets half the FMA width, so measure with
+``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/peak.py``.
+
     python benchmarks/peak.py [--threads 1,2]
 """
 import argparse
@@ -186,6 +193,9 @@ def main():
     parser.add_argument("--threads", default="1,2")
     args = parser.parse_args()
     cases = engine_cases()
+    print(f"engine GEMM: {aidge_interop._C.gemm_backend()}"
+          + (f" (OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} set in the environment)"
+             if "OPENBLAS_CORETYPE" in os.environ else ""))
     with tempfile.TemporaryDirectory() as folder:
         so = build_library(folder)
         rows = {}

@@ -5,6 +5,7 @@
 #include "gemm.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../parallel.h"
@@ -24,6 +25,7 @@ void scipy_cblas_dgemm(int order, int ta, int tb, int M, int N, int K, double al
 void scipy_cblas_sgemv(int order, int trans, int M, int N, float alpha, const float *A,
                        int lda, const float *x, int incx, float beta, float *y, int incy);
 void scipy_openblas_set_num_threads(int n);
+char *scipy_openblas_get_corename(void);
 int scipy_openblas_get_num_threads(void);
 #endif
 
@@ -288,10 +290,15 @@ void ai_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
     gemm_parallel(&j);
 }
 
+/* "openblas (SkylakeX)": the library and, for OpenBLAS, the kernels it chose for
+ * this CPU (see aidge_interop/__init__.py). */
 const char *ai_gemm_backend(void)
 {
 #ifdef AI_HAVE_OPENBLAS
-    return "openblas";
+    static char name[64];
+    if (!name[0])
+        snprintf(name, sizeof name, "openblas (%s)", scipy_openblas_get_corename());
+    return name;
 #else
     return "reference";
 #endif
