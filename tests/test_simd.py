@@ -15,7 +15,10 @@ within tolerance.
 - Training steps run depthwise convs on narrow NCHW planes (dwn): the
   forward and input gradient 16 positions a vector.
 - Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
-  convs, partial channel tiles and position blocks, blocks across images.
+  convs, partial channel tiles and position blocks, blocks across images;
+  their backward, the input gradient by the same kernel on w^T and the
+  weight gradient by its own tiles (pwb: 64 or 16 columns a tile, partial
+  row and column tiles).
 - The direct weight gradient (dconv_dw) runs pairs of output channels as
   one 16-lane vector: convs whose input needs no gradient, any stride.
 - Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):

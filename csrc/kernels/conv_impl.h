@@ -1852,6 +1852,10 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
         }
         dx = dw = NULL; /* done: db below */
     }
+    if (dw && dx != dw && FN(pwb_dw)(p, dw, dy, x, workspace))
+        dw = NULL; /* done: dx (and db) below */
+    if (dx && assign_dx && FN(pwb_dx)(p, dx, dy, w, workspace))
+        dx = NULL;
     if ((dx || dw) && pw_small(p, &g)) {
         const int64_t panels = dw ? (p->M + PW_DW_ROWS - 1) / PW_DW_ROWS : 0;
         FN(pw_images_bwd_job) j = {p, &g, dx, dw, dy, x, w, panels, assign_dx};
