@@ -1861,7 +1861,77 @@ AI_AVX512_KERNEL static void pwk_tile_v16(const pwk_job *j, int64_t m0, int rows
         *(dcw_vec *)(dst + r * ldd) = t;
     }
 }
+/* Planes of at least 16 positions, image by image (AVX-512): a tile of
+ * PWK_MR channels by up to PWK_WIDE vectors of positions at offsets o[]
+ * of image n's plane (the last vector of a plane that is not a multiple of
+ * 16 ends at its end, and recomputes lanes the one before it stored: the
+ * same values). Per input channel NT vector loads and PWK_MR broadcasts
+ * for PWK_MR NT FMAs, where the 24-by-16 tile took a broadcast per FMA.
+ * The same sums, in the same order, as the tiles above. KWS's 64 -> 64 on
+ * 25x5, batch 16, 1 thread: forward 95 -> 75 us (218 GF/s); training steps
+ * (same-process A/B, the order of the two swapped every round): KWS 0.96,
+ * MobileNet 0.98. */
+AI_AVX512_KERNEL static void pwk_tile_w64(const pwk_job *j, int64_t m0, int rows, int64_t n,
+                                          const int64_t *o, int nt)
+{
+    const int64_t C = j->p->C, M = j->p->M, S = j->q->S;
+    const float *wp = j->wp + m0 * C, *x = j->x + n * C * S;
+    dcw_vec acc[PWK_MR][PWK_WIDE];
+#define PW64_TILE(NT)                                                                  \
+    {                                                                                  \
+        for (int r = 0; r < PWK_MR; r++)                                               \
+            for (int v = 0; v < (NT); v++)                                             \
+                acc[r][v] = (dcw_vec){0};                                              \
+        const float *xc = x;                                                           \
+        for (int64_t c = 0; c < C; c++, xc += S, wp += PWK_MR) {                       \
+            dcw_vec xv[NT];                                                            \
+            for (int v = 0; v < (NT); v++)                                             \
+                xv[v] = *(const dcw_vec *)(xc + o[v]);                                 \
+            for (int r = 0; r < PWK_MR; r++)                                           \
+                for (int v = 0; v < (NT); v++)                                         \
+                    acc[r][v] += wp[r] * xv[v];                                        \
+        }                                                                              \
+    }
+    if (nt >= 4)
+        PW64_TILE(4)
+    else if (nt == 3)
+        PW64_TILE(3)
+    else if (nt == 2)
+        PW64_TILE(2)
+    else
+        PW64_TILE(1)
+#undef PW64_TILE
+    const float *const bias = j->b, *const ab = j->ab;
+    const bool relu = j->relu;
+    for (int r = 0; r < rows; r++) {
+        const int64_t m = m0 + r;
+        for (int v = 0; v < nt; v++) {
+            dcw_vec t = acc[r][v];
+            if (bias)
+                t = t + bias[m];
+            DC_EPILOGUE_NC(t, ab, ab[m], ab[M + m], relu, DCW_NO_CONTRACT);
+            *(dcw_vec *)(j->y + (n * M + m) * S + o[v]) = t;
+        }
+    }
+}
+
+/* items [lo, hi): blocks of PWK_WIDE 16-position vectors, image by image */
+static void pwk_range_w64(void *ctx, int64_t lo, int64_t hi)
+{
+    const pwk_job *j = ctx;
+    const int64_t M = j->p->M, S = j->q->S, per = (S + 16 * PWK_WIDE - 1) / (16 * PWK_WIDE);
+    for (int64_t item = lo; item < hi; item++) {
+        const int64_t n = item / per, s0 = item % per * 16 * PWK_WIDE;
+        int64_t o[PWK_WIDE];
+        int nt = 0;
+        for (; nt < PWK_WIDE && s0 + 16 * nt < S; nt++)
+            o[nt] = s0 + 16 * nt + 16 <= S ? s0 + 16 * nt : S - 16;
+        for (int64_t m0 = 0; m0 < M; m0 += PWK_MR)
+            pwk_tile_w64(j, m0, M - m0 < PWK_MR ? (int)(M - m0) : PWK_MR, n, o, nt);
+    }
+}
 #endif
+
 
 /* channels [m0, m0 + rows) by the tile of this CPU (rows <= j->step) */
 static inline void pwk_tile_of(const pwk_job *j, int64_t m0, int rows, const float *xs,
@@ -1972,6 +2042,13 @@ static bool pwk_run(const ai_conv_params *p, float *y, const float *x, const flo
             }
     pwk_job j = {p, &q, x, ws, b, ep ? ep->ab : NULL, ep && ep->relu, y,
                  ws + q.MT * PWK_MR * C, 0, ai_cpu_avx512() ? PWK_WIDE * PWK_MR : PWK_MR};
+#ifdef AI_AVX512_KERNEL
+    if (j.step > PWK_MR && q.per_image && q.S >= 16) {
+        const int64_t per = (q.S + 16 * PWK_WIDE - 1) / (16 * PWK_WIDE);
+        ai_parallel_for(p->N * per, 1, pwk_range_w64, &j);
+        return true;
+    }
+#endif
     j.n_slots = n_slots_of(q.blocks, PWK_SLOTS);
     ai_parallel_for(j.n_slots, 1, pwk_range, &j);
     return true;
