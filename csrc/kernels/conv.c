@@ -1024,7 +1024,7 @@ static bool dwn_dx_f64(const ai_conv_params *p, double *dx, const double *dy, co
     return false;
 }
 
-/* the pointwise backward without the GEMM library (pwb, after pwk below) */
+/* weight gradients without the GEMM library (pwb, after pwk below) */
 static int64_t pwb_elems(const ai_conv_params *p, const conv_geom *g);
 static bool pwb_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
                        float *ws);
@@ -1042,6 +1042,14 @@ static bool pwb_dx_f64(const ai_conv_params *p, double *dx, const double *dy, co
     (void)p, (void)dx, (void)dy, (void)w, (void)ws;
     return false;
 }
+static bool pwb_cols_dw_f32(const ai_conv_params *p, float *dw, const float *dy,
+                            const float *x, float *ws);
+static bool pwb_cols_dw_f64(const ai_conv_params *p, double *dw, const double *dy,
+                            const double *x, double *ws)
+{
+    (void)p, (void)dw, (void)dy, (void)x, (void)ws;
+    return false;
+}
 
 static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool transposed)
 {
@@ -1056,6 +1064,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     dcl_geom dq;
     if (!transposed && dcl_of(p, &g, dtype, &dq, false, false) && dcl_elems(&dq) > direct)
         direct = dcl_elems(&dq);
+    if (!transposed && dtype == AI_F32 && pwb_elems(p, &g) > direct)
+        direct = pwb_elems(p, &g);
     if (!transposed && conv_shift_of(p, &g, &sh)) {
         int64_t e = conv_shift_elems(p, &g, &sh);
         return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
@@ -1086,8 +1096,6 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     pwk_geom pq;
     if (!transposed && pwk_of(p, &g, dtype, &pq) && pwk_elems(p, &pq) > direct)
         direct = pwk_elems(p, &pq);
-    if (!transposed && dtype == AI_F32 && pwb_elems(p, &g) > direct)
-        direct = pwb_elems(p, &g);
     if (!transposed && pw_batched(p, &g)) {
         const int64_t e = (p->C + p->M) * p->N * g.grid_size;
         return (size_t)(e > direct ? e : direct) * ai_dtype_size(dtype);
@@ -2058,53 +2066,81 @@ static bool pwk_run(const ai_conv_params *p, float *y, const float *x, const flo
 #endif
 }
 
-/* ---------------------------------------------- pointwise backward (pwb) */
+/* ------------------------------------------ weight gradient by own tiles (pwb) */
 /*
- * The weight gradient of a small pointwise conv (pw_small: a GEMM per image
- * under PW_IMAGE_FLOPS) without the GEMM library, whose calls per image
- * (64 x 64 x 125, beta 1) ran well below its large-GEMM speed (KWS's:
- * 130 GF/s with its AVX-512 kernels, 93 with its AVX2 ones; this kernel
- * 185, 1 thread, AVX-512 Zen 5): dw (M, C) += the sum over images n and
- * positions s of dy[n][m][s] x[n][c][s]. Each
- * image's x is first transposed into xt (S, Cp: C rounded up to the
- * vector, zeros past C), all images on the pool; then a register tile of
- * PWB_MR rows of dw by PWB_NV vectors of its columns walks the positions of
- * every image in order: per position NV vector loads of xt's row, MR
- * broadcasts of dy (MR rows read in order) and MR NV FMAs into the tile's
- * accumulators, which are added into dw after the last image. Threads split
- * the tiles: each dw element is summed on one thread, images and positions
- * in order, the same values at any thread count. Convs of fewer input
- * channels than a vector keep the GEMMs (MobileNet's 8 -> 16 on 48x48, its
- * vectors half empty: 1.5x the time). With the input gradient by pwk
- * (pwb_dx_f32), training step same-process A/B at 1 thread against the
- * GEMMs on OpenBLAS's AVX2 kernels: KWS 0.90, MobileNet 0.975.
+ * dw (M, K) += dy (M, positions) @ cols^T summed over the images, where
+ * cols (K, positions) are an image's x (a pointwise conv, K = C) or its
+ * im2col (K = C times the kernel size), without the GEMM library, whose
+ * calls per image ran well below its large-GEMM speed (KWS's 64 -> 64 on
+ * 25x5, beta 1: 130 GF/s with its AVX-512 kernels, 93 with its AVX2 ones;
+ * this kernel 185, 1 thread, AVX-512 Zen 5). The images go in chunks of
+ * PWB_CHUNK_ELEMS floats of xt: each image's cols transposed into xt
+ * (positions, Kp: K rounded up to the vector, zeros past K), the chunk's
+ * images on the pool; then a register tile of PWB_MR rows of dw by PWB_NV
+ * vectors of its columns walks the positions of every image of the chunk
+ * in order: per position NV vector loads of xt's row, MR broadcasts of dy
+ * (MR rows read in order) and MR NV FMAs, the tile then added into dw.
+ * Threads split the tiles: each dw element is summed on one thread, images
+ * and positions in order, the same values at any thread count.
+ * Taken for pointwise convs that pw_small takes (then the input gradient
+ * runs on pwk, pwb_dx_f32) and for convs of one group whose input needs
+ * no gradient (a model's first conv), where K is at least a vector (fewer:
+ * the vectors of xt's rows part empty; MobileNet's 8 -> 16 on 48x48 took
+ * 1.5x the GEMMs' time) and at most PWB_MAX_K; in the im2col form at least
+ * two vectors and PWB_COLS_MIN_M rows of dw, else the direct dw kernel
+ * (dconv_dw) stays. KWS's 10x4 stride-2 stem, 1 -> 64 (40 columns): dw
+ * 0.20 -> 0.13 ms, training step 0.98 (same-process A/B, 1 thread); with
+ * fewer rows the tiles ran part empty: LeNet's 6 rows 1.21, MobileNet's 8
+ * and ResNet-8's 16 1.03. Pointwise convs alone, against the GEMMs on
+ * OpenBLAS's AVX2 kernels: KWS 0.90, MobileNet 0.975.
  */
 #define PWB_MR 6
 #define PWB_NV 2   /* vectors of 8 lanes: 12 accumulators (16 registers with AVX2) */
 #define PWB_NV16 4 /* vectors of 16 lanes: 24 accumulators (32 registers with AVX-512) */
+#define PWB_MAX_K 256
+#define PWB_CHUNK_ELEMS (INT64_C(1) << 17) /* xt's floats per chunk of images (512 KB) */
+#define PWB_COLS_MIN_M 32 /* the im2col form: rows of dw (fewer: the direct dw kernel) */
 
 typedef struct {
     int L, nv;                /* lanes, vectors per tile */
-    int64_t S, Cp, mt, cb;    /* positions; xt's row; tiles of dw's rows, of its columns */
+    bool cols;                /* cols are x's im2col (else x itself) */
+    int64_t K, Kp, S, chunk;  /* dw's columns, xt's row; positions; images per chunk */
+    int64_t mt, cb;           /* tiles of dw's rows, of its columns */
 } pwb_geom;
 
-/* the tiles of vectors of L lanes (16: the AVX-512 kernel) */
-static bool pwb_of(const ai_conv_params *p, const conv_geom *g, int L, pwb_geom *q)
+/* the tiles of vectors of L lanes (16: the AVX-512 kernel); `cols`: the
+ * im2col form (a conv that is not pointwise, its input needing no
+ * gradient), else a pointwise conv that pw_small takes */
+static bool pwb_of(const ai_conv_params *p, const conv_geom *g, int L, bool cols,
+                   pwb_geom *q)
 {
 #if defined(__GNUC__)
-    if (!pw_small(p, g) || p->C < L) /* (fewer: the vectors of xt's rows part empty) */
+    if (cols ? g->pointwise || p->group != 1 || p->N == 0 || g->grid_size == 0
+             : !pw_small(p, g))
+        return false;
+    q->K = cols ? p->C * g->ksize : p->C;
+    if (q->K < L || q->K > PWB_MAX_K || (cols && (p->M < PWB_COLS_MIN_M || q->K < 2 * L)))
         return false;
     q->L = L;
     q->nv = L == 16 ? PWB_NV16 : PWB_NV;
+    q->cols = cols;
     q->S = g->grid_size;
-    q->Cp = (p->C + L - 1) / L * L;
+    q->Kp = (q->K + L - 1) / L * L;
+    q->chunk = PWB_CHUNK_ELEMS / (q->S * q->Kp);
+    q->chunk = q->chunk < 1 ? 1 : q->chunk > p->N ? p->N : q->chunk;
     q->mt = (p->M + PWB_MR - 1) / PWB_MR;
-    q->cb = (q->Cp + q->nv * L - 1) / (q->nv * L);
+    q->cb = (q->Kp + q->nv * L - 1) / (q->nv * L);
     return true;
 #else
-    (void)p, (void)g, (void)L, (void)q;
+    (void)p, (void)g, (void)L, (void)cols, (void)q;
     return false;
 #endif
+}
+
+/* a chunk's xt, then (im2col form) its images' cols */
+static int64_t pwb_geom_elems(const pwb_geom *q)
+{
+    return q->chunk * q->S * (q->Kp + (q->cols ? q->K : 0));
 }
 
 /* The input gradient of a pointwise conv p that pw_small takes, dx = w^T dy
@@ -2121,14 +2157,15 @@ static bool pwb_dx_params(const ai_conv_params *p, ai_conv_params *q)
     return true;
 }
 
-/* xt at either width (ai_set_avx512 may change it after planning), or the
- * input gradient's pwk workspace (pwb_dx_params), whichever is larger */
+/* the largest of pwb's workspaces at either width (ai_set_avx512 may change
+ * it after planning) and the input gradient's pwk workspace */
 static int64_t pwb_elems(const ai_conv_params *p, const conv_geom *g)
 {
+    int64_t e = 0;
     pwb_geom q;
-    int64_t e = pwb_of(p, g, 8, &q) ? p->N * q.S * q.Cp : 0;
-    if (pwb_of(p, g, 16, &q) && p->N * q.S * q.Cp > e)
-        e = p->N * q.S * q.Cp;
+    for (int i = 0; i < 4; i++)
+        if (pwb_of(p, g, i & 1 ? 16 : 8, i >= 2, &q) && pwb_geom_elems(&q) > e)
+            e = pwb_geom_elems(&q);
     ai_conv_params d;
     pwk_geom k;
     if (pwb_dx_params(p, &d) && pwk_of(&d, g, AI_F32, &k) && pwk_elems(&d, &k) > e)
@@ -2139,28 +2176,74 @@ static int64_t pwb_elems(const ai_conv_params *p, const conv_geom *g)
 #if defined(__GNUC__)
 typedef struct {
     const ai_conv_params *p;
+    const conv_geom *g;
     const pwb_geom *q;
-    const float *dy, *x;
-    float *dw, *xt;
+    const float *dy, *x; /* at the chunk's first image */
+    float *dw, *xt, *cols;
+    int64_t nb;          /* images in the chunk */
 } pwb_job;
 
 static void pwb_pack_range(void *ctx, int64_t lo, int64_t hi)
 {
     const pwb_job *j = ctx;
-    const int64_t C = j->p->C, S = j->q->S, Cp = j->q->Cp;
+    const int64_t K = j->q->K, S = j->q->S, Kp = j->q->Kp;
     for (int64_t n = lo; n < hi; n++) {
-        float *xt = j->xt + n * S * Cp;
-        transpose_f32(xt, Cp, j->x + n * C * S, S, C, S, false);
-        for (int64_t s = 0; C < Cp && s < S; s++)
-            memset(xt + s * Cp + C, 0, sizeof(float) * (size_t)(Cp - C));
+        float *xt = j->xt + n * S * Kp;
+        const float *src = j->x + n * j->p->C * j->g->img_size;
+        if (j->q->cols) {
+            float *cols = j->cols + n * K * S;
+            im2col_rows_f32(cols, src, j->g, 0, K, S);
+            src = cols;
+        }
+        transpose_f32(xt, Kp, src, S, K, S, false);
+        for (int64_t s = 0; K < Kp && s < S; s++)
+            memset(xt + s * Kp + K, 0, sizeof(float) * (size_t)(Kp - K));
     }
 }
 
 /* dw rows [m0, m0 + PWB_MR) by columns [c0, c0 + NT L) (rows past M read row
- * M - 1; neither they nor columns past C are stored). V: the vector, L lanes. */
-#define PWB_TILE(V, L, NT)                                                                 {                                                                                          V acc[PWB_MR][NT];                                                                     for (int r = 0; r < PWB_MR; r++)                                                           for (int v = 0; v < (NT); v++)                                                             acc[r][v] = (V){0};                                                            for (int64_t n = 0; n < N; n++) {                                                          const float *xt = j->xt + n * S * Cp + c0, *d[PWB_MR];                                 for (int r = 0; r < PWB_MR; r++)                                                           d[r] = j->dy + (n * M + (m0 + r < M ? m0 + r : M - 1)) * S;                        for (int64_t s = 0; s < S; s++, xt += Cp) {                                                V xv[NT];                                                                              for (int v = 0; v < (NT); v++)                                                             xv[v] = *(const V *)(xt + v * (L));                                                for (int r = 0; r < PWB_MR; r++) {                                                         const float dv = d[r][s];                                                              for (int v = 0; v < (NT); v++)                                                             acc[r][v] += dv * xv[v];                                                       }                                                                                  }                                                                                  }                                                                                      for (int r = 0; r < PWB_MR && m0 + r < M; r++)                                             for (int v = 0; v < (NT); v++)                                                             for (int i = 0; i < (L) && c0 + v * (L) + i < C; i++)                                      j->dw[(m0 + r) * C + c0 + v * (L) + i] += acc[r][v][i];                }
+ * M - 1; neither they nor columns past K are stored). V: the vector, L lanes. */
+#define PWB_TILE(V, L, NT)                                                             \
+    {                                                                                  \
+        V acc[PWB_MR][NT];                                                             \
+        for (int r = 0; r < PWB_MR; r++)                                               \
+            for (int v = 0; v < (NT); v++)                                             \
+                acc[r][v] = (V){0};                                                    \
+        for (int64_t n = 0; n < j->nb; n++) {                                          \
+            const float *xt = j->xt + n * S * Kp + c0, *d[PWB_MR];                     \
+            for (int r = 0; r < PWB_MR; r++)                                           \
+                d[r] = j->dy + (n * M + (m0 + r < M ? m0 + r : M - 1)) * S;            \
+            for (int64_t s = 0; s < S; s++, xt += Kp) {                                \
+                V xv[NT];                                                              \
+                for (int v = 0; v < (NT); v++)                                         \
+                    xv[v] = *(const V *)(xt + v * (L));                                \
+                for (int r = 0; r < PWB_MR; r++) {                                     \
+                    const float dv = d[r][s];                                          \
+                    for (int v = 0; v < (NT); v++)                                     \
+                        acc[r][v] += dv * xv[v];                                       \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+        for (int r = 0; r < PWB_MR && m0 + r < M; r++)                                 \
+            for (int v = 0; v < (NT); v++)                                             \
+                for (int i = 0; i < (L) && c0 + v * (L) + i < K; i++)                  \
+                    j->dw[(m0 + r) * K + c0 + v * (L) + i] += acc[r][v][i];            \
+    }
 
-#define PWB_KERNEL(NAME, ATTR, V, L, NV)                                                   ATTR static void NAME(const pwb_job *j, int64_t m0, int64_t c0)                        {                                                                                          const int64_t N = j->p->N, M = j->p->M, C = j->p->C, S = j->q->S;                      const int64_t Cp = j->q->Cp;                                                           const int64_t nt = (Cp - c0) / (L) < (NV) ? (Cp - c0) / (L) : (NV);                    if (nt >= (NV))                                                                            PWB_TILE(V, L, NV)                                                                 else if (nt == 3)                                                                          PWB_TILE(V, L, 3)                                                                  else if (nt == 2)                                                                          PWB_TILE(V, L, 2)                                                                  else                                                                                       PWB_TILE(V, L, 1)                                                              }
+#define PWB_KERNEL(NAME, ATTR, V, L, NV)                                               \
+    ATTR static void NAME(const pwb_job *j, int64_t m0, int64_t c0)                    \
+    {                                                                                  \
+        const int64_t M = j->p->M, K = j->q->K, S = j->q->S, Kp = j->q->Kp;            \
+        const int64_t nt = (Kp - c0) / (L) < (NV) ? (Kp - c0) / (L) : (NV);            \
+        if (nt >= (NV))                                                                \
+            PWB_TILE(V, L, NV)                                                         \
+        else if (nt == 3)                                                              \
+            PWB_TILE(V, L, 3)                                                          \
+        else if (nt == 2)                                                              \
+            PWB_TILE(V, L, 2)                                                          \
+        else                                                                           \
+            PWB_TILE(V, L, 1)                                                          \
+    }
 
 PWB_KERNEL(pwb_tile, AI_GEMM_CLONES, dc_vec, 8, PWB_NV)
 #ifdef AI_AVX512_KERNEL
@@ -2186,24 +2269,41 @@ static void pwb_range(void *ctx, int64_t lo, int64_t hi)
 }
 #endif
 
-/* dw += the weight gradient of pointwise conv p where pwb_of takes it; false
- * where it declines. */
-static bool pwb_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
-                       float *ws)
+/* dw += the weight gradient of conv p where pwb_of takes it (`cols`: see
+ * there); false where it declines. */
+static bool pwb_run(const ai_conv_params *p, float *dw, const float *dy, const float *x,
+                    float *ws, bool cols)
 {
     const conv_geom g = conv_geom_of(p, false);
     pwb_geom q;
-    if (!pwb_of(p, &g, ai_cpu_avx512() ? 16 : 8, &q))
+    if (!pwb_of(p, &g, ai_cpu_avx512() ? 16 : 8, cols, &q))
         return false;
 #if defined(__GNUC__)
-    pwb_job j = {p, &q, dy, x, dw, ws};
-    ai_parallel_for(p->N, 1, pwb_pack_range, &j);
-    ai_parallel_for(q.mt * q.cb, 1, pwb_range, &j);
+    const int64_t xt_elems = q.chunk * q.S * q.Kp;
+    for (int64_t n0 = 0; n0 < p->N; n0 += q.chunk) {
+        pwb_job j = {p, &g, &q, dy + n0 * p->M * q.S, x + n0 * p->C * g.img_size, dw, ws,
+                     ws + xt_elems, p->N - n0 < q.chunk ? p->N - n0 : q.chunk};
+        ai_parallel_for(j.nb, 1, pwb_pack_range, &j);
+        ai_parallel_for(q.mt * q.cb, 1, pwb_range, &j);
+    }
     return true;
 #else
-    (void)dw, (void)dy, (void)x, (void)ws;
+    (void)dw, (void)dy, (void)x, (void)ws, (void)xt_elems;
     return false;
 #endif
+}
+
+static bool pwb_dw_f32(const ai_conv_params *p, float *dw, const float *dy, const float *x,
+                       float *ws)
+{
+    return pwb_run(p, dw, dy, x, ws, false);
+}
+
+/* the im2col form: only where the input needs no gradient (the caller's) */
+static bool pwb_cols_dw_f32(const ai_conv_params *p, float *dw, const float *dy,
+                            const float *x, float *ws)
+{
+    return pwb_run(p, dw, dy, x, ws, true);
 }
 
 static bool pwb_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,

@@ -1833,6 +1833,8 @@ void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T 
     assign_dx = FN(zero_dx_if_shared)(p, dx, dw, assign_dx);
     if (dx && FN(dconv_dx)(p, dx, dy, w, workspace, assign_dx))
         dx = NULL; /* done: the paths below compute dw and db alone */
+    if (dw && !dx && FN(pwb_cols_dw)(p, dw, dy, x, workspace))
+        dw = NULL;
     if (dw && !dx && FN(dconv_dw)(p, dw, dy, x, workspace))
         dw = NULL; /* (with dx left to them, they compute both in one pass) */
     if ((dx || dw) && pw_batched(p, &g)) { /* as the forward: one GEMM per gradient */

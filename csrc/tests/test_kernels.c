@@ -334,6 +334,11 @@ static void check_conv_case(const conv_case *cc, bool transposed)
     } else {
         ai_conv_forward_f32(p, yf, xf, wf, bf, wsf, NULL);
         ai_conv_backward_f32(p, dxf, dwf, dbf, dyf, xf, wf, wsf, false);
+        /* dw alone (an input that needs no gradient: other kernels) */
+        float *dwf1 = zeros_f32(nw);
+        ai_conv_backward_f32(p, NULL, dwf1, NULL, dyf, xf, wf, wsf, false);
+        CHECK(close_to(NULL, dwf1, dw, nw, 1e-5));
+        free(dwf1);
         /* the epilogue in the forward: bitwise the passes it replaces */
         float *ye = zeros_f32(ny), *ab = zeros_f32(2 * p->M);
         for (int64_t m = 0; m < 2 * p->M; m++)
@@ -392,6 +397,13 @@ static const conv_case conv_cases[] = {
      * tile of dw; 1-D and 2-D planes over 64 positions */
     {.nsp = 2, .N = 3, .C = 20, .M = 13, .group = 1, .in = {9, 11}, .kernel = {1, 1}},
     {.nsp = 1, .N = 2, .C = 70, .M = 7, .group = 1, .in = {67}, .kernel = {1}},
+    /* float32 weight gradient alone by pwb's im2col form: 36 and 40 columns
+     * (a part-filled vector), strided, padded, 33 and 40 rows (a partial
+     * row tile) */
+    {.nsp = 2, .N = 3, .C = 3, .M = 33, .group = 1, .in = {12, 9}, .kernel = {4, 3},
+     .stride = {2, 1}, .pb = {1, 0}, .pe = {2, 1}},
+    {.nsp = 2, .N = 2, .C = 1, .M = 40, .group = 1, .in = {15, 8}, .kernel = {10, 4},
+     .stride = {2, 2}},
 };
 
 TEST(conv_forward_backward_against_naive_and_finite_differences)
