@@ -17,7 +17,9 @@ engine and ONNX Runtime set to the same count):
   memory growth, engine and torch, each in a fresh subprocess.
 
 On one thread engine and torch calls alternate sample by sample (a sample:
-calls in a row for at least 1 ms, or one longer call) and medians are kept
+one untimed call, then calls in a row for at least 1 ms, or one longer
+call: the first call after the other library's runs on its caches) and
+medians are kept
 (timing.py): the ratios hold on a loaded machine better than the absolute
 times do. On more threads each contender is timed in
 blocks of its own, 16 rounds of them in rotating order (idle workers of one

@@ -12,8 +12,17 @@ after a torch step; torch's 202 us and 222 us right after ours (a 4 MB
 cache sweep between steps: +17 us and +21 us). With 0.2 ms samples (one or
 two steps each) every sample timed that switch, and the ratio read
 0.45-0.51; with 1 ms samples (about ten steps) it reads 0.41-0.42, the
-ratio of the two loops run alone (0.41). A call longer than ``sample_s``
-is one call per sample, where such a penalty is a few percent at most.
+ratio of the two loops run alone (0.41).
+
+A call longer than ``sample_s`` is one call per sample, and there the
+switch is not a few percent: KWS's training step (batch 16, 1 thread, the
+engine's activations ~10 MB, torch's ~22 MB against a 32 MB L3) took
+2.7 ms in a loop of its own and 3.8-4.0 ms right after a torch step (+40%),
+torch's 7.5-7.9 ms and 8.8 ms right after ours (+12%): the ratio read 0.46
+where the loops run alone give 0.36. So each sample starts with one call
+that is not timed (``warm`` calls), after which the sample times the
+library as a training loop runs it, step after step; both contenders get
+the same.
 """
 import statistics
 import time
@@ -26,20 +35,23 @@ def _sample(fn, inner):
     return (time.perf_counter() - t0) / inner
 
 
-def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3):
+def interleaved_medians(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3,
+                        warm=1):
     """Median seconds per call of each callable of ``fns``, sampled in turn.
 
-    Each sample runs a callable ``inner`` times (enough for ``sample_s``: so
-    microsecond calls are not timer noise, and a sample times the library in
-    a steady state, not the switch from the other, see above); the number of
-    samples fills ``budget_s`` for all callables together, within
-    [min_samples, max_samples].
+    Each sample runs a callable ``warm`` times untimed, then ``inner`` times
+    timed (enough for ``sample_s``: so microsecond calls are not timer
+    noise, and a sample times the library in a steady state, not the switch
+    from the other, see above); the number of samples fills ``budget_s`` for
+    all callables together, within [min_samples, max_samples].
     """
     return [statistics.median(s)
-            for s in interleaved_samples(fns, budget_s, min_samples, max_samples, sample_s)]
+            for s in interleaved_samples(fns, budget_s, min_samples, max_samples, sample_s,
+                                         warm)]
 
 
-def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3):
+def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sample_s=1e-3,
+                        warm=1):
     """The samples (seconds per call) behind :func:`interleaved_medians`, one
     list per callable."""
     inners = []
@@ -47,10 +59,12 @@ def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
         fn()
         t = _sample(fn, 1)
         inners.append(max(1, min(1000, int(sample_s / max(t, 1e-9)))))
-    per_round = sum(_sample(fn, k) * k for fn, k in zip(fns, inners))
+    per_round = sum(_sample(fn, k) * (k + warm) for fn, k in zip(fns, inners))
     rounds = int(min(max_samples, max(min_samples, budget_s / max(per_round, 1e-9))))
     samples = [[] for _ in fns]
     for _ in range(rounds):
         for fn, k, out in zip(fns, inners, samples):
+            for _ in range(warm):
+                fn()
             out.append(_sample(fn, k))
     return samples
