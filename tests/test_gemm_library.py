@@ -33,7 +33,7 @@ def test_avx512_false_without_cpuinfo(tmp_path):
 @pytest.mark.skipif(not ai._C.gemm_backend().startswith("openblas")
                     or platform.machine() not in ("x86_64", "AMD64"),
                     reason="OpenBLAS's x86 kernels only")
-def test_openblas_coretype_set_by_the_user_stands():
+def test_openblas_coretype_set_by_the_user_stands(tmp_path):
     code = ("import os, numpy as np, aidge_interop as ai, torch\n"
             "print(ai._C.gemm_backend()); print(os.environ.get('OPENBLAS_CORETYPE'))\n"
             "a, b = torch.randn(70, 300), torch.randn(300, 90)\n"
@@ -44,7 +44,7 @@ def test_openblas_coretype_set_by_the_user_stands():
             "rtol=1e-5, atol=1e-4)\n")
     env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, cwd=tmp_path)  # the installed package, not the checkout
     assert out.returncode == 0, out.stderr
     backend, variable = out.stdout.split("\n")[:2]
     assert backend == "openblas (Haswell)"
