@@ -427,8 +427,10 @@ ai_status ai_graph_finalize(ai_graph *g)
 
 const ai_attr *ai_node_attr(const ai_node *n, const char *name)
 {
+    /* (the first letters compared inline: fused ops read theirs at every
+     * forward, and most names differ there) */
     for (int i = 0; i < n->n_attrs; i++)
-        if (strcmp(n->attrs[i].name, name) == 0)
+        if (n->attrs[i].name[0] == name[0] && strcmp(n->attrs[i].name, name) == 0)
             return &n->attrs[i];
     return NULL;
 }

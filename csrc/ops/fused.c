@@ -415,21 +415,43 @@ static double channel_value(const ai_tensor *t, bool flat, int64_t m)
     return t->dtype == AI_F32 ? ((const float *)t->data)[m] : ((const double *)t->data)[m];
 }
 
+/* bn_factors on contiguous float32 inputs, a vector of channels at a time
+ * (the same correctly rounded sqrt and division as the scalar loop: the
+ * same values; one sqrt and division after another, they were 4% of
+ * Anomaly's eval forward) */
+AI_WIDE_CLONES static void bn_factors_f32(const float *scale, const float *bias,
+                                          const float *mean, const float *var, double eps,
+                                          int64_t M, double *ab)
+{
+    for (int64_t m = 0; m < M; m++) {
+        const double a = (double)scale[m] / sqrt((double)var[m] + eps);
+        ab[m] = a;
+        ab[M + m] = (double)bias[m] - (double)mean[m] * a;
+    }
+}
+
 /* The BatchNorm epilogue's factors into ab (2 M doubles): a = scale /
  * sqrt(var + eps), b = bias - mean a, from the inputs' current values; and
  * as float into abf when not NULL. */
 static void bn_factors(const ai_ctx *c, double eps, int64_t M, double *ab, float *abf)
 {
-    bool flat[7];
-    for (int k = 3; k < 7; k++)
+    bool flat[7], f32 = true;
+    for (int k = 3; k < 7; k++) {
         flat[k] = ai_tensor_is_contiguous(c->in[k]) &&
                   (c->in[k]->dtype == AI_F32 || c->in[k]->dtype == AI_F64);
-    for (int64_t m = 0; m < M; m++) {
-        const double a = channel_value(c->in[3], flat[3], m) /
-                         sqrt(channel_value(c->in[6], flat[6], m) + eps);
-        ab[m] = a;
-        ab[M + m] = channel_value(c->in[4], flat[4], m) - channel_value(c->in[5], flat[5], m) * a;
+        f32 = f32 && flat[k] && c->in[k]->dtype == AI_F32;
     }
+    if (f32)
+        bn_factors_f32(c->in[3]->data, c->in[4]->data, c->in[5]->data, c->in[6]->data, eps, M,
+                       ab);
+    else
+        for (int64_t m = 0; m < M; m++) {
+            const double a = channel_value(c->in[3], flat[3], m) /
+                             sqrt(channel_value(c->in[6], flat[6], m) + eps);
+            ab[m] = a;
+            ab[M + m] = channel_value(c->in[4], flat[4], m) -
+                        channel_value(c->in[5], flat[5], m) * a;
+        }
     for (int64_t i = 0; abf && i < 2 * M; i++)
         abf[i] = (float)ab[i];
 }
