@@ -123,8 +123,11 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     static void NAME(T *y, const T *C, int64_t M, int64_t N, int64_t s0, int64_t s1) \
     {                                                                                \
         for (int64_t i = 0; i < M; i++)                                              \
-            for (int64_t j = 0; j < N; j++)                                          \
-                y[i * N + j] = C[i * s0 + j * s1];                                   \
+            if (s1 == 1) /* rows in place (a bias: s0 = 0): copies, vectorised */    \
+                memcpy(y + i * N, C + i * s0, (size_t)N * sizeof(T));                \
+            else                                                                     \
+                for (int64_t j = 0; j < N; j++)                                      \
+                    y[i * N + j] = C[i * s0 + j * s1];                               \
     }
 
 DEFINE_FILL_C(fill_c_f32, float)
