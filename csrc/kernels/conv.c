@@ -956,8 +956,12 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
  * DW_CHUNK_ELEMS elements, at least one (LeNet's 6 -> 16 5x5 conv, 10x10
  * grids: its backward 12-15% faster than with im2col and a GEMM per
  * image). When the shifted GEMMs apply (8 or more input channels) they are
- * faster on small grids (8x8, 64 channels: by 10%), and the chunk is one
- * image: the kernel declines grids under DW_MIN_GRID. */
+ * faster on grids under DW_MIN_GRID (8x8, 64 channels: dw 0.75 ms against
+ * 1.2 in chunks of 13 images), and the kernel declines those. The chunk
+ * had been one image there too: ResNet-8's 32 -> 32 on 16x16 (batch 16,
+ * 1 thread) then spent two thirds of its dw in the sums across lanes (dw
+ * 1.65 ms, 46 GFLOP/s; in chunks of 4 images 0.72 ms, torch's whole
+ * backward ~1.3 ms). */
 #define DW_MIN_GRID 256
 #define DW_CHUNK_GRID 1024
 #define DW_CHUNK_ELEMS (INT64_C(1) << 18) /* 1 MiB of float32 */
@@ -966,20 +970,17 @@ static int64_t dconv_dw_image_elems(const ai_conv_params *p, const dconv *dc)
     return p->C * dc->ph.size + (p->M + 1) / 2 * 2 * (dc->L + DC_NR); /* (rows in pairs) */
 }
 
-static int64_t dconv_dw_images(const ai_conv_params *p, const conv_geom *g, const dconv *dc)
+static int64_t dconv_dw_images(const ai_conv_params *p, const dconv *dc)
 {
-    conv_shift sh;
-    if (conv_shift_of(p, g, &sh))
-        return 1;
     int64_t nb = (DW_CHUNK_GRID + dc->L - 1) / dc->L;
     const int64_t fit = DW_CHUNK_ELEMS / dconv_dw_image_elems(p, dc);
     nb = nb > fit ? fit : nb;
     return nb < 1 ? 1 : nb > p->N ? p->N : nb;
 }
 
-static int64_t dconv_dw_elems(const ai_conv_params *p, const conv_geom *g, const dconv *dc)
+static int64_t dconv_dw_elems(const ai_conv_params *p, const dconv *dc)
 {
-    return dconv_dw_images(p, g, dc) * dconv_dw_image_elems(p, dc);
+    return dconv_dw_images(p, dc) * dconv_dw_image_elems(p, dc);
 }
 
 static bool dconv_dw_f64(const ai_conv_params *p, double *dw, const double *dy,
@@ -1057,8 +1058,8 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
     conv_shift sh;
     dconv dc; /* forward only: backward keeps the paths below */
     int64_t direct = !transposed && dconv_of(p, &g, dtype, &dc) ? dconv_elems(p, &dc) : 0;
-    if (direct && dconv_dw_elems(p, &g, &dc) > direct)
-        direct = dconv_dw_elems(p, &g, &dc);
+    if (direct && dconv_dw_elems(p, &dc) > direct)
+        direct = dconv_dw_elems(p, &dc);
     int64_t direct_dx = !transposed ? dconv_dx_elems(p, dtype) : 0;
     direct = direct_dx > direct ? direct_dx : direct;
     dcl_geom dq;
@@ -2531,10 +2532,12 @@ static bool dconv_dw_f32(const ai_conv_params *p, float *dw, const float *dy, co
 {
     conv_geom g = conv_geom_of(p, false);
     dconv dc;
-    if (!dconv_of(p, &g, AI_F32, &dc) || dc.L * dconv_dw_images(p, &g, &dc) < DW_MIN_GRID)
+    conv_shift sh;
+    if (!dconv_of(p, &g, AI_F32, &dc) || dc.L * dconv_dw_images(p, &dc) < DW_MIN_GRID ||
+        (dc.L < DW_MIN_GRID && conv_shift_of(p, &g, &sh)))
         return false;
     const int64_t C = p->C, M = p->M, G1 = dc.ph.G1, G2 = dc.ph.G2;
-    const int64_t ld = dc.L + DC_NR, nb = dconv_dw_images(p, &g, &dc), M2 = (M + 1) / 2 * 2;
+    const int64_t ld = dc.L + DC_NR, nb = dconv_dw_images(p, &dc), M2 = (M + 1) / 2 * 2;
     float *planes = ws, *dyg = ws + nb * C * dc.ph.size;
     void (*range)(void *, int64_t, int64_t) = dconv_dw_range;
     bool pairs = false; /* dyg's rows in pairs, 8 positions of each in turn */
