@@ -50,7 +50,7 @@ if _flag("AIDGE_INTEROP_SANITIZE"):
     link_args += san
 
 sources = sorted(glob("csrc/*.c") + glob("csrc/ops/*.c") + glob("csrc/kernels/*.c")
-                 + glob("csrc/portable/*.c"))
+                 + glob("csrc/portable/*.c") + glob("csrc/python/*.c"))
 
 # GEMM library: OpenBLAS from the scipy-openblas32 wheel (a build and runtime
 # dependency; aidge_interop/__init__.py loads it before the extension).

@@ -2,7 +2,7 @@
  * aidge.h — public C API of the aidge_interop engine core.
  *
  * The core is plain C11 and knows nothing of Python: the CPython binding
- * (module.c) and the C unit tests (tests/) are its two clients.
+ * (python/) and the C unit tests (tests/) are its two clients.
  *
  * Conventions
  *   - Every fallible function returns an ai_status. On failure a message is

@@ -1,4 +1,5 @@
-"""Shape and reduction operators of the engine (shape.c, reduce.c) against torch."""
+"""Data-movement and reduction operators of the engine (ops/movement.h, reduce.c) against
+torch."""
 import math
 
 import numpy as np
@@ -97,7 +98,7 @@ def test_flatten(axis, dtype):
 
 PERMS = [((3, 4), None), ((2, 3, 4), None), ((2, 3, 4), [0, 2, 1]), ((2, 3, 4), [2, 0, 1]),
          ((3, 5, 2, 7), [1, 3, 0, 2]), ((3, 1, 5), [1, 0, 2]), ((4, 3, 5, 2), [0, 1, 3, 2]),
-         # float32 slices of 8 x 8 and more: blocked transposes (shape.c), partial
+         # float32 slices of 8 x 8 and more: blocked transposes (movement.c), partial
          # blocks, several bands of rows, dimensions merged into one
          ((2, 17, 130), [0, 2, 1]), ((70, 9), None), ((4, 5, 24), [2, 0, 1]),
          ((2, 3, 9, 16), [0, 1, 3, 2])]

@@ -1,0 +1,286 @@
+/*
+ * index.c — operators that pick elements by index: Gather (slices of the
+ * data at the indices along an axis), GatherElements (one element per
+ * index) and Trilu (the elements on one side of a diagonal). Backward adds
+ * the output gradient back to the picked places (a data-movement family:
+ * movement.h).
+ */
+#include <string.h>
+
+#include "movement.h"
+
+/* ---------------------------------------------------------------- Trilu, GatherElements */
+
+/* element i of a float32/float64 gradient, written from a double */
+static void put_d(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F32)
+        ((float *)t->data)[i] = (float)v;
+    else
+        ((double *)t->data)[i] = v;
+}
+
+/* Trilu: X's last two dims keep the elements on and above (upper = 1) or on
+ * and below (upper = 0) diagonal k (an optional constant input), the rest
+ * 0; backward masks dY the same way. */
+static ai_status trilu_k(const ai_ctx *c, int64_t *k, int64_t *upper)
+{
+    *k = 0;
+    ai_status st = ai_attr_int(c->node, "upper", 1, upper);
+    if (st || c->n_in < 2 || !c->in[1])
+        return st;
+    return ai_ctx_int_scalar(c, 1, "k", k);
+}
+
+static ai_status trilu_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    int64_t k, upper;
+    ai_status st = trilu_k(c, &k, &upper);
+    if (!st && c->in[0]->ndim < 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "input has rank %d; >= 2 expected",
+                             c->in[0]->ndim);
+    return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);
+}
+
+/* dst = src masked (add: dst += src masked: float gradients) */
+static void trilu_run(const ai_tensor *src, ai_tensor *dst, int64_t k, bool upper, bool add)
+{
+    const int nd = src->ndim;
+    const int64_t R = src->shape[nd - 2], C = src->shape[nd - 1];
+    const int64_t mats = R && C ? ai_tensor_numel(src) / (R * C) : 0;
+    const size_t es = ai_dtype_size(src->dtype);
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) {
+                const int64_t at = (m * R + i) * C + j;
+                const bool keep = upper ? j - i >= k : j - i <= k;
+                char *d = (char *)dst->data + at * (int64_t)es;
+                if (add) {
+                    if (keep)
+                        put_d(dst, at, ai_tensor_get_flat(dst, at) + ai_tensor_get_flat(src, at));
+                } else if (keep) {
+                    memcpy(d, (const char *)src->data + at * (int64_t)es, es);
+                } else {
+                    memset(d, 0, es);
+                }
+            }
+}
+
+static ai_status trilu_forward(ai_ctx *c)
+{
+    int64_t k, upper;
+    ai_status st = trilu_k(c, &k, &upper);
+    if (!st)
+        trilu_run(c->in[0], c->out[0], k, upper != 0, false);
+    return st;
+}
+
+static ai_status trilu_backward(ai_ctx *c)
+{
+    int64_t k, upper;
+    ai_status st = trilu_k(c, &k, &upper);
+    if (!st && !(st = ai_check_grad_dtype(c, c->din[0])))
+        trilu_run(c->dout[0], c->din[0], k, upper != 0, !c->din_assign[0]);
+    return st;
+}
+
+/* GatherElements: Y has the shape of `indices`; Y[i...] = X[i...] with the
+ * index along `axis` replaced by indices[i...] (negative from the end).
+ * Backward adds dY[i...] into dX at the same place. */
+typedef struct {
+    int axis, nd;
+    int64_t xs[AI_MAX_DIMS]; /* X's contiguous strides */
+} ge_plan;
+
+static ai_status ge_setup(const ai_ctx *c, ge_plan *p)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    int64_t a;
+    ai_status st = ai_attr_int(c->node, "axis", 0, &a);
+    if (!st)
+        st = ai_norm_axis(c->node, a, x->ndim, &p->axis);
+    if (st)
+        return st;
+    if (idx->dtype != AI_I64 && idx->dtype != AI_I32)
+        return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s; int32 or int64 expected",
+                             ai_dtype_name(idx->dtype));
+    if (idx->ndim != x->ndim)
+        return ai_node_error(c->node, AI_ERR_VALUE, "indices have rank %d, data rank %d",
+                             idx->ndim, x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (d != p->axis && idx->shape[d] > x->shape[d])
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "indices dim %d is %lld, larger than data's %lld", d,
+                                 (long long)idx->shape[d], (long long)x->shape[d]);
+    p->nd = x->ndim;
+    ai_contiguous_strides(x->ndim, x->shape, p->xs);
+    return AI_OK;
+}
+
+static ai_status ge_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    ge_plan p;
+    ai_status st = ge_setup(c, &p);
+    return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, c->in[1]->ndim, c->in[1]->shape);
+}
+
+/* Over each element e of indices and its offset in X: forward copies X's
+ * element into dst[e], backward adds src[e] into dst at that offset. */
+static ai_status ge_walk(const ai_ctx *c, const ge_plan *p, ai_tensor *dst,
+                         const ai_tensor *src, bool backward, bool add)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    const int64_t n = ai_tensor_numel(idx), len = x->shape[p->axis];
+    const size_t es = ai_dtype_size(x->dtype);
+    int64_t mi[AI_MAX_DIMS] = {0};
+    for (int64_t e = 0; e < n; e++) {
+        int64_t k = ai_tensor_get_flat_i64(idx, e);
+        if (k < -len || k >= len)
+            return ai_node_error(c->node, AI_ERR_VALUE,
+                                 "index %lld is out of range for axis %d of size %lld",
+                                 (long long)k, p->axis, (long long)len);
+        k = k < 0 ? k + len : k;
+        int64_t off = 0;
+        for (int d = 0; d < p->nd; d++)
+            off += (d == p->axis ? k : mi[d]) * p->xs[d];
+        if (!backward)
+            memcpy((char *)dst->data + e * (int64_t)es,
+                   (const char *)src->data + off * (int64_t)es, es);
+        else if (add)
+            put_d(dst, off, ai_tensor_get_flat(dst, off) + ai_tensor_get_flat(src, e));
+        for (int d = p->nd - 1; d >= 0; d--) {
+            if (++mi[d] < idx->shape[d])
+                break;
+            mi[d] = 0;
+        }
+    }
+    return AI_OK;
+}
+
+static ai_status ge_forward(ai_ctx *c)
+{
+    ge_plan p;
+    ai_status st = ge_setup(c, &p);
+    return st ? st : ge_walk(c, &p, c->out[0], c->in[0], false, false);
+}
+
+static ai_status ge_backward(ai_ctx *c)
+{
+    ge_plan p;
+    ai_status st = ge_setup(c, &p);
+    if (st || !c->din[0] || (st = ai_check_grad_dtype(c, c->din[0])))
+        return st;
+    if (c->din_assign[0] && ai_tensor_nbytes(c->din[0]))
+        memset(c->din[0]->data, 0, ai_tensor_nbytes(c->din[0]));
+    return ge_walk(c, &p, c->din[0], c->dout[0], true, true);
+}
+
+/* ---------------------------------------------------------------- Gather */
+
+static ai_status gather_axis(const ai_ctx *c, int *axis)
+{
+    int64_t a;
+    ai_status st = ai_attr_int(c->node, "axis", 0, &a);
+    if (!st && c->in[0]->ndim == 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "cannot gather from a scalar");
+    return st ? st : ai_norm_axis(c->node, a, c->in[0]->ndim, axis);
+}
+
+static ai_status gather_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (st)
+        return st;
+    if (idx->dtype != AI_I64 && idx->dtype != AI_I32)
+        return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s; int64 or int32 expected",
+                             ai_dtype_name(idx->dtype));
+    const int nd = x->ndim - 1 + idx->ndim;
+    if (nd > AI_MAX_DIMS)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "output rank %d exceeds %d", nd,
+                             AI_MAX_DIMS);
+    int64_t s[AI_MAX_DIMS];
+    memcpy(s, x->shape, sizeof(int64_t) * (size_t)a);
+    memcpy(s + a, idx->shape, sizeof(int64_t) * (size_t)idx->ndim);
+    memcpy(s + a + idx->ndim, x->shape + a + 1, sizeof(int64_t) * (size_t)(x->ndim - a - 1));
+    return ai_set_meta(&out[0], x->dtype, nd, s);
+}
+
+/* Index i of the indices, made non-negative; -1 when out of range. */
+static int64_t gather_index(const ai_tensor *idx, int64_t i, int64_t dim)
+{
+    int64_t v = idx->dtype == AI_I64 ? ((const int64_t *)idx->data)[i]
+                                     : ((const int32_t *)idx->data)[i];
+    if (v < 0)
+        v += dim;
+    return v >= 0 && v < dim ? v : -1;
+}
+
+/* data (outer, dim, inner), indices (ni) -> out (outer, ni, inner) */
+static ai_status gather_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (st)
+        return st;
+    const int64_t outer = ai_shape_prod(x->shape, 0, a), dim = x->shape[a];
+    const int64_t inner = ai_shape_prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
+    for (int64_t i = 0; i < ni; i++)
+        if (gather_index(idx, i, dim) < 0)
+            return ai_node_error(c->node, AI_ERR_INDEX,
+                                 "index %g is out of range for axis %d of size %lld",
+                                 ai_tensor_get_flat(idx, i), a, (long long)dim);
+    const size_t row = (size_t)inner * ai_dtype_size(x->dtype);
+    if (!row)
+        return AI_OK;
+    const char *xp = x->data;
+    char *yp = c->out[0]->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < ni; i++)
+            memcpy(yp + (size_t)(o * ni + i) * row,
+                   xp + (size_t)(o * dim + gather_index(idx, i, dim)) * row, row);
+    return AI_OK;
+}
+
+/* dx[o, idx[i], :] += dy[o, i, :]; repeated indices accumulate */
+static ai_status gather_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1];
+    ai_tensor *dx = c->din[0];
+    int a;
+    ai_status st = gather_axis(c, &a);
+    if (!st && dx)
+        st = ai_check_grad_dtype(c, dx);
+    if (st || !dx)
+        return st;
+    const int64_t outer = ai_shape_prod(x->shape, 0, a), dim = x->shape[a];
+    const int64_t inner = ai_shape_prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
+    const size_t es = ai_dtype_size(dx->dtype);
+    const ai_row_fn add = dx->dtype == AI_F32 ? ai_row_add_f32 : ai_row_add_f64;
+    if (!inner)
+        return AI_OK;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < ni; i++)
+            add((char *)dx->data + (size_t)((o * dim + gather_index(idx, i, dim)) * inner) * es,
+                1, (const char *)c->dout[0]->data + (size_t)((o * ni + i) * inner) * es, 1,
+                inner, es);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- registry */
+
+OP(op_trilu, "Trilu", 1, 2, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, trilu_shape,
+   trilu_forward, trilu_backward)
+OP(op_gather_elements, "GatherElements", 2, 2, 1, ASSIGN1 | AI_OP_BWD_NO_Y, ge_shape,
+   ge_forward, ge_backward)
+OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
+
+const ai_op_def *const ai_ops_index[] = {&op_trilu, &op_gather_elements, &op_gather, NULL};

@@ -1,0 +1,340 @@
+/*
+ * pad.c — Pad: constant, reflect, edge and wrap modes, negative pads
+ * cropping. Forward fills output rows on the thread pool (the interior with
+ * one copy, the edges from a table of source columns); backward adds each
+ * output gradient element to the input element it came from (a
+ * data-movement family: movement.h).
+ */
+#include <string.h>
+
+#include "../parallel.h"
+#include "movement.h"
+
+/* ---------------------------------------------------------------- Pad */
+
+enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP };
+
+typedef struct {
+    int mode;
+    int64_t before[AI_MAX_DIMS], after[AI_MAX_DIMS];
+    unsigned char value[8];  /* the constant, in the data's dtype */
+} pad_plan;
+
+/* pads (input from opset 11, attribute before), axes (input, opset 18),
+ * constant_value (input from opset 11, attribute 'value' before), mode
+ * (constant, reflect, edge; wrap from opset 19). */
+static ai_status pad_setup(const ai_ctx *c, pad_plan *p, int64_t *shape)
+{
+    const ai_node *node = c->node;
+    const ai_tensor *x = c->in[0];
+    const int nd = x->ndim;
+    const char *mode;
+    int64_t pads[2 * AI_MAX_DIMS], axes[AI_MAX_DIMS];
+    int np, na = -1;
+    memset(p, 0, sizeof *p);
+    ai_status st = ai_attr_string(node, "mode", "constant", &mode);
+    if (st)
+        return st;
+    if (strcmp(mode, "constant") == 0)
+        p->mode = PAD_CONSTANT;
+    else if (strcmp(mode, "reflect") == 0)
+        p->mode = PAD_REFLECT;
+    else if (strcmp(mode, "edge") == 0)
+        p->mode = PAD_EDGE;
+    else if (strcmp(mode, "wrap") == 0)
+        p->mode = PAD_WRAP;
+    else
+        return ai_node_error(node, AI_ERR_NOT_IMPLEMENTED,
+                             "mode '%s' is not supported (constant, reflect, edge, wrap)", mode);
+    if ((st = ai_ints_input(c, 1, 11, "pads", pads, 2 * AI_MAX_DIMS, &np)))
+        return st;
+    if ((st = ai_ints_input(c, 3, 18, "axes", axes, AI_MAX_DIMS, &na)))
+        return st;
+    if (na < 0) {
+        na = nd;
+        for (int i = 0; i < nd; i++)
+            axes[i] = i;
+    }
+    if (np != 2 * na)
+        return ai_node_error(node, AI_ERR_VALUE, "pads has %d values; %d expected (2 per axis)",
+                             np < 0 ? 0 : np, 2 * na);
+    bool seen[AI_MAX_DIMS];
+    if ((st = ai_axes_flags(node, axes, na, nd, seen)))
+        return st;
+    for (int i = 0; i < na; i++) {
+        int a = (int)(axes[i] < 0 ? axes[i] + nd : axes[i]);
+        p->before[a] = pads[i];
+        p->after[a] = pads[na + i];
+    }
+    for (int i = 0; i < np; i++)
+        if (pads[i] < -INT32_MAX || pads[i] > INT32_MAX)
+            return ai_node_error(node, AI_ERR_VALUE, "pads[%d] = %lld is out of range "
+                                 "(at most 2^31-1 either way)", i, (long long)pads[i]);
+    for (int d = 0; d < nd; d++) {
+        int64_t n = x->shape[d], pad = p->before[d] + p->after[d]; /* |pad| <= 2^32 */
+        if (pad > 0 && n > INT64_MAX - pad)
+            return ai_node_error(node, AI_ERR_VALUE, "padding axis %d (%lld) overflows",
+                                 d, (long long)n);
+        int64_t out = n + pad;
+        if (out < 0)
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "pads %lld and %lld crop more than axis %d holds (%lld)",
+                                 (long long)p->before[d], (long long)p->after[d], d,
+                                 (long long)n);
+        int64_t kept = p->mode == PAD_WRAP ? n + (p->before[d] < 0 ? p->before[d] : 0) +
+                                                 (p->after[d] < 0 ? p->after[d] : 0)
+                                           : n;
+        if (kept <= 0 && out > 0 && p->mode != PAD_CONSTANT)
+            return ai_node_error(node, AI_ERR_VALUE, "mode '%s' cannot pad axis %d: nothing "
+                                 "is left to repeat", mode, d);
+        if (shape)
+            shape[d] = out;
+    }
+    /* the constant: input 2 (same dtype as the data) or attribute 'value' */
+    if (node->opset >= 11) {
+        const ai_tensor *v = c->n_in > 2 ? c->in[2] : NULL;
+        if (v && (v->dtype != x->dtype || ai_tensor_numel(v) != 1))
+            return ai_node_error(node, AI_ERR_VALUE,
+                                 "constant_value must be one %s value, got %s with %lld values",
+                                 ai_dtype_name(x->dtype), ai_dtype_name(v->dtype),
+                                 (long long)ai_tensor_numel(v));
+        if (v && v->data) /* NULL while planning a non-constant value */
+            memcpy(p->value, v->data, ai_dtype_size(x->dtype));
+    } else {
+        double value;
+        if ((st = ai_attr_float(node, "value", 0.0, &value)))
+            return st;
+        ai_tensor src = {.dtype = AI_F64, .data = &value};
+        ai_tensor dst = {.dtype = x->dtype, .data = p->value};
+        if ((st = ai_tensor_copy(&dst, &src)))
+            return st;
+    }
+    return AI_OK;
+}
+
+/* Source index along one axis for output index j (the input has n elements
+ * there, `before` and `after` were added), or -1 for the constant.
+ * Reflection and wrapping repeat like numpy's when the pad exceeds the axis. */
+static int64_t pad_src(int mode, int64_t j, int64_t before, int64_t after, int64_t n)
+{
+    int64_t u = j - before;
+    if (u >= 0 && u < n)
+        return u;
+    if (mode == PAD_CONSTANT)
+        return -1;
+    if (mode == PAD_EDGE)
+        return u < 0 ? 0 : n - 1;
+    if (mode == PAD_WRAP) { /* like torch's circular: crop first, then wrap */
+        const int64_t lo = before < 0 ? -before : 0, m = n - lo - (after < 0 ? -after : 0);
+        const int64_t v = j - (before > 0 ? before : 0);
+        return lo + (v % m + m) % m;
+    }
+    const int64_t period = 2 * (n - 1);
+    if (period == 0)
+        return 0;
+    u %= period;
+    if (u < 0)
+        u += period;
+    return u < n ? u : period - u;
+}
+
+/* Offset (elements) of the input row feeding the output row at idx (the
+ * last axis excluded), or -1 when the row is all constant. */
+static int64_t pad_row(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
+                       const int64_t *idx)
+{
+    int64_t off = 0;
+    for (int d = 0; d < x->ndim - 1; d++) {
+        int64_t s = pad_src(p->mode, idx[d], p->before[d], p->after[d], x->shape[d]);
+        if (s < 0)
+            return -1;
+        off += s * xs[d];
+    }
+    return off;
+}
+
+/* Calls the body for each output row: yo (its offset) and xo (pad_row). */
+#define PAD_ROWS(P, X, Y, W, ...)                                                     \
+    do {                                                                               \
+        const int nd_ = (Y)->ndim;                                                     \
+        int64_t xs_[AI_MAX_DIMS], idx_[AI_MAX_DIMS] = {0};                             \
+        ai_contiguous_strides((X)->ndim, (X)->shape, xs_);                             \
+        const int64_t rows_ = nd_ ? ai_shape_prod((Y)->shape, 0, nd_ - 1) : 1;        \
+        for (int64_t r_ = 0; r_ < rows_; r_++) {                                       \
+            const int64_t yo = r_ * (W), xo = pad_row((P), (X), xs_, idx_);            \
+            __VA_ARGS__;                                                               \
+            for (int d_ = nd_ - 2; d_ >= 0; d_--) {                                    \
+                if (++idx_[d_] < (Y)->shape[d_])                                       \
+                    break;                                                             \
+                idx_[d_] = 0;                                                          \
+            }                                                                          \
+        }                                                                              \
+    } while (0)
+
+/* The columns of an output row: [lo, hi) copy input columns [lo - b, hi - b)
+ * of the input row, the others (the edges: [0, lo) and [hi, W)) are the
+ * constant or, in the other modes, repeat input columns (pad_src). */
+typedef struct {
+    int64_t W, lo, hi, b;
+} pad_cols;
+
+static pad_cols pad_cols_of(const pad_plan *p, const ai_tensor *x, const int64_t *yshape)
+{
+    const int nd = x->ndim;
+    const int64_t W = nd ? yshape[nd - 1] : 1, n = nd ? x->shape[nd - 1] : 1;
+    const int64_t b = nd ? p->before[nd - 1] : 0;
+    const int64_t lo = b < 0 ? 0 : (b > W ? W : b);
+    return (pad_cols){W, lo, b + n < lo ? lo : (b + n > W ? W : b + n), b};
+}
+
+/* Workspace: the source column of each edge column (not for the constant). */
+static size_t pad_edge_bytes(const pad_plan *p, const pad_cols *pc)
+{
+    return p->mode == PAD_CONSTANT ? 0
+                                   : (size_t)(pc->W - (pc->hi - pc->lo)) * sizeof(int64_t);
+}
+
+static ai_status pad_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    pad_plan p;
+    int64_t shape[AI_MAX_DIMS];
+    ai_status st = pad_setup(c, &p, shape);
+    if (st)
+        return st;
+    const pad_cols pc = pad_cols_of(&p, c->in[0], shape);
+    *ws = pad_edge_bytes(&p, &pc);
+    return ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, shape);
+}
+
+/* The forward on the thread pool, over output rows. */
+typedef struct {
+    const pad_plan *p;
+    const ai_tensor *x;
+    ai_tensor *y;
+    pad_cols pc;
+    const int64_t *edge; /* source columns of [0, lo) then [hi, W); NULL: the constant */
+} pad_job;
+
+/* Output rows [r0, r1): the interior with one memcpy, the edges from the
+ * column table; all-constant rows filled. T: an unsigned type of the
+ * element's size (the bits are copied). */
+#define DEFINE_PAD_ROWS(NAME, T)                                                       \
+    static void NAME(const pad_job *j, int64_t r0, int64_t r1)                         \
+    {                                                                                  \
+        const ai_tensor *x = j->x, *y = j->y;                                          \
+        const int nd = y->ndim;                                                        \
+        const int64_t W = j->pc.W, lo = j->pc.lo, hi = j->pc.hi, mid = hi - lo;        \
+        const int64_t *edge = j->edge;                                                 \
+        int64_t xs[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0};                               \
+        ai_contiguous_strides(x->ndim, x->shape, xs);                                  \
+        for (int64_t d = nd - 2, rest = r0; d >= 0; rest /= y->shape[d--])            \
+            idx[d] = rest % y->shape[d];                                               \
+        T value;                                                                       \
+        memcpy(&value, j->p->value, sizeof value);                                     \
+        for (int64_t r = r0; r < r1; r++) {                                            \
+            T *yr = (T *)y->data + r * W;                                              \
+            const int64_t xo = pad_row(j->p, x, xs, idx);                              \
+            if (xo < 0) {                                                              \
+                for (int64_t k = 0; k < W; k++)                                        \
+                    yr[k] = value;                                                     \
+            } else {                                                                   \
+                const T *xr = (const T *)x->data + xo;                                 \
+                for (int64_t k = 0; k < lo; k++)                                       \
+                    yr[k] = edge ? xr[edge[k]] : value;                                \
+                if (mid > 0)                                                           \
+                    memcpy(yr + lo, xr + lo - j->pc.b, (size_t)mid * sizeof(T));       \
+                for (int64_t k = hi; k < W; k++)                                       \
+                    yr[k] = edge ? xr[edge[k - mid]] : value;                          \
+            }                                                                          \
+            for (int d = nd - 2; d >= 0; d--) {                                        \
+                if (++idx[d] < y->shape[d])                                            \
+                    break;                                                             \
+                idx[d] = 0;                                                            \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_PAD_ROWS(pad_rows_1, uint8_t)
+DEFINE_PAD_ROWS(pad_rows_2, uint16_t)
+DEFINE_PAD_ROWS(pad_rows_4, uint32_t)
+DEFINE_PAD_ROWS(pad_rows_8, uint64_t)
+
+static void pad_range(void *ctx, int64_t r0, int64_t r1)
+{
+    const pad_job *j = ctx;
+    switch (ai_dtype_size(j->x->dtype)) {
+    case 1: pad_rows_1(j, r0, r1); break;
+    case 2: pad_rows_2(j, r0, r1); break;
+    case 4: pad_rows_4(j, r0, r1); break;
+    default: pad_rows_8(j, r0, r1); break;
+    }
+}
+
+static ai_status pad_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    pad_plan p;
+    ai_status st = pad_setup(c, &p, NULL);
+    if (st || ai_tensor_numel(y) == 0)
+        return st;
+    const size_t es = ai_dtype_size(x->dtype);
+    if (es != 1 && es != 2 && es != 4 && es != 8)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "%s data is not supported",
+                             ai_dtype_name(x->dtype));
+    const int nd = y->ndim;
+    pad_job j = {&p, x, y, pad_cols_of(&p, x, y->shape), NULL};
+    if (p.mode != PAD_CONSTANT) {
+        int64_t *edge = c->workspace;
+        const int64_t n = nd ? x->shape[nd - 1] : 1, e = nd ? p.after[nd - 1] : 0;
+        for (int64_t k = 0, i = 0; k < j.pc.W; k++)
+            if (k < j.pc.lo || k >= j.pc.hi)
+                edge[i++] = pad_src(p.mode, k, j.pc.b, e, n);
+        j.edge = edge;
+    }
+    const int64_t rows = nd ? ai_shape_prod(y->shape, 0, nd - 1) : 1;
+    ai_parallel_for(rows, ai_grain_of(j.pc.W), pad_range, &j);
+    return AI_OK;
+}
+
+#define DEFINE_PAD_BACK(NAME, T)                                                       \
+    static void NAME(const pad_plan *p, ai_tensor *dx, const ai_tensor *dy)            \
+    {                                                                                  \
+        const int nd = dy->ndim;                                                       \
+        const int64_t W = nd ? dy->shape[nd - 1] : 1, n = nd ? dx->shape[nd - 1] : 1;  \
+        const int64_t b = nd ? p->before[nd - 1] : 0, e = nd ? p->after[nd - 1] : 0;  \
+        T *gx = dx->data;                                                              \
+        const T *gy = dy->data;                                                        \
+        PAD_ROWS(p, dx, dy, W, {                                                       \
+            for (int64_t j = 0; xo >= 0 && j < W; j++) {                               \
+                int64_t s = pad_src(p->mode, j, b, e, n);                              \
+                if (s >= 0)                                                            \
+                    gx[xo + s] += gy[yo + j];                                          \
+            }                                                                          \
+        });                                                                            \
+    }
+
+DEFINE_PAD_BACK(pad_back_f32, float)
+DEFINE_PAD_BACK(pad_back_f64, double)
+
+static ai_status pad_backward(ai_ctx *c)
+{
+    pad_plan p;
+    ai_status st = pad_setup(c, &p, NULL);
+    if (!st && c->din[0]) /* no gradient for constant_value */
+        st = ai_check_grad_dtype(c, c->din[0]);
+    if (st || !c->din[0] || ai_tensor_numel(c->dout[0]) == 0)
+        return st;
+    if (c->din[0]->dtype == AI_F32)
+        pad_back_f32(&p, c->din[0], c->dout[0]);
+    else
+        pad_back_f64(&p, c->din[0], c->dout[0]);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- registry */
+
+OP(op_pad, "Pad", 1, 4, 1, 0, pad_shape, pad_forward, pad_backward)
+
+const ai_op_def *const ai_ops_pad[] = {&op_pad, NULL};

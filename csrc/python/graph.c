@@ -1,0 +1,841 @@
+/*
+ * graph.c — the Graph type of aidge_interop._C: the engine's graph as
+ * Python sees it (built by load_onnx).
+ *
+ * Building (inputs, initializers, nodes with their attributes), running
+ * (forward and backward: one C call each, the GIL released; an optional
+ * bridge takes foreign tensors in and gives results back as DLPack
+ * capsules), reading values and gradients without a copy, the recipes of
+ * recipes.c by name, and the flags of a run. One call at a time per graph.
+ */
+#define NO_IMPORT_ARRAY
+#include "bindings.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "graph.h"
+
+typedef struct {
+    PyObject_HEAD
+    ai_graph *g;
+    PyTypeObject *tensor_type; /* strong reference */
+    atomic_int busy;           /* one call at a time on a graph */
+    unsigned long forward_thread; /* the thread of the latest forward (its state is kept) */
+} GraphObject;
+
+static int graph_enter(GraphObject *self)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&self->busy, &expected, 1)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "this graph is being used by another thread; a graph runs one "
+                        "call at a time (use one graph per thread)");
+        return -1;
+    }
+    return 0;
+}
+
+static void graph_leave(GraphObject *self) { atomic_store(&self->busy, 0); }
+
+static PyObject *Graph_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":Graph", kwlist))
+        return NULL;
+    PyObject *m = PyType_GetModuleByDef(tp, &aidge_module);
+    if (!m)
+        return NULL;
+    GraphObject *self = (GraphObject *)tp->tp_alloc(tp, 0);
+    if (!self)
+        return NULL;
+    module_state *st = PyModule_GetState(m);
+    self->tensor_type = (PyTypeObject *)Py_NewRef(st->tensor_type);
+    atomic_init(&self->busy, 0);
+    ai_status s = ai_graph_new(&self->g);
+    if (s) {
+        Py_DECREF(self);
+        return raise_status(s);
+    }
+    return (PyObject *)self;
+}
+
+static int Graph_traverse(GraphObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->tensor_type);
+    return 0;
+}
+
+static void Graph_dealloc(GraphObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ai_graph_free(self->g);
+    Py_CLEAR(self->tensor_type);
+    tp->tp_free((PyObject *)self);
+    Py_DECREF(tp);
+}
+
+static int is_tensor(GraphObject *self, PyObject *o)
+{
+    return PyObject_TypeCheck(o, self->tensor_type);
+}
+
+/* A Python sequence of str -> C array of borrowed UTF-8 pointers. */
+static int str_list(PyObject *seq_obj, const char *what, PyObject **keep, const char **out,
+                    int *n)
+{
+    PyObject *seq = PySequence_Fast(seq_obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    if (len > AI_MAX_IO) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: %zd names; at most %d", what, len, AI_MAX_IO);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(o) || !(out[i] = PyUnicode_AsUTF8(o))) {
+            Py_DECREF(seq);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s must hold str, not %.100s", what,
+                             Py_TYPE(o)->tp_name);
+            return -1;
+        }
+    }
+    *keep = seq;
+    *n = (int)len;
+    return 0;
+}
+
+static PyObject *Graph_add_input(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    ai_dtype dt;
+    if (!PyArg_ParseTuple(args, "sO&:add_input", &name, dtype_converter, &dt))
+        return NULL;
+    ai_status st = ai_graph_add_input(self->g, name, dt);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_add_initializer(GraphObject *self, PyObject *args)
+{
+    const char *name, *kind_s;
+    PyObject *t;
+    int share = 0;
+    if (!PyArg_ParseTuple(args, "sOs|p:add_initializer", &name, &t, &kind_s, &share))
+        return NULL;
+    if (!is_tensor(self, t))
+        return PyErr_Format(PyExc_TypeError, "initializer '%s' must be a Tensor", name);
+    ai_value_kind kind;
+    if (!strcmp(kind_s, "param"))
+        kind = AI_VAL_PARAM;
+    else if (!strcmp(kind_s, "buffer"))
+        kind = AI_VAL_BUFFER;
+    else if (!strcmp(kind_s, "const"))
+        kind = AI_VAL_CONST;
+    else
+        return PyErr_Format(PyExc_ValueError,
+                            "initializer '%s': kind must be 'param', 'buffer' or 'const', "
+                            "not '%s'", name, kind_s);
+    const ai_tensor *src = ((TensorObject *)t)->t;
+    if (share && (!ai_tensor_is_contiguous(src) || (src->flags & AI_TENSOR_READONLY)))
+        return PyErr_Format(PyExc_ValueError, "initializer '%s': share=True needs a "
+                            "contiguous, writable tensor (the graph would copy it)", name);
+    ai_tensor *c;
+    /* the graph owns its copy, or shares the tensor's storage (refcounted) */
+    ai_status st = share ? ai_tensor_share(&c, src) : clone_maybe_nogil(&c, src);
+    if (st == AI_OK)
+        st = ai_graph_add_initializer(self->g, name, kind, c);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static void attrs_free(ai_attr *attrs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyMem_Free(attrs[i].ints);
+        PyMem_Free(attrs[i].floats);
+    }
+    PyMem_Free(attrs);
+}
+
+/* {name: int | float | str | bytes | [int] | [float] | Tensor} -> ai_attr[] */
+static int attrs_from_dict(GraphObject *self, PyObject *dict, const char *node, ai_attr **out,
+                           int *n_out)
+{
+    Py_ssize_t n = PyDict_Size(dict), pos = 0;
+    ai_attr *attrs = PyMem_Calloc((size_t)n + 1, sizeof *attrs);
+    if (!attrs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject *key, *val;
+    int i = 0;
+    while (PyDict_Next(dict, &pos, &key, &val)) {
+        ai_attr *a = &attrs[i++];
+        if (!PyUnicode_Check(key) || !(a->name = (char *)PyUnicode_AsUTF8(key)))
+            goto bad;
+        if (PyBool_Check(val) || PyLong_Check(val)) {
+            a->type = AI_ATTR_INT;
+            a->i = PyLong_AsLongLong(val);
+            if (a->i == -1 && PyErr_Occurred())
+                goto fail;
+        } else if (PyFloat_Check(val)) {
+            a->type = AI_ATTR_FLOAT;
+            a->f = PyFloat_AsDouble(val);
+        } else if (PyUnicode_Check(val)) {
+            a->type = AI_ATTR_STRING;
+            if (!(a->s = (char *)PyUnicode_AsUTF8(val)))
+                goto fail;
+        } else if (PyBytes_Check(val)) {
+            a->type = AI_ATTR_STRING;
+            a->s = PyBytes_AsString(val);
+        } else if (is_tensor(self, val)) {
+            a->type = AI_ATTR_TENSOR;
+            a->t = ((TensorObject *)val)->t;
+        } else if (PyList_Check(val) || PyTuple_Check(val)) {
+            Py_ssize_t len = PySequence_Size(val);
+            bool all_int = true;
+            for (Py_ssize_t k = 0; k < len; k++) {
+                PyObject *e = PySequence_Fast_GET_ITEM(val, k);
+                if (!PyLong_Check(e) && !PyFloat_Check(e))
+                    goto bad;
+                all_int &= PyLong_Check(e);
+            }
+            a->n = len;
+            if (all_int) {
+                a->type = AI_ATTR_INTS;
+                if (!(a->ints = PyMem_Calloc((size_t)len + 1, sizeof(int64_t))))
+                    goto nomem;
+                for (Py_ssize_t k = 0; k < len; k++) {
+                    a->ints[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(val, k));
+                    if (a->ints[k] == -1 && PyErr_Occurred())
+                        goto fail;
+                }
+            } else {
+                a->type = AI_ATTR_FLOATS;
+                if (!(a->floats = PyMem_Calloc((size_t)len + 1, sizeof(double))))
+                    goto nomem;
+                for (Py_ssize_t k = 0; k < len; k++)
+                    a->floats[k] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(val, k));
+            }
+        } else {
+            goto bad;
+        }
+    }
+    *out = attrs;
+    *n_out = i;
+    return 0;
+bad:
+    PyErr_Format(PyExc_TypeError,
+                 "node '%s': attribute %R has an unsupported value %.200R (int, float, str, "
+                 "list of int or float, or Tensor)", node, key, val);
+    goto fail;
+nomem:
+    PyErr_NoMemory();
+fail:
+    attrs_free(attrs, i);
+    return -1;
+}
+
+static PyObject *Graph_add_node(GraphObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"name", "op_type", "inputs", "outputs", "attrs", "domain",
+                             "opset", NULL};
+    const char *name, *op_type, *domain = "";
+    PyObject *ins, *outs, *attrs_d = NULL, *keep_in = NULL, *keep_out = NULL;
+    int opset = 17;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ssOO|O!si:add_node", kwlist, &name, &op_type,
+                                     &ins, &outs, &PyDict_Type, &attrs_d, &domain, &opset))
+        return NULL;
+    const char *in_names[AI_MAX_IO], *out_names[AI_MAX_IO];
+    int n_in, n_out, n_attrs = 0;
+    ai_attr *attrs = NULL;
+    if (str_list(ins, "inputs", &keep_in, in_names, &n_in) < 0)
+        return NULL;
+    if (str_list(outs, "outputs", &keep_out, out_names, &n_out) < 0 ||
+        (attrs_d && attrs_from_dict(self, attrs_d, name, &attrs, &n_attrs) < 0)) {
+        Py_XDECREF(keep_in);
+        Py_XDECREF(keep_out);
+        return NULL;
+    }
+    ai_status st = ai_graph_add_node(self->g, name, domain, op_type, opset, n_in, in_names,
+                                     n_out, out_names, n_attrs, attrs);
+    attrs_free(attrs, n_attrs);
+    Py_DECREF(keep_in);
+    Py_DECREF(keep_out);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_set_outputs(GraphObject *self, PyObject *arg)
+{
+    PyObject *keep;
+    const char *names[AI_MAX_IO];
+    int n;
+    if (str_list(arg, "outputs", &keep, names, &n) < 0)
+        return NULL;
+    ai_status st = ai_graph_set_outputs(self->g, n, names);
+    Py_DECREF(keep);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_finalize(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    ai_status st = ai_graph_finalize(self->g);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+/* The optional bridge of forward and backward: (to_capsule, from_capsule),
+ * two callables between foreign tensors and DLPack capsules (torch's
+ * _to_dlpack and _from_dlpack). Arguments that are not Tensors are viewed
+ * through to_capsule without a Tensor object, results come back through
+ * from_capsule: the per-call cost of a wrapped module. */
+typedef struct {
+    PyObject *to_capsule, *from_capsule;
+} bridge;
+
+static int parse_bridge(PyObject *const *args, Py_ssize_t nargs, const char *what,
+                        bridge *b)
+{
+    b->to_capsule = b->from_capsule = NULL;
+    if (nargs < 1 || nargs > 2)
+        return fail_format(PyExc_TypeError, "%s() takes 1 or 2 arguments (%zd given)", what,
+                           nargs);
+    if (nargs == 2 && args[1] != Py_None) {
+        PyObject *p = args[1];
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2 ||
+            !PyCallable_Check(PyTuple_GET_ITEM(p, 0)) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(p, 1)))
+            return fail_format(PyExc_TypeError,
+                               "%s(): argument 'bridge' must be a tuple of two callables "
+                               "(to_capsule, from_capsule)", what);
+        b->to_capsule = PyTuple_GET_ITEM(p, 0);
+        b->from_capsule = PyTuple_GET_ITEM(p, 1);
+    }
+    return 0;
+}
+
+/* A list of Tensors (or None where allowed) -> borrowed ai_tensor pointers;
+ * with a bridge, views of foreign tensors land in owned[] (freed by the
+ * caller). 0, -1 with an exception, or 1 (no exception) when a foreign
+ * tensor does not go through the bridge: the caller takes its slow path. */
+static int tensor_args(GraphObject *self, PyObject *seq_obj, const char *what, int expected,
+                       bool allow_none, const bridge *b, PyObject **keep,
+                       const ai_tensor **out, ai_tensor **owned)
+{
+    PyObject *seq = PySequence_Fast(seq_obj, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n != expected) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: expected %d tensors, got %zd", what, expected, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        if (o == Py_None && allow_none) {
+            out[i] = NULL;
+        } else if (is_tensor(self, o)) {
+            out[i] = ((TensorObject *)o)->t;
+        } else if (b->to_capsule) {
+            PyObject *cap = PyObject_CallOneArg(b->to_capsule, o);
+            int bad = !cap || capsule_view(cap, 0, &owned[i]) < 0;
+            Py_XDECREF(cap);
+            if (bad) { /* a device, layout or type the slow path handles or names */
+                PyErr_Clear();
+                Py_DECREF(seq);
+                return 1;
+            }
+            out[i] = owned[i];
+        } else {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a Tensor%s, not %.100s", what, i,
+                         allow_none ? " or None" : "", Py_TYPE(o)->tp_name);
+            return -1;
+        }
+    }
+    *keep = seq;
+    return 0;
+}
+
+/* Whether result_capsule exports `t` as it is: a writable tensor without
+ * negative strides (tensor_capsule copies or refuses the others). */
+static bool result_exportable(const ai_tensor *t)
+{
+    return !(t->flags & AI_TENSOR_READONLY) && !negative_strides(t);
+}
+
+/* The results as Tensors, or through the bridge's from_capsule. */
+static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n, const bridge *b)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *o;
+        if (ts[i] && b->from_capsule && result_exportable(ts[i])) {
+            PyObject *cap = result_capsule(ts[i]);
+            ts[i] = NULL;
+            o = cap ? PyObject_CallOneArg(b->from_capsule, cap) : NULL;
+            Py_XDECREF(cap);
+        } else if (ts[i]) {
+            o = tensor_wrap(self->tensor_type, ts[i]);
+            ts[i] = NULL;
+            if (o && b->from_capsule) {
+                PyObject *cap = tensor_capsule((TensorObject *)o, 0, Py_None);
+                Py_SETREF(o, cap ? PyObject_CallOneArg(b->from_capsule, cap) : NULL);
+                Py_XDECREF(cap);
+            }
+        } else {
+            o = Py_NewRef(Py_None);
+        }
+        if (!o) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, o);
+    }
+    for (int i = 0; i < n; i++)
+        ai_tensor_free(ts[i]);
+    return list;
+}
+
+/* forward and backward: tensors in, new tensors out, one C call without the GIL */
+typedef ai_status (*graph_call)(ai_graph *, int, const ai_tensor *const *, int, ai_tensor **);
+
+static PyObject *graph_run(GraphObject *self, PyObject *arg, const bridge *b, const char *what,
+                           int n_args, bool allow_none, int n_results, graph_call call)
+{
+    const ai_tensor *args[AI_MAX_IO * 4];
+    ai_tensor *owned[AI_MAX_IO * 4] = {0};
+    ai_tensor *results[AI_MAX_IO * 4] = {0};
+    PyObject *keep = NULL, *res = NULL;
+    if (!self->g->finalized)
+        return PyErr_Format(PyExc_ValueError, "finalize() the graph first");
+    if (n_args > AI_MAX_IO * 4 || n_results > AI_MAX_IO * 4)
+        return PyErr_Format(PyExc_ValueError, "too many graph inputs or outputs");
+    int r = tensor_args(self, arg, what, n_args, allow_none, b, &keep, args, owned);
+    if (r == 0 && graph_enter(self) == 0) {
+        ai_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = call(self->g, n_args, args, n_results, results);
+        Py_END_ALLOW_THREADS
+        graph_leave(self);
+        res = st ? raise_status(st) : tensor_list(self, results, n_results, b);
+    } else if (r == 1) {
+        res = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(keep);
+    for (int i = 0; i < n_args; i++)
+        ai_tensor_free(owned[i]);
+    return res;
+}
+
+static PyObject *Graph_forward(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    bridge b;
+    if (parse_bridge(args, nargs, "forward", &b) < 0)
+        return NULL;
+    PyObject *out = graph_run(self, args[0], &b, "inputs", self->g->n_inputs, false,
+                              self->g->n_outputs, ai_graph_forward);
+    if (out && out != Py_None) /* the GIL is held: no other thread's call came in between */
+        self->forward_thread = PyThread_get_thread_ident();
+    return out;
+}
+
+static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    bridge b;
+    if (parse_bridge(args, nargs, "backward", &b) < 0)
+        return NULL;
+    if (self->forward_thread && self->forward_thread != PyThread_get_thread_ident())
+        return PyErr_Format(PyExc_RuntimeError,
+                            "backward in another thread than the latest forward (thread "
+                            "%lu): a graph keeps the state of its latest forward only, so "
+                            "another thread's forward came in between; use one graph per "
+                            "thread", self->forward_thread);
+    return graph_run(self, args[0], &b, "grad_outputs", self->g->n_outputs, true,
+                     self->g->n_inputs, ai_graph_backward);
+}
+
+static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_graph_zero_grad(self->g);
+    graph_leave(self);
+    return Py_NewRef(Py_None);
+}
+
+static int find_value(GraphObject *self, PyObject *name_obj, int *v)
+{
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (!name)
+        return -1;
+    *v = ai_graph_find_value(self->g, name);
+    if (*v < 0) {
+        PyErr_Format(PyExc_KeyError, "no value named '%s' in the graph", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Zero-copy views of a value's data or gradient. */
+static PyObject *Graph_value_tensor(GraphObject *self, PyObject *args, bool grad)
+{
+    PyObject *name;
+    int v;
+    if (!PyArg_ParseTuple(args, "U", &name) || find_value(self, name, &v) < 0)
+        return NULL;
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_tensor *src = grad ? self->g->values[v].grad : self->g->values[v].data, *t = NULL;
+    ai_status st = src ? ai_tensor_share(&t, src) : AI_OK;
+    graph_leave(self);
+    if (!src)
+        return PyErr_Format(PyExc_ValueError, "value %R has no %s (not an initializer%s)",
+                            name, grad ? "gradient" : "data", grad ? " parameter" : "");
+    return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+}
+
+static PyObject *Graph_value(GraphObject *self, PyObject *args)
+{
+    return Graph_value_tensor(self, args, false);
+}
+
+static PyObject *Graph_grad(GraphObject *self, PyObject *args)
+{
+    return Graph_value_tensor(self, args, true);
+}
+
+static PyObject *Graph_intermediate(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:intermediate", &name))
+        return NULL;
+    ai_tensor *t;
+    if (graph_enter(self) < 0) /* the plan may change under a running forward */
+        return NULL;
+    ai_status st = ai_graph_intermediate(self->g, name, &t);
+    graph_leave(self);
+    return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+}
+
+static PyObject *meta_tuple(const ai_meta *m)
+{
+    PyObject *shape = int64_tuple(m->ndim, m->shape, 1);
+    return shape ? Py_BuildValue("(sN)", ai_dtype_name(m->dtype), shape) : NULL;
+}
+
+/* Description of every value: name, kind, producer, dtype, shape (when planned). */
+static PyObject *Graph_values(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    static const char *kinds[] = {"input", "param", "buffer", "const", "activation"};
+    const ai_graph *g = self->g;
+    if (graph_enter(self) < 0) /* the metas are the plan's */
+        return NULL;
+    PyObject *list = PyList_New(0);
+    for (int v = 0; list && v < g->n_values; v++) {
+        const ai_value *val = &g->values[v];
+        ai_meta m;
+        PyObject *meta = ai_graph_value_meta(g, v, &m) ? meta_tuple(&m) : Py_NewRef(Py_None);
+        PyObject *item = meta ? Py_BuildValue("{s:s,s:s,s:i,s:N}", "name", val->name, "kind",
+                                              kinds[val->kind], "producer", val->producer,
+                                              "meta", meta)
+                              : NULL;
+        if (!item || PyList_Append(list, item) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    graph_leave(self);
+    return list;
+}
+
+static PyObject *attr_to_py(GraphObject *self, const ai_attr *a)
+{
+    switch (a->type) {
+    case AI_ATTR_INT: return PyLong_FromLongLong(a->i);
+    case AI_ATTR_FLOAT: return PyFloat_FromDouble(a->f);
+    case AI_ATTR_STRING: return PyUnicode_FromString(a->s ? a->s : "");
+    case AI_ATTR_INTS: return int64_tuple((int)a->n, a->ints, 1);
+    case AI_ATTR_FLOATS: {
+        PyObject *t = PyTuple_New(a->n);
+        for (int64_t i = 0; t && i < a->n; i++)
+            PyTuple_SET_ITEM(t, i, PyFloat_FromDouble(a->floats[i]));
+        return t;
+    }
+    case AI_ATTR_TENSOR: {
+        ai_tensor *t;
+        ai_status st = ai_tensor_clone(&t, a->t);
+        return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
+    }
+    }
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_nodes(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    const ai_graph *g = self->g;
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < g->n_nodes; i++) {
+        const ai_node *n = &g->nodes[i];
+        PyObject *ins = PyList_New(n->n_in), *outs = PyList_New(n->n_out), *attrs = PyDict_New();
+        if (!ins || !outs || !attrs)
+            goto fail_item;
+        for (int k = 0; k < n->n_in; k++)
+            PyList_SET_ITEM(ins, k, PyUnicode_FromString(n->in[k] >= 0 ? g->values[n->in[k]].name : ""));
+        for (int k = 0; k < n->n_out; k++)
+            PyList_SET_ITEM(outs, k, PyUnicode_FromString(g->values[n->out[k]].name));
+        for (int k = 0; k < n->n_attrs; k++) {
+            PyObject *v = attr_to_py(self, &n->attrs[k]);
+            if (!v || PyDict_SetItemString(attrs, n->attrs[k].name, v) < 0) {
+                Py_XDECREF(v);
+                goto fail_item;
+            }
+            Py_DECREF(v);
+        }
+        PyObject *item = Py_BuildValue("{s:s,s:s,s:s,s:i,s:N,s:N,s:N}", "name", n->name,
+                                       "op_type", n->op_type, "domain", n->domain, "opset",
+                                       n->opset, "inputs", ins, "outputs", outs, "attrs", attrs);
+        if (!item || PyList_Append(list, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(list);
+            break;
+        }
+        Py_DECREF(item);
+        continue;
+    fail_item:
+        Py_XDECREF(ins);
+        Py_XDECREF(outs);
+        Py_XDECREF(attrs);
+        Py_CLEAR(list);
+    }
+    return list;
+}
+
+static PyObject *Graph_memory_stats(GraphObject *self, PyObject *unused)
+{
+    (void)unused;
+    ai_memory_stats m;
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_status st = ai_graph_memory_stats(self->g, &m);
+    graph_leave(self);
+    if (st)
+        return raise_status(st);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:i}", "peak_bytes",
+                         (Py_ssize_t)(m.arena_bytes + m.workspace_bytes + m.state_bytes),
+                         "arena_bytes", (Py_ssize_t)m.arena_bytes, "workspace_bytes",
+                         (Py_ssize_t)m.workspace_bytes, "state_bytes",
+                         (Py_ssize_t)m.state_bytes, "param_bytes", (Py_ssize_t)m.param_bytes,
+                         "grad_bytes", (Py_ssize_t)m.grad_bytes, "planned_nodes",
+                         m.planned_nodes);
+}
+
+/* The recipes of recipes.c, by name. */
+static const struct {
+    const char *name;
+    ai_status (*fn)(ai_graph *, ai_recipe_report *);
+} recipes[] = {
+    {"fuse_batchnorm", ai_recipe_fuse_batchnorm},
+    {"batchnorm_epilogue", ai_recipe_batchnorm_epilogue},
+    {"remove_flatten", ai_recipe_remove_flatten},
+    {"fuse_activation", ai_recipe_fuse_activation},
+    {"expand_metaops", ai_recipe_expand_metaops},
+    {"constant_fold", ai_recipe_constant_fold},
+    {"block_channels", ai_recipe_block_channels},
+    {"fuse_pad", ai_recipe_fuse_pad},
+};
+
+static PyObject *entry_list(const ai_recipe_entry *e, int n)
+{
+    PyObject *list = PyList_New(n);
+    for (int i = 0; list && i < n; i++) {
+        PyObject *item = Py_BuildValue("(ss)", e[i].node, e[i].text);
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+    return list;
+}
+
+/* apply_recipe(name) -> (done, skipped): lists of (node name, text). */
+static PyObject *Graph_apply_recipe(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:apply_recipe", &name))
+        return NULL;
+    size_t k = 0;
+    while (k < sizeof recipes / sizeof recipes[0] && strcmp(recipes[k].name, name))
+        k++;
+    if (k == sizeof recipes / sizeof recipes[0])
+        return PyErr_Format(PyExc_ValueError, "unknown recipe '%s'", name);
+    if (graph_enter(self) < 0)
+        return NULL;
+    ai_recipe_report r = {0};
+    ai_status st = recipes[k].fn(self->g, &r);
+    graph_leave(self);
+    PyObject *result = NULL;
+    if (st)
+        raise_status(st);
+    else
+        result = Py_BuildValue("(NN)", entry_list(r.done, r.n_done),
+                               entry_list(r.skipped, r.n_skipped));
+    ai_recipe_report_free(&r);
+    return result;
+}
+
+#define GRAPH_FLAG(NAME)                                                               \
+    static PyObject *Graph_get_##NAME(GraphObject *self, void *c)                      \
+    {                                                                                  \
+        (void)c;                                                                       \
+        return PyBool_FromLong(self->g->NAME);                                         \
+    }                                                                                  \
+    static int Graph_set_##NAME(GraphObject *self, PyObject *v, void *c)               \
+    {                                                                                  \
+        (void)c;                                                                       \
+        int b = v ? PyObject_IsTrue(v) : 0;                                            \
+        if (b < 0 || graph_enter(self) < 0) /* not while another thread runs it */     \
+            return -1;                                                                 \
+        self->g->NAME = b;                                                             \
+        graph_leave(self);                                                             \
+        return 0;                                                                      \
+    }
+
+GRAPH_FLAG(training)
+GRAPH_FLAG(need_backward)
+GRAPH_FLAG(input_grads)
+GRAPH_FLAG(keep_intermediates)
+GRAPH_FLAG(profile)
+
+static PyObject *Graph_profile_counts(GraphObject *self, PyObject *args)
+{
+    int reset = 0;
+    if (!PyArg_ParseTuple(args, "|p", &reset) || graph_enter(self) < 0)
+        return NULL;
+    ai_graph *g = self->g;
+    PyObject *list = PyList_New(g->n_nodes);
+    for (int i = 0; list && i < g->n_nodes; i++) {
+        ai_node *n = &g->nodes[g->finalized && g->order ? g->order[i] : i];
+        PyObject *row = Py_BuildValue("(ssdLdL)", n->name, n->op_type, n->prof_fwd_s,
+                                      (long long)n->prof_fwd_n, n->prof_bwd_s,
+                                      (long long)n->prof_bwd_n);
+        if (!row) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, row);
+    }
+    for (int i = 0; list && reset && i < g->n_nodes; i++) {
+        g->nodes[i].prof_fwd_s = g->nodes[i].prof_bwd_s = 0;
+        g->nodes[i].prof_fwd_n = g->nodes[i].prof_bwd_n = 0;
+    }
+    graph_leave(self);
+    return list;
+}
+
+static PyObject *Graph_get_backward_reads_outputs(GraphObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(ai_graph_backward_reads_outputs(self->g));
+}
+
+static PyObject *Graph_get_input_names(GraphObject *self, void *c)
+{
+    (void)c;
+    PyObject *l = PyList_New(self->g->n_inputs);
+    for (int i = 0; l && i < self->g->n_inputs; i++)
+        PyList_SET_ITEM(l, i, PyUnicode_FromString(self->g->values[self->g->inputs[i]].name));
+    return l;
+}
+
+static PyObject *Graph_get_output_names(GraphObject *self, void *c)
+{
+    (void)c;
+    PyObject *l = PyList_New(self->g->n_outputs);
+    for (int i = 0; l && i < self->g->n_outputs; i++)
+        PyList_SET_ITEM(l, i, PyUnicode_FromString(self->g->values[self->g->outputs[i]].name));
+    return l;
+}
+
+static PyMethodDef Graph_methods[] = {
+    {"add_input", (PyCFunction)Graph_add_input, METH_VARARGS,
+     "add_input(name, dtype): a graph input (shape given at forward)."},
+    {"add_initializer", (PyCFunction)Graph_add_initializer, METH_VARARGS,
+     "add_initializer(name, tensor, kind, share=False): kind is 'param', 'buffer' or\n"
+     "'const'; copied, or with share the graph reads and writes the tensor's memory."},
+    {"add_node", (PyCFunction)(void (*)(void))Graph_add_node, METH_VARARGS | METH_KEYWORDS,
+     "add_node(name, op_type, inputs, outputs, attrs=None, domain='', opset=17)."},
+    {"set_outputs", (PyCFunction)Graph_set_outputs, METH_O, "set_outputs(names)."},
+    {"finalize", (PyCFunction)Graph_finalize, METH_NOARGS,
+     "Checks the graph and orders its nodes."},
+    {"forward", (PyCFunction)(void (*)(void))Graph_forward, METH_FASTCALL,
+     "forward(inputs, bridge=None) -> outputs (one C call, GIL released).\n\n"
+     "bridge: (to_capsule, from_capsule); inputs that are not Tensors go through\n"
+     "to_capsule (a DLPack capsule, viewed without a copy), the outputs come back\n"
+     "through from_capsule; None (nothing run) when an input does not go that way."},
+    {"backward", (PyCFunction)(void (*)(void))Graph_backward, METH_FASTCALL,
+     "backward(grad_outputs, bridge=None) -> input gradients (parameter gradients\n"
+     "accumulate); bridge as in forward."},
+    {"zero_grad", (PyCFunction)Graph_zero_grad, METH_NOARGS, "Zeroes parameter gradients."},
+    {"value", (PyCFunction)Graph_value, METH_VARARGS,
+     "value(name): zero-copy view of an initializer's data."},
+    {"grad", (PyCFunction)Graph_grad, METH_VARARGS,
+     "grad(name): zero-copy view of a parameter's gradient."},
+    {"intermediate", (PyCFunction)Graph_intermediate, METH_VARARGS,
+     "intermediate(name): a copy of any value after the last forward."},
+    {"values", (PyCFunction)Graph_values, METH_NOARGS, "Every value, with its planned meta."},
+    {"nodes", (PyCFunction)Graph_nodes, METH_NOARGS, "Every node."},
+    {"memory_stats", (PyCFunction)Graph_memory_stats, METH_NOARGS,
+     "Bytes of the current memory plan."},
+    {"profile_counts", (PyCFunction)Graph_profile_counts, METH_VARARGS,
+     "profile_counts(reset=False) -> [(name, op_type, fwd_s, fwd_calls, bwd_s, bwd_calls)] "
+     "in execution order; reset zeroes the counters after reading."},
+    {"apply_recipe", (PyCFunction)Graph_apply_recipe, METH_VARARGS,
+     "apply_recipe(name) -> (done, skipped): rewrites the graph (recipes.c)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Graph_getset[] = {
+    {"backward_reads_outputs", (getter)Graph_get_backward_reads_outputs, NULL,
+     "whether the backward of the current plan (need_backward) reads the memory of\n"
+     "an output the forward returned: an in-place change to it would then change\n"
+     "the gradients", NULL},
+    {"training", (getter)Graph_get_training, (setter)Graph_set_training,
+     "BatchNorm batch statistics and Dropout when True", NULL},
+    {"need_backward", (getter)Graph_get_need_backward, (setter)Graph_set_need_backward,
+     "forward keeps what backward needs", NULL},
+    {"input_grads", (getter)Graph_get_input_grads, (setter)Graph_set_input_grads,
+     "backward computes gradients of the graph inputs", NULL},
+    {"keep_intermediates", (getter)Graph_get_keep_intermediates,
+     (setter)Graph_set_keep_intermediates, "plan without buffer reuse", NULL},
+    {"profile", (getter)Graph_get_profile, (setter)Graph_set_profile,
+     "time every node's forward and backward (profile_counts)", NULL},
+    {"input_names", (getter)Graph_get_input_names, NULL, "graph inputs", NULL},
+    {"output_names", (getter)Graph_get_output_names, NULL, "graph outputs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Graph_slots[] = {
+    {Py_tp_doc, (void *)"Graph() — the engine's computation graph (built by load_onnx)."},
+    {Py_tp_new, Graph_new},
+    {Py_tp_dealloc, Graph_dealloc},
+    {Py_tp_traverse, Graph_traverse},
+    {Py_tp_methods, Graph_methods},
+    {Py_tp_getset, Graph_getset},
+    {0, NULL},
+};
+
+PyType_Spec Graph_spec = {
+    .name = "aidge_interop._C.Graph",
+    .basicsize = sizeof(GraphObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = Graph_slots,
+};
