@@ -199,6 +199,22 @@ static bool shape_like(const ai_tensor *t)
     return (t->dtype == AI_I64 || t->dtype == AI_I32) && ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX;
 }
 
+/* A graph input read when the graph is planned: a small integer tensor
+ * (shapes, axes, pads), or a scalar that an AI_OP_SHAPE_FROM_VALUES node reads. */
+static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t)
+{
+    if (shape_like(t))
+        return true;
+    if (ai_tensor_numel(t) != 1)
+        return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op->flags & AI_OP_SHAPE_FROM_VALUES)
+            for (int k = 0; k < g->nodes[i].n_in; k++)
+                if (g->nodes[i].in[k] == v)
+                    return true;
+    return false;
+}
+
 static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
                           size_t ws, size_t state_bytes)
 {
@@ -281,8 +297,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         key[0] = inputs[i]->ndim;
         memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
         meta_of(&p->meta[g->inputs[i]], inputs[i]);
-        /* small integer inputs (shapes, axes, pads) are plan-time constants */
-        if (shape_like(inputs[i]) &&
+        if (plan_time_input(g, g->inputs[i], inputs[i]) &&
             (st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
             goto fail;
     }
@@ -512,8 +527,10 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
             return false;
         const ai_tensor *known = p->folded[g->inputs[i]];
         for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
-            if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k))
-                return false; /* a new value of a shape-like input re-plans */
+            if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k) ||
+                memcmp(&(double){ai_tensor_get_flat(known, k)},
+                       &(double){ai_tensor_get_flat(inputs[i], k)}, sizeof(double)))
+                return false; /* a new value of a plan-time input re-plans */
     }
     return true;
 }
