@@ -41,6 +41,7 @@ void ai_plan_free(ai_plan *p)
     free(p->act);
     free(p->gradv);
     free(p->needs_grad);
+    free(p->grad_reaches);
     free(p->fresh);
     free(p->grad_borrow);
     free(p->grad_ready);
@@ -279,6 +280,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     ALLOC(p->act, V);
     ALLOC(p->gradv, V);
     ALLOC(p->needs_grad, V);
+    ALLOC(p->grad_reaches, V);
     ALLOC(p->fresh, V);
     ALLOC(p->grad_borrow, V);
     ALLOC(p->grad_ready, V);
@@ -369,6 +371,17 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
                 continue;
             for (int k = 0; k < n->n_out; k++)
                 p->needs_grad[n->out[k]] = ai_dtype_is_float(p->meta[n->out[k]].dtype);
+        }
+        for (int o = 0; o < g->n_outputs; o++)
+            p->grad_reaches[g->outputs[o]] = p->needs_grad[g->outputs[o]];
+        for (int s = S - 1; s >= 0; s--) {
+            const ai_node *n = &g->nodes[p->sched[s]];
+            bool reaches = false;
+            for (int k = 0; k < n->n_out; k++)
+                reaches |= p->grad_reaches[n->out[k]];
+            for (int k = 0; reaches && backward_runs(p, n) && k < n->n_in; k++)
+                if (n->in[k] >= 0)
+                    p->grad_reaches[n->in[k]] |= p->needs_grad[n->in[k]];
         }
     }
 
@@ -809,7 +822,7 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
     }
     for (int i = 0; i < n_in; i++) {
         int v = g->inputs[i];
-        if (!p->needs_grad[v])
+        if (!p->grad_reaches[v])
             continue;
         grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
         if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {
