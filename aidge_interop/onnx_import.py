@@ -279,9 +279,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     # running statistics of BatchNormalization are state, not parameters
     stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
              for k in (3, 4) if len(n.input) > k}
-    # float inputs that set a shape (Resize's roi and scales) are constants
-    fixed = {n.input[k] for n in graph.node if n.op_type == "Resize"
-             for k in (1, 2) if len(n.input) > k}
+    # float inputs that set a shape (Resize's roi and scales, Range's scalars) are constants
+    shaping = {"Resize": (1, 2), "Range": (0, 1, 2)}
+    fixed = {n.input[k] for n in graph.node for k in shaping.get(n.op_type, ())
+             if len(n.input) > k}
     for init in graph.initializer:
         kind = (param_kinds or {}).get(init.name)
         value = (values or {}).get(init.name)

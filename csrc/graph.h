@@ -142,6 +142,10 @@ enum {
      * inference. Without the flags backward may read everything. */
     AI_OP_BWD_NO_X = 4, /* backward reads no input's data (shapes only) */
     AI_OP_BWD_NO_Y = 8, /* backward reads no output's data */
+    /* the output's shape depends on the inputs' values (Range): a scalar
+     * graph input feeding it is read when the graph is planned, and a new
+     * value re-plans, as for the small integer inputs that set shapes */
+    AI_OP_SHAPE_FROM_VALUES = 16,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

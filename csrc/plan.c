@@ -41,6 +41,7 @@ void ai_plan_free(ai_plan *p)
     free(p->act);
     free(p->gradv);
     free(p->needs_grad);
+    free(p->grad_reaches);
     free(p->fresh);
     free(p->grad_borrow);
     free(p->grad_ready);
@@ -199,6 +200,22 @@ static bool shape_like(const ai_tensor *t)
     return (t->dtype == AI_I64 || t->dtype == AI_I32) && ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX;
 }
 
+/* A graph input read when the graph is planned: a small integer tensor
+ * (shapes, axes, pads), or a scalar that an AI_OP_SHAPE_FROM_VALUES node reads. */
+static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t)
+{
+    if (shape_like(t))
+        return true;
+    if (ai_tensor_numel(t) != 1)
+        return false;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op->flags & AI_OP_SHAPE_FROM_VALUES)
+            for (int k = 0; k < g->nodes[i].n_in; k++)
+                if (g->nodes[i].in[k] == v)
+                    return true;
+    return false;
+}
+
 static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
                           size_t ws, size_t state_bytes)
 {
@@ -263,6 +280,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
     ALLOC(p->act, V);
     ALLOC(p->gradv, V);
     ALLOC(p->needs_grad, V);
+    ALLOC(p->grad_reaches, V);
     ALLOC(p->fresh, V);
     ALLOC(p->grad_borrow, V);
     ALLOC(p->grad_ready, V);
@@ -281,8 +299,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         key[0] = inputs[i]->ndim;
         memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
         meta_of(&p->meta[g->inputs[i]], inputs[i]);
-        /* small integer inputs (shapes, axes, pads) are plan-time constants */
-        if (shape_like(inputs[i]) &&
+        if (plan_time_input(g, g->inputs[i], inputs[i]) &&
             (st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
             goto fail;
     }
@@ -354,6 +371,17 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
                 continue;
             for (int k = 0; k < n->n_out; k++)
                 p->needs_grad[n->out[k]] = ai_dtype_is_float(p->meta[n->out[k]].dtype);
+        }
+        for (int o = 0; o < g->n_outputs; o++)
+            p->grad_reaches[g->outputs[o]] = p->needs_grad[g->outputs[o]];
+        for (int s = S - 1; s >= 0; s--) {
+            const ai_node *n = &g->nodes[p->sched[s]];
+            bool reaches = false;
+            for (int k = 0; k < n->n_out; k++)
+                reaches |= p->grad_reaches[n->out[k]];
+            for (int k = 0; reaches && backward_runs(p, n) && k < n->n_in; k++)
+                if (n->in[k] >= 0)
+                    p->grad_reaches[n->in[k]] |= p->needs_grad[n->in[k]];
         }
     }
 
@@ -512,8 +540,10 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
             return false;
         const ai_tensor *known = p->folded[g->inputs[i]];
         for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
-            if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k))
-                return false; /* a new value of a shape-like input re-plans */
+            if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k) ||
+                memcmp(&(double){ai_tensor_get_flat(known, k)},
+                       &(double){ai_tensor_get_flat(inputs[i], k)}, sizeof(double)))
+                return false; /* a new value of a plan-time input re-plans */
     }
     return true;
 }
@@ -792,7 +822,7 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
     }
     for (int i = 0; i < n_in; i++) {
         int v = g->inputs[i];
-        if (!p->needs_grad[v])
+        if (!p->grad_reaches[v])
             continue;
         grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
         if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {

@@ -23,6 +23,9 @@ struct ai_plan {
     ai_tensor **act;      /* per value: arena view (activations) */
     ai_tensor **gradv;    /* per value: arena view (gradients of non-params) */
     bool *needs_grad;     /* per value */
+    bool *grad_reaches;   /* per value: on a differentiable path to a graph output
+                           * (an input read only through integer casts, comparisons
+                           * or its shape gets no gradient, None in Python, as in torch) */
     bool *fresh;          /* per value: a graph output given a new tensor per forward */
     bool *grad_borrow;    /* per value: a graph output whose gradient backward may read
                            * from the caller's tensor (ai_graph_backward) */

@@ -23,6 +23,7 @@ _NP_TO_ONNX = {
     np.dtype("int64"): TensorProto.INT64, np.dtype("int32"): TensorProto.INT32,
     np.dtype("bool"): TensorProto.BOOL, np.dtype("float16"): TensorProto.FLOAT16,
     np.dtype("int8"): TensorProto.INT8, np.dtype("uint8"): TensorProto.UINT8,
+    np.dtype("int16"): TensorProto.INT16,
 }
 
 TOL = {np.dtype("float64"): (1e-10, 1e-12), np.dtype("float32"): (1e-4, 1e-5)}

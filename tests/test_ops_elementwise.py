@@ -166,12 +166,16 @@ def test_same_value_used_twice():
 
 
 @pytest.mark.parametrize("name,fn", [("Equal", torch.eq), ("Less", torch.lt),
-                                     ("Greater", torch.gt)])
+                                     ("Greater", torch.gt), ("LessOrEqual", torch.le),
+                                     ("GreaterOrEqual", torch.ge)])
 def test_compare(name, fn):
-    a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
-    b = np.array([2, 2, 7], np.float32)
+    a = np.array([[1, 2, 3], [4, 5, 6], [np.nan, 2, np.inf]], np.float32)
+    b = np.array([2, np.nan, 7], np.float32)  # NaN compares false, also for <= and >=
     check_op(name, {"a": a, "b": b}, fn, grad=False)
-    check_op(name, {"a": a.astype(np.int64), "b": b.astype(np.int64)}, fn, grad=False)
+    check_op(name, {"a": a.astype(np.float64), "b": b.astype(np.float64)}, fn, grad=False)
+    ai, bi = np.nan_to_num(a, posinf=9).astype(np.int64), np.nan_to_num(b).astype(np.int64)
+    for dtype in (np.int64, np.int32, np.int8, np.uint8):
+        check_op(name, {"a": (ai - 3).astype(dtype), "b": bi.astype(dtype)}, fn, grad=False)
 
 
 @pytest.mark.parametrize("name,fn", [("And", torch.logical_and), ("Or", torch.logical_or),

@@ -395,6 +395,74 @@ def test_constant_of_shape(value):
              consts={"s": np.zeros(0, np.int64)}, attrs=attrs, grad=False)
 
 
+# ---------------------------------------------------------------- Range
+
+RANGE_CASES = [(1, 10, 3), (10, 1, -3), (0, 1, 0.1), (5, 5, 1), (5, 2, 1), (-3.5, 2.25, 0.75),
+               (0, 7, 2)]
+
+
+@pytest.mark.parametrize("start,limit,delta,dtype", [
+    pytest.param(*case, dtype, id=f"{case}-{np.dtype(dtype).name}") for case in RANGE_CASES
+    for dtype in (np.float32, np.float64, np.int16, np.int32, np.int64)
+    if np.dtype(dtype).kind == "f" or all(v == int(v) for v in case)])
+def test_range(start, limit, delta, dtype):
+    # ONNX defines Range by numpy.arange in the inputs' dtype (its reference);
+    # torch.arange computes float32 in double, so numpy is the reference here
+    args = [np.array(v, dtype) for v in (start, limit, delta)]
+    want = np.arange(*args).astype(dtype)
+    # scalars as constants and as graph inputs (read when the graph is planned)
+    (got,) = aidge_interop.load_onnx(make_model(
+        "Range", {}, consts=dict(zip("sld", args)))).forward([])
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    g = aidge_interop.load_onnx(make_model("Range", dict(zip("sld", args))))
+    (got,) = g.forward(args)
+    assert np.array_equal(got, want)
+    # a new value re-plans
+    (got,) = g.forward([args[0], args[1] + dtype(4), args[2]])
+    assert np.array_equal(got, np.arange(args[0], args[1] + dtype(4), args[2]).astype(dtype))
+
+
+def test_range_from_a_dynamic_shape():
+    # positions torch.arange(x.shape[1]) of a model exported with a dynamic
+    # sequence length: Shape -> Gather -> Range, folded when the graph is planned
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "posf"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "positions", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t"])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.array(1, np.int64), "one")])
+    g = aidge_interop.load_onnx(helper.make_model(graph))
+    for shape in ((2, 3), (4, 7), (1, 1)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        (y,) = g.forward([x], need_backward=True, input_grads=True)
+        np.testing.assert_array_equal(y, x + np.arange(shape[1], dtype=np.float32))
+        (gx,) = g.backward([np.ones_like(x)])
+        np.testing.assert_array_equal(gx, np.ones_like(x))
+
+
+@pytest.mark.parametrize("start,limit,delta,message", [
+    (0, 5, 0, "delta is zero"), (0.0, np.inf, 1.0, "no finite length"),
+    (0.0, 1.0, np.nan, "delta is zero")], ids=str)
+def test_range_errors(start, limit, delta, message):
+    dtype = np.float64 if isinstance(start, float) else np.int64
+    model = make_model("Range", {}, consts={k: np.array(v, dtype)
+                                            for k, v in zip("sld", (start, limit, delta))})
+    with pytest.raises(ValueError, match=message):
+        aidge_interop.load_onnx(model).forward([])
+
+
+def test_range_mixed_dtypes_are_refused():
+    model = make_model("Range", {}, consts={"s": np.array(0, np.int64),
+                                            "l": np.array(5, np.int32),
+                                            "d": np.array(1, np.int64)})
+    with pytest.raises(TypeError, match="Range's limit is int32, start is int64"):
+        aidge_interop.load_onnx(model).forward([])
+
+
 # ---------------------------------------------------------------- integer data (shape arithmetic)
 
 INT_CASES = [

@@ -300,6 +300,38 @@ def _grads_match(wrapped, model):
             torch.testing.assert_close(q.grad, p.grad, msg=n)
 
 
+class _IdsAsFloat(torch.nn.Module):
+    """Token ids given as floats (cast to int64: no gradient flows back), a float
+    input through ReLU (connected: zeros where inactive) and one through a comparison."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids, x, m):
+        tokens = ids.abs().long().clamp(0, 9)
+        return self.emb(tokens).sum(1) * torch.relu(x) * (m > 0).float()
+
+
+def test_input_gradient_is_none_where_no_gradient_flows_like_torch():
+    torch.manual_seed(0)
+    model = _IdsAsFloat()
+    engine = wrap(model, [(2, 3), (2, 4), (2, 4)])
+    ids = torch.tensor([[1.0, 2, 3], [4, 5, 6]])
+    x = -torch.rand(2, 4)  # all inactive: a zero gradient, not None
+    m = torch.randn(2, 4)
+    grads = []
+    for module in (model, engine):
+        inputs = [t.clone().requires_grad_() for t in (ids, x, m)]
+        module(*inputs).sum().backward()
+        grads.append([t.grad for t in inputs])
+    (t_ids, t_x, t_m), (e_ids, e_x, e_m) = grads
+    assert t_ids is None and e_ids is None
+    assert t_m is None and e_m is None
+    torch.testing.assert_close(e_x, t_x)
+    assert torch.count_nonzero(e_x) == 0
+
+
 def test_parameter_frozen_after_wrap_keeps_its_gradient_like_torch():
     # a frozen parameter's gradient is left alone by backward; it was the
     # engine's buffer, which the engine still adds to (torch.optim would

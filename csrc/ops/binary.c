@@ -1,7 +1,7 @@
 /*
  * binary.c — elementwise operators of several tensors with numpy
  * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Mod, PRelu, Sum, Equal,
- * Less, Greater, And, Or, Xor, Where.
+ * Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Where.
  *
  * Arithmetic takes float32/float64 (with gradients) and integers of every
  * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
@@ -20,8 +20,8 @@
 
 /* MOD: Mod with fmod = 0, the remainder takes the divisor's sign (numpy.mod,
  * torch.remainder, Python's %); FMOD: fmod = 1, the dividend's (C, torch.fmod) */
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, AND, OR,
-       XOR, WHERE, SUM };
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, LESS_EQUAL,
+       GREATER_EQUAL, AND, OR, XOR, WHERE, SUM };
 
 typedef struct {
     int kind;
@@ -315,6 +315,11 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
     return st;
 }
 
+/* NaN compares false, as in ONNX, numpy and torch: LessOrEqual is not Not(Greater). */
+#define compare(kind, u, v)                                                              \
+    ((kind) == EQUAL ? (u) == (v) : (kind) == LESS ? (u) < (v) : (kind) == GREATER ? (u) > (v) \
+     : (kind) == LESS_EQUAL ? (u) <= (v) : (u) >= (v))
+
 static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_tensor *x0,
                              const ai_tensor *x1)
 {
@@ -331,7 +336,7 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
                 ai_tensor ta = {.dtype = x0->dtype, .data = (void *)ea};
                 ai_tensor tb = {.dtype = x0->dtype, .data = (void *)eb};
                 double u = ai_tensor_get_flat(&ta, 0), v = ai_tensor_get_flat(&tb, 0);
-                r = kind == EQUAL ? u == v : kind == LESS ? u < v : u > v;
+                r = compare(kind, u, v);
             } else if (kind >= AND) { /* bool */
                 const bool u = *ea != 0, v = *eb != 0;
                 r = kind == AND ? u && v : kind == OR ? u || v : u != v;
@@ -344,7 +349,7 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
                     u = (int64_t)((uint64_t)u << shift) >> shift;
                     v = (int64_t)((uint64_t)v << shift) >> shift;
                 }
-                r = kind == EQUAL ? u == v : kind == LESS ? u < v : u > v;
+                r = compare(kind, u, v);
             }
             o[ro + j] = r;
         }
@@ -789,7 +794,8 @@ static ai_status binary_init(ai_node *n)
     /* by kind; FMOD is Mod with fmod = 1 */
     static const char *names[] = {"Add",  "Sub",   "Mul",     "Div", "Pow", "Min",
                                   "Max",  "Mod",   NULL,      "PRelu", "Equal", "Less",
-                                  "Greater", "And", "Or",     "Xor", "Where", "Sum"};
+                                  "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+                                  "Xor", "Where", "Sum"};
     binary_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
@@ -829,6 +835,8 @@ static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, 
 BINARY_OP(op_equal, "Equal", 2, 0, NULL)
 BINARY_OP(op_less, "Less", 2, 0, NULL)
 BINARY_OP(op_greater, "Greater", 2, 0, NULL)
+BINARY_OP(op_less_equal, "LessOrEqual", 2, 0, NULL)
+BINARY_OP(op_greater_equal, "GreaterOrEqual", 2, 0, NULL)
 BINARY_OP(op_and, "And", 2, 0, NULL)
 BINARY_OP(op_or, "Or", 2, 0, NULL)
 BINARY_OP(op_xor, "Xor", 2, 0, NULL)
@@ -836,5 +844,6 @@ BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max, &op_mod, &op_prelu,
-    &op_sum, &op_equal, &op_less, &op_greater, &op_and, &op_or, &op_xor, &op_where, NULL,
+    &op_sum, &op_equal, &op_less, &op_greater, &op_less_equal, &op_greater_equal, &op_and,
+    &op_or, &op_xor, &op_where, NULL,
 };
