@@ -9,7 +9,7 @@
     aidge-interop locate --help
     aidge-interop show resnet8 --recipes all --out resnet8.svg
 
-``compare`` runs one model on several engines (:mod:`aidge_interop.backends`)
+``compare`` runs one model on several engines (:mod:`aidge_interop.compare.engines`)
 on the same random input, times each on the same number of threads, and
 prints per engine the latency (min / median / max) and the output's error
 against the reference: torch, or ONNX Runtime for an ONNX file. ``--train``
@@ -25,22 +25,19 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
-import importlib.util
 import io
 import json
-import math
-import os
 import platform
-import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from .backends import BACKENDS
+from .. import __version__
+from .._util import Progress, UsageError, check_output, finite, int_arg, one_line, write_atomic
+from .engines import BACKENDS
+from .target import Target, load_model, model_arguments
 
 __all__ = ["main", "compare", "load_model", "output_errors", "render", "plot_report",
            "UsageError", "Target"]
@@ -49,27 +46,12 @@ TRAINABLE = ("torch", "aidge_interop")  # engines with a backward and an optimiz
 LEARNING_RATE = 0.01
 
 
-class UsageError(Exception):
-    """A mistake in the command line: reported on one line, exit status 2."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, like every other usage error
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 # -- arguments --------------------------------------------------------------------------
-
-def _shape_arg(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in re.split(r"[,x]", text))
-    except ValueError:
-        dims = ()
-    if not dims or any(d <= 0 for d in dims):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a shape: positive integers separated by commas, e.g. 1,3,32,32")
-    return dims
-
 
 def _backends_arg(text: str) -> list[str]:
     keys = [k.strip() for k in text.split(",") if k.strip()]
@@ -81,178 +63,15 @@ def _backends_arg(text: str) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def _int_arg(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}")
-    return value
-
-
-def _model_arguments(parser) -> None:
-    """MODEL, --shape and --seed: what load_model takes (every command)."""
-    parser.add_argument("model", help="a built-in example (perceptron, lenet, ds_cnn, resnet8), "
-                        "an .onnx file, or module:callable (a factory returning a "
-                        "torch.nn.Module; module importable or a path to a .py file)")
-    parser.add_argument("--shape", type=_shape_arg,
-                        help="input shape, e.g. 1,3,32,32 (default: the example's or the ONNX "
-                             "file's; required for module:callable)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random input and of an example's weights "
-                             "(default %(default)s)")
-
-
-# -- the model ------------------------------------------------------------------------
-
-@dataclass
-class Target:
-    """What ``compare`` runs: a torch module or an ONNX file, with its input."""
-    label: str
-    kind: str  # "example", "factory" or "onnx"
-    model: object  # torch.nn.Module, or the Path of the ONNX file
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def _import_factory(spec: str):
-    """``module:callable`` -> the object (``module`` importable, or a .py file)."""
-    module_name, _, attr = spec.rpartition(":")
-    if not module_name or not attr:
-        raise UsageError(f"model {spec!r}: expected module:callable")
-    path = Path(module_name)
-    from_file = module_name.endswith(".py") or os.sep in module_name
-    if from_file and not path.is_file():
-        raise UsageError(f"no Python file at {module_name!r}")
-    try:
-        if from_file:
-            sys.path.insert(0, str(path.resolve().parent))  # its siblings import, as in a script
-            name = f"aidge_interop_model_{path.stem}"  # never shadows an installed module
-            loader = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[name] = module  # dataclasses and inspect look their module up there
-            loader.loader.exec_module(module)
-        else:
-            if os.getcwd() not in sys.path:  # as `python -m` does
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(module_name)
-        return functools.reduce(getattr, attr.split("."), module)
-    except Exception as exc:
-        raise UsageError(f"cannot load {spec!r}: {_one_line(exc)}") from exc
-
-
-def _onnx_target(spec: str, shape) -> Target:
-    import onnx
-
-    path = Path(spec)
-    if not path.is_file():
-        raise UsageError(f"no ONNX file at {spec!r}")
-    try:
-        graph = onnx.load(path, load_external_data=False).graph
-    except Exception as exc:
-        raise UsageError(f"{spec!r} is not a valid ONNX model ({_one_line(exc)})") from exc
-    initializers = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
-    if len(inputs) != 1:
-        raise UsageError(f"{spec!r} has {len(inputs)} inputs; compare takes models with one")
-    tensor_type = inputs[0].type.tensor_type
-    dtype = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64}.get(
-        tensor_type.elem_type)
-    if dtype is None:
-        raise UsageError(f"{spec!r}: input '{inputs[0].name}' is not float32 or float64")
-    dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.shape.dim]
-    if shape is None:
-        if not dims or None in dims:
-            raise UsageError(f"{spec!r}: input '{inputs[0].name}' has dynamic dimensions "
-                             f"{['?' if d is None else d for d in dims]}; give --shape")
-        shape = tuple(dims)
-    elif dims and (len(dims) != len(shape) or any(d not in (None, s)
-                                                  for d, s in zip(dims, shape))):
-        raise UsageError(f"--shape {','.join(map(str, shape))} does not fit input "
-                         f"'{inputs[0].name}' of {spec!r} "
-                         f"({['?' if d is None else d for d in dims]})")
-    return Target(str(path), "onnx", path, tuple(shape), np.dtype(dtype))
-
-
-def load_model(spec: str, shape=None, seed: int = 0) -> Target:
-    """Resolves the MODEL argument: an ``.onnx`` file, a built-in example
-    (:data:`aidge_interop.examples.EXAMPLES`, weights from ``seed``) or
-    ``module:callable`` (a factory returning a ``torch.nn.Module``, or the
-    module itself). The module is put in eval mode and run once on zeros of
-    ``shape`` (required for a factory), so that an unfitting shape is a
-    UsageError here rather than a failure of every engine later."""
-    if spec.endswith(".onnx"):
-        return _onnx_target(spec, shape)
-    import torch
-
-    from .examples import EXAMPLES
-    from .wrapping import _model_dtype
-
-    if spec in EXAMPLES:
-        factory, default_shape, _ = EXAMPLES[spec]
-        module, kind, shape = factory(seed), "example", shape or default_shape
-    elif ":" in spec:
-        if shape is None:
-            raise UsageError(f"give the input shape of {spec!r} with --shape, "
-                             "e.g. --shape 1,3,32,32")
-        obj = _import_factory(spec)
-        try:
-            module = obj if isinstance(obj, torch.nn.Module) else obj()
-        except Exception as exc:
-            raise UsageError(f"{spec!r} raised {_one_line(exc)}") from exc
-        if not isinstance(module, torch.nn.Module):
-            raise UsageError(f"{spec!r} returned a {type(module).__name__}, not a torch.nn.Module")
-        kind = "factory"
-    else:
-        raise UsageError(f"unknown model {spec!r}: give a built-in example "
-                         f"({', '.join(EXAMPLES)}), an .onnx file or module:callable")
-    module.eval()
-    dtype = _model_dtype(module)
-    try:
-        with torch.no_grad():
-            module(torch.zeros(shape, dtype=dtype))
-    except Exception as exc:
-        raise UsageError(f"{spec!r} does not take an input of shape "
-                         f"{','.join(map(str, shape))}: {_one_line(exc)}") from exc
-    return Target(spec, kind, module, tuple(shape), np.dtype(str(dtype).removeprefix("torch.")))
-
-
 # -- measuring --------------------------------------------------------------------------
 
-class _Progress:
-    """One self-rewriting line on ``stream`` when it is a terminal; silent otherwise."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.active = self.stream.isatty()
-        self._last = 0.0
-
-    def update(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.active and (force or now - self._last >= 0.1):
-            self._last = now
-            self.stream.write(f"\r\x1b[K{text}")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.active:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
-def _timed(fn, repeat: int, warmup: int, progress: _Progress, what: str):
+def _timed(fn, repeat: int, warmup: int, progress: Progress, what: str):
     """Runs ``fn`` warmup + repeat times on THREADS threads; returns the
     timed samples (ms) and the last result. Progress is written between calls."""
-    from . import backends
+    from . import engines
 
     samples, result = [], None
-    with backends.limited_threads():
+    with engines.limited_threads():
         for i in range(warmup):
             progress.update(f"{what}: warm-up {i + 1}/{warmup}")
             fn()
@@ -301,8 +120,7 @@ def _train_step(key: str, target: Target):
         model = copy.deepcopy(target.model).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     else:
-        from .optim import SGD
-        from .wrapping import wrap
+        from ..bridge import SGD, wrap
 
         model = wrap(target.model, [target.shape]).train()
         optimizer = SGD(model, lr=LEARNING_RATE)
@@ -345,28 +163,28 @@ def _train_case(key, target, x, repeat, warmup, progress, reference):
 
 
 def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 3,
-            train: bool = False, seed: int = 0, progress: _Progress | None = None) -> dict:
+            train: bool = False, seed: int = 0, progress: Progress | None = None) -> dict:
     """Runs ``target`` on the backends ``keys`` (the first one is the
     reference) and returns the report (what ``--json`` writes). An engine
     that is unavailable or fails gets ``status`` "unavailable" or "failed"
     and a ``reason``; the others get latencies and errors."""
-    from . import backends
+    from . import engines
 
-    progress = progress or _Progress(io.StringIO())
+    progress = progress or Progress(io.StringIO())
     x = np.random.default_rng(seed).standard_normal(target.shape).astype(target.dtype)
     reference, ref_out, ref_train = keys[0], None, None
-    engines = []
+    entries = []
     for key in keys:
         entry = {"backend": key, "name": BACKENDS[key], "status": "ok", "reason": ""}
-        engines.append(entry)
-        ok, reason = backends.available(key)
+        entries.append(entry)
+        ok, reason = engines.available(key)
         if not ok:
             entry.update(status="unavailable", reason=reason)
             continue
         try:
             progress.update(f"{BACKENDS[key]}: preparing", force=True)
             start = time.perf_counter()
-            run = backends.get_runner(key, target.model, target.shape)
+            run = engines.get_runner(key, target.model, target.shape)
             entry["prepare_ms"] = (time.perf_counter() - start) * 1e3
             samples, out = _timed(lambda: run(x), repeat, warmup, progress, BACKENDS[key])
             entry.update(latency_ms=_latency(samples), samples_ms=samples, error=None)
@@ -375,22 +193,22 @@ def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 
             elif ref_out is not None:
                 entry["error"] = output_errors(out, ref_out)
         except Exception as exc:
-            entry.update(status="failed", reason=_one_line(exc))
+            entry.update(status="failed", reason=one_line(exc))
         if train and key in TRAINABLE:
             try:
                 entry["train"], result = _train_case(key, target, x, repeat, warmup, progress,
                                                      ref_train)
                 ref_train = result if key == reference else ref_train
             except Exception as exc:
-                entry["train"] = {"status": "failed", "reason": _one_line(exc)}
+                entry["train"] = {"status": "failed", "reason": one_line(exc)}
     progress.close()
     return {
         "model": target.label, "kind": target.kind, "input_shape": list(target.shape),
-        "dtype": target.dtype.name, "reference": reference, "threads": backends.THREADS,
+        "dtype": target.dtype.name, "reference": reference, "threads": engines.THREADS,
         "repeat": repeat, "warmup": warmup, "seed": seed,
         "train": {"loss": "mse against ones", "optimizer": "SGD", "lr": LEARNING_RATE}
         if train else None,
-        "versions": _versions(), "engines": engines,
+        "versions": _versions(), "engines": entries,
     }
 
 
@@ -470,17 +288,6 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _finite(value):
-    """``value`` with NaN and infinities as None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _plot_format(path: str) -> str:
     """The image format of ``path`` (from its extension), checked before the
     comparison runs: matplotlib missing or an unknown format is a UsageError."""
@@ -502,8 +309,6 @@ def plot_report(report: dict, path: str) -> None:
     scale; inference and training) and error against the reference (max abs
     and max rel, log scale; an exact 0 is written on the axis). Written atomically."""
     from matplotlib.figure import Figure
-
-    from .backends import write_atomic
 
     fmt = _plot_format(path)
     ran = [e for e in report["engines"] if e["status"] == "ok"]
@@ -549,17 +354,11 @@ def plot_report(report: dict, path: str) -> None:
 
 # -- commands -------------------------------------------------------------------------
 
-def _check_output(option: str, path: str | None) -> None:
-    if path and not Path(path).absolute().parent.is_dir():
-        raise UsageError(f"{option} {path!r}: folder {str(Path(path).absolute().parent)!r} "
-                         "does not exist")
-
-
 def _compare_command(args) -> int:
-    from . import backends
+    from . import engines
 
-    _check_output("--json", args.json)
-    _check_output("--plot", args.plot)
+    check_output("--json", args.json)
+    check_output("--plot", args.plot)
     if args.plot:
         _plot_format(args.plot)
     target = load_model(args.model, args.shape, args.seed)
@@ -572,20 +371,20 @@ def _compare_command(args) -> int:
             raise UsageError("torch cannot run an ONNX file; its reference is onnxruntime")
     keys = args.backends or [k for k in BACKENDS if not (k == "torch" and target.kind == "onnx")]
     keys = [reference] + [k for k in keys if k != reference]
-    if "aidge" in keys and backends.available("aidge")[0]:
+    if "aidge" in keys and engines.available("aidge")[0]:
         import aidge_core  # its warnings would cut through the table
 
         aidge_core.Log.set_console_level(aidge_core.Level.Fatal)
-    saved, backends.THREADS = backends.THREADS, args.threads
+    saved, engines.THREADS = engines.THREADS, args.threads
     try:
         report = compare(target, keys, repeat=args.repeat, warmup=args.warmup,
-                         train=args.train, seed=args.seed, progress=_Progress())
+                         train=args.train, seed=args.seed, progress=Progress())
     finally:
-        backends.THREADS = saved
+        engines.THREADS = saved
     sys.stdout.write(render(report))
     if args.json:
-        text = json.dumps(_finite(report), indent=2, allow_nan=False) + "\n"
-        backends.write_atomic(args.json, text.encode())
+        text = json.dumps(finite(report), indent=2, allow_nan=False) + "\n"
+        write_atomic(args.json, text.encode())
     if args.plot:
         plot_report(report, args.plot)
     failed = any(e["status"] == "failed" or e.get("train", {}).get("status") == "failed"
@@ -595,7 +394,7 @@ def _compare_command(args) -> int:
 
 
 def _recipes_arg(text: str) -> list[str]:
-    from .recipes import RECIPES
+    from ..recipes import RECIPES
 
     keys = [k.strip() for k in text.split(",") if k.strip()]
     if keys == ["all"]:
@@ -612,11 +411,11 @@ def _show_command(args) -> int:
     """``aidge-interop show``: draws the engine's graph of MODEL, after
     --recipes, coloured by a --locate comparison. Exit status 0; 1 when
     the comparison finds a diverging node or the model cannot be run."""
-    from .divergence import locate, torch_graph
-    from .onnx_import import load_onnx
-    from .recipes import RECIPES
+    from ..onnx import load_onnx
+    from ..recipes import RECIPES
+    from .locate import locate, torch_graph
 
-    _check_output("--out", args.out)
+    check_output("--out", args.out)
     if Path(args.out).suffix.lower() not in (".svg", ".html", ".htm"):
         raise UsageError(f"--out {args.out!r}: the picture is .svg or .html")
     target = load_model(args.model, args.shape, args.seed)
@@ -640,7 +439,7 @@ def _show_command(args) -> int:
     except Exception as exc:
         if isinstance(exc, ImportError):  # the reference's package is missing
             raise UsageError(str(exc)) from exc
-        sys.stderr.write(f"show: {target.label}: {_one_line(exc)}\n")
+        sys.stderr.write(f"show: {target.label}: {one_line(exc)}\n")
         return 1
     sys.stdout.write(f"wrote {args.out}: {len(graph.nodes())} nodes"
                      + (f"; {result.first.summary()}" if result and result.first else "")
@@ -649,7 +448,7 @@ def _show_command(args) -> int:
 
 
 def _add_show(commands) -> None:
-    from .divergence import reference_arguments
+    from .locate import reference_arguments
 
     show = commands.add_parser(
         "show", help="a picture (SVG or HTML) of the engine's graph",
@@ -660,7 +459,7 @@ def _add_show(commands) -> None:
                     "coloured by their error against a reference.",
         epilog="Exit status: 0; 1 when --locate finds a diverging node or the model cannot "
                "be run; 2 for a usage error.")
-    _model_arguments(show)
+    model_arguments(show)
     show.add_argument("--out", required=True, metavar="FILE",
                       help="the picture: .svg, or .html (the SVG in a page)")
     show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
@@ -692,15 +491,15 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
                "unavailable; 2 for a usage error. ONNX exports are cached in "
                "$AIDGE_INTEROP_CACHE (default: ~/.cache/aidge_interop/onnx). max rel is "
                "max |y - ref| / max |ref|.")
-    _model_arguments(cmp)
+    model_arguments(cmp)
     cmp.add_argument("--backends", type=_backends_arg, metavar="LIST",
                      help=f"comma-separated, among {', '.join(BACKENDS)} (default: all; the "
                           "reference always runs)")
-    cmp.add_argument("--threads", type=functools.partial(_int_arg, minimum=1), default=1,
+    cmp.add_argument("--threads", type=functools.partial(int_arg, minimum=1), default=1,
                      help="compute threads of every engine (default %(default)s)")
-    cmp.add_argument("--repeat", type=functools.partial(_int_arg, minimum=1), default=20,
+    cmp.add_argument("--repeat", type=functools.partial(int_arg, minimum=1), default=20,
                      help="timed runs per engine (default %(default)s)")
-    cmp.add_argument("--warmup", type=functools.partial(_int_arg, minimum=0), default=3,
+    cmp.add_argument("--warmup", type=functools.partial(int_arg, minimum=0), default=3,
                      help="untimed runs before them (default %(default)s)")
     cmp.add_argument("--train", action="store_true",
                      help="also time a training step (forward, MSE loss, backward, SGD) on the "
@@ -715,7 +514,7 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
         description="Find the first node where the engine's values (forward) or gradients "
                     "(backward) diverge from a reference.")
     if with_locate:  # imported only when asked for: the other commands never load it
-        locate = importlib.import_module(".divergence", __package__)
+        locate = importlib.import_module(".locate", __package__)
         locate.add_arguments(loc)
         loc.set_defaults(run=locate.run)
     if with_show:

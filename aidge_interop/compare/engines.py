@@ -2,10 +2,10 @@
 
 ::
 
-    from aidge_interop import backends
+    from aidge_interop.compare import engines  # also aidge_interop.backends
 
-    run = backends.get_runner("aidge_interop", model, (1, 1, 32, 32))  # numpy -> numpy
-    with backends.limited_threads():                                     # THREADS thread(s)
+    run = engines.get_runner("aidge_interop", model, (1, 1, 32, 32))  # numpy -> numpy
+    with engines.limited_threads():                                     # THREADS thread(s)
         y = run(x)
 
 - ``torch``: the reference, the module itself (eval mode, no autograd);
@@ -40,12 +40,13 @@ import os
 import re
 import sys
 import time
-import uuid
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+from .._util import write_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -146,19 +147,20 @@ def limited_threads():
     on :data:`THREADS` thread(s); the previous settings come back on exit."""
     import torch
 
-    from . import get_num_threads, set_num_threads
+    from .. import _C
 
     omp = _aidge_openmp()
-    saved = (torch.get_num_threads(), get_num_threads(), omp.omp_get_max_threads() if omp else 0)
+    saved = (torch.get_num_threads(), _C.get_num_threads(),
+             omp.omp_get_max_threads() if omp else 0)
     torch.set_num_threads(THREADS)
-    set_num_threads(THREADS)
+    _C.set_num_threads(THREADS)
     if omp:
         omp.omp_set_num_threads(THREADS)
     try:
         yield
     finally:
         torch.set_num_threads(saved[0])
-        set_num_threads(saved[1])
+        _C.set_num_threads(saved[1])
         if omp:
             omp.omp_set_num_threads(saved[2])
 
@@ -251,25 +253,6 @@ def _shape(shape) -> tuple[int, ...]:
     return dims
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Writes ``data`` to a temporary file beside ``path``, then renames it
-    over ``path``: readers see the old file or the new one, never a part;
-    an error or a kill leaves nothing at ``path`` that was not there."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _prune_onnx(keep: Path) -> None:
     """Removes the least recently used exports beyond MAX_ONNX_FILES (never
     ``keep``, the file just written) and temporary files left by killed
@@ -304,7 +287,7 @@ def export_onnx(module: "torch.nn.Module", shape, *,
     """
     import torch
 
-    from .wrapping import _model_dtype, export_onnx_bytes
+    from ..bridge.wrap import _model_dtype, export_onnx_bytes
 
     shape = _shape(shape)
     folder = cache_folder(cache_dir)
@@ -377,7 +360,7 @@ def _onnxruntime_runner(path):
 
 def _engine_runner(path):
     """aidge_interop's engine on the ONNX file (eval semantics)."""
-    from .onnx_import import load_onnx
+    from ..onnx.importer import load_onnx
 
     graph = load_onnx(path)
     graph.training = False

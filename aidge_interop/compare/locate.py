@@ -59,8 +59,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from . import _C
-from .onnx_import import load_onnx
+from .. import _C
+from .._util import Progress, UsageError, check_output, finite, int_arg, one_line, write_atomic
+from ..onnx import load_onnx
+from .target import load_model, model_arguments
 
 __all__ = ["locate", "LocateResult", "NodeReport", "Check", "REFERENCES", "add_arguments",
            "run"]
@@ -439,7 +441,7 @@ def torch_graph(model, inputs, where: str):
     tensors; ``proto``: the ONNX model) and loaded in the engine, its
     parameters and buffers kept apart (``kinds``: name -> "param" or
     "buffer")."""
-    from .wrapping import export_onnx_bytes
+    from ..bridge.wrap import export_onnx_bytes
 
     try:
         source = export_onnx_bytes(model, inputs)
@@ -557,8 +559,6 @@ def add_arguments(parser) -> None:
     """The options of ``aidge-interop locate`` (``parser``: its argparse sub-parser)."""
     import functools
 
-    from .cli import _int_arg, _model_arguments
-
     parser.description = (
         "Run MODEL on the engine and on a reference with every intermediate value kept, and "
         "report the first node (in schedule order) whose output exceeds the tolerance, with "
@@ -570,12 +570,12 @@ def add_arguments(parser) -> None:
         "ONNX graph and give every node's value; torch gives its submodules' outputs only. "
         "Exit status: 0 when every compared tensor agrees; 1 when a node diverges or a run "
         "failed; 2 for a usage error.")
-    _model_arguments(parser)
+    model_arguments(parser)
     parser.add_argument("--train", action="store_true",
                         help="train mode, and compare gradients too (torch models; the "
                              "reference is then torch)")
     reference_arguments(parser, "default: onnxruntime, or torch with --train")
-    parser.add_argument("--top", type=functools.partial(_int_arg, minimum=1), default=3,
+    parser.add_argument("--top", type=functools.partial(int_arg, minimum=1), default=3,
                         help="diverging nodes listed per direction (default %(default)s)")
     parser.add_argument("--json", metavar="FILE", help="write the full result as JSON")
 
@@ -583,13 +583,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """``aidge-interop locate``: prints the report; returns the exit status
     (0 agree, 1 diverge or failed). Mistakes in the arguments raise
-    :class:`aidge_interop.cli.UsageError` (``main`` prints them, status 2)."""
+    :class:`~aidge_interop.compare.cli.UsageError` (``main`` prints them, status 2)."""
     import json
 
-    from .backends import write_atomic
-    from .cli import UsageError, _check_output, _finite, _one_line, _Progress, load_model
-
-    _check_output("--json", args.json)
+    check_output("--json", args.json)
     target = load_model(args.model, args.shape, args.seed)
     if target.kind == "onnx" and (args.train or args.reference == "torch"):
         raise UsageError(f"{'--train' if args.train else '--reference torch'} needs a torch "
@@ -597,7 +594,7 @@ def run(args) -> int:
     if args.train and args.reference not in (None, "torch"):
         raise UsageError("--train compares against torch autograd: --reference must be torch")
     x = np.random.default_rng(args.seed).standard_normal(target.shape).astype(target.dtype)
-    progress = _Progress()
+    progress = Progress()
     progress.update(f"{target.label}: running the engine and the reference"
                     + (", forward and backward" if args.train else ""), force=True)
     try:
@@ -607,7 +604,7 @@ def run(args) -> int:
         progress.close()
         if isinstance(exc, ImportError):  # the reference's package is missing
             raise UsageError(str(exc)) from exc
-        sys.stderr.write(f"locate: {target.label} could not be run: {_one_line(exc)}\n")
+        sys.stderr.write(f"locate: {target.label} could not be run: {one_line(exc)}\n")
         return 1
     progress.close()
     sys.stdout.write(f"{target.label}: input {'x'.join(map(str, target.shape))} "
@@ -615,7 +612,7 @@ def run(args) -> int:
     if args.json:
         data = {"model": target.label, "input_shape": list(target.shape), "seed": args.seed,
                 **result.to_dict()}
-        write_atomic(args.json, (json.dumps(_finite(data), indent=2, allow_nan=False)
+        write_atomic(args.json, (json.dumps(finite(data), indent=2, allow_nan=False)
                                  + "\n").encode())
     return 1 if result.first else 0
 

@@ -11,7 +11,7 @@ import numpy as np
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from .onnx_import import load_onnx
+from .importer import load_onnx, supported_operators
 
 __all__ = ["AidgeBackend", "AidgeBackendRep", "prepare", "run_model", "run_node",
            "supports_device", "is_compatible"]
@@ -36,8 +36,6 @@ class AidgeBackend(Backend):
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
-        from . import supported_operators
-
         ops = supported_operators()
         return cls.supports_device(device) and all(
             n.op_type in ops or n.op_type == "Constant" for n in model.graph.node)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import numpy as np
 
-from . import _C
-from ._C import Tensor
+from .. import _C
+from .._C import Tensor
 
-__all__ = ["load_onnx", "build_graph", "ONNX_DTYPES"]
+__all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
 
 MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
 
@@ -200,8 +200,16 @@ def _value_dims(proto, input_shapes=None):
     return dims
 
 
-# operators written at import as other engine operators (_rnn.py, _einsum.py)
+# operators written at import as other engine operators (rnn.py, einsum.py)
 EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
+
+
+def supported_operators() -> dict[str, dict]:
+    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
+    (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
+    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    ops.update({name: {"domain": "", "backward": True} for name in EXPANDED})
+    return ops
 
 
 def _add_expanded(g, node, attrs, opset, dims, where):
@@ -214,10 +222,10 @@ def _add_expanded(g, node, attrs, opset, dims, where):
                                                          opset=node_opset)
     emit_const = lambda name, value: g.add_initializer(name, value, "const")  # noqa: E731
     if node.op_type == "Einsum":
-        from . import _einsum
+        from .einsum import expand_einsum
 
-        return _einsum.expand(node, attrs, dims(False), emit_node, emit_const, where)
-    from . import _rnn
+        return expand_einsum(node, attrs, dims(False), emit_node, emit_const, where)
+    from .rnn import expand_rnn
 
     dims = dims(True)
     x_dims = dims.get(node.input[0]) if node.input else None
@@ -235,7 +243,7 @@ def _add_expanded(g, node, attrs, opset, dims, where):
     if not hidden or hidden < 1:
         raise ValueError(f"{where}: hidden_size is missing and R's shape ({r_dims}) does not "
                          "give it")
-    _rnn.expand(node, attrs, int(seq_len), int(hidden), emit_node, emit_const, where)
+    expand_rnn(node, attrs, int(seq_len), int(hidden), emit_node, emit_const, where)
 
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
@@ -334,7 +342,7 @@ def load_onnx(model, **kwargs):
 
     Returns an :class:`aidge_interop.graph.Graph`.
     """
-    from .graph import Graph
+    from ..graph import Graph
 
     cg, proto = build_graph(model, **kwargs)
     return Graph(cg, proto)

@@ -6,7 +6,7 @@ schedule over one static activation arena sized by a liveness plan), one
 header per layer (configuration and ``const`` weights), the portable
 kernels (``kernels/``, the very kernels the engine runs for quantized
 graphs), ``main.c`` and a ``Makefile``. ``model`` is a
-:class:`~aidge_interop.quantization.QuantizedModel` (int8 export) or a
+:class:`~aidge_interop.quant.quantize.QuantizedModel` (int8 export) or a
 float model (an engine Graph, an AidgeModule, a torch module or an ONNX
 model: float32 export).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .graph import Graph
+from ..graph import Graph
 from .layers import extract_layers
 
 __all__ = ["export_c", "compile_and_run", "ExportResult", "ExportError", "BuildError"]
@@ -87,7 +87,7 @@ def _float_model(model, inputs, where):
     """(layers, inputs, outputs, embedded inputs, references) of a float
     model; the embedded input is ``inputs`` or a seeded normal sample of
     the model's input shape (batch 1)."""
-    from .quantization import _as_graph
+    from .quantize import _as_graph
 
     if inputs is not None:
         inputs = [np.ascontiguousarray(np.asarray(x), dtype=np.float32)
@@ -535,9 +535,10 @@ int main(int argc, char **argv)
 
 
 def _kernel_source(name):
-    """The portable kernels: package data of an install, csrc/ in a checkout."""
-    here = Path(__file__).resolve().parent
-    for path in (here / "portable" / name, here.parent / "csrc" / "portable" / name):
+    """The portable kernels: package data of an install (aidge_interop/portable/,
+    setup.py puts them there), csrc/ in a checkout."""
+    package = Path(__file__).resolve().parent.parent
+    for path in (package / "portable" / name, package.parent / "csrc" / "portable" / name):
         if path.is_file():
             return path.read_text()
     raise FileNotFoundError(f"aidge_interop is missing its portable kernel {name}")
@@ -589,7 +590,7 @@ def export_c(model, folder, inputs=None, compare: bool = True, verbose: bool = T
     The folder must be absent, empty, or a previous export (replaced whole,
     atomically); anything else is refused.
     """
-    from .quantization import QuantizedModel
+    from .quantize import QuantizedModel
 
     where = "export_c"
     folder = Path(folder)
@@ -747,7 +748,7 @@ def _input_array(x, spec, nb_bits, where):
         return np.ascontiguousarray(x)
     if x.dtype.kind != "f":
         raise TypeError(f"{where}: {x.dtype} given; int8 or float (quantized here) expected")
-    from .quantization import round_half_up
+    from .quantize import round_half_up
 
     qmax = 2 ** (nb_bits - 1) - 1
     return np.clip(round_half_up(x / spec["scale"]), -qmax, qmax).astype(np.int8)

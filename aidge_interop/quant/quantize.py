@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import Graph
+from ..graph import Graph
 from .layers import Layer, extract_layers
 
 __all__ = ["quantize", "QuantizedModel", "accuracy", "QUANT_DOMAIN"]
@@ -50,13 +50,13 @@ def _as_graph(model, sample_shapes, where):
     except ImportError:  # pragma: no cover
         torch = None
     if torch is not None and isinstance(model, torch.nn.Module):
-        from .wrapping import AidgeModule, wrap
+        from ..bridge import AidgeModule, wrap
 
         if not isinstance(model, AidgeModule):
             _check_arity(model, len(sample_shapes), where)
             model = wrap(model.eval(), [(1, *s) for s in sample_shapes])
         return Graph(model._graph, model.onnx_model)
-    from .onnx_import import load_onnx
+    from ..onnx import load_onnx
 
     return load_onnx(model, where=where)
 
@@ -200,7 +200,7 @@ class QuantizedModel:
         self.qmax = 2 ** (nb_bits - 1) - 1
         self.sample_inputs = sample_inputs  # one calibration sample per input (float)
         self.onnx_model = self._build_onnx()
-        from .onnx_import import load_onnx
+        from ..onnx import load_onnx
 
         self.graph = load_onnx(self.onnx_model, where="quantize")
 
