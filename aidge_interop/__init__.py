@@ -1,8 +1,22 @@
 """aidge_interop — prove that a second engine computes exactly what PyTorch computes.
 
-The core is a C11 engine (``aidge_interop._C``); this package is its thin
-Python face: tensors and their conversion from and to torch and NumPy
-(:mod:`aidge_interop.tensor_converter`).
+The core is a C11 engine (``aidge_interop._C``); this package is its Python
+face, in layers (a module imports only from its own layer and those listed
+before it, lazily or not):
+
+1. ``_C``, ``_util`` (helpers the parts share);
+2. ``tensor_converter``, ``graph``, ``recipes``, ``profiling``, ``visualize``,
+   ``examples``: tensors across torch / NumPy / engine, the engine's graph, its
+   rewrites, per-node timings, pictures, the example models;
+3. ``onnx``: ONNX import (:func:`load_onnx`) and ONNX's backend API;
+4. ``bridge``: the torch bridge (:func:`wrap`, :class:`AidgeModule`, :class:`SGD`);
+5. ``compare``: one model on several engines, :func:`locate`, the
+   ``aidge-interop`` command; ``quant``: int8 quantization and the C export;
+6. ``testing``: the validation harness and its pytest plugin.
+
+``backends``, ``backend``, ``cli``, ``analyze``, ``export``, ``quantization``,
+``layers``, ``divergence`` and ``onnx_import`` are older paths of modules now
+in the parts: each is the module itself.
 """
 
 
@@ -68,14 +82,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
 from .graph import Graph
-from .onnx_import import load_onnx
+from .onnx import load_onnx, supported_operators
 from . import recipes
 from .profiling import profile
 
 # torch is imported on first use of these (the pytest plugin stays light)
-_LAZY = {"SGD": ".optim", "wrap": ".wrapping", "AidgeModule": ".wrapping",
-         "locate": ".divergence", "quantize": ".quantization",
-         "QuantizedModel": ".quantization", "export_c": ".export"}
+_LAZY = {"SGD": ".bridge", "wrap": ".bridge", "AidgeModule": ".bridge",
+         "locate": ".compare.locate", "quantize": ".quant", "QuantizedModel": ".quant",
+         "export_c": ".quant"}
 
 
 def __getattr__(name):
@@ -88,16 +102,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'aidge_interop' has no attribute {name!r}")
 
 __version__ = "0.1.0"
-
-
-def supported_operators() -> dict[str, dict]:
-    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
-    (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
-    from .onnx_import import EXPANDED
-
-    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
-    ops.update({name: {"domain": "", "backward": True} for name in EXPANDED})
-    return ops
 
 
 def set_num_threads(n: int) -> None:

@@ -75,9 +75,7 @@ def _graphs(target):
         return [("main", target._g)]
     if isinstance(target, _C.Graph):
         return [("main", target)]
-    from .wrapping import AidgeModule  # imports torch
-
-    if isinstance(target, AidgeModule):
+    if hasattr(target, "_graph") and hasattr(target, "_fused"):  # an AidgeModule (torch bridge)
         out = [("main", target._graph)]
         if target._fused:
             out.append(("inference", target._fused))

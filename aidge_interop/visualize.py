@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from ._util import write_atomic
+
 __all__ = ["visualize", "render", "layout", "value_errors", "Layout", "Box", "ValueStatus"]
 
 # -- geometry of text (monospace: widths are predictable) -----------------------------
@@ -155,7 +157,7 @@ def _tester_checks(tester, graph) -> list:
 def value_errors(comparison, graph=None) -> dict[str, ValueStatus]:
     """``comparison`` as value name -> :class:`ValueStatus`.
 
-    Accepts a :class:`~aidge_interop.divergence.LocateResult` (every check
+    Accepts a :class:`~aidge_interop.compare.locate.LocateResult` (every check
     forward and backward; the first diverging node's failing values are
     ``"first"``), a :class:`~aidge_interop.testing.ModelTester` after a step
     (its ``checks``: outputs, input gradients and parameter gradients of the
@@ -163,10 +165,8 @@ def value_errors(comparison, graph=None) -> dict[str, ValueStatus]:
     first failing one is ``"first"``), or a mapping name -> Check, ValueStatus,
     bool (ok) or number (an error found over tolerance).
     """
-    from .divergence import LocateResult
-
     pairs, first = [], None
-    if isinstance(comparison, LocateResult):
+    if all(hasattr(comparison, a) for a in ("forward", "backward", "first")):  # LocateResult
         reports = comparison.forward + (comparison.backward or [])
         pairs = [(c.name, c) for r in reports for c in r.checks]
         if comparison.first is not None:
@@ -638,8 +638,6 @@ def visualize(graph, path, title: str | None = None, comparison=None) -> str:
     """Writes the picture of ``graph`` to ``path``: ``.svg``, or ``.html``
     (``.htm``) for a page with the SVG inline. The file is written
     atomically. Returns ``path`` as a string."""
-    from .backends import write_atomic
-
     path = Path(path)
     fmt = path.suffix.lower()
     if fmt not in (".svg", ".html", ".htm"):

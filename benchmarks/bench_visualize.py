@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from aidge_interop import load_onnx, recipes  # noqa: E402
-from aidge_interop.divergence import torch_graph  # noqa: E402
+from aidge_interop.compare.locate import torch_graph  # noqa: E402
 from aidge_interop.visualize import render  # noqa: E402
 from graph_builders import residual_chain  # noqa: E402
 from models import SAMPLE_SHAPES  # noqa: E402

@@ -23,8 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import aidge_interop
-from aidge_interop.export import compile_and_run, export_c
-from aidge_interop.quantization import accuracy, quantize
+from aidge_interop.quant import accuracy, compile_and_run, export_c, quantize
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--out", default=None, help="export folder (default: a temporary one)")

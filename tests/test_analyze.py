@@ -1,4 +1,4 @@
-"""aidge_interop.analyze on real pytest output.
+"""aidge_interop.testing.analyze on real pytest output.
 
 A synthetic test file with passing, failing (ModelTester's messages),
 xfail, error and crashing tests runs under pytest in a subprocess, verbose
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aidge_interop.analyze import (benchmark_summary, categorize, load_benchmarks, main,
+from aidge_interop.testing.analyze import (benchmark_summary, categorize, load_benchmarks, main,
                                    parse_pytest_output)
 from aidge_interop.testing import ModelTester
 

@@ -1,4 +1,4 @@
-"""aidge_interop.backends: every engine against torch on the model suite, the
+"""aidge_interop.compare.engines: every engine against torch on the model suite, the
 weights fingerprint, the ONNX cache (reuse, LRU pruning, atomic export), the
 runner LRU and thread pinning.
 
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import aidge_interop
-from aidge_interop import backends
+from aidge_interop.compare import engines as backends
 from models import anomaly_model, kws_model, lenet_model, mobilenet_model, perceptron_model, \
     resnet_model
 
@@ -226,7 +226,7 @@ def test_export_is_reused_not_rewritten(cache, monkeypatch):
         raise AssertionError("exported again")
 
     with monkeypatch.context() as patch:
-        patch.setattr(importlib.import_module("aidge_interop.wrapping"), "export_onnx_bytes",
+        patch.setattr(importlib.import_module("aidge_interop.bridge.wrap"), "export_onnx_bytes",
                       no_export)
         assert backends.export_onnx(model, (1, 1, 32, 32)) == path
     after = path.stat()
@@ -294,7 +294,7 @@ def test_killed_export_leaves_no_file(cache, tmp_path):
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from aidge_interop import backends
+        from aidge_interop.compare import engines as backends
         from models import lenet_model
 
         def hang(src, dst):

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import aidge_interop
 from aidge_interop import load_onnx, recipes, wrap
-from aidge_interop.divergence import torch_graph
+from aidge_interop.compare.locate import torch_graph
 from models import SAMPLE_SHAPES
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -213,7 +213,7 @@ def test_block_channels_on_the_suite(name):
 
 
 def test_blocked_conv_is_inference_only_and_not_exported(tmp_path):
-    from aidge_interop.export import export_c
+    from aidge_interop.quant import export_c
 
     net, x = _build("pointwise_chain")
     graph, _, _ = torch_graph(net.train(), [x], "test")

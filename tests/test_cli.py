@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from aidge_interop import backends, cli
+from aidge_interop import _util
+from aidge_interop.compare import cli
+from aidge_interop.compare import engines as backends
 from aidge_interop.examples import EXAMPLES
 from models import kws_model, lenet_model, perceptron_model, resnet_model
 
@@ -192,7 +194,7 @@ def test_help_and_console_script(capsys):
     code, out, _ = run_main(["compare", "--help"], capsys)
     assert code == 0 and "--train" in out and "module:callable" in out
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"aidge-interop": "aidge_interop.cli:main"}
+    assert scripts == {"aidge-interop": "aidge_interop.compare.cli:main"}
 
 
 def test_unavailable_or_failing_engine_exits_1(monkeypatch, capsys):
@@ -238,7 +240,7 @@ def test_progress_only_on_a_terminal():
     terminal, pipe = _Terminal(), io.StringIO()
     for stream in (terminal, pipe):
         cli.compare(target, ["torch", "aidge_interop"], repeat=2, warmup=1,
-                    progress=cli._Progress(stream))
+                    progress=_util.Progress(stream))
     assert pipe.getvalue() == ""
     text = terminal.getvalue()
     assert "\r\x1b[KPyTorch: preparing" in text
@@ -273,16 +275,16 @@ def test_locate_is_wired_lazily(monkeypatch, capsys):
         seen["model"] = args.model
         return 3
 
-    fake = types.ModuleType("aidge_interop.divergence")
+    fake = types.ModuleType("aidge_interop.compare.locate")
     fake.add_arguments = lambda parser: parser.add_argument("model")
     fake.run = run
-    monkeypatch.setitem(sys.modules, "aidge_interop.divergence", fake)
+    monkeypatch.setitem(sys.modules, "aidge_interop.compare.locate", fake)
     code, _, _ = run_main(["locate", "lenet"], capsys)
     assert (code, seen) == (3, {"model": "lenet"})
-    monkeypatch.delitem(sys.modules, "aidge_interop.divergence")
+    monkeypatch.delitem(sys.modules, "aidge_interop.compare.locate")
     # the other commands never import it
     run_main(["compare", "--help"], capsys)
-    assert "aidge_interop.divergence" not in sys.modules
+    assert "aidge_interop.compare.locate" not in sys.modules
 
 
 def test_output_errors():
@@ -293,7 +295,7 @@ def test_output_errors():
     assert zeros == {"max_abs": 0.0, "max_rel": None, "cosine": 1.0}
     with pytest.raises(ValueError, match=r"output shape \(2,\) differs from the reference's"):
         cli.output_errors(np.zeros(2), np.zeros(3))
-    assert cli._finite({"a": [float("nan"), 1.5, float("-inf")]}) == {"a": [None, 1.5, None]}
+    assert _util.finite({"a": [float("nan"), 1.5, float("-inf")]}) == {"a": [None, 1.5, None]}
 
 
 @pytest.mark.parametrize("name, suite_factory", [

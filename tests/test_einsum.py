@@ -1,5 +1,5 @@
 """Einsum (torch.einsum; ONNX Einsum, written at import as Transpose,
-Reshape, MatMul and ReduceSum by aidge_interop/_einsum.py): wrapped modules
+Reshape, MatMul and ReduceSum by aidge_interop/onnx/einsum.py): wrapped modules
 against torch (outputs, input and parameter gradients), and the equations
 the engine refuses, named."""
 import copy

@@ -1,4 +1,4 @@
-"""C export (aidge_interop.export): the generated project compiles with
+"""C export (aidge_interop.quant.export): the generated project compiles with
 -std=c99 -Wall -Wextra -Werror (and under ASan + UBSan), its layer check
 passes, its int8 outputs equal the engine's bit for bit and its float
 outputs agree with the engine; folders are handled safely."""
@@ -20,8 +20,7 @@ from torch import nn
 
 from aidge_interop import wrap
 from aidge_interop.examples import _seeded
-from aidge_interop.export import BuildError, ExportError, compile_and_run, export_c
-from aidge_interop.quantization import quantize
+from aidge_interop.quant import BuildError, ExportError, compile_and_run, export_c, quantize
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler")
@@ -280,7 +279,7 @@ KILL_SCRIPT = textwrap.dedent("""
     from torch import nn
     import torch
     from aidge_interop import wrap
-    from aidge_interop.export import export_c
+    from aidge_interop.quant import export_c
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).eval()
     m = wrap(model, [(1, 256)]).eval()

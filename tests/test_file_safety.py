@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import aidge_interop as ai
-from aidge_interop import backends
+from aidge_interop.compare import engines as backends
 
 
 def linear(seed):

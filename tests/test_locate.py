@@ -20,8 +20,8 @@ from aidge_interop.graph import Graph
 from aidge_interop.testing import ModelTester
 from models import lenet, resnet8
 
-locate_module = importlib.import_module("aidge_interop.divergence")
-from aidge_interop.wrapping import export_onnx_bytes
+locate_module = importlib.import_module("aidge_interop.compare.locate")
+from aidge_interop.bridge.wrap import export_onnx_bytes
 
 LENET_NODES = ["/sequence/sequence.0/Conv", "/sequence/sequence.1/Relu",
                "/sequence/sequence.2/MaxPool", "/sequence/sequence.3/Conv",
@@ -282,7 +282,7 @@ def test_package_attribute_is_lazy_and_stays_callable(tmp_path):
     code = ("import sys, aidge_interop\n"
             "f = aidge_interop.locate\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "import aidge_interop.divergence, aidge_interop.wrapping\n"
+            "import aidge_interop.compare.locate, aidge_interop.bridge.wrap\n"
             "assert callable(aidge_interop.locate) and callable(aidge_interop.wrap)\n"
             "import torch\n"
             "r = aidge_interop.locate(torch.nn.Linear(4, 2), torch.ones(1, 4), reference='onnx')\n"
@@ -292,7 +292,7 @@ def test_package_attribute_is_lazy_and_stays_callable(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "aidge_interop.divergence"
+    assert out.stdout.strip() == "aidge_interop.compare.locate"
 
 
 def test_model_tester_failure_points_to_locate():
@@ -356,7 +356,7 @@ def test_cli_run_reports_divergence_and_writes_json(monkeypatch, tmp_path, capsy
 
 
 def test_cli_errors(monkeypatch, tmp_path, capsys):
-    from aidge_interop import cli
+    from aidge_interop.compare import cli
 
     onnx_file = tmp_path / "lenet.onnx"
     onnx_file.write_bytes(export_onnx_bytes(lenet(), [_input(1, 1, 32, 32)],

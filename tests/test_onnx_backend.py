@@ -10,7 +10,7 @@ import re
 import onnx.backend.test
 import pytest
 
-from aidge_interop.backend import AidgeBackend
+from aidge_interop.onnx.backend import AidgeBackend
 
 # operator -> regex of its node test names (test_<name>_cpu)
 OPERATOR_TESTS = {

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import aidge_interop
 from aidge_interop.examples import EXAMPLES
-from aidge_interop.quantization import QuantizedModel, accuracy, quantize
+from aidge_interop.quant import QuantizedModel, accuracy, quantize
 
 QDOMAIN = "aidge_interop.quant"
 

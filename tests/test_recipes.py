@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 import aidge_interop
 from aidge_interop import load_onnx, recipes
-from aidge_interop.divergence import torch_graph
+from aidge_interop.compare.locate import torch_graph
 from graph_builders import model
 from models import SAMPLE_SHAPES
 

@@ -1,5 +1,5 @@
 """Recurrent layers (torch.nn.LSTM, GRU, RNN; ONNX LSTM, GRU, RNN, unrolled
-at import by aidge_interop/_rnn.py): wrapped models against torch (outputs,
+at import by aidge_interop/onnx/rnn.py): wrapped models against torch (outputs,
 input and parameter gradients, ModelTester's SGD steps), the state inputs
 and outputs, and the cases the engine refuses, named."""
 import copy

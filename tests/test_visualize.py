@@ -14,8 +14,8 @@ import torch
 
 import aidge_interop
 from aidge_interop import _C, load_onnx, recipes
-from aidge_interop.cli import main
-from aidge_interop.divergence import Check, torch_graph
+from aidge_interop.compare.cli import main
+from aidge_interop.compare.locate import Check, torch_graph
 from aidge_interop.visualize import layout, render, value_errors
 from graph_builders import residual_chain
 from models import SAMPLE_SHAPES, lenet_model, perceptron_model

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ..optim import SGD
+from ..bridge.optim import SGD
 
 __all__ = ["ModelTester"]
 
@@ -312,7 +312,7 @@ class ModelTester:
         metadata ``problem``) in ``checks``: the tensors of the last
         :meth:`unit_test`, in order (pictures colour nodes with them, see
         :func:`aidge_interop.visualize.value_errors`)."""
-        from ..divergence import Check
+        from ..compare.locate import Check
 
         if r is None:
             self.checks.append(Check(what, what, shape, problem=problem))

@@ -39,6 +39,7 @@ fixture when a case runs.
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -547,12 +548,18 @@ def make_operator_fixture(cfg: OperatorConfig):
 
     @pytest.fixture(params=params)
     def operator_case(request):
-        from .plugin import max_slowdown_ratio
-
         return {**_instantiate(cfg, request.param),
                 "max_slowdown_ratio": max_slowdown_ratio(request.config)}
 
     return operator_case
+
+
+def max_slowdown_ratio(config) -> float | None:
+    """``--max-slowdown-ratio``, else ``$AIDGE_INTEROP_MAX_SLOWDOWN``, else None."""
+    value = config.getoption("max_slowdown_ratio", None)
+    if value is None and os.environ.get("AIDGE_INTEROP_MAX_SLOWDOWN"):
+        value = float(os.environ["AIDGE_INTEROP_MAX_SLOWDOWN"])
+    return value
 
 
 def _instantiate(cfg: OperatorConfig, case: OperatorCase) -> dict:

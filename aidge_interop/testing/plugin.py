@@ -27,12 +27,11 @@ Importing this plugin imports neither torch nor the engine.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from . import operators
-from .operators import OperatorCase, OperatorConfig, build_cases, make_operator_fixture
+from .operators import (OperatorCase, OperatorConfig, build_cases, make_operator_fixture,
+                        max_slowdown_ratio)
 
 __all__ = ["OperatorCase", "OperatorConfig", "build_cases", "make_operator_fixture"]
 
@@ -75,14 +74,6 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _PREVIOUS_TOGGLE in config.stash:
         operators.INCLUDE_FORWARD_ONLY_CASES = config.stash[_PREVIOUS_TOGGLE]
-
-
-def max_slowdown_ratio(config) -> float | None:
-    """``--max-slowdown-ratio``, else ``$AIDGE_INTEROP_MAX_SLOWDOWN``, else None."""
-    value = config.getoption("max_slowdown_ratio", None)
-    if value is None and os.environ.get("AIDGE_INTEROP_MAX_SLOWDOWN"):
-        value = float(os.environ["AIDGE_INTEROP_MAX_SLOWDOWN"])
-    return value
 
 
 @pytest.fixture

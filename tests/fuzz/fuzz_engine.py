@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 with atheris.instrument_imports(include=["aidge_interop"]):
     import aidge_interop  # noqa: F401
     import aidge_interop.graph  # noqa: F401
-    import aidge_interop.onnx_import  # noqa: F401
+    import aidge_interop.onnx.importer  # noqa: F401
 
 from harness import mutate, run_one  # noqa: E402
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from ._expand import Emitter
+from .expand import Emitter
 
 
 def _parse(equation, ranks, where):
@@ -132,7 +132,7 @@ class _Contraction:
         return z, out, dims
 
 
-def expand(node, attrs, dims, emit_node, emit_const, where):
+def expand_einsum(node, attrs, dims, emit_node, emit_const, where):
     """Writes Einsum `node` through emit_node(name, op_type, inputs, outputs,
     attrs) and emit_const(name, Tensor); ``dims``: value name -> dims
     (None where unknown) by ONNX shape inference."""

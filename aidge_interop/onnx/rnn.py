@@ -1,6 +1,6 @@
 """ONNX LSTM, GRU and RNN, unrolled over time into engine operators at import.
 
-``expand(node, attrs, ...)`` writes one ONNX LSTM, GRU or RNN node as
+``expand_rnn(node, attrs, ...)`` writes one ONNX LSTM, GRU or RNN node as
 the nodes of its equations, one time step after the other: a MatMul for
 the input projection of all steps at once, then per step a MatMul with the
 recurrent weights, the gates (Sigmoid, Tanh, Mul, Add) and the new state.
@@ -28,7 +28,7 @@ The equations (ONNX's operator documentation; W, R, B are one direction's):
 """
 from __future__ import annotations
 
-from ._expand import Emitter
+from .expand import Emitter
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
                         "RNN": ["Tanh"]}
@@ -62,7 +62,7 @@ def _check(node, attrs, inputs, where):
         raise ValueError(f"{where}: layout {attrs['layout']} is not 0 or 1")
 
 
-def expand(node, attrs, seq_len, hidden_size, emit_node, emit_const, where):
+def expand_rnn(node, attrs, seq_len, hidden_size, emit_node, emit_const, where):
     """Writes LSTM, GRU or RNN `node` through emit_node(name, op_type, inputs,
     outputs, attrs) and emit_const(name, Tensor). ``seq_len``: the number of
     time steps (int), ``hidden_size``: H."""

@@ -1,10 +1,10 @@
-"""Operators written at import as other engine operators (``_rnn.py``,
-``_einsum.py``): the ``Emitter`` they write their nodes with."""
+"""Operators written at import as other engine operators (``rnn.py``,
+``einsum.py``): the ``Emitter`` they write their nodes with."""
 from __future__ import annotations
 
 import numpy as np
 
-from ._C import Tensor
+from .._C import Tensor
 
 CONCAT_MAX = 16  # inputs of one engine node (AI_MAX_IO): longer Concats go as a tree
 

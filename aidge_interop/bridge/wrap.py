@@ -21,10 +21,10 @@ import torch
 import torch.nn.modules.module as _nn_module
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
-from . import _C
-from ._C import Tensor
-from .onnx_import import build_graph
-from .tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
+from .. import _C
+from .._C import Tensor
+from ..onnx import build_graph
+from ..tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
 
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
 
@@ -539,8 +539,8 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         """The fused inference graph from the current values (planned for
         ``inputs``), or False when the recipes change nothing (or fail: then
         with a warning)."""
-        from .graph import Graph
-        from .recipes import RECIPES
+        from ..graph import Graph
+        from ..recipes import RECIPES
 
         where = f"AidgeModule({self.source_name}) fused inference"
         try:

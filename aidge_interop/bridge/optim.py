@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _C
-from .tensor_converter import torch_tensor_to_aidge
+from .. import _C
+from ..tensor_converter import torch_tensor_to_aidge
 
 __all__ = ["SGD"]
 

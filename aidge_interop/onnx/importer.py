@@ -1,0 +1,349 @@
+"""ONNX import: the ``onnx`` package parses, the C engine builds and runs.
+
+``load_onnx(path_or_model)`` walks the ONNX graph once and hands every
+input, initializer and node to ``_C.Graph``; shape inference, constant
+folding, scheduling and memory planning happen in C.
+"""
+from __future__ import annotations
+
+import os
+import numpy as np
+
+from .. import _C
+from .._C import Tensor
+
+__all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
+
+MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
+
+# TensorProto.DataType -> engine dtype name
+ONNX_DTYPES = {
+    1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+    9: "bool", 10: "float16", 11: "float64",
+}
+_ONNX_TYPE_NAMES = {
+    0: "UNDEFINED", 4: "UINT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
+    15: "COMPLEX128", 16: "BFLOAT16",
+}
+
+
+def _onnx():
+    import onnx
+
+    return onnx
+
+
+def _read_model(model, where: str):
+    """A ModelProto from a path, bytes or a ModelProto; errors name the file."""
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model)), None
+        except Exception as exc:  # protobuf raises its own DecodeError
+            raise ValueError(f"{where}: the bytes are not a valid ONNX model ({exc})") from exc
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{where}: no ONNX file at {path!r}")
+        try:
+            proto = onnx.load(path, load_external_data=False)
+        except Exception as exc:
+            raise ValueError(f"{where}: {path!r} is not a valid ONNX model ({exc})") from exc
+        return proto, os.path.dirname(os.path.abspath(path))
+    raise TypeError(
+        f"{where}: expected a path, bytes or onnx.ModelProto, not {type(model).__name__}"
+    )
+
+
+def _load_external(init, base_dir, where):
+    """Reads an initializer's external data, refusing paths that leave base_dir."""
+    onnx = _onnx()
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    info = {e.key: e.value for e in init.external_data}
+    location = info.get("location", "")
+    if base_dir is None:
+        raise ValueError(
+            f"{where}: initializer '{init.name}' has external data ({location!r}) but the "
+            "model was not loaded from a file"
+        )
+    target = os.path.realpath(os.path.join(base_dir, location))
+    if os.path.isabs(location) or os.path.commonpath([target, os.path.realpath(base_dir)]) != os.path.realpath(base_dir):
+        raise ValueError(
+            f"{where}: initializer '{init.name}' points to external data {location!r} "
+            "outside the model's folder; refused"
+        )
+    load_external_data_for_tensor(init, base_dir)
+    init.data_location = onnx.TensorProto.DEFAULT
+    del init.external_data[:]
+
+
+def _to_array(tensor_proto, where):
+    from onnx import numpy_helper
+
+    if tensor_proto.data_type not in ONNX_DTYPES:
+        t = tensor_proto.data_type
+        raise TypeError(
+            f"{where}: tensor '{tensor_proto.name}' has ONNX data type "
+            f"{_ONNX_TYPE_NAMES.get(t, t)}, not supported by the engine "
+            f"(supported: {', '.join(sorted(set(ONNX_DTYPES.values())))})"
+        )
+    try:
+        return numpy_helper.to_array(tensor_proto)
+    except ValueError as exc:  # data that does not fill the dims, ...
+        raise ValueError(f"{where}: tensor '{tensor_proto.name}': {exc}") from exc
+
+
+def _check_attribute_names(node, opset, where):
+    """Refuses attributes that the operator's ONNX schema does not define
+    (a typo would otherwise be ignored silently, and the default used)."""
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(node.op_type, opset, "")
+    except defs.SchemaError:  # not an ONNX operator: the engine names it
+        return
+    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown attribute{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(u) for u in unknown)}; {node.op_type} (opset {opset}) takes "
+            f"{', '.join(sorted(schema.attributes)) or 'none'}"
+        )
+
+
+def _float_attr(f: float) -> float:
+    """ONNX stores float attributes in float32: 0.01 arrives as 0.0099999998.
+    The shortest decimal that rounds to that float32 is the value the model's
+    author wrote, which float64 graphs (and torch) use."""
+    return float(str(np.float32(f)))
+
+
+def _attributes(node, where):
+    onnx = _onnx()
+    A = onnx.AttributeProto
+    out = {}
+    for a in node.attribute:
+        if a.type == A.INT:
+            out[a.name] = int(a.i)
+        elif a.type == A.FLOAT:
+            out[a.name] = _float_attr(a.f)
+        elif a.type == A.STRING:
+            out[a.name] = a.s.decode("utf-8", "replace")
+        elif a.type == A.INTS:
+            out[a.name] = [int(v) for v in a.ints]
+        elif a.type == A.FLOATS:
+            out[a.name] = [_float_attr(v) for v in a.floats]
+        elif a.type == A.TENSOR:
+            out[a.name] = Tensor(_to_array(a.t, where), copy=True)
+        elif a.type == A.STRINGS:
+            out[a.name] = ",".join(s.decode("utf-8", "replace") for s in a.strings)
+        else:
+            raise NotImplementedError(
+                f"{where}: attribute '{a.name}' of {node.op_type} node '{node.name}' has type "
+                f"{A.AttributeType.Name(a.type)}, which the engine does not support"
+            )
+    return out
+
+
+def _constant_value(node, attrs, where):
+    """The value of a Constant node (any of its attribute forms)."""
+    if "value" in attrs:
+        return attrs["value"]
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64),
+                       ("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return Tensor(np.asarray(attrs[key], dtype=dtype), copy=True)
+    raise NotImplementedError(
+        f"{where}: Constant node '{node.name}' uses attributes {sorted(attrs)}; the engine "
+        "reads value, value_float(s) and value_int(s)"
+    )
+
+
+def _elem_type(value_info):
+    t = value_info.type
+    if not t.HasField("tensor_type"):
+        return None
+    return t.tensor_type.elem_type
+
+
+def _value_dims(proto, input_shapes=None):
+    """Value name -> its dims (ints; None where one is symbolic or unknown)
+    by ONNX shape inference, for the few nodes that need shapes at import.
+    ``input_shapes``: shapes of the graph's inputs (initializers aside, in
+    order) that fill their symbolic dims first (wrap's example shapes)."""
+    onnx = _onnx()
+    if input_shapes:
+        proto = onnx.ModelProto.FromString(proto.SerializeToString())
+        inits = {i.name for i in proto.graph.initializer}
+        graph_inputs = [i for i in proto.graph.input if i.name not in inits]
+        for inp, shape in zip(graph_inputs, input_shapes):
+            dims = inp.type.tensor_type.shape.dim
+            if len(dims) == len(shape):
+                for d, n in zip(dims, shape):
+                    if not d.HasField("dim_value"):
+                        d.dim_value = int(n)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # the engine's own shape inference reports what is wrong
+        inferred = proto.graph
+    dims = {}
+    for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None
+                             for d in t.shape.dim]
+    for init in inferred.initializer:
+        dims[init.name] = list(init.dims)
+    return dims
+
+
+# operators written at import as other engine operators (rnn.py, einsum.py)
+EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
+
+
+def supported_operators() -> dict[str, dict]:
+    """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
+    (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
+    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    ops.update({name: {"domain": "", "backward": True} for name in EXPANDED})
+    return ops
+
+
+def _add_expanded(g, node, attrs, opset, dims, where):
+    """An operator of EXPANDED as the engine operators that compute it.
+    ``dims(hinted)``: value name -> dims by ONNX shape inference, with the
+    graph's symbolic input dims left unknown, or filled from input_shapes
+    (an RNN's sequence length; Einsum keeps a dynamic batch dynamic)."""
+    node_opset = max(int(opset), 13)  # the nodes written use opset 13's input forms
+    emit_node = lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",  # noqa: E731
+                                                         opset=node_opset)
+    emit_const = lambda name, value: g.add_initializer(name, value, "const")  # noqa: E731
+    if node.op_type == "Einsum":
+        from .einsum import expand_einsum
+
+        return expand_einsum(node, attrs, dims(False), emit_node, emit_const, where)
+    from .rnn import expand_rnn
+
+    dims = dims(True)
+    x_dims = dims.get(node.input[0]) if node.input else None
+    layout = attrs.get("layout", 0)
+    seq_len = x_dims[1 if layout else 0] if x_dims and len(x_dims) == 3 else None
+    if not seq_len:
+        raise NotImplementedError(
+            f"{where}: the sequence length of input X ('{node.input[0]}') is not known at "
+            f"import (shape {x_dims}); the engine unrolls {node.op_type} over its time steps, "
+            "so it needs a fixed sequence length (the batch may be dynamic)")
+    hidden = attrs.get("hidden_size")
+    r_dims = dims.get(node.input[2]) if len(node.input) > 2 else None
+    if hidden is None and r_dims and len(r_dims) == 3:
+        hidden = r_dims[2]
+    if not hidden or hidden < 1:
+        raise ValueError(f"{where}: hidden_size is missing and R's shape ({r_dims}) does not "
+                         "give it")
+    expand_rnn(node, attrs, int(seq_len), int(hidden), emit_node, emit_const, where)
+
+
+def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
+                share_values: bool = False, where: str = "load_onnx", input_shapes=None):
+    """Builds and finalizes a ``_C.Graph`` from an ONNX model.
+
+    ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
+    ``"const"``; by default float initializers are parameters (BatchNorm
+    running statistics: buffers; Resize's roi and scales: constants) and the
+    others constants. ``values`` maps
+    initializer names to engine Tensors that replace the stored values
+    (same shape and dtype expected): copied, or with ``share_values`` read
+    and written in place (the graph shares their memory). ``input_shapes``
+    (shapes of the graph's inputs, in order) fixes their symbolic dims where
+    an operator needs a shape at import (LSTM, GRU, RNN: the sequence
+    length they are unrolled for, a different one refused at run time;
+    Einsum: the ranks behind ``...`` and the sizes its reshapes fix).
+    Returns ``(graph, proto)``.
+    """
+    proto, base_dir = _read_model(model, where)
+    graph = proto.graph
+    opsets = {(o.domain or "ai.onnx"): o.version for o in proto.opset_import}
+    for domain, version in opsets.items():
+        if not 1 <= version <= MAX_OPSET:
+            raise ValueError(f"{where}: opset_import of domain '{domain}' has version "
+                             f"{version}; expected 1 to {MAX_OPSET}")
+    if "ai.onnx" not in opsets:
+        opsets["ai.onnx"] = 1
+    g = _C.Graph()
+    init_names = {i.name for i in graph.initializer}
+    for inp in graph.input:
+        if inp.name in init_names:
+            continue
+        et = _elem_type(inp)
+        if et not in ONNX_DTYPES:
+            raise TypeError(
+                f"{where}: graph input '{inp.name}' has ONNX data type "
+                f"{_ONNX_TYPE_NAMES.get(et, et)}, not supported by the engine"
+            )
+        g.add_input(inp.name, ONNX_DTYPES[et])
+    # running statistics of BatchNormalization are state, not parameters
+    stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
+             for k in (3, 4) if len(n.input) > k}
+    # float inputs that set a shape (Resize's roi and scales, Range's scalars) are constants
+    shaping = {"Resize": (1, 2), "Range": (0, 1, 2)}
+    fixed = {n.input[k] for n in graph.node for k in shaping.get(n.op_type, ())
+             if len(n.input) > k}
+    for init in graph.initializer:
+        kind = (param_kinds or {}).get(init.name)
+        value = (values or {}).get(init.name)
+        share = share_values and value is not None
+        if value is None:
+            if init.data_location == _onnx().TensorProto.EXTERNAL:
+                _load_external(init, base_dir, where)
+            array = _to_array(init, where)
+            if kind is None:
+                trainable = (array.dtype.kind == "f" and array.dtype != np.float16 and
+                             init.name not in fixed)
+                kind = "buffer" if init.name in stats else "param" if trainable else "const"
+            value = Tensor(array, copy=True)
+        g.add_initializer(init.name, value, kind or "const", share)
+    inferred = {}  # shapes by ONNX inference, when an operator of EXPANDED needs them
+
+    def dims(hinted):
+        if hinted not in inferred:
+            inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
+        return inferred[hinted]
+
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        domain = node.domain or ""
+        opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
+        node_where = f"{where}: {node.op_type} node '{name}'"
+        if domain in ("", "ai.onnx"):
+            _check_attribute_names(node, opset, node_where)
+        attrs = _attributes(node, node_where)
+        if node.op_type == "Constant" and domain in ("", "ai.onnx"):
+            if len(node.output) != 1:
+                raise ValueError(f"{node_where}: a Constant has one output")
+            g.add_initializer(node.output[0], _constant_value(node, attrs, node_where), "const")
+            continue
+        if node.op_type in EXPANDED and domain in ("", "ai.onnx"):
+            _add_expanded(g, node, attrs, opset, dims, node_where)
+            continue
+        g.add_node(name, node.op_type, list(node.input), list(node.output), attrs,
+                   domain=domain, opset=int(opset))
+    outputs = [o.name for o in graph.output]
+    if not outputs:
+        raise ValueError(f"{where}: the ONNX graph has no outputs")
+    g.set_outputs(outputs)
+    g.finalize()
+    return g, proto
+
+
+def load_onnx(model, **kwargs):
+    """Loads an ONNX model (path, bytes or ``onnx.ModelProto``) into the engine.
+
+    Returns an :class:`aidge_interop.graph.Graph`.
+    """
+    from ..graph import Graph
+
+    cg, proto = build_graph(model, **kwargs)
+    return Graph(cg, proto)

@@ -1,0 +1,479 @@
+"""Post-training int8 quantization (per-tensor, symmetric).
+
+``quantize(model, calibration_inputs)`` calibrates the float graph on
+sample inputs, quantizes weights to ``nb_bits`` and biases to int32, and
+builds an engine graph of integer operators (ONNX domain
+``aidge_interop.quant``, see csrc/ops/quant.c) that runs on int8 inputs.
+The exact arithmetic is in docs/quantization.md; in short:
+
+- activation ``v`` has a scale ``s_v``: real ≈ int * s_v, ints in
+  [-qmax, qmax], qmax = 2**(nb_bits - 1) - 1;
+- ``single_shift=True``: every activation scale is a power of two, and
+  the weights' scale is chosen (at most 2x coarser than max/qmax) so that
+  each layer rescales its int32 accumulator by one rounding right shift;
+  ``single_shift=False``: scales are clip/qmax and each rescale is a 15-bit
+  fixed-point multiplier and a shift;
+- ``clipping="max"`` takes the calibrated maximum |value|; ``"mse"`` the
+  clip (among the candidates of the scale grid) with the least mean square
+  error on the calibration histogram (weights always use their maximum).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..graph import Graph
+from .layers import Layer, extract_layers
+
+__all__ = ["quantize", "QuantizedModel", "accuracy", "QUANT_DOMAIN"]
+
+QUANT_DOMAIN = "aidge_interop.quant"
+_HIST_BINS = 2048
+
+
+def round_half_up(x):
+    """floor(x + 1/2): the rounding of every quantization step here and in C."""
+    return np.floor(np.asarray(x, dtype=np.float64) + 0.5)
+
+
+# -- inputs ---------------------------------------------------------------------
+
+def _as_graph(model, sample_shapes, where):
+    """A float engine Graph from a Graph, an AidgeModule, a torch module
+    (wrapped here), an ONNX path, bytes or ModelProto."""
+    if isinstance(model, Graph):
+        return model
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    if torch is not None and isinstance(model, torch.nn.Module):
+        from ..bridge import AidgeModule, wrap
+
+        if not isinstance(model, AidgeModule):
+            _check_arity(model, len(sample_shapes), where)
+            model = wrap(model.eval(), [(1, *s) for s in sample_shapes])
+        return Graph(model._graph, model.onnx_model)
+    from ..onnx import load_onnx
+
+    return load_onnx(model, where=where)
+
+
+def _check_arity(module, n, where):
+    """A clear error when `n` input arrays cannot feed module.forward."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if not len(required) <= n <= len(positional):
+        raise ValueError(f"{where}: {type(module).__name__}.forward takes {len(required)} "
+                         f"inputs, got {n} arrays")
+
+
+def _as_arrays(inputs, n_inputs, where):
+    """One float array per graph input, the first axis the samples."""
+    if not isinstance(inputs, (list, tuple)):
+        inputs = [inputs]
+    if len(inputs) != n_inputs:
+        raise ValueError(f"{where}: the graph takes {n_inputs} inputs, got {len(inputs)} arrays")
+    arrays = []
+    for i, x in enumerate(inputs):
+        if hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        x = np.asarray(x)
+        if x.ndim < 1 or x.shape[0] == 0:
+            raise ValueError(f"{where}: input {i} has no samples (shape {x.shape})")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{where}: input {i} is {x.dtype}; float samples expected")
+        arrays.append(np.ascontiguousarray(x, dtype=np.float32))
+    if len({a.shape[0] for a in arrays}) != 1:
+        raise ValueError(f"{where}: the inputs have different numbers of samples")
+    return arrays
+
+
+def _batches(arrays, batch_size):
+    n = arrays[0].shape[0]
+    for i in range(0, n, batch_size):
+        yield [a[i:i + batch_size] for a in arrays]
+
+
+# -- scales ---------------------------------------------------------------------
+
+def _mse_clip(hist, edges, zeros, candidates, qmax):
+    """The candidate clip with the least squared error over the histogram of
+    |value| (bin centres; exact zeros are exact)."""
+    centres = (edges[:-1] + edges[1:]) / 2
+    hist = hist.copy()
+    hist[0] -= zeros  # exact zeros (after a ReLU, most values) quantize exactly
+    best, best_err = candidates[0], math.inf
+    for c in candidates:
+        step = c / qmax
+        q = np.minimum(round_half_up(centres / step), qmax) * step
+        err = float(np.sum(hist * (centres - q) ** 2))
+        if err < best_err:
+            best, best_err = c, err
+    return best
+
+
+def _scale(stats, qmax, clipping, pow2):
+    """Scale of one activation from its calibration statistics."""
+    amax = stats["max"]
+    if not amax > 0 or not math.isfinite(amax):
+        if not math.isfinite(amax):
+            raise ValueError("non-finite calibration value")
+        amax = 1.0  # an all-zero tensor: any scale represents it
+    if pow2:
+        k = math.floor(math.log2(qmax / amax))  # scale 2**-k covers amax
+        if clipping == "mse" and "hist" in stats:
+            cands = [qmax * 2.0 ** -(k + j) for j in range(0, 9)]
+            c = _mse_clip(stats["hist"], stats["edges"], stats["zeros"], cands, qmax)
+            return c / qmax
+        return 2.0 ** -k
+    if clipping == "mse" and "hist" in stats:
+        cands = list(np.linspace(amax / 64, amax, 128))
+        return _mse_clip(stats["hist"], stats["edges"], stats["zeros"], cands, qmax) / qmax
+    return amax / qmax
+
+
+def _fixed_point(ratio, where, single_shift):
+    """(multiplier, shift) with multiplier * 2**-shift ≈ ratio (> 0). With
+    single_shift the ratio is a power of two and the multiplier 1 (or a
+    power of two when the ratio is above 1)."""
+    if single_shift:
+        e = round(math.log2(ratio))
+        if not math.isclose(2.0 ** e, ratio, rel_tol=1e-9):
+            raise AssertionError(f"{where}: ratio {ratio} is not a power of two")
+        if e > 30:
+            raise ValueError(f"{where}: rescale factor 2**{e} overflows")
+        return (1, min(-e, 62)) if e <= 0 else (1 << e, 0)
+    shift = 14 - math.floor(math.log2(ratio))
+    shift = min(max(shift, 0), 62)
+    m = int(round_half_up(ratio * 2.0 ** shift))
+    if m > 2 ** 31 - 1:
+        raise ValueError(f"{where}: rescale factor {ratio:g} is too large")
+    return max(m, 1), shift
+
+
+# -- the quantized model --------------------------------------------------------
+
+@dataclass
+class QLayer:
+    """A layer of the quantized model, with its integer parameters."""
+    name: str
+    op: str
+    inputs: list[str]
+    output: str
+    attrs: dict
+    weight: np.ndarray | None = None   # int8
+    bias: np.ndarray | None = None     # int32
+    multiplier: int = 1
+    shift: int = 0
+    lo: int = 0
+    hi: int = 0
+    multipliers: tuple = ()            # Add: (a, b); Requantize of Concat inputs
+    in_scales: list[float] = field(default_factory=list)
+    out_scale: float = 1.0
+    weight_scale: float | None = None
+    sources: list[str] = field(default_factory=list)
+
+
+class QuantizedModel:
+    """An int8 model: the engine graph of integer operators, its layers and
+    scales. Call it on float inputs (quantized, run, dequantized), or use
+    :meth:`run` on int8 inputs; :meth:`accuracy` on a labelled set."""
+
+    def __init__(self, layers, inputs, outputs, shapes, scales, nb_bits, single_shift,
+                 clipping, sample_inputs):
+        self.layers: list[QLayer] = layers
+        self.input_names, self.output_names = inputs, outputs
+        self.shapes = shapes  # value -> shape at the calibration batch
+        self.scales: dict[str, float] = scales
+        self.nb_bits, self.single_shift, self.clipping = nb_bits, single_shift, clipping
+        self.qmax = 2 ** (nb_bits - 1) - 1
+        self.sample_inputs = sample_inputs  # one calibration sample per input (float)
+        self.onnx_model = self._build_onnx()
+        from ..onnx import load_onnx
+
+        self.graph = load_onnx(self.onnx_model, where="quantize")
+
+    @property
+    def input_scales(self):
+        return [self.scales[n] for n in self.input_names]
+
+    @property
+    def output_scales(self):
+        return [self.scales[n] for n in self.output_names]
+
+    def quantize_inputs(self, *inputs):
+        """Float inputs -> int8: clamp(round_half_up(x / scale), -qmax, qmax)."""
+        out = []
+        for x, name in zip(inputs, self.input_names):
+            x = np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x)
+            q = np.clip(round_half_up(x / self.scales[name]), -self.qmax, self.qmax)
+            out.append(q.astype(np.int8))
+        return out
+
+    def dequantize_outputs(self, outputs):
+        return [o.astype(np.float32) * np.float32(self.scales[n])
+                for o, n in zip(outputs, self.output_names)]
+
+    def run(self, *int_inputs):
+        """The engine's int8 outputs for int8 inputs."""
+        return self.graph.forward(list(int_inputs))
+
+    def __call__(self, *inputs):
+        return self.dequantize_outputs(self.run(*self.quantize_inputs(*inputs)))
+
+    def accuracy(self, inputs, labels, batch_size: int = 256) -> float:
+        """Top-1 accuracy (0..1) on float inputs with integer labels."""
+        return accuracy(self, inputs, labels, batch_size)
+
+    def summary(self) -> str:
+        """One line per layer: op, scales, rescale, clamp."""
+        rows = [f"{'layer':<28} {'op':<12} {'in scale':>10} {'w scale':>10} {'out scale':>10} "
+                f"{'mult':>6} {'shift':>5}  clamp"]
+        for q in self.layers:
+            ins = ",".join(f"{s:.3g}" for s in q.in_scales)
+            ws = f"{q.weight_scale:.3g}" if q.weight_scale else "-"
+            rows.append(f"{q.name[:28]:<28} {q.op:<12} {ins:>10} {ws:>10} {q.out_scale:>10.3g} "
+                        f"{q.multiplier:>6} {q.shift:>5}  [{q.lo}, {q.hi}]")
+        return "\n".join(rows)
+
+    def __repr__(self):
+        return (f"QuantizedModel({len(self.layers)} layers, int{self.nb_bits}, "
+                f"single_shift={self.single_shift}, clipping={self.clipping!r})")
+
+    # -- the engine graph --------------------------------------------------
+    def _build_onnx(self):
+        from onnx import TensorProto, helper, numpy_helper
+
+        inits, nodes = [], []
+
+        def const(name, array):
+            inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+            return name
+
+        rq = lambda q: {"multiplier": q.multiplier, "shift": q.shift, "out_min": q.lo,  # noqa
+                        "out_max": q.hi, "nb_bits": self.nb_bits}
+        window = lambda a: {k: a[k] for k in ("strides", "dilations", "pads")}  # noqa
+        for i, q in enumerate(self.layers):
+            name = f"{q.name}" if not any(q.name == p.name for p in self.layers[:i]) \
+                else f"{q.name}_{i}"
+            if q.op in ("Conv", "Gemm"):
+                ins = [q.inputs[0], const(f"{name}.weight", q.weight)]
+                if q.bias is not None:
+                    ins.append(const(f"{name}.bias", q.bias))
+                attrs = rq(q)
+                if q.op == "Conv":
+                    attrs.update(window(q.attrs), group=q.attrs["group"])
+                nodes.append(helper.make_node("Q" + q.op, ins, [q.output], name=name,
+                                              domain=QUANT_DOMAIN, **attrs))
+            elif q.op == "Add":
+                a = rq(q)
+                del a["multiplier"]
+                nodes.append(helper.make_node("QAdd", q.inputs, [q.output], name=name,
+                                              domain=QUANT_DOMAIN, multiplier_a=q.multipliers[0],
+                                              multiplier_b=q.multipliers[1], **a))
+            elif q.op == "Requantize":
+                nodes.append(helper.make_node("Requantize", q.inputs, [q.output], name=name,
+                                              domain=QUANT_DOMAIN, **rq(q)))
+            elif q.op in ("MaxPool", "AveragePool"):
+                attrs = dict(window(q.attrs), kernel_shape=q.attrs["kernel_shape"])
+                if q.op == "AveragePool":
+                    attrs["count_include_pad"] = q.attrs["count_include_pad"]
+                nodes.append(helper.make_node("Q" + q.op, q.inputs, [q.output], name=name,
+                                              domain=QUANT_DOMAIN, **attrs))
+            elif q.op == "Reshape":
+                shp = [-1] + list(q.attrs["shape"][1:])
+                nodes.append(helper.make_node("Reshape", [q.inputs[0], const(
+                    f"{name}.shape", np.array(shp, np.int64))], [q.output], name=name))
+            elif q.op == "Concat":
+                nodes.append(helper.make_node("Concat", q.inputs, [q.output], name=name,
+                                              axis=q.attrs["axis"]))
+            elif q.op == "Clip":
+                nodes.append(helper.make_node("Clip", [q.inputs[0], const(
+                    f"{name}.min", np.array(q.lo, np.int8)), const(
+                    f"{name}.max", np.array(q.hi, np.int8))], [q.output], name=name))
+            else:  # pragma: no cover - every layer op is handled above
+                raise AssertionError(q.op)
+        ins = [helper.make_tensor_value_info(n, TensorProto.INT8, ["N", *self.shapes[n][1:]])
+               for n in self.input_names]
+        outs = [helper.make_tensor_value_info(n, TensorProto.INT8, None)
+                for n in self.output_names]
+        g = helper.make_graph(nodes, "quantized", ins, outs, inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20),
+                                                   helper.make_opsetid(QUANT_DOMAIN, 1)],
+                                 producer_name="aidge_interop.quantize")
+
+
+# -- calibration and quantization -----------------------------------------------
+
+def _calibrate(graph, arrays, names, clipping, batch_size):
+    """max |value| (and, for mse, a histogram of |value|) of every named
+    value over the calibration set."""
+    stats = {n: {"max": 0.0} for n in names}
+    passes = 2 if clipping == "mse" else 1
+    for p in range(passes):
+        for batch in _batches(arrays, batch_size):
+            graph.forward(batch)
+            for n in names:
+                v = np.abs(graph.intermediate(n).astype(np.float64, copy=False))
+                if not np.isfinite(v).all():
+                    raise ValueError(f"quantize: value '{n}' is not finite on the "
+                                     "calibration inputs")
+                s = stats[n]
+                if p == 0:
+                    s["max"] = max(s["max"], float(v.max()) if v.size else 0.0)
+                    continue
+                if "hist" not in s:
+                    s["edges"] = np.linspace(0.0, s["max"] or 1.0, _HIST_BINS + 1)
+                    s["hist"] = np.zeros(_HIST_BINS)
+                    s["zeros"] = 0
+                s["zeros"] += int(np.count_nonzero(v == 0))
+                s["hist"] += np.histogram(v, bins=s["edges"])[0]
+    return stats
+
+
+def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = True,
+             clipping: str = "max", batch_size: int = 256) -> QuantizedModel:
+    """Post-training quantization of a float model to ``nb_bits`` integers.
+
+    ``model``: an engine :class:`Graph`, an :class:`AidgeModule`, a torch
+    module (wrapped in eval mode) or an ONNX model. ``calibration_inputs``:
+    an array (samples first) per graph input, e.g. 100 to 1000 samples of
+    the training set. Returns a :class:`QuantizedModel`.
+    """
+    where = "quantize"
+    if not isinstance(nb_bits, int) or not 2 <= nb_bits <= 8:
+        raise ValueError(f"{where}: nb_bits={nb_bits!r}; an int in [2, 8] expected")
+    if clipping not in ("max", "mse"):
+        raise ValueError(f"{where}: clipping={clipping!r}; 'max' or 'mse' expected")
+    probe = calibration_inputs if isinstance(calibration_inputs, (list, tuple)) \
+        else [calibration_inputs]
+    graph = _as_graph(model, [tuple(np.shape(x)[1:]) for x in probe], where)
+    arrays = _as_arrays(calibration_inputs, len(graph.input_names), where)
+    was_training, was_keeping = graph.training, graph.keep_intermediates
+    graph.training, graph.keep_intermediates = False, True
+    try:
+        graph.forward([a[:min(len(a), batch_size)] for a in arrays])
+        layers, inputs, outputs, shapes = extract_layers(graph, where)
+        # values whose scale is calibrated: inputs and outputs of computing layers
+        calibrated = list(inputs) + [lay.output for lay in layers
+                                     if lay.op in ("Conv", "Gemm", "Add", "Concat")]
+        stats = _calibrate(graph, arrays, calibrated, clipping, batch_size)
+    finally:
+        graph.training, graph.keep_intermediates = was_training, was_keeping
+    qmax = 2 ** (nb_bits - 1) - 1
+    scales = {n: _scale(stats[n], qmax, clipping, single_shift) for n in calibrated}
+    qlayers = []
+    for layer in layers:
+        qlayers += _quantize_layer(layer, scales, qmax, single_shift, f"{where}: layer "
+                                   f"'{layer.name}' ({layer.op})")
+    samples = [a[:1].copy() for a in arrays]
+    return QuantizedModel(qlayers, inputs, outputs, shapes, scales, nb_bits, single_shift,
+                          clipping, samples)
+
+
+def _clamp_bounds(layer, s, qmax):
+    lo = -qmax if layer.lo == -math.inf else int(max(-qmax, round_half_up(layer.lo / s)))
+    hi = qmax if layer.hi == math.inf else int(min(qmax, round_half_up(layer.hi / s)))
+    return lo, max(lo, hi)
+
+
+def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLayer]:
+    """The quantized layer(s) of one float layer; sets the output's scale when
+    the layer keeps its input's (pools, reshape, clamp)."""
+    s_in = [scales[i] for i in layer.inputs]
+    base = dict(name=layer.name, op=layer.op, inputs=list(layer.inputs), output=layer.output,
+                attrs=dict(layer.attrs), in_scales=s_in, sources=list(layer.sources))
+    if layer.op in ("MaxPool", "AveragePool", "Reshape"):
+        scales[layer.output] = s_in[0]
+        return [QLayer(**base, out_scale=s_in[0])]
+    if layer.op == "Clip":
+        scales[layer.output] = s_in[0]
+        lo, hi = _clamp_bounds(layer, s_in[0], qmax)
+        return [QLayer(**base, out_scale=s_in[0], lo=lo, hi=hi)]
+    s_out = scales[layer.output]
+    lo, hi = _clamp_bounds(layer, s_out, qmax)
+    if layer.op == "Concat":
+        out, inputs = [], []
+        for i, (x, s) in enumerate(zip(layer.inputs, s_in)):
+            if math.isclose(s, s_out, rel_tol=1e-12):
+                inputs.append(x)
+                continue
+            m, sh = _fixed_point(s / s_out, f"{where} input {i}", single_shift)
+            name = f"{layer.name}.requant{i}"
+            out.append(QLayer(name=name, op="Requantize", inputs=[x], output=name, attrs={},
+                              multiplier=m, shift=sh, lo=-qmax, hi=qmax, in_scales=[s],
+                              out_scale=s_out, sources=list(layer.sources)))
+            inputs.append(name)
+        base["inputs"] = inputs
+        return out + [QLayer(**base, out_scale=s_out, lo=-qmax, hi=qmax)]
+    if layer.op == "Add":
+        ra, rb = s_in[0] / s_out, s_in[1] / s_out
+        if single_shift:
+            ea, eb = round(math.log2(ra)), round(math.log2(rb))
+            shift = max(0, -min(ea, eb))
+            ma, mb = 2 ** (ea + shift), 2 ** (eb + shift)
+        else:
+            shift = min(max(14 - math.floor(math.log2(max(ra, rb))), 0), 62)
+            ma, mb = (int(round_half_up(r * 2.0 ** shift)) for r in (ra, rb))
+        if max(ma, mb) > 2 ** 30:
+            raise ValueError(f"{where}: the input scales differ too much to be added")
+        return [QLayer(**base, out_scale=s_out, multipliers=(ma, mb), shift=shift,
+                       lo=lo, hi=hi)]
+    # Conv and Gemm
+    w = layer.weight
+    s_w = float(np.max(np.abs(w))) / qmax or 1.0
+    if single_shift:
+        n = math.floor(-math.log2(s_in[0] * s_w / s_out))  # 2**-n >= the exact ratio
+        n = min(n, 62)
+        s_w = 2.0 ** -n * s_out / s_in[0]  # compensated weights: at most 2x coarser
+    m, sh = _fixed_point(s_in[0] * s_w / s_out, where, single_shift)
+    wq = np.clip(round_half_up(w / s_w), -qmax, qmax).astype(np.int8)
+    bq = None
+    if layer.bias is not None:
+        b = round_half_up(layer.bias / (s_in[0] * s_w))
+        if np.abs(b).max(initial=0) > 2 ** 31 - 1:
+            raise ValueError(f"{where}: the bias does not fit in int32 at this scale")
+        bq = b.astype(np.int32)
+    k = int(np.prod(w.shape[1:]))
+    # the engine's bound (any int8 input): |x w| <= 128 * 128
+    bound = k * 128 * 128 + (int(np.abs(bq).max()) if bq is not None and bq.size else 0)
+    if bound > 2 ** 31 - 1:
+        raise ValueError(f"{where}: {k} products per output may overflow the int32 "
+                         "accumulator")
+    return [QLayer(**base, weight=wq, bias=bq, multiplier=m, shift=sh, lo=lo, hi=hi,
+                   out_scale=s_out, weight_scale=s_w)]
+
+
+# -- evaluation -------------------------------------------------------------------
+
+def accuracy(model, inputs, labels, batch_size: int = 256) -> float:
+    """Top-1 accuracy (0..1) of a QuantizedModel, an engine Graph, or a torch
+    module on float ``inputs`` (samples first) and integer ``labels``."""
+    labels = np.asarray(labels.detach().cpu().numpy() if hasattr(labels, "detach") else labels)
+    arrays = [np.asarray(inputs.detach().cpu().numpy() if hasattr(inputs, "detach") else inputs,
+                         dtype=np.float32)]
+    if len(labels) != len(arrays[0]):
+        raise ValueError(f"accuracy: {len(arrays[0])} inputs but {len(labels)} labels")
+    correct = 0
+    for start, batch in zip(range(0, len(labels), batch_size), _batches(arrays, batch_size)):
+        if isinstance(model, (QuantizedModel, Graph)):
+            out = model(*batch) if isinstance(model, QuantizedModel) else model.forward(batch)
+            out = np.asarray(out[0])
+        else:
+            import torch
+
+            with torch.no_grad():
+                out = model(torch.from_numpy(batch[0])).numpy()
+        correct += int(np.sum(out.argmax(axis=1) == labels[start:start + batch_size]))
+    return correct / len(labels)
