@@ -1,5 +1,5 @@
-"""Older path of :mod:`aidge_interop.quant.quantize`: the same module object."""
+"""Older path of :mod:`aidge_interop.quant.quantization`: the same module object."""
 import importlib
 import sys
 
-sys.modules[__name__] = importlib.import_module("aidge_interop.quant.quantize")
+sys.modules[__name__] = importlib.import_module("aidge_interop.quant.quantization")

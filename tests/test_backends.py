@@ -226,7 +226,7 @@ def test_export_is_reused_not_rewritten(cache, monkeypatch):
         raise AssertionError("exported again")
 
     with monkeypatch.context() as patch:
-        patch.setattr(importlib.import_module("aidge_interop.bridge.wrap"), "export_onnx_bytes",
+        patch.setattr(importlib.import_module("aidge_interop.bridge.wrapping"), "export_onnx_bytes",
                       no_export)
         assert backends.export_onnx(model, (1, 1, 32, 32)) == path
     after = path.stat()

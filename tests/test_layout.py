@@ -25,7 +25,7 @@ MOVED = {
     "aidge_interop.cli": "aidge_interop.compare.cli",
     "aidge_interop.analyze": "aidge_interop.testing.analyze",
     "aidge_interop.export": "aidge_interop.quant.export",
-    "aidge_interop.quantization": "aidge_interop.quant.quantize",
+    "aidge_interop.quantization": "aidge_interop.quant.quantization",
     "aidge_interop.layers": "aidge_interop.quant.layers",
     "aidge_interop.divergence": "aidge_interop.compare.locate",
     "aidge_interop.onnx_import": "aidge_interop.onnx.importer",

@@ -21,7 +21,7 @@ from aidge_interop.testing import ModelTester
 from models import lenet, resnet8
 
 locate_module = importlib.import_module("aidge_interop.compare.locate")
-from aidge_interop.bridge.wrap import export_onnx_bytes
+from aidge_interop.bridge.wrapping import export_onnx_bytes
 
 LENET_NODES = ["/sequence/sequence.0/Conv", "/sequence/sequence.1/Relu",
                "/sequence/sequence.2/MaxPool", "/sequence/sequence.3/Conv",
@@ -282,7 +282,7 @@ def test_package_attribute_is_lazy_and_stays_callable(tmp_path):
     code = ("import sys, aidge_interop\n"
             "f = aidge_interop.locate\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "import aidge_interop.compare.locate, aidge_interop.bridge.wrap\n"
+            "import aidge_interop.compare.locate, aidge_interop.bridge.wrapping\n"
             "assert callable(aidge_interop.locate) and callable(aidge_interop.wrap)\n"
             "import torch\n"
             "r = aidge_interop.locate(torch.nn.Linear(4, 2), torch.ones(1, 4), reference='onnx')\n"

@@ -6,7 +6,7 @@ import torch
 
 import aidge_interop
 from aidge_interop import SGD, wrap
-from aidge_interop.bridge.wrap import export_onnx_bytes
+from aidge_interop.bridge.wrapping import export_onnx_bytes
 
 
 class ConvBN(torch.nn.Module):

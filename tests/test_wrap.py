@@ -612,7 +612,7 @@ def test_backward_takes_any_grad_output_layout(layout):
 
 
 def test_graph_bridge_arguments():
-    from aidge_interop.bridge.wrap import _BRIDGE
+    from aidge_interop.bridge.wrapping import _BRIDGE
 
     wrapped = wrap(MLP(), [(1, 16)])
     g = wrapped._graph

@@ -287,7 +287,7 @@ def export_onnx(module: "torch.nn.Module", shape, *,
     """
     import torch
 
-    from ..bridge.wrap import _model_dtype, export_onnx_bytes
+    from ..bridge.wrapping import _model_dtype, export_onnx_bytes
 
     shape = _shape(shape)
     folder = cache_folder(cache_dir)

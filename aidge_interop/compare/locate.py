@@ -441,7 +441,7 @@ def torch_graph(model, inputs, where: str):
     tensors; ``proto``: the ONNX model) and loaded in the engine, its
     parameters and buffers kept apart (``kinds``: name -> "param" or
     "buffer")."""
-    from ..bridge.wrap import export_onnx_bytes
+    from ..bridge.wrapping import export_onnx_bytes
 
     try:
         source = export_onnx_bytes(model, inputs)

@@ -126,7 +126,7 @@ def load_model(spec: str, shape=None, seed: int = 0) -> Target:
     import torch
 
     from ..examples import EXAMPLES
-    from ..bridge.wrap import _model_dtype
+    from ..bridge.wrapping import _model_dtype
 
     if spec in EXAMPLES:
         factory, default_shape, _ = EXAMPLES[spec]

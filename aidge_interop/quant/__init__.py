@@ -4,7 +4,7 @@ operators; :func:`export_c` (export.py) writes a float or quantized model as a
 standalone C project with the portable kernels. Both work on the layer list
 of layers.py."""
 from .export import BuildError, ExportError, ExportResult, compile_and_run, export_c
-from .quantize import QuantizedModel, accuracy, quantize
+from .quantization import QuantizedModel, accuracy, quantize
 
 __all__ = ["quantize", "QuantizedModel", "accuracy", "export_c", "compile_and_run",
            "ExportResult", "ExportError", "BuildError"]

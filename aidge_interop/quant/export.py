@@ -6,7 +6,7 @@ schedule over one static activation arena sized by a liveness plan), one
 header per layer (configuration and ``const`` weights), the portable
 kernels (``kernels/``, the very kernels the engine runs for quantized
 graphs), ``main.c`` and a ``Makefile``. ``model`` is a
-:class:`~aidge_interop.quant.quantize.QuantizedModel` (int8 export) or a
+:class:`~aidge_interop.quant.quantization.QuantizedModel` (int8 export) or a
 float model (an engine Graph, an AidgeModule, a torch module or an ONNX
 model: float32 export).
 
@@ -87,7 +87,7 @@ def _float_model(model, inputs, where):
     """(layers, inputs, outputs, embedded inputs, references) of a float
     model; the embedded input is ``inputs`` or a seeded normal sample of
     the model's input shape (batch 1)."""
-    from .quantize import _as_graph
+    from .quantization import _as_graph
 
     if inputs is not None:
         inputs = [np.ascontiguousarray(np.asarray(x), dtype=np.float32)
@@ -590,7 +590,7 @@ def export_c(model, folder, inputs=None, compare: bool = True, verbose: bool = T
     The folder must be absent, empty, or a previous export (replaced whole,
     atomically); anything else is refused.
     """
-    from .quantize import QuantizedModel
+    from .quantization import QuantizedModel
 
     where = "export_c"
     folder = Path(folder)
@@ -748,7 +748,7 @@ def _input_array(x, spec, nb_bits, where):
         return np.ascontiguousarray(x)
     if x.dtype.kind != "f":
         raise TypeError(f"{where}: {x.dtype} given; int8 or float (quantized here) expected")
-    from .quantize import round_half_up
+    from .quantization import round_half_up
 
     qmax = 2 ** (nb_bits - 1) - 1
     return np.clip(round_half_up(x / spec["scale"]), -qmax, qmax).astype(np.int8)

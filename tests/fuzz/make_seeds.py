@@ -48,7 +48,7 @@ def _torch_models():
     from torch import nn
 
     from aidge_interop.examples import lenet, perceptron
-    from aidge_interop.bridge.wrap import export_onnx_bytes
+    from aidge_interop.bridge.wrapping import export_onnx_bytes
 
     class ConvBlock(nn.Module):
         def __init__(self):
