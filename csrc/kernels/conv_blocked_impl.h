@@ -1,7 +1,7 @@
 /*
- * dcl_impl.h — the channels-last direct conv's register tiles (dcl_tiles,
- * dclp_tiles; conv.c describes the kernel), written once for a vector width.
- * conv.c includes it once per width after defining
+ * conv_blocked_impl.h — the channels-last direct conv's register tiles (dcl_tiles,
+ * dclp_tiles; conv_blocked.c describes the kernel), written once for a vector width.
+ * conv_blocked.c includes it once per width after defining
  *   DCL_V       the vector of floats (DCL_VL lanes: 8, or 16 with AVX-512),
  *   DCL_VL      its lanes,
  *   DCL_SFX     the functions' name suffix,

@@ -1,323 +1,18 @@
 /*
- * conv_impl.h — the Conv / ConvTranspose kernels, written once for the
- * element type T. conv.c includes it once per type after defining T, SFX
- * (name suffix: _f32, _f64) and GEMM (ai_gemm_f32, ai_gemm_f64); this file
- * undefines them. Not a public header.
+ * conv_depthwise_impl.h — the depthwise convolutions (conv_depthwise.c),
+ * written once for the element type T: conv_depthwise.c includes it once
+ * per type after defining T and SFX (_f32, _f64); this file undefines them.
+ * Not a public header.
  *
  * Sizes: K = prod(kernel), IS = prod(x spatial), OS = prod(y spatial),
- * Cg = C/group, Mg = M/group. Grid side: Conv y, ConvTranspose x.
- *
- * Threads: besides the GEMMs (gemm.c), im2col, col2im, fill_bias,
- * bias_backward and the depthwise kernels split their work on the engine's
- * pool by output rows, planes or channels, never inside a sum: results do
- * not depend on the thread count.
+ * Mg = M/C output channels per input channel.
  */
-#include "../parallel.h"
-
-/* For row r in [R0, R1) of the columns (rows LD apart) and each grid row
- * (o0, o1), calls BODY with `rowp` (the grid row's columns, grid[2] long),
- * `src` (the image row's element for o2 = 0: src[o2 * s2] for o2 in
- * [lo2, hi2)), or src NULL when the row lies in the padding; [lo2, hi2) are
- * the grid positions inside. */
-#define FOR_COLUMN_ROWS(R0, R1, IMG, COL, LD, BODY)                                    \
-    for (int64_t r = (R0); r < (R1); r++) {                                            \
-        conv_tap t = conv_tap_of(g, r);                                                \
-        int64_t lo[3], hi[3];                                                          \
-        for (int i = 0; i < 3; i++)                                                    \
-            tap_range(t.off[i], g->s[i], g->img[i], g->grid[i], &lo[i], &hi[i]);       \
-        const int64_t lo2 = lo[2], hi2 = hi[2], s2 = g->s[2];                          \
-        (void)s2;                                                                      \
-        for (int64_t o0 = 0; o0 < g->grid[0]; o0++)                                    \
-            for (int64_t o1 = 0; o1 < g->grid[1]; o1++) {                              \
-                T *rowp = (COL) + r * (LD) + (o0 * g->grid[1] + o1) * g->grid[2];      \
-                bool in = o0 >= lo[0] && o0 < hi[0] && o1 >= lo[1] && o1 < hi[1];      \
-                T *src = !in ? NULL                                                    \
-                             : (IMG) + t.plane +                                       \
-                                   ((o0 * g->s[0] + t.off[0]) * g->img[1] +            \
-                                    o1 * g->s[1] + t.off[1]) * g->img[2] + t.off[2];   \
-                BODY;                                                                  \
-            }                                                                          \
-    }
-
-/* The operands of one im2col, col2im, fill_bias or bias_backward pass on
- * the thread pool. */
-typedef struct {
-    const conv_geom *g;
-    T *dst;
-    const T *src;
-    int64_t N, M, S;
-} FN(cols_job);
-
-/* Whether every column of a 1x1 kernel reads inside the image (no pad at
- * the start, none reached at the end): im2col is then a plain subsampling. */
-static inline bool FN(im2col_subsamples)(const conv_geom *g)
-{
-    bool inside = g->ksize == 1;
-    for (int i = 0; i < 3 && inside; i++)
-        inside = g->p[i] == 0 && (g->grid[i] - 1) * g->s[i] < g->img[i];
-    return inside;
-}
-
-/* col (C*K, grid; rows ld apart) = the patches of img (C, image); padding
- * reads 0. Rows [r0, r1) of the columns. A 1x1 kernel that reads no
- * padding (a strided 1x1 conv: ResNet's shortcuts) is a plain subsampling
- * of each plane, its own loop (the general one's per-row bookkeeping made it cost more than
- * the GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
-AI_VECTOR_CLONES static void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
-                                             int64_t r0, int64_t r1, int64_t ld)
-{
-    if (FN(im2col_subsamples)(g)) {
-        const int64_t G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
-        for (int64_t r = r0; r < r1; r++) /* row r: channel r */
-            for (int64_t o0 = 0; o0 < g->grid[0]; o0++)
-                for (int64_t o1 = 0; o1 < G1; o1++) {
-                    const T *src = img + r * g->img_size +
-                                   (o0 * g->s[0] * g->img[1] + o1 * g->s[1]) * g->img[2];
-                    T *dst = col + r * ld + (o0 * G1 + o1) * G2;
-                    for (int64_t j = 0; j < G2; j++)
-                        dst[j] = src[j * s2];
-                }
-        return;
-    }
-    FOR_COLUMN_ROWS(r0, r1, (T *)img, col, ld, {
-        if (!src) {
-            memset(rowp, 0, sizeof(T) * (size_t)g->grid[2]);
-            continue;
-        }
-        for (int64_t j = 0; j < lo2; j++)
-            rowp[j] = 0;
-        if (s2 == 1)
-            memcpy(rowp + lo2, src + lo2, sizeof(T) * (size_t)(hi2 - lo2));
-        else
-            for (int64_t j = lo2; j < hi2; j++)
-                rowp[j] = src[j * s2];
-        for (int64_t j = hi2; j < g->grid[2]; j++)
-            rowp[j] = 0;
-    });
-}
-
-static void FN(im2col_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(cols_job) *j = ctx;
-    FN(im2col_rows)(j->dst, j->src, j->g, lo, hi, j->g->grid_size);
-}
-
-/* Split by column rows: each writes its own row. */
-static void FN(im2col)(T *col, const T *img, int64_t C, const conv_geom *g)
-{
-    FN(cols_job) j = {.g = g, .dst = col, .src = img};
-    ai_parallel_for(C * g->ksize, ai_grain_of(g->grid_size), FN(im2col_range), &j);
-}
-
-/* img (C, image) += the columns col (C*K, grid; rows ld apart) summed back
- * onto the image: the adjoint of im2col. Channels [c0, c1), that is rows
- * [c0*K, c1*K). */
-AI_VECTOR_CLONES static void FN(col2im_channels)(T *img, const T *col, const conv_geom *g,
-                                                 int64_t c0, int64_t c1, int64_t ld)
-{
-    FOR_COLUMN_ROWS(c0 * g->ksize, c1 * g->ksize, img, (T *)col, ld, {
-        if (!src)
-            continue;
-        if (s2 == 1)
-            for (int64_t j = lo2; j < hi2; j++)
-                src[j] += rowp[j];
-        else
-            for (int64_t j = lo2; j < hi2; j++)
-                src[j * s2] += rowp[j];
-    });
-}
-
-static void FN(col2im_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(cols_job) *j = ctx;
-    FN(col2im_channels)(j->dst, j->src, j->g, lo, hi, j->g->grid_size);
-}
-
-/* Split by channels: the rows of one channel add into its plane alone, in
- * the serial order. */
-static void FN(col2im)(T *img, const T *col, int64_t C, const conv_geom *g)
-{
-    FN(cols_job) j = {.g = g, .dst = img, .src = col};
-    ai_parallel_for(C, ai_grain_of(g->ksize * g->grid_size), FN(col2im_range), &j);
-}
-
-/* The columns of img (C, image): img itself for a pointwise conv, else
- * im2col'd into ws. */
-static const T *FN(columns)(T *ws, const T *img, int64_t C, const conv_geom *g)
-{
-    if (g->pointwise)
-        return img;
-    FN(im2col)(ws, img, C, g);
-    return ws;
-}
-
-/* img (C, image) += col2im(A^T @ B) (= with `assign`), A (kdim, C*K), B
- * (kdim, grid); the product goes through ws, or straight into img for a
- * pointwise conv. */
-static void FN(gemm_col2im)(T *img, const T *A, const T *B, int64_t kdim, int64_t C,
-                            T *ws, const conv_geom *g, bool assign)
-{
-    int64_t rows = C * g->ksize, cols = g->grid_size;
-    if (g->pointwise) {
-        GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, assign ? 0 : 1, img, cols);
-        return;
-    }
-    GEMM(true, false, rows, cols, kdim, 1, A, rows, B, cols, 0, ws, cols);
-    if (assign) /* col2im adds overlapping windows */
-        memset(img, 0, sizeof(T) * (size_t)(C * g->img_size));
-    FN(col2im)(img, ws, C, g);
-}
-
-/* y (N, M, S): y[n, m, :] = b[m], or 0 without bias; planes [nm0, nm1). */
-AI_VECTOR_CLONES static void FN(fill_bias_range)(void *ctx, int64_t nm0, int64_t nm1)
-{
-    const FN(cols_job) *j = ctx;
-    for (int64_t nm = nm0; nm < nm1; nm++) {
-        T *y = j->dst + nm * j->S;
-        const T v = j->src ? j->src[nm % j->M] : 0;
-        for (int64_t s = 0; s < j->S; s++)
-            y[s] = v;
-    }
-}
-
-static void FN(fill_bias)(T *y, const T *b, int64_t N, int64_t M, int64_t S)
-{
-    FN(cols_job) j = {.dst = y, .src = b, .N = N, .M = M, .S = S};
-    ai_parallel_for(N * M, ai_grain_of(S), FN(fill_bias_range), &j);
-}
-
-/* dst[0, n) = src[0, n) + *bias (when bias), then the epilogue ep (NULL:
- * none) of output channel m of M; dst may be src. */
-static inline void FN(ep_apply)(T *dst, const T *src, int64_t n, const T *bias,
-                                const ai_conv_epilogue *ep, int64_t m, int64_t M)
-{
-    const T *ab = ep ? ep->ab : NULL;
-    const bool relu = ep && ep->relu;
-    const T a = ab ? ab[m] : 1, c = ab ? ab[M + m] : 0, bv = bias ? *bias : 0;
-    if (!ab && !relu) { /* the bias alone */
-        for (int64_t e = 0; e < n; e++)
-            dst[e] = bias ? src[e] + bv : src[e];
-        return;
-    }
-    for (int64_t e = 0; e < n; e++) {
-        T v = bias ? src[e] + bv : src[e];
-        v = ab ? v * a + c : v;
-        dst[e] = relu && !(v > 0 || v != v) ? 0 : v;
-    }
-}
-
-/* The epilogue on plane y (n elements) of output channel m of M, vectorised
- * (the depthwise kernels' plane loops are not). */
-AI_VECTOR_CLONES static void FN(ep_plane)(T *y, int64_t n, const ai_conv_epilogue *ep,
-                                          int64_t m, int64_t M)
-{
-    FN(ep_apply)(y, y, n, NULL, ep, m, M);
-}
-
-/* pw_batched (conv.c): planes [lo, hi) of x (N, C, S) into xs (C, N S) */
-static void FN(pw_gather_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(cols_job) *j = ctx;
-    for (int64_t nc = lo; nc < hi; nc++) {
-        const int64_t n = nc / j->M, c = nc % j->M;
-        memcpy(j->dst + (c * j->N + n) * j->S, j->src + nc * j->S, sizeof(T) * (size_t)j->S);
-    }
-}
-
-/* planes [lo, hi) of y (N, M, S) from ys (M, N S), + b[m] (when b), the
- * epilogue */
-typedef struct {
-    T *y;
-    const T *ys, *b;
-    const ai_conv_epilogue *ep;
-    int64_t N, M, S;
-} FN(pw_scatter_job);
-
-AI_VECTOR_CLONES static void FN(pw_scatter_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(pw_scatter_job) *j = ctx;
-    for (int64_t nm = lo; nm < hi; nm++) {
-        const int64_t n = nm / j->M, m = nm % j->M;
-        FN(ep_apply)(j->y + nm * j->S, j->ys + (m * j->N + n) * j->S, j->S,
-                     j->b ? j->b + m : NULL, j->ep, m, j->M);
-    }
-}
-
-/* pw_batched's backward: planes [lo, hi) of dx (N, C, S) from dxs (C, N S),
- * written (assign) or added */
-typedef struct {
-    T *dx;
-    const T *dxs;
-    int64_t N, C, S;
-    bool assign;
-} FN(pw_scatter_dx_job);
-
-AI_VECTOR_CLONES static void FN(pw_scatter_dx_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(pw_scatter_dx_job) *j = ctx;
-    for (int64_t nc = lo; nc < hi; nc++) {
-        const int64_t n = nc / j->C, c = nc % j->C;
-        T *d = j->dx + nc * j->S;
-        const T *s = j->dxs + (c * j->N + n) * j->S;
-        if (j->assign)
-            memcpy(d, s, sizeof(T) * (size_t)j->S);
-        else
-            for (int64_t i = 0; i < j->S; i++)
-                d[i] += s[i];
-    }
-}
-
-/* Planes [m0, m1) of one image y (M, S) of a forward: + b[m] (when b), then
- * the epilogue. */
-typedef struct {
-    T *y;
-    const T *b;
-    const ai_conv_epilogue *ep;
-    int64_t M, S;
-} FN(ep_job);
-
-AI_VECTOR_CLONES static void FN(ep_range)(void *ctx, int64_t m0, int64_t m1)
-{
-    const FN(ep_job) *j = ctx;
-    for (int64_t m = m0; m < m1; m++)
-        FN(ep_apply)(j->y + m * j->S, j->y + m * j->S, j->S, j->b ? j->b + m : NULL, j->ep, m,
-                     j->M);
-}
-
-/* db[m] += sum of dy (N, M, S) over s, then n, for m in [m0, m1): one sum
- * per (n, m) plane in 8 partial sums (they vectorise), added in the order of n. */
-AI_VECTOR_CLONES static void FN(bias_backward_range)(void *ctx, int64_t m0, int64_t m1)
-{
-    const FN(cols_job) *j = ctx;
-    const int64_t S = j->S;
-    for (int64_t m = m0; m < m1; m++)
-        for (int64_t n = 0; n < j->N; n++) {
-            const T *dy = j->src + (n * j->M + m) * S;
-            T p[8] = {0};
-            int64_t s = 0;
-            for (; s + 8 <= S; s += 8)
-                for (int l = 0; l < 8; l++)
-                    p[l] += dy[s + l];
-            for (; s < S; s++)
-                p[s % 8] += dy[s];
-            j->dst[m] += ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-        }
-}
-
-/* Split by output channel: each db[m] is summed on one thread. */
-static void FN(bias_backward)(T *db, const T *dy, int64_t N, int64_t M, int64_t S)
-{
-    FN(cols_job) j = {.dst = db, .src = dy, .N = N, .M = M, .S = S};
-    ai_parallel_for(M, ai_grain_of(N * S), FN(bias_backward_range), &j);
-}
-
 /* The direct kernel of one depthwise plane pair, tap by tap: for each tap k
  * and each output position o whose input position i = o * s + off is inside
  * the image, in mode
  *   DW_FWD:  grid[o] += w[k] * img[i]         (forward: grid = y, img = x)
  *   DW_DX:   img[i]  += w[k] * grid[o]        (backward: grid = dy, img = dx)
  *   DW_DW:   w[k]    += sum_o grid[o] * img[i] (backward: grid = dy, img = x)
- * (modes defined in conv.c)
  * Rows along the last dim are contiguous on the grid side; with stride 1 on
  * the image side too, so the inner loops vectorise. */
 AI_VECTOR_CLONES static void FN(dw_plane)(int mode, T *grid, T *img, T *w, const conv_geom *g)
@@ -394,44 +89,6 @@ AI_VECTOR_CLONES static void FN(dw_channels_last)(int mode, T *grid, T *img, T *
                             wr[c] += gr[c] * im[c];
                 }
     }
-}
-
-/* dst (cols, rows) = src (rows, cols)^T, or += with `add`; in tiles (the
- * branch outside the element loops: a plain copy when not adding). Rows of
- * dst are ldd apart, rows of src lds apart. */
-AI_VECTOR_CLONES static void FN(transpose)(T *dst, int64_t ldd, const T *src, int64_t lds,
-                                           int64_t rows, int64_t cols, bool add)
-{
-    for (int64_t i0 = 0; i0 < rows; i0 += 16)
-        for (int64_t j0 = 0; j0 < cols; j0 += 16) {
-            const int64_t i1 = i0 + 16 < rows ? i0 + 16 : rows;
-            const int64_t j1 = j0 + 16 < cols ? j0 + 16 : cols;
-            int64_t i = i0, j = j0;
-#ifdef AI_HAVE_TRANSPOSE8 /* whole 8 x 8 blocks of float by shuffles */
-            for (; sizeof(T) == 4 && i + 8 <= i1; i += 8)
-                for (j = j0; j + 8 <= j1; j += 8) {
-                    const float *s[8];
-                    for (int r = 0; r < 8; r++)
-                        s[r] = (const float *)src + (i + r) * lds + j;
-                    transpose8_from_f32((float *)dst + j * ldd + i, ldd, s, add);
-                }
-#endif
-            /* what is left: the rows past i, the columns past j above it */
-#define TRANSPOSE_REST(OP)                                                             \
-    do {                                                                               \
-        for (int64_t jj = j0; jj < j1; jj++)                                           \
-            for (int64_t ii = i; ii < i1; ii++)                                        \
-                dst[jj * ldd + ii] OP src[ii * lds + jj];                              \
-        for (int64_t jj = j; jj < j1; jj++)                                            \
-            for (int64_t ii = i0; ii < i; ii++)                                        \
-                dst[jj * ldd + ii] OP src[ii * lds + jj];                              \
-    } while (0)
-            if (add)
-                TRANSPOSE_REST(+=);
-            else
-                TRANSPOSE_REST(=);
-#undef TRANSPOSE_REST
-        }
 }
 
 /* One depthwise pass on the thread pool (see depthwise). */
@@ -511,10 +168,10 @@ static void FN(dw_last_range)(void *ctx, int64_t lo, int64_t hi)
         FN(transpose)(j->w + c0 * K, K, wt, C, K, nc, true);
 }
 
-/* The phase planes of source plane src (phase_planes in conv.c) into buf;
+/* The phase planes of source plane src (phase_planes_of) into buf;
  * `zeroed`: buf holds an earlier plane's, so its pads and tail are zeros
  * already and only the values are copied. */
-AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *d, T *buf,
+AI_VECTOR_CLONES AI_SHORT_LOOPS void FN(phase_planes_fill)(const phase_planes *d, T *buf,
                                                             const T *src, bool zeroed)
 {
     const int64_t s2 = d->s2, PS = d->R1 * d->R2;
@@ -584,8 +241,6 @@ AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_fill)(const phase_planes *
  * on the adds' latency: 24x24 planes ran at a third of the FMA rate); the
  * last rows and a short last chunk one row at a time, through a local copy. */
 #define DW_ROWS 4
-AI_VEC_DECL(FN(vec), T);
-
 /* One row's outputs [o2, o2 + n), n <= DW_PAD_LANES, of dw_pad_rows: dr and
  * br are the output row and its buf row (`uniform`: the sums start from b0,
  * dr is not read); a short chunk through a copy. */
@@ -656,7 +311,7 @@ AI_VECTOR_CLONES static void FN(dw_pad_rows)(const phase_planes *d, T *dst, cons
 }
 #undef DW_ROWS_BLOCK
 
-/* dw_pad_rows for narrow planes (dw_pad_flat in conv.c): the rows of R2
+/* dw_pad_rows for narrow planes (dw_pad_flat): the rows of R2
  * positions taken as one flat run, since position f = o1 R2 + o2 of every
  * tap reads buf at base[k] + f (the phase planes' rows are R2 apart); the
  * R2 - G2 positions past each row's end are computed and dropped. Blocks
@@ -697,7 +352,7 @@ AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_pad_flat)(const phase_planes *
     }
 }
 
-/* The copies of source plane src (same_planes in conv.c) into slot buf;
+/* The copies of source plane src (same_planes_of) into slot buf;
  * `zeroed`: buf holds an earlier plane's, whose zeros are in place. */
 AI_SHORT_LOOPS static void FN(dw_same_fill)(const same_planes *q, T *buf, const T *src,
                                             bool zeroed)
@@ -822,7 +477,7 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
                 if (same)
                     FN(dw_same_fill)(&q, buf, j->img + i * IS, zeroed);
                 else
-                    FN(dw_pad_fill)(j->d, buf, j->img + i * IS, zeroed);
+                    FN(phase_planes_fill)(j->d, buf, j->img + i * IS, zeroed);
                 zeroed = true;
             }
             for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
@@ -832,7 +487,7 @@ static void FN(dw_pad_range)(void *ctx, int64_t lo, int64_t hi)
                     if (same)
                         FN(dw_same_fill)(&q, buf, gm, zeroed);
                     else
-                        FN(dw_pad_fill)(j->d, buf, gm, zeroed);
+                        FN(phase_planes_fill)(j->d, buf, gm, zeroed);
                     zeroed = true;
                 }
                 /* a forward's y planes hold their bias alone (fill_bias) */
@@ -885,7 +540,7 @@ AI_VECTOR_CLONES static void FN(dw_pad_grad)(const phase_planes *d, T *dw, const
     }
 }
 
-/* dx plane (H, W) += the phases of dy plane buf (dx_phases in conv.c, the
+/* dx plane (H, W) += the phases of dy plane buf (dx_phases_of, the
  * margins filled), with weights w. */
 AI_VECTOR_CLONES AI_SHORT_LOOPS static void FN(dw_dx_phases)(const dx_phases *x, T *dx,
                                                              const T *buf, const T *w)
@@ -977,7 +632,7 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
                 if (same)
                     FN(dw_same_fill)(&q, buf, x, zeroed);
                 else
-                    FN(dw_pad_fill)(j->d, buf, x, zeroed);
+                    FN(phase_planes_fill)(j->d, buf, x, zeroed);
                 for (int64_t m = c * Mg; m < (c + 1) * Mg; m++) {
                     const T *dy = j->grid + (n * M + m) * OS;
                     if (same)
@@ -989,7 +644,7 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* The depthwise forward channels-last (dwl_of in conv.c): y = conv(x, w) + b,
+/* The depthwise forward channels-last (dwl_of): y = conv(x, w) + b,
  * then the epilogue. */
 typedef struct {
     const ai_conv_params *p;
@@ -999,26 +654,11 @@ typedef struct {
     const T *x, *w, *b;
     const ai_conv_epilogue *ep;
     bool xb, yb; /* x, y in blocked channels (conv.h): read, written unit by unit */
-    /* yb: the sums into the unit's block (dwb_sums in conv.c); with xb and
+    /* yb: the sums into the unit's block (dwb_sums); with xb and
      * direct_sums, those read the unit's block of x itself (no padded copy) */
     void (*blocked_sums)(const void *job, T *yu, const T *xt, const T *wt, int64_t c);
     void (*direct_sums)(const void *job, T *yu, const T *xu, const T *wt, int64_t c);
 } FN(dwl_job);
-
-/* *r = v[c, c + VL), zeros past M (and without v); a whole vector is one
- * load (lanes stored one by one and read back as a vector stall the load) */
-static inline void FN(lane_vec)(FN(vec) *r, const T *v, int64_t c, int64_t M)
-{
-    enum { VL = AI_VEC_LANES(T) };
-    if (v && c + VL <= M) {
-        memcpy(r, v + c, sizeof *r);
-        return;
-    }
-    T l[VL] = {0};
-    for (int i = 0; v && i < VL && c + i < M; i++)
-        l[i] = v[c + i];
-    memcpy(r, l, sizeof *r);
-}
 
 /* yt (OS, DWL_UNIT) for channels [c, c + DWL_UNIT): every output position,
  * DWL_NP at a time, the taps in order, then the epilogue (as ep_apply). */
@@ -1235,7 +875,7 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
     return true;
 }
 
-/* The depthwise backward channels-last (dwl_backward_of in conv.c): a job
+/* The depthwise backward channels-last (dwl_backward_of): a job
  * is one unit of DWL_UNIT channels over all N images, so that the weight
  * gradient's sums run over images and positions in one order whatever the
  * threads. Per image: x's unit into xt as in the forward, dy's into dyt
@@ -1423,537 +1063,54 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     ai_parallel_for((p->C + 15) / 16, ai_grain_of(16 * per_channel), FN(dw_last_range), &j);
 }
 
-/* The shifted-GEMM conv (conv_shift_of in conv.c). Buffers in ws: xp (C,
- * span) padded x, grid (M, span), dxp (C, span) padded dx, wt and dwt (K, M,
- * Cg) with wt[k][m][c] = w[m][c][k]. */
-typedef struct {
-    const ai_conv_params *p;
-    const conv_geom *g;
-    const conv_shift *sh;
-    int64_t Cg, Mg;
-    T *xp, *grid, *dxp, *wt, *dwt;
-} FN(shift_bufs);
-
-static FN(shift_bufs) FN(shift_bufs_of)(const ai_conv_params *p, const conv_geom *g,
-                                        const conv_shift *sh, T *ws)
+static bool FN(channels_last_forward)(const conv_call *c)
 {
-    FN(shift_bufs) s = {.p = p, .g = g, .sh = sh, .Cg = p->C / p->group,
-                        .Mg = p->M / p->group, .xp = ws};
-    s.grid = s.xp + p->C * sh->span;
-    s.dxp = s.grid + p->M * sh->span;
-    s.wt = s.dxp + p->C * sh->span;
-    s.dwt = s.wt + g->ksize * p->M * s.Cg;
-    return s;
+    return conv_is_depthwise(c->p) && FN(dwl_forward)(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep);
 }
 
-/* A chunk of images n0 .. n0+cnt of the shifted conv, for the pool's ranges. */
-typedef struct {
-    const FN(shift_bufs) *s;
-    const T *src, *b;
-    const ai_conv_epilogue *ep; /* forward: applied to y's values as they are stored */
-    T *dst;
-    int64_t n0, cnt, cols;
-    bool add;    /* shift_pad_range direction: planes src added into the image dst */
-    bool assign; /* with add: copied (=) instead */
-} FN(shift_job);
-
-/* Planes [lo, hi) of the chunk's (image, channel) planes: src (N, C, image)
- * into the interiors of the padded planes dst (C, span) (the padding is left
- * as it is: zero), or with `add` the interiors of the padded planes src into
- * dst (N, C, image) +=. */
-static void FN(shift_pad_range)(void *ctx, int64_t lo, int64_t hi)
+static bool FN(planes_forward)(const conv_call *c)
 {
-    const FN(shift_job) *j = ctx;
-    const FN(shift_bufs) *s = j->s;
-    const conv_geom *g = s->g;
-    int64_t C = s->p->C, W = g->img[2];
-    for (int64_t ic = lo; ic < hi; ic++) {
-        int64_t i = ic / C, c = ic % C;
-        T *image = (T *)(j->add ? j->dst : j->src) + ((j->n0 + i) * C + c) * g->img_size;
-        T *plane = (T *)(j->add ? j->src : j->dst) + c * s->sh->span + i * s->sh->PS +
-                   g->p[1] * s->sh->Q2 + g->p[2];
-        for (int64_t i1 = 0; i1 < g->img[1]; i1++, image += W, plane += s->sh->Q2)
-            if (!j->add)
-                memcpy(plane, image, sizeof(T) * (size_t)W);
-            else if (j->assign)
-                memcpy(image, plane, sizeof(T) * (size_t)W);
-            else
-                for (int64_t e = 0; e < W; e++)
-                    image[e] += plane[e];
-    }
-}
-
-static void FN(shift_pad)(FN(shift_job) *j)
-{
-    int64_t planes = j->cnt * j->s->p->C;
-    ai_parallel_for(planes, 1 + (1 << 14) / j->s->g->img_size, FN(shift_pad_range), j);
-}
-
-/* The operand of tap k for group grp: its padded plane rows, from off_k on. */
-static T *FN(shift_operand)(const FN(shift_bufs) *s, T *planes, int64_t grp, int64_t k)
-{
-    const conv_geom *g = s->g;
-    return planes + grp * s->Cg * s->sh->span + k / g->k[2] * g->d[1] * s->sh->Q2 +
-           k % g->k[2] * g->d[2];
-}
-
-/* Columns [c0, c1) of the output grid of group grp (all its taps), then
- * their valid positions into y (+ bias): the block is still in cache. */
-static void FN(shift_fwd_block)(const FN(shift_job) *j, int64_t grp, int64_t c0, int64_t c1)
-{
-    const FN(shift_bufs) *s = j->s;
-    const conv_shift *sh = s->sh;
-    const conv_geom *g = s->g;
-    int64_t M = s->p->M, Cg = s->Cg, Mg = s->Mg, span = sh->span;
-    for (int64_t k = 0; k < g->ksize; k++)
-        GEMM(false, false, Mg, c1 - c0, Cg, 1, s->wt + (k * M + grp * Mg) * Cg, Cg,
-             FN(shift_operand)(s, s->xp, grp, k) + c0, span, k ? 1 : 0,
-             s->grid + grp * Mg * span + c0, span);
-    for (int64_t col = c0; col < c1;) { /* one grid row segment at a time */
-        int64_t i = col / sh->PS, rem = col - i * sh->PS;
-        int64_t o1 = rem / sh->Q2, o2 = rem % sh->Q2;
-        int64_t seg = sh->Q2 - o2 < c1 - col ? sh->Q2 - o2 : c1 - col;
-        seg = seg < sh->PS - rem ? seg : sh->PS - rem; /* the plane's tail ends a row */
-        int64_t n = o1 < g->grid[1] && o2 < g->grid[2]
-                        ? (g->grid[2] - o2 < seg ? g->grid[2] - o2 : seg) : 0;
-        for (int64_t m = grp * Mg; m < (grp + 1) * Mg && n > 0; m++) {
-            const T bias = j->b ? j->b[m] : 0, *gr = s->grid + m * span + col;
-            T *yr = j->dst + ((j->n0 + i) * M + m) * g->grid_size + o1 * g->grid[2] + o2;
-            FN(ep_apply)(yr, gr, n, &bias, j->ep, m, M);
-        }
-        col += seg;
-    }
-}
-
-static void FN(shift_fwd_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(shift_job) *j = ctx;
-    int64_t cb = j->s->sh->cb, blocks = (j->cols + cb - 1) / cb;
-    for (int64_t item = lo; item < hi; item++) {
-        int64_t grp = item / blocks, c0 = item % blocks * cb;
-        FN(shift_fwd_block)(j, grp, c0, c0 + cb < j->cols ? c0 + cb : j->cols);
-    }
-}
-
-static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
-                              const conv_shift *sh, T *y, const T *x, const T *w,
-                              const T *b, T *ws, const ai_conv_epilogue *ep)
-{
-    FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
-    int64_t K = g->ksize, M = p->M, Cg = s.Cg;
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t c = 0; c < Cg; c++)
-            for (int64_t k = 0; k < K; k++)
-                s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
-    memset(s.xp, 0, sizeof(T) * (size_t)(p->C * sh->span));
-    for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
-        FN(shift_job) j = {.s = &s, .src = x, .b = b, .ep = ep, .dst = s.xp, .n0 = n0,
-                           .cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb};
-        j.cols = (j.cnt - 1) * sh->PS + sh->L;
-        FN(shift_pad)(&j);
-        j.dst = y;
-        ai_parallel_for(p->group * ((j.cols + sh->cb - 1) / sh->cb), 1, FN(shift_fwd_range),
-                        &j);
-    }
-}
-
-/* dx += conv's data gradient (= with assign_dx), dw += its weight gradient
- * (either may be NULL): per tap, dxp[off_k:] += W_k^T @ grid(dy), dW_k +=
- * grid(dy) @ xp[off_k:]^T; the junk columns of grid(dy) are zero, so they add
- * nothing. */
-static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
-                               const conv_shift *sh, T *dx, T *dw, const T *dy,
-                               const T *x, const T *w, T *ws, bool assign_dx)
-{
-    FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
-    int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
-    size_t planes = sizeof(T) * (size_t)(p->C * sh->span);
-    for (int64_t m = 0; dx && m < M; m++)
-        for (int64_t c = 0; c < Cg; c++)
-            for (int64_t k = 0; k < K; k++)
-                s.wt[(k * M + m) * Cg + c] = w[(m * Cg + c) * K + k];
-    if (dw) {
-        memset(s.dwt, 0, sizeof(T) * (size_t)(K * M * Cg));
-        memset(s.xp, 0, planes);
-    }
-    memset(s.grid, 0, sizeof(T) * (size_t)(M * sh->span));
-    for (int64_t n0 = 0; n0 < p->N; n0 += sh->nb) {
-        int64_t cnt = p->N - n0 < sh->nb ? p->N - n0 : sh->nb;
-        int64_t cols = (cnt - 1) * sh->PS + sh->L;
-        for (int64_t i = 0; i < cnt; i++)
-            for (int64_t m = 0; m < M; m++) {
-                const T *dr = dy + ((n0 + i) * M + m) * OS;
-                T *gr = s.grid + m * sh->span + i * sh->PS;
-                for (int64_t o1 = 0; o1 < g->grid[1]; o1++, dr += g->grid[2], gr += sh->Q2)
-                    memcpy(gr, dr, sizeof(T) * (size_t)g->grid[2]);
-            }
-        if (dw) {
-            FN(shift_job) j = {.s = &s, .src = x, .dst = s.xp, .n0 = n0, .cnt = cnt};
-            FN(shift_pad)(&j);
-            for (int64_t grp = 0; grp < p->group; grp++)
-                for (int64_t k = 0; k < K; k++)
-                    GEMM(false, true, Mg, Cg, cols, 1, s.grid + grp * Mg * sh->span,
-                         sh->span, FN(shift_operand)(&s, s.xp, grp, k), sh->span, 1,
-                         s.dwt + (k * M + grp * Mg) * Cg, Cg);
-        }
-        if (dx) {
-            memset(s.dxp, 0, planes);
-            for (int64_t grp = 0; grp < p->group; grp++)
-                for (int64_t c0 = 0; c0 < cols; c0 += sh->cb)
-                    for (int64_t k = 0; k < K; k++)
-                        GEMM(true, false, Cg, cols - c0 < sh->cb ? cols - c0 : sh->cb, Mg, 1,
-                             s.wt + (k * M + grp * Mg) * Cg, Cg,
-                             s.grid + grp * Mg * sh->span + c0, sh->span, 1,
-                             FN(shift_operand)(&s, s.dxp, grp, k) + c0, sh->span);
-            FN(shift_job) j = {.s = &s, .src = s.dxp, .dst = dx, .n0 = n0, .cnt = cnt,
-                               .add = true, .assign = assign_dx};
-            FN(shift_pad)(&j);
-        }
-    }
-    for (int64_t m = 0; dw && m < M; m++)
-        for (int64_t c = 0; c < Cg; c++)
-            for (int64_t k = 0; k < K; k++)
-                dw[(m * Cg + c) * K + k] += s.dwt[(k * M + m) * Cg + c];
-}
-
-/* Image n of the GEMM forward: its bias (with `bias`), each group's
- * product added to it (columns in ws: not used by pointwise convs), the
- * epilogue, while the image's planes are in cache. */
-static void FN(gemm_image)(const ai_conv_params *p, const conv_geom *g, T *y, const T *x,
-                           const T *w, const T *b, T *ws, const ai_conv_epilogue *ep,
-                           int64_t n, bool bias)
-{
-    const int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g->ksize;
-    const int64_t OS = g->grid_size;
-    T *yn = y + n * p->M * OS;
-    if (bias)
-        FN(fill_bias)(yn, b, 1, p->M, OS);
-    for (int64_t grp = 0; grp < p->group; grp++) {
-        const T *col = FN(columns)(ws, x + (n * p->C + grp * Cg) * g->img_size, Cg, g);
-        GEMM(false, false, Mg, OS, rows, 1, w + grp * Mg * rows, rows, col, OS, 1,
-             yn + grp * Mg * OS, OS);
-    }
-    if (ep) {
-        FN(ep_job) j = {yn, NULL, ep, p->M, OS};
-        ai_parallel_for(p->M, ai_grain_of(OS), FN(ep_range), &j);
-    }
-}
-
-/* Pointwise forwards, image by image on the pool (pw_images in conv.c):
- * nested in a range, each image's passes and GEMM run on its thread. */
-typedef struct {
-    const ai_conv_params *p;
-    const conv_geom *g;
-    T *y;
-    const T *x, *w, *b;
-    const ai_conv_epilogue *ep;
-} FN(pw_images_job);
-
-static void FN(pw_images_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(pw_images_job) *j = ctx;
-    for (int64_t n = lo; n < hi; n++)
-        FN(gemm_image)(j->p, j->g, j->y, j->x, j->w, j->b, NULL, j->ep, n, true);
-}
-
-/* The pointwise backward of pw_small (conv.c) in one pass of the pool:
- * its items are the weight gradient's panels of PW_DW_ROWS rows, each
- * summed over the images in order (split by output elements, never inside
- * a sum: the same values at any thread count), then dx image by image
- * (each image's GEMM on its thread). Panels of 64 rows, not 32: KWS's
- * 64 -> 64 on 25x5 (C harness, 1 thread) 186-200 us against 212-247, its
- * training step 0.98 of the time (same-process A/B); at 2 threads the
- * other thread takes the images' dx meanwhile (in two passes, the weight
- * gradient in one 64-row panel would leave it idle). Panels of 16 rows,
- * which the skinny GEMM takes, had made KWS's step 5% slower at 1 thread. */
-#define PW_DW_ROWS 64
-typedef struct {
-    const ai_conv_params *p;
-    const conv_geom *g;
-    T *dx, *dw;
-    const T *dy, *x, *w;
-    int64_t panels; /* items [0, panels): dw's panels; then dx's images */
-    bool assign_dx;
-} FN(pw_images_bwd_job);
-
-static void FN(pw_images_bwd_range)(void *ctx, int64_t lo, int64_t hi)
-{
-    const FN(pw_images_bwd_job) *j = ctx;
-    const int64_t C = j->p->C, M = j->p->M, S = j->g->grid_size;
-    for (int64_t item = lo; item < hi; item++) {
-        if (item < j->panels) {
-            const int64_t m0 = item * PW_DW_ROWS;
-            const int64_t rows = M - m0 < PW_DW_ROWS ? M - m0 : PW_DW_ROWS;
-            for (int64_t n = 0; n < j->p->N; n++)
-                GEMM(false, true, rows, C, S, 1, j->dy + (n * M + m0) * S, S,
-                     j->x + n * C * S, S, 1, j->dw + m0 * C, C);
-            continue;
-        }
-        const int64_t n = item - j->panels;
-        GEMM(true, false, C, S, M, 1, j->w, C, j->dy + n * M * S, S, j->assign_dx ? 0 : 1,
-             j->dx + n * C * S, S);
-    }
-}
-
-/* y (N, M, out) = conv(x (N, C, in), w (M, Cg, kernel)) + b (M).
- * Per batch item and group: y_g (Mg, OS) += w_g (Mg, Cg*K) @ cols(x_g) (Cg*K, OS). */
-void FN(ai_conv_forward)(const ai_conv_params *p, T *y, const T *x, const T *w,
-                         const T *b, T *workspace, const ai_conv_epilogue *ep)
-{
-    conv_geom g = conv_geom_of(p, false);
-    const int64_t OS = g.grid_size;
-    conv_shift sh;
-    if (FN(dconv_forward)(p, y, x, w, b, workspace, ep))
-        return;
-    if (conv_shift_of(p, &g, &sh)) {
-        FN(shift_forward)(p, &g, &sh, y, x, w, b, workspace, ep);
-        return;
-    }
-    if (conv_depthwise(p)) { /* the kernels only read x and w in this mode */
-        if (FN(dwn_forward)(p, y, x, w, b, ep) || FN(dwl_forward)(p, y, x, w, b, workspace, ep))
-            return;
-        if (dw_forward_reads_planes(p, &g))
-            FN(fill_bias)(y, b, p->N, p->M, OS);
-        else /* the kernels read each plane's first element alone (MobileNet eval: the
-              * whole planes' fill was 1.2% of the time) */
-            for (int64_t nm = 0; OS > 0 && nm < p->N * p->M; nm++)
-                y[nm * OS] = b ? b[nm % p->M] : 0;
-        FN(depthwise)(DW_FWD, p, y, (T *)x, (T *)w, workspace, ep);
-        return;
-    }
-    if (pw_batched(p, &g)) {
-        const int64_t NS = p->N * OS;
-        T *xs = workspace, *ys = workspace + p->C * NS;
-        FN(cols_job) gj = {.dst = xs, .src = x, .N = p->N, .M = p->C, .S = OS};
-        ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_gather_range), &gj);
-        GEMM(false, false, p->M, NS, p->C, 1, w, p->C, xs, NS, 0, ys, NS);
-        FN(pw_scatter_job) sj = {y, ys, b, ep, p->N, p->M, OS};
-        ai_parallel_for(p->N * p->M, ai_grain_of(OS), FN(pw_scatter_range), &sj);
-        return;
-    }
-    if (pw_images(p, &g)) {
-        FN(pw_images_job) j = {p, &g, y, x, w, b, ep};
-        ai_parallel_for(p->N, 1, FN(pw_images_range), &j);
-        return;
-    }
-    /* with an epilogue, the bias image by image (in cache for the epilogue) */
-    if (!ep)
+    const ai_conv_params *p = c->p;
+    if (!conv_is_depthwise(p))
+        return false;
+    const int64_t OS = c->g->grid_size;
+    T *y = c->y;
+    const T *b = c->b;
+    if (dw_forward_reads_planes(p, c->g))
         FN(fill_bias)(y, b, p->N, p->M, OS);
-    for (int64_t n = 0; n < p->N; n++)
-        FN(gemm_image)(p, &g, y, x, w, b, workspace, ep, n, ep != NULL);
+    else /* the kernels read each plane's first element alone (MobileNet eval: the
+          * whole planes' fill was 1.2% of the time) */
+        for (int64_t nm = 0; OS > 0 && nm < p->N * p->M; nm++)
+            y[nm * OS] = b ? b[nm % p->M] : 0;
+    /* the kernels only read x and w in this mode */
+    FN(depthwise)(DW_FWD, p, y, (T *)c->x, (T *)c->w, c->ws, c->ep);
+    return true;
 }
 
-/* The image groups of cols_groups_of (conv.c), in `parts` runs of
- * consecutive groups (one at one thread): workspace slots of columns (C K,
- * OS), one per run, then one weight gradient (M, C K) per group. */
-typedef struct {
-    const ai_conv_params *p;
-    const conv_geom *g;
-    T *dx, *dw, *ws;
-    const T *dy, *x, *w;
-    int64_t groups, parts;
-    bool assign_dx;
-} FN(cols_groups_job);
-
-static void FN(cols_groups_range)(void *ctx, int64_t lo, int64_t hi)
+static bool FN(channels_last_backward)(conv_call *c)
 {
-    const FN(cols_groups_job) *j = ctx;
-    const ai_conv_params *p = j->p;
-    const conv_geom *g = j->g;
-    const int64_t OS = g->grid_size, IS = g->img_size, rows = p->C * g->ksize;
-    for (int64_t q = lo; q < hi; q++) {
-        T *cols = j->ws + q * rows * OS;
-        for (int64_t u = q * j->groups / j->parts; u < (q + 1) * j->groups / j->parts; u++) {
-            T *dwg = j->ws + j->groups * rows * OS + u * p->M * rows;
-            const int64_t n0 = u * p->N / j->groups, n1 = (u + 1) * p->N / j->groups;
-            for (int64_t n = n0; n < n1; n++) {
-                const T *dyn = j->dy + n * p->M * OS;
-                if (j->dw) {
-                    FN(im2col_rows)(cols, j->x + n * p->C * IS, g, 0, rows, OS);
-                    GEMM(false, true, p->M, rows, OS, 1, dyn, OS, cols, OS, n == n0 ? 0 : 1,
-                         dwg, rows);
-                }
-                if (j->dx) {
-                    T *dxn = j->dx + n * p->C * IS;
-                    GEMM(true, false, rows, OS, p->M, 1, j->w, rows, dyn, OS, 0, cols, OS);
-                    if (j->assign_dx) /* col2im adds overlapping windows */
-                        memset(dxn, 0, sizeof(T) * (size_t)(p->C * IS));
-                    FN(col2im_channels)(dxn, cols, g, 0, p->C, OS);
-                }
-            }
-        }
-    }
+    if (!conv_is_depthwise(c->p) ||
+        !FN(dwl_backward)(c->p, c->dx, c->dw, c->dy, c->x, c->w, c->ws, c->assign_dx))
+        return false;
+    c->dx = c->dw = NULL;
+    return true;
 }
 
-/* dw elements [lo, hi) += each group's, in group order */
-static void FN(cols_groups_sum_range)(void *ctx, int64_t lo, int64_t hi)
+static bool FN(planes_backward)(conv_call *c)
 {
-    const FN(cols_groups_job) *j = ctx;
-    const int64_t rows = j->p->C * j->g->ksize, size = j->p->M * rows;
-    const T *dwg = j->ws + j->groups * rows * j->g->grid_size;
-    for (int64_t u = 0; u < j->groups; u++)
-        for (int64_t e = lo; e < hi; e++)
-            j->dw[e] += dwg[u * size + e];
-}
-
-static void FN(cols_groups_backward)(const ai_conv_params *p, const conv_geom *g,
-                                     int64_t groups, T *dx, T *dw, const T *dy, const T *x,
-                                     const T *w, T *ws, bool assign_dx)
-{
-    const int64_t parts = ai_parallel_parts() < groups ? ai_parallel_parts() : groups;
-    FN(cols_groups_job) j = {p, g, dx, dw, ws, dy, x, w, groups, parts, assign_dx};
-    ai_parallel_for(parts, 1, FN(cols_groups_range), &j);
-    if (dw)
-        ai_parallel_for(p->M * p->C * g->ksize, ai_grain_of(groups), FN(cols_groups_sum_range),
-                        &j);
-}
-
-/* With assign_dx, dx is written (=), not added to; dx and dw may then be one
- * buffer (a value that is both x and w): zeroed once, then added to. */
-static bool FN(zero_dx_if_shared)(const ai_conv_params *p, T *dx, const T *dw, bool assign_dx)
-{
-    if (!assign_dx || !dx || dx != dw)
-        return assign_dx;
-    int64_t n = p->N * p->C; /* dx has x's shape */
-    for (int d = 0; d < p->nsp; d++)
-        n *= p->in[d];
-    memset(dx, 0, sizeof(T) * (size_t)n);
-    return false;
-}
-
-/* dx (N, C, in) += w_g^T @ dy_g through col2im; dw (M, Cg, kernel) +=
- * dy_g @ cols(x_g)^T; db (M) += sum of dy. NULL gradients are skipped. */
-void FN(ai_conv_backward)(const ai_conv_params *p, T *dx, T *dw, T *db, const T *dy,
-                          const T *x, const T *w, T *workspace, bool assign_dx)
-{
-    conv_geom g = conv_geom_of(p, false);
-    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Cg * g.ksize;
-    int64_t IS = g.img_size, OS = g.grid_size;
-    conv_shift sh;
-    assign_dx = FN(zero_dx_if_shared)(p, dx, dw, assign_dx);
-    if (dx && FN(dconv_dx)(p, dx, dy, w, workspace, assign_dx))
-        dx = NULL; /* done: the paths below compute dw and db alone */
-    if (dw && !dx && FN(pwb_cols_dw)(p, dw, dy, x, workspace))
-        dw = NULL;
-    if (dw && !dx && FN(dconv_dw)(p, dw, dy, x, workspace))
-        dw = NULL; /* (with dx left to them, they compute both in one pass) */
-    if ((dx || dw) && pw_batched(p, &g)) { /* as the forward: one GEMM per gradient */
-        const int64_t NS = p->N * OS;
-        T *dys = workspace, *xs = workspace + p->M * NS; /* xs: then dx's (C, N OS) */
-        FN(cols_job) gj = {.dst = dys, .src = dy, .N = p->N, .M = p->M, .S = OS};
-        ai_parallel_for(p->N * p->M, ai_grain_of(OS), FN(pw_gather_range), &gj);
-        if (dw) {
-            FN(cols_job) xj = {.dst = xs, .src = x, .N = p->N, .M = p->C, .S = OS};
-            ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_gather_range), &xj);
-            GEMM(false, true, p->M, p->C, NS, 1, dys, NS, xs, NS, 1, dw, p->C);
-        }
-        if (dx) {
-            GEMM(true, false, p->C, NS, p->M, 1, w, p->C, dys, NS, 0, xs, NS);
-            FN(pw_scatter_dx_job) sj = {dx, xs, p->N, p->C, OS, assign_dx};
-            ai_parallel_for(p->N * p->C, ai_grain_of(OS), FN(pw_scatter_dx_range), &sj);
-        }
-        dx = dw = NULL; /* done: db below */
-    }
-    if (dw && dx != dw && FN(pwb_dw)(p, dw, dy, x, workspace))
-        dw = NULL; /* done: dx (and db) below */
-    if (dx && assign_dx && FN(pwb_dx)(p, dx, dy, w, workspace))
-        dx = NULL;
-    if ((dx || dw) && pw_small(p, &g)) {
-        const int64_t panels = dw ? (p->M + PW_DW_ROWS - 1) / PW_DW_ROWS : 0;
-        FN(pw_images_bwd_job) j = {p, &g, dx, dw, dy, x, w, panels, assign_dx};
-        if (dx == dw) { /* one buffer (zeroed above): the two sums in turn */
-            ai_parallel_for(panels, 1, FN(pw_images_bwd_range), &j);
-            j.panels = 0;
-        }
-        ai_parallel_for(j.panels + (dx ? p->N : 0), 1, FN(pw_images_bwd_range), &j);
-        dx = dw = NULL; /* done: db below */
-    }
-    if (conv_shift_of(p, &g, &sh)) {
-        if (dx || dw)
-            FN(shift_backward)(p, &g, &sh, dx, dw, dy, x, w, workspace, assign_dx);
-        if (db)
-            FN(bias_backward)(db, dy, p->N, p->M, OS);
-        return;
-    }
-    if (conv_depthwise(p) && dx && dx != dw && FN(dwn_dx)(p, dx, dy, w, assign_dx))
-        dx = NULL; /* done: dw below */
-    if (conv_depthwise(p) && (dx || dw) &&
-        FN(dwl_backward)(p, dx, dw, dy, x, w, workspace, assign_dx))
-        dx = dw = NULL; /* done: db below */
-    if (conv_depthwise(p) && dx && assign_dx) /* DW_DX adds overlapping windows */
-        memset(dx, 0, sizeof(T) * (size_t)(p->N * p->C * IS));
-    if (conv_depthwise(p)) { /* dy, x and w are only read in these modes */
-        if (dw)
-            FN(depthwise)(DW_DW, p, (T *)dy, (T *)x, dw, workspace, NULL);
-        if (dx)
-            FN(depthwise)(DW_DX, p, (T *)dy, dx, (T *)w, workspace, NULL);
-    }
-    const int64_t groups =
-        (dx || dw) && !conv_depthwise(p) ? cols_groups_of(p, &g, sizeof(T) == 4 ? AI_F32 : AI_F64)
-                                         : 0;
-    if (groups) {
-        FN(cols_groups_backward)(p, &g, groups, dx, dw, dy, x, w, workspace, assign_dx);
-        dx = dw = NULL; /* done: db below */
-    }
-    for (int64_t n = 0; n < p->N && !conv_depthwise(p) && (dx || dw); n++)
-        for (int64_t grp = 0; grp < p->group; grp++) {
-            const T *dyg = dy + (n * p->M + grp * Mg) * OS;
-            int64_t xoff = (n * p->C + grp * Cg) * IS;
-            if (dw) {
-                const T *col = FN(columns)(workspace, x + xoff, Cg, &g);
-                GEMM(false, true, Mg, rows, OS, 1, dyg, OS, col, OS, 1,
-                     dw + grp * Mg * rows, rows);
-            }
-            if (dx)
-                FN(gemm_col2im)(dx + xoff, w + grp * Mg * rows, dyg, Mg, Cg, workspace, &g,
-                                assign_dx);
-        }
-    if (db)
-        FN(bias_backward)(db, dy, p->N, p->M, OS);
-}
-
-/* y (N, M, out) = convtranspose(x (N, C, in), w (C, Mg, kernel)) + b (M).
- * Per batch item and group: y_g (Mg, OS) += col2im(w_g^T @ x_g), w_g (Cg, Mg*K),
- * x_g (Cg, IS). */
-void FN(ai_convtranspose_forward)(const ai_conv_params *p, T *y, const T *x,
-                                  const T *w, const T *b, T *workspace)
-{
-    conv_geom g = conv_geom_of(p, true);
-    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Mg * g.ksize;
-    int64_t IS = g.grid_size, OS = g.img_size;
-    FN(fill_bias)(y, b, p->N, p->M, OS);
-    for (int64_t n = 0; n < p->N; n++)
-        for (int64_t grp = 0; grp < p->group; grp++)
-            FN(gemm_col2im)(y + (n * p->M + grp * Mg) * OS, w + grp * Cg * rows,
-                            x + (n * p->C + grp * Cg) * IS, Cg, Mg, workspace, &g, false);
-}
-
-/* dx (N, C, in) += w_g @ cols(dy_g) (= with assign_dx); dw (C, Mg, kernel) +=
- * x_g @ cols(dy_g)^T; db (M) += sum of dy. NULL gradients are skipped. */
-void FN(ai_convtranspose_backward)(const ai_conv_params *p, T *dx, T *dw, T *db,
-                                   const T *dy, const T *x, const T *w, T *workspace,
-                                   bool assign_dx)
-{
-    conv_geom g = conv_geom_of(p, true);
-    int64_t Cg = p->C / p->group, Mg = p->M / p->group, rows = Mg * g.ksize;
-    int64_t IS = g.grid_size, OS = g.img_size;
-    const T beta_dx = FN(zero_dx_if_shared)(p, dx, dw, assign_dx) ? 0 : 1;
-    for (int64_t n = 0; (dx || dw) && n < p->N; n++)
-        for (int64_t grp = 0; grp < p->group; grp++) {
-            const T *col = FN(columns)(workspace, dy + (n * p->M + grp * Mg) * OS, Mg, &g);
-            int64_t xoff = (n * p->C + grp * Cg) * IS;
-            if (dx)
-                GEMM(false, false, Cg, IS, rows, 1, w + grp * Cg * rows, rows, col, IS,
-                     beta_dx, dx + xoff, IS);
-            if (dw)
-                GEMM(false, true, Cg, rows, IS, 1, x + xoff, IS, col, IS, 1,
-                     dw + grp * Cg * rows, rows);
-        }
-    if (db)
-        FN(bias_backward)(db, dy, p->N, p->M, OS);
+    const ai_conv_params *p = c->p;
+    if (!conv_is_depthwise(p))
+        return false;
+    if (c->dx && c->assign_dx) /* DW_DX adds overlapping windows */
+        memset(c->dx, 0, sizeof(T) * (size_t)(p->N * p->C * c->g->img_size));
+    /* dy, x and w are only read in these modes */
+    if (c->dw)
+        FN(depthwise)(DW_DW, p, (T *)c->dy, (T *)c->x, c->dw, c->ws, NULL);
+    if (c->dx)
+        FN(depthwise)(DW_DX, p, (T *)c->dy, c->dx, (T *)c->w, c->ws, NULL);
+    c->dx = c->dw = NULL;
+    return true;
 }
 
 #undef T
 #undef SFX
-#undef GEMM
-#undef FOR_COLUMN_ROWS
