@@ -382,7 +382,7 @@ def test_float32_direct_conv_input_gradient_assigns_and_accumulates(conv_first, 
 @pytest.mark.parametrize("plane", [(25, 5), (12, 12)])
 @pytest.mark.parametrize("conv_first", [True, False])
 def test_float32_narrow_depthwise_input_gradient_assigns_and_accumulates(conv_first, plane):
-    """The depthwise conv's input gradient on narrow planes (dwn in conv.c,
+    """The depthwise conv's input gradient on narrow planes (depthwise_narrow in conv_depthwise.c,
     where the CPU has AVX-512), written or added."""
     torch.manual_seed(5)
     model = _ConvFanout(conv_first, groups=5)

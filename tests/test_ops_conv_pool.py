@@ -122,30 +122,30 @@ CONV_CASES = {
     "2d_depthwise_narrow_s2": (2, 8, 8, (12, 12), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 8,
                                True),
     # float32 with AVX-512: the forward and (planes of 64 positions or more) the input
-    # gradient straight on the planes, 16 positions a vector (dwn in conv.c): 9, 5 and
+    # gradient straight on the planes, 16 positions a vector (depthwise_narrow in conv_depthwise.c): 9, 5 and
     # 6 chunks of 16 (blocks of 8, 4, 2 and 1), dilated rows and asymmetric pads that
     # keep the width, fewer output rows than input rows, 1-D
-    "2d_depthwise_dwn_12x12": (3, 10, 10, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 10,
+    "2d_depthwise_narrow_12x12": (3, 10, 10, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 10,
                                True),
-    "2d_depthwise_dwn_11x7": (2, 6, 6, (11, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6,
+    "2d_depthwise_narrow_11x7": (2, 6, 6, (11, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6,
                               False),
-    "2d_depthwise_dwn_dil_asym": (2, 9, 9, (14, 6), (3, 5), (1, 1), (2, 1), (2, 1, 2, 3), 9,
+    "2d_depthwise_narrow_dil_asym": (2, 9, 9, (14, 6), (3, 5), (1, 1), (2, 1), (2, 1, 2, 3), 9,
                                   True),
-    "2d_depthwise_dwn_fewer_rows": (2, 8, 8, (20, 6), (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 8,
+    "2d_depthwise_narrow_fewer_rows": (2, 8, 8, (20, 6), (3, 3), (1, 1), (1, 1), (0, 1, 0, 1), 8,
                                     True),
-    "1d_depthwise_dwn": (3, 8, 8, (13,), (5,), (1,), (1,), (2, 2), 8, True),
-    # forward channels-last by units of 8 channels (dwl in conv.c): a partial
+    "1d_depthwise_narrow": (3, 8, 8, (13,), (5,), (1,), (1,), (2, 2), 8, True),
+    # forward channels-last by units of 8 channels (depthwise_channels_last in conv_depthwise.c): a partial
     # unit, taps past the image (last row or column unused: the row by row fill),
     # dilation, 1-D, more jobs than slots
-    "2d_depthwise_dwl_c17_s2": (3, 17, 17, (10, 9), (3, 3), (2, 2), (1, 1), (1, 1, 0, 0), 17,
+    "2d_depthwise_channels_last_c17_s2": (3, 17, 17, (10, 9), (3, 3), (2, 2), (1, 1), (1, 1, 0, 0), 17,
                                 True),
-    "2d_depthwise_dwl_5x3_dil": (2, 12, 12, (9, 8), (5, 3), (1, 1), (2, 1), (4, 1, 3, 1), 12,
+    "2d_depthwise_channels_last_5x3_dil": (2, 12, 12, (9, 8), (5, 3), (1, 1), (2, 1), (4, 1, 3, 1), 12,
                                  True),
-    "1d_depthwise_dwl_s2": (2, 9, 9, (31,), (5,), (2,), (1,), (2, 2), 9, True),
-    "2d_depthwise_dwl_slots": (5, 64, 64, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64,
+    "1d_depthwise_channels_last_s2": (2, 9, 9, (31,), (5,), (2,), (1,), (2, 2), 9, True),
+    "2d_depthwise_channels_last_slots": (5, 64, 64, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64,
                                False),
     # stride 2, 32x32 outputs: the backward's weight-gradient sums in 4 blocks of rows
-    "2d_depthwise_dwl_s2_blocks": (2, 16, 16, (64, 63), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1),
+    "2d_depthwise_channels_last_s2_blocks": (2, 16, 16, (64, 63), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1),
                                    16, True),
     # wide, stride 1, same width: the weight gradient on the edge-zeroed copies too
     "2d_depthwise_same_wide_dw": (2, 8, 16, (20, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8,
@@ -153,7 +153,7 @@ CONV_CASES = {
     "3d_depthwise_chlast": (1, 8, 8, (4, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 1),
                             (0, 1, 1, 1, 0, 1), 8, False),
     # >= 16 channels out, strided or rows under 16 wide: channels-last tiles
-    # (dcl in conv.c): stems of 1 to 4 channels, 16, 24 and 32+ output channels
+    # (blocked_forward, conv_blocked.c): stems of 1 to 4 channels, 16, 24 and 32+ output channels
     # per tile, a partial vector (20, 41), asymmetric pads, dilation, 1-D, more
     # jobs than slots, many taps (16 and 40 channels in, strided or narrow), 1x1
     # kernels strided or padded
@@ -164,29 +164,29 @@ CONV_CASES = {
     "2d_stem_s21_24": (2, 2, 24, (12, 30), (2, 3), (2, 1), (1, 1), (0, 1, 1, 0), 1, True),
     "1d_stem_s2_16": (3, 3, 16, (40,), (5,), (2,), (1,), (2, 2), 1, True),
     "2d_stem_slots": (9, 1, 16, (40, 30), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
-    "2d_dcl_16_s2": (3, 16, 32, (17, 16), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
-    "2d_dcl_40_narrow": (2, 40, 17, (9, 10), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, False),
-    "2d_dcl_1x1_s2": (2, 16, 32, (9, 8), (1, 1), (2, 2), (1, 1), None, 1, True),
-    "2d_dcl_1x1_pad_narrow": (2, 8, 16, (5, 6), (1, 1), (1, 1), (1, 1), (0, 1, 1, 0), 1, False),
+    "2d_blocked_16_s2": (3, 16, 32, (17, 16), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_blocked_40_narrow": (2, 40, 17, (9, 10), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, False),
+    "2d_blocked_1x1_s2": (2, 16, 32, (9, 8), (1, 1), (2, 2), (1, 1), None, 1, True),
+    "2d_blocked_1x1_pad_narrow": (2, 8, 16, (5, 6), (1, 1), (1, 1), (1, 1), (0, 1, 1, 0), 1, False),
     # pads past the kernel: the first and last output rows read only padding
     # (the tiles skip the kernel rows that read none of the image)
-    "2d_dcl_rows_all_padding": (2, 3, 16, (6, 9), (3, 3), (2, 1), (1, 1), (4, 1, 5, 1), 1, True),
-    "2d_dcl_rows_dil_asym": (2, 5, 24, (11, 7), (3, 3), (1, 1), (3, 1), (4, 1, 2, 1), 1, True),
+    "2d_blocked_rows_all_padding": (2, 3, 16, (6, 9), (3, 3), (2, 1), (1, 1), (4, 1, 5, 1), 1, True),
+    "2d_blocked_rows_dil_asym": (2, 5, 24, (11, 7), (3, 3), (1, 1), (3, 1), (4, 1, 2, 1), 1, True),
     # 3x3, pads 1, rows of 8 and 32 output channels: with 16-lane tiles, tiles of
     # whole rows (their first and last rows skip a kernel row)
-    "2d_dcl_row_tiles_edges": (2, 8, 32, (6, 8), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
+    "2d_blocked_row_tiles_edges": (2, 8, 32, (6, 8), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
     "2d_pointwise": (2, 6, 4, (5, 3), (1, 1), (1, 1), (1, 1), None, 2, True),
     # planes of <= 64 positions: the batch in one GEMM (forward, dw, dx)
     "2d_pointwise_batched": (5, 12, 20, (3, 3), (1, 1), (1, 1), (1, 1), None, 1, True),
-    # float32 forward by the direct pointwise kernel (pwk in conv.c): planes over 64
+    # float32 forward by the direct pointwise kernel (pointwise_direct_forward, conv_pointwise.c): planes over 64
     # positions image by image, a last block shorter than 16 and a last channel tile
     # shorter than 6 (99 positions, 13 channels; 1-D); planes of 16 (every block
     # inside one image, read in place)
-    "2d_pointwise_pwk_tail": (2, 7, 13, (11, 9), (1, 1), (1, 1), (1, 1), None, 1, True),
-    "1d_pointwise_pwk": (3, 5, 8, (70,), (1,), (1,), (1,), None, 1, False),
-    "2d_pointwise_pwk_16": (3, 9, 6, (4, 4), (1, 1), (1, 1), (1, 1), None, 1, True),
+    "2d_pointwise_direct_tail": (2, 7, 13, (11, 9), (1, 1), (1, 1), (1, 1), None, 1, True),
+    "1d_pointwise_direct": (3, 5, 8, (70,), (1,), (1,), (1,), None, 1, False),
+    "2d_pointwise_direct_16": (3, 9, 6, (4, 4), (1, 1), (1, 1), (1, 1), None, 1, True),
     # small planes over 64 positions: the backward's weight gradient by panels summed
-    # over the images, its input gradient image by image (pw_small in conv.c); KWS's 25x5
+    # over the images, its input gradient image by image (pointwise_small_images in conv_pointwise.c); KWS's 25x5
     "2d_pointwise_small_kws": (3, 16, 12, (25, 5), (1, 1), (1, 1), (1, 1), None, 1, True),
     "2d_strided_1x1": (1, 3, 2, (7, 7), (1, 1), (2, 2), (1, 1), None, 1, True),
     # strided 1x1 kernels without padding: im2col's subsampling loop (1-D, 2-D with

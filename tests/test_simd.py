@@ -4,22 +4,22 @@ output sums its terms in the same order, with FMAs in both), and torch's
 within tolerance.
 
 - Eval-mode wrapped models run their fused convs on blocked channels (the
-  dcl tiles): 3x3 at stride 1 and 2, pointwise, with bias, folded
+  blocked tiles, conv_blocked.c): 3x3 at stride 1 and 2, pointwise, with bias, folded
   BatchNorm, Relu and a residual added before the Relu; output channels a
   multiple of 16 (the wide tiles) or not (8-lane tiles whatever the CPU).
-- Eval-mode depthwise convs on blocked channels (the dwb sums): pairs of
+- Eval-mode depthwise convs on blocked channels (the depthwise_blocked sums): pairs of
   blocks as one 16-lane vector, channel counts that pair up or not, batches
   smaller and larger than the thread slots.
-- Training steps run the NCHW plane kernel (dconv): forward of stride-1
+- Training steps run the NCHW plane kernel (direct_forward): forward of stride-1
   convs and the input gradient, odd block and channel-tile counts included.
-- Training steps run depthwise convs on narrow NCHW planes (dwn): the
+- Training steps run depthwise convs on narrow NCHW planes (depthwise_narrow): the
   forward and input gradient 16 positions a vector.
-- Training steps also run the NCHW pointwise kernel (pwk): 1x1 stride-1
+- Training steps also run the NCHW pointwise kernel (pointwise_direct): 1x1 stride-1
   convs, partial channel tiles and position blocks, blocks across images;
   their backward, the input gradient by the same kernel on w^T and the
-  weight gradient by its own tiles (pwb: 64 or 16 columns a tile, partial
+  weight gradient by its own tiles (pointwise_weight_grad: 64 or 16 columns a tile, partial
   row and column tiles).
-- The direct weight gradient (dconv_dw) runs pairs of output channels as
+- The direct weight gradient (direct_weight_grad) runs pairs of output channels as
   one 16-lane vector: convs whose input needs no gradient, any stride.
 - Linear layers on at most 16 rows run the skinny GEMM (csrc/kernels/gemm.c):
   forward, and the input gradient in training.
@@ -90,7 +90,7 @@ def _mixed(seed=0):
 
 
 class _Depthwise(nn.Module):
-    """Depthwise convs on blocked channels (the dwb sums, two blocks at a
+    """Depthwise convs on blocked channels (the depthwise_blocked sums, two blocks at a
     time with 16 lanes): 12 channels (a pair of blocks, lanes past the
     channels), 24 (three blocks: an odd one out), 32 at stride 2 on a
     small grid, and a 5x5 with dilation 2 and asymmetric padding."""
@@ -180,7 +180,7 @@ def _pointwise(seed=0):
 
 
 class _Narrow(nn.Module):
-    """Depthwise convs on NCHW planes under 16 wide (dwn in conv.c): the
+    """Depthwise convs on NCHW planes under 16 wide (depthwise_narrow in conv_depthwise.c): the
     forward, and the input gradient on planes of 64 positions or more, 16
     positions a vector; the weight gradient channels-last. 12 x 12 (9
     chunks of 16), a 3 x 5 kernel dilated along rows, a 3 x 3 without row
@@ -246,7 +246,7 @@ def test_wide_kernels_match_the_8_lane_ones_in_training(avx512, at_threads, fact
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_wide_weight_gradient_of_convs_without_input_gradient(avx512, at_threads, threads):
-    """The direct weight-gradient kernel (dconv_dw: a model's first convs,
+    """The direct weight-gradient kernel (direct_weight_grad: a model's first convs,
     whose input needs no gradient; strided ones too) with 16 lanes on pairs
     of output channels: odd channel counts (a pair with one row), 5x5 (taps
     in passes of 9, 9 and 7) and 3x3 at stride 2, 10x4 (40 taps)."""

@@ -1,11 +1,11 @@
 /*
  * conv_blocked.c — direct float32 convolution with the output channels in
- * the vector lanes ("dcl": channels-last tiles), and the blocked-channel
+ * the vector lanes ("blocked": channels-last tiles), and the blocked-channel
  * layout (NCHWc8, conv.h) of the fused inference graph's conv chains.
  * Every output position reads its own input values by offset: no phase
  * planes, no junk columns, any stride, any row width. So it takes the NCHW
  * forward of one-group convs that are strided or have output rows narrower
- * than 16 (with at least DCL_MIN_M output channels), where the plane-wise
+ * than 16 (with at least BLOCKED_MIN_M output channels), where the plane-wise
  * direct kernel (conv_direct.c) wastes its blocks; and every one-group conv
  * of a blocked chain, whose output it stores as the tiles hold it.
  *
@@ -20,22 +20,22 @@
 #include "conv_internal.h"
 
 /*
- * Direct float32 Conv, channels-last tiles ("dcl"), 1 or 2 spatial dims,
+ * Direct float32 Conv, channels-last tiles ("blocked"), 1 or 2 spatial dims,
  * one group, not a plain GEMM (a 1x1 kernel strided or padded is taken), at
- * most DCL_MAX_TAPS taps (channel, kernel position), strided or with output
+ * most BLOCKED_MAX_TAPS taps (channel, kernel position), strided or with output
  * rows narrower than 16:
- * the convs whose grids the plane-by-plane direct kernel (dconv) covers
+ * the convs whose grids the plane-by-plane direct kernel (direct_forward) covers
  * badly (phase planes, junk columns, 16-wide blocks on 5-wide rows). The
  * output channels are in the vector lanes, and every output position reads
  * its own input values by offset: no phase planes, no junk, any stride, any
  * row width. A register tile of PX output positions by NV vectors of output
  * channels (12 accumulators) runs over the taps: per tap NV vector loads of
  * the weights and one broadcast per position. The weights are packed by
- * blocks of DCL_MB output channels (the last block narrower), each block
+ * blocks of BLOCKED_MB output channels (the last block narrower), each block
  * (K, its width) in one run: a tile's weights are contiguous. (Packed
  * (K, M8), a tile's rows were M8 floats apart and fell on a few L1 sets:
  * 128 -> 128 pointwise on 6x6 in MobileNet took 8-10% longer.) A job is
- * DCL_CHUNK positions of one image: its tile rows land in a (positions, M8)
+ * BLOCKED_CHUNK positions of one image: its tile rows land in a (positions, M8)
  * buffer, which is transposed into y's planes (8 x 8 blocks), the epilogue
  * applied there. A padding conv reads its image from zero-padded copies of
  * its planes, made by the thread that takes the image's first job (in cache
@@ -46,26 +46,25 @@
  * runs, 64 -> 64 on 8x8 697-727 -> 644-674 us, 16 -> 16 on 32x32 756-795
  * -> 734-748; ResNet-8's per-node profile, the 3x3 convs on 8x8 and 16x16
  * 0.76 -> 0.69 and 0.78 -> 0.73 ms.
- * C harness, batch 16, best of 12 alternating rounds, time against dconv, 1
+ * C harness, batch 16, best of 12 alternating rounds, time against direct_forward, 1
  * and 2 threads: KWS's 1 -> 64 10x4 stride-2 stem 0.41-0.54, 3 -> 32 stride
  * 2 on 96x96 0.78-0.86, ResNet-8's strided 16 -> 32 and 32 -> 64
  * 0.68-0.84, 64 -> 64 stride 2 on 28x28 0.83-0.85; stride 1 on narrow rows:
  * LeNet's 6 -> 16 5x5 (10 wide) 0.62-0.66, 8 -> 16 on 12x12 0.75-0.78, 64 ->
  * 64 on 8x8 0.87-0.92; against im2col, ResNet-8's 1x1 stride-2 shortcuts
- * 0.87-0.88. Left to dconv: stride 1 on rows of 16 or more
+ * 0.87-0.88. Left to direct_forward: stride 1 on rows of 16 or more
  * (0.93-1.05), more taps (128 -> 128 3x3 on 6x6: 1.07-1.10, the weights of a
  * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6:
  * 0.97-1.44; MobileNet's 3 -> 8 stride-2 stem: 1.05; 1 -> 8 stride 2: 0.75).
- * Workspace: the packed weights and bias, and DCL_SLOTS slots (one per
+ * Workspace: the packed weights and bias, and BLOCKED_SLOTS slots (one per
  * part of a pool pass), each a position buffer and room for an image's
  * padded planes.
  */
-#define DCL_MAX_TAPS BLOCKED_MAX_TAPS /* conv_internal.h */
-#define DCL_CHUNK 96
-#define DCL_PX_MAX 16 /* positions of the widest tile (one vector of channels, 16 lanes) */
-#define DCL_SLOTS 8
-#define DCL_MIN_M 16
-#define DCL_SLOT_PLANES (INT64_C(1) << 17) /* elements of an image's padded planes */
+#define BLOCKED_CHUNK 96
+#define BLOCKED_PX_MAX 16 /* positions of the widest tile (one vector of channels, 16 lanes) */
+#define BLOCKED_SLOTS 8
+#define BLOCKED_MIN_M 16
+#define BLOCKED_SLOT_PLANES (INT64_C(1) << 17) /* elements of an image's padded planes */
 typedef struct {
     int64_t H, W, Hp, Wp, pb1, pb2, s1, s2, G2; /* plane, padded plane, grid row */
     int64_t M8, K, chunks;                  /* channels in vectors, taps, jobs/image */
@@ -75,29 +74,29 @@ typedef struct {
     int64_t xc;                             /* x's channels as stored: C, or C8 blocked */
     bool padded;                            /* x is read from padded copies */
     bool yb;                                /* y in blocked channels */
-    bool pw;                                /* pointwise on blocked x: dclp_tiles */
-    int64_t off[DCL_MAX_TAPS];              /* tap (c, k1, k2) in the padded planes */
-} dcl_geom;
+    bool pw; /* pointwise on blocked x: blocked_pointwise_tiles */
+    int64_t off[BLOCKED_MAX_TAPS]; /* tap (c, k1, k2) in the padded planes */
+} blocked_geom;
 
 /* Output channels per block of the packed weights: the widest tile's */
-#define DCL_MB 32
+#define BLOCKED_MB 32
 
 /* The width of the block of the packed weights that starts at channel m0:
  * the channels of the tile that starts there. */
-static inline int64_t dcl_block_width(int64_t M8, int64_t m0)
+static inline int64_t blocked_block_width(int64_t M8, int64_t m0)
 {
-    return M8 - m0 < DCL_MB ? M8 - m0 : DCL_MB;
+    return M8 - m0 < BLOCKED_MB ? M8 - m0 : BLOCKED_MB;
 }
 
 /* `blocked`: the blocked-channel forward (conv.h), x blocked when `xb`: any
  * stride, any width, pointwise too, any number of output channels (its
  * tiles are stored as they are, no transposes). */
-static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, dcl_geom *q,
-                   bool blocked, bool xb)
+static bool blocked_geom_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype,
+                            blocked_geom *q, bool blocked, bool xb)
 {
     if (dtype != AI_F32 || p->group != 1 || p->nsp > 2 || p->N == 0 ||
-        p->C * g->ksize > DCL_MAX_TAPS || g->grid_size == 0 ||
-        (!blocked && (g->pointwise || p->M < DCL_MIN_M ||
+        p->C * g->ksize > BLOCKED_MAX_TAPS || g->grid_size == 0 ||
+        (!blocked && (g->pointwise || p->M < BLOCKED_MIN_M ||
                       (g->s[1] == 1 && g->s[2] == 1 && g->grid[2] >= 16))))
         return false;
     const int o = 3 - p->nsp; /* p's dim d is g's dim d + o */
@@ -123,20 +122,20 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
     q->kh = g->k[1];
     q->kw = g->k[2];
     q->d1 = g->d[1];
-    q->chunks = (g->grid_size + DCL_CHUNK - 1) / DCL_CHUNK;
+    q->chunks = (g->grid_size + BLOCKED_CHUNK - 1) / BLOCKED_CHUNK;
     q->imgs = 1;
-    if (q->pw && g->grid_size < DCL_CHUNK) {
+    if (q->pw && g->grid_size < BLOCKED_CHUNK) {
         /* images of a job: at most a chunk's positions, the jobs a multiple
          * of the slots (n_slots_of: 16 images of 3x3 in 2 slots go 8 + 8,
          * not 10 + 6) and as even as they go */
-        const int64_t most = DCL_CHUNK / g->grid_size, parts = ai_parallel_parts();
-        const int64_t nt = parts < DCL_SLOTS ? parts : DCL_SLOTS;
+        const int64_t most = BLOCKED_CHUNK / g->grid_size, parts = ai_parallel_parts();
+        const int64_t nt = parts < BLOCKED_SLOTS ? parts : BLOCKED_SLOTS;
         int64_t jobs = (p->N + most - 1) / most;
         jobs = (jobs + nt - 1) / nt * nt;
         jobs = jobs < p->N ? jobs : p->N;
         q->imgs = (p->N + jobs - 1) / jobs;
     }
-    if (q->padded && q->xc * q->Hp * q->Wp > DCL_SLOT_PLANES)
+    if (q->padded && q->xc * q->Hp * q->Wp > BLOCKED_SLOT_PLANES)
         return false; /* the slots' planes would make a large workspace */
     int64_t t = 0;
     for (int64_t c = 0; c < p->C; c++) /* channel c: plane c, or lane c % 8 of block c / 8 */
@@ -149,34 +148,34 @@ static bool dcl_of(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype, 
 
 /* elements of a slot: its image's padded planes (when the conv pads), its
  * positions' buffer */
-static int64_t dcl_slot_elems(const dcl_geom *q)
+static int64_t blocked_slot_elems(const blocked_geom *q)
 {
-    return (q->padded ? q->xc * q->Hp * q->Wp : 0) + (DCL_CHUNK + DCL_PX_MAX) * q->M8;
+    return (q->padded ? q->xc * q->Hp * q->Wp : 0) + (BLOCKED_CHUNK + BLOCKED_PX_MAX) * q->M8;
 }
 
 /* the packed weights, bias and epilogue factors (blocked y), the slots */
-static int64_t dcl_elems(const dcl_geom *q)
+static int64_t blocked_elems(const blocked_geom *q)
 {
-    return (q->K + 3) * q->M8 + DCL_SLOTS * dcl_slot_elems(q);
+    return (q->K + 3) * q->M8 + BLOCKED_SLOTS * blocked_slot_elems(q);
 }
 
 
 typedef struct {
     const ai_conv_params *p;
-    const dcl_geom *q;
+    const blocked_geom *q;
     const float *x;
-    const float *wp; /* blocks of DCL_MB channels, each (K, width), then the bias,
+    const float *wp; /* blocks of BLOCKED_MB channels, each (K, width), then the bias,
                       * the epilogue's a and c (M8 each) */
     float *y, *slots;
     const ai_conv_epilogue *ep;
     int64_t OS, jobs, n_slots;
     const float *r; /* blocked y: a residual added before the Relu, or NULL */
     bool wide;      /* the 16-lane tiles (AVX-512, channels a multiple of 16) */
-} dcl_job;
+} blocked_job;
 
 /* Image x's planes into zero-padded copies at dst (blocked x: its blocks,
  * each position a run of 8 lanes). */
-static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
+static void blocked_pad_image(const blocked_geom *q, float *dst, const float *x)
 {
     const int64_t L = q->xl, Wp = q->Wp * L, W = q->W * L, pb2 = q->pb2 * L;
     const int64_t tail = Wp - pb2 - W, bottom = q->Hp - q->pb1 - q->H;
@@ -193,68 +192,68 @@ static void dcl_pad_image(const dcl_geom *q, float *dst, const float *x)
 }
 
 /* The tiles at 8 lanes (AVX2 or baseline clones), and at 16 where GCC can
- * target AVX-512: taken (dcl_job.wide) when the CPU has it and the output
+ * target AVX-512: taken (blocked_job.wide) when the CPU has it and the output
  * channels are a multiple of 16. ResNet-8's eval forward took 0.63-0.72 of
  * the 8-lane tiles' time, KWS 0.79-0.93, MobileNet 0.81-1.0 (same-process
  * A/B, 1 thread, AVX-512 Xeon). */
-#define DCL_V dc_vec
-#define DCL_VL 8
-#define DCL_SFX _v8
-#define DCL_ATTR AI_GEMM_CLONES
-#define DCL_SHAPES(TILE)  \
-    if (nv >= 4) {        \
-        TILE(4, 3)        \
-    } else if (nv == 3) { \
-        TILE(3, 4)        \
-    } else if (nv == 2) { \
-        TILE(2, 6)        \
-    } else {              \
-        TILE(1, 12)       \
+#define BLOCKED_V conv_vec8
+#define BLOCKED_VL 8
+#define BLOCKED_SFX _v8
+#define BLOCKED_ATTR AI_GEMM_CLONES
+#define BLOCKED_SHAPES(TILE) \
+    if (nv >= 4) {           \
+        TILE(4, 3)           \
+    } else if (nv == 3) {    \
+        TILE(3, 4)           \
+    } else if (nv == 2) {    \
+        TILE(2, 6)           \
+    } else {                 \
+        TILE(1, 12)          \
     }
-#define DCL_NO_CONTRACT DC_NO_CONTRACT
-#define DCL_LOAD_BLOCKS(src, ld) (*(const dc_vec *)(src))
-#define DCL_STORE_BLOCKS(dst, ld, t) (*(dc_vec *)(dst) = (t))
+#define BLOCKED_NO_CONTRACT VEC_NO_CONTRACT
+#define BLOCKED_LOAD_BLOCKS(src, ld) (*(const conv_vec8 *)(src))
+#define BLOCKED_STORE_BLOCKS(dst, ld, t) (*(conv_vec8 *)(dst) = (t))
 #include "conv_blocked_impl.h"
 #ifdef AI_AVX512_KERNEL
-#define DCL_V dcw_vec
-#define DCL_VL 16
-#define DCL_SFX _v16
-#define DCL_ATTR AI_AVX512_KERNEL
+#define BLOCKED_V conv_vec16
+#define BLOCKED_VL 16
+#define BLOCKED_SFX _v16
+#define BLOCKED_ATTR AI_AVX512_KERNEL
 /* 3x3 tiles of 8 or 16 positions (rows of 32, 16, 8 whole); pointwise ones
  * of 12 and 16 (24 and 16 accumulators of the 32 registers), the rest by
  * 4, then one at a time (a 125-position image had 5 single positions of 29
  * after its 12-position tiles: 2 FMAs per 3 loads) */
-#define DCL_SHAPES(TILE) \
-    if (nv >= 2) {       \
-        TILE(2, 8)       \
-    } else {             \
-        TILE(1, 16)      \
+#define BLOCKED_SHAPES(TILE) \
+    if (nv >= 2) {           \
+        TILE(2, 8)           \
+    } else {                 \
+        TILE(1, 16)          \
     }
-#define DCLP_SHAPES(TILE) \
-    if (nv >= 2) {       \
-        DCLP_TILE(2, 12) \
-        TILE(2, 4)       \
-    } else {             \
-        DCLP_TILE(1, 16) \
-        TILE(1, 4)       \
+#define BLOCKED_POINTWISE_SHAPES(TILE) \
+    if (nv >= 2) {                     \
+        BLOCKED_POINTWISE_TILE(2, 12)  \
+        TILE(2, 4)                     \
+    } else {                           \
+        BLOCKED_POINTWISE_TILE(1, 16)  \
+        TILE(1, 4)                     \
     }
-#define DCL_NO_CONTRACT DCW_NO_CONTRACT
-#define DCL_LOAD_BLOCKS(src, ld)                                                   \
-    __builtin_shufflevector(*(const dc_vec *)(src), *(const dc_vec *)((src) + (ld)), 0, 1, 2, \
-                            3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-#define DCL_STORE_BLOCKS(dst, ld, t)                                               \
-    do {                                                                           \
-        *(dc_vec *)(dst) = __builtin_shufflevector((t), (t), 0, 1, 2, 3, 4, 5, 6, 7); \
-        *(dc_vec *)((dst) + (ld)) =                                                \
-            __builtin_shufflevector((t), (t), 8, 9, 10, 11, 12, 13, 14, 15);       \
+#define BLOCKED_NO_CONTRACT VEC16_NO_CONTRACT
+#define BLOCKED_LOAD_BLOCKS(src, ld)                                                             \
+    __builtin_shufflevector(*(const conv_vec8 *)(src), *(const conv_vec8 *)((src) + (ld)), 0, 1, \
+                            2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define BLOCKED_STORE_BLOCKS(dst, ld, t)                                                 \
+    do {                                                                                 \
+        *(conv_vec8 *)(dst) = __builtin_shufflevector((t), (t), 0, 1, 2, 3, 4, 5, 6, 7); \
+        *(conv_vec8 *)((dst) + (ld)) =                                                   \
+            __builtin_shufflevector((t), (t), 8, 9, 10, 11, 12, 13, 14, 15);             \
     } while (0)
 #include "conv_blocked_impl.h"
 #endif
 
 /* yt (np rows of M8) into positions [p0, p0 + np) of y's M planes (OS
  * apart), then the epilogue on them. */
-AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, int64_t np,
-                                       const float *yt)
+AI_VECTOR_CLONES static void blocked_store(const blocked_job *j, float *yn, int64_t p0, int64_t np,
+                                           const float *yt)
 {
     const int64_t M = j->p->M, M8 = j->q->M8, OS = j->OS;
     int64_t m = 0;
@@ -277,43 +276,43 @@ AI_VECTOR_CLONES static void dcl_store(const dcl_job *j, float *yn, int64_t p0, 
 }
 
 /* Slots [lo, hi): each its share of the jobs (image, chunk), in order. */
-static void dcl_range(void *ctx, int64_t lo, int64_t hi)
+static void blocked_range(void *ctx, int64_t lo, int64_t hi)
 {
-    const dcl_job *j = ctx;
-    const dcl_geom *q = j->q;
+    const blocked_job *j = ctx;
+    const blocked_geom *q = j->q;
     const int64_t M = q->yb ? q->M8 : j->p->M, OS = j->OS;
     for (int64_t s = lo; s < hi; s++) {
-        float *yt = j->slots + s * dcl_slot_elems(q), *planes = yt;
+        float *yt = j->slots + s * blocked_slot_elems(q), *planes = yt;
         if (q->padded)
             yt += q->xc * q->Hp * q->Wp;
         for (int64_t job = s * j->jobs / j->n_slots, padded = -1;
              job < (s + 1) * j->jobs / j->n_slots; job++) {
-            const int64_t n = job / q->chunks * q->imgs, p0 = job % q->chunks * DCL_CHUNK;
-            const int64_t np = OS - p0 < DCL_CHUNK ? OS - p0 : DCL_CHUNK;
+            const int64_t n = job / q->chunks * q->imgs, p0 = job % q->chunks * BLOCKED_CHUNK;
+            const int64_t np = OS - p0 < BLOCKED_CHUNK ? OS - p0 : BLOCKED_CHUNK;
             const float *xn = j->x + n * q->xc * q->H * q->W;
             if (q->pw) { /* its images, each channel tile over all of them */
                 const int64_t n1 = n + q->imgs < j->p->N ? n + q->imgs : j->p->N;
 #ifdef AI_AVX512_KERNEL
                 if (j->wide)
-                    dclp_tiles_v16(j, xn, j->y + n * M * OS, n1 - n, p0, np);
+                    blocked_pointwise_tiles_v16(j, xn, j->y + n * M * OS, n1 - n, p0, np);
                 else
 #endif
-                    dclp_tiles_v8(j, xn, j->y + n * M * OS, n1 - n, p0, np);
+                    blocked_pointwise_tiles_v8(j, xn, j->y + n * M * OS, n1 - n, p0, np);
                 continue;
             }
             if (q->padded && padded != n) {
-                dcl_pad_image(q, planes, xn);
+                blocked_pad_image(q, planes, xn);
                 padded = n;
             }
             float *yn = j->y + n * M * OS;
 #ifdef AI_AVX512_KERNEL
             if (j->wide)
-                dcl_tiles_v16(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
+                blocked_tiles_v16(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
             else
 #endif
-                dcl_tiles_v8(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
+                blocked_tiles_v8(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
             if (!q->yb)
-                dcl_store(j, yn, p0, np, yt);
+                blocked_store(j, yn, p0, np, yt);
         }
     }
 }
@@ -324,14 +323,14 @@ typedef struct {
     int64_t K, M, M8;
 } pack_job;
 
-/* Blocks [lo, hi) of DCL_MB output channels of w (M, K) into wp, each
+/* Blocks [lo, hi) of BLOCKED_MB output channels of w (M, K) into wp, each
  * (K, its width), zero past M: on the pool, the weights of a wide conv are
  * 256 KB and more. */
 static void pack_range(void *ctx, int64_t lo, int64_t hi)
 {
     const pack_job *j = ctx;
     for (int64_t b = lo; b < hi; b++) {
-        const int64_t m0 = b * DCL_MB, bw = dcl_block_width(j->M8, m0);
+        const int64_t m0 = b * BLOCKED_MB, bw = blocked_block_width(j->M8, m0);
         const int64_t rows = j->M - m0 < bw ? j->M - m0 : bw;
         float *d = j->wp + m0 * j->K;
         transpose_f32(d, bw, j->w + m0 * j->K, j->K, rows, j->K, false);
@@ -340,29 +339,32 @@ static void pack_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* y = conv(x, w) + b by the dcl tiles (dcl_of's `blocked` and `xb`). */
-static bool dcl_run(const ai_conv_params *p, float *y, const float *x, const float *w,
-                    const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked, bool xb,
-                    const float *r)
+/* y = conv(x, w) + b by the blocked tiles (blocked_geom_of's `blocked` and `xb`). */
+static bool blocked_run(const ai_conv_params *p, float *y, const float *x, const float *w,
+                        const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked,
+                        bool xb, const float *r)
 {
     conv_geom g = conv_geom_of(p, false);
-    dcl_geom q;
-    if (!dcl_of(p, &g, AI_F32, &q, blocked, xb))
+    blocked_geom q;
+    if (!blocked_geom_of(p, &g, AI_F32, &q, blocked, xb))
         return false;
     const int64_t K = q.K, M = p->M, M8 = q.M8;
     /* w is (M, C, kernel) = (M, K) */
     pack_job pj = {ws, w, K, M, M8};
-    ai_parallel_for((M8 + DCL_MB - 1) / DCL_MB, ai_grain_of(DCL_MB * K), pack_range, &pj);
+    ai_parallel_for((M8 + BLOCKED_MB - 1) / BLOCKED_MB, ai_grain_of(BLOCKED_MB * K), pack_range,
+                    &pj);
     const float *ab = ep ? ep->ab : NULL;
     for (int64_t m = 0; m < M8; m++) { /* the bias, the epilogue's factors */
         ws[K * M8 + m] = b && m < M ? b[m] : 0;
         ws[(K + 1) * M8 + m] = ab && m < M ? ab[m] : 0;
         ws[(K + 2) * M8 + m] = ab && m < M ? ab[M + m] : 0;
     }
-    dcl_job j = {p, &q, x, ws, y, ws + (K + 3) * M8, ep, g.grid_size,
-                 (p->N + q.imgs - 1) / q.imgs * q.chunks, 0, r, M8 % 16 == 0 && ai_cpu_avx512()};
-    j.n_slots = n_slots_of(j.jobs, DCL_SLOTS);
-    ai_parallel_for(j.n_slots, 1, dcl_range, &j);
+    blocked_job j = {p,  &q,          x,
+                     ws, y,           ws + (K + 3) * M8,
+                     ep, g.grid_size, (p->N + q.imgs - 1) / q.imgs * q.chunks,
+                     0,  r,           M8 % 16 == 0 && ai_cpu_avx512()};
+    j.n_slots = n_slots_of(j.jobs, BLOCKED_SLOTS);
+    ai_parallel_for(j.n_slots, 1, blocked_range, &j);
     return true;
 }
 
@@ -458,25 +460,25 @@ void blocked_add_residual(float *y, const float *r, int64_t n, bool relu)
 bool blocked_forward(const conv_call *c)
 {
     return c->dtype == AI_F32 &&
-           dcl_run(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep, false, false, NULL);
+           blocked_run(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep, false, false, NULL);
 }
 
 int64_t blocked_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype)
 {
-    dcl_geom q;
-    return dcl_of(p, g, dtype, &q, false, false) ? dcl_elems(&q) : 0;
+    blocked_geom q;
+    return blocked_geom_of(p, g, dtype, &q, false, false) ? blocked_elems(&q) : 0;
 }
 
 bool blocked_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked)
 {
-    dcl_geom q;
-    return dcl_of(p, g, AI_F32, &q, true, x_blocked);
+    blocked_geom q;
+    return blocked_geom_of(p, g, AI_F32, &q, true, x_blocked);
 }
 
 int64_t blocked_chain_workspace(const ai_conv_params *p, const conv_geom *g, bool x_blocked)
 {
-    dcl_geom q;
-    return dcl_of(p, g, AI_F32, &q, true, x_blocked) ? dcl_elems(&q) : 0;
+    blocked_geom q;
+    return blocked_geom_of(p, g, AI_F32, &q, true, x_blocked) ? blocked_elems(&q) : 0;
 }
 
 /* the residual r (or NULL) added in registers */
@@ -484,5 +486,5 @@ void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, co
                            const float *b, float *ws, const ai_conv_epilogue *ep,
                            bool x_blocked, const float *r)
 {
-    dcl_run(p, y, x, w, b, ws, ep, true, x_blocked, r);
+    blocked_run(p, y, x, w, b, ws, ep, true, x_blocked, r);
 }

@@ -14,7 +14,7 @@
  *   narrow     float32 with AVX-512, Mg = 1, stride 1, planes under 16 wide as
  *              wide as their output: 16 flat positions a vector, lanes
  *              outside the plane masked (forward; dx on planes of 64 or more)
- *   channels-last  Mg = 1, 1 or 2 spatial dims: units of DWL_UNIT channels
+ *   channels-last  Mg = 1, 1 or 2 spatial dims: units of DEPTHWISE_CHANNELS_LAST_UNIT channels
  *              of one image transposed positions-major and zero-padded, every
  *              output a sum of K vector products (forward: small or strided
  *              outputs; backward: both gradients, the smallest planes aside)
@@ -60,19 +60,18 @@ static bool depthwise_small_planes(const ai_conv_params *p, const conv_geom *g)
            (g->grid_size <= 16 || (strided && g->grid_size <= 36));
 }
 
-
 /*
- * Depthwise forward, channels-last ("dwl"), one output channel per input
- * channel, 1 or 2 spatial dims. A job is DWL_UNIT channels of one image:
- * they are transposed into xt (Hp Wp, DWL_UNIT), zero-padded, positions
+ * Depthwise forward, channels-last ("depthwise_channels_last"), one output channel per input
+ * channel, 1 or 2 spatial dims. A job is DEPTHWISE_CHANNELS_LAST_UNIT channels of one image:
+ * they are transposed into xt (Hp Wp, DEPTHWISE_CHANNELS_LAST_UNIT), zero-padded, positions
  * major; every output position is then a sum of K vector products over the
  * unit's channels at once (tap k at + off[k] positions), into yt (OS,
- * DWL_UNIT), which is transposed back into y's planes. No phase planes, no
+ * DEPTHWISE_CHANNELS_LAST_UNIT), which is transposed back into y's planes. No phase planes, no
  * per-plane setup: on small planes and strided convs the plane-by-plane
  * kernels spend most of their time there. Each element starts from its
  * bias and gets its taps in order (pads add w * 0), as in the other
  * depthwise kernels: the same values. The weights are packed once per
- * call, after the slots (dwl_pack). Each of at most DW_PAD_SLOTS threads'
+ * call, after the slots (depthwise_channels_last_pack). Each of at most DW_PAD_SLOTS threads'
  * ranges has its own slot (xt, yt) and takes its share of the images (with
  * fewer images than slots or parts, of the jobs), units major (xt's zero
  * pads are reused): a thread reads the images that the layer before wrote
@@ -81,9 +80,9 @@ static bool depthwise_small_planes(const ai_conv_params *p, const conv_geom *g)
  * threads, per-node profile, 1.32 -> 1.59 times the 1-thread speed, its
  * depthwise convs 1.25 -> 1.55, the pointwise ones after them 1.33 ->
  * 1.60.) Float32 stride-1 convs on narrow planes as wide as their output
- * go to dwn (end of this file) first where the CPU has AVX-512.
+ * go to depthwise_narrow (end of this file) first where the CPU has AVX-512.
  */
-#define DWL_UNIT 8 /* channels per job: one vector of float */
+#define DEPTHWISE_CHANNELS_LAST_UNIT 8 /* channels per job: one vector of float */
 /* Stride-1 outputs of more positions stay plane by plane, where rows are
  * long enough to vectorise. C harness, batch 16, 1 thread, time against the
  * plane kernels (best of 5 alternating rounds; MobileNet's and KWS's
@@ -91,57 +90,61 @@ static bool depthwise_small_planes(const ai_conv_params *p, const conv_geom *g)
  * 0.63-0.76, 128 ch 6x6 0.42-0.58; stride 1: 256 ch 3x3 0.56-0.67, 128 ch
  * 6x6 0.54-0.73, 64 ch 12x12 0.85-0.90, 64 ch 25x5 0.81-0.83, 32 ch 24x24
  * 0.96-0.99, 16 ch 48x48 0.91-1.3, 8 ch 48x48 1.33-1.68. */
-#define DWL_MAX_GRID 256
+#define DEPTHWISE_CHANNELS_LAST_MAX_GRID 256
 typedef struct {
     int64_t Hp, Wp, units, jobs, slots, slot; /* slot: elements of a slot */
     int64_t K, off[DW_PAD_MAX_TAPS];
-} dwl_geom;
+} depthwise_channels_last_geom;
 
-static bool dwl_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q, bool blocked)
+static bool depthwise_channels_last_geom_of(const ai_conv_params *p, const conv_geom *g,
+                                            depthwise_channels_last_geom *q, bool blocked)
 {
     if (p->M != p->C || p->group != p->C || p->N == 0 || g->img[0] != 1 ||
         g->ksize > DW_PAD_MAX_TAPS ||
-        (!blocked && g->s[1] == 1 && g->s[2] == 1 && g->grid_size > DWL_MAX_GRID))
+        (!blocked && g->s[1] == 1 && g->s[2] == 1 &&
+         g->grid_size > DEPTHWISE_CHANNELS_LAST_MAX_GRID))
         return false;
     q->Hp = (g->grid[1] - 1) * g->s[1] + (g->k[1] - 1) * g->d[1] + 1;
     q->Wp = (g->grid[2] - 1) * g->s[2] + (g->k[2] - 1) * g->d[2] + 1;
     if (q->Hp * q->Wp > 4 * (g->img_size + g->grid_size) + 64) /* sparse taps, huge pads */
         return false;
-    q->units = (p->C + DWL_UNIT - 1) / DWL_UNIT;
+    q->units = (p->C + DEPTHWISE_CHANNELS_LAST_UNIT - 1) / DEPTHWISE_CHANNELS_LAST_UNIT;
     q->jobs = q->units * p->N;
     q->slots = q->jobs < DW_PAD_SLOTS ? q->jobs : DW_PAD_SLOTS;
-    q->slot = (q->Hp * q->Wp + g->grid_size) * DWL_UNIT; /* xt, yt */
-    if (blocked && 2 * q->Hp * q->Wp * DWL_UNIT > q->slot)
-        q->slot = 2 * q->Hp * q->Wp * DWL_UNIT; /* dwb_range_v16's xt */
+    q->slot = (q->Hp * q->Wp + g->grid_size) * DEPTHWISE_CHANNELS_LAST_UNIT; /* xt, yt */
+    if (blocked && 2 * q->Hp * q->Wp * DEPTHWISE_CHANNELS_LAST_UNIT > q->slot)
+        q->slot =
+            2 * q->Hp * q->Wp * DEPTHWISE_CHANNELS_LAST_UNIT; /* depthwise_blocked_range_v16's xt */
     q->K = g->ksize;
     for (int64_t k = 0; k < q->K; k++)
         q->off[k] = k / g->k[2] * g->d[1] * q->Wp + k % g->k[2] * g->d[2];
     return true;
 }
 
-/* dwl's workspace: the slots, then the packed weights (dwl_pack), or
- * those and the bias, scale and shift lanes (dwb_pack_v16) */
-static int64_t dwl_elems(const dwl_geom *q)
+/* depthwise_channels_last's workspace: the slots, then the packed weights
+ * (depthwise_channels_last_pack), or those and the bias, scale and shift lanes
+ * (depthwise_blocked_pack_v16) */
+static int64_t depthwise_channels_last_elems(const depthwise_channels_last_geom *q)
 {
-    return q->slots * q->slot + q->units * (q->K + 3) * DWL_UNIT;
+    return q->slots * q->slot + q->units * (q->K + 3) * DEPTHWISE_CHANNELS_LAST_UNIT;
 }
 
-/* The depthwise backward channels-last (dwl_backward, conv_depthwise_impl.h): dwl_of's
- * geometry, x's planes inside the padded buffer (no rows or columns cut),
- * one job per unit; `slot`: elements of a slot (xt, dxt, dyt, wt). The
- * smallest planes keep depthwise_small_planes' path. C harness, dx, dw and
- * db, batch 16, 1 thread, best of 2 alternating rounds, against the
- * plane-by-plane kernels: stride 2: 16 ch 48x48 0.48, 32 ch 24x24 0.32,
- * 64 ch 12x12 0.41; stride 1: 128 ch 6x6 0.81, 64 ch 12x12 0.57, 64 ch 25x5
- * 0.83; 256 ch 3x3 (small planes) 1.3, so not taken. */
-static bool dwl_backward_of(const ai_conv_params *p, const conv_geom *g, dwl_geom *q,
-                            int64_t *slots, int64_t *slot)
+/* The depthwise backward channels-last (depthwise_channels_last_backward, conv_depthwise_impl.h):
+ * depthwise_channels_last_geom_of's geometry, x's planes inside the padded buffer (no rows or
+ * columns cut), one job per unit; `slot`: elements of a slot (xt, dxt, dyt, wt). The smallest
+ * planes keep depthwise_small_planes' path. C harness, dx, dw and db, batch 16, 1 thread, best of 2
+ * alternating rounds, against the plane-by-plane kernels: stride 2: 16 ch 48x48 0.48, 32 ch 24x24
+ * 0.32, 64 ch 12x12 0.41; stride 1: 128 ch 6x6 0.81, 64 ch 12x12 0.57, 64 ch 25x5 0.83; 256 ch 3x3
+ * (small planes) 1.3, so not taken. */
+static bool depthwise_channels_last_backward_geom_of(const ai_conv_params *p, const conv_geom *g,
+                                                     depthwise_channels_last_geom *q,
+                                                     int64_t *slots, int64_t *slot)
 {
-    if (!dwl_of(p, g, q, false) || depthwise_small_planes(p, g) || g->p[1] < 0 || g->p[2] < 0 ||
-        g->img[1] + g->p[1] > q->Hp || g->img[2] + g->p[2] > q->Wp)
+    if (!depthwise_channels_last_geom_of(p, g, q, false) || depthwise_small_planes(p, g) ||
+        g->p[1] < 0 || g->p[2] < 0 || g->img[1] + g->p[1] > q->Hp || g->img[2] + g->p[2] > q->Wp)
         return false;
     *slots = q->units < DW_PAD_SLOTS ? q->units : DW_PAD_SLOTS;
-    *slot = (2 * q->Hp * q->Wp + g->grid_size + g->ksize) * DWL_UNIT;
+    *slot = (2 * q->Hp * q->Wp + g->grid_size + g->ksize) * DEPTHWISE_CHANNELS_LAST_UNIT;
     return true;
 }
 
@@ -194,7 +197,7 @@ static bool dw_pad_of(const ai_conv_params *p, const conv_geom *g, bool dx, phas
     return conv_is_depthwise(p) && p->N > 0 && phase_planes_of(g, dx, d);
 }
 
-/* Whether a depthwise forward (where dwl_forward declines) adds to whole y
+/* Whether a depthwise forward (where depthwise_channels_last_forward declines) adds to whole y
  * planes holding the bias (the plain per-plane kernels); the others read
  * only each plane's first element for it (`uniform`, channels-last). */
 static bool dw_forward_reads_planes(const ai_conv_params *p, const conv_geom *g)
@@ -328,9 +331,10 @@ static inline void deinterleave_f32(float *e, float *o, const float *s, int64_t 
     const dv_idx even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
     for (int64_t next = 0; n >= 8 && q < n; q = next) {
         q = q + 8 <= n ? q : n - 8; /* the last 8 again, rather than a scalar tail */
-        const dc_vec v0 = *(const dc_vec *)(s + 2 * q), v1 = *(const dc_vec *)(s + 2 * q + 8);
-        *(dc_vec *)(e + q) = __builtin_shuffle(v0, v1, even);
-        *(dc_vec *)(o + q) = __builtin_shuffle(v0, v1, odd);
+        const conv_vec8 v0 = *(const conv_vec8 *)(s + 2 * q),
+                        v1 = *(const conv_vec8 *)(s + 2 * q + 8);
+        *(conv_vec8 *)(e + q) = __builtin_shuffle(v0, v1, even);
+        *(conv_vec8 *)(o + q) = __builtin_shuffle(v0, v1, odd);
         next = q + 8;
     }
 #endif
@@ -387,30 +391,33 @@ static void dw_zero_pads(void *buf, size_t es, int64_t lanes, int64_t Hp, int64_
  * The forward and input gradient of depthwise convs with one output
  * channel per input channel, stride 1, on narrow planes (width under 16)
  * whose output rows are as wide as the input's ("same" columns: KWS's 3x3
- * on 25x5), straight on the NCHW planes ("dwn"): a vector holds 16
+ * on 25x5), straight on the NCHW planes ("depthwise_narrow"): a vector holds 16
  * consecutive flat positions of a plane (a chunk), and tap k of position f
  * reads f + off[k]. A 16-bit mask per (chunk, tap) clears the lanes whose
  * tap lies outside the plane: their loads read 0 and never fault (AVX-512).
- * The channels-last kernels (dwl) these shapes took before spent about
+ * The channels-last kernels (depthwise_channels_last) these shapes took before spent about
  * half their time transposing each unit of channels in and out (perf, 64
  * channels of 25x5, batch 16). Each value is summed in the order of the
  * kernels that take these convs where the CPU has no AVX-512 (the
- * forward's: every depthwise kernel's; the input gradient's: dwl's, so it
- * runs only where dwl_backward would), which compute the same values.
+ * forward's: every depthwise kernel's; the input gradient's: depthwise_channels_last's, so it
+ * runs only where depthwise_channels_last_backward would), which compute the same values.
  */
 #ifdef AI_AVX512_KERNEL
 #include <immintrin.h>
-#define DWN_MAX_CHUNKS 64 /* chunks per plane at most */
-#define DWN_CB 8          /* chunks summed at once: independent sums cover the add's latency */
+#define DEPTHWISE_NARROW_MAX_CHUNKS 64 /* chunks per plane at most */
+/* chunks summed at once: independent sums cover the add's latency */
+#define DEPTHWISE_NARROW_CB 8
 typedef struct {
     int64_t IS, OS, K, ic, oc; /* x and y plane sizes, taps, their chunks */
     int64_t off[DW_PAD_MAX_TAPS];
     /* y chunk j, tap k: lanes whose tap lies inside x (ym[j K + k]); x chunk
      * j, tap k: lanes of x that tap k of a y position inside reads (xm) */
-    uint16_t ym[DWN_MAX_CHUNKS * DW_PAD_MAX_TAPS], xm[DWN_MAX_CHUNKS * DW_PAD_MAX_TAPS];
-} dwn_geom;
+    uint16_t ym[DEPTHWISE_NARROW_MAX_CHUNKS * DW_PAD_MAX_TAPS],
+        xm[DEPTHWISE_NARROW_MAX_CHUNKS * DW_PAD_MAX_TAPS];
+} depthwise_narrow_geom;
 
-static bool dwn_of(const ai_conv_params *p, const conv_geom *g, dwn_geom *q)
+static bool depthwise_narrow_geom_of(const ai_conv_params *p, const conv_geom *g,
+                                     depthwise_narrow_geom *q)
 {
     if (!conv_is_depthwise(p) || p->M != p->C || p->N == 0 || g->img[0] != 1 || g->s[1] != 1 ||
         g->s[2] != 1 || g->grid[2] != g->img[2] || g->img[2] >= 16 ||
@@ -419,7 +426,7 @@ static bool dwn_of(const ai_conv_params *p, const conv_geom *g, dwn_geom *q)
     const int64_t H = g->img[1], W = g->img[2], G1 = g->grid[1], K = g->ksize;
     q->IS = H * W, q->OS = G1 * W, q->K = K;
     q->ic = (q->IS + 15) / 16, q->oc = (q->OS + 15) / 16;
-    if (q->ic > DWN_MAX_CHUNKS || q->oc > DWN_MAX_CHUNKS)
+    if (q->ic > DEPTHWISE_NARROW_MAX_CHUNKS || q->oc > DEPTHWISE_NARROW_MAX_CHUNKS)
         return false;
     int64_t du[DW_PAD_MAX_TAPS], dv[DW_PAD_MAX_TAPS];
     for (int64_t k = 0; k < K; k++) {
@@ -445,34 +452,34 @@ static bool dwn_of(const ai_conv_params *p, const conv_geom *g, dwn_geom *q)
 
 typedef struct {
     const ai_conv_params *p;
-    const dwn_geom *q;
+    const depthwise_narrow_geom *q;
     float *y, *dx;
     const float *x, *dy, *w, *b;
     const ai_conv_epilogue *ep;
     bool assign;
-} dwn_job;
+} depthwise_narrow_job;
 
-/* (no contraction into FMAs: each product rounded, as dwl's) */
-#define DWN_ATTR __attribute__((target("arch=x86-64-v4")))
-#define DWN_INLINE static inline __attribute__((always_inline)) DWN_ATTR
+/* (no contraction into FMAs: each product rounded, as depthwise_channels_last's) */
+#define DEPTHWISE_NARROW_ATTR __attribute__((target("arch=x86-64-v4")))
+#define DEPTHWISE_NARROW_INLINE static inline __attribute__((always_inline)) DEPTHWISE_NARROW_ATTR
 
-/* Calls BLOCK(j0, nj) over chunks [0, n) in blocks of DWN_CB, then of 4, 2
+/* Calls BLOCK(j0, nj) over chunks [0, n) in blocks of DEPTHWISE_NARROW_CB, then of 4, 2
  * and 1: nj is a constant in each call (the block's sums stay in registers) */
-#define DWN_BLOCKS(n, BLOCK)                        \
-    do {                                            \
-        int64_t b0_ = 0;                            \
-        for (; b0_ + DWN_CB <= (n); b0_ += DWN_CB)  \
-            BLOCK(b0_, DWN_CB);                     \
-        for (; b0_ + 4 <= (n); b0_ += 4)            \
-            BLOCK(b0_, 4);                          \
-        for (; b0_ + 2 <= (n); b0_ += 2)            \
-            BLOCK(b0_, 2);                          \
-        for (; b0_ < (n); b0_++)                    \
-            BLOCK(b0_, 1);                          \
+#define DEPTHWISE_NARROW_BLOCKS(n, BLOCK)                                    \
+    do {                                                                     \
+        int64_t b0_ = 0;                                                     \
+        for (; b0_ + DEPTHWISE_NARROW_CB <= (n); b0_ += DEPTHWISE_NARROW_CB) \
+            BLOCK(b0_, DEPTHWISE_NARROW_CB);                                 \
+        for (; b0_ + 4 <= (n); b0_ += 4)                                     \
+            BLOCK(b0_, 4);                                                   \
+        for (; b0_ + 2 <= (n); b0_ += 2)                                     \
+            BLOCK(b0_, 2);                                                   \
+        for (; b0_ < (n); b0_++)                                             \
+            BLOCK(b0_, 1);                                                   \
     } while (0)
 
 /* the first n (1 to 16) floats of v into dst, or added to dst's */
-DWN_INLINE void dwn_store(float *dst, __m512 v, int64_t n, bool add)
+DEPTHWISE_NARROW_INLINE void depthwise_narrow_store(float *dst, __m512 v, int64_t n, bool add)
 {
     const __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
     if (add)
@@ -481,12 +488,14 @@ DWN_INLINE void dwn_store(float *dst, __m512 v, int64_t n, bool add)
 }
 
 /* chunks [j0, j0 + nj) of y plane yp: the bias, then taps in order, w[k] *
- * 0 where the tap lies outside (as dwl_sums adds its pads) */
-DWN_INLINE void dwn_fwd_chunks(const dwn_geom *q, float *yp, const float *xp, const float *wc,
-                               float bias, int64_t j0, const int nj)
+ * 0 where the tap lies outside (as depthwise_channels_last_sums adds its pads) */
+DEPTHWISE_NARROW_INLINE void depthwise_narrow_forward_chunks(const depthwise_narrow_geom *q,
+                                                             float *yp, const float *xp,
+                                                             const float *wc, float bias,
+                                                             int64_t j0, const int nj)
 {
     const int64_t K = q->K;
-    __m512 acc[DWN_CB];
+    __m512 acc[DEPTHWISE_NARROW_CB];
     _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
         acc[jj] = _mm512_set1_ps(bias);
     for (int64_t k = 0; k < K; k++) {
@@ -498,18 +507,20 @@ DWN_INLINE void dwn_fwd_chunks(const dwn_geom *q, float *yp, const float *xp, co
                 acc[jj], _mm512_mul_ps(wk, _mm512_maskz_loadu_ps(m[jj * K], src + jj * 16)));
     }
     _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
-        dwn_store(yp + (j0 + jj) * 16, acc[jj], q->OS - (j0 + jj) * 16, false);
+        depthwise_narrow_store(yp + (j0 + jj) * 16, acc[jj], q->OS - (j0 + jj) * 16, false);
 }
 
 /* chunks [j0, j0 + nj) of dx plane dxp: 0, then w[k] * dy[i - off[k]] for
  * the taps k whose output lies inside, k from the last to the first (the
- * order in which dwl_backward's scatter reaches i; the other taps are
+ * order in which depthwise_channels_last_backward's scatter reaches i; the other taps are
  * skipped, as there); written or added to dx */
-DWN_INLINE void dwn_dx_chunks(const dwn_geom *q, float *dxp, const float *gp, const float *wc,
-                              bool add, int64_t j0, const int nj)
+DEPTHWISE_NARROW_INLINE void depthwise_narrow_input_grad_chunks(const depthwise_narrow_geom *q,
+                                                                float *dxp, const float *gp,
+                                                                const float *wc, bool add,
+                                                                int64_t j0, const int nj)
 {
     const int64_t K = q->K;
-    __m512 acc[DWN_CB];
+    __m512 acc[DEPTHWISE_NARROW_CB];
     _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
         acc[jj] = _mm512_setzero_ps();
     for (int64_t k = K - 1; k >= 0; k--) {
@@ -524,14 +535,14 @@ DWN_INLINE void dwn_dx_chunks(const dwn_geom *q, float *dxp, const float *gp, co
         }
     }
     _Pragma("GCC unroll 8") for (int jj = 0; jj < nj; jj++)
-        dwn_store(dxp + (j0 + jj) * 16, acc[jj], q->IS - (j0 + jj) * 16, add);
+        depthwise_narrow_store(dxp + (j0 + jj) * 16, acc[jj], q->IS - (j0 + jj) * 16, add);
 }
 
 /* Planes [lo, hi) of y (then the epilogue on each), or of dx (with dx) */
-static DWN_ATTR void dwn_range(void *ctx, int64_t lo, int64_t hi)
+static DEPTHWISE_NARROW_ATTR void depthwise_narrow_range(void *ctx, int64_t lo, int64_t hi)
 {
-    const dwn_job *j = ctx;
-    const dwn_geom *q = j->q;
+    const depthwise_narrow_job *j = ctx;
+    const depthwise_narrow_geom *q = j->q;
     const int64_t C = j->p->C, K = q->K;
     for (int64_t i = lo; i < hi; i++) {
         const int64_t c = i % C;
@@ -539,32 +550,34 @@ static DWN_ATTR void dwn_range(void *ctx, int64_t lo, int64_t hi)
         if (j->dx) {
             const float *gp = j->dy + i * q->OS;
             float *dxp = j->dx + i * q->IS;
-#define DWN_DX(j0, nj) dwn_dx_chunks(q, dxp, gp, wc, !j->assign, j0, nj)
-            DWN_BLOCKS(q->ic, DWN_DX);
-#undef DWN_DX
+#define DEPTHWISE_NARROW_INPUT_GRAD(j0, nj) \
+    depthwise_narrow_input_grad_chunks(q, dxp, gp, wc, !j->assign, j0, nj)
+            DEPTHWISE_NARROW_BLOCKS(q->ic, DEPTHWISE_NARROW_INPUT_GRAD);
+#undef DEPTHWISE_NARROW_INPUT_GRAD
             continue;
         }
         const float *xp = j->x + i * q->IS, bias = j->b ? j->b[c] : 0;
         float *yp = j->y + i * q->OS;
-#define DWN_FWD(j0, nj) dwn_fwd_chunks(q, yp, xp, wc, bias, j0, nj)
-        DWN_BLOCKS(q->oc, DWN_FWD);
-#undef DWN_FWD
+#define DEPTHWISE_NARROW_FORWARD(j0, nj) \
+    depthwise_narrow_forward_chunks(q, yp, xp, wc, bias, j0, nj)
+        DEPTHWISE_NARROW_BLOCKS(q->oc, DEPTHWISE_NARROW_FORWARD);
+#undef DEPTHWISE_NARROW_FORWARD
         if (j->ep)
             ep_plane_f32(yp, q->OS, j->ep, c, C);
     }
 }
 #endif
 
-static bool dwn_forward_f32(const ai_conv_params *p, float *y, const float *x, const float *w,
-                            const float *b, const ai_conv_epilogue *ep)
+static bool depthwise_narrow_forward_f32(const ai_conv_params *p, float *y, const float *x,
+                                         const float *w, const float *b, const ai_conv_epilogue *ep)
 {
 #ifdef AI_AVX512_KERNEL
     conv_geom g = conv_geom_of(p, false);
-    dwn_geom q;
-    if (!ai_cpu_avx512() || !dwn_of(p, &g, &q))
+    depthwise_narrow_geom q;
+    if (!ai_cpu_avx512() || !depthwise_narrow_geom_of(p, &g, &q))
         return false;
-    dwn_job j = {.p = p, .q = &q, .y = y, .x = x, .w = w, .b = b, .ep = ep};
-    ai_parallel_for(p->N * p->C, ai_grain_of(q.OS * q.K), dwn_range, &j);
+    depthwise_narrow_job j = {.p = p, .q = &q, .y = y, .x = x, .w = w, .b = b, .ep = ep};
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.OS * q.K), depthwise_narrow_range, &j);
     return true;
 #else
     (void)p, (void)y, (void)x, (void)w, (void)b, (void)ep;
@@ -572,25 +585,26 @@ static bool dwn_forward_f32(const ai_conv_params *p, float *y, const float *x, c
 #endif
 }
 
-/* The input gradient alone, where dwl_backward would compute it (the same
+/* The input gradient alone, where depthwise_channels_last_backward would compute it (the same
  * values where the CPU has no AVX-512); the weight gradient is left to
- * dwl_backward, whose sums dwn would otherwise have to reproduce. Planes
- * of DWN_DX_MIN positions or more: on smaller ones dwl's one pass for both
- * gradients costs less than two. */
-#define DWN_DX_MIN 64
-static bool dwn_dx_f32(const ai_conv_params *p, float *dx, const float *dy, const float *w,
-                       bool assign)
+ * depthwise_channels_last_backward, whose sums depthwise_narrow would otherwise have to reproduce.
+ * Planes of DEPTHWISE_NARROW_INPUT_GRAD_MIN positions or more: on smaller ones
+ * depthwise_channels_last's one pass for both gradients costs less than two. */
+#define DEPTHWISE_NARROW_INPUT_GRAD_MIN 64
+static bool depthwise_narrow_input_grad_f32(const ai_conv_params *p, float *dx, const float *dy,
+                                            const float *w, bool assign)
 {
 #ifdef AI_AVX512_KERNEL
     conv_geom g = conv_geom_of(p, false);
-    dwn_geom q;
-    dwl_geom l;
+    depthwise_narrow_geom q;
+    depthwise_channels_last_geom l;
     int64_t slots, slot;
-    if (!ai_cpu_avx512() || g.img_size < DWN_DX_MIN || !dwl_backward_of(p, &g, &l, &slots, &slot) ||
-        !dwn_of(p, &g, &q))
+    if (!ai_cpu_avx512() || g.img_size < DEPTHWISE_NARROW_INPUT_GRAD_MIN ||
+        !depthwise_channels_last_backward_geom_of(p, &g, &l, &slots, &slot) ||
+        !depthwise_narrow_geom_of(p, &g, &q))
         return false;
-    dwn_job j = {.p = p, .q = &q, .dx = dx, .dy = dy, .w = w, .assign = assign};
-    ai_parallel_for(p->N * p->C, ai_grain_of(q.IS * q.K), dwn_range, &j);
+    depthwise_narrow_job j = {.p = p, .q = &q, .dx = dx, .dy = dy, .w = w, .assign = assign};
+    ai_parallel_for(p->N * p->C, ai_grain_of(q.IS * q.K), depthwise_narrow_range, &j);
     return true;
 #else
     (void)p, (void)dx, (void)dy, (void)w, (void)assign;
@@ -601,100 +615,101 @@ static bool dwn_dx_f32(const ai_conv_params *p, float *dx, const float *dy, cons
 /* ------------------------------------------------ blocked channels (conv.h) */
 
 /*
- * The blocked depthwise sums ("dwb"): dwl_range's jobs (a unit of 8
- * channels of one image, its padded (Hp, Wp, 8) copy xt, the taps' weights
- * wt (K, 8)) with the outputs written straight into the unit's block of y.
- * A row of outputs goes 8 positions at a time (then 4, then 1): per tap one
- * weight vector and 8 FMAs, each reading its input vector at a fixed
+ * The blocked depthwise sums ("depthwise_blocked"): depthwise_channels_last_range's jobs (a unit of
+ * 8 channels of one image, its padded (Hp, Wp, 8) copy xt, the taps' weights wt (K, 8)) with the
+ * outputs written straight into the unit's block of y. A row of outputs goes 8 positions at a time
+ * (then 4, then 1): per tap one weight vector and 8 FMAs, each reading its input vector at a fixed
  * displacement (stride 1 and 2 compiled as constants), 8 independent
  * accumulators; the epilogue before the store. Rows shorter than 8 or not
  * a multiple of 4 go in flat tiles of 8 positions across rows instead
- * (dwb_flat: a 1-wide tail is a chain of dependent FMAs; MobileNet's
+ * (depthwise_blocked_flat: a 1-wide tail is a chain of dependent FMAs; MobileNet's
  * 128-channel 6x6 depthwise convs in-model -13 to -17%). The taps are summed in
- * order from the bias with FMAs (dwl, for NCHW outputs, rounds each
+ * order from the bias with FMAs (depthwise_channels_last, for NCHW outputs, rounds each
  * product: the other depthwise kernels' values).
  */
 #if defined(__GNUC__)
-#define DWB_TILE(NP, S2)                                                              \
-    for (; o2 + (NP) <= G2; o2 += (NP)) {                                             \
-        dc_vec acc[NP];                                                               \
-        for (int i = 0; i < (NP); i++)                                                \
-            acc[i] = bv;                                                              \
-        const float *xs = xr + (o2 * (S2) - x0) * 8;                                  \
-        for (int64_t k = 0; k < K; k++) {                                             \
-            const dc_vec wk = *(const dc_vec *)(wt + wo[k]);                          \
-            const float *xk = xs + off[k];                                            \
-            for (int i = 0; i < (NP); i++)                                            \
-                acc[i] += wk * *(const dc_vec *)(xk + i * (S2) * 8);                  \
-        }                                                                             \
-        for (int i = 0; i < (NP); i++) {                                              \
-            dc_vec t = acc[i];                                                        \
-            DC_EPILOGUE(t, ab, av, cv, relu);                                         \
-            *(dc_vec *)(yr + (o2 + i) * 8) = t;                                       \
-        }                                                                             \
+#define DEPTHWISE_BLOCKED_TILE(NP, S2)                                  \
+    for (; o2 + (NP) <= G2; o2 += (NP)) {                               \
+        conv_vec8 acc[NP];                                              \
+        for (int i = 0; i < (NP); i++)                                  \
+            acc[i] = bv;                                                \
+        const float *xs = xr + (o2 * (S2) - x0) * 8;                    \
+        for (int64_t k = 0; k < K; k++) {                               \
+            const conv_vec8 wk = *(const conv_vec8 *)(wt + wo[k]);      \
+            const float *xk = xs + off[k];                              \
+            for (int i = 0; i < (NP); i++)                              \
+                acc[i] += wk * *(const conv_vec8 *)(xk + i * (S2) * 8); \
+        }                                                               \
+        for (int i = 0; i < (NP); i++) {                                \
+            conv_vec8 t = acc[i];                                       \
+            VEC_EPILOGUE(t, ab, av, cv, relu);                          \
+            *(conv_vec8 *)(yr + (o2 + i) * 8) = t;                      \
+        }                                                               \
     }
 
 /* A row's outputs [o2, G2): 8 at a time (stride 1 and 2 as constants),
  * then 4, then 1. */
-#define DWB_ROW()                                                                     \
-    if (s2 == 1)                                                                      \
-        DWB_TILE(8, 1)                                                                \
-    else if (s2 == 2)                                                                 \
-        DWB_TILE(8, 2)                                                                \
-    else                                                                              \
-        DWB_TILE(8, s2)                                                               \
-    DWB_TILE(4, s2)                                                                   \
-    DWB_TILE(1, s2)
+#define DEPTHWISE_BLOCKED_ROW()       \
+    if (s2 == 1)                      \
+        DEPTHWISE_BLOCKED_TILE(8, 1)  \
+    else if (s2 == 2)                 \
+        DEPTHWISE_BLOCKED_TILE(8, 2)  \
+    else                              \
+        DEPTHWISE_BLOCKED_TILE(8, s2) \
+    DEPTHWISE_BLOCKED_TILE(4, s2)     \
+    DEPTHWISE_BLOCKED_TILE(1, s2)
 
-/* The outputs [0, OS) in flat tiles of DWB_NP positions (rows of G2, the
+/* The outputs [0, OS) in flat tiles of DEPTHWISE_BLOCKED_NP positions (rows of G2, the
  * last tile repeating the last position), for rows too short for the row
  * tiles, whose 1-wide tails are chains of dependent FMAs: each position
  * its input pointer (rs: an output row's step, cs: a column's), the same
  * sums in the same order. */
-#define DWB_NP 8
+#define DEPTHWISE_BLOCKED_NP 8
 /* A flat tile's taps: acc[i] += w_k x_k(i), k in order, position i's input
  * at src[i] (vectors V of VL lanes; 9 taps unrolled) */
-#define DWB_TAPS_K(V, VL, KK)                                                         \
-    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                      \
-        const V wk = *(const V *)(wt + k * (VL));                                     \
-        for (int i = 0; i < DWB_NP; i++)                                              \
-            acc[i] += wk * *(const V *)(src[i] + off[k]);                             \
+#define DEPTHWISE_BLOCKED_TAPS_K(V, VL, KK)                    \
+    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) \
+    {                                                          \
+        const V wk = *(const V *)(wt + k * (VL));              \
+        for (int i = 0; i < DEPTHWISE_BLOCKED_NP; i++)         \
+            acc[i] += wk * *(const V *)(src[i] + off[k]);      \
     }
-#define DWB_FLAT_TAPS(V, VL)      \
-    if (K == 9)                   \
-        DWB_TAPS_K(V, VL, 9)      \
-    else                          \
-        DWB_TAPS_K(V, VL, K)
-static inline void dwb_flat(float *yu, const float *xt, const float *wt, const int64_t *off,
-                            int64_t K, int64_t OS, int64_t G2, int64_t rs, int64_t cs,
-                            const dc_vec *bvp, const dc_vec *avp, const dc_vec *cvp, bool ab,
-                            bool relu)
+#define DEPTHWISE_BLOCKED_FLAT_TAPS(V, VL) \
+    if (K == 9)                            \
+        DEPTHWISE_BLOCKED_TAPS_K(V, VL, 9) \
+    else                                   \
+        DEPTHWISE_BLOCKED_TAPS_K(V, VL, K)
+static inline void depthwise_blocked_flat(float *yu, const float *xt, const float *wt,
+                                          const int64_t *off, int64_t K, int64_t OS, int64_t G2,
+                                          int64_t rs, int64_t cs, const conv_vec8 *bvp,
+                                          const conv_vec8 *avp, const conv_vec8 *cvp, bool ab,
+                                          bool relu)
 {
-    const dc_vec bv = *bvp, av = *avp, cv = *cvp; /* (pointers: no vector arguments) */
-    for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWB_NP) {
-        const float *src[DWB_NP];
-        dc_vec acc[DWB_NP];
-        for (int i = 0; i < DWB_NP; i++) {
+    const conv_vec8 bv = *bvp, av = *avp, cv = *cvp; /* (pointers: no vector arguments) */
+    for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DEPTHWISE_BLOCKED_NP) {
+        const float *src[DEPTHWISE_BLOCKED_NP];
+        conv_vec8 acc[DEPTHWISE_BLOCKED_NP];
+        for (int i = 0; i < DEPTHWISE_BLOCKED_NP; i++) {
             src[i] = xt + o1 * rs + o2 * cs;
             acc[i] = bv;
             if (o + i + 1 < OS && ++o2 == G2)
                 o1++, o2 = 0;
         }
-        DWB_FLAT_TAPS(dc_vec, 8)
-        for (int i = 0; i < DWB_NP && o + i < OS; i++) {
-            dc_vec t = acc[i];
-            DC_EPILOGUE(t, ab, av, cv, relu);
-            *(dc_vec *)(yu + (o + i) * 8) = t;
+        DEPTHWISE_BLOCKED_FLAT_TAPS(conv_vec8, 8)
+        for (int i = 0; i < DEPTHWISE_BLOCKED_NP && o + i < OS; i++) {
+            conv_vec8 t = acc[i];
+            VEC_EPILOGUE(t, ab, av, cv, relu);
+            *(conv_vec8 *)(yu + (o + i) * 8) = t;
         }
     }
 }
 
-AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
-                                    const float *wt, int64_t c)
+AI_GEMM_CLONES static void depthwise_blocked_sums(const void *job, float *yu, const float *xt,
+                                                  const float *wt, int64_t c)
 {
-    const dwl_job_f32 *j = job;
+    const depthwise_channels_last_job_f32 *j = job;
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
+    const depthwise_channels_last_geom *q = j->q;
     const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2], s2 = g->s[2];
     const int64_t rs = g->s[1] * q->Wp * 8; /* an output row's step in xt */
     const float *abf = j->ep ? j->ep->ab : NULL;
@@ -705,12 +720,13 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
         wo[k] = k * 8;
     }
     const int64_t M = j->p->M;
-    dc_vec bv, av, cv;
+    conv_vec8 bv, av, cv;
     lane_vec_f32(&bv, j->b, c, M);
     lane_vec_f32(&av, abf, c, M);
     lane_vec_f32(&cv, abf ? abf + M : NULL, c, M);
     if (G2 < 8 || G2 % 4) { /* short rows: flat tiles */
-        dwb_flat(yu, xt, wt, off, K, g->grid_size, G2, rs, s2 * 8, &bv, &av, &cv, ab, relu);
+        depthwise_blocked_flat(yu, xt, wt, off, K, g->grid_size, G2, rs, s2 * 8, &bv, &av, &cv, ab,
+                               relu);
         return;
     }
     const int64_t x0 = 0; /* xt's padding is inside it */
@@ -718,14 +734,14 @@ AI_GEMM_CLONES static void dwb_sums(const void *job, float *yu, const float *xt,
         const float *xr = xt + o1 * rs;
         float *yr = yu + o1 * G2 * 8;
         int64_t o2 = 0;
-        DWB_ROW()
+        DEPTHWISE_BLOCKED_ROW()
     }
 }
 
 /* Taps [lo, hi) of a kernel dim whose input index o s - p + k d falls
  * in [0, n). */
-static void dwb_taps(int64_t o, int64_t s, int64_t p, int64_t d, int64_t kn, int64_t n,
-                     int64_t *lo, int64_t *hi)
+static void depthwise_blocked_taps(int64_t o, int64_t s, int64_t p, int64_t d, int64_t kn,
+                                   int64_t n, int64_t *lo, int64_t *hi)
 {
     const int64_t i0 = o * s - p;
     *lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
@@ -739,17 +755,17 @@ static void dwb_taps(int64_t o, int64_t s, int64_t p, int64_t d, int64_t kn, int
  * columns whose taps all fall inside go through the tiles (the row's taps,
  * at the image's row stride), the border columns add their inside taps
  * (the padding's zeros add nothing). Taken by strided convs of
- * DWB_DIRECT_MIN outputs or more, whose padded copy (of an input 4 times
+ * DEPTHWISE_BLOCKED_DIRECT_MIN outputs or more, whose padded copy (of an input 4 times
  * the output at stride 2) costs as much as the sums. Three-conv chains,
  * batch 16, same process A/B against the copy: stride 2, 16 channels 48x48
  * -12 to -16%, 32 channels -11%; stride 1 (8 and 32 channels, 48x48 and
  * 24x24) came out between -7% and +10% over repeated runs, so stride 1
  * keeps the copy. */
-#define DWB_DIRECT_MIN 64
-AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *xu,
-                                      const float *wt, int64_t c)
+#define DEPTHWISE_BLOCKED_DIRECT_MIN 64
+AI_GEMM_CLONES static void depthwise_blocked_direct(const void *job, float *yu, const float *xu,
+                                                    const float *wt, int64_t c)
 {
-    const dwl_job_f32 *j = job;
+    const depthwise_channels_last_job_f32 *j = job;
     const conv_geom *g = j->g;
     const int64_t G1 = g->grid[1], G2 = g->grid[2];
     const int64_t H = g->img[1], W = g->img[2], s1 = g->s[1], s2 = g->s[2];
@@ -758,7 +774,7 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
     const int64_t M = j->p->M;
-    dc_vec bv, av, cv;
+    conv_vec8 bv, av, cv;
     lane_vec_f32(&bv, j->b, c, M);
     lane_vec_f32(&av, abf, c, M);
     lane_vec_f32(&cv, abf ? abf + M : NULL, c, M);
@@ -768,7 +784,7 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
     c_hi = c_hi > G2 ? G2 : c_hi < c_lo ? c_lo : c_hi;
     for (int64_t o1 = 0; o1 < G1; o1++) {
         int64_t k1a, k1b, K = 0, off[DW_PAD_MAX_TAPS], wo[DW_PAD_MAX_TAPS];
-        dwb_taps(o1, s1, p1, d1, k1n, H, &k1a, &k1b);
+        depthwise_blocked_taps(o1, s1, p1, d1, k1n, H, &k1a, &k1b);
         const int64_t r = o1 * s1 - p1 + k1a * d1; /* the first row read */
         for (int64_t k1 = k1a; k1 < k1b; k1++)
             for (int64_t k2 = 0; k2 < k2n; k2++, K++) {
@@ -780,31 +796,31 @@ AI_GEMM_CLONES static void dwb_direct(const void *job, float *yu, const float *x
         {
             const int64_t G2 = c_hi; /* the tiles stop there */
             int64_t o2 = c_lo;
-            DWB_ROW()
+            DEPTHWISE_BLOCKED_ROW()
         }
         /* the border columns: [0, c_lo) and [c_hi, G2) */
         for (int64_t b = c_lo > 0 ? 0 : c_hi; b < G2; b = b + 1 == c_lo ? c_hi : b + 1) {
             int64_t k2a, k2b;
-            dwb_taps(b, s2, p2, d2, k2n, W, &k2a, &k2b);
+            depthwise_blocked_taps(b, s2, p2, d2, k2n, W, &k2a, &k2b);
             const int64_t col = b * s2 - p2;
-            dc_vec acc = bv;
+            conv_vec8 acc = bv;
             for (int64_t k1 = k1a; k1 < k1b; k1++)
                 for (int64_t k2 = k2a; k2 < k2b; k2++)
-                    acc += *(const dc_vec *)(wt + (k1 * k2n + k2) * 8) *
-                           *(const dc_vec *)(xr + ((k1 - k1a) * d1 * W + col + k2 * d2) * 8);
-            DC_EPILOGUE(acc, ab, av, cv, relu);
-            *(dc_vec *)(yr + b * 8) = acc;
+                    acc += *(const conv_vec8 *)(wt + (k1 * k2n + k2) * 8) *
+                           *(const conv_vec8 *)(xr + ((k1 - k1a) * d1 * W + col + k2 * d2) * 8);
+            VEC_EPILOGUE(acc, ab, av, cv, relu);
+            *(conv_vec8 *)(yr + b * 8) = acc;
         }
     }
 }
-#undef DWB_ROW
-#undef DWB_TILE
+#undef DEPTHWISE_BLOCKED_ROW
+#undef DEPTHWISE_BLOCKED_TILE
 
 #ifdef AI_AVX512_KERNEL
-/* dwb_range_v16's weights, packed once per call after the slots: per pair
+/* depthwise_blocked_range_v16's weights, packed once per call after the slots: per pair
  * of units, its taps (K, 16) then its bias, scale and shift (16 lanes
  * each), zeros past the channels */
-static void dwb_pack_v16(const dwl_job_f32 *j)
+static void depthwise_blocked_pack_v16(const depthwise_channels_last_job_f32 *j)
 {
     enum { L = 16 };
     const int64_t C = j->p->C, M = j->p->M, K = j->q->K, pairs = j->q->units / 2;
@@ -822,29 +838,30 @@ static void dwb_pack_v16(const dwl_job_f32 *j)
 }
 
 /*
- * dwb with 16-lane vectors (AVX-512), where x is blocked and the units
- * pair up (strided convs too: dwb_direct runs at 8 lanes only): a job is two
+ * depthwise_blocked with 16-lane vectors (AVX-512), where x is blocked and the units
+ * pair up (strided convs too: depthwise_blocked_direct runs at 8 lanes only): a job is two
  * units of one image (blocks u and u + 1, 16 channels), copied into one
  * padded xt (Hp, Wp, 16) with their lanes side by side; each output
  * position is then one vector product per tap, its result stored as two
- * 8-lane halves, one into each block. Flat tiles of DWB_NP positions
- * (dwb_flat's), each lane's taps in order from the bias with FMAs and the
- * epilogue rounded as dwb_sums does: its values bit for bit, in half the
- * vector instructions. The jobs of slots as dwl_range's, pairs of units
+ * 8-lane halves, one into each block. Flat tiles of DEPTHWISE_BLOCKED_NP positions
+ * (depthwise_blocked_flat's), each lane's taps in order from the bias with FMAs and the
+ * epilogue rounded as depthwise_blocked_sums does: its values bit for bit, in half the
+ * vector instructions. The jobs of slots as depthwise_channels_last_range's, pairs of units
  * in place of units, but a thread's range of slots runs as one (their
  * images, or their run of jobs, are consecutive), in the first slot's
  * buffer, its pads zeroed once; the weights are packed once per call
- * (dwb_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
+ * (depthwise_blocked_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
  * taken 0.071 ms at 1 thread, 0.030 as one range; with a pair's weights
  * packed once per part of the pool's pass, MobileNet's depthwise convs on
  * 6x6 and 3x3 were slower at 2 threads than at 1.
  */
-AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo, int64_t hi)
+AI_AVX512_KERNEL AI_SHORT_LOOPS static void depthwise_blocked_range_v16(void *ctx, int64_t lo,
+                                                                        int64_t hi)
 {
-    const dwl_job_f32 *j = ctx;
+    const depthwise_channels_last_job_f32 *j = ctx;
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
-    enum { L = 16, B = DWL_UNIT };
+    const depthwise_channels_last_geom *q = j->q;
+    enum { L = 16, B = DEPTHWISE_CHANNELS_LAST_UNIT };
     const int64_t N = j->p->N, K = q->K, IS = g->img_size;
     const int64_t OS = g->grid_size, G2 = g->grid[2], H = g->img[1], W = g->img[2];
     const int64_t p1 = g->p[1], p2 = g->p[2], Wp = q->Wp;
@@ -854,7 +871,8 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     const int64_t i1lo = p1 > 0 ? 0 : -p1, i1hi = q->Hp - p1 < H ? q->Hp - p1 : H;
     const int64_t units = q->units, pairs = units / 2, jobs = pairs * N;
     const bool inside = p1 >= 0 && p2 >= 0 && H + p1 <= q->Hp && W + p2 <= Wp;
-    const bool by_image = N >= q->slots || N >= ai_parallel_parts(); /* as dwl_range */
+    const bool by_image =
+        N >= q->slots || N >= ai_parallel_parts(); /* as depthwise_channels_last_range */
     const float *abf = j->ep ? j->ep->ab : NULL;
     const bool ab = abf != NULL, relu = j->ep && j->ep->relu;
     int64_t off[DW_PAD_MAX_TAPS];
@@ -871,34 +889,37 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
         dw_zero_pads(xt, sizeof(float), L, q->Hp, Wp, H, W, p1, p2, inside);
         for (int64_t job = j0; job < j1; job++) {
             const int64_t pr = job / ns, n = n0 + job % ns;
-            const float *wt = j->ws + q->slots * q->slot + pr * (K + 3) * L; /* dwb_pack_v16's */
-            const dcw_vec bv = *(const dcw_vec *)(wt + K * L);
-            const dcw_vec av = *(const dcw_vec *)(wt + (K + 1) * L);
-            const dcw_vec cv = *(const dcw_vec *)(wt + (K + 2) * L);
+            const float *wt =
+                j->ws + q->slots * q->slot + pr * (K + 3) * L; /* depthwise_blocked_pack_v16's */
+            const conv_vec16 bv = *(const conv_vec16 *)(wt + K * L);
+            const conv_vec16 av = *(const conv_vec16 *)(wt + (K + 1) * L);
+            const conv_vec16 cv = *(const conv_vec16 *)(wt + (K + 2) * L);
             const float *xu = j->x + (n * units + 2 * pr) * IS * B; /* block u; u + 1 follows */
             for (int64_t i1 = i1lo; i1 < i1hi; i1++)
                 for (int64_t i2 = i2lo; i2 < i2hi; i2++) {
                     float *d = xt + ((i1 + p1) * Wp + i2 + p2) * L;
                     const float *a = xu + (i1 * W + i2) * B;
-                    *(dc_vec *)d = *(const dc_vec *)a;
-                    *(dc_vec *)(d + B) = *(const dc_vec *)(a + IS * B);
+                    *(conv_vec8 *)d = *(const conv_vec8 *)a;
+                    *(conv_vec8 *)(d + B) = *(const conv_vec8 *)(a + IS * B);
                 }
             float *y0 = j->y + (n * units + 2 * pr) * OS * B, *y1 = y0 + OS * B;
-            for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWB_NP) {
-                const float *src[DWB_NP];
-                dcw_vec acc[DWB_NP];
-                for (int i = 0; i < DWB_NP; i++) { /* positions past OS repeat the last */
+            for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DEPTHWISE_BLOCKED_NP) {
+                const float *src[DEPTHWISE_BLOCKED_NP];
+                conv_vec16 acc[DEPTHWISE_BLOCKED_NP];
+                for (int i = 0; i < DEPTHWISE_BLOCKED_NP;
+                     i++) { /* positions past OS repeat the last */
                     src[i] = xt + o1 * rs + o2 * cs;
                     acc[i] = bv;
                     if (o + i + 1 < OS && ++o2 == G2)
                         o1++, o2 = 0;
                 }
-                DWB_FLAT_TAPS(dcw_vec, L)
-                for (int i = 0; i < DWB_NP && o + i < OS; i++) {
-                    dcw_vec t = acc[i];
-                    DC_EPILOGUE_NC(t, ab, av, cv, relu, DCW_NO_CONTRACT);
-                    *(dc_vec *)(y0 + (o + i) * B) = __builtin_shufflevector(t, t, 0, 1, 2, 3, 4, 5, 6, 7);
-                    *(dc_vec *)(y1 + (o + i) * B) =
+                DEPTHWISE_BLOCKED_FLAT_TAPS(conv_vec16, L)
+                for (int i = 0; i < DEPTHWISE_BLOCKED_NP && o + i < OS; i++) {
+                    conv_vec16 t = acc[i];
+                    VEC_EPILOGUE_NC(t, ab, av, cv, relu, VEC16_NO_CONTRACT);
+                    *(conv_vec8 *)(y0 + (o + i) * B) =
+                        __builtin_shufflevector(t, t, 0, 1, 2, 3, 4, 5, 6, 7);
+                    *(conv_vec8 *)(y1 + (o + i) * B) =
                         __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15);
                 }
             }
@@ -906,14 +927,14 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void dwb_range_v16(void *ctx, int64_t lo,
     }
 }
 #endif
-#undef DWB_FLAT_TAPS
-#undef DWB_TAPS_K
+#undef DEPTHWISE_BLOCKED_FLAT_TAPS
+#undef DEPTHWISE_BLOCKED_TAPS_K
 #endif
 
 
 bool depthwise_narrow_forward(const conv_call *c)
 {
-    return c->dtype == AI_F32 && dwn_forward_f32(c->p, c->y, c->x, c->w, c->b, c->ep);
+    return c->dtype == AI_F32 && depthwise_narrow_forward_f32(c->p, c->y, c->x, c->w, c->b, c->ep);
 }
 
 bool depthwise_channels_last_forward(const conv_call *c)
@@ -928,7 +949,8 @@ bool depthwise_forward(const conv_call *c)
 
 bool depthwise_narrow_input_grad(conv_call *c)
 {
-    if (c->dtype != AI_F32 || !dwn_dx_f32(c->p, c->dx, c->dy, c->w, c->assign_dx))
+    if (c->dtype != AI_F32 ||
+        !depthwise_narrow_input_grad_f32(c->p, c->dx, c->dy, c->w, c->assign_dx))
         return false;
     c->dx = NULL;
     return true;
@@ -963,25 +985,26 @@ int64_t depthwise_workspace(const ai_conv_params *p, const conv_geom *g)
             dw_pad_slots(p) * q.copies * q.plane > elems)
             elems = dw_pad_slots(p) * q.copies * q.plane;
     }
-    dwl_geom l;
+    depthwise_channels_last_geom l;
     int64_t slots, slot;
-    if (dwl_of(p, g, &l, false) && dwl_elems(&l) > elems)
-        elems = dwl_elems(&l);
-    if (dwl_backward_of(p, g, &l, &slots, &slot) && slots * slot > elems)
+    if (depthwise_channels_last_geom_of(p, g, &l, false) &&
+        depthwise_channels_last_elems(&l) > elems)
+        elems = depthwise_channels_last_elems(&l);
+    if (depthwise_channels_last_backward_geom_of(p, g, &l, &slots, &slot) && slots * slot > elems)
         elems = slots * slot;
     return elems;
 }
 
 bool depthwise_blocked_accepts(const ai_conv_params *p, const conv_geom *g)
 {
-    dwl_geom l;
-    return conv_is_depthwise(p) && dwl_of(p, g, &l, true);
+    depthwise_channels_last_geom l;
+    return conv_is_depthwise(p) && depthwise_channels_last_geom_of(p, g, &l, true);
 }
 
 int64_t depthwise_blocked_workspace(const ai_conv_params *p, const conv_geom *g)
 {
-    dwl_geom l;
-    return dwl_of(p, g, &l, true) ? dwl_elems(&l) : 0;
+    depthwise_channels_last_geom l;
+    return depthwise_channels_last_geom_of(p, g, &l, true) ? depthwise_channels_last_elems(&l) : 0;
 }
 
 /* y blocked; x blocked when x_blocked, else NCHW */
@@ -990,29 +1013,43 @@ void depthwise_blocked_forward(const ai_conv_params *p, float *y, const float *x
                                const ai_conv_epilogue *ep, bool x_blocked)
 {
     const conv_geom g = conv_geom_of(p, false);
-    dwl_geom l;
-    dwl_of(p, &g, &l, true);
+    depthwise_channels_last_geom l;
+    depthwise_channels_last_geom_of(p, &g, &l, true);
 #if defined(__GNUC__)
-    const bool direct = x_blocked && g.grid_size >= DWB_DIRECT_MIN && g.s[1] * g.s[2] > 1;
-    dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, dwb_sums,
-                     direct ? dwb_direct : NULL};
+    const bool direct =
+        x_blocked && g.grid_size >= DEPTHWISE_BLOCKED_DIRECT_MIN && g.s[1] * g.s[2] > 1;
+    depthwise_channels_last_job_f32 j = {p,
+                                         &g,
+                                         &l,
+                                         y,
+                                         ws,
+                                         x,
+                                         w,
+                                         b,
+                                         ep,
+                                         x_blocked,
+                                         true,
+                                         depthwise_blocked_sums,
+                                         direct ? depthwise_blocked_direct : NULL};
 #else
-    dwl_job_f32 j = {p, &g, &l, y, ws, x, w, b, ep, x_blocked, true, NULL, NULL};
+    depthwise_channels_last_job_f32 j = {p, &g, &l,        y,    ws,   x,   w,
+                                         b, ep, x_blocked, true, NULL, NULL};
 #endif
-    const int64_t per_slot = l.jobs / l.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
+    const int64_t per_slot =
+        l.jobs / l.slots * DEPTHWISE_CHANNELS_LAST_UNIT * (g.img_size + g.grid_size * g.ksize);
 #if defined(AI_AVX512_KERNEL)
     /* 16 lanes where the units pair up, strided convs included: on
      * MobileNet's first stride-2 depthwise conv (16 channels, 48x48, in a
      * pointwise-depthwise-pointwise chain, per-node profile against ONNX
      * Runtime in the same run) the copy and 16-lane sums took 0.92-0.98 of
-     * dwb_direct's time */
+     * depthwise_blocked_direct's time */
     if (x_blocked && l.units % 2 == 0 && ai_cpu_avx512()) {
-        dwb_pack_v16(&j);
-        ai_parallel_for(l.slots, ai_grain_of(per_slot), dwb_range_v16, &j);
+        depthwise_blocked_pack_v16(&j);
+        ai_parallel_for(l.slots, ai_grain_of(per_slot), depthwise_blocked_range_v16, &j);
         return;
     }
 #endif
-    dwl_pack_f32(&j);
-    ai_parallel_for(l.slots, ai_grain_of(per_slot), dwl_range_f32, &j);
+    depthwise_channels_last_pack_f32(&j);
+    ai_parallel_for(l.slots, ai_grain_of(per_slot), depthwise_channels_last_range_f32, &j);
 }
 

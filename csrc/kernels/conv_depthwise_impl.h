@@ -644,31 +644,33 @@ static void FN(dw_same_dw_range)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* The depthwise forward channels-last (dwl_of): y = conv(x, w) + b,
+/* The depthwise forward channels-last (depthwise_channels_last_geom_of): y = conv(x, w) + b,
  * then the epilogue. */
 typedef struct {
     const ai_conv_params *p;
     const conv_geom *g;
-    const dwl_geom *q;
+    const depthwise_channels_last_geom *q;
     T *y, *ws;
     const T *x, *w, *b;
     const ai_conv_epilogue *ep;
     bool xb, yb; /* x, y in blocked channels (conv.h): read, written unit by unit */
-    /* yb: the sums into the unit's block (dwb_sums); with xb and
+    /* yb: the sums into the unit's block (depthwise_blocked_sums); with xb and
      * direct_sums, those read the unit's block of x itself (no padded copy) */
     void (*blocked_sums)(const void *job, T *yu, const T *xt, const T *wt, int64_t c);
     void (*direct_sums)(const void *job, T *yu, const T *xu, const T *wt, int64_t c);
-} FN(dwl_job);
+} FN(depthwise_channels_last_job);
 
-/* yt (OS, DWL_UNIT) for channels [c, c + DWL_UNIT): every output position,
- * DWL_NP at a time, the taps in order, then the epilogue (as ep_apply). */
-#define DWL_NP 8
-AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *xt,
-                                          const T *wt, int64_t c)
+/* yt (OS, DEPTHWISE_CHANNELS_LAST_UNIT) for channels [c, c + DEPTHWISE_CHANNELS_LAST_UNIT): every
+ * output position, DEPTHWISE_CHANNELS_LAST_NP at a time, the taps in order, then the epilogue (as
+ * ep_apply). */
+#define DEPTHWISE_CHANNELS_LAST_NP 8
+AI_VECTOR_CLONES static void
+FN(depthwise_channels_last_sums)(const FN(depthwise_channels_last_job) * j, T *yt, const T *xt,
+                                 const T *wt, int64_t c)
 {
-    enum { VL = AI_VEC_LANES(T), L = DWL_UNIT };
+    enum { VL = AI_VEC_LANES(T), L = DEPTHWISE_CHANNELS_LAST_UNIT };
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
+    const depthwise_channels_last_geom *q = j->q;
     const int64_t K = q->K, OS = g->grid_size, G2 = g->grid[2], M = j->p->M;
     const int64_t rs = g->s[1] * q->Wp * L, cs = g->s[2] * L; /* an output row, column */
     const T *ab = j->ep ? j->ep->ab : NULL;
@@ -681,32 +683,34 @@ AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *
         FN(lane_vec)(&bv, j->b, c + v, M);
         FN(lane_vec)(&av, ab, c + v, M);
         FN(lane_vec)(&tv, ab ? ab + M : NULL, c + v, M);
-        for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DWL_NP) {
-            const T *src[DWL_NP];
-            for (int i = 0; i < DWL_NP; i++) { /* positions past OS repeat the last */
+        for (int64_t o = 0, o1 = 0, o2 = 0; o < OS; o += DEPTHWISE_CHANNELS_LAST_NP) {
+            const T *src[DEPTHWISE_CHANNELS_LAST_NP];
+            for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP;
+                 i++) { /* positions past OS repeat the last */
                 src[i] = xt + o1 * rs + o2 * cs + v;
                 if (o + i + 1 < OS && ++o2 == G2)
                     o1++, o2 = 0;
             }
-            FN(vec) acc[DWL_NP];
-            for (int i = 0; i < DWL_NP; i++)
+            FN(vec) acc[DEPTHWISE_CHANNELS_LAST_NP];
+            for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP; i++)
                 acc[i] = bv;
-#define DWL_TAPS(KK)                                                                   \
-    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {                       \
-        const FN(vec) wk = *(const FN(vec) *)(wt + k * L + v);                         \
-        for (int i = 0; i < DWL_NP; i++)                                               \
-            acc[i] = acc[i] + wk * *(const FN(vec) *)(src[i] + off[k]);                \
+#define DEPTHWISE_CHANNELS_LAST_TAPS(KK)                                \
+    _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++)          \
+    {                                                                   \
+        const FN(vec) wk = *(const FN(vec) *)(wt + k * L + v);          \
+        for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP; i++)            \
+            acc[i] = acc[i] + wk * *(const FN(vec) *)(src[i] + off[k]); \
     }
             if (K == 9)
-                DWL_TAPS(9)
+                DEPTHWISE_CHANNELS_LAST_TAPS(9)
             else
-                DWL_TAPS(K)
-#undef DWL_TAPS
+                DEPTHWISE_CHANNELS_LAST_TAPS(K)
+#undef DEPTHWISE_CHANNELS_LAST_TAPS
             if (ab)
-                for (int i = 0; i < DWL_NP; i++)
+                for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP; i++)
                     acc[i] = acc[i] * av + tv;
             if (relu)
-                for (int i = 0; i < DWL_NP; i++) {
+                for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP; i++) {
 #if defined(__GNUC__)
                     const __typeof__(acc[i] > 0) keep = (acc[i] > 0) | (acc[i] != acc[i]);
                     acc[i] = (FN(vec))((__typeof__(keep))acc[i] & keep);
@@ -714,7 +718,7 @@ AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *
                     acc[i] = !(acc[i] > 0 || acc[i] != acc[i]) ? 0 : acc[i];
 #endif
                 }
-            for (int i = 0; i < DWL_NP && o + i < OS; i++)
+            for (int i = 0; i < DEPTHWISE_CHANNELS_LAST_NP && o + i < OS; i++)
                 *(FN(vec) *)(yt + (o + i) * L + v) = acc[i];
         }
     }
@@ -723,8 +727,9 @@ AI_VECTOR_CLONES static void FN(dwl_sums)(const FN(dwl_job) *j, T *yt, const T *
 /* nc planes (nc, IS) of one image into the padded xt (rows ld apart):
  * position (i1, i2) to row (i1 + p1) Wp + i2 + p2, which must lie inside.
  * 8 positions by 8 channels at a time by shuffles. */
-AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_t nc,
-                                          const conv_geom *g, const dwl_geom *q)
+AI_VECTOR_CLONES static void FN(depthwise_channels_last_fill)(T *xt, int64_t ld, const T *xn,
+                                                              int64_t nc, const conv_geom *g,
+                                                              const depthwise_channels_last_geom *q)
 {
     const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
     T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
@@ -748,11 +753,12 @@ AI_VECTOR_CLONES static void FN(dwl_fill)(T *xt, int64_t ld, const T *xn, int64_
     }
 }
 
-/* The inverse of dwl_fill: x's plane xn (nc channels, IS apart) = xt's
+/* The inverse of depthwise_channels_last_fill: x's plane xn (nc channels, IS apart) = xt's
  * positions inside the pads, or += with `add` (the depthwise backward's
  * dx); 8 positions at a time across rows, as the fill. */
-AI_VECTOR_CLONES static void FN(dwl_unfill)(T *xn, const T *xt, int64_t ld, int64_t nc,
-                                            const conv_geom *g, const dwl_geom *q, bool add)
+AI_VECTOR_CLONES static void
+FN(depthwise_channels_last_unfill)(T *xn, const T *xt, int64_t ld, int64_t nc, const conv_geom *g,
+                                   const depthwise_channels_last_geom *q, bool add)
 {
     const int64_t IS = g->img_size, W = g->img[2], Wp = q->Wp;
     const T *row = xt + (g->p[1] * Wp + g->p[2]) * ld; /* position (i1, 0)'s row of xt */
@@ -776,13 +782,13 @@ AI_VECTOR_CLONES static void FN(dwl_unfill)(T *xn, const T *xt, int64_t ld, int6
     }
 }
 
-/* The units' weights (K, DWL_UNIT) after the slots, zeros past C: packed
+/* The units' weights (K, DEPTHWISE_CHANNELS_LAST_UNIT) after the slots, zeros past C: packed
  * once per call (per unit and part of the pool's pass, MobileNet's
  * depthwise convs on 6x6 and 3x3 planes had been slower at 2 threads than
  * at 1) */
-static void FN(dwl_pack)(const FN(dwl_job) *j)
+static void FN(depthwise_channels_last_pack)(const FN(depthwise_channels_last_job) * j)
 {
-    enum { L = DWL_UNIT };
+    enum { L = DEPTHWISE_CHANNELS_LAST_UNIT };
     const int64_t C = j->p->C, K = j->q->K;
     T *wt = j->ws + j->q->slots * j->q->slot;
     for (int64_t c = 0; c < j->q->units * L; c += L, wt += K * L) {
@@ -792,12 +798,12 @@ static void FN(dwl_pack)(const FN(dwl_job) *j)
 }
 
 /* Slots [lo, hi): their share of the jobs (unit u, image n), u major */
-static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
+static void FN(depthwise_channels_last_range)(void *ctx, int64_t lo, int64_t hi)
 {
-    const FN(dwl_job) *j = ctx;
+    const FN(depthwise_channels_last_job) *j = ctx;
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
-    enum { L = DWL_UNIT };
+    const depthwise_channels_last_geom *q = j->q;
+    enum { L = DEPTHWISE_CHANNELS_LAST_UNIT };
     const int64_t C = j->p->C, N = j->p->N, K = q->K, IS = g->img_size, OS = g->grid_size;
     const int64_t H = g->img[1], W = g->img[2], p1 = g->p[1], p2 = g->p[2], XT = q->Hp * q->Wp;
     /* x's columns [i2lo, i2hi) and rows [i1lo, i1hi) land inside xt */
@@ -830,7 +836,8 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
                  * the unit is whole): the pads alone */
                 dw_zero_pads(xt, sizeof(T), L, q->Hp, q->Wp, H, W, p1, p2, inside && nc == L);
             }
-            const T *wt = j->ws + q->slots * q->slot + u * K * L; /* dwl_pack's */
+            const T *wt =
+                j->ws + q->slots * q->slot + u * K * L; /* depthwise_channels_last_pack's */
             const int64_t units = q->units;
             if (j->xb && j->direct_sums) {
                 j->direct_sums(j, j->y + (n * units + u) * OS * L,
@@ -843,7 +850,7 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
                     memcpy(xt + ((i1 + p1) * q->Wp + i2lo + p2) * L, xu + (i1 * W + i2lo) * L,
                            sizeof(T) * (size_t)((i2hi - i2lo) * L));
             } else if (inside) {
-                FN(dwl_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
+                FN(depthwise_channels_last_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
             } else {
                 const T *xn = j->x + (n * C + c) * IS;
                 for (int64_t i1 = i1lo; i1 < i1hi && i2lo < i2hi; i1++)
@@ -854,29 +861,31 @@ static void FN(dwl_range)(void *ctx, int64_t lo, int64_t hi)
                 j->blocked_sums(j, j->y + (n * units + u) * OS * L, xt, wt, c);
                 continue;
             }
-            FN(dwl_sums)(j, yt, xt, wt, c);
+            FN(depthwise_channels_last_sums)(j, yt, xt, wt, c);
             FN(transpose)(j->y + (n * C + c) * OS, OS, yt, L, OS, nc, false);
         }
     }
 }
 
 /* The depthwise forward channels-last where it applies; false otherwise. */
-static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *w, const T *b,
-                            T *ws, const ai_conv_epilogue *ep)
+static bool FN(depthwise_channels_last_forward)(const ai_conv_params *p, T *y, const T *x,
+                                                const T *w, const T *b, T *ws,
+                                                const ai_conv_epilogue *ep)
 {
     conv_geom g = conv_geom_of(p, false);
-    dwl_geom q;
-    if (!dwl_of(p, &g, &q, false))
+    depthwise_channels_last_geom q;
+    if (!depthwise_channels_last_geom_of(p, &g, &q, false))
         return false;
-    FN(dwl_job) j = {p, &g, &q, y, ws, x, w, b, ep, false, false, NULL, NULL};
-    FN(dwl_pack)(&j);
-    const int64_t per_slot = q.jobs / q.slots * DWL_UNIT * (g.img_size + g.grid_size * g.ksize);
-    ai_parallel_for(q.slots, ai_grain_of(per_slot), FN(dwl_range), &j);
+    FN(depthwise_channels_last_job) j = {p, &g, &q, y, ws, x, w, b, ep, false, false, NULL, NULL};
+    FN(depthwise_channels_last_pack)(&j);
+    const int64_t per_slot =
+        q.jobs / q.slots * DEPTHWISE_CHANNELS_LAST_UNIT * (g.img_size + g.grid_size * g.ksize);
+    ai_parallel_for(q.slots, ai_grain_of(per_slot), FN(depthwise_channels_last_range), &j);
     return true;
 }
 
-/* The depthwise backward channels-last (dwl_backward_of): a job
- * is one unit of DWL_UNIT channels over all N images, so that the weight
+/* The depthwise backward channels-last (depthwise_channels_last_backward_geom_of): a job
+ * is one unit of DEPTHWISE_CHANNELS_LAST_UNIT channels over all N images, so that the weight
  * gradient's sums run over images and positions in one order whatever the
  * threads. Per image: x's unit into xt as in the forward, dy's into dyt
  * (OS, unit); then for every output position o and tap k, the weight
@@ -887,49 +896,53 @@ static bool FN(dwl_forward)(const ai_conv_params *p, T *y, const T *x, const T *
 typedef struct {
     const ai_conv_params *p;
     const conv_geom *g;
-    const dwl_geom *q;
+    const depthwise_channels_last_geom *q;
     T *dx, *dw, *ws;
     const T *dy, *x, *w;
     int64_t slots, slot;
     bool assign;
-} FN(dwlb_job);
+} FN(depthwise_channels_last_backward_job);
 
 /* One image of a unit, vector by vector: the weight gradient's sums (added
  * to dsum), then dy's scatter into dxt. */
-#define DWLB_BLOCK 256
-AI_VECTOR_CLONES static void FN(dwlb_image)(const FN(dwlb_job) *j, T *dxt, const T *xt,
-                                            const T *dyt, const T *wt, double *dsum, int nc)
+#define DEPTHWISE_CHANNELS_LAST_BACKWARD_BLOCK 256
+AI_VECTOR_CLONES static void
+FN(depthwise_channels_last_backward_image)(const FN(depthwise_channels_last_backward_job) * j,
+                                           T *dxt, const T *xt, const T *dyt, const T *wt,
+                                           double *dsum, int nc)
 {
-    enum { VL = AI_VEC_LANES(T), L = DWL_UNIT };
+    enum { VL = AI_VEC_LANES(T), L = DEPTHWISE_CHANNELS_LAST_UNIT };
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
+    const depthwise_channels_last_geom *q = j->q;
     const int64_t K = q->K, G1 = g->grid[1], G2 = g->grid[2];
     const int64_t rs = g->s[1] * q->Wp * L, cs = g->s[2] * L; /* an output row, column */
-    const int64_t rows = G2 < DWLB_BLOCK ? DWLB_BLOCK / G2 : 1;
+    const int64_t rows = G2 < DEPTHWISE_CHANNELS_LAST_BACKWARD_BLOCK
+                             ? DEPTHWISE_CHANNELS_LAST_BACKWARD_BLOCK / G2
+                             : 1;
     int64_t off[DW_PAD_MAX_TAPS];
     for (int64_t k = 0; k < K; k++)
         off[k] = q->off[k] * L;
     for (int64_t v = 0; v < L && v < nc; v += VL) {
         /* the weight gradient's sums: float lanes over blocks of output rows
-         * of about DWLB_BLOCK positions, added in double */
+         * of about DEPTHWISE_CHANNELS_LAST_BACKWARD_BLOCK positions, added in double */
         for (int64_t r0 = 0; j->dw && r0 < G1; r0 += rows) {
             const int64_t r1 = r0 + rows < G1 ? r0 + rows : G1;
             FN(vec) acc[DW_PAD_MAX_TAPS];
             for (int64_t k = 0; k < K; k++)
                 acc[k] = (FN(vec)){0};
-#define DWLB_SUMS(KK)                                                                  \
-    for (int64_t o1 = r0; o1 < r1; o1++)                                               \
-        for (int64_t o2 = 0; o2 < G2; o2++) {                                          \
-            const FN(vec) d = *(const FN(vec) *)(dyt + (o1 * G2 + o2) * L + v);        \
-            const T *xs = xt + o1 * rs + o2 * cs + v;                                  \
-            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++)                 \
-                acc[k] = acc[k] + d * *(const FN(vec) *)(xs + off[k]);                 \
+#define DEPTHWISE_CHANNELS_LAST_BACKWARD_SUMS(KK)                               \
+    for (int64_t o1 = r0; o1 < r1; o1++)                                        \
+        for (int64_t o2 = 0; o2 < G2; o2++) {                                   \
+            const FN(vec) d = *(const FN(vec) *)(dyt + (o1 * G2 + o2) * L + v); \
+            const T *xs = xt + o1 * rs + o2 * cs + v;                           \
+            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) acc[k] = \
+                acc[k] + d * *(const FN(vec) *)(xs + off[k]);                   \
         }
             if (K == 9)
-                DWLB_SUMS(9)
+                DEPTHWISE_CHANNELS_LAST_BACKWARD_SUMS(9)
             else
-                DWLB_SUMS(K)
-#undef DWLB_SUMS
+                DEPTHWISE_CHANNELS_LAST_BACKWARD_SUMS(K)
+#undef DEPTHWISE_CHANNELS_LAST_BACKWARD_SUMS
             for (int64_t k = 0; k < K; k++) {
                 T lanes[VL];
                 memcpy(lanes, &acc[k], sizeof lanes);
@@ -941,32 +954,33 @@ AI_VECTOR_CLONES static void FN(dwlb_image)(const FN(dwlb_job) *j, T *dxt, const
             FN(vec) wk[DW_PAD_MAX_TAPS];
             for (int64_t k = 0; k < K; k++)
                 wk[k] = *(const FN(vec) *)(wt + k * L + v);
-#define DWLB_SCATTER(KK)                                                               \
-    for (int64_t o1 = 0, o = 0; o1 < G1; o1++)                                         \
-        for (int64_t o2 = 0; o2 < G2; o2++, o++) {                                     \
-            const FN(vec) d = *(const FN(vec) *)(dyt + o * L + v);                     \
-            T *ds = dxt + o1 * rs + o2 * cs + v;                                       \
-            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) {               \
-                FN(vec) *t = (FN(vec) *)(ds + off[k]);                                 \
-                *t = *t + wk[k] * d;                                                   \
-            }                                                                          \
+#define DEPTHWISE_CHANNELS_LAST_BACKWARD_SCATTER(KK)                   \
+    for (int64_t o1 = 0, o = 0; o1 < G1; o1++)                         \
+        for (int64_t o2 = 0; o2 < G2; o2++, o++) {                     \
+            const FN(vec) d = *(const FN(vec) *)(dyt + o * L + v);     \
+            T *ds = dxt + o1 * rs + o2 * cs + v;                       \
+            _Pragma("GCC unroll 9") for (int64_t k = 0; k < (KK); k++) \
+            {                                                          \
+                FN(vec) *t = (FN(vec) *)(ds + off[k]);                 \
+                *t = *t + wk[k] * d;                                   \
+            }                                                          \
         }
             if (K == 9)
-                DWLB_SCATTER(9)
+                DEPTHWISE_CHANNELS_LAST_BACKWARD_SCATTER(9)
             else
-                DWLB_SCATTER(K)
-#undef DWLB_SCATTER
+                DEPTHWISE_CHANNELS_LAST_BACKWARD_SCATTER(K)
+#undef DEPTHWISE_CHANNELS_LAST_BACKWARD_SCATTER
         }
     }
 }
 
 /* Slots [lo, hi): each its share of the units, all images of each */
-static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
+static void FN(depthwise_channels_last_backward_range)(void *ctx, int64_t lo, int64_t hi)
 {
-    const FN(dwlb_job) *j = ctx;
+    const FN(depthwise_channels_last_backward_job) *j = ctx;
     const conv_geom *g = j->g;
-    const dwl_geom *q = j->q;
-    enum { L = DWL_UNIT };
+    const depthwise_channels_last_geom *q = j->q;
+    enum { L = DEPTHWISE_CHANNELS_LAST_UNIT };
     const int64_t C = j->p->C, N = j->p->N, K = q->K, IS = g->img_size, OS = g->grid_size;
     const int64_t XT = q->Hp * q->Wp;
     double dsum[DW_PAD_MAX_TAPS * L];
@@ -982,13 +996,14 @@ static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
             FN(transpose)(wt, L, j->w + c * K, K, nc, K, false);
             for (int64_t n = 0; n < N; n++) {
                 if (j->dw) /* (the input gradient needs no x) */
-                    FN(dwl_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
+                    FN(depthwise_channels_last_fill)(xt, L, j->x + (n * C + c) * IS, nc, g, q);
                 FN(transpose)(dyt, L, j->dy + (n * C + c) * OS, OS, nc, OS, false);
                 if (j->dx)
                     memset(dxt, 0, sizeof(T) * (size_t)(XT * L));
-                FN(dwlb_image)(j, dxt, xt, dyt, wt, dsum, nc);
+                FN(depthwise_channels_last_backward_image)(j, dxt, xt, dyt, wt, dsum, nc);
                 if (j->dx)
-                    FN(dwl_unfill)(j->dx + (n * C + c) * IS, dxt, L, nc, g, q, !j->assign);
+                    FN(depthwise_channels_last_unfill)
+                    (j->dx + (n * C + c) * IS, dxt, L, nc, g, q, !j->assign);
             }
             if (j->dw)
                 for (int ch = 0; ch < nc; ch++)
@@ -1000,27 +1015,27 @@ static void FN(dwlb_range)(void *ctx, int64_t lo, int64_t hi)
 
 /* The depthwise backward channels-last where it applies (dx and/or dw; NULL
  * skips one); false otherwise. */
-static bool FN(dwl_backward)(const ai_conv_params *p, T *dx, T *dw, const T *dy, const T *x,
-                             const T *w, T *ws, bool assign)
+static bool FN(depthwise_channels_last_backward)(const ai_conv_params *p, T *dx, T *dw, const T *dy,
+                                                 const T *x, const T *w, T *ws, bool assign)
 {
     conv_geom g = conv_geom_of(p, false);
-    dwl_geom q;
+    depthwise_channels_last_geom q;
     int64_t slots, slot;
-    if (!dwl_backward_of(p, &g, &q, &slots, &slot))
+    if (!depthwise_channels_last_backward_geom_of(p, &g, &q, &slots, &slot))
         return false;
-    FN(dwlb_job) j = {p, &g, &q, dx, dw, ws, dy, x, w, slots, slot, assign};
-    ai_parallel_for(slots, 1, FN(dwlb_range), &j);
+    FN(depthwise_channels_last_backward_job)
+    j = {p, &g, &q, dx, dw, ws, dy, x, w, slots, slot, assign};
+    ai_parallel_for(slots, 1, FN(depthwise_channels_last_backward_range), &j);
     return true;
 }
 
 /* Depthwise conv (one input channel per group, Mg output channels each):
- * DW_FWD (where dwl_forward declines): grid = y, img = x; DW_DX: grid = dy,
- * img = dx; DW_DW: grid = dy, img = x, w = dw. Plane by plane through slots of `ws` (weight gradient:
- * same_planes or phase planes; strided input gradient: dx_phases; else
- * phase planes, rows or flat runs); small planes (depthwise_small_planes)
- * and what none of them takes, channels-last; else the plain per-plane
- * kernels. Threads split the slots: every output
- * element, dw included, is computed by one thread in a fixed order. */
+ * DW_FWD (where depthwise_channels_last_forward declines): grid = y, img = x; DW_DX: grid = dy,
+ * img = dx; DW_DW: grid = dy, img = x, w = dw. Plane by plane through slots of `ws` (weight
+ * gradient: same_planes or phase planes; strided input gradient: dx_phases; else phase planes, rows
+ * or flat runs); small planes (depthwise_small_planes) and what none of them takes, channels-last;
+ * else the plain per-plane kernels. Threads split the slots: every output element, dw included, is
+ * computed by one thread in a fixed order. */
 static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T *w, T *ws,
                           const ai_conv_epilogue *ep)
 {
@@ -1065,7 +1080,8 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
 
 static bool FN(channels_last_forward)(const conv_call *c)
 {
-    return conv_is_depthwise(c->p) && FN(dwl_forward)(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep);
+    return conv_is_depthwise(c->p) &&
+           FN(depthwise_channels_last_forward)(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep);
 }
 
 static bool FN(planes_forward)(const conv_call *c)
@@ -1089,8 +1105,8 @@ static bool FN(planes_forward)(const conv_call *c)
 
 static bool FN(channels_last_backward)(conv_call *c)
 {
-    if (!conv_is_depthwise(c->p) ||
-        !FN(dwl_backward)(c->p, c->dx, c->dw, c->dy, c->x, c->w, c->ws, c->assign_dx))
+    if (!conv_is_depthwise(c->p) || !FN(depthwise_channels_last_backward)(
+                                        c->p, c->dx, c->dw, c->dy, c->x, c->w, c->ws, c->assign_dx))
         return false;
     c->dx = c->dw = NULL;
     return true;

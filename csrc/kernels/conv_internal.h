@@ -113,13 +113,13 @@ bool phase_planes_of(const conv_geom *g, bool dx, phase_planes *d);
 
 /* ------------------------------------------------- vectors and the epilogue */
 
-AI_VEC_DECL(dc_vec, float);
+AI_VEC_DECL(conv_vec8, float);
 #ifdef AI_AVX512_KERNEL /* 16 floats (the AVX-512 kernels) */
-typedef ai_vec16_f32 dcw_vec;
-/* DC_NO_CONTRACT for them: GCC 12 rebuilt a 64-byte __builtin_assoc_barrier
+typedef ai_vec16_f32 conv_vec16;
+/* VEC_NO_CONTRACT for them: GCC 12 rebuilt a 64-byte __builtin_assoc_barrier
  * lane by lane (20 shuffles per vector); an empty asm keeps the product
  * unfused as well */
-#define DCW_NO_CONTRACT(v)       \
+#define VEC16_NO_CONTRACT(v)     \
     ({                           \
         __typeof__(v) nc_ = (v); \
         __asm__("" : "+v"(nc_)); \
@@ -127,27 +127,27 @@ typedef ai_vec16_f32 dcw_vec;
     })
 #endif
 #if defined(__GNUC__)
-/* DC_NO_CONTRACT(v): v rounded as computed, not fused with the add that
+/* VEC_NO_CONTRACT(v): v rounded as computed, not fused with the add that
  * follows into an FMA (AI_GEMM_CLONES functions contract a * b + c; the
  * epilogues must round as ep_apply does) */
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_assoc_barrier)
-#define DC_NO_CONTRACT(v) __builtin_assoc_barrier(v)
+#define VEC_NO_CONTRACT(v) __builtin_assoc_barrier(v)
 #endif
 #endif
 #endif
-#ifndef DC_NO_CONTRACT
-#define DC_NO_CONTRACT(v) (v)
+#ifndef VEC_NO_CONTRACT
+#define VEC_NO_CONTRACT(v) (v)
 #endif
 /* The forward epilogue on vector t in registers (any width), as ep_apply
  * computes it: t a + c (rounded twice) when `ab`, then max(t, 0) keeping
  * NaN when `relu`; a and c vectors or scalars. */
-#define DC_EPILOGUE(t, ab, a, c, relu) DC_EPILOGUE_NC(t, ab, a, c, relu, DC_NO_CONTRACT)
-#define DC_EPILOGUE_NC(t, ab, a, c, relu, NO_CONTRACT)                             \
-    do {                                                                           \
-        if (ab)                                                                    \
-            (t) = NO_CONTRACT((t) * (a)) + (c);                                    \
-        if (relu)                                                                  \
+#define VEC_EPILOGUE(t, ab, a, c, relu) VEC_EPILOGUE_NC(t, ab, a, c, relu, VEC_NO_CONTRACT)
+#define VEC_EPILOGUE_NC(t, ab, a, c, relu, NO_CONTRACT)                                    \
+    do {                                                                                   \
+        if (ab)                                                                            \
+            (t) = NO_CONTRACT((t) * (a)) + (c);                                            \
+        if (relu)                                                                          \
             (t) = (__typeof__(t))((__typeof__((t) <= 0))(t) & ~((t) <= 0)); /* NaN kept */ \
     } while (0)
 
@@ -160,12 +160,12 @@ static inline __attribute__((always_inline)) void transpose8_to_f32(float *const
                                                                     const float *src,
                                                                     int64_t lds)
 {
-    dc_vec r[8];
+    conv_vec8 r[8];
     for (int i = 0; i < 8; i++)
-        r[i] = *(const dc_vec *)(src + i * lds);
+        r[i] = *(const conv_vec8 *)(src + i * lds);
     ai_transpose8_f32(r);
     for (int i = 0; i < 8; i++)
-        *(dc_vec *)d[i] = r[i];
+        *(conv_vec8 *)d[i] = r[i];
 }
 
 /* the block of rows s[i] (8 rows anywhere) to dst (rows ldd apart), or
@@ -174,12 +174,12 @@ static inline __attribute__((always_inline)) void transpose8_from_f32(float *dst
                                                                       const float *const s[8],
                                                                       bool add)
 {
-    dc_vec r[8];
+    conv_vec8 r[8];
     for (int i = 0; i < 8; i++)
-        r[i] = *(const dc_vec *)s[i];
+        r[i] = *(const conv_vec8 *)s[i];
     ai_transpose8_f32(r);
     for (int i = 0; i < 8; i++) {
-        dc_vec *d = (dc_vec *)(dst + i * ldd);
+        conv_vec8 *d = (conv_vec8 *)(dst + i * ldd);
         if (add)
             *d = *d + r[i];
         else

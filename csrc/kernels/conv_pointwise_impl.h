@@ -4,7 +4,7 @@
  * conv_pointwise.c includes it once per type after defining T, SFX (_f32,
  * _f64) and GEMM; this file undefines them. Not a public header.
  */
-/* pw_batched (conv_pointwise.c): planes [lo, hi) of x (N, C, S) into xs (C, N S) */
+/* pointwise_batched_accepts (conv_pointwise.c): planes [lo, hi) of x (N, C, S) into xs (C, N S) */
 static void FN(pw_gather_range)(void *ctx, int64_t lo, int64_t hi)
 {
     const FN(cols_job) *j = ctx;
@@ -33,7 +33,7 @@ AI_VECTOR_CLONES static void FN(pw_scatter_range)(void *ctx, int64_t lo, int64_t
     }
 }
 
-/* pw_batched's backward: planes [lo, hi) of dx (N, C, S) from dxs (C, N S),
+/* pointwise_batched_accepts's backward: planes [lo, hi) of dx (N, C, S) from dxs (C, N S),
  * written (assign) or added */
 typedef struct {
     T *dx;
@@ -57,7 +57,7 @@ AI_VECTOR_CLONES static void FN(pw_scatter_dx_range)(void *ctx, int64_t lo, int6
     }
 }
 
-/* Pointwise forwards, image by image on the pool (pw_images in conv_pointwise.c):
+/* Pointwise forwards, image by image on the pool (pointwise_images_accepts in conv_pointwise.c):
  * nested in a range, each image's passes and GEMM run on its thread. */
 typedef struct {
     const ai_conv_params *p;
@@ -65,16 +65,16 @@ typedef struct {
     T *y;
     const T *x, *w, *b;
     const ai_conv_epilogue *ep;
-} FN(pw_images_job);
+} FN(pointwise_images_job);
 
-static void FN(pw_images_range)(void *ctx, int64_t lo, int64_t hi)
+static void FN(pointwise_images_range)(void *ctx, int64_t lo, int64_t hi)
 {
-    const FN(pw_images_job) *j = ctx;
+    const FN(pointwise_images_job) *j = ctx;
     for (int64_t n = lo; n < hi; n++)
         FN(gemm_image)(j->p, j->g, j->y, j->x, j->w, j->b, NULL, j->ep, n, true);
 }
 
-/* The pointwise backward of pw_small (conv_pointwise.c) in one pass of the pool:
+/* The pointwise backward of pointwise_small_images (conv_pointwise.c) in one pass of the pool:
  * its items are the weight gradient's panels of PW_DW_ROWS rows, each
  * summed over the images in order (split by output elements, never inside
  * a sum: the same values at any thread count), then dx image by image
@@ -92,11 +92,11 @@ typedef struct {
     const T *dy, *x, *w;
     int64_t panels; /* items [0, panels): dw's panels; then dx's images */
     bool assign_dx;
-} FN(pw_images_bwd_job);
+} FN(pointwise_images_backward_job);
 
-static void FN(pw_images_bwd_range)(void *ctx, int64_t lo, int64_t hi)
+static void FN(pointwise_images_backward_range)(void *ctx, int64_t lo, int64_t hi)
 {
-    const FN(pw_images_bwd_job) *j = ctx;
+    const FN(pointwise_images_backward_job) *j = ctx;
     const int64_t C = j->p->C, M = j->p->M, S = j->g->grid_size;
     for (int64_t item = lo; item < hi; item++) {
         if (item < j->panels) {
@@ -116,7 +116,7 @@ static void FN(pw_images_bwd_range)(void *ctx, int64_t lo, int64_t hi)
 static bool FN(batched_forward)(const conv_call *c)
 {
     const ai_conv_params *p = c->p;
-    if (!pw_batched(p, c->g))
+    if (!pointwise_batched_accepts(p, c->g))
         return false;
     const int64_t OS = c->g->grid_size, NS = p->N * OS;
     T *xs = c->ws, *ys = xs + p->C * NS;
@@ -130,10 +130,10 @@ static bool FN(batched_forward)(const conv_call *c)
 
 static bool FN(images_forward)(const conv_call *c)
 {
-    if (!pw_images(c->p, c->g))
+    if (!pointwise_images_accepts(c->p, c->g))
         return false;
-    FN(pw_images_job) j = {c->p, c->g, c->y, c->x, c->w, c->b, c->ep};
-    ai_parallel_for(c->p->N, 1, FN(pw_images_range), &j);
+    FN(pointwise_images_job) j = {c->p, c->g, c->y, c->x, c->w, c->b, c->ep};
+    ai_parallel_for(c->p->N, 1, FN(pointwise_images_range), &j);
     return true;
 }
 
@@ -141,7 +141,7 @@ static bool FN(images_forward)(const conv_call *c)
 static bool FN(batched_backward)(conv_call *c)
 {
     const ai_conv_params *p = c->p;
-    if (!pw_batched(p, c->g))
+    if (!pointwise_batched_accepts(p, c->g))
         return false;
     const int64_t OS = c->g->grid_size, NS = p->N * OS;
     T *dx = c->dx, *dw = c->dw, *dys = c->ws, *xs = dys + p->M * NS; /* xs: then dx's (C, N OS) */
@@ -164,16 +164,17 @@ static bool FN(batched_backward)(conv_call *c)
 static bool FN(images_backward)(conv_call *c)
 {
     const ai_conv_params *p = c->p;
-    if (!pw_small(p, c->g))
+    if (!pointwise_small_images(p, c->g))
         return false;
     T *dx = c->dx, *dw = c->dw;
     const int64_t panels = dw ? (p->M + PW_DW_ROWS - 1) / PW_DW_ROWS : 0;
-    FN(pw_images_bwd_job) j = {p, c->g, dx, dw, c->dy, c->x, c->w, panels, c->assign_dx};
+    FN(pointwise_images_backward_job)
+    j = {p, c->g, dx, dw, c->dy, c->x, c->w, panels, c->assign_dx};
     if (dx == dw) { /* one buffer (zeroed by the dispatcher): the two sums in turn */
-        ai_parallel_for(panels, 1, FN(pw_images_bwd_range), &j);
+        ai_parallel_for(panels, 1, FN(pointwise_images_backward_range), &j);
         j.panels = 0;
     }
-    ai_parallel_for(j.panels + (dx ? p->N : 0), 1, FN(pw_images_bwd_range), &j);
+    ai_parallel_for(j.panels + (dx ? p->N : 0), 1, FN(pointwise_images_backward_range), &j);
     c->dx = c->dw = NULL;
     return true;
 }

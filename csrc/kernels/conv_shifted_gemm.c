@@ -1,7 +1,7 @@
 /*
  * conv_shifted_gemm.c — stride-1 convolution as one GEMM per kernel tap, on
  * zero-padded planes: no im2col. Taken for stride-1 convs of 1 or 2 spatial
- * dims with at least CONV_SHIFT_MIN_CG input channels per group, where each
+ * dims with at least SHIFTED_GEMM_MIN_CG input channels per group, where each
  * tap's GEMM is thick enough to run at the library's speed.
  *
  *   forward   grid (M, span) = sum over taps k of W_k (M, Cg) @ planes[off_k:]
@@ -30,19 +30,19 @@ typedef struct {
     int64_t Q1, Q2, PS, L; /* padded rows and row, plane + tail, grid of one image */
     int64_t nb, span;      /* images per chunk, elements per channel row */
     int64_t cb; /* grid columns per block: every tap's GEMM on a block that stays in cache */
-} conv_shift;
+} shifted_gemm_geom;
 
-#ifndef CONV_SHIFT_MIN_CG
-#define CONV_SHIFT_MIN_CG 8 /* fewer input channels per group: im2col */
+#ifndef SHIFTED_GEMM_MIN_CG
+#define SHIFTED_GEMM_MIN_CG 8 /* fewer input channels per group: im2col */
 #endif
-#ifndef CONV_SHIFT_BLOCK
-#define CONV_SHIFT_BLOCK 65536 /* elements of an output block: 256 KiB of float32 */
+#ifndef SHIFTED_GEMM_BLOCK
+#define SHIFTED_GEMM_BLOCK 65536 /* elements of an output block: 256 KiB of float32 */
 #endif
 
-static bool conv_shift_of(const ai_conv_params *p, const conv_geom *g, conv_shift *sh)
+static bool shifted_gemm_geom_of(const ai_conv_params *p, const conv_geom *g, shifted_gemm_geom *sh)
 {
     int64_t Cg = p->C / p->group;
-    if (g->pointwise || conv_is_depthwise(p) || g->img[0] != 1 || Cg < CONV_SHIFT_MIN_CG ||
+    if (g->pointwise || conv_is_depthwise(p) || g->img[0] != 1 || Cg < SHIFTED_GEMM_MIN_CG ||
         p->N == 0 || g->s[1] != 1 || g->s[2] != 1)
         return false;
     int64_t tail = (g->k[2] - 1) * g->d[2]; /* largest shift along a row */
@@ -63,14 +63,14 @@ static bool conv_shift_of(const ai_conv_params *p, const conv_geom *g, conv_shif
     sh->nb = sh->nb < 1 ? 1 : sh->nb > p->N ? p->N : sh->nb;
     sh->span = sh->nb * sh->PS;
     int64_t cg_mg = Cg > p->M / p->group ? Cg : p->M / p->group;
-    sh->cb = (CONV_SHIFT_BLOCK / cg_mg + 15) / 16 * 16;
+    sh->cb = (SHIFTED_GEMM_BLOCK / cg_mg + 15) / 16 * 16;
     return true;
 }
 
 /* Elements of the shifted-GEMM workspace: padded x and padded dx (C, span),
  * the output grid (M, span), the weights and their gradient per tap (K, M, Cg). */
-static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
-                                const conv_shift *sh)
+static int64_t shifted_gemm_elems(const ai_conv_params *p, const conv_geom *g,
+                                  const shifted_gemm_geom *sh)
 {
     return (2 * p->C + p->M) * sh->span + 2 * g->ksize * p->M * (p->C / p->group);
 }
@@ -87,8 +87,8 @@ static int64_t conv_shift_elems(const ai_conv_params *p, const conv_geom *g,
 
 bool shifted_gemm_accepts(const ai_conv_params *p, const conv_geom *g)
 {
-    conv_shift sh;
-    return conv_shift_of(p, g, &sh);
+    shifted_gemm_geom sh;
+    return shifted_gemm_geom_of(p, g, &sh);
 }
 
 bool shifted_gemm_forward(const conv_call *c)
@@ -103,6 +103,6 @@ bool shifted_gemm_backward(conv_call *c)
 
 int64_t shifted_gemm_workspace(const ai_conv_params *p, const conv_geom *g)
 {
-    conv_shift sh;
-    return conv_shift_of(p, g, &sh) ? conv_shift_elems(p, g, &sh) : 0;
+    shifted_gemm_geom sh;
+    return shifted_gemm_geom_of(p, g, &sh) ? shifted_gemm_elems(p, g, &sh) : 0;
 }

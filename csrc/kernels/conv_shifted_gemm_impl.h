@@ -4,19 +4,19 @@
  * conv_shifted_gemm.c includes it once per type after defining T, SFX
  * (_f32, _f64) and GEMM; this file undefines them. Not a public header.
  */
-/* The shifted-GEMM conv (conv_shift_of in conv_shifted_gemm.c). Buffers in ws: xp (C,
+/* The shifted-GEMM conv (shifted_gemm_geom_of in conv_shifted_gemm.c). Buffers in ws: xp (C,
  * span) padded x, grid (M, span), dxp (C, span) padded dx, wt and dwt (K, M,
  * Cg) with wt[k][m][c] = w[m][c][k]. */
 typedef struct {
     const ai_conv_params *p;
     const conv_geom *g;
-    const conv_shift *sh;
+    const shifted_gemm_geom *sh;
     int64_t Cg, Mg;
     T *xp, *grid, *dxp, *wt, *dwt;
 } FN(shift_bufs);
 
 static FN(shift_bufs) FN(shift_bufs_of)(const ai_conv_params *p, const conv_geom *g,
-                                        const conv_shift *sh, T *ws)
+                                        const shifted_gemm_geom *sh, T *ws)
 {
     FN(shift_bufs) s = {.p = p, .g = g, .sh = sh, .Cg = p->C / p->group,
                         .Mg = p->M / p->group, .xp = ws};
@@ -83,7 +83,7 @@ static T *FN(shift_operand)(const FN(shift_bufs) *s, T *planes, int64_t grp, int
 static void FN(shift_fwd_block)(const FN(shift_job) *j, int64_t grp, int64_t c0, int64_t c1)
 {
     const FN(shift_bufs) *s = j->s;
-    const conv_shift *sh = s->sh;
+    const shifted_gemm_geom *sh = s->sh;
     const conv_geom *g = s->g;
     int64_t M = s->p->M, Cg = s->Cg, Mg = s->Mg, span = sh->span;
     for (int64_t k = 0; k < g->ksize; k++)
@@ -117,8 +117,8 @@ static void FN(shift_fwd_range)(void *ctx, int64_t lo, int64_t hi)
 }
 
 static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
-                              const conv_shift *sh, T *y, const T *x, const T *w,
-                              const T *b, T *ws, const ai_conv_epilogue *ep)
+                              const shifted_gemm_geom *sh, T *y, const T *x, const T *w, const T *b,
+                              T *ws, const ai_conv_epilogue *ep)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
     int64_t K = g->ksize, M = p->M, Cg = s.Cg;
@@ -143,8 +143,8 @@ static void FN(shift_forward)(const ai_conv_params *p, const conv_geom *g,
  * grid(dy) @ xp[off_k:]^T; the junk columns of grid(dy) are zero, so they add
  * nothing. */
 static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
-                               const conv_shift *sh, T *dx, T *dw, const T *dy,
-                               const T *x, const T *w, T *ws, bool assign_dx)
+                               const shifted_gemm_geom *sh, T *dx, T *dw, const T *dy, const T *x,
+                               const T *w, T *ws, bool assign_dx)
 {
     FN(shift_bufs) s = FN(shift_bufs_of)(p, g, sh, ws);
     int64_t K = g->ksize, M = p->M, Cg = s.Cg, Mg = s.Mg, OS = g->grid_size;
@@ -199,8 +199,8 @@ static void FN(shift_backward)(const ai_conv_params *p, const conv_geom *g,
 
 static bool FN(forward)(const conv_call *c)
 {
-    conv_shift sh;
-    if (!conv_shift_of(c->p, c->g, &sh))
+    shifted_gemm_geom sh;
+    if (!shifted_gemm_geom_of(c->p, c->g, &sh))
         return false;
     FN(shift_forward)(c->p, c->g, &sh, c->y, c->x, c->w, c->b, c->ws, c->ep);
     return true;
@@ -208,8 +208,8 @@ static bool FN(forward)(const conv_call *c)
 
 static bool FN(backward)(conv_call *c)
 {
-    conv_shift sh;
-    if (!conv_shift_of(c->p, c->g, &sh))
+    shifted_gemm_geom sh;
+    if (!shifted_gemm_geom_of(c->p, c->g, &sh))
         return false;
     FN(shift_backward)(c->p, c->g, &sh, c->dx, c->dw, c->dy, c->x, c->w, c->ws, c->assign_dx);
     c->dx = c->dw = NULL;

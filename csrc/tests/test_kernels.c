@@ -392,12 +392,13 @@ static const conv_case conv_cases[] = {
      .stride = {1, 2, 1}, .dilation = {2, 1, 1}, .pb = {1, 0, 1}, .pe = {0, 1, 1},
      .opad = {1, 1, 0}},
     {.nsp = 3, .N = 2, .C = 4, .M = 2, .group = 2, .in = {3, 3, 4}, .kernel = {2, 2, 2}},
-    /* float32 pointwise backward without the GEMM library (pwb in conv.c):
-     * input channels over a vector (a part-filled last one), a partial row
-     * tile of dw; 1-D and 2-D planes over 64 positions */
+    /* float32 pointwise backward without the GEMM library (the weight-
+     * gradient tiles of conv_pointwise.c): input channels over a vector (a
+     * part-filled last one), a partial row tile of dw; 1-D and 2-D planes
+     * over 64 positions */
     {.nsp = 2, .N = 3, .C = 20, .M = 13, .group = 1, .in = {9, 11}, .kernel = {1, 1}},
     {.nsp = 1, .N = 2, .C = 70, .M = 7, .group = 1, .in = {67}, .kernel = {1}},
-    /* float32 weight gradient alone by pwb's im2col form: 36 and 40 columns
+    /* float32 weight gradient alone by their im2col form: 36 and 40 columns
      * (a part-filled vector), strided, padded, 33 and 40 rows (a partial
      * row tile) */
     {.nsp = 2, .N = 3, .C = 3, .M = 33, .group = 1, .in = {12, 9}, .kernel = {4, 3},
