@@ -332,8 +332,8 @@ if (_NODE_CLS is not None
     _NODE_CLS.apply = _EngineFunction.backward
 
 
-# _EngineFunction.apply without the Python layer of Function.apply (7 us of
-# every training forward, measured against 10 us for the C apply itself):
+# _EngineFunction.apply without the Python layer of Function.apply (which
+# costs nearly as much as the C apply itself, benchmarks/results/overhead.md):
 # outside functorch transforms that layer unwraps dead functorch wrappers
 # (done here the same way) and calls the C apply; under a transform it
 # takes the full path, which refuses a Function without setup_context.
@@ -352,17 +352,13 @@ def _apply_engine_function(module, anchor, inputs):
 # constants) changed it: without a BatchNorm the second graph would gain
 # little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
 # on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
-# applies both as it writes each output plane); measured
-# when it came, against the graph with BatchNorm folded into the weights
-# (batch 16, 1 thread, identical outputs): MobileNet -3%, KWS -9%, ResNet-8
-# +-0. remove_flatten is left out (+-2%). block_channels last runs the conv
-# chains in blocked channels (docs/engine.md): same process, KWS 0.78-0.82,
-# MobileNet 0.84-0.86, ResNet-8 0.84-0.90 of the time without it; its
-# residual fusion needs planned shapes, so the graph runs once before it.
+# applies both as it writes each output plane): no pass over the output of
+# its own. remove_flatten is left out: it gains nothing measurable.
+# block_channels last runs the conv chains in blocked channels
+# (docs/engine.md); its residual fusion needs planned shapes, so the graph runs once before it.
 # fuse_pad before it gives a zero Pad's padding to the Convs that read it
-# (KWS's ZeroPad2d: one node and one activation buffer fewer; node times,
-# 1 thread: Pad + Conv 113-117 us -> Conv 110-112 us; the whole forward
-# 0.97-0.99 on 2 threads, within +-4% on one).
+# (KWS's ZeroPad2d: one node and one activation buffer fewer).
+# Measurements: benchmarks/results/fused-inference.md.
 _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", "fuse_pad",
                       "block_channels")
 

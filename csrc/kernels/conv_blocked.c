@@ -32,30 +32,21 @@
  * channels (12 accumulators) runs over the taps: per tap NV vector loads of
  * the weights and one broadcast per position. The weights are packed by
  * blocks of BLOCKED_MB output channels (the last block narrower), each block
- * (K, its width) in one run: a tile's weights are contiguous. (Packed
- * (K, M8), a tile's rows were M8 floats apart and fell on a few L1 sets:
- * 128 -> 128 pointwise on 6x6 in MobileNet took 8-10% longer.) A job is
- * BLOCKED_CHUNK positions of one image: its tile rows land in a (positions, M8)
- * buffer, which is transposed into y's planes (8 x 8 blocks), the epilogue
+ * (K, its width) in one run: a tile's weights are contiguous (packed
+ * (K, M8), a tile's rows would be M8 floats apart and fall on a few L1
+ * sets). A job is BLOCKED_CHUNK positions of one image: its tile rows land
+ * in a (positions, M8) buffer, which is transposed into y's planes (8 x 8 blocks), the epilogue
  * applied there. A padding conv reads its image from zero-padded copies of
  * its planes, made by the thread that takes the image's first job (in cache
  * for the next ones). A tile skips the kernel rows that read only the
  * copy's zero rows for all its positions (conv_blocked_impl.h: a 3x3 tile on the
  * first or last output row does two thirds of the FMAs; the sums are
- * unchanged): C harness, blocked eval, 1 thread, medians of 3 alternating
- * runs, 64 -> 64 on 8x8 697-727 -> 644-674 us, 16 -> 16 on 32x32 756-795
- * -> 734-748; ResNet-8's per-node profile, the 3x3 convs on 8x8 and 16x16
- * 0.76 -> 0.69 and 0.78 -> 0.73 ms.
- * C harness, batch 16, best of 12 alternating rounds, time against direct_forward, 1
- * and 2 threads: KWS's 1 -> 64 10x4 stride-2 stem 0.41-0.54, 3 -> 32 stride
- * 2 on 96x96 0.78-0.86, ResNet-8's strided 16 -> 32 and 32 -> 64
- * 0.68-0.84, 64 -> 64 stride 2 on 28x28 0.83-0.85; stride 1 on narrow rows:
- * LeNet's 6 -> 16 5x5 (10 wide) 0.62-0.66, 8 -> 16 on 12x12 0.75-0.78, 64 ->
- * 64 on 8x8 0.87-0.92; against im2col, ResNet-8's 1x1 stride-2 shortcuts
- * 0.87-0.88. Left to direct_forward: stride 1 on rows of 16 or more
- * (0.93-1.05), more taps (128 -> 128 3x3 on 6x6: 1.07-1.10, the weights of a
- * tile no longer in L2), fewer than 16 output channels (LeNet's 1 -> 6:
- * 0.97-1.44; MobileNet's 3 -> 8 stride-2 stem: 1.05; 1 -> 8 stride 2: 0.75).
+ * unchanged).
+ * The shapes left to direct_forward are those where these tiles do not
+ * win (benchmarks/results/kernels-conv.md, "Channels-last tiles"): stride 1
+ * on rows of 16 or more, where the plane kernel's blocks are full; more
+ * than BLOCKED_MAX_TAPS taps, where a tile's weights no longer stay in L2;
+ * fewer than BLOCKED_MIN_M output channels.
  * Workspace: the packed weights and bias, and BLOCKED_SLOTS slots (one per
  * part of a pool pass), each a position buffer and room for an image's
  * padded planes.
@@ -193,9 +184,8 @@ static void blocked_pad_image(const blocked_geom *q, float *dst, const float *x)
 
 /* The tiles at 8 lanes (AVX2 or baseline clones), and at 16 where GCC can
  * target AVX-512: taken (blocked_job.wide) when the CPU has it and the output
- * channels are a multiple of 16. ResNet-8's eval forward took 0.63-0.72 of
- * the 8-lane tiles' time, KWS 0.79-0.93, MobileNet 0.81-1.0 (same-process
- * A/B, 1 thread, AVX-512 Xeon). */
+ * channels are a multiple of 16: twice the channels per load and per FMA,
+ * the same sums (benchmarks/results/fused-inference.md). */
 #define BLOCKED_V conv_vec8
 #define BLOCKED_VL 8
 #define BLOCKED_SFX _v8

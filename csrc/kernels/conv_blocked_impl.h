@@ -223,12 +223,11 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_pointwise_tiles)(const blocked_job *
             const float *rimg = j->r ? j->r + (yb - j->y) : NULL; /* the image's residual */
             int64_t i0 = 0;
             /* the epilogue's flags as constants in the common cases: with
-             * them in variables, GCC kept the accumulators on the stack and
-             * tested each flag at each vector (MobileNet's 8 -> 16 on 48x48,
-             * 8 terms per output, spent more there than in its FMAs: 0.24 ->
-             * 0.18 ms; same-process A/B, 1 thread, eval forward: MobileNet
-             * 0.92, KWS 0.91, ResNet-8 +-0). The same in blocked_tiles made
-             * ResNet-8 5% slower, so it is left alone. */
+             * them in variables, GCC keeps the accumulators on the stack and
+             * tests each flag at each vector, which costs more than the FMAs
+             * of a conv with few terms per output (8 -> 16). In
+             * blocked_tiles the constants did not pay, so its flags stay in
+             * variables (benchmarks/results/fused-inference.md). */
             if (!rimg && ep_ab && ep_relu) {
                 const bool ab = true, relu = true;
                 const float *const rb = NULL;

@@ -44,13 +44,10 @@ static bool depthwise_channels_last(const ai_conv_params *p, const conv_geom *g)
 
 /* Small output planes go channels-last in every pass, ahead of the
  * plane-by-plane kernels, whose setup per plane (phase planes, copies,
- * partial vectors) then costs more than the arithmetic. Same-process A/B,
- * 16 images, MobileNet's shapes, time with / without: 128 channels 6x6
- * stride 2 (3x3 out): forward 0.41, backward 0.55-0.63; 64 channels 12x12
- * stride 2 (6x6 out): 0.69, 0.59-0.82; 256 channels 3x3 stride 1: 0.52,
- * 0.58-0.72. Larger planes lose: 128 channels 6x6 stride 1: forward 1.2;
- * 12x12 stride 1: 1.5-2.5; 24x24 stride 2: forward 1.26. MobileNet, batch
- * 16: eval and training step 3.3% faster. */
+ * partial vectors) then costs more than the arithmetic. The bounds (16
+ * outputs, 36 when strided) are where that stops holding: on larger
+ * planes the plane kernels' vectors fill and they win
+ * (benchmarks/results/kernels-conv.md, "Depthwise convolutions"). */
 static bool depthwise_small_planes(const ai_conv_params *p, const conv_geom *g)
 {
     bool strided = false;
@@ -75,21 +72,15 @@ static bool depthwise_small_planes(const ai_conv_params *p, const conv_geom *g)
  * ranges has its own slot (xt, yt) and takes its share of the images (with
  * fewer images than slots or parts, of the jobs), units major (xt's zero
  * pads are reused): a thread reads the images that the layer before wrote
- * on it. (Split by units, half of each
- * thread's input came from the other core's cache: KWS's eval at 2
- * threads, per-node profile, 1.32 -> 1.59 times the 1-thread speed, its
- * depthwise convs 1.25 -> 1.55, the pointwise ones after them 1.33 ->
- * 1.60.) Float32 stride-1 convs on narrow planes as wide as their output
- * go to depthwise_narrow (end of this file) first where the CPU has AVX-512.
+ * on it. (Split by units, half of each thread's input would come from
+ * the other core's cache.) Float32 stride-1 convs on narrow planes as wide
+ * as their output go to depthwise_narrow (end of this file) first where the CPU has AVX-512.
  */
 #define DEPTHWISE_CHANNELS_LAST_UNIT 8 /* channels per job: one vector of float */
 /* Stride-1 outputs of more positions stay plane by plane, where rows are
- * long enough to vectorise. C harness, batch 16, 1 thread, time against the
- * plane kernels (best of 5 alternating rounds; MobileNet's and KWS's
- * shapes): stride 2: 16 ch 48x48 0.79, 32 ch 24x24 0.44-0.46, 64 ch 12x12
- * 0.63-0.76, 128 ch 6x6 0.42-0.58; stride 1: 256 ch 3x3 0.56-0.67, 128 ch
- * 6x6 0.54-0.73, 64 ch 12x12 0.85-0.90, 64 ch 25x5 0.81-0.83, 32 ch 24x24
- * 0.96-0.99, 16 ch 48x48 0.91-1.3, 8 ch 48x48 1.33-1.68. */
+ * long enough to vectorise and the transposes into and out of units cost
+ * more than they save (benchmarks/results/kernels-conv.md, "Depthwise
+ * convolutions"). */
 #define DEPTHWISE_CHANNELS_LAST_MAX_GRID 256
 typedef struct {
     int64_t Hp, Wp, units, jobs, slots, slot; /* slot: elements of a slot */
@@ -132,10 +123,8 @@ static int64_t depthwise_channels_last_elems(const depthwise_channels_last_geom 
 /* The depthwise backward channels-last (depthwise_channels_last_backward, conv_depthwise_impl.h):
  * depthwise_channels_last_geom_of's geometry, x's planes inside the padded buffer (no rows or
  * columns cut), one job per unit; `slot`: elements of a slot (xt, dxt, dyt, wt). The smallest
- * planes keep depthwise_small_planes' path. C harness, dx, dw and db, batch 16, 1 thread, best of 2
- * alternating rounds, against the plane-by-plane kernels: stride 2: 16 ch 48x48 0.48, 32 ch 24x24
- * 0.32, 64 ch 12x12 0.41; stride 1: 128 ch 6x6 0.81, 64 ch 12x12 0.57, 64 ch 25x5 0.83; 256 ch 3x3
- * (small planes) 1.3, so not taken. */
+ * planes keep depthwise_small_planes' path, which is faster there
+ * (benchmarks/results/kernels-conv.md, "Depthwise convolutions"). */
 static bool depthwise_channels_last_backward_geom_of(const ai_conv_params *p, const conv_geom *g,
                                                      depthwise_channels_last_geom *q,
                                                      int64_t *slots, int64_t *slot)
@@ -622,8 +611,7 @@ static bool depthwise_narrow_input_grad_f32(const ai_conv_params *p, float *dx, 
  * displacement (stride 1 and 2 compiled as constants), 8 independent
  * accumulators; the epilogue before the store. Rows shorter than 8 or not
  * a multiple of 4 go in flat tiles of 8 positions across rows instead
- * (depthwise_blocked_flat: a 1-wide tail is a chain of dependent FMAs; MobileNet's
- * 128-channel 6x6 depthwise convs in-model -13 to -17%). The taps are summed in
+ * (depthwise_blocked_flat: a 1-wide tail is a chain of dependent FMAs). The taps are summed in
  * order from the bias with FMAs (depthwise_channels_last, for NCHW outputs, rounds each
  * product: the other depthwise kernels' values).
  */
@@ -756,11 +744,9 @@ static void depthwise_blocked_taps(int64_t o, int64_t s, int64_t p, int64_t d, i
  * at the image's row stride), the border columns add their inside taps
  * (the padding's zeros add nothing). Taken by strided convs of
  * DEPTHWISE_BLOCKED_DIRECT_MIN outputs or more, whose padded copy (of an input 4 times
- * the output at stride 2) costs as much as the sums. Three-conv chains,
- * batch 16, same process A/B against the copy: stride 2, 16 channels 48x48
- * -12 to -16%, 32 channels -11%; stride 1 (8 and 32 channels, 48x48 and
- * 24x24) came out between -7% and +10% over repeated runs, so stride 1
- * keeps the copy. */
+ * the output at stride 2) costs as much as the sums. At stride 1 the copy
+ * is small, reading in place gains nothing measurable, and stride 1 keeps
+ * the copy (benchmarks/results/fused-inference.md). */
 #define DEPTHWISE_BLOCKED_DIRECT_MIN 64
 AI_GEMM_CLONES static void depthwise_blocked_direct(const void *job, float *yu, const float *xu,
                                                     const float *wt, int64_t c)
@@ -850,10 +836,9 @@ static void depthwise_blocked_pack_v16(const depthwise_channels_last_job_f32 *j)
  * in place of units, but a thread's range of slots runs as one (their
  * images, or their run of jobs, are consecutive), in the first slot's
  * buffer, its pads zeroed once; the weights are packed once per call
- * (depthwise_blocked_pack_v16). Per slot, 128 channels on 6x6 planes, batch 16, had
- * taken 0.071 ms at 1 thread, 0.030 as one range; with a pair's weights
- * packed once per part of the pool's pass, MobileNet's depthwise convs on
- * 6x6 and 3x3 were slower at 2 threads than at 1.
+ * (depthwise_blocked_pack_v16): on 6x6 and 3x3 planes a slot's work is
+ * small, and per-slot setup or packing per part of the pool's pass would
+ * outweigh it (benchmarks/results/threads.md).
  */
 AI_AVX512_KERNEL AI_SHORT_LOOPS static void depthwise_blocked_range_v16(void *ctx, int64_t lo,
                                                                         int64_t hi)
@@ -1038,11 +1023,9 @@ void depthwise_blocked_forward(const ai_conv_params *p, float *y, const float *x
     const int64_t per_slot =
         l.jobs / l.slots * DEPTHWISE_CHANNELS_LAST_UNIT * (g.img_size + g.grid_size * g.ksize);
 #if defined(AI_AVX512_KERNEL)
-    /* 16 lanes where the units pair up, strided convs included: on
-     * MobileNet's first stride-2 depthwise conv (16 channels, 48x48, in a
-     * pointwise-depthwise-pointwise chain, per-node profile against ONNX
-     * Runtime in the same run) the copy and 16-lane sums took 0.92-0.98 of
-     * depthwise_blocked_direct's time */
+    /* 16 lanes where the units pair up, strided convs included: there the
+     * copy and 16-lane sums beat depthwise_blocked_direct's in-place 8-lane
+     * reads (benchmarks/results/fused-inference.md) */
     if (x_blocked && l.units % 2 == 0 && ai_cpu_avx512()) {
         depthwise_blocked_pack_v16(&j);
         ai_parallel_for(l.slots, ai_grain_of(per_slot), depthwise_blocked_range_v16, &j);

@@ -783,9 +783,8 @@ FN(depthwise_channels_last_unfill)(T *xn, const T *xt, int64_t ld, int64_t nc, c
 }
 
 /* The units' weights (K, DEPTHWISE_CHANNELS_LAST_UNIT) after the slots, zeros past C: packed
- * once per call (per unit and part of the pool's pass, MobileNet's
- * depthwise convs on 6x6 and 3x3 planes had been slower at 2 threads than
- * at 1) */
+ * once per call, not per unit and part of the pool's pass (on 6x6 and 3x3
+ * planes the repacking outweighed the sums) */
 static void FN(depthwise_channels_last_pack)(const FN(depthwise_channels_last_job) * j)
 {
     enum { L = DEPTHWISE_CHANNELS_LAST_UNIT };
@@ -813,11 +812,9 @@ static void FN(depthwise_channels_last_range)(void *ctx, int64_t lo, int64_t hi)
     /* with at least an image per slot, or per part of the pool's pass, a
      * slot takes its share of the images, every unit of them (units major):
      * a thread then reads the images the layer before wrote on the same
-     * thread (their images), not half of them from the other core's cache
-     * (KWS's blocked depthwise convs, 2 threads, had spent twice the
-     * 1-thread share in the copies into xt; batch 16 has fewer images than
-     * slots but more than parts: KWS's eval at 2 threads 0.88-0.90 of the
-     * split by units, MobileNet's 0.95-0.98, same-process A/B) */
+     * thread (their images), not half of them from the other core's cache,
+     * which makes the copies into xt slow (a batch of 16 has fewer images
+     * than slots but more than parts, hence "or per part") */
     const bool by_image = N >= q->slots || N >= ai_parallel_parts();
     /* slots [lo, hi) run as one, in the first one's buffers: their images,
      * or their runs of jobs, are consecutive (a unit's pads set once per
@@ -1094,8 +1091,8 @@ static bool FN(planes_forward)(const conv_call *c)
     const T *b = c->b;
     if (dw_forward_reads_planes(p, c->g))
         FN(fill_bias)(y, b, p->N, p->M, OS);
-    else /* the kernels read each plane's first element alone (MobileNet eval: the
-          * whole planes' fill was 1.2% of the time) */
+    else /* the kernels read each plane's first element alone: filling
+          * whole planes would be a pass over y for nothing */
         for (int64_t nm = 0; OS > 0 && nm < p->N * p->M; nm++)
             y[nm * OS] = b ? b[nm % p->M] : 0;
     /* the kernels only read x and w in this mode */

@@ -31,11 +31,10 @@
  * 4 broadcasts of weights packed (M / DIRECT_MR, C, K, DIRECT_MR), 8 FMAs. No
  * operand is thin, whatever C is: this beats im2col and the per-tap GEMMs
  * on the few-channel convs of small models. Threads split grid blocks.
- * The tile was 4 x 24 (12 accumulators): with its 3 loads and a broadcast
- * that is every AVX2 register, and GCC's code moved registers around; 4 x 16
- * is 10-40% faster on 3x3 convs of 16-64 channels (C harness, batch 16:
- * 64 -> 64 on 8x8 1.47 -> 0.85-1.07 ms, also for its smaller junk: grids
- * of 80 are 5 blocks, not 4 of 24), 6 x 16 and 8 x 8 in between.
+ * The tile is 4 x 16, not wider: a 4 x 24 tile (12 accumulators) with its 3
+ * loads and a broadcast takes every AVX2 register, and GCC's code then moves
+ * registers around; 16-wide blocks also leave less junk (grids of 80 are 5
+ * blocks, not 4 of 24).
  * Workspace: the packed weights and the planes of one image (of `slots`
  * images for image-parallel runs, below). The input gradient
  * of a stride-1 conv is the same kernel on dy (direct_input_grad_params).
@@ -52,8 +51,7 @@ typedef struct {
  * takes whole images (planes, blocks, epilogue) in a slot of its own, up to
  * DIRECT_SLOTS slots of at most DIRECT_SLOT_ELEMS each: no pool pass per image and
  * per step. Small grids gain most (KWS's 1 -> 64 stem, 25x5: one image is
- * 10 blocks, and the three passes per image had made it slower on 2 threads
- * than on 1). */
+ * 10 blocks, too little work to pay for three pool passes). */
 #define DIRECT_SLOTS 8
 #define DIRECT_SLOT_ELEMS (INT64_C(1) << 16)
 
@@ -111,17 +109,13 @@ static int64_t direct_input_grad_elems(const ai_conv_params *p, ai_dtype dtype)
  * phase planes and its dy laid on the grid (junk columns zero, rows padded:
  * the last vector reads past L). A chunk has enough images for DW_CHUNK_GRID
  * grid positions (the sums across lanes are done once per chunk), within
- * DW_CHUNK_ELEMS elements, at least one (LeNet's 6 -> 16 5x5 conv, 10x10
- * grids: its backward 12-15% faster than with im2col and a GEMM per
- * image). When the shifted GEMMs apply (8 or more input channels) they are
- * faster on grids under DW_MIN_GRID (8x8, 64 channels: dw 0.75 ms against
- * 1.2 in chunks of 13 images), and the kernel declines those. The chunk
- * had been one image there too: ResNet-8's 32 -> 32 on 16x16 (batch 16,
- * 1 thread) then spent two thirds of its dw in the sums across lanes (dw
- * 1.65 ms, 46 GFLOP/s; 0.72 in chunks of 1024 positions, 0.58 of 4096;
- * 16 -> 16 on 32x32 0.69 -> 0.46). 4096 against 1024, training steps in
- * the same process: ResNet-8 0.94 (1 and 2 threads), LeNet 0.97,
- * MobileNet 1.0; 8192 and more: no faster. */
+ * DW_CHUNK_ELEMS elements, at least one (on small grids such as LeNet's
+ * 10x10 this beats im2col and a GEMM per image). When the shifted GEMMs
+ * apply (8 or more input channels) they win on grids under DW_MIN_GRID,
+ * and the kernel declines those. The lanes are summed once per chunk:
+ * DW_CHUNK_GRID positions make that a small part of the work, and larger
+ * chunks are no faster (benchmarks/results/kernels-conv.md, "Direct weight
+ * gradient"). */
 #define DW_MIN_GRID 256
 #define DW_CHUNK_GRID 4096
 #define DW_CHUNK_ELEMS (INT64_C(1) << 18) /* 1 MiB of float32 */
@@ -227,8 +221,8 @@ AI_GEMM_CLONES AI_SHORT_LOOPS static void direct_block_range(void *ctx, int64_t 
                     acc[r][v] = (conv_vec8){0} + bias;
             }
             const float *wp = j->wp + mt * C * K * DIRECT_MR;
-            /* the channels' taps; a 3x3, 5x5 or 3-tap kernel unrolled (+7-9% on
-             * 64-128 channel 3x3 convs) */
+            /* the channels' taps; a 3x3, 5x5 or 3-tap kernel unrolled (a
+             * constant tap count: no loop overhead per tap) */
 #define DIRECT_CHANNELS(KK)                                                          \
     for (int64_t c = 0; c < C; c++) {                                                \
         const float *xc = j->planes + c * PS + j0;                                   \
@@ -421,8 +415,9 @@ static bool direct_run(const ai_conv_params *p, float *y, const float *x, const 
             p, &g, &dc, x + n * C * g.img_size, b, wp, planes, y + n * M * g.grid_size, add, n > 0};
         ai_parallel_for(C, ai_grain_of(dc.ph.size), direct_pad_range, &j);
         ai_parallel_for(blocks, ai_grain_of(DIRECT_NR * M * C * K / 8), direct_blocks_fn(), &j);
-        if (ep) { /* the image's planes while they are in cache (on the register
-                   * tiles, a call per tile cost convs of 1 to 6 channels 15-40%) */
+        if (ep) { /* the image's planes while they are in cache (not per
+                   * register tile: a call per tile, and a tile whose
+                   * address escapes lives in memory) */
             ep_job_f32 e = {y + n * M * g.grid_size, NULL, ep, M, g.grid_size};
             ai_parallel_for(M, ai_grain_of(g.grid_size), ep_range_f32, &e);
         }
@@ -653,7 +648,7 @@ static void dyg_fill_range(void *ctx, int64_t lo, int64_t hi)
 /* dw += the weight gradient of Conv p by the direct kernel. Taken where the
  * input gradient is not wanted or went through direct_input_grad (else the GEMM paths
  * compute both in one pass): a model's first conv, strided ones included (MobileNet's
- * 3 -> 8, stride 2, 96x96: 2.2 -> 1.2 ms per training step, torch 1.2-1.5). */
+ * 3 -> 8, stride 2, 96x96). */
 static bool direct_weight_grad_f32(const ai_conv_params *p, float *dw, const float *dy,
                                    const float *x, float *ws)
 {

@@ -23,15 +23,14 @@
  * serial path does them (im2col, the GEMMs, col2im, in its run's columns
  * slot), its weight gradient summed in a slot of its own; the slots are
  * then added to dw in group order: the same values at any thread count.
- * Image by image, the GEMMs were too small to split across threads:
- * ResNet-8's strided convs and shortcuts took as long on 2 threads as on 1.
- * (Chunks of images side by side in one GEMM per gradient split well but
- * left L2: 4% slower on 1 thread.) A group's slots (columns and weight
+ * Image by image, the GEMMs are too small to split across threads
+ * (ResNet-8's strided convs and shortcuts). (Chunks of images side by
+ * side in one GEMM per gradient split well but leave L2.) A group's slots (columns and weight
  * gradient) are at most COLS_GROUP_ELEMS. Returns the number of groups, 0
  * for other convs, and for those whose input gradient the direct kernel
  * computes (stride 1, float32): their weight gradient goes to direct_weight_grad or,
- * where that declines, to the serial loop; reserving the groups' workspace
- * for them had grown LeNet's memory plan by 365 KB for nothing.
+ * where that declines, to the serial loop, and reserving the groups'
+ * workspace for them would grow the memory plan for nothing.
  */
 #define COLS_GROUPS 8
 #define COLS_GROUP_ELEMS (INT64_C(1) << 18)

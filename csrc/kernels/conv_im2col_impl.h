@@ -46,8 +46,8 @@ static inline bool FN(im2col_subsamples)(const conv_geom *g)
 /* col (C*K, grid; rows ld apart) = the patches of img (C, image); padding
  * reads 0. Rows [r0, r1) of the columns. A 1x1 kernel that reads no
  * padding (a strided 1x1 conv: ResNet's shortcuts) is a plain subsampling
- * of each plane, its own loop (the general one's per-row bookkeeping made it cost more than
- * the GEMM: 16 -> 32, stride 2, 32x32, batch 16, im2col 28% of the conv). */
+ * of each plane, its own loop (on such a conv the general loop's per-row
+ * bookkeeping costs more than the GEMM). */
 AI_VECTOR_CLONES void FN(im2col_rows)(T *col, const T *img, const conv_geom *g,
                                              int64_t r0, int64_t r1, int64_t ld)
 {

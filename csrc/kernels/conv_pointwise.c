@@ -24,15 +24,12 @@
  * xs (C, N OS), ys (M, N OS) = w @ xs, then scattered into y with the bias
  * and the epilogue. The library packs w once instead of once per image,
  * and its tiles are not cut by planes of 9 or 36 columns. Planes of
- * PW_BATCH_MAX positions or fewer; measured (batch 16, 1 thread, against a
- * GEMM per image): 256 -> 256 on 3x3 -31%, 128 -> 128 on 6x6 -9%, 8x8 +-0,
- * KWS's 25x5 +7% (so not taken there); MobileNet's eval forward -5%. The
- * backward the same way (conv_pointwise_impl.h): dy gathered once, dw += dys @ xs^T
- * in one GEMM of depth N OS (not N GEMMs of depth OS), dxs = w^T @ dys
- * scattered into dx. C harness, dx, dw and db, best of 3 alternating
- * rounds: 256 -> 256 on 3x3 1053 -> 622 us, 128 -> 256 on 3x3 428 -> 336,
- * 128 -> 128 on 6x6 674 -> 601, 64 -> 128 on 6x6 +-0; 25x5 and 12x12
- * 5-15% slower (so the same bound).
+ * PW_BATCH_MAX positions or fewer: on larger planes (KWS's 25x5) a GEMM
+ * per image already has wide tiles and the gather and scatter cost more
+ * than they save. The backward the same way (conv_pointwise_impl.h): dy
+ * gathered once, dw += dys @ xs^T in one GEMM of depth N OS (not N GEMMs
+ * of depth OS), dxs = w^T @ dys scattered into dx, under the same bound
+ * (benchmarks/results/kernels-conv.md, "Pointwise convolutions").
  */
 #define PW_BATCH_MAX 64
 static bool pointwise_batched_accepts(const ai_conv_params *p, const conv_geom *g)
@@ -44,14 +41,13 @@ static bool pointwise_batched_accepts(const ai_conv_params *p, const conv_geom *
  * On more than one thread, pointwise forwards whose GEMM per image is under
  * PW_IMAGE_FLOPS (the GEMMs then stay on one thread, gemm.c) split the
  * images across threads instead: each image's GEMM on one thread, the same
- * library call, so the same values. KWS's 64 -> 64 on 25x5 at 2 threads
- * had been slower than at 1 (every image's GEMM in turn on one thread, the
- * pool's other thread waking and waiting around each pass). Their backward
+ * library call, so the same values, with no pool pass per image (each
+ * GEMM in turn on one thread would leave the pool's other threads waking
+ * and waiting around each pass). Their backward
  * (pointwise_small_images, at any thread count, so that the values do not depend on it):
  * dx image by image and dw by panels of 64 of its rows (each summed over
- * the images in order) in one pass of the pool (conv_pointwise_impl.h). KWS's 64 -> 64 backward had
- * been slower at 2 threads than at 1 (0.59 -> 0.65 ms); now about 0.45 ms. KWS's training step,
- * same-process A/B: 0.91 of the time before at 2 threads, 0.99 at 1.
+ * the images in order) in one pass of the pool (conv_pointwise_impl.h), for
+ * the same reason.
  */
 #define PW_IMAGE_FLOPS (INT64_C(1) << 21)
 static bool pointwise_small_images(const ai_conv_params *p, const conv_geom *g)
@@ -86,11 +82,6 @@ static bool pointwise_images_accepts(const ai_conv_params *p, const conv_geom *g
  * scattered to their images (a GEMM per image would have blocks of 9 or 36
  * columns). A plane's last block, when shorter than 16, is read from a
  * zero-padded panel too.
- * Same-process A/B in the engine (Conv + BatchNorm + Relu, eval, batch 16,
- * best of 20 alternating rounds) against the GEMM paths (a GEMM per image,
- * or the batch gathered for planes of 64 or fewer): 1 thread 0.92-1.00
- * (64 -> 64 on 25x5 0.97, 8 -> 16 on 48x48 0.94, 64 -> 64 on 12x12 0.92,
- * 256 -> 256 on 3x3 0.95), 2 threads 0.73-0.94 (128 -> 256 on 3x3 0.73).
  * The blocked-channel chains (below) do not come here: this is the NCHW
  * forward (training graphs, convs outside chains).
  * Workspace: the packed weights, and a panel and a tile per slot (thread).
@@ -194,8 +185,7 @@ AI_GEMM_CLONES static void pointwise_direct_tile(const pointwise_direct_job *j, 
 /* pointwise_direct_tile with 16-lane vectors (AVX-512): the NR = 16 positions are one
  * vector, so the tile takes POINTWISE_DIRECT_WIDE channel tiles (rows [m0, m0 + rows),
  * rows <= POINTWISE_DIRECT_WIDE POINTWISE_DIRECT_MR; the packed weights hold zero rows past M): the
- * same sums in the same order as the 8-lane tiles. Same-process A/B of the
- * training step, 1 thread: KWS 0.94, MobileNet 0.95 (3 tiles: 0.95, 0.97). */
+ * same sums in the same order as the 8-lane tiles. */
 AI_AVX512_KERNEL static void pointwise_direct_tile_v16(const pointwise_direct_job *j, int64_t m0,
                                                        int rows, const float *xs, int64_t ld,
                                                        float *dst, int64_t ldd)
@@ -243,10 +233,7 @@ AI_AVX512_KERNEL static void pointwise_direct_tile_v16(const pointwise_direct_jo
  * 16 ends at its end, and recomputes lanes the one before it stored: the
  * same values). Per input channel NT vector loads and POINTWISE_DIRECT_MR broadcasts
  * for POINTWISE_DIRECT_MR NT FMAs, where the 24-by-16 tile took a broadcast per FMA.
- * The same sums, in the same order, as the tiles above. KWS's 64 -> 64 on
- * 25x5, batch 16, 1 thread: forward 95 -> 75 us (218 GF/s); training steps
- * (same-process A/B, the order of the two swapped every round): KWS 0.96,
- * MobileNet 0.98. */
+ * The same sums, in the same order, as the tiles above. */
 AI_AVX512_KERNEL static void pointwise_direct_tile_w64(const pointwise_direct_job *j, int64_t m0,
                                                        int rows, int64_t n, const int64_t *o,
                                                        int nt)
@@ -472,14 +459,10 @@ static bool pointwise_direct_run(const ai_conv_params *p, float *y, const float 
  * Taken for pointwise convs that pointwise_small_images takes (then the input gradient
  * runs on pointwise_direct, pointwise_input_grad_f32) and for convs of one group whose input needs
  * no gradient (a model's first conv), where K is at least a vector (fewer:
- * the vectors of xt's rows part empty; MobileNet's 8 -> 16 on 48x48 took
- * 1.5x the GEMMs' time) and at most POINTWISE_WEIGHT_GRAD_MAX_K; in the im2col form at least
- * two vectors and POINTWISE_WEIGHT_GRAD_IM2COL_MIN_M rows of dw, else the direct dw kernel
- * (direct_weight_grad) stays. KWS's 10x4 stride-2 stem, 1 -> 64 (40 columns): dw
- * 0.20 -> 0.13 ms, training step 0.98 (same-process A/B, 1 thread); with
- * fewer rows the tiles ran part empty: LeNet's 6 rows 1.21, MobileNet's 8
- * and ResNet-8's 16 1.03. Pointwise convs alone, against the GEMMs on
- * OpenBLAS's AVX2 kernels: KWS 0.90, MobileNet 0.975.
+ * the vectors of xt's rows part empty) and at most POINTWISE_WEIGHT_GRAD_MAX_K; in the im2col form at least
+ * two vectors and POINTWISE_WEIGHT_GRAD_IM2COL_MIN_M rows of dw (fewer rows leave the
+ * tiles part empty), else the direct dw kernel (direct_weight_grad) stays
+ * (benchmarks/results/kernels-conv.md, "Pointwise convolutions").
  */
 #define POINTWISE_WEIGHT_GRAD_MR 6
 #define POINTWISE_WEIGHT_GRAD_NV \

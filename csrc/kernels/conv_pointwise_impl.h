@@ -78,12 +78,10 @@ static void FN(pointwise_images_range)(void *ctx, int64_t lo, int64_t hi)
  * its items are the weight gradient's panels of PW_DW_ROWS rows, each
  * summed over the images in order (split by output elements, never inside
  * a sum: the same values at any thread count), then dx image by image
- * (each image's GEMM on its thread). Panels of 64 rows, not 32: KWS's
- * 64 -> 64 on 25x5 (C harness, 1 thread) 186-200 us against 212-247, its
- * training step 0.98 of the time (same-process A/B); at 2 threads the
- * other thread takes the images' dx meanwhile (in two passes, the weight
- * gradient in one 64-row panel would leave it idle). Panels of 16 rows,
- * which the skinny GEMM takes, had made KWS's step 5% slower at 1 thread. */
+ * (each image's GEMM on its thread). Panels of 64 rows (panels of 32, or
+ * of 16 for the skinny GEMM, were slower: benchmarks/results/threads.md);
+ * at 2 threads the other thread takes the images' dx meanwhile (in two
+ * passes, the weight gradient in one 64-row panel would leave it idle). */
 #define PW_DW_ROWS 64
 typedef struct {
     const ai_conv_params *p;

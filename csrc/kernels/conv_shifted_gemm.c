@@ -22,8 +22,8 @@
  * a view, and the conv is one GEMM per tap, W_k (M, C) @ planes,
  * accumulated. The junk columns cost (Q2 - out2) / Q2 more flops; a few
  * input channels per group make each GEMM too thin, so those convs keep
- * im2col. (Strided convs split into stride-phase planes the same way were
- * measured no faster than im2col: each tap's GEMM gets 1/stride^2 of the
+ * im2col. (Strided convs split into stride-phase planes the same way are
+ * no faster than im2col: each tap's GEMM gets 1/stride^2 of the
  * columns with the same thin K.)
  */
 typedef struct {
