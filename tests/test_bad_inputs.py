@@ -374,3 +374,31 @@ def test_bad_json_configuration_names_file_and_path(tmp_path, text, part):
         config_cases(tmp_path, text)
     assert type(info.value) is ValueError
     assert part in str(info.value) and str(tmp_path) in str(info.value), str(info.value)
+
+
+def _relu_model(dims):
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "relu",
+                          [oh.make_tensor_value_info("x", TP.FLOAT, dims)],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, None)])
+    return oh.make_model(graph)
+
+
+@pytest.mark.parametrize("shape,part", [
+    ((1, 3, 5, 5), "dim 3 is 5, 2 expected"), ((1, 3, 2), "has rank 3, the model declares rank 4"),
+    ((2, 4, 1, 2), "dim 1 is 4, 3 expected")], ids=str)
+def test_inputs_contradicting_the_declared_dims_are_refused(shape, part):
+    # as ONNX Runtime refuses them; a symbolic dim is free, and so is dim 0
+    # (a batch size other than the exported one keeps working)
+    g = ai.load_onnx(_relu_model([1, 3, "h", 2]))
+    for ok in ((1, 3, 5, 2), (4, 3, 7, 2)):
+        x = np.random.default_rng(0).standard_normal(ok).astype(np.float32)
+        np.testing.assert_array_equal(g.forward([x])[0], np.maximum(x, 0))
+    with pytest.raises(ValueError, match=re.escape(f"graph input 'x' has ")) as info:
+        g.forward([np.ones(shape, np.float32)])
+    assert part in str(info.value) and "(?, 3, ?, 2)" in str(info.value)
+
+
+def test_inputs_without_declared_dims_are_free():
+    g = ai.load_onnx(_relu_model(None))
+    for shape in ((2,), (1, 5, 3)):
+        assert g.forward([np.ones(shape, np.float32)])[0].shape == shape
