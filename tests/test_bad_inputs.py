@@ -144,8 +144,9 @@ ONNX_CASES = {
     "input_dtype_declared": (lambda: ai.load_onnx(model([node("Relu", ["x"], ["y"], "r")],
                                                         [vi("x", [2], TP.STRING)], [Y])),
                              TypeError, ["graph input 'x'", "STRING"]),
+    # (inputs without declared dims: the node's own check speaks)
     "mismatched_shapes": (lambda: ai.load_onnx(model([node("Add", ["x", "x2"], ["y"], "add1")],
-                                                     [X, X2], [Y])).forward(
+                                                     [vi("x"), vi("x2")], [Y])).forward(
         [x23, np.ones((4, 5), np.float32)]),
         ValueError, ["Add node 'add1'", "dimension 0 is 2 on one side and 4 on the other"]),
     "mismatched_matmul": (lambda: run(model([node("MatMul", ["x", "W"], ["y"], "mm")], [X], [Y],
@@ -154,7 +155,10 @@ ONNX_CASES = {
     "conv_channels": (lambda: run(model([node("Conv", ["x", "W"], ["y"], "c")], [X4], [Y],
                                         [init("W", np.ones((3, 4, 3, 3), np.float32))]), x4),
                       ValueError, ["Conv node 'c'", "input has 2 channels; the weight expects 4"]),
-    "conv_rank": (lambda: run(conv(), x23), ValueError, ["Conv node 'c'", "input has rank 2"]),
+    "conv_rank": (lambda: run(model([node("Conv", ["x", "W"], ["y"], "c")], [vi("x")], [Y], [W]),
+                              x23), ValueError, ["Conv node 'c'", "input has rank 2"]),
+    "declared_rank": (lambda: run(conv(), x23), ValueError,
+                      ["graph input 'x' has rank 2, the model declares rank 4 (?, 2, 5, 5)"]),
     "wrong_input_dtype": (lambda: run(relu_model(), x23.astype(np.float64)), TypeError,
                           ["graph input 'x' expects float32, got float64"]),
     "mixed_dtypes_in_node": (lambda: run(model([node("Add", ["x", "c"], ["y"], "ad")], [X], [Y],

@@ -261,7 +261,7 @@ def _add_expanded(g, node, attrs, opset, dims, where):
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
                 share_values: bool = False, where: str = "load_onnx", input_shapes=None,
-                free_batch: bool = True):
+                free_batch: bool = True, grads=None):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -270,7 +270,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     others constants. ``values`` maps
     initializer names to engine Tensors that replace the stored values
     (same shape and dtype expected): copied, or with ``share_values`` read
-    and written in place (the graph shares their memory). ``input_shapes``
+    and written in place (the graph shares their memory); ``grads`` maps
+    parameter names to engine Tensors that hold their gradients (shared:
+    two graphs of one model accumulate into one gradient). ``input_shapes``
     (shapes of the graph's inputs, in order) fixes their symbolic dims where
     an operator needs a shape at import (LSTM, GRU, RNN: the sequence
     length they are unrolled for, a different one refused at run time;
@@ -322,6 +324,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
         g.add_initializer(init.name, value, kind or "const", share)
+        if grads and init.name in grads and (kind or "const") == "param":
+            g.share_grad(init.name, grads[init.name])
     inferred = {}  # shapes by ONNX inference, when an operator of EXPANDED needs them
 
     def dims(hinted):
