@@ -79,6 +79,7 @@ void ai_graph_free(ai_graph *g)
     free(g->values);
     free(g->nodes);
     free(g->inputs);
+    free(g->input_dims);
     free(g->outputs);
     free(g->order);
     free(g);
@@ -162,9 +163,57 @@ ai_status ai_graph_add_input(ai_graph *g, const char *name, ai_dtype dtype)
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     g->inputs = p;
+    int64_t(*d)[AI_MAX_DIMS + 1] = realloc(g->input_dims,
+                                           sizeof *d * (size_t)(g->n_inputs + 1));
+    if (!d)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    g->input_dims = d;
+    g->input_dims[g->n_inputs][0] = -1;
     g->inputs[g->n_inputs++] = v;
     g->values[v].kind = AI_VAL_INPUT;
     g->values[v].dtype = dtype;
+    return AI_OK;
+}
+
+ai_status ai_graph_set_input_dims(ai_graph *g, const char *name, int ndim,
+                                  const int64_t *dims)
+{
+    ai_status st = check_building(g);
+    if (st)
+        return st;
+    if (ndim < 0 || ndim > AI_MAX_DIMS)
+        return ai_error(AI_ERR_VALUE, "graph input '%s': rank %d is out of range", name, ndim);
+    for (int i = 0; i < g->n_inputs; i++) {
+        if (strcmp(g->values[g->inputs[i]].name, name) != 0)
+            continue;
+        g->input_dims[i][0] = ndim;
+        for (int d = 0; d < ndim; d++)
+            g->input_dims[i][1 + d] = dims[d] >= 0 ? dims[d] : -1;
+        return AI_OK;
+    }
+    return ai_error(AI_ERR_VALUE, "the graph has no input '%s'", name);
+}
+
+ai_status ai_graph_share_grad(ai_graph *g, const char *name, const ai_tensor *grad)
+{
+    ai_status st;
+    int v;
+    if ((st = check_building(g)) || (st = value_get(g, name, &v)))
+        return st;
+    ai_value *val = &g->values[v];
+    if (val->kind != AI_VAL_PARAM)
+        return ai_error(AI_ERR_VALUE, "'%s' is not a parameter: it has no gradient", name);
+    if (grad->dtype != val->dtype || grad->ndim != val->data->ndim ||
+        memcmp(grad->shape, val->data->shape, sizeof(int64_t) * (size_t)grad->ndim) ||
+        !ai_tensor_is_contiguous(grad) || (grad->flags & AI_TENSOR_READONLY))
+        return ai_error(AI_ERR_VALUE, "the gradient shared with parameter '%s' must be a "
+                        "contiguous, writable %s tensor of its shape", name,
+                        ai_dtype_name(val->dtype));
+    ai_tensor *t;
+    if ((st = ai_tensor_share(&t, grad)))
+        return st;
+    ai_tensor_free(val->grad);
+    val->grad = t;
     return AI_OK;
 }
 

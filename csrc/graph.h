@@ -84,6 +84,9 @@ typedef struct ai_graph {
     ai_node *nodes;
     int n_nodes, cap_nodes;
     int *inputs, n_inputs;
+    /* per input: the dims the model declares, [0] the rank (-1: not
+     * declared), then each dim (-1: free) */
+    int64_t (*input_dims)[AI_MAX_DIMS + 1];
     int *outputs, n_outputs;
     int *order;          /* topological order of nodes (finalize) */
     bool finalized;
@@ -231,9 +234,18 @@ void ai_graph_free(ai_graph *g);
 
 /* Adds a graph input (its shape comes with each forward). */
 ai_status ai_graph_add_input(ai_graph *g, const char *name, ai_dtype dtype);
+/* Declares input `name`'s rank and dims (-1: free), which forward then
+ * checks, as ONNX Runtime does: a contradicting input is refused when the
+ * graph is planned. */
+ai_status ai_graph_set_input_dims(ai_graph *g, const char *name, int ndim,
+                                  const int64_t *dims);
 /* Adds an initializer; the graph takes ownership of `t` (also on failure). */
 ai_status ai_graph_add_initializer(ai_graph *g, const char *name, ai_value_kind kind,
                                    ai_tensor *t);
+/* Parameter `name`'s persistent gradient becomes `grad`'s memory (shared,
+ * refcounted; same dtype and shape, contiguous, writable): two graphs of one
+ * model (exported for other shapes) accumulate into one gradient. */
+ai_status ai_graph_share_grad(ai_graph *g, const char *name, const ai_tensor *grad);
 /* Adds a node. Input names "" are absent optional inputs. Attributes are
  * copied. */
 ai_status ai_graph_add_node(ai_graph *g, const char *name, const char *domain,

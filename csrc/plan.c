@@ -11,6 +11,7 @@
  * lifetimes do not overlap share memory.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -596,6 +597,44 @@ static void poison_dead(const ai_graph *g, const ai_plan *p, int s)
     }
 }
 
+static void dims_text(char *buf, size_t size, int ndim, const int64_t *dims)
+{
+    size_t at = (size_t)snprintf(buf, size, "(");
+    for (int d = 0; d < ndim && at < size; d++)
+        at += (size_t)(dims[d] < 0 ? snprintf(buf + at, size - at, "%s?", d ? ", " : "")
+                                   : snprintf(buf + at, size - at, "%s%lld", d ? ", " : "",
+                                              (long long)dims[d]));
+    if (at < size)
+        snprintf(buf + at, size - at, "%s)", ndim == 1 ? "," : "");
+}
+
+/* The inputs against the dims the model declares (checked when planning). */
+static ai_status check_input_dims(const ai_graph *g, const ai_tensor *const *inputs)
+{
+    for (int i = 0; i < g->n_inputs; i++) {
+        const int64_t *decl = g->input_dims[i];
+        const ai_tensor *x = inputs[i];
+        int bad = decl[0] < 0 ? -1 : decl[0] != x->ndim ? 0 : -1;
+        for (int d = 0; bad < 0 && decl[0] == x->ndim && d < x->ndim; d++)
+            if (decl[1 + d] >= 0 && decl[1 + d] != x->shape[d])
+                bad = d;
+        if (bad < 0)
+            continue;
+        char want[AI_MAX_DIMS * 24], got[AI_MAX_DIMS * 24];
+        dims_text(want, sizeof want, (int)decl[0], decl + 1);
+        dims_text(got, sizeof got, x->ndim, x->shape);
+        if (decl[0] != x->ndim)
+            return ai_error(AI_ERR_VALUE, "graph input '%s' has rank %d, the model declares "
+                            "rank %lld %s", g->values[g->inputs[i]].name, x->ndim,
+                            (long long)decl[0], want);
+        return ai_error(AI_ERR_VALUE, "graph input '%s' has shape %s, the model declares %s: "
+                        "dim %d is %lld, %lld expected (? is free)",
+                        g->values[g->inputs[i]].name, got, want, bad,
+                        (long long)x->shape[bad], (long long)decl[1 + bad]);
+    }
+    return AI_OK;
+}
+
 ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
                            int n_out, ai_tensor **outputs)
 {
@@ -620,7 +659,7 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
         outputs[i] = NULL;
     if (!plan_matches(g, g->plan, inputs)) {
         ai_plan *p;
-        if ((st = plan_build(g, inputs, &p)))
+        if ((st = check_input_dims(g, inputs)) || (st = plan_build(g, inputs, &p)))
             return st;
         ai_plan_free(g->plan);
         g->plan = p;

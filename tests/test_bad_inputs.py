@@ -144,8 +144,9 @@ ONNX_CASES = {
     "input_dtype_declared": (lambda: ai.load_onnx(model([node("Relu", ["x"], ["y"], "r")],
                                                         [vi("x", [2], TP.STRING)], [Y])),
                              TypeError, ["graph input 'x'", "STRING"]),
+    # (inputs without declared dims: the node's own check speaks)
     "mismatched_shapes": (lambda: ai.load_onnx(model([node("Add", ["x", "x2"], ["y"], "add1")],
-                                                     [X, X2], [Y])).forward(
+                                                     [vi("x"), vi("x2")], [Y])).forward(
         [x23, np.ones((4, 5), np.float32)]),
         ValueError, ["Add node 'add1'", "dimension 0 is 2 on one side and 4 on the other"]),
     "mismatched_matmul": (lambda: run(model([node("MatMul", ["x", "W"], ["y"], "mm")], [X], [Y],
@@ -154,7 +155,10 @@ ONNX_CASES = {
     "conv_channels": (lambda: run(model([node("Conv", ["x", "W"], ["y"], "c")], [X4], [Y],
                                         [init("W", np.ones((3, 4, 3, 3), np.float32))]), x4),
                       ValueError, ["Conv node 'c'", "input has 2 channels; the weight expects 4"]),
-    "conv_rank": (lambda: run(conv(), x23), ValueError, ["Conv node 'c'", "input has rank 2"]),
+    "conv_rank": (lambda: run(model([node("Conv", ["x", "W"], ["y"], "c")], [vi("x")], [Y], [W]),
+                              x23), ValueError, ["Conv node 'c'", "input has rank 2"]),
+    "declared_rank": (lambda: run(conv(), x23), ValueError,
+                      ["graph input 'x' has rank 2, the model declares rank 4 (?, 2, 5, 5)"]),
     "wrong_input_dtype": (lambda: run(relu_model(), x23.astype(np.float64)), TypeError,
                           ["graph input 'x' expects float32, got float64"]),
     "mixed_dtypes_in_node": (lambda: run(model([node("Add", ["x", "c"], ["y"], "ad")], [X], [Y],
@@ -374,3 +378,31 @@ def test_bad_json_configuration_names_file_and_path(tmp_path, text, part):
         config_cases(tmp_path, text)
     assert type(info.value) is ValueError
     assert part in str(info.value) and str(tmp_path) in str(info.value), str(info.value)
+
+
+def _relu_model(dims):
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "relu",
+                          [oh.make_tensor_value_info("x", TP.FLOAT, dims)],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, None)])
+    return oh.make_model(graph)
+
+
+@pytest.mark.parametrize("shape,part", [
+    ((1, 3, 5, 5), "dim 3 is 5, 2 expected"), ((1, 3, 2), "has rank 3, the model declares rank 4"),
+    ((2, 4, 1, 2), "dim 1 is 4, 3 expected")], ids=str)
+def test_inputs_contradicting_the_declared_dims_are_refused(shape, part):
+    # as ONNX Runtime refuses them; a symbolic dim is free, and so is dim 0
+    # (a batch size other than the exported one keeps working)
+    g = ai.load_onnx(_relu_model([1, 3, "h", 2]))
+    for ok in ((1, 3, 5, 2), (4, 3, 7, 2)):
+        x = np.random.default_rng(0).standard_normal(ok).astype(np.float32)
+        np.testing.assert_array_equal(g.forward([x])[0], np.maximum(x, 0))
+    with pytest.raises(ValueError, match=re.escape(f"graph input 'x' has ")) as info:
+        g.forward([np.ones(shape, np.float32)])
+    assert part in str(info.value) and "(?, 3, ?, 2)" in str(info.value)
+
+
+def test_inputs_without_declared_dims_are_free():
+    g = ai.load_onnx(_relu_model(None))
+    for shape in ((2,), (1, 5, 3)):
+        assert g.forward([np.ones(shape, np.float32)])[0].shape == shape

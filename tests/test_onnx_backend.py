@@ -56,7 +56,8 @@ OPERATOR_TESTS = {
     "GatherElements": r"test_gather_elements", "TopK": r"test_top_k",
     "LSTM": r"test_lstm_", "GRU": r"test_gru_", "RNN": r"test_(simple_rnn|rnn_seq)",
     "Einsum": r"test_einsum_", "Range": r"test_range_", "LessOrEqual": r"test_less_equal",
-    "GreaterOrEqual": r"test_greater_equal",
+    "GreaterOrEqual": r"test_greater_equal", "GatherND": r"test_gathernd_",
+    "ScatterND": r"test_scatternd",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.

@@ -275,6 +275,218 @@ def test_gather_runtime_indices_and_range_check():
         check_op("Gather", {"x": x, "i": _i64(0, 4)}, None)
 
 
+# ---------------------------------------------------------------- GatherND, ScatterND
+
+def _torch_gathernd(x, idx, b=0):
+    """GatherND by advanced indexing: the batch index, then one index tensor per
+    component of the tuples."""
+    B, k = math.prod(x.shape[:b]), idx.shape[-1]
+    i = idx.reshape(B, -1, k).long()
+    bi = torch.arange(B)[:, None].expand(B, i.shape[1])
+    y = x.reshape(B, *x.shape[b:])[(bi,) + tuple(i[..., j] for j in range(k))]
+    return y.reshape(*idx.shape[:-1], *x.shape[b + k:])
+
+
+def _tuples(shape, lead, k, seed=0):
+    """Index tuples of shape lead + (k,) into shape[:k], negatives and repeats included."""
+    rng = np.random.default_rng(seed)
+    dims = np.array(shape[:k], np.int64)
+    return rng.integers(-dims, dims, tuple(lead) + (k,)).astype(np.int64)
+
+
+# data shape, batch_dims, indices shape without its last dim, k
+GATHERNDS = [((2, 3), 0, (2,), 2), ((3, 4, 5), 0, (6,), 1), ((3, 4, 5), 0, (2, 3), 2),
+             ((3, 4, 5), 0, (4,), 3), ((3, 4, 5), 0, (), 2), ((2, 3, 4), 1, (2, 5), 1),
+             ((2, 3, 4), 1, (2,), 2), ((2, 3, 4, 5), 2, (2, 3, 2), 2),
+             ((2, 3, 4, 5), 2, (2, 3), 1), ((3, 4), 0, (0,), 1)]
+
+
+def _gathernd_case(shape, b, lead, k, idx_dtype=np.int64):
+    idx = np.stack([_tuples(shape[b:], lead[b:], k, seed=s) for s in range(math.prod(shape[:b]))])
+    return idx.reshape(tuple(lead) + (k,)).astype(idx_dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32], ids=["i64", "i32"])
+@pytest.mark.parametrize("shape,b,lead,k", GATHERNDS, ids=str)
+def test_gathernd(shape, b, lead, k, idx_dtype, dtype):
+    # repeated tuples: their gradients add up
+    idx = _gathernd_case(shape, b, lead, k, idx_dtype)
+    check_op("GatherND", {"x": _x(shape, dtype)}, lambda x, i: _torch_gathernd(x, i, b),
+             consts={"i": idx}, attrs={"batch_dims": b})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int8, np.uint8, np.int16, np.int32, np.int64,
+                                   np.bool_], ids=lambda d: np.dtype(d).name)
+def test_gathernd_dtypes(dtype):
+    x = (_x((2, 3, 4), np.float64) * 10).astype(dtype)
+    check_op("GatherND", {"x": x}, lambda x, i: _torch_gathernd(x, i, 1),
+             consts={"i": _gathernd_case((2, 3, 4), 1, (2, 5), 2)}, attrs={"batch_dims": 1},
+             grad=False)
+
+
+def test_gathernd_runtime_indices_opset11_and_errors():
+    x = _x((3, 4))
+    idx = np.array([[2, -1], [0, 3]], np.int64)
+    check_op("GatherND", {"x": x, "i": idx}, lambda x, i: _torch_gathernd(x, i), opset=11)
+    with pytest.raises(IndexError, match="GatherND node.*index 4 is out of range for axis 1"):
+        check_op("GatherND", {"x": x, "i": np.array([[0, 4]], np.int64)}, None)
+    with pytest.raises(IndexError, match="GatherND node.*index -4 is out of range for axis 0"):
+        check_op("GatherND", {"x": x, "i": np.array([[-4, 0]], np.int64)}, None)
+    with pytest.raises(ValueError, match="GatherND node.*batch_dims is 2; 0 to 1 expected"):
+        check_op("GatherND", {"x": x, "i": idx}, None, attrs={"batch_dims": 2})
+    with pytest.raises(ValueError, match="GatherND node.*batch dim 0 is 2 in indices, 3 in data"):
+        check_op("GatherND", {"x": x, "i": np.zeros((2, 1), np.int64)}, None,
+                 attrs={"batch_dims": 1})
+    with pytest.raises(ValueError, match="GatherND node.*indices' last dim is 3; at most 2"):
+        check_op("GatherND", {"x": x, "i": np.zeros((1, 3), np.int64)}, None)
+
+
+def test_gathernd_dynamo_mask_pattern():
+    """torch's dynamo exporter writes ``mask[rows, cols]`` (two broadcast index
+    tensors, as in transformers' attention-mask construction) as Expand each
+    index to the broadcast shape, Unsqueeze(-1), Concat(-1), GatherND."""
+    rows, cols = np.array([[1], [0], [1]], np.int64), np.array([[3, 0, -1, 2]], np.int64)
+    shape = np.array([3, 4], np.int64)
+    nodes = [helper.make_node("Expand", ["rows", "shape"], ["r"]),
+             helper.make_node("Expand", ["cols", "shape"], ["c"]),
+             helper.make_node("Unsqueeze", ["r", "last"], ["r1"]),
+             helper.make_node("Unsqueeze", ["c", "last"], ["c1"]),
+             helper.make_node("Concat", ["r1", "c1"], ["idx"], axis=-1),
+             helper.make_node("GatherND", ["mask", "idx"], ["y"])]
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             (("rows", rows), ("cols", cols), ("shape", shape), ("last", _i64(-1)))]
+    graph = helper.make_graph(
+        nodes, "mask", [helper.make_tensor_value_info("mask", TensorProto.DOUBLE, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    g = aidge_interop.load_onnx(model)
+    mask = _x((2, 5))
+    (y,) = g.forward([mask], need_backward=True, input_grads=True)
+    t = torch.tensor(mask, requires_grad=True)
+    ref = t[torch.tensor(rows), torch.tensor(cols)]
+    np.testing.assert_array_equal(y, ref.detach().numpy())
+    dy = np.random.default_rng(2).standard_normal(y.shape)
+    (gm,) = g.backward([dy])
+    ref.backward(torch.tensor(dy))
+    np.testing.assert_allclose(gm, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _scatternd_ref(x, idx, u, reduction="none"):
+    """ONNX's reference: a copy of the data, the updates applied in order."""
+    y = x.copy()
+    ops = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+    lead = idx.shape[:-1]
+    for t in np.ndindex(lead):
+        at = tuple(idx[t])
+        y[at] = u[t] if reduction == "none" else ops[reduction](y[at], u[t])
+    return y
+
+
+def _torch_scatternd(x, u, idx, accumulate):
+    return torch.index_put(x, tuple(idx[..., j] for j in range(idx.shape[-1])), u, accumulate)
+
+
+# data shape, indices shape without its last dim, k
+SCATTERNDS = [((8,), (4,), 1), ((4, 4, 4), (2,), 1), ((3, 4, 5), (2, 2), 2), ((3, 4, 5), (5,), 3),
+              ((3, 4), (), 2), ((3, 4), (0,), 1)]
+
+
+def _scatternd_case(shape, lead, k, dtype, unique):
+    """x, indices, updates; unique: no place twice."""
+    rng = np.random.default_rng(3)
+    n = math.prod(lead)
+    if unique:
+        flat = rng.choice(math.prod(shape[:k]), n, replace=False)
+        idx = np.stack(np.unravel_index(flat, shape[:k]), -1).reshape(tuple(lead) + (k,))
+        idx = idx - rng.integers(0, 2, idx.shape) * np.array(shape[:k])  # some negative
+    else:
+        idx = _tuples(shape, lead, k, seed=4)
+    u = _x(tuple(lead) + tuple(shape[k:]), dtype, seed=5)
+    return _x(shape, dtype), idx.astype(np.int64), u
+
+
+@dtypes
+@pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.parametrize("shape,lead,k", SCATTERNDS, ids=str)
+def test_scatternd(shape, lead, k, reduction, dtype):
+    # add: repeated places add up; none: unique places (torch leaves repeats undefined)
+    x, idx, u = _scatternd_case(shape, lead, k, dtype, unique=reduction == "none")
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    check_op("ScatterND", {"x": x, "u": u},
+             lambda x, u, i: _torch_scatternd(x, u, i, reduction == "add"),
+             consts={"i": idx}, attrs=attrs, input_order=["x", "i", "u"])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint8, np.int16,
+                                   np.int32, np.int64], ids=lambda d: np.dtype(d).name)
+def test_scatternd_reductions_repeated_places(reduction, dtype):
+    # repeated places, applied in order: with none the last write wins
+    x, idx, u = _scatternd_case((3, 4, 5), (4, 2), 2, np.float64, unique=False)
+    x, u = (np.round(x) * 3).astype(dtype), (np.round(u) * 3).astype(dtype)
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = make_model("ScatterND", {"x": x, "i": idx, "u": u}, attrs)
+    (y,) = aidge_interop.load_onnx(model).forward([x, idx, u])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(y, _scatternd_ref(x, idx, u, reduction))
+
+
+def test_scatternd_opsets_and_dtypes():
+    x, idx, u = _scatternd_case((3, 4), (2,), 1, np.float64, unique=True)
+    check_op("ScatterND", {"x": x, "u": u}, lambda x, u, i: _torch_scatternd(x, u, i, False),
+             consts={"i": idx}, input_order=["x", "i", "u"], opset=11)
+    for dtype in (np.float16, np.bool_, np.int64):
+        xd, ud = (x > 0).astype(dtype), (u > 0).astype(dtype)
+        model = make_model("ScatterND", {"x": xd, "i": idx, "u": ud})
+        (y,) = aidge_interop.load_onnx(model).forward([xd, idx, ud])
+        np.testing.assert_array_equal(y, _scatternd_ref(xd, idx, ud))
+
+
+def test_scatternd_gradient_finite_differences():
+    x, idx, u = _scatternd_case((3, 4, 2), (5,), 2, np.float64, unique=False)
+    for reduction in ("none", "add"):
+        attrs = {} if reduction == "none" else {"reduction": reduction}
+        if reduction == "none":  # unique places: the gradient of a lost write is torch's choice
+            x, idx, u = _scatternd_case((3, 4, 2), (5,), 2, np.float64, unique=True)
+        model = make_model("ScatterND", {"x": x, "u": u}, attrs, {"i": idx},
+                           input_order=["x", "i", "u"])
+        g = aidge_interop.load_onnx(model, param_kinds={"i": "const"})
+        (y,) = g.forward([x, u], need_backward=True, input_grads=True)
+        dy = np.random.default_rng(1).standard_normal(y.shape)
+        grads = g.backward([dy])
+        for k, v in enumerate((x, u)):
+            num = np.zeros_like(v)
+            for i in np.ndindex(v.shape):
+                vals = [x.copy(), u.copy()]
+                vals[k][i] += 1e-6
+                yp = g.forward(vals)[0]
+                vals[k][i] -= 2e-6
+                num[i] = np.sum(dy * (yp - g.forward(vals)[0])) / 2e-6
+            np.testing.assert_allclose(grads[k], num, rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{reduction}: input {k}")
+
+
+def test_scatternd_errors():
+    x, idx, u = _scatternd_case((3, 4), (2,), 1, np.float64, unique=True)
+    with pytest.raises(IndexError, match="ScatterND node.*index 3 is out of range for axis 0"):
+        check_op("ScatterND", {"x": x, "i": np.array([[0], [3]], np.int64), "u": u}, None)
+    with pytest.raises(ValueError, match=r"ScatterND node.*updates must have shape "
+                       r"indices.shape\[:-1\] \+ data.shape\[1:\]"):
+        check_op("ScatterND", {"x": x, "i": idx, "u": u[:, :3]}, None)
+    with pytest.raises(TypeError, match="ScatterND node.*reduction 'add' of bool"):
+        check_op("ScatterND", {"x": x > 0, "i": idx, "u": u > 0}, None,
+                 attrs={"reduction": "add"})
+    model = make_model("ScatterND", {"x": x, "u": u}, {"reduction": "mul"}, {"i": idx},
+                       input_order=["x", "i", "u"])
+    g = aidge_interop.load_onnx(model, param_kinds={"i": "const"})
+    (y,) = g.forward([x, u], need_backward=True, input_grads=True)
+    np.testing.assert_array_equal(y, _scatternd_ref(x, idx, u, "mul"))
+    with pytest.raises(NotImplementedError,
+                       match="ScatterND node.*no gradient for reduction 'mul'"):
+        g.backward([np.ones_like(y)])
+
+
 # ---------------------------------------------------------------- Expand
 
 @dtypes
@@ -654,6 +866,9 @@ FD_CASES = [
     ("Pad", (2, 5), {"p": _i64(0, -1, 1, 4)}, {"mode": "wrap"}),
     ("Slice", (5, 6), {"s": _i64(4, 5), "e": _i64(0, -7), "a": _i64(0, 1), "t": _i64(-2, -2)}, {}),
     ("Gather", (4, 3), {"i": _i64(1, -3, 1, 2)}, {"axis": 0}),
+    ("GatherND", (3, 4, 2), {"i": np.array([[1, -1], [0, 2], [1, 3]], np.int64)}, {}),
+    ("GatherND", (2, 3, 4), {"i": np.array([[[2], [0], [2]], [[1], [-3], [0]]], np.int64)},
+     {"batch_dims": 1}),
     ("Expand", (3, 1), {"s": _i64(2, 3, 4)}, {}),
     ("Transpose", (2, 3, 4), {}, {"perm": [1, 2, 0]}),
     ("ReduceMax", (3, 4, 5), {"a": _i64(0, 2)}, {}),

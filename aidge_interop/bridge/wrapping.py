@@ -9,10 +9,13 @@ through torch autograd into one C call.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import io
 import itertools
 import threading
 import warnings
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +28,7 @@ from .. import _C
 from .._C import Tensor
 from ..onnx import build_graph
 from ..tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
+from .structure import Structure, flatten, unflatten
 
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
 
@@ -35,26 +39,26 @@ DEFAULT_OPSET = 20
 _EXPORT_LOCK = threading.Lock()
 
 
-def _normalize_dims(input_dims) -> list[tuple[int, ...]]:
-    if isinstance(input_dims, (tuple, list)) and input_dims and all(
-        isinstance(d, (int, np.integer)) for d in input_dims
-    ):
-        input_dims = [input_dims]  # a single shape
-    if not isinstance(input_dims, (tuple, list)) or not input_dims:
-        raise TypeError(
-            "wrap: argument 'input_dims' must be a list of shapes, one per model input, "
-            f"e.g. [(1, 16)]; got {input_dims!r}"
-        )
-    shapes = []
-    for i, dims in enumerate(input_dims):
-        if not isinstance(dims, (tuple, list, torch.Size)) or not all(
-            isinstance(d, (int, np.integer)) and d >= 0 for d in dims
-        ):
-            raise TypeError(
-                f"wrap: input_dims[{i}] = {dims!r} is not a shape (a tuple of ints >= 0)"
-            )
-        shapes.append(tuple(int(d) for d in dims))
-    return shapes
+def _int_sequence(x) -> bool:
+    return isinstance(x, (tuple, list, torch.Size)) and all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in x)
+
+
+def _shapes_of(input_dims) -> list[tuple[int, ...]] | None:
+    """``input_dims`` as a list of shapes when it is one (a shape, or a
+    non-empty sequence of shapes), else None (example inputs)."""
+    if input_dims and _int_sequence(input_dims):
+        shapes = [input_dims]
+    elif isinstance(input_dims, (tuple, list)) and input_dims and all(
+            _int_sequence(d) for d in input_dims):
+        shapes = list(input_dims)
+    else:
+        return None
+    for i, dims in enumerate(shapes):
+        if any(d < 0 for d in dims):
+            raise TypeError(f"wrap: input_dims[{i}] = {tuple(dims)!r} is not a shape (a "
+                            "tuple of ints >= 0)")
+    return [tuple(int(d) for d in dims) for dims in shapes]
 
 
 def _model_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -64,9 +68,70 @@ def _model_dtype(model: torch.nn.Module) -> torch.dtype:
     return torch.float32
 
 
-def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
-                      opset: int = DEFAULT_OPSET, dynamic_batch: bool = True) -> bytes:
-    """The model as ONNX bytes, exported the way the engine expects.
+def _bind(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
+    """A call's arguments by parameter name, in the order of the model's
+    forward signature, so that keyword order does not matter; positional
+    and keyword forms of one argument are the same call."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return {"args": tuple(args), "kwargs": dict(kwargs)}
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{type(model).__name__}.forward: {exc}") from None
+    return dict(bound.arguments)
+
+
+class _FlatModel(torch.nn.Module):
+    """The model in the form exporters take: its call's tensors as flat
+    positional arguments, its result's tensors as a flat tuple.
+
+    It holds the model's own submodule, parameter and buffer tables, so that
+    the exported initializers keep the model's names. ``out_structure`` is
+    the structure of the last result (the Python values around its tensors).
+    """
+
+    def __init__(self, model: torch.nn.Module, call_structure: Structure):
+        super().__init__()
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_call_structure", call_structure)
+        object.__setattr__(self, "out_structure", None)
+        self._modules, self._parameters, self._buffers = \
+            model._modules, model._parameters, model._buffers
+
+    def forward(self, *tensors):
+        args, kwargs = _call_arguments(self._model, unflatten(self._call_structure, tensors))
+        outs, structure = flatten(self._model(*args, **kwargs), "output")
+        object.__setattr__(self, "out_structure", structure)
+        return tuple(outs)
+
+
+def _call_arguments(model, arguments: dict) -> tuple[tuple, dict]:
+    """_bind's dict back into the (args, kwargs) of a call."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return tuple(arguments["args"]), dict(arguments["kwargs"])
+    bound = inspect.BoundArguments(sig, OrderedDict(arguments))
+    return bound.args, bound.kwargs
+
+
+@dataclasses.dataclass
+class _Export:
+    """One export of a model for one call signature."""
+
+    onnx_bytes: bytes
+    call_structure: Structure   # the call's arguments around its tensors
+    out_structure: Structure    # the result around its tensors
+    taken: list                 # indices of the call's tensors the graph takes, in order
+    shapes: list                # shapes of the taken tensors in the example
+    call_tensor_metas: list     # (dtype, shape) of every tensor of the call
+
+
+def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
+            dynamic_batch: bool) -> _Export:
+    """Exports ``model`` called with ``arguments`` (from :func:`_bind`).
 
     TorchScript exporter; parameters stay initializers under their torch
     names (no constant folding); the graph is the inference graph, the
@@ -79,66 +144,116 @@ def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Ten
     turns that pass off (tensors that share memory, tied weights, are one
     parameter in torch as well); the initializers are then taken out of the
     graph's inputs again, where ONNX Runtime would not treat them as
-    constants.
+    constants. The exporter leaves out inputs the model does not read:
+    ``taken`` says which ones the graph has.
     """
+    tensors, call_structure = flatten(arguments, "input")
+    flat = _FlatModel(model, call_structure)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(*example_inputs)
-        n_out = len(out) if isinstance(out, (tuple, list)) else 1
-        in_names = [f"input_{i}" for i in range(len(example_inputs))]
+            n_out = len(flat(*tensors))
+        in_names = [f"input_{i}" for i in range(len(tensors))]
         out_names = [f"output_{i}" for i in range(n_out)]
         dynamic = None
         if dynamic_batch:
-            dynamic = {n: {0: "batch"} for n, x in zip(in_names, example_inputs) if x.dim() > 0}
+            dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
             dynamic.update({n: {0: "batch"} for n in out_names})
         buf = io.BytesIO()
         with _EXPORT_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                model, tuple(example_inputs), buf, dynamo=False, opset_version=opset,
+                flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
                 do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
                 input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
                 keep_initializers_as_inputs=True,
             )
         proto = onnx.load_from_string(buf.getvalue())
-        inits = {i.name for i in proto.graph.initializer}
-        inputs = [i for i in proto.graph.input if i.name not in inits]
-        del proto.graph.input[:]
-        proto.graph.input.extend(inputs)
-        return proto.SerializeToString()
     finally:
         model.train(was_training)
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    del proto.graph.input[:]
+    proto.graph.input.extend(inputs)
+    taken = [in_names.index(i.name) for i in inputs]
+    if len(proto.graph.output) != n_out:
+        raise RuntimeError(f"the exported graph has {len(proto.graph.output)} outputs, the "
+                           f"model returns {n_out} tensors")
+    return _Export(proto.SerializeToString(), call_structure, flat.out_structure, taken,
+                   [tuple(tensors[i].shape) for i in taken],
+                   [(t.dtype, tuple(t.shape)) for t in tensors])
 
 
-def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET,
-         dynamic_batch: bool = True, fuse_inference: bool = True) -> "AidgeModule":
+def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
+                      opset: int = DEFAULT_OPSET, dynamic_batch: bool = True,
+                      kwargs: dict | None = None) -> bytes:
+    """The model called with ``example_inputs`` (and keyword ``kwargs``) as
+    ONNX bytes, exported the way the engine expects (see :func:`_export`):
+    one graph input per tensor of the call that the model reads, one graph
+    output per tensor of its result, in order."""
+    arguments = _bind(model, tuple(example_inputs), kwargs or {})
+    return _export(model, arguments, opset=opset, dynamic_batch=dynamic_batch).onnx_bytes
+
+
+def _example_call(model: torch.nn.Module, input_dims, kwargs) -> tuple[tuple, dict]:
+    """The example call's (args, kwargs): shapes give random float tensors of
+    the model's dtype; anything else is the example's positional inputs."""
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"wrap: argument 'kwargs' must be a dict of keyword example "
+                        f"inputs, not {type(kwargs).__name__}")
+    kwargs = dict(kwargs or {})
+    shapes = _shapes_of(input_dims)
+    if shapes is not None:
+        gen = torch.Generator().manual_seed(0)
+        dtype = _model_dtype(model)
+        return tuple(torch.randn(s, generator=gen, dtype=dtype) for s in shapes), kwargs
+    if isinstance(input_dims, torch.Tensor):
+        return (input_dims,), kwargs
+    if isinstance(input_dims, (tuple, list)) and (input_dims or kwargs):
+        return tuple(input_dims), kwargs
+    raise TypeError(
+        "wrap: argument 'input_dims' must be the model's example inputs (a tensor or a tuple "
+        "of tensors of any dtype, with keyword inputs in kwargs=) or their shapes, one per "
+        f"model input, e.g. [(1, 16)]; got {input_dims!r}")
+
+
+def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = None,
+         opset: int = DEFAULT_OPSET, dynamic_batch: bool = True,
+         fuse_inference: bool = True) -> "AidgeModule":
     """Exports ``torch_model`` to ONNX, imports it into the engine, copies its
-    parameters and buffers, and returns an :class:`AidgeModule`.
+    parameters and buffers, and returns an :class:`AidgeModule`, called like
+    ``torch_model`` and returning what it returns.
 
-    ``input_dims`` is a list of shapes, one per model input:
-    ``wrap(torch.nn.Linear(16, 4), [(1, 16)])``. ``fuse_inference``: run
-    eval-mode forwards that need no backward on a second graph with the
-    recipes applied (see :class:`AidgeModule`); False keeps one graph.
+    ``input_dims``: the model's example inputs as torch's exporters take
+    them — a tensor or a tuple of positional inputs of any dtype (int64 token
+    ids, bool masks, float images; ``()`` when every input is a keyword) —
+    with the keyword example inputs in ``kwargs``; or, for float inputs,
+    their shapes, one per input: ``wrap(torch.nn.Linear(16, 4), [(1, 16)])``.
+
+    ``dynamic_batch``: dim 0 of every input stays free in the export (a new
+    batch size re-plans the same graph); other dims are fixed, and a call
+    with other dims, another set of arguments or other Python values among
+    them runs a graph exported for that call, made on first use and kept
+    (the parameters stay one: see :class:`AidgeModule`). ``fuse_inference``:
+    run eval-mode forwards that need no backward on a second graph with the
+    recipes applied; False keeps one graph.
     """
     if not isinstance(torch_model, torch.nn.Module):
         raise TypeError(f"wrap: argument 'torch_model' must be a torch.nn.Module, not "
                         f"{type(torch_model).__name__}")
-    shapes = _normalize_dims(input_dims)
-    dtype = _model_dtype(torch_model)
     device = next(itertools.chain(torch_model.parameters(), torch_model.buffers()),
                   torch.empty(0)).device
     if device.type != "cpu":
         raise NotImplementedError(
             f"wrap: the model is on {device}; the engine runs on the CPU: wrap model.cpu()"
         )
-    gen = torch.Generator().manual_seed(0)
-    examples = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    args, kw = _example_call(torch_model, input_dims, kwargs)
+    arguments = _bind(torch_model, args, kw)
+    flatten(arguments, "input")  # a leaf the engine cannot take: TypeError naming it
     name = type(torch_model).__name__
     try:
-        onnx_bytes = export_onnx_bytes(torch_model, examples, opset=opset,
-                                       dynamic_batch=dynamic_batch)
+        export = _export(torch_model, arguments, opset=opset, dynamic_batch=dynamic_batch)
     except Exception as exc:
         raise RuntimeError(f"wrap: torch could not export {name} to ONNX: {exc}") from exc
 
@@ -146,8 +261,8 @@ def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET
     buffers = dict(torch_model.named_buffers())
     kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in params.items()}
     kinds.update({n: "buffer" for n in buffers})
-    graph, proto = build_graph(onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
-                               input_shapes=shapes)
+    graph, proto = build_graph(export.onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
+                               input_shapes=export.shapes, free_batch=False)
 
     # check the name mapping by shape and value, and that nothing was lost
     from onnx import numpy_helper
@@ -159,7 +274,7 @@ def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET
             continue
         value = numpy_helper.to_array(init)
         ref = src.detach().cpu().numpy()
-        if value.shape != ref.shape or not np.array_equal(value, ref):
+        if value.shape != ref.shape or not np.array_equal(value, ref, equal_nan=True):
             raise ValueError(
                 f"wrap({name}): the exported initializer '{init.name}' does not hold the "
                 f"torch tensor of that name (shape {value.shape} vs {ref.shape})"
@@ -172,8 +287,9 @@ def wrap(torch_model: torch.nn.Module, input_dims, *, opset: int = DEFAULT_OPSET
             "graph (unused in forward, or folded by the exporter); the engine could not "
             "train them"
         )
-    return AidgeModule(graph, proto, torch_model, in_graph, shapes,
-                       fuse_inference=fuse_inference)
+    return AidgeModule(graph, proto, torch_model, in_graph, export,
+                       fuse_inference=fuse_inference, kinds=kinds,
+                       export_options={"opset": opset, "dynamic_batch": dynamic_batch})
 
 
 # An AidgeModule's parameters and graph buffers are views of the engine's
@@ -363,6 +479,26 @@ _INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", 
                       "block_channels")
 
 
+class _Variant:
+    """The graph of one call signature of a wrapped model (its export, its
+    fused inference graph: None before the first try, False for none)."""
+
+    def __init__(self, graph: _C.Graph, proto, export: _Export, source: torch.nn.Module):
+        self.graph, self.proto, self.export, self.fused = graph, proto, export, None
+        # plain: called with its graph's inputs alone, in order, as positional
+        # tensors (forward's fast path)
+        n = len(export.call_tensor_metas)
+        self.plain = export.taken == list(range(n)) and _plain_call(source, export)
+
+
+def _plain_call(source, export: _Export) -> bool:
+    dummies = [torch.empty(0) for _ in export.call_tensor_metas]
+    try:
+        return flatten(_bind(source, tuple(dummies), {}), "input")[1] == export.call_structure
+    except TypeError:
+        return False
+
+
 class AidgeModule(_EngineMemory, torch.nn.Module):
     """A torch module computed by the engine (returned by :func:`wrap`).
 
@@ -404,13 +540,15 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     """
 
     def __init__(self, graph: _C.Graph, proto, source: torch.nn.Module, in_graph: set,
-                 input_dims, fuse_inference: bool = True):
+                 export: _Export, fuse_inference: bool = True, kinds: dict | None = None,
+                 export_options: dict | None = None):
         super().__init__()
-        self._graph = graph
-        self.onnx_model = proto
         self.source_name = type(source).__name__
-        self.input_dims = input_dims
-        self._n_inputs = len(graph.input_names)
+        # the torch model, to export it again for a call of another signature
+        object.__setattr__(self, "_source", source)
+        self._kinds = kinds or {}
+        self._export_options = export_options or {"opset": DEFAULT_OPSET,
+                                                  "dynamic_batch": True}
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads, self._grad_views = [], [], []
         # parameters that required no gradient at wrap(): imported as buffers,
@@ -436,6 +574,15 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                 self._engine_grads.append(aidge_tensor_to_torch(self._grad_views[-1]))
             else:
                 self._frozen.append((name, made[id(p)]))
+        # embeddings' padding rows: torch never adds to their gradient, while
+        # the exported Gather knows nothing of padding_idx (engine gradient
+        # view, row)
+        engine_grad = dict(zip((p._engine_name for p in self._params), self._engine_grads))
+        self._padding_rows = [
+            (engine_grad[n], m.padding_idx) for m in source.modules()
+            if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+            and m.padding_idx is not None
+            for n, p in source.named_parameters() if p is m.weight and n in engine_grad]
         # BatchNorms' num_batches_tracked, counted at each training forward:
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
@@ -467,7 +614,12 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # fused inference: the engine values it shares (name -> Tensor) and
         # the graph (None: not built yet, False: none)
         self._sources = {n: graph.value(n) for n in in_graph}
-        self._fused = None
+        self._grads = {n: graph.grad(n) for n in in_graph if self._kinds.get(n) == "param"}
+        # one graph per call signature (see _Variant), the first one exported by wrap()
+        self._variant = None
+        first = _Variant(graph, proto, export, source)
+        self._variants = {self._key_of(export.call_structure, export): first}
+        self._use(first)
         self.fuse_inference = fuse_inference
         self._fused_call = [0]  # the forward (self._calls) that ran the fused graph last
         self.train(source.training)
@@ -481,7 +633,83 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     @fuse_inference.setter
     def fuse_inference(self, value: bool):
         self._fuse_inference = bool(value)
+        for variant in self._variants.values():
+            variant.fused = None if value else False
         self._fused = None if value else False
+
+    # -- call signatures ---------------------------------------------------
+    def _key_of(self, structure: Structure, tensors_or_export) -> tuple:
+        """A call's signature: its structure, and its tensors' dtypes and shapes
+        (without dim 0 where the export leaves the batch free)."""
+        if isinstance(tensors_or_export, _Export):
+            metas = tensors_or_export.call_tensor_metas
+        else:
+            metas = [(t.dtype, tuple(t.shape)) for t in tensors_or_export]
+        if self._export_options["dynamic_batch"]:
+            metas = [(dt, shape[1:]) for dt, shape in metas]
+        return structure, tuple(metas)
+
+    def _use(self, variant: "_Variant"):
+        """Makes ``variant`` the graph that forward runs."""
+        if self._variant is not None:
+            self._variant.fused = self._fused
+        self._variant = variant
+        self._graph = variant.graph
+        self.onnx_model = variant.proto
+        self.input_dims = variant.export.shapes
+        self._n_inputs = len(variant.export.taken)
+        self._taken = variant.export.taken
+        self._plain = variant.plain
+        self._out_structure = variant.export.out_structure
+        self._out_single = self._out_structure.kind == "tensor"
+        self._out_tuple = self._out_structure.kind == "tuple" and \
+            self._out_structure.cls is None and \
+            all(c.kind == "tensor" for c in self._out_structure.children)
+        self._fused = variant.fused
+
+    def _switch(self, arguments: dict, tensors: list, structure: Structure) -> bool:
+        """Makes the graph of this call's signature current, exporting the
+        model for it on first use; False if it is current already."""
+        key = self._key_of(structure, tensors)
+        variant = self._variants.get(key)
+        if variant is self._variant:
+            return False
+        if variant is None:
+            variant = self._variants[key] = self._new_variant(arguments)
+        self._use(variant)
+        return True
+
+    def _new_variant(self, arguments: dict) -> "_Variant":
+        """The model exported for a call of another signature, on the same
+        parameters and buffers (the engine's memory, shared) and the same
+        gradients."""
+        name = self.source_name
+        try:
+            export = _export(self._source, arguments, **self._export_options)
+        except Exception as exc:
+            raise RuntimeError(f"AidgeModule({name}): torch could not export {name} for "
+                               f"this call: {exc}") from exc
+        graph, proto = build_graph(export.onnx_bytes, param_kinds=self._kinds,
+                                   values=self._sources, share_values=True,
+                                   grads=self._grads, where=f"AidgeModule({name})",
+                                   input_shapes=export.shapes, free_batch=False)
+        names = {i.name for i in proto.graph.initializer}
+        missing = [n for n in self._sources if n not in names]
+        if missing:
+            raise RuntimeError(f"AidgeModule({name}): the graph exported for this call lacks "
+                               f"{missing}, which the first export has")
+        graph.profile = self._graph.profile
+        return _Variant(graph, proto, export, self._source)
+
+    def _declares_otherwise(self, inputs) -> bool:
+        """Whether ``inputs`` contradict the dims the current graph declares
+        (forward then raised): a call of another signature."""
+        for x, shape in zip(inputs, self.input_dims):
+            if x.dim() != len(shape) or any(
+                    d != s for i, (d, s) in enumerate(zip(x.shape, shape))
+                    if i > 0 or not self._export_options["dynamic_batch"]):
+                return True
+        return False
 
     # -- engine calls ------------------------------------------------------
     def _relink(self):
@@ -523,7 +751,10 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         if views:  # the engine accumulates: these start from zero (one C call for all,
             _C.zero_tensors(views)  # not a torch zero_ each: after zero_grad(set_to_none))
             torch.autograd.graph.increment_version([eg for _, eg, _ in fresh])
+        kept = [(g, row, g[row].clone()) for g, row in self._padding_rows]
         input_grads = _graph_call(self._graph.backward, grad_outputs)
+        for g, row, value in kept:
+            g[row] = value
         for p, eg, g in fresh:
             if g is None:
                 p.grad = eg  # from now on p.grad is the engine's buffer
@@ -588,11 +819,33 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
             return super().__call__(*inputs, **kwargs)
         return self.forward(*inputs)
 
-    def forward(self, *inputs):
+    def forward(self, *args, **kwargs):
         # kept lean: this is the per-call overhead of every wrapped model
-        if len(inputs) != self._n_inputs:
-            raise TypeError(f"AidgeModule({self.source_name}).forward takes "
-                            f"{self._n_inputs} input(s), got {len(inputs)}")
+        if self._plain and not kwargs and len(args) == self._n_inputs:
+            try:
+                outs = self._run(args)
+            except ValueError:
+                if not self._declares_otherwise(args):
+                    raise
+                return self._forward_call(args, kwargs)  # another shape: another graph
+            if self._out_single:
+                return outs[0]
+            if self._out_tuple:
+                return tuple(outs)
+            return unflatten(self._out_structure, outs)
+        return self._forward_call(args, kwargs)
+
+    def _forward_call(self, args, kwargs):
+        """forward for any call: the arguments bound to the model's signature,
+        the graph of their signature, the result's structure rebuilt."""
+        arguments = _bind(self._source, args, kwargs)
+        tensors, structure = flatten(arguments, "input")
+        self._switch(arguments, tensors, structure)
+        outs = self._run([tensors[i] for i in self._taken])
+        return unflatten(self._out_structure, outs)
+
+    def _run(self, inputs):
+        """The engine's outputs for the graph's inputs (torch tensors)."""
         if _C.data_moved(self._engine_data, self._engine_ptrs) >= 0:
             self._relink()
         input_grads = False
@@ -629,7 +882,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                 self._batch_counts.add_(1)
             for counter in self._batch_counters:
                 counter.add_(1)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return outs
 
     def _not_a_tensor(self, inputs) -> TypeError:
         i, x = next((i, x) for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor))

@@ -148,6 +148,19 @@ def _attributes(node, where):
     return out
 
 
+def _declared_dims(value_info, free_batch: bool):
+    """The dims a graph input declares (None for a symbolic or unknown one),
+    or None without a declared shape: forward refuses an input that
+    contradicts them. With ``free_batch``, dim 0 stays free (None)."""
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+    if free_batch and dims:
+        dims[0] = None
+    return dims
+
+
 def _constant_value(node, attrs, where):
     """The value of a Constant node (any of its attribute forms)."""
     if "value" in attrs:
@@ -247,7 +260,8 @@ def _add_expanded(g, node, attrs, opset, dims, where):
 
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
-                share_values: bool = False, where: str = "load_onnx", input_shapes=None):
+                share_values: bool = False, where: str = "load_onnx", input_shapes=None,
+                free_batch: bool = True, grads=None):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -256,12 +270,17 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     others constants. ``values`` maps
     initializer names to engine Tensors that replace the stored values
     (same shape and dtype expected): copied, or with ``share_values`` read
-    and written in place (the graph shares their memory). ``input_shapes``
+    and written in place (the graph shares their memory); ``grads`` maps
+    parameter names to engine Tensors that hold their gradients (shared:
+    two graphs of one model accumulate into one gradient). ``input_shapes``
     (shapes of the graph's inputs, in order) fixes their symbolic dims where
     an operator needs a shape at import (LSTM, GRU, RNN: the sequence
     length they are unrolled for, a different one refused at run time;
     Einsum: the ranks behind ``...`` and the sizes its reshapes fix).
-    Returns ``(graph, proto)``.
+    Forward refuses an input whose rank or dims contradict the dims the
+    model declares (as ONNX Runtime does); symbolic dims are free, and so
+    is dim 0 with ``free_batch`` (a model exported for one batch size runs
+    another). Returns ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -283,7 +302,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 f"{where}: graph input '{inp.name}' has ONNX data type "
                 f"{_ONNX_TYPE_NAMES.get(et, et)}, not supported by the engine"
             )
-        g.add_input(inp.name, ONNX_DTYPES[et])
+        g.add_input(inp.name, ONNX_DTYPES[et], _declared_dims(inp, free_batch))
     # running statistics of BatchNormalization are state, not parameters
     stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
              for k in (3, 4) if len(n.input) > k}
@@ -305,6 +324,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)
         g.add_initializer(init.name, value, kind or "const", share)
+        if grads and init.name in grads and (kind or "const") == "param":
+            g.share_grad(init.name, grads[init.name])
     inferred = {}  # shapes by ONNX inference, when an operator of EXPANDED needs them
 
     def dims(hinted):

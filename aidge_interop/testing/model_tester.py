@@ -46,6 +46,7 @@ import torch
 
 from .. import _C
 from ..bridge.optim import SGD
+from ..bridge.structure import flatten, paths, unflatten
 
 __all__ = ["ModelTester"]
 
@@ -59,6 +60,20 @@ def _as_tuple(x) -> tuple:
 def _is_shape(sizes) -> bool:
     return isinstance(sizes, (tuple, list, torch.Size)) and all(
         isinstance(d, (int, np.integer)) for d in sizes)
+
+
+def _describe(structure) -> str:
+    """A structure in a few words: ``a tensor``, ``a tuple of 2``, ``a dict
+    with keys ['a', 'b']``, ``a BaseModelOutput with fields [...]``."""
+    if structure.kind == "tensor":
+        return "a tensor"
+    if structure.kind == "const":
+        return f"{structure.value!r}"
+    name = structure.cls.__name__ if structure.cls is not None else structure.kind
+    if structure.kind in ("tuple", "list"):
+        return f"a {name} of {len(structure.children)}"
+    return f"a {name} with {'keys' if structure.kind == 'dict' else 'fields'} " \
+           f"{list(structure.keys)}"
 
 
 def _device(model: torch.nn.Module) -> torch.device:
@@ -181,48 +196,77 @@ class ModelTester:
             self.optimizer2 = optimizer2
         self._times = {phase: ([], []) for phase in _PHASES}  # seconds, (model1, model2)
         self.checks = []  # divergence.Check of every tensor compared by the last unit_test
+        self.skipped = []  # what the last unit_test could not compare, and why
         self._where = self.name
 
     # -- one step ----------------------------------------------------------
-    def unit_test(self, input_tensors, label, record_timing: bool = False) -> None:
+    def unit_test(self, input_tensors, label, record_timing: bool = False,
+                  input_kwargs: dict | None = None) -> None:
         """One forward pass (and, with ``test_backward``, loss, backward and an
         SGD step) of both models on ``input_tensors`` (a tensor or a
-        sequence, one per model input); ``label`` is the loss target (a
-        tensor, one per output, or ``None`` for all ones). Raises
-        :class:`AssertionError` at the first tensor that differs."""
+        sequence, one per positional model input, of any dtype) and keyword
+        inputs ``input_kwargs``; ``label`` is the loss target (a tensor, one
+        per float output tensor, or ``None`` for all ones). Outputs of any
+        structure (tuples, dicts, dataclasses, transformers' ``ModelOutput``)
+        are compared tensor by tensor, each named by its place
+        (``output.logits``). Float inputs require grad and their gradients
+        are compared, unless ``model1`` refuses it (it changes its inputs in
+        place): then ``skipped`` says so. Raises :class:`AssertionError` at
+        the first tensor that differs."""
         if self.model1.training != self.model2.training:
             mode = {True: "train", False: "eval"}
             raise ValueError(f"{self._where}: model1 is in {mode[self.model1.training]} mode, "
                              f"model2 in {mode[self.model2.training]} mode")
         self.checks = []
-        inputs = _as_tuple(input_tensors)
-        x1 = [self._leaf(x, _device(self.model1)) for x in inputs]
-        x2 = [self._leaf(x, _device(self.model2)) for x in inputs]
+        self.skipped = []
+        call = (_as_tuple(input_tensors), dict(input_kwargs or {}))
         if self.optimizer1 is not None:
             self.optimizer1.zero_grad()
             self.optimizer2.zero_grad()
 
         with torch.set_grad_enabled(self.test_backward):
-            out1, t1 = self._timed(self.model1, *x1)
-            out2, t2 = self._timed(self.model2, *x2)
-        out1, out2 = _as_tuple(out1), _as_tuple(out2)
-        self._check_all("output", out2, out1)
+            grads = self.test_backward
+            (a1, k1), leaves1 = self._inputs(call, _device(self.model1), grads)
+            try:
+                out1, t1 = self._timed(self.model1, *a1, **k1)
+            except RuntimeError as exc:
+                if not grads or "requires_grad" not in str(exc):
+                    raise
+                grads = False  # the model changes its input in place: no input gradients
+                self.skipped.append(f"input gradients: model1 refuses inputs that require "
+                                    f"grad ({str(exc).splitlines()[0]})")
+                (a1, k1), leaves1 = self._inputs(call, _device(self.model1), grads)
+                out1, t1 = self._timed(self.model1, *a1, **k1)
+            (a2, k2), leaves2 = self._inputs(call, _device(self.model2), grads)
+            out2, t2 = self._timed(self.model2, *a2, **k2)
+        outs1, structure1 = flatten(out1, "output of model1")
+        outs2, structure2 = flatten(out2, "output of model2")
+        if structure1 != structure2:
+            self._fail("output", f"model2 returns {_describe(structure2)}, model1 "
+                                 f"{_describe(structure1)}")
+        names = paths(structure1, "output")
+        for name, a, e in zip(names, outs2, outs1):
+            self._check(name, a, e)
         if record_timing:
             self._record("forward", t1, t2)
         if not self.test_backward:
             return
 
-        labels = (tuple(torch.ones_like(o) for o in out1) if label is None
+        floats = [i for i, o in enumerate(outs1) if o.is_floating_point()]
+        labels = (tuple(torch.ones_like(outs1[i]) for i in floats) if label is None
                   else _as_tuple(label))
-        if len(labels) != len(out1):
+        if len(labels) != len(floats):
             raise ValueError(f"{self._where}: {len(labels)} label(s) for "
-                             f"{len(out1)} output(s)")
-        loss1 = self._loss(out1, labels)
-        loss2 = self._loss(out2, labels)
+                             f"{len(floats)} float output(s)")
+        loss1 = self._loss([outs1[i] for i in floats], labels)
+        loss2 = self._loss([outs2[i] for i in floats], labels)
         self._check("loss", loss2, loss1)
         _, t1 = self._timed(loss1.backward)
         _, t2 = self._timed(loss2.backward)
-        self._check_all("input gradient", [x.grad for x in x2], [x.grad for x in x1])
+        inputs_with_grad = [i for i, x in enumerate(leaves1) if x.requires_grad]
+        for i in inputs_with_grad:
+            what = "input gradient" if len(inputs_with_grad) == 1 else f"input gradient[{i}]"
+            self._check(what, leaves2[i].grad, leaves1[i].grad)
         params2 = dict(self.model2.named_parameters())
         for pname, p1 in self.model1.named_parameters():
             self._check(f"gradient of parameter '{pname}'", params2[pname].grad, p1.grad)
@@ -232,19 +276,26 @@ class ModelTester:
             self.optimizer1.step()
             self.optimizer2.step()
 
-    def _leaf(self, x: torch.Tensor, device) -> torch.Tensor:
-        return x.detach().to(device, copy=True).requires_grad_(self.test_backward)
+    def _inputs(self, call, device, grads: bool):
+        """A fresh copy of the call's inputs on ``device`` (float tensors
+        requiring grad when ``grads``), and its tensors in order."""
+        tensors, structure = flatten(call, "input")
+        copies = [x.detach().to(device, copy=True) for x in tensors]
+        for x in copies:
+            if grads and x.is_floating_point():
+                x.requires_grad_()
+        return unflatten(structure, copies), copies
 
     @staticmethod
     def _loss(outputs, labels) -> torch.Tensor:
         return sum(torch.nn.functional.mse_loss(o, lab.to(o.device, o.dtype))
                    for o, lab in zip(outputs, labels))
 
-    def _timed(self, fn, *args):
-        """``fn(*args)`` and its wall-clock time in seconds."""
+    def _timed(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` and its wall-clock time in seconds."""
         self._sync()
         start = time.perf_counter()
-        result = fn(*args)
+        result = fn(*args, **kwargs)
         self._sync()
         return result, time.perf_counter() - start
 
@@ -257,12 +308,6 @@ class ModelTester:
         self._times[phase][1].append(t2)
 
     # -- comparisons -------------------------------------------------------
-    def _check_all(self, what: str, actual, expected) -> None:
-        if len(actual) != len(expected):
-            self._fail(what, f"model2 gives {len(actual)} tensor(s), model1 {len(expected)}")
-        for k, (a, e) in enumerate(zip(actual, expected)):
-            self._check(f"{what}[{k}]" if len(actual) > 1 else what, a, e)
-
     def _check(self, what: str, actual, expected) -> None:
         """``actual`` (model2) against ``expected`` (model1): metadata first,
         then values (torch.testing.assert_close's rule and wording)."""

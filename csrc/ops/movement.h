@@ -7,6 +7,7 @@
  *                 DepthToSpace, SpaceToDepth
  *   reshape.c     Reshape, Flatten, Squeeze, Unsqueeze: same bytes, another shape
  *   index.c       Gather, GatherElements, Trilu: elements picked by index
+ *   index_nd.c    GatherND, ScatterND: slices picked by index tuples
  *   pad.c         Pad
  *   from_shape.c  Shape, Size, ConstantOfShape: results that depend on a shape only
  *

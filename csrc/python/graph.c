@@ -114,9 +114,46 @@ static PyObject *Graph_add_input(GraphObject *self, PyObject *args)
 {
     const char *name;
     ai_dtype dt;
-    if (!PyArg_ParseTuple(args, "sO&:add_input", &name, dtype_converter, &dt))
+    PyObject *dims = Py_None;
+    if (!PyArg_ParseTuple(args, "sO&|O:add_input", &name, dtype_converter, &dt, &dims))
         return NULL;
     ai_status st = ai_graph_add_input(self->g, name, dt);
+    if (st)
+        return raise_status(st);
+    if (dims == Py_None)
+        return Py_NewRef(Py_None);
+    /* the declared dims: ints, None for a free one */
+    PyObject *seq = PySequence_Fast(dims, "add_input: dims must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t d[AI_MAX_DIMS];
+    for (Py_ssize_t i = 0; i < n && i < AI_MAX_DIMS; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, i);
+        d[i] = o == Py_None ? -1 : PyLong_AsLongLong(o);
+        if (d[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    if (n > AI_MAX_DIMS)
+        return PyErr_Format(PyExc_ValueError, "graph input '%s': %zd dims, at most %d", name,
+                            n, AI_MAX_DIMS);
+    st = ai_graph_set_input_dims(self->g, name, (int)n, d);
+    return st ? raise_status(st) : Py_NewRef(Py_None);
+}
+
+static PyObject *Graph_share_grad(GraphObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *t;
+    if (!PyArg_ParseTuple(args, "sO:share_grad", &name, &t))
+        return NULL;
+    if (!is_tensor(self, t))
+        return PyErr_Format(PyExc_TypeError, "share_grad: the gradient of '%s' must be a "
+                            "Tensor", name);
+    ai_status st = ai_graph_share_grad(self->g, name, ((TensorObject *)t)->t);
     return st ? raise_status(st) : Py_NewRef(Py_None);
 }
 
@@ -767,7 +804,11 @@ static PyObject *Graph_get_output_names(GraphObject *self, void *c)
 
 static PyMethodDef Graph_methods[] = {
     {"add_input", (PyCFunction)Graph_add_input, METH_VARARGS,
-     "add_input(name, dtype): a graph input (shape given at forward)."},
+     "add_input(name, dtype, dims=None): a graph input (shape given at forward);\n"
+     "dims, the model's declared dims (None for a free one), are checked when\n"
+     "planning."},
+    {"share_grad", (PyCFunction)Graph_share_grad, METH_VARARGS,
+     "share_grad(name, tensor): parameter name's gradient is tensor's memory."},
     {"add_initializer", (PyCFunction)Graph_add_initializer, METH_VARARGS,
      "add_initializer(name, tensor, kind, share=False): kind is 'param', 'buffer' or\n"
      "'const'; copied, or with share the graph reads and writes the tensor's memory."},
