@@ -161,7 +161,10 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
             dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
             dynamic.update({n: {0: "batch"} for n in out_names})
         buf = io.BytesIO()
-        with _EXPORT_LOCK, warnings.catch_warnings():
+        # traced with grad enabled whatever the caller's mode: under no_grad
+        # some modules take fused paths no exporter knows
+        # (nn.TransformerEncoder's aten::_transformer_encoder_layer_fwd)
+        with _EXPORT_LOCK, warnings.catch_warnings(), torch.enable_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
