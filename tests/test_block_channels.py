@@ -367,7 +367,9 @@ def test_reorder_errors_name_the_node():
     graph = load_onnx(bad)
     with pytest.raises(ValueError, match="UnblockChannels node 'unblock': attribute 'channels'"):
         graph.forward(np.zeros((2, 13, 3, 3), np.float32))
-    wrong = load_onnx(_reorder_model(20, 4, np.float32))  # 13 channels make 2 blocks, not 3
+    wrong = _reorder_model(20, 4, np.float32)  # 13 channels make 2 blocks, not 3
+    wrong.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "C"  # (not refused at input)
+    wrong = load_onnx(wrong)
     with pytest.raises(ValueError, match="UnblockChannels node 'unblock': .*for 20 channels"):
         wrong.forward(np.zeros((2, 13, 3, 3), np.float32))
 

@@ -303,8 +303,12 @@ def test_wrong_inputs_are_named():
         g.forward([np.zeros((1, 2, 3)), np.zeros(1)])
     with pytest.raises(TypeError, match="'x' expects float64, got float32"):
         g.forward([np.zeros((1, 2, 3), np.float32)])
-    with pytest.raises(ValueError, match=r"mul_w.*broadcast"):
+    with pytest.raises(ValueError, match=r"graph input 'x' has shape \(1, 4, 3\), the model "
+                       r"declares \(\?, 2, 3\): dim 1 is 4, 2 expected"):
         g.forward([np.zeros((1, 4, 3))])
+    model.graph.input[0].type.tensor_type.ClearField("shape")  # undeclared: the node says why
+    with pytest.raises(ValueError, match=r"mul_w.*broadcast"):
+        load_onnx(model).forward([np.zeros((1, 4, 3))])
 
 
 def test_backward_needs_a_forward_with_gradients():
