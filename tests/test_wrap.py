@@ -174,7 +174,8 @@ def test_sgd_matches_torch_optim(kw):
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9], ids=["plain", "momentum"])
 @pytest.mark.parametrize("change", ["new_grad_tensor", "param_data_swapped", "grad_data_swapped",
-                                    "grad_transposed_in_place", "frozen", "grad_dropped"])
+                                    "grad_transposed_in_place", "frozen", "frozen_with_grad",
+                                    "grad_dropped"])
 def test_sgd_steady_state_cache_follows_changes(change, momentum):
     """SGD keeps its engine views across steps while every parameter has the
     same gradient tensor in the same memory (checked in one C call); any
@@ -209,7 +210,9 @@ def test_sgd_steady_state_cache_follows_changes(change, momentum):
                     g.t_()  # same memory, now read transposed
                 elif change == "frozen":
                     p.requires_grad_(False)
-                    p.grad = None  # (torch's SGD updates a frozen parameter that has a grad)
+                    p.grad = None
+                elif change == "frozen_with_grad":  # torch's SGD still updates it
+                    p.requires_grad_(False)
                 elif change == "grad_dropped":
                     p.grad = None
             opt.step()

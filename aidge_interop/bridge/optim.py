@@ -70,7 +70,9 @@ class SGD:
         self._steady = None
 
     def step(self):
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient, as
+        ``torch.optim.SGD`` does: also one that no longer requires grad but
+        kept its ``.grad``."""
         # (no torch.no_grad(): no torch operation runs here, the update is C's;
         # the context costs a third of a small model's step)
         d = self.defaults
@@ -81,7 +83,7 @@ class SGD:
             else:
                 ps, gs, updated = [], [], []
                 for i, p in enumerate(self.params):
-                    if p.grad is not None and p.requires_grad:
+                    if p.grad is not None:
                         pv, gv = self._view(i, p)
                         ps.append(pv)
                         gs.append(gv)
@@ -100,7 +102,7 @@ class SGD:
         updated = []
         groups = {False: ([], [], []), True: ([], [], [])}  # by "momentum buffer exists"
         for i, p in enumerate(self.params):
-            if p.grad is None or not p.requires_grad:
+            if p.grad is None:
                 continue
             started = self._buffers[i] is not None
             if not started:
@@ -131,7 +133,7 @@ class SGD:
         self._steady = None
         grads = [p.grad for p in self.params]
         idx = [i for i, g in enumerate(grads) if g is not None]
-        if not all(self.params[i].requires_grad and grads[i].is_contiguous() for i in idx):
+        if not all(grads[i].is_contiguous() for i in idx):
             return None
         st = self._steady = _Steady()
         st.grads, st.idx = grads, idx
