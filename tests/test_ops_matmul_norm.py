@@ -290,6 +290,54 @@ def test_batchnorm_training_large_mean_float32(shape):
              training=True)
 
 
+ULP32 = 2.0 ** -23  # one float32 ulp, relative: where rounding, not the formula, decides
+
+
+# Issue 44: at batch 2 on 1x1 maps (MobileNetV2's last layers) the batch variance
+# falls to 1e-8 against eps 1e-3. Error against torch float64, relative to the
+# largest value, of (y, dx, dscale, dbias) here, torch 2.13 CPU:
+#   (2, 64, 1, 1), offset 0: torch f32 5.6e-8 8.9e-8 7.8e-8 3.4e-8, engine 5.1e-8 2.9e-8 3.1e-8 3.4e-8
+#   (2, 64, 1, 1), offset 1: torch f32 2.2e-6 8.9e-8 1.4e-3 3.4e-8, engine 4.8e-8 2.8e-8 2.6e-8 3.4e-8
+#   (2, 64, 2, 2), offset 1: torch f32 2.9e-6 6.8e-8 4.5e-4 7.0e-8, engine 4.5e-8 7.3e-8 6.1e-8 6.2e-8
+# torch normalises as x a + (bias - mean a) in float32, and its dscale sums
+# dy (x - mean) about the mean rounded to float32: both lose digits when
+# |mean| >> std. The engine centres x first and corrects for the mean's
+# rounding (statistics and sums in double): its errors stay at one float32
+# rounding, where either may be ahead (dx at 2x2: 7.3e-8 against 6.8e-8).
+@pytest.mark.parametrize("shape,offset", [((2, 64, 1, 1), 0.0), ((2, 64, 1, 1), 1.0),
+                                          ((2, 64, 2, 2), 1.0)], ids=str)
+def test_batchnorm_training_tiny_variance_float32(shape, offset):
+    rng = np.random.default_rng(3)
+    c = shape[1]
+    x = (offset * rng.standard_normal((1, c, 1, 1)) + 1e-4 * rng.standard_normal(shape))
+    x = x.astype(np.float32)
+    scale, bias = (rng.standard_normal(c).astype(np.float32) for _ in range(2))
+    gy = rng.standard_normal(shape).astype(np.float32)
+    mean, var = np.zeros(c, np.float32), np.ones(c, np.float32)
+    model = make_model("BatchNormalization", {"x": x}, {"epsilon": 1e-3},
+                       {"scale": scale, "bias": bias, "mean": mean, "var": var})
+    g = aidge_interop.load_onnx(model, param_kinds={"mean": "buffer", "var": "buffer"})
+    g.training = True
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    (gx,) = g.backward([gy])
+    engine = [y, gx, g.grads()["scale"], g.grads()["bias"]]
+
+    def torch_step(dtype):
+        t = [torch.tensor(a, dtype=dtype, requires_grad=True) for a in (x, scale, bias)]
+        out = F.batch_norm(t[0], torch.tensor(mean, dtype=dtype), torch.tensor(var, dtype=dtype),
+                           t[1], t[2], training=True, eps=1e-3)
+        out.backward(torch.tensor(gy, dtype=dtype))
+        return [v.detach().double().numpy() for v in (out, t[0].grad, t[1].grad, t[2].grad)]
+
+    ref, t32 = torch_step(torch.float64), torch_step(torch.float32)
+    for name, e, t, r in zip(["y", "dx", "dscale", "dbias"], engine, t32, ref):
+        scale_r = np.abs(r).max()
+        err_e = np.abs(e.astype(np.float64) - r).max() / scale_r
+        err_t = np.abs(t - r).max() / scale_r
+        assert err_e <= max(err_t, ULP32), \
+            f"{name}: engine {err_e:.1e} from float64, torch float32 {err_t:.1e}"
+
+
 def test_batchnorm_training_finite_differences():
     x, scale, bias = _x((3, 2, 4), np.float64, 1), _x((2,), np.float64, 2), _x((2,), np.float64, 3)
     mean, var = _bn_stats(2, np.float64)
