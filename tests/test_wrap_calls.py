@@ -228,3 +228,12 @@ def test_bad_example_inputs_are_named(inputs, kwargs, part):
     with pytest.raises(TypeError) as info:
         wrap(_TakesX(), inputs, kwargs=kwargs)
     assert part in str(info.value)
+
+
+def test_an_operator_the_engine_lacks_is_named_with_what_to_try():
+    bag = torch.nn.EmbeddingBag(10, 4, mode="mean")
+    with pytest.raises(NotImplementedError) as info:
+        wrap(bag, (torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2])))
+    message = str(info.value)
+    assert "wrap(EmbeddingBag): operator Loop (node '" in message
+    assert "is not supported by the engine; nn.EmbeddingBag" in message

@@ -29,8 +29,8 @@ CANNOT_WRAP = {
     "llama_lm": (RuntimeError, _CACHE.format("LlamaForCausalLM")),
     "gpt2_model": (RuntimeError, _DIFF),
     "llama_lm_nocache_nomask": (RuntimeError, _DIFF),
-    "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports a Loop node (a GRAPH "
-                          "attribute), which the engine does not support yet"),
+    "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports a Loop node, which the "
+                          "engine does not run yet"),
 }
 #: the user's config (default mask_time_prob 0.05) has a parameter that only
 #: training uses; with masking off (test_zoo_train) it does not exist

@@ -217,6 +217,15 @@ def _value_dims(proto, input_shapes=None):
 EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
 
 
+# what an export can do to avoid an operator the engine does not have
+_AVOID = {
+    "Loop": "nn.EmbeddingBag and Python loops over tensors export one; an nn.Embedding "
+            "followed by a sum or mean over the bag avoids it",
+    "If": "data-dependent Python branches export one; trace the branch the model takes",
+    "SequenceConstruct": "a list of tensors kept as a list exports one; return a tuple",
+}
+
+
 def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
     (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
@@ -333,11 +342,20 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
             inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
         return inferred[hinted]
 
+    known = {("" if d == "ai.onnx" else d, n) for n, d in
+             ((n, o["domain"]) for n, o in supported_operators().items())}
     for i, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{i}"
         domain = node.domain or ""
         opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
         node_where = f"{where}: {node.op_type} node '{name}'"
+        if node.op_type != "Constant" and \
+                ("" if domain == "ai.onnx" else domain, node.op_type) not in known:
+            qualified = node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}"
+            raise NotImplementedError(
+                f"{where}: operator {qualified} (node '{name}', opset {opset}) is not "
+                "supported by the engine"
+                + (f"; {_AVOID[node.op_type]}" if node.op_type in _AVOID else ""))
         if domain in ("", "ai.onnx"):
             _check_attribute_names(node, opset, node_where)
         attrs = _attributes(node, node_where)
