@@ -127,15 +127,23 @@ class _Export:
     taken: list                 # indices of the call's tensors the graph takes, in order
     shapes: list                # shapes of the taken tensors in the example
     call_tensor_metas: list     # (dtype, shape) of every tensor of the call
+    declared: list              # dims each graph input declares (None: symbolic)
+
+
+EXPORTERS = ("torchscript", "dynamo")
 
 
 def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
-            dynamic_batch: bool) -> _Export:
+            dynamic_batch: bool, exporter: str = "torchscript") -> _Export:
     """Exports ``model`` called with ``arguments`` (from :func:`_bind`).
 
-    TorchScript exporter; parameters stay initializers under their torch
-    names (no constant folding); the graph is the inference graph, the
-    engine switches BatchNorm/Dropout semantics with ``train()``.
+    ``exporter``: ``"torchscript"`` (``torch.onnx.export(dynamo=False)``) or
+    ``"dynamo"`` (the torch.export-based exporter, with its graph
+    optimizations off: they fold BatchNorm into Conv and rename weights,
+    which would leave the parameters unmappable). Parameters stay
+    initializers under their torch names (no constant folding); the graph
+    is the inference graph, the engine switches BatchNorm/Dropout semantics
+    with ``train()``.
 
     Every parameter and buffer keeps an initializer of its own: exported
     for inference, torch merges initializers of equal *values* (two fresh
@@ -156,23 +164,17 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
             n_out = len(flat(*tensors))
         in_names = [f"input_{i}" for i in range(len(tensors))]
         out_names = [f"output_{i}" for i in range(n_out)]
-        dynamic = None
-        if dynamic_batch:
-            dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
-            dynamic.update({n: {0: "batch"} for n in out_names})
-        buf = io.BytesIO()
         # traced with grad enabled whatever the caller's mode: under no_grad
         # some modules take fused paths no exporter knows
         # (nn.TransformerEncoder's aten::_transformer_encoder_layer_fwd)
         with _EXPORT_LOCK, warnings.catch_warnings(), torch.enable_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
-                do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
-                input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
-                keep_initializers_as_inputs=True,
-            )
-        proto = onnx.load_from_string(buf.getvalue())
+            if exporter == "dynamo":
+                proto = _export_dynamo(flat, tensors, in_names, out_names, opset,
+                                       dynamic_batch)
+            else:
+                proto = _export_torchscript(flat, tensors, in_names, out_names, opset,
+                                            dynamic_batch)
     finally:
         model.train(was_training)
     inits = {i.name for i in proto.graph.initializer}
@@ -183,20 +185,55 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
     if len(proto.graph.output) != n_out:
         raise RuntimeError(f"the exported graph has {len(proto.graph.output)} outputs, the "
                            f"model returns {n_out} tensors")
+    declared = [[d.dim_value if d.HasField("dim_value") else None
+                 for d in i.type.tensor_type.shape.dim] for i in inputs]
     return _Export(proto.SerializeToString(), call_structure, flat.out_structure, taken,
                    [tuple(tensors[i].shape) for i in taken],
-                   [(t.dtype, tuple(t.shape)) for t in tensors])
+                   [(t.dtype, tuple(t.shape)) for t in tensors], declared)
+
+
+def _export_torchscript(flat, tensors, in_names, out_names, opset, dynamic_batch):
+    dynamic = None
+    if dynamic_batch:
+        dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
+        dynamic.update({n: {0: "batch"} for n in out_names})
+    buf = io.BytesIO()
+    torch.onnx.export(
+        flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
+        do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
+        input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
+        keep_initializers_as_inputs=True,
+    )
+    return onnx.load_from_string(buf.getvalue())
+
+
+def _export_dynamo(flat, tensors, in_names, out_names, opset, dynamic_batch):
+    try:
+        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
+    except ImportError:
+        raise ImportError("exporter='dynamo' needs the onnxscript package: pip install "
+                          "onnxscript (or aidge_interop[dynamo])") from None
+    # dim 0 dynamic where torch.export keeps it so (Dim.AUTO: a model that
+    # fixes its batch size gets a static dim, which the engine then checks)
+    dims = tuple({0: torch.export.Dim.AUTO} if dynamic_batch and x.dim() > 0 else None
+                 for x in tensors)
+    program = torch.onnx.export(
+        flat, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
+        input_names=in_names, output_names=out_names, dynamic_shapes=(dims,),
+        verbose=False)
+    return program.model_proto
 
 
 def export_onnx_bytes(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *,
                       opset: int = DEFAULT_OPSET, dynamic_batch: bool = True,
-                      kwargs: dict | None = None) -> bytes:
+                      kwargs: dict | None = None, exporter: str = "torchscript") -> bytes:
     """The model called with ``example_inputs`` (and keyword ``kwargs``) as
     ONNX bytes, exported the way the engine expects (see :func:`_export`):
     one graph input per tensor of the call that the model reads, one graph
     output per tensor of its result, in order."""
     arguments = _bind(model, tuple(example_inputs), kwargs or {})
-    return _export(model, arguments, opset=opset, dynamic_batch=dynamic_batch).onnx_bytes
+    return _export(model, arguments, opset=opset, dynamic_batch=dynamic_batch,
+                   exporter=exporter).onnx_bytes
 
 
 def _example_call(model: torch.nn.Module, input_dims, kwargs) -> tuple[tuple, dict]:
@@ -223,7 +260,7 @@ def _example_call(model: torch.nn.Module, input_dims, kwargs) -> tuple[tuple, di
 
 def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = None,
          opset: int = DEFAULT_OPSET, dynamic_batch: bool = True,
-         fuse_inference: bool = True) -> "AidgeModule":
+         fuse_inference: bool = True, exporter: str = "torchscript") -> "AidgeModule":
     """Exports ``torch_model`` to ONNX, imports it into the engine, copies its
     parameters and buffers, and returns an :class:`AidgeModule`, called like
     ``torch_model`` and returning what it returns.
@@ -240,7 +277,9 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
     them runs a graph exported for that call, made on first use and kept
     (the parameters stay one: see :class:`AidgeModule`). ``fuse_inference``:
     run eval-mode forwards that need no backward on a second graph with the
-    recipes applied; False keeps one graph.
+    recipes applied; False keeps one graph. ``exporter``: ``"torchscript"``
+    (the default) or ``"dynamo"`` (torch.export-based; needs onnxscript);
+    see docs/wrap.md.
     """
     if not isinstance(torch_model, torch.nn.Module):
         raise TypeError(f"wrap: argument 'torch_model' must be a torch.nn.Module, not "
@@ -251,17 +290,21 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
         raise NotImplementedError(
             f"wrap: the model is on {device}; the engine runs on the CPU: wrap model.cpu()"
         )
+    if exporter not in EXPORTERS:
+        raise ValueError(f"wrap: exporter must be one of {EXPORTERS}, not {exporter!r}")
     args, kw = _example_call(torch_model, input_dims, kwargs)
     arguments = _bind(torch_model, args, kw)
     flatten(arguments, "input")  # a leaf the engine cannot take: TypeError naming it
     name = type(torch_model).__name__
     try:
-        export = _export(torch_model, arguments, opset=opset, dynamic_batch=dynamic_batch)
+        export = _export(torch_model, arguments, opset=opset, dynamic_batch=dynamic_batch,
+                         exporter=exporter)
     except Exception as exc:
         raise RuntimeError(f"wrap: torch could not export {name} to ONNX: {exc}") from exc
 
-    params = dict(torch_model.named_parameters())
-    buffers = dict(torch_model.named_buffers())
+    # every name of a tied tensor: an exporter may keep any one of them
+    params = dict(torch_model.named_parameters(remove_duplicate=False))
+    buffers = dict(torch_model.named_buffers(remove_duplicate=False))
     kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in params.items()}
     kinds.update({n: "buffer" for n in buffers})
     graph, proto = build_graph(export.onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
@@ -283,7 +326,10 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
                 f"torch tensor of that name (shape {value.shape} vs {ref.shape})"
             )
         in_graph.add(init.name)
-    lost = [n for n in params if n not in in_graph]
+    names_of = {}
+    for n, p in params.items():
+        names_of.setdefault(id(p), []).append(n)
+    lost = [names[0] for names in names_of.values() if not in_graph.intersection(names)]
     if lost:
         raise ValueError(
             f"wrap({name}): parameter(s) {lost} of the torch model are not in the exported "
@@ -292,7 +338,8 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
         )
     return AidgeModule(graph, proto, torch_model, in_graph, export,
                        fuse_inference=fuse_inference, kinds=kinds,
-                       export_options={"opset": opset, "dynamic_batch": dynamic_batch})
+                       export_options={"opset": opset, "dynamic_batch": dynamic_batch,
+                                       "exporter": exporter})
 
 
 # An AidgeModule's parameters and graph buffers are views of the engine's
@@ -552,6 +599,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         self._kinds = kinds or {}
         self._export_options = export_options or {"opset": DEFAULT_OPSET,
                                                   "dynamic_batch": True}
+        # dim 0 of every input free in the export: a new batch size is the
+        # same signature (the dynamo exporter may have fixed it)
+        self._batch_free = all(not dims or dims[0] is None for dims in export.declared)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._params, self._engine_grads, self._grad_views = [], [], []
         # parameters that required no gradient at wrap(): imported as buffers,
@@ -561,11 +611,17 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # engine memory (_relink); their data pointers, checked at each forward
         self._engine_tensors = []
         made = {}  # id of a torch parameter -> ours: tied weights stay one, under each name
+        graph_name = {}  # id of a torch tensor -> the one of its names the graph has
+        for name, t in itertools.chain(source.named_parameters(remove_duplicate=False),
+                                       source.named_buffers(remove_duplicate=False)):
+            if name in in_graph:
+                graph_name.setdefault(id(t), name)
         for name, p in source.named_parameters(remove_duplicate=False):
             owner, leaf = _owner(self, name)
             if id(p) in made:
                 owner.register_parameter(leaf, made[id(p)])
                 continue
+            name = graph_name[id(p)]
             view = aidge_tensor_to_torch(graph.value(name))
             made[id(p)] = torch.nn.Parameter(view, requires_grad=p.requires_grad)
             made[id(p)]._engine_name = name
@@ -582,10 +638,11 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # view, row)
         engine_grad = dict(zip((p._engine_name for p in self._params), self._engine_grads))
         self._padding_rows = [
-            (engine_grad[n], m.padding_idx) for m in source.modules()
+            (engine_grad[made[id(m.weight)]._engine_name], m.padding_idx)
+            for m in source.modules()
             if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
-            and m.padding_idx is not None
-            for n, p in source.named_parameters() if p is m.weight and n in engine_grad]
+            and m.padding_idx is not None and id(m.weight) in made
+            and made[id(m.weight)]._engine_name in engine_grad]
         # BatchNorms' num_batches_tracked, counted at each training forward:
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
@@ -602,9 +659,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
             owner, leaf = _owner(self, name)
             if name in stacked:
                 t = self._batch_counts[stacked[name]]
-            elif name in in_graph:
-                t = aidge_tensor_to_torch(graph.value(name))
-                t._engine_name = name
+            elif id(b) in graph_name:
+                t = aidge_tensor_to_torch(graph.value(graph_name[id(b)]))
+                t._engine_name = graph_name[id(b)]
                 self._engine_tensors.append((t, t.detach()))
             else:
                 t = b.detach().clone()
@@ -648,7 +705,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
             metas = tensors_or_export.call_tensor_metas
         else:
             metas = [(t.dtype, tuple(t.shape)) for t in tensors_or_export]
-        if self._export_options["dynamic_batch"]:
+        if self._batch_free:
             metas = [(dt, shape[1:]) for dt, shape in metas]
         return structure, tuple(metas)
 
@@ -707,10 +764,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     def _declares_otherwise(self, inputs) -> bool:
         """Whether ``inputs`` contradict the dims the current graph declares
         (forward then raised): a call of another signature."""
-        for x, shape in zip(inputs, self.input_dims):
-            if x.dim() != len(shape) or any(
-                    d != s for i, (d, s) in enumerate(zip(x.shape, shape))
-                    if i > 0 or not self._export_options["dynamic_batch"]):
+        for x, dims in zip(inputs, self._variant.export.declared):
+            if x.dim() != len(dims) or any(d is not None and d != n
+                                           for d, n in zip(dims, x.shape)):
                 return True
         return False
 
