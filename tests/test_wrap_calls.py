@@ -237,3 +237,33 @@ def test_an_operator_the_engine_lacks_is_named_with_what_to_try():
     message = str(info.value)
     assert "wrap(EmbeddingBag): operator Loop (node '" in message
     assert "is not supported by the engine; nn.EmbeddingBag" in message
+
+
+def test_parameters_reached_only_from_unused_outputs_get_no_gradient():
+    # as in torch: a loss on the first output leaves the second head's grad None
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(4, 4)
+            self.a, self.b = torch.nn.Linear(4, 2), torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            h = self.body(x).relu()
+            return self.a(h), self.b(h)
+
+    model = TwoHeads()
+    engine = wrap(model, [(2, 4)])
+    x = torch.randn(2, 4)
+    for m in (model, engine):
+        m(x)[0].sum().backward()
+    grads = dict(engine.named_parameters())
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            assert grads[name].grad is None, name
+        else:
+            torch.testing.assert_close(grads[name].grad, p.grad, msg=name)
+    assert grads["b.weight"].grad is None
+    for m in (model, engine):  # later both heads: b's gradient arrives
+        sum(o.sum() for o in m(x)).backward()
+    torch.testing.assert_close(grads["b.weight"].grad, dict(model.named_parameters())
+                               ["b.weight"].grad)

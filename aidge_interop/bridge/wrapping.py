@@ -455,6 +455,9 @@ class _EngineFunction(torch.autograd.Function):
         # the autograd engine walks at every backward)
         ctx.module = module
         ctx.forward_id = module._calls[0]
+        # an output the loss does not use comes to backward as None, not
+        # zeros: the parameters only it reaches keep a None gradient
+        ctx.set_materialize_grads(False)
         outs = _graph_call(module._graph.forward, inputs)
         for o in outs:  # (a loop: a list comprehension's frame costs here)
             if not o.is_floating_point():
@@ -674,6 +677,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # fused inference: the engine values it shares (name -> Tensor) and
         # the graph (None: not built yet, False: none)
         self._sources = {n: graph.value(n) for n in in_graph}
+        self._reach_cache = {}  # (variant, outputs with a gradient) -> values reached
         self._grads = {n: graph.grad(n) for n in in_graph if self._kinds.get(n) == "param"}
         # one graph per call signature (see _Variant), the first one exported by wrap()
         self._variant = None
@@ -814,12 +818,34 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         input_grads = _graph_call(self._graph.backward, grad_outputs)
         for g, row, value in kept:
             g[row] = value
+        reached = self._reached(grad_outputs) if None in grad_outputs else None
         for p, eg, g in fresh:
             if g is None:
-                p.grad = eg  # from now on p.grad is the engine's buffer
+                if reached is None or p._engine_name in reached:
+                    p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
         return input_grads
+
+    def _reached(self, grad_outputs) -> set:
+        """The values on a path to an output that has a gradient (some have
+        none): a parameter outside it gets no gradient in torch (None)."""
+        mask = tuple(g is not None for g in grad_outputs)
+        key = (id(self._variant), mask)
+        reached = self._reach_cache.get(key)
+        if reached is None:
+            graph = self.onnx_model.graph
+            producer = {out: n for n in graph.node for out in n.output}
+            todo = [o.name for o, has in zip(graph.output, mask) if has]
+            reached = set()
+            while todo:
+                value = todo.pop()
+                if value not in reached:
+                    reached.add(value)
+                    if value in producer:
+                        todo.extend(producer[value].input)
+            self._reach_cache[key] = reached
+        return reached
 
     def _build_fused(self, inputs):
         """The fused inference graph from the current values (planned for
