@@ -582,8 +582,19 @@ def test_unused_parameter_is_named():
         def forward(self, x):
             return x * self.used
 
-    with pytest.raises(ValueError, match="spare"):
-        wrap(Unused(), [(3,)])
+    # as in torch: it stays a parameter, the engine never changes it, its grad stays None
+    model = Unused()
+    with pytest.warns(UserWarning, match=r"parameter\(s\) \['spare'\] are not in the "):
+        engine = wrap(model, [(3,)])
+    params = dict(engine.named_parameters())
+    assert list(params) == ["used", "spare"]
+    x = torch.randn(2, 3)
+    for m in (model, engine):
+        (m(x) * 2).sum().backward()
+    assert params["spare"].grad is None and model.spare.grad is None
+    torch.testing.assert_close(params["used"].grad, model.used.grad)
+    SGD(engine, lr=0.1).step()
+    torch.testing.assert_close(params["spare"], model.spare)
 
 
 def test_strided_and_expanded_inputs():

@@ -32,11 +32,6 @@ CANNOT_WRAP = {
     "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports a Loop node, which the "
                           "engine does not run yet"),
 }
-#: the user's config (default mask_time_prob 0.05) has a parameter that only
-#: training uses; with masking off (test_zoo_train) it does not exist
-MASKING = {"wav2vec2_model": (ValueError,
-    "wrap refuses a parameter its export does not use: 'masked_spec_embed' (SpecAugment "
-    "masking, used only in training when mask_time_prob > 0)")}
 #: training that float32 cannot decide at 1e-5: torch's own float32 result
 #: is further than that from the float64 one, and so is the engine's
 TRAIN_FAILS = {
@@ -82,7 +77,7 @@ def _close(out, ref, what):
     return worst
 
 
-@pytest.mark.parametrize("name", _params({**CANNOT_WRAP, **MASKING}))
+@pytest.mark.parametrize("name", _params(CANNOT_WRAP))
 def test_zoo_eval(name):
     model, inputs = ZOO[name]()
     args, kwargs = inputs(2)
@@ -92,7 +87,7 @@ def test_zoo_eval(name):
     print(f"[zoo] {name} eval: max rel error {err:.1e}")
 
 
-@pytest.mark.parametrize("name", _params({**CANNOT_WRAP, **MASKING}))
+@pytest.mark.parametrize("name", _params(CANNOT_WRAP))
 def test_zoo_new_shape(name):
     """Batch 3 and another length (11 tokens, 40 x 40 images) through the
     wrapped module of the first example, then the first example again."""
@@ -147,7 +142,6 @@ DYNAMO_FAILS = {
     "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
     "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports an If and a Loop, "
                           "which the engine does not run yet"),
-    **MASKING,
 }
 
 

@@ -329,13 +329,12 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
     names_of = {}
     for n, p in params.items():
         names_of.setdefault(id(p), []).append(n)
-    lost = [names[0] for names in names_of.values() if not in_graph.intersection(names)]
-    if lost:
-        raise ValueError(
-            f"wrap({name}): parameter(s) {lost} of the torch model are not in the exported "
-            "graph (unused in forward, or folded by the exporter); the engine could not "
-            "train them"
-        )
+    unused = [names[0] for names in names_of.values() if not in_graph.intersection(names)]
+    if unused:  # (neither exporter folds parameters as wrap runs them)
+        warnings.warn(
+            f"wrap({name}): parameter(s) {unused} are not in the exported graph: the model's "
+            "forward does not use them for this call; they stay in the module, unchanged by "
+            "the engine, and get no gradient (None), as in torch", stacklevel=2)
     return AidgeModule(graph, proto, torch_model, in_graph, export,
                        fuse_inference=fuse_inference, kinds=kinds,
                        export_options={"opset": opset, "dynamic_batch": dynamic_batch,
@@ -622,6 +621,11 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         for name, p in source.named_parameters(remove_duplicate=False):
             owner, leaf = _owner(self, name)
             if id(p) in made:
+                owner.register_parameter(leaf, made[id(p)])
+                continue
+            if id(p) not in graph_name:  # unused by the export: a torch parameter
+                made[id(p)] = torch.nn.Parameter(p.detach().clone(),
+                                                 requires_grad=p.requires_grad)
                 owner.register_parameter(leaf, made[id(p)])
                 continue
             name = graph_name[id(p)]
