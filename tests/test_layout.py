@@ -29,6 +29,8 @@ MOVED = {
     "aidge_interop.layers": "aidge_interop.quant.layers",
     "aidge_interop.divergence": "aidge_interop.compare.locate",
     "aidge_interop.onnx_import": "aidge_interop.onnx.importer",
+    "aidge_interop.wrapping": "aidge_interop.bridge.wrapping",
+    "aidge_interop.optim": "aidge_interop.bridge.optim",
 }
 # the part (first name under aidge_interop) -> its layer; the older paths (aliases), the
 # package and __main__ are above them all

@@ -1,0 +1,5 @@
+"""Older path of :mod:`aidge_interop.bridge.wrapping`: the same module object."""
+import importlib
+import sys
+
+sys.modules[__name__] = importlib.import_module("aidge_interop.bridge.wrapping")
