@@ -686,7 +686,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # one graph per call signature (see _Variant), the first one exported by wrap()
         self._variant = None
         first = _Variant(graph, proto, export, source)
-        self._variants = {self._key_of(export.call_structure, export): first}
+        self._variants = {self._key_of(export.call_structure, export.call_tensor_metas): first}
         self._use(first)
         self.fuse_inference = fuse_inference
         self._fused_call = [0]  # the forward (self._calls) that ran the fused graph last
@@ -706,13 +706,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         self._fused = None if value else False
 
     # -- call signatures ---------------------------------------------------
-    def _key_of(self, structure: Structure, tensors_or_export) -> tuple:
-        """A call's signature: its structure, and its tensors' dtypes and shapes
+    def _key_of(self, structure: Structure, metas) -> tuple:
+        """A call's signature: its structure, and its tensors' (dtype, shape)
         (without dim 0 where the export leaves the batch free)."""
-        if isinstance(tensors_or_export, _Export):
-            metas = tensors_or_export.call_tensor_metas
-        else:
-            metas = [(t.dtype, tuple(t.shape)) for t in tensors_or_export]
         if self._batch_free:
             metas = [(dt, shape[1:]) for dt, shape in metas]
         return structure, tuple(metas)
@@ -738,7 +734,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     def _switch(self, arguments: dict, tensors: list, structure: Structure) -> bool:
         """Makes the graph of this call's signature current, exporting the
         model for it on first use; False if it is current already."""
-        key = self._key_of(structure, tensors)
+        key = self._key_of(structure, [(t.dtype, tuple(t.shape)) for t in tensors])
         variant = self._variants.get(key)
         if variant is self._variant:
             return False
