@@ -95,6 +95,9 @@ typedef struct ai_graph {
     bool keep_intermediates; /* plan without buffer reuse */
     bool need_backward;  /* forward keeps what backward needs */
     bool profile;        /* time every node's forward and backward (ai_node.prof_*) */
+    /* whether shapes need the values of small integer graph inputs (plan.c
+     * plan_time_input): 0 not known yet (set by finalize), 1 no, 2 yes */
+    int int_values_at_plan;
     uint64_t seed;       /* Dropout RNG */
     ai_plan *plan;
 } ai_graph;
