@@ -415,7 +415,7 @@ def _engine_input(x: torch.Tensor):
             return Tensor.from_dlpack(to_dlpack(x))
         except ValueError:
             pass
-    return torch_tensor_to_aidge(x, copy=x.is_cpu)
+    return torch_tensor_to_aidge(x)
 
 
 # The fast path of every engine call: the graph takes torch tensors through
