@@ -107,8 +107,11 @@ def graph_names(model, arguments: dict, in_names, out_names) -> dict:
 def after_export(name: str, onnx_bytes: bytes, path: Path | None, verbose: bool) -> None:
     """Saves the exported model to ``path`` (atomically) and, with
     ``verbose``, prints it, as aidge_interop_torch does."""
-    if verbose:
-        print(onnx.helper.printable_graph(onnx.load_from_string(onnx_bytes).graph))
+    if verbose:  # the graph, its initializers by name and shape (not their values)
+        graph = onnx.load_from_string(onnx_bytes).graph
+        weights = ", ".join(f"{i.name} {list(i.dims)}" for i in graph.initializer)
+        del graph.initializer[:]
+        print(f"{onnx.printer.to_text(graph)}\ninitializers: {weights}")
     if path is not None:
         write_atomic(path, onnx_bytes)
         if verbose:
