@@ -109,6 +109,19 @@ def test_upstream_bridge_wrap_two_inputs_named():
     assert [i.name for i in wrapped.onnx_model.graph.input] == ["left", "input_1"]
 
 
+def test_upstream_bridge_names_kept_for_another_input_shape():
+    # a call of another image size runs a graph exported for it: same names
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.Sigmoid())
+    wrapped = ait.wrap(model, (1, 2, 8, 8), 18, False, ["image"], ["map"])
+    x = torch.randn(2, 2, 11, 9)
+    torch.testing.assert_close(wrapped(x), model(x), rtol=RTOL, atol=ATOL)
+    assert tuple(wrapped.input_dims[0]) == (2, 2, 11, 9)  # the new export is the current one
+    assert [i.name for i in wrapped.onnx_model.graph.input] == ["image"]
+    assert [o.name for o in wrapped.onnx_model.graph.output] == ["map"]
+    assert {o.domain: o.version for o in wrapped.onnx_model.opset_import}[""] == 18
+
+
 def test_upstream_bridge_wrap_saves_to_a_path_atomically(tmp_path, capsys):
     target = tmp_path / "model.onnx"
     target.write_bytes(b"an older file")
