@@ -81,6 +81,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
+from .tensor_converter import aidge_tensor_to_torch, convert_tensor, torch_tensor_to_aidge
 from .graph import Graph
 from .onnx import load_onnx, supported_operators
 from . import recipes
@@ -114,7 +115,8 @@ def get_num_threads() -> int:
 
 
 __all__ = [
-    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx", "recipes",
+    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "torch_tensor_to_aidge",
+    "aidge_tensor_to_torch", "convert_tensor", "Graph", "load_onnx", "recipes",
     "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
     "locate", "quantize", "QuantizedModel", "export_c", "profile", "__version__",
 ]
