@@ -55,26 +55,28 @@ def torch_dtype(name: str):
     return getattr(_torch(), name)
 
 
-def torch_tensor_to_aidge(t, copy: bool | None = None) -> Tensor:
-    """An engine :class:`~aidge_interop.Tensor` holding the values of ``t``.
+def torch_tensor_to_aidge(torch_tensor, copy: bool | None = None) -> Tensor:
+    """An engine :class:`~aidge_interop.Tensor` holding the values of
+    ``torch_tensor`` (the argument's name is aidge_interop_torch's).
 
-    ``t`` is a ``torch.Tensor``; NumPy arrays and engine tensors are taken too.
+    ``torch_tensor`` is a ``torch.Tensor``; NumPy arrays and engine tensors are taken too.
     ``copy=None`` (default): CPU memory is shared, not copied, except where no
     view can hold it (an overlapping layout from ``expand``, a CUDA tensor):
     then a copy. ``copy=True``: always a copy. ``copy=False``: a view, or
     ``ValueError``.
     """
+    t = torch_tensor
     torch = _torch()
     if isinstance(t, (np.ndarray, Tensor)):
         return _converted(lambda c: Tensor(t, copy=c), copy)
     if not isinstance(t, torch.Tensor):
         raise TypeError(
-            f"torch_tensor_to_aidge: argument 't' must be a torch.Tensor or a "
+            f"torch_tensor_to_aidge: argument 'torch_tensor' must be a torch.Tensor or a "
             f"numpy.ndarray, not {type(t).__module__}.{type(t).__qualname__}"
         )
     if t.dtype not in _dtype_table():
         raise TypeError(
-            f"torch_tensor_to_aidge: argument 't' has unsupported dtype {t.dtype} "
+            f"torch_tensor_to_aidge: argument 'torch_tensor' has unsupported dtype {t.dtype} "
             f"(supported: {', '.join(DTYPES)})"
         )
     if t.requires_grad:
@@ -84,7 +86,7 @@ def torch_tensor_to_aidge(t, copy: bool | None = None) -> Tensor:
     origin = None
     if t.device.type != "cpu":
         if copy is False:
-            raise ValueError(f"torch_tensor_to_aidge: argument 't' is on {t.device}, the "
+            raise ValueError(f"torch_tensor_to_aidge: argument 'torch_tensor' is on {t.device}, the "
                              "engine's memory on the host: it cannot be viewed (copy=False); "
                              "leave copy=None to copy it")
         origin = str(t.device)
@@ -110,23 +112,25 @@ def _converted(make, copy):
                 raise
         return make(True)  # (where the copy fails too, its error is the one to see)
     except (ValueError, TypeError) as exc:
-        raise type(exc)(f"torch_tensor_to_aidge: argument 't': {exc}") from None
+        raise type(exc)(f"torch_tensor_to_aidge: argument 'torch_tensor': {exc}") from None
 
 
-def aidge_tensor_to_torch(a: Tensor, device=None, copy: bool | None = None):
-    """A torch tensor holding the values of the engine tensor ``a``.
+def aidge_tensor_to_torch(aidge_tensor: Tensor, device=None, copy: bool | None = None):
+    """A torch tensor holding the values of the engine tensor ``aidge_tensor``
+    (the argument's name is aidge_interop_torch's).
 
-    ``device``: where the result goes; by default the device ``a`` was
-    converted from (``a.origin_device``), else the CPU. ``copy=None``
-    (default): a CPU result shares ``a``'s memory, except where torch cannot
+    ``device``: where the result goes; by default the device the tensor was
+    converted from (``aidge_tensor.origin_device``), else the CPU. ``copy=None``
+    (default): a CPU result shares the tensor's memory, except where torch cannot
     view it (read-only memory, negative strides) or the result goes to
     another device: then a copy. ``copy=True``: always a copy.
     ``copy=False``: a view, or ``ValueError``.
     """
+    a = aidge_tensor
     torch = _torch()
     if not isinstance(a, Tensor):
         raise TypeError(
-            f"aidge_tensor_to_torch: argument 'a' must be an aidge_interop.Tensor, "
+            f"aidge_tensor_to_torch: argument 'aidge_tensor' must be an aidge_interop.Tensor, "
             f"not {type(a).__module__}.{type(a).__qualname__}"
         )
     if device is None:
@@ -137,7 +141,7 @@ def aidge_tensor_to_torch(a: Tensor, device=None, copy: bool | None = None):
     unviewable = ("it is read-only" if a.readonly else "it has negative strides"
                   if any(s < 0 for s, n in zip(a.strides, a.shape) if n > 1) else None)
     if copy is False and (unviewable or moved):
-        raise ValueError(f"aidge_tensor_to_torch: argument 'a' cannot be viewed by torch "
+        raise ValueError(f"aidge_tensor_to_torch: argument 'aidge_tensor' cannot be viewed by torch "
                          f"(copy=False): {unviewable or f'the result goes to {device}'}; "
                          "leave copy=None to copy it")
     if unviewable:

@@ -238,9 +238,9 @@ def test_bad_input_unsupported_numpy_dtype(dtype):
 
 @pytest.mark.parametrize("obj", [object(), "abc", {"a": 1}, None], ids=lambda o: type(o).__name__)
 def test_bad_input_not_a_tensor(obj):
-    with pytest.raises(TypeError, match="argument 't'"):
+    with pytest.raises(TypeError, match="argument 'torch_tensor'"):
         torch_tensor_to_aidge(obj)
-    with pytest.raises(TypeError, match="argument 'a'"):
+    with pytest.raises(TypeError, match="argument 'aidge_tensor'"):
         aidge_tensor_to_torch(obj)
 
 
@@ -265,23 +265,23 @@ def test_conversion_cpu_overlapping_is_copied(copy):
 def test_bad_input_view_demanded():
     # copy=False demands a view and says why there can be none
     t = torch.arange(3.0).reshape(3, 1).expand(3, 4)
-    with pytest.raises(ValueError, match="argument 't'.*more than once"):
+    with pytest.raises(ValueError, match="argument 'torch_tensor'.*more than once"):
         torch_tensor_to_aidge(t, copy=False)
     arr = np.broadcast_to(np.arange(4.0), (5, 4))
     with pytest.raises(ValueError, match="more than once"):
         torch_tensor_to_aidge(arr, copy=False)
     with pytest.raises(ValueError, match="more than once"):
         Tensor(arr)  # the engine's own constructor views or copies as told (copy=False)
-    with pytest.raises(ValueError, match="argument 't' is on meta"):
+    with pytest.raises(ValueError, match="argument 'torch_tensor' is on meta"):
         torch_tensor_to_aidge(torch.empty(2, device="meta"), copy=False)
     readonly = np.arange(6.0)
     readonly.flags.writeable = False
-    with pytest.raises(ValueError, match="argument 'a'.*read-only"):
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*read-only"):
         aidge_tensor_to_torch(Tensor(readonly), copy=False)
     reversed_ = Tensor(np.arange(6.0)[::-1])
-    with pytest.raises(ValueError, match="argument 'a'.*negative strides"):
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*negative strides"):
         aidge_tensor_to_torch(reversed_, copy=False)
-    with pytest.raises(ValueError, match="argument 'a'.*goes to cuda"):
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*goes to cuda"):
         aidge_tensor_to_torch(Tensor(np.arange(6.0)), device="cuda", copy=False)
     # where a view exists, copy=False gives it
     x = torch.randn(4, 5).t()
