@@ -8,6 +8,7 @@ converters), each checked against torch, ONNX Runtime or NumPy.
 """
 import copy
 import os
+import warnings
 
 import numpy as np
 import onnx
@@ -356,3 +357,25 @@ def test_upstream_bridge_convert_expanded_tensor():
 def test_upstream_bridge_convert_tensor_bad_input():
     with pytest.raises(TypeError, match="convert_tensor: argument 'tensor'.*list"):
         ait.convert_tensor([1.0, 2.0])
+
+
+def test_upstream_bridge_loop_without_a_step_warns():
+    """A loop written for aidge_interop_torch without set_learning_rate (its
+    backward stepped at 0.01 by itself): here nothing steps the weights, and
+    the module says so after 10 backward passes, once; a loop that steps
+    (torch's optimizer or ours) is not warned."""
+    x = torch.randn(3, 4)
+    am = ait.wrap(torch.nn.Linear(4, 2), (3, 4))
+    with pytest.warns(UserWarning, match="10 backward passes and no step.*set_learning_rate"):
+        for _ in range(10):
+            am(x).sum().backward()
+    for make in (lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+                 lambda m: ait.SGD(m, lr=0.1)):
+        am = ait.wrap(torch.nn.Linear(4, 2), (3, 4))
+        opt = make(am)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(12):
+                opt.zero_grad()
+                am(x).sum().backward()
+                opt.step()

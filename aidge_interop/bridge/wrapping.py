@@ -34,6 +34,8 @@ from .upstream import after_export, graph_names, value_names, wrap_options
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
 
 DEFAULT_OPSET = 20
+#: backward passes after which a module whose parameters no step changed warns
+_IDLE_BACKWARDS = 10
 
 # torch.onnx.export keeps global state (GLOBALS.in_onnx_export): one export at a
 # time, whatever the number of threads wrapping models
@@ -627,6 +629,9 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         self._batch_free = all(not dims or dims[0] is None for dims in export.declared)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
         self._learning_rate = None  # set_learning_rate's: backward steps the parameters
+        # backward passes, and the parameters' versions after the first: a
+        # loop whose parameters never change gets a warning (_check_stepping)
+        self._backwards = [0, None]
         self._params, self._engine_grads, self._grad_views = [], [], []
         # parameters that required no gradient at wrap(): imported as buffers,
         # the engine has no gradient for them (name, parameter)
@@ -847,7 +852,26 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                     p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
+        self._backwards[0] += 1
+        if self._backwards[0] in (1, _IDLE_BACKWARDS):
+            self._check_stepping()
         return input_grads
+
+    def _check_stepping(self):
+        """After the first backward, the parameters' versions; after the
+        _IDLE_BACKWARDS-th, one warning if none changed (no optimizer
+        stepped them: torch's and ours bump the version counters). A training
+        loop written for aidge_interop_torch, whose backward stepped by
+        itself, would otherwise run to its end with the weights untouched."""
+        versions = [p._version for p in self._params if p.requires_grad]
+        if self._backwards[0] == 1:
+            self._backwards[1] = versions
+        elif versions and versions == self._backwards[1]:
+            warnings.warn(
+                f"AidgeModule: {self._backwards[0]} backward passes and no step changed "
+                "the parameters. As in torch, backward computes .grad and an optimizer "
+                "(torch.optim.SGD, aidge_interop.SGD) steps them; aidge_interop_torch's "
+                "backward stepped by itself: call set_learning_rate(lr) for that", stacklevel=2)
 
     def set_learning_rate(self, lr: float | None) -> None:
         """aidge_interop_torch's training: from now on each backward also
