@@ -5,6 +5,7 @@ the SVG inline), no network, no viewer but a browser.
 
     graph.visualize("lenet.svg", title="LeNet after recipes")
     graph.visualize("lenet.html", comparison=aidge_interop.locate(model, x))
+    graph.visualize(title="LeNet")    # no path: a Picture, shown inline in Jupyter
     aidge-interop show lenet --recipes all --out lenet.svg
 
 What a node shows: its op type (fused nodes: ``FusedConv = Conv + Relu``),
