@@ -40,7 +40,7 @@ from .visualize import (QUANT_STYLE, STATUS_STYLE, STATUS_TEXT, quant_badge, rec
 
 __all__ = ["graph_json", "node_data", "save", "visualize", "config"]
 
-_STATUS_VALUE = {"ok": 1, "over": 2, "first": 3}
+_STATUS_VALUE = {"unchecked": 0, "ok": 1, "over": 2, "first": 3}
 
 
 def _kv(key, value) -> dict:
@@ -160,7 +160,7 @@ def node_data(graph, comparison=None) -> dict:
     ids of :func:`graph_json`), by name: ``"quantization bits"`` when nodes
     are quantized (value: ``nb_bits``), ``"comparison"`` with
     ``comparison`` (value: 1 within tolerance, 2 over, 3 the first
-    divergence; coloured like the pictures)."""
+    divergence, 0 not compared; coloured like the pictures)."""
     out = {}
     nodes = graph.nodes()
     bits = {str(i): {"value": n["attrs"]["nb_bits"]} for i, n in enumerate(nodes)
