@@ -309,6 +309,28 @@ def test_model_explorer_quantization_and_comparison_data(tmp_path):
         explorer.save(graph, tmp_path / "lenet.svg")
 
 
+def test_model_explorer_shows_a_model_testers_failure():
+    """A ModelTester whose engine model differs from layer 2 on: the output
+    node is the first divergence, in the node's attributes and the data."""
+    from aidge_interop.testing import ModelTester
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 4)).eval()
+    engine = ait.wrap(net, [(2, 16)]).eval()
+    with torch.no_grad():
+        dict(engine.named_parameters())["2.bias"].add_(1.0)
+    tester = ModelTester(net, engine, "mlp", test_backward=False, epochs=1, benchmark=False)
+    with pytest.raises(AssertionError, match="output"):
+        tester.test_multiple_step((2, 16))
+    graph = ait.Graph(engine._graph, engine.onnx_model)
+    last = str(len(graph.nodes()) - 1)
+    node = _nodes_by_id(explorer.graph_json(graph, comparison=tester))[last]
+    attrs = {a["key"]: a["value"] for a in node["attrs"]}
+    assert attrs["comparison"] == "first divergence" and "mismatched" in attrs["errors"]
+    assert explorer.node_data(graph, tester)["comparison"]["results"] == {last: {"value": 3}}
+
+
 def test_model_explorer_visualize_hands_over_the_json(monkeypatch):
     """visualize() gives Model Explorer a config with our JSON as a graphs://
     source and the node data, and calls visualize_from_config (replaced here:
