@@ -129,8 +129,9 @@ CASE_DTYPES = SPEC_DTYPES[:2]
 
 
 class OperatorConfigWarning(UserWarning):
-    """A key of an operator configuration that the harness does not read
-    (the message names the file and the key's JSON path); the key is ignored."""
+    """A key of an operator configuration that names nothing the harness
+    reads: a JSON key (the message names the file and the key's JSON path)
+    or a ``skip_reasons`` key that is no case's. The key is ignored."""
 
 
 @dataclass
@@ -212,7 +213,8 @@ def build_cases(cfg: OperatorConfig) -> list[OperatorCase]:
     """The cases of ``cfg``: its ``manual_cases`` as they are, or its JSON
     file parsed (layout detected), with forward-only cases dropped unless
     requested. Raises :class:`ValueError` naming the file and JSON path of
-    anything it cannot read."""
+    anything it cannot use; warns (:class:`OperatorConfigWarning`) of keys
+    that name nothing it reads."""
     if cfg.manual_cases is not None:
         cases = [(case, False) for case in _check_manual(cfg)]
     else:
@@ -220,8 +222,9 @@ def build_cases(cfg: OperatorConfig) -> list[OperatorCase]:
     keys = {_case_key(cfg, case) for case, _ in cases}
     unknown = sorted(set(cfg.skip_reasons) - keys)
     if unknown:
-        raise ValueError(f"OperatorConfig(name={cfg.name!r}): skip_reasons names no case: "
-                         f"{unknown}; the case keys are {sorted(keys)}")
+        warnings.warn(OperatorConfigWarning(
+            f"OperatorConfig(name={cfg.name!r}): skip_reasons names no case: {unknown} "
+            f"(ignored); the case keys are {sorted(keys)}"), stacklevel=_caller_level())
     keep_forward_only = (INCLUDE_FORWARD_ONLY_CASES if cfg.forward_only_cases is None
                          else cfg.forward_only_cases)
     return [case for case, in_shape_section in cases
