@@ -336,6 +336,18 @@ def test_upstream_operator_suite(upstream_suite):
     ])
     assert "AvgPooling2D_shape_wide" not in result.stdout.str()  # forward-only: dropped
 
+    # upstream's workflow: pytest ... -v | tee results.txt; analyze_results.py results.txt
+    (upstream_suite.path / "results.txt").write_text(result.stdout.str())
+    analyzed = subprocess.run([sys.executable, "-m", "aidge_interop.analyze", "results.txt",
+                               "--json"], cwd=upstream_suite.path, capture_output=True,
+                              text=True, timeout=120)
+    report = json.loads(analyzed.stdout)
+    assert report["counts"] == {"passed": 5, "failed": 1, "xfailed": 1, "warnings": 2}
+    assert [(bug["nodeid"], bug["category"]) for bug in report["engine_bugs"]] == [
+        ("test_operators.py::test_Scaled_interop[Scaled_2d]", "outputs_differ")]
+    assert [xfail["nodeid"] for xfail in report["expected_failures"]] == [
+        "test_operators.py::test_AvgPooling2D_interop[AvgPooling2D_attr_pad_3]"]
+
 
 def test_upstream_operator_suite_with_the_conftest_toggle(upstream_suite):
     (upstream_suite.path / "conftest.py").write_text(CONFTEST
