@@ -7,11 +7,13 @@
                          name="Linear_example", epochs=10)
     tester.test_multiple_step(input_sizes=(1, 16), label_sizes=(1, 4))
 
-Each epoch feeds the same random inputs to both models and compares, in this
-order, the outputs, the MSE loss against all-ones labels, the input gradients
-and the gradient of every parameter (matched by name); then one SGD step runs
-on each side (``torch.optim.SGD`` on ``model1``, the engine's
-:class:`aidge_interop.SGD` on ``model2``) so that the two stay in lock-step.
+Each epoch feeds the same random inputs to both models (in ``model1``'s float
+dtype; for a model without parameters, the one ``model2`` was wrapped for)
+and compares, in this order, the outputs, the MSE loss against all-ones
+labels, the input gradients and the gradient of every parameter (matched by
+name); then one SGD step runs on each side (``torch.optim.SGD`` on
+``model1``, the engine's :class:`aidge_interop.SGD` on ``model2``) so that
+the two stay in lock-step.
 
 Comparisons run in C (``aidge_interop._C.compare``, the
 ``torch.testing.assert_close`` rule, ``model2`` against ``model1``). Failure
