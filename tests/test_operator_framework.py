@@ -241,6 +241,13 @@ def test_float64_data_input_and_data_values(tmp_path):
     seen = []
     plain, single = cases_of(tmp_path, data, specs_to_kwargs=lambda s: seen.append(s) or {})
     assert (plain.dtype, single.dtype) == ("float64", "float32")
+    data["base_configuration"]["input_specs"][0]["data"] = [[0, 1, 2], [3, 4, 5]]
+    with pytest.warns(framework.OperatorConfigWarning) as record:  # once for the file
+        cases_of(tmp_path, data)
+    assert [str(w.message) for w in record] == [
+        f"{tmp_path / 'op.json'}: test_configurations.g.plain: the 'data' of the data input "
+        "'data_input' is not what the models are fed: ModelTester feeds random inputs of its "
+        "shape (the values reach specs_to_kwargs and the fixture's input_specs)"]
     assert plain.input_specs == seen[0] == [
         {"name": "data_input", "shape": [2, 3], "dtype": "float64"},
         {"name": "shape", "dtype": "int64", "data": [3, 2], "shape": [2]},

@@ -131,7 +131,8 @@ CASE_DTYPES = SPEC_DTYPES[:2]
 class OperatorConfigWarning(UserWarning):
     """A key of an operator configuration that names nothing the harness
     reads: a JSON key (the message names the file and the key's JSON path)
-    or a ``skip_reasons`` key that is no case's. The key is ignored."""
+    or a ``skip_reasons`` key that is no case's; the key is ignored. Also
+    ``data`` on a data input, which the cases feed random values."""
 
 
 @dataclass
@@ -302,6 +303,7 @@ class _Parser:
             raise ValueError(f"{self.file}:{exc.lineno}:{exc.colno}: not valid JSON: "
                              f"{exc.msg}") from exc
         self.ids: dict[str, str] = {}  # case id -> JSON path that produced it
+        self.fed_random = set()  # data inputs with 'data' warned of
 
     def _unique_keys(self, pairs: list) -> dict:
         """A JSON object; a key given twice is an error (json would keep the
@@ -457,6 +459,13 @@ class _Parser:
             raise self.error(f"{path}.input_specs", f"case {case_id!r}: the data input "
                              f"{specs[0]['name']!r} has dtype {dtype!r}; the cases feed it "
                              f"random floats: one of {list(CASE_DTYPES)}")
+        if "data" in specs[0] and specs[0]["name"] not in self.fed_random:
+            self.fed_random.add(specs[0]["name"])
+            warnings.warn(OperatorConfigWarning(
+                f"{self.file}: {path}: the 'data' of the data input {specs[0]['name']!r} is "
+                "not what the models are fed: ModelTester feeds random inputs of its shape "
+                "(the values reach specs_to_kwargs and the fixture's input_specs)"),
+                stacklevel=_caller_level())
 
         kwargs = self.torch_kwargs(attrs, path, case_id)
         if cfg.specs_to_kwargs is not None:
