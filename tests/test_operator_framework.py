@@ -259,7 +259,8 @@ def test_unknown_keys_are_warnings_naming_file_and_key(tmp_path):
         "operator": "Conv", "opset_version": 21,
         "base_configuration": {"input_specs": [{"name": "x", "shape": [2, 3], "layout": "nc"}],
                                "notes": "from the engine's benchmarks"},
-        "test_configurations": {"g": {"c": {"attributes": {"axes": [1]}, "comment": "x"}}},
+        "test_configurations": {"g": {"c": {"attributes": {"axes": [1]}, "comment": "x"}},
+                                "about": "reductions"},
     }
     with pytest.warns(framework.OperatorConfigWarning) as record:
         (case,) = cases_of(tmp_path, data)
@@ -277,6 +278,8 @@ def test_unknown_keys_are_warnings_naming_file_and_key(tmp_path):
         f"{file}: test_configurations.g.c.comment: unknown key 'comment' ignored (a case "
         "holds ['attributes', 'expected_failure', 'input_size', 'input_specs', "
         "'output_size', 'test_backward'])",
+        f"{file}: test_configurations.about: unknown key 'about' ignored (a group holds "
+        'cases, groups and sweeps; this is "reductions")',
     ]
     assert record[0].filename == __file__  # points at the suite, not the framework
     assert case.torch_kwargs == {"dim": (1,)}
@@ -330,7 +333,6 @@ def flat(case: dict, base_attrs=None) -> dict:
     ({"c": {}}, "op.json: c: case 'Op_c' has no input shape"),
     ({"c": {"input_size": [1], "input_specs": [{"name": "x", "shape": [1]}]}},
      "op.json: c: give 'input_size' or 'input_specs', not both"),
-    ({"c": 3}, "op.json: c: expected a case, a group of cases or a sweep (a list), got 3"),
     ({}, "op.json: <top level>: defines no case"),
     ({"base_configuration": {}, "test_configurations": {"ok": {}}},
      "op.json: test_configurations.ok: expected groups 'attr' and/or 'shape'"),
@@ -358,7 +360,7 @@ def flat(case: dict, base_attrs=None) -> dict:
         "tuple_type", "bool_type", "int_type", "bool_is_no_int",
         "test_backward_type", "negative_dim", "spec_without_name", "spec_dtype",
         "data_input_dtype", "spec_without_shape", "two_attributes_one_kwarg", "no_input_shape",
-        "input_size_and_specs", "leaf_not_an_object", "no_case", "empty_ok", "data_vs_shape",
+        "input_size_and_specs", "no_case", "empty_ok", "data_vs_shape",
         "ragged_data", "data_not_numbers", "merged_shape_vs_base_data", "empty_sweep",
         "mixed_sweep", "sweep_of_unknown_name", "sweep_value_type"])
 def test_bad_configuration_names_file_and_json_path(tmp_path, data, message):

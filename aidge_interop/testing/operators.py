@@ -255,18 +255,18 @@ def _case_key(cfg: OperatorConfig, case: OperatorCase) -> str:
 def _is_group(node: dict) -> bool:
     """Whether ``node`` is a group, not a case. A group holds, under labels,
     cases and groups (objects) and sweeps (lists); a case holds case keys.
-    A node is a case when it is empty, holds anything but objects and lists,
-    or has a case key holding a case's kind of value: ``attributes`` an
-    object of non-object values (a group may be labelled ``attributes``:
-    it holds cases), any other case key a list (``input_specs``, a shape)."""
-    if not node or not all(isinstance(v, (dict, list)) for v in node.values()):
+    A node is a case when it is empty or has a case key holding a case's
+    kind of value: anything but an object, or for ``attributes`` anything
+    but an object of objects (a group may be labelled ``attributes``: it
+    holds cases)."""
+    if not node:
         return False
     for key, value in node.items():
         if key == "attributes":
-            if isinstance(value, dict) and not any(isinstance(v, dict)
-                                                   for v in value.values()):
+            if not (isinstance(value, dict) and value
+                    and all(isinstance(v, dict) for v in value.values())):
                 return False
-        elif key in LEAF_KEYS and isinstance(value, list):
+        elif key in LEAF_KEYS and not isinstance(value, dict):
             return False
     return True
 
@@ -372,13 +372,17 @@ class _Parser:
             sub_in_shape = in_shape or label == FORWARD_ONLY_GROUP
             if isinstance(node, list):
                 cases += self.sweep(node, sub, labels + [label], base, sub_in_shape)
-            else:
+            elif isinstance(node, dict):
                 cases += self.node(node, sub, labels + [label], base, sub_in_shape)
+            else:
+                warnings.warn(OperatorConfigWarning(
+                    f"{self.file}: {sub}: unknown key {label!r} ignored (a group holds cases, "
+                    f"groups and sweeps; this is {json.dumps(node)})"),
+                    stacklevel=_caller_level())
         return cases
 
-    def node(self, node, path: str, labels: list, base: dict,
+    def node(self, node: dict, path: str, labels: list, base: dict,
              in_shape: bool) -> list[tuple[OperatorCase, bool]]:
-        node = self.expect_dict(node, path, "a case, a group of cases or a sweep (a list)")
         if _is_group(node):
             return self.walk(node, path, labels, base, in_shape)
         return [(self.leaf(node, path, labels, base, in_shape), in_shape)]
