@@ -19,16 +19,8 @@ pytest.importorskip("transformers")
 
 RTOL, ATOL = 1e-5, 1e-6  # test_wrap_calls.py's _close
 
-_CACHE = ("returns a DynamicCache with the default use_cache=True: wrap: torch could not "
-          "export {} to ONNX: output.cache is of type DynamicCache")
-_DIFF = ("no attention_mask: transformers looks for packed sequences with torch.diff, and "
-         "the TorchScript exporter cannot export 'aten::diff' (opset 20)")
 #: models that cannot run on the engine today, in every test: the error and why
 CANNOT_WRAP = {
-    "gpt2_lm": (RuntimeError, _CACHE.format("GPT2LMHeadModel")),
-    "llama_lm": (RuntimeError, _CACHE.format("LlamaForCausalLM")),
-    "gpt2_model": (RuntimeError, _DIFF),
-    "llama_lm_nocache_nomask": (RuntimeError, _DIFF),
     "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports a Loop node, which the "
                           "engine does not run yet"),
 }
@@ -125,7 +117,6 @@ def test_zoo_train(name):
 
 # The torch.export-based exporter (wrap(..., exporter="dynamo")), eval and a
 # new shape. What it cannot take today, and why:
-_DYNAMO_CACHE = "returns a DynamicCache with the default use_cache=True"
 _SEQUENCES = ("with its graph optimizations off (which would rename the weights) the "
               "dynamo exporter leaves a SplitToSequence, a sequence operator the engine "
               "does not have")
@@ -134,7 +125,7 @@ _SDPA = ("the dynamo exporter fails to decompose the default sdpa attention ('Fa
 _RNN = ("the engine unrolls LSTM/GRU over a sequence length known at import, and the "
         "dynamo export leaves it symbolic")
 DYNAMO_FAILS = {
-    "gpt2_lm": (RuntimeError, _DYNAMO_CACHE), "llama_lm": (RuntimeError, _DYNAMO_CACHE),
+    "gpt2_lm": (NotImplementedError, _SEQUENCES),
     "gpt2_lm_nocache": (NotImplementedError, _SEQUENCES),
     "gpt2_model": (NotImplementedError, _SEQUENCES),
     "mha_keypad": (NotImplementedError, _SEQUENCES),

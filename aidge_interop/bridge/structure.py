@@ -2,9 +2,10 @@
 
 ``flatten(obj)`` lists the tensors of a nested value — tuples, lists,
 namedtuples, dicts (``OrderedDict`` and transformers' ``ModelOutput``
-included), dataclasses — with a :class:`Structure` that remembers
-everything else: the containers, and the leaves that are not tensors
-(``None``, Python scalars, strings), kept as they were. ``unflatten``
+included), dataclasses, transformers' ``DynamicCache`` (its layers' keys
+and values) — with a :class:`Structure` that remembers everything else:
+the containers, and the leaves that are not tensors (``None``, Python
+scalars, strings), kept as they were. ``unflatten``
 rebuilds the same value around other tensors; ``paths`` names each tensor
 as a user would write it (``output.logits``, ``output[1]['features']``).
 
@@ -16,6 +17,7 @@ from that form.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import OrderedDict
 from typing import Any
 
@@ -29,9 +31,15 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torc
 @dataclasses.dataclass(frozen=True)
 class Structure:
     """One node of a nested value: ``kind`` is ``"tensor"``, ``"const"``
-    (``value`` kept), ``"tuple"``, ``"list"``, ``"namedtuple"``, ``"dict"``
-    or ``"dataclass"``; ``cls`` the container's type, ``keys`` its keys or
-    field names, ``children`` the structures of its items."""
+    (``value`` kept), ``"tuple"``, ``"list"``, ``"namedtuple"``, ``"dict"``,
+    ``"dataclass"`` or ``"cache"``; ``cls`` the container's type, ``keys``
+    its keys or field names, ``children`` the structures of its items.
+
+    A cache (transformers' ``DynamicCache``): ``keys`` has one entry per
+    layer, its sliding window (None: a full layer) and whether it holds
+    keys and values (``children``: two tensors per layer that does);
+    ``value`` is its position among the caches of the call (see
+    :func:`flatten`'s ``caches``)."""
 
     kind: str
     cls: Any = None
@@ -51,11 +59,11 @@ class Structure:
         if (self.kind, self.cls, self.keys, self.children) != \
                 (other.kind, other.cls, other.keys, other.children):
             return False
-        return self.kind != "const" or _same_const(self.value, other.value)
+        return self.kind not in ("const", "cache") or _same_const(self.value, other.value)
 
     def __hash__(self):
         return hash((self.kind, self.cls, self.keys, self.children,
-                     repr(self.value) if self.kind == "const" else None))
+                     repr(self.value) if self.kind in ("const", "cache") else None))
 
 
 def _same_const(a, b) -> bool:
@@ -68,11 +76,24 @@ def _is_model_output(x) -> bool:
     return isinstance(x, OrderedDict) and dataclasses.is_dataclass(x)
 
 
-def flatten(obj, what: str = "value") -> tuple[list[torch.Tensor], Structure]:
+def _cache_utils():
+    """transformers.cache_utils if transformers is loaded (a cache can come
+    from nowhere else), else None: transformers is not a dependency."""
+    return sys.modules.get("transformers.cache_utils")
+
+
+def flatten(obj, what: str = "value", caches: list | None = None
+            ) -> tuple[list[torch.Tensor], Structure]:
     """The tensors of ``obj`` in order, and its structure. ``what`` names
     ``obj`` in the error raised for a leaf that is neither a tensor nor a
-    constant."""
+    constant.
+
+    ``caches``: the caches met so far, each cache of ``obj`` recorded by its
+    position there, a new one appended. Flattening a call, then its result
+    with the same list, records a cache the model updated in place and
+    returned as the call's own (``unflatten`` then refills that object)."""
     tensors: list[torch.Tensor] = []
+    caches = [] if caches is None else caches
 
     def walk(x, path):
         if isinstance(x, torch.Tensor):
@@ -80,6 +101,9 @@ def flatten(obj, what: str = "value") -> tuple[list[torch.Tensor], Structure]:
             return Structure("tensor")
         if isinstance(x, _SCALARS):
             return Structure("const", value=x)
+        cache_utils = _cache_utils()
+        if cache_utils is not None and isinstance(x, cache_utils.Cache):
+            return walk_cache(x, path, cache_utils)
         if isinstance(x, tuple) and hasattr(type(x), "_fields"):  # namedtuple
             return Structure("namedtuple", type(x), tuple(type(x)._fields),
                              tuple(walk(v, f"{path}.{k}") for k, v in zip(x._fields, x)))
@@ -100,6 +124,33 @@ def flatten(obj, what: str = "value") -> tuple[list[torch.Tensor], Structure]:
                         "tensors, in tuples, lists, dicts or dataclasses, beside None and "
                         "Python scalars")
 
+    def walk_cache(cache, path, cache_utils):
+        full, sliding = cache_utils.DynamicLayer, cache_utils.DynamicSlidingWindowLayer
+        if type(cache) is not cache_utils.DynamicCache or any(
+                type(layer) not in (full, sliding) for layer in cache.layers):
+            raise TypeError(f"{path} is a {type(cache).__name__} of "
+                            f"{[type(layer).__name__ for layer in cache.layers]}: the engine "
+                            "takes and returns transformers' DynamicCache of DynamicLayer and "
+                            "DynamicSlidingWindowLayer only")
+        layout = []
+        for i, layer in enumerate(cache.layers):
+            window = layer.sliding_window if type(layer) is sliding else None
+            held = layer.keys is not None and layer.values is not None
+            if window is not None and held and (layer.record_past or
+                                                layer.cumulative_length != layer.keys.shape[-2]):
+                raise TypeError(f"{path}.layers[{i}]: a sliding-window layer that has dropped "
+                                "tokens (or records its past) holds more than its keys and "
+                                "values; the engine cannot take it")
+            layout.append((window, held))
+            if held:
+                tensors.extend((layer.keys, layer.values))
+        position = next((i for i, c in enumerate(caches) if c is cache), None)
+        if position is None:
+            position = len(caches)
+            caches.append(cache)
+        return Structure("cache", type(cache), tuple(layout),
+                         (Structure("tensor"),) * (2 * sum(h for _, h in layout)), position)
+
     structure = walk(obj, what)
     return tensors, structure
 
@@ -110,9 +161,15 @@ def _key_path(path, key, container) -> str:
     return f"{path}[{key!r}]"
 
 
-def unflatten(structure: Structure, tensors) -> Any:
-    """``structure`` rebuilt around ``tensors`` (as many as it has)."""
+def unflatten(structure: Structure, tensors, caches: list | None = None) -> Any:
+    """``structure`` rebuilt around ``tensors`` (as many as it has).
+
+    ``caches``: the caches a cache's position refers to (``flatten``'s
+    list): one found there is that object, refilled in place with its
+    tensors (a model updates the cache it is given and returns it); one
+    past the end is a new cache, appended."""
     it = iter(tensors)
+    caches = [] if caches is None else caches
 
     def build(s):
         if s.kind == "tensor":
@@ -120,6 +177,8 @@ def unflatten(structure: Structure, tensors) -> Any:
         if s.kind == "const":
             return s.value
         items = [build(c) for c in s.children]
+        if s.kind == "cache":
+            return _build_cache(s, items, caches)
         if s.kind == "tuple":
             return tuple(items) if s.cls is None else s.cls(items)
         if s.kind == "list":
@@ -146,6 +205,25 @@ def unflatten(structure: Structure, tensors) -> Any:
     return out
 
 
+def _build_cache(s: Structure, tensors: list, caches: list):
+    """A DynamicCache of layout ``s.keys`` holding ``tensors``, through
+    transformers' public API: the cache at ``s.value`` in ``caches`` reset
+    and updated layer by layer, or a new one from per-layer data."""
+    pairs = iter(zip(tensors[0::2], tensors[1::2]))
+    data = [next(pairs) if held else (None, None) for _, held in s.keys]
+    if s.value < len(caches):
+        cache = caches[s.value]
+        cache.reset()
+        for i, (k, v) in enumerate(data):
+            if k is not None:
+                cache.update(k, v, i)
+        return cache
+    cache = s.cls([(k, v) if window is None else (k, v, torch.tensor(window))
+                   for (k, v), (window, _) in zip(data, s.keys)])
+    caches.append(cache)
+    return cache
+
+
 def _is_model_output_type(cls) -> bool:
     return isinstance(cls, type) and issubclass(cls, OrderedDict) and \
         dataclasses.is_dataclass(cls)
@@ -161,6 +239,10 @@ def paths(structure: Structure, root: str = "output") -> list[str]:
         elif s.kind in ("tuple", "list"):
             for i, c in enumerate(s.children):
                 walk(c, f"{path}[{i}]")
+        elif s.kind == "cache":
+            for i, (_, held) in enumerate(s.keys):
+                if held:
+                    out.extend((f"{path}.layers[{i}].keys", f"{path}.layers[{i}].values"))
         elif s.kind == "dict" and not _is_model_output_type(s.cls):
             for k, c in zip(s.keys, s.children):
                 walk(c, f"{path}[{k!r}]")

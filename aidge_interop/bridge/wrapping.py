@@ -29,6 +29,7 @@ from .._C import Tensor
 from ..onnx import build_graph
 from ..tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
 from .structure import Structure, flatten, unflatten
+from .symbolics import exporter_symbolics
 from .upstream import after_export, graph_names, value_names, wrap_options
 
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
@@ -104,8 +105,10 @@ class _FlatModel(torch.nn.Module):
             model._modules, model._parameters, model._buffers
 
     def forward(self, *tensors):
-        args, kwargs = _call_arguments(self._model, unflatten(self._call_structure, tensors))
-        outs, structure = flatten(self._model(*args, **kwargs), "output")
+        caches = []  # a cache the model returns is one of the call's, or a new one
+        args, kwargs = _call_arguments(self._model,
+                                       unflatten(self._call_structure, tensors, caches))
+        outs, structure = flatten(self._model(*args, **kwargs), "output", caches)
         object.__setattr__(self, "out_structure", structure)
         return tuple(outs)
 
@@ -203,12 +206,13 @@ def _export_torchscript(flat, tensors, in_names, out_names, opset, dynamic_batch
         dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
         dynamic.update({n: {0: "batch"} for n in out_names})
     buf = io.BytesIO()
-    torch.onnx.export(
-        flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
-        do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
-        input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
-        keep_initializers_as_inputs=True,
-    )
+    with exporter_symbolics(opset):  # aten::diff
+        torch.onnx.export(
+            flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
+            do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
+            input_names=in_names, output_names=out_names, dynamic_axes=dynamic,
+            keep_initializers_as_inputs=True,
+        )
     return onnx.load_from_string(buf.getvalue())
 
 
@@ -1007,10 +1011,11 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         """forward for any call: the arguments bound to the model's signature,
         the graph of their signature, the result's structure rebuilt."""
         arguments = _bind(self._source, args, kwargs)
-        tensors, structure = flatten(arguments, "input")
+        caches = []
+        tensors, structure = flatten(arguments, "input", caches)
         self._switch(arguments, tensors, structure)
         outs = self._run([tensors[i] for i in self._taken])
-        return unflatten(self._out_structure, outs)
+        return unflatten(self._out_structure, outs, caches)  # the call's caches updated
 
     def _run(self, inputs):
         """The engine's outputs for the graph's inputs (torch tensors)."""
