@@ -267,3 +267,144 @@ def test_parameters_reached_only_from_unused_outputs_get_no_gradient():
         sum(o.sum() for o in m(x)).backward()
     torch.testing.assert_close(grads["b.weight"].grad, dict(model.named_parameters())
                                ["b.weight"].grad)
+
+
+# -- transformers' DynamicCache, in and out -----------------------------------
+class CachedDecoder(torch.nn.Module):
+    """Two attention layers that keep their keys and values in a
+    DynamicCache as transformers' decoders do (cache.update per layer);
+    returns the hidden states and the cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(8, 24) for _ in range(2))
+
+    def forward(self, x, cache=None):
+        from transformers import DynamicCache
+
+        if cache is None:
+            cache = DynamicCache()
+        h = x
+        for i, qkv in enumerate(self.qkv):
+            q, k, v = qkv(h).unsqueeze(1).chunk(3, -1)  # [B, 1, S, 8]
+            k, v = cache.update(k, v, i)
+            h = h + torch.softmax(q @ k.transpose(-1, -2), -1).matmul(v).squeeze(1)
+        return h, cache
+
+
+def test_a_dynamic_cache_comes_back_and_goes_in_as_torch_passes_it():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = CachedDecoder()
+    x = torch.randn(2, 5, 8)
+    engine = wrap(model, (x,))
+    out, ref = engine(x), model(x)
+    assert type(out[1]) is transformers.DynamicCache
+    _close(out, ref, "no cache given")
+    # the next step: the model updates the cache it is given and returns it
+    step = torch.randn(2, 1, 8)
+    cache, cache_ref = out[1], ref[1]
+    out, ref = engine(step, cache), model(step, cache_ref)
+    assert out[1] is cache and ref[1] is cache_ref
+    assert cache.get_seq_length() == 6
+    _close(out, ref, "cache of 5 given")
+    out, ref = engine(step, cache), model(step, cache_ref)  # a cache of 6: another graph
+    _close(out, ref, "cache of 6 given")
+    assert len(engine._variants) == 3
+    # gradients through the cache's tensors, as torch computes them
+    leaves = [t.detach().requires_grad_() for t in flatten(cache)[0]]
+    grads = []
+    for m in (engine, model):
+        c = unflatten(flatten(cache)[1], leaves)
+        h, c = m(step, c)
+        (h.square().sum() + c.layers[1].values.sum()).backward()
+        grads.append([t.grad.clone() for t in leaves])
+        for t in leaves:
+            t.grad = None
+    for name, a, b in zip(paths(flatten(cache)[1], "cache"), *grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_cache_is_flattened_to_its_layers_and_rebuilt_through_its_api():
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    cache = cache_utils.DynamicCache([(k, v), (None, None), (k * 2, v * 2, torch.tensor(5))])
+    tensors, structure = flatten({"cache": cache}, "input")
+    assert paths(structure, "input") == [
+        "input['cache'].layers[0].keys", "input['cache'].layers[0].values",
+        "input['cache'].layers[2].keys", "input['cache'].layers[2].values"]
+    assert structure.children[0].keys == ((None, True), (None, False), (5, True))
+    rebuilt = unflatten(structure, [t + 1 for t in tensors])["cache"]
+    assert rebuilt is not cache
+    assert [type(layer) for layer in rebuilt.layers] == [type(layer) for layer in cache.layers]
+    assert rebuilt.layers[1].keys is None and rebuilt.layers[2].sliding_window == 5
+    assert rebuilt.get_seq_length(2) == cache.get_seq_length(2) == 3
+    for a, b in zip(flatten(rebuilt)[0], tensors):
+        assert torch.equal(a, b + 1)
+    # given the call's caches, the same object, refilled
+    same = unflatten(structure, [t * 3 for t in tensors], [cache])["cache"]
+    assert same is cache and torch.equal(cache.layers[2].values, v * 6)
+
+
+def test_caches_the_engine_cannot_take_are_named():
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    k = torch.randn(1, 2, 3, 4)
+    encdec = cache_utils.EncoderDecoderCache(cache_utils.DynamicCache([(k, k)]),
+                                             cache_utils.DynamicCache([(k, k)]))
+    with pytest.raises(TypeError, match=r"input\['past'\] is a EncoderDecoderCache: "
+                                        "the engine takes and returns transformers' "
+                                        "DynamicCache"):
+        flatten({"past": encdec}, "input")
+    window = cache_utils.DynamicCache([(k, k, torch.tensor(2))])  # keeps 1 of 3 tokens
+    with pytest.raises(TypeError, match=r"input\.layers\[0\]: a sliding-window layer that "
+                                        "has dropped tokens"):
+        flatten(window, "input")
+
+
+# -- operators the TorchScript exporter lacks (bridge/symbolics.py) ----------
+class Diff(torch.nn.Module):
+    def __init__(self, n, dim, prepend, append):
+        super().__init__()
+        self.n, self.dim, self.prepend, self.append = n, dim, prepend, append
+
+    def forward(self, x):
+        # prepend/append: slices of x, so that their gradient counts too
+        pre = x.narrow(self.dim, 0, self.prepend).flip(self.dim) if self.prepend else None
+        post = x.narrow(self.dim, 1, self.append) if self.append else None
+        return torch.diff(x, n=self.n, dim=self.dim, prepend=pre, append=post)
+
+
+@pytest.mark.parametrize("dtype,n,dim,prepend,append", [
+    (torch.float32, 1, -1, 0, 0), (torch.float32, 2, 1, 2, 1), (torch.float64, 3, 0, 0, 2),
+    (torch.float32, 0, 1, 1, 0), (torch.int64, 1, -1, 1, 0), (torch.bool, 2, 2, 0, 1),
+], ids=["n1", "n2-prepend-append", "n3-dim0-f64", "n0", "int64", "bool-xor"])
+def test_torch_diff_exports_as_torch_computes_it(dtype, n, dim, prepend, append):
+    model = Diff(n, dim, prepend, append)
+    x = torch.randn(3, 6, 5, dtype=torch.float64).mul(4).round().to(dtype)
+    engine = wrap(model, (x,))
+    out, ref = engine(x), model(x)
+    assert out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    if dtype.is_floating_point:
+        xs = [x.clone().requires_grad_() for _ in range(2)]
+        for m, xi in zip((engine, model), xs):
+            m(xi).pow(2).sum().backward()
+        torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=0, atol=0)
+
+
+class CumSum(torch.nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        return (x > 0).cumsum(1), x.to(torch.int32).cumsum(-1), x.cumsum(0, dtype=self.dtype)
+
+
+def test_cumsum_of_bool_and_integers_is_in_int64_as_in_torch():
+    x = torch.randn(3, 7).mul(3)
+    model = CumSum(torch.float64)
+    out, ref = wrap(model, (x,))(x), model(x)
+    for a, b in zip(out, ref):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

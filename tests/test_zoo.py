@@ -115,6 +115,40 @@ def test_zoo_train(name):
     print(f"[zoo] {name} train: max abs error {worst:.1e} (step 3)")
 
 
+@pytest.mark.parametrize("name", ["gpt2_lm", "llama_lm"])
+def test_zoo_greedy_generation_with_the_cache_fed_back(name):
+    """The generation loop: the prompt, then 3 tokens each given with the
+    cache the previous call returned (the model updates it in place, as in
+    torch; each cache length is a signature of its own). Tokens exactly,
+    logits and caches leaf by leaf."""
+    model, inputs = ZOO[name]()
+    args, kwargs = inputs(2)
+    engine = wrap(model, args, kwargs=kwargs)
+
+    def generate(m):
+        out = m(*args, **kwargs)
+        steps, kw = [out], dict(kwargs)
+        for _ in range(3):
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            if "attention_mask" in kw:
+                kw["attention_mask"] = torch.cat([kw["attention_mask"],
+                                                  torch.ones_like(token)], 1)
+            kw.pop("input_ids", None)
+            cache = out.cache
+            out = m(token, cache=cache, **kw)
+            assert out.cache is cache
+            steps.append(out)
+        return steps
+
+    with torch.no_grad():
+        steps, ref = generate(engine), generate(model)
+    for i, (out, expected) in enumerate(zip(steps, ref)):
+        assert torch.equal(out.logits[:, -1].argmax(-1), expected.logits[:, -1].argmax(-1))
+        _close(out, expected, f"{name} step {i}")
+    prompt = (args[0] if args else kwargs["input_ids"]).shape[1]
+    assert steps[-1].cache.get_seq_length() == prompt + 3
+
+
 # The torch.export-based exporter (wrap(..., exporter="dynamo")), eval and a
 # new shape. What it cannot take today, and why:
 _SEQUENCES = ("with its graph optimizations off (which would rename the weights) the "

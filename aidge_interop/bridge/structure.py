@@ -126,14 +126,15 @@ def flatten(obj, what: str = "value", caches: list | None = None
 
     def walk_cache(cache, path, cache_utils):
         full, sliding = cache_utils.DynamicLayer, cache_utils.DynamicSlidingWindowLayer
+        layers = getattr(cache, "layers", None)
         if type(cache) is not cache_utils.DynamicCache or any(
-                type(layer) not in (full, sliding) for layer in cache.layers):
-            raise TypeError(f"{path} is a {type(cache).__name__} of "
-                            f"{[type(layer).__name__ for layer in cache.layers]}: the engine "
-                            "takes and returns transformers' DynamicCache of DynamicLayer and "
-                            "DynamicSlidingWindowLayer only")
+                type(layer) not in (full, sliding) for layer in layers):
+            what = type(cache).__name__ + (f" of {[type(layer).__name__ for layer in layers]}"
+                                           if layers is not None else "")
+            raise TypeError(f"{path} is a {what}: the engine takes and returns transformers' "
+                            "DynamicCache of DynamicLayer and DynamicSlidingWindowLayer only")
         layout = []
-        for i, layer in enumerate(cache.layers):
+        for i, layer in enumerate(layers):
             window = layer.sliding_window if type(layer) is sliding else None
             held = layer.keys is not None and layer.values is not None
             if window is not None and held and (layer.record_past or

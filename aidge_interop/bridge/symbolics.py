@@ -28,7 +28,10 @@ def _const(g, values):
 def _diff(g, x, n, dim, prepend, append):
     """torch.diff(x, n, dim, prepend, append): ``prepend`` and ``append``
     concatenated to ``x`` along ``dim``, then ``n`` times the difference of
-    neighbours along ``dim`` (x[1:] - x[:-1]; for bool, their xor)."""
+    neighbours along ``dim`` (x[1:] - x[:-1]; for bool, their xor). With
+    ``n = 0``, ``x`` as it is, as in torch."""
+    if n == 0:
+        return x
     parts = [t for t in (prepend, x, append) if not symbolic_helper._is_none(t)]
     if len(parts) > 1:
         x = g.op("Concat", *parts, axis_i=dim)
