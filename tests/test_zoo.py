@@ -151,18 +151,11 @@ def test_zoo_greedy_generation_with_the_cache_fed_back(name):
 
 # The torch.export-based exporter (wrap(..., exporter="dynamo")), eval and a
 # new shape. What it cannot take today, and why:
-_SEQUENCES = ("with its graph optimizations off (which would rename the weights) the "
-              "dynamo exporter leaves a SplitToSequence, a sequence operator the engine "
-              "does not have")
 _SDPA = ("the dynamo exporter fails to decompose the default sdpa attention ('Failed to "
          "decompose the FX graph'); attn_implementation='eager' exports")
 _RNN = ("the engine unrolls LSTM/GRU over a sequence length known at import, and the "
         "dynamo export leaves it symbolic")
 DYNAMO_FAILS = {
-    "gpt2_lm": (NotImplementedError, _SEQUENCES),
-    "gpt2_lm_nocache": (NotImplementedError, _SEQUENCES),
-    "gpt2_model": (NotImplementedError, _SEQUENCES),
-    "mha_keypad": (NotImplementedError, _SEQUENCES),
     "t5_encoder": (RuntimeError, _SDPA), "swin_cls": (RuntimeError, _SDPA),
     "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
     "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports an If and a Loop, "

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _C
 from .._C import Tensor
+from .sequences import rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
 
@@ -222,7 +223,6 @@ _AVOID = {
     "Loop": "nn.EmbeddingBag and Python loops over tensors export one; an nn.Embedding "
             "followed by a sum or mean over the bag avoids it",
     "If": "data-dependent Python branches export one; trace the branch the model takes",
-    "SequenceConstruct": "a list of tensors kept as a list exports one; return a tuple",
 }
 
 
@@ -300,6 +300,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                              f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
+    proto = rewrite_sequences(proto, _value_dims, where)  # static sequences: tensors
+    graph = proto.graph
     g = _C.Graph()
     init_names = {i.name for i in graph.initializer}
     for inp in graph.input:

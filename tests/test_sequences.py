@@ -1,0 +1,130 @@
+"""ONNX sequence operators in their static forms, written at import as
+tensor operators (aidge_interop/onnx/sequences.py): the rewritten graph and
+the engine against onnx.reference on the graph as it was, and the dynamic
+forms the engine refuses, named."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from aidge_interop import load_onnx
+from aidge_interop.onnx.importer import _value_dims
+from aidge_interop.onnx.sequences import SEQUENCE_OPERATORS, rewrite_sequences
+
+F = TensorProto.FLOAT
+
+
+def _const(name, values):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.asarray(values, dtype=np.int64)))
+
+
+def _model(nodes, inputs, outputs, opset=20):
+    """One graph: ``inputs``/``outputs`` as (name, shape) of float tensors
+    (a shape entry may be a dim name: dynamic)."""
+    graph = helper.make_graph(
+        nodes, "sequences", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, F, None) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _at(seq, position, out):
+    p = f"{out}_pos"
+    return [_const(p, position), helper.make_node("SequenceAt", [seq, p], [out])]
+
+
+def _split_at(split, attrs, positions, shape=(3, 20, 4), opset=20):
+    """x split to a sequence (``split``: None, a scalar or sizes), then the
+    items at ``positions``."""
+    nodes, ins = [], ["x"]
+    if split is not None:
+        nodes.append(_const("split", split))
+        ins.append("split")
+    nodes.append(helper.make_node("SplitToSequence", ins, ["seq"], **attrs))
+    outs = [f"y{i}" for i in range(len(positions))]
+    for p, o in zip(positions, outs):
+        nodes += _at("seq", p, o)
+    return _model(nodes, [("x", list(shape))], outs, opset)
+
+
+def _concat(attrs, n=3, positions=None, opset=20):
+    """A sequence of n inputs (built with SequenceConstruct, SequenceInsert
+    and SequenceErase), concatenated by ConcatFromSequence."""
+    nodes = [helper.make_node("SequenceEmpty", [], ["s0"]),
+             helper.make_node("SequenceInsert", ["s0", "x0"], ["s1"])]
+    nodes.append(helper.make_node("SequenceConstruct", [f"x{i}" for i in range(1, n)], ["t"]))
+    nodes += [_const("front", 0), helper.make_node("SequenceInsert", ["t", "x0", "front"],
+                                                   ["t2"]),
+              _const("second", -2), helper.make_node("SequenceErase", ["t2", "second"], ["t3"]),
+              helper.make_node("SequenceInsert", ["t3", "x1"], ["t4"]),
+              helper.make_node("Identity", ["t4"], ["t5"]),
+              helper.make_node("ConcatFromSequence", ["t5"], ["y"], **attrs),
+              helper.make_node("SequenceLength", ["t5"], ["len"]),
+              helper.make_node("Cast", ["len"], ["n"], to=F)]
+    return _model(nodes, [(f"x{i}", [2, 3]) for i in range(n)], ["y", "n"], opset)
+
+
+CASES = {
+    "sizes": _split_at([5, 7, 8], {"axis": 1}, [0, 2, -2]),
+    "scalar-remainder": _split_at(6, {"axis": -2}, [3, 0, -1]),
+    "ones-keepdims": _split_at(None, {"axis": 0}, [2, -3]),
+    "ones-squeezed": _split_at(None, {"axis": 2, "keepdims": 0}, [1, 3]),
+    "20-pieces": _split_at(None, {"axis": 1, "keepdims": 0}, [0, 15, 16, 19]),
+    "batch-dynamic": _split_at([1, 3], {"axis": -1}, [1], shape=("b", 5, 4)),
+    "opset11": _split_at(2, {"axis": 1}, [1, 9], opset=11),
+    "concat": _concat({"axis": 1}),
+    "concat-new-axis": _concat({"axis": -1, "new_axis": 1}),
+    "concat-18-items": _concat({"axis": 0}, n=18),
+    "concat-opset12": _concat({"axis": 0, "new_axis": 1}, opset=12),
+}
+
+
+def _inputs(proto, batch=3):
+    rng = np.random.default_rng(0)
+    return {i.name: rng.standard_normal([d.dim_value or batch for d in
+                                         i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in proto.graph.input}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_rewrite_computes_what_the_sequences_compute(name):
+    proto = CASES[name]
+    feeds = _inputs(proto)
+    expected = ReferenceEvaluator(proto).run(None, feeds)
+    rewritten = rewrite_sequences(proto, _value_dims, "test")
+    assert not {n.op_type for n in rewritten.graph.node} & set(SEQUENCE_OPERATORS)
+    assert {n.op_type for n in proto.graph.node} & set(SEQUENCE_OPERATORS)  # untouched
+    for got, want in zip(ReferenceEvaluator(rewritten).run(None, feeds), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    graph = load_onnx(proto)
+    for batch in (3, 5):  # a dynamic batch: one plan per size
+        feeds = _inputs(proto, batch)
+        expected = ReferenceEvaluator(proto).run(None, feeds)
+        for got, want in zip(graph.forward(list(feeds.values())), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("model, message", [
+    (_split_at(None, {"axis": 0}, [0], shape=("b", 4)),
+     "SplitToSequence node '0': the number of pieces depends on the length of 'x' along "
+     "axis 0, which is not static"),
+    (_model([helper.make_node("Shape", ["x"], ["p"], start=0, end=1),
+             helper.make_node("Squeeze", ["p"], ["q"]),
+             helper.make_node("SplitToSequence", ["x"], ["seq"]),
+             helper.make_node("SequenceAt", ["seq", "q"], ["y"])], [("x", [3, 4])], ["y"]),
+     "SequenceAt node '3': its position ('q') is computed by the graph"),
+    (_split_at([2, 2], {"axis": 1}, [2], shape=(3, 4)),
+     "SequenceAt node '3': position 2 is out of range for a sequence of 2"),
+    (_model([helper.make_node("SplitToSequence", ["x"], ["y"])], [("x", [3, 4])], ["y"]),
+     "graph output 'y' is a sequence; the engine returns tensors"),
+    (_model([helper.make_node("SplitToSequence", ["x"], ["s"]),
+             helper.make_node("SequenceMap", ["s"], ["y"], body=helper.make_graph(
+                 [helper.make_node("Relu", ["a"], ["b"])], "body",
+                 [helper.make_tensor_value_info("a", F, None)],
+                 [helper.make_tensor_value_info("b", F, None)]))], [("x", [3, 4])], ["y"]),
+     "SequenceMap node '1' takes a sequence"),
+])
+def test_dynamic_forms_are_refused_by_name(model, message):
+    with pytest.raises((NotImplementedError, ValueError)) as info:
+        load_onnx(model)
+    assert message in str(info.value)
