@@ -151,12 +151,9 @@ def test_zoo_greedy_generation_with_the_cache_fed_back(name):
 
 # The torch.export-based exporter (wrap(..., exporter="dynamo")), eval and a
 # new shape. What it cannot take today, and why:
-_SDPA = ("the dynamo exporter fails to decompose the default sdpa attention ('Failed to "
-         "decompose the FX graph'); attn_implementation='eager' exports")
 _RNN = ("the engine unrolls LSTM/GRU over a sequence length known at import, and the "
         "dynamo export leaves it symbolic")
 DYNAMO_FAILS = {
-    "t5_encoder": (RuntimeError, _SDPA), "swin_cls": (RuntimeError, _SDPA),
     "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
     "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports an If and a Loop, "
                           "which the engine does not run yet"),

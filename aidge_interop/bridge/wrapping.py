@@ -226,10 +226,19 @@ def _export_dynamo(flat, tensors, in_names, out_names, opset, dynamic_batch):
     # fixes its batch size gets a static dim, which the engine then checks)
     dims = tuple({0: torch.export.Dim.AUTO} if dynamic_batch and x.dim() > 0 else None
                  for x in tensors)
-    program = torch.onnx.export(
-        flat, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
-        input_names=in_names, output_names=out_names, dynamic_shapes=(dims,),
-        verbose=False)
+    # scaled_dot_product_attention stays one node of the export (ONNX has
+    # it); but the exporter's decomposition pass traces it through the
+    # kernel torch would pick on the CPU, the fused one, whose output is laid
+    # out [B, L, H, E]: a transpose(1, 2).contiguous() after it loses its
+    # copy and the reshape that follows fails as a view (T5, Swin; torch
+    # issue 136543). With the math kernel the layout is the op's own.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        program = torch.onnx.export(
+            flat, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
+            input_names=in_names, output_names=out_names, dynamic_shapes=(dims,),
+            verbose=False)
     return program.model_proto
 
 
