@@ -129,9 +129,9 @@ def flatten(obj, what: str = "value", caches: list | None = None
         layers = getattr(cache, "layers", None)
         if type(cache) is not cache_utils.DynamicCache or any(
                 type(layer) not in (full, sliding) for layer in layers):
-            what = type(cache).__name__ + (f" of {[type(layer).__name__ for layer in layers]}"
+            kind = type(cache).__name__ + (f" of {[type(layer).__name__ for layer in layers]}"
                                            if layers is not None else "")
-            raise TypeError(f"{path} is a {what}: the engine takes and returns transformers' "
+            raise TypeError(f"{path} is a {kind}: the engine takes and returns transformers' "
                             "DynamicCache of DynamicLayer and DynamicSlidingWindowLayer only")
         layout = []
         for i, layer in enumerate(layers):

@@ -67,8 +67,8 @@ class _Rewrite:
     # -- what the rewrite reads ---------------------------------------------
     def run(self):
         for i, node in enumerate(self.graph.node):
-            self.node_where = f"{self.where}: {node.op_type} node '{node.name or i}'"
-            self.prefix = node.name or f"{node.op_type}_{i}"
+            self.prefix = node.name or f"{node.op_type}_{i}"  # as the importer names it
+            self.node_where = f"{self.where}: {node.op_type} node '{self.prefix}'"
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 self.constants[node.output[0]] = node
             if _is_sequence_op(node):
@@ -109,8 +109,9 @@ class _Rewrite:
             else np.asarray(source)
         return array.astype(np.int64)
 
-    def items(self, node, k=0):
-        name = node.input[k]
+    def items(self, node):
+        """The items of the sequence ``node`` takes (its input 0)."""
+        name = node.input[0]
         if name not in self.seqs:
             raise NotImplementedError(f"{self.node_where}: sequence '{name}' is not one the "
                                       "importer built (a graph input or a subgraph's)")
