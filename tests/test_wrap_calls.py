@@ -408,3 +408,26 @@ def test_cumsum_of_bool_and_integers_is_in_int64_as_in_torch():
     for a, b in zip(out, ref):
         assert a.dtype == b.dtype
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_added_symbolics_are_wrap_s_alone():
+    """Registered for wrap's export only: torch's own export still lacks
+    aten::diff after it, and a symbolic the user registered is used."""
+    import io
+
+    from torch.onnx._internal.torchscript_exporter import registration
+
+    model, x = Diff(1, -1, 0, 0), torch.randn(2, 5)
+    wrap(model, (x,))
+    assert not registration.registry.is_registered_op("aten::diff", 20)
+    with pytest.raises(Exception, match="diff"):
+        torch.onnx.export(model, (x,), io.BytesIO(), dynamo=False, opset_version=20)
+
+    def negated_diff(g, x, n, dim, prepend, append):  # a user's own, recognisable form
+        return g.op("Neg", x)
+
+    torch.onnx.register_custom_op_symbolic("aten::diff", negated_diff, 20)
+    try:
+        torch.testing.assert_close(wrap(model, (x,))(x), -x)
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::diff", 20)

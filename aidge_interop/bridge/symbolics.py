@@ -82,3 +82,7 @@ def exporter_symbolics(opset: int):
     finally:
         for name in added:
             torch.onnx.unregister_custom_op_symbolic(name, opset)
+            if not registration.registry.get_function_group(name)._functions:
+                # an empty group left behind would fail torch's own exports of
+                # the operator with "min() arg is an empty sequence"
+                del registration.registry._registry[name]
