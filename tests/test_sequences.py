@@ -128,3 +128,14 @@ def test_dynamic_forms_are_refused_by_name(model, message):
     with pytest.raises((NotImplementedError, ValueError)) as info:
         load_onnx(model)
     assert message in str(info.value)
+
+
+def test_the_backend_takes_a_model_with_static_sequences():
+    from aidge_interop.onnx.backend import AidgeBackend
+
+    proto = CASES["sizes"]
+    assert AidgeBackend.is_compatible(proto)
+    feeds = _inputs(proto)
+    for got, want in zip(AidgeBackend.run_model(proto, list(feeds.values())),
+                         ReferenceEvaluator(proto).run(None, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _C
 from .._C import Tensor
-from .sequences import rewrite_sequences
+from .sequences import SEQUENCE_OPERATORS, rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
 
@@ -228,9 +228,11 @@ _AVOID = {
 
 def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
-    (LSTM, GRU, RNN and Einsum: written as the engine's operators at import)."""
+    (LSTM, GRU, RNN and Einsum, and the sequence operators in their static
+    forms: written as the engine's operators at import)."""
     ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
-    ops.update({name: {"domain": "", "backward": True} for name in EXPANDED})
+    ops.update({name: {"domain": "", "backward": True}
+                for name in EXPANDED + SEQUENCE_OPERATORS})
     return ops
 
 
