@@ -115,15 +115,18 @@ def test_zoo_train(name):
     print(f"[zoo] {name} train: max abs error {worst:.1e} (step 3)")
 
 
-@pytest.mark.parametrize("name", ["gpt2_lm", "llama_lm"])
-def test_zoo_greedy_generation_with_the_cache_fed_back(name):
+@pytest.mark.parametrize("name, exporter", [("gpt2_lm", "torchscript"),
+                                            ("llama_lm", "torchscript"), ("llama_lm", "dynamo")])
+def test_zoo_greedy_generation_with_the_cache_fed_back(name, exporter):
     """The generation loop: the prompt, then 3 tokens each given with the
     cache the previous call returned (the model updates it in place, as in
     torch; each cache length is a signature of its own). Tokens exactly,
     logits and caches leaf by leaf."""
+    if exporter == "dynamo":
+        pytest.importorskip("onnxscript")
     model, inputs = ZOO[name]()
     args, kwargs = inputs(2)
-    engine = wrap(model, args, kwargs=kwargs)
+    engine = wrap(model, args, kwargs=kwargs, exporter=exporter)
 
     def generate(m):
         out = m(*args, **kwargs)

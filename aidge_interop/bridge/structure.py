@@ -127,7 +127,7 @@ def flatten(obj, what: str = "value", caches: list | None = None
     def walk_cache(cache, path, cache_utils):
         full, sliding = cache_utils.DynamicLayer, cache_utils.DynamicSlidingWindowLayer
         layers = getattr(cache, "layers", None)
-        if type(cache) is not cache_utils.DynamicCache or any(
+        if type(cache) is not cache_utils.DynamicCache or layers is None or any(
                 type(layer) not in (full, sliding) for layer in layers):
             kind = type(cache).__name__ + (f" of {[type(layer).__name__ for layer in layers]}"
                                            if layers is not None else "")
