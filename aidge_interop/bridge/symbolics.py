@@ -32,10 +32,10 @@ def _diff(g, x, n, dim, prepend, append):
     ``n = 0``, ``x`` as it is, as in torch."""
     if n == 0:
         return x
+    op = "Xor" if symbolic_helper._is_bool(x) else "Sub"
     parts = [t for t in (prepend, x, append) if not symbolic_helper._is_none(t)]
     if len(parts) > 1:
         x = g.op("Concat", *parts, axis_i=dim)
-    op = "Xor" if symbolic_helper._is_bool(x) else "Sub"
     axes = _const(g, [dim])
     for _ in range(n):
         after = g.op("Slice", x, _const(g, [1]), _const(g, [_INT64_MAX]), axes)

@@ -206,7 +206,7 @@ def _export_torchscript(flat, tensors, in_names, out_names, opset, dynamic_batch
         dynamic = {n: {0: "batch"} for n, x in zip(in_names, tensors) if x.dim() > 0}
         dynamic.update({n: {0: "batch"} for n in out_names})
     buf = io.BytesIO()
-    with exporter_symbolics(opset):  # aten::diff
+    with exporter_symbolics(opset):  # aten::diff, aten::cumsum of bool and integers
         torch.onnx.export(
             flat, tuple(tensors), buf, dynamo=False, opset_version=opset,
             do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
