@@ -50,6 +50,9 @@ def rewrite_sequences(proto, value_dims, where: str):
     nodes = _Rewrite(out.graph, opset, lambda: value_dims(proto), where).run()
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    tensors = [v for v in out.graph.value_info if not v.type.HasField("sequence_type")]
+    del out.graph.value_info[:]  # the sequences are gone
+    out.graph.value_info.extend(tensors)
     return out
 
 
