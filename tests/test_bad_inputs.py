@@ -171,6 +171,14 @@ ONNX_CASES = {
                                ValueError, ["the graph takes 2 inputs (x, x2), got 1"]),
     "missing_named_input": (lambda: ai.load_onnx(relu_model()).forward({"z": x23}), ValueError,
                             ["missing inputs ['x']"]),
+    "sequence_split_along_a_dynamic_axis": (lambda: ai.load_onnx(model(
+        [node("SplitToSequence", ["x"], ["s"], "sts"), node("SequenceAt", ["s", "i"], ["y"], "at")],
+        [vi("x", ["n", 3])], [Y], [init("i", np.array(0))])),
+        NotImplementedError, ["SplitToSequence node 'sts'", "along axis 0, which is not static"]),
+    "sequence_graph_input": (lambda: ai.load_onnx(model(
+        [node("SequenceAt", ["s", "i"], ["y"], "at")],
+        [oh.make_tensor_sequence_value_info("s", TP.FLOAT, None)], [Y],
+        [init("i", np.array(0))])), NotImplementedError, ["graph input 's' is a sequence"]),
     "dropout_ratio_at_run_time": (lambda: ai.load_onnx(model(
         [node("Dropout", ["x", "r"], ["y"], "d")], [X, vi("r", [], TP.FLOAT)], [Y])).forward(
         [x23, np.float32(3.0)]), ValueError, ["Dropout node 'd'", "ratio 3 is outside [0, 1)"]),
