@@ -47,10 +47,23 @@ import torch
 from .. import _C
 from ..bridge.optim import SGD
 from ..bridge.structure import flatten, paths, unflatten
+from .engines import DEFAULT_ENGINE, check_engine, engine_available, engine_model
 
 __all__ = ["ModelTester"]
 
 _PHASES = ("forward", "backward")
+
+
+def _aidge_model_class():
+    from ..compare.eclipse_aidge import AidgeModel
+
+    return AidgeModel
+
+
+def _aidge_sgd_class():
+    from ..compare.eclipse_aidge import AidgeSGD
+
+    return AidgeSGD
 
 
 def _as_tuple(x) -> tuple:
@@ -133,6 +146,13 @@ class ModelTester:
 
     Both models must have the same parameter names (``named_parameters()``);
     :func:`aidge_interop.wrap` keeps the torch names.
+
+    ``engine`` (keyword only): what ``model2`` runs on, ``"aidge_interop"``
+    (this package's engine) or ``"aidge"`` (Eclipse Aidge, see
+    :mod:`aidge_interop.testing.engines`); by default the kind of
+    ``model2``. It picks the default ``optimizer2`` and is written in the
+    benchmark records. Without ``model2``, ModelTester wraps ``model1`` with
+    ``engine`` itself, for the input shapes of the first step.
     """
 
     #: JSONL file that :meth:`test_multiple_step` appends one benchmark record
@@ -141,18 +161,22 @@ class ModelTester:
     #: pytest-xdist (see :func:`append_record`).
     BENCH_LOG_FILE: str | None = "benchmarks.jsonl"
 
-    def __init__(self, model1: torch.nn.Module, model2: torch.nn.Module, name: str = "",
+    def __init__(self, model1: torch.nn.Module, model2: torch.nn.Module | None = None,
+                 name: str = "",
                  test_backward: bool = True, epochs: int = 10,
                  relative_precision: float = 0.001, absolute_precision: float = 0.0001,
                  learning_rate: float = 0.01, cuda: bool = False, benchmark: bool = True,
                  max_slowdown_ratio: float | None = 10.0, bench_warmup: int = 2,
                  bench_print: bool = True, bench_min_time_ms: float = 0.1, *,
-                 optimizer2=None):
+                 optimizer2=None, engine: str | None = None):
         for arg, model in (("model1", model1), ("model2", model2)):
-            if not isinstance(model, torch.nn.Module):
+            if not isinstance(model, torch.nn.Module) and not (arg == "model2" and model is None):
                 raise TypeError(f"ModelTester: argument '{arg}' must be a torch.nn.Module, "
                                 f"not {type(model).__name__}")
         self.name = name or type(model1).__name__
+        if engine is None:
+            engine = "aidge" if isinstance(model2, _aidge_model_class()) else DEFAULT_ENGINE
+        self.engine = check_engine(engine, f"ModelTester({self.name})")
         if epochs < 1 or bench_warmup < 0:
             raise ValueError(f"ModelTester({self.name}): epochs must be >= 1 and bench_warmup "
                              f">= 0, got epochs={epochs}, bench_warmup={bench_warmup}")
@@ -163,15 +187,7 @@ class ModelTester:
         if cuda and not torch.cuda.is_available():
             raise RuntimeError(f"ModelTester({self.name}): cuda=True but CUDA is not "
                                "available (torch.cuda.is_available() is False)")
-        names1 = [n for n, _ in model1.named_parameters()]
-        names2 = [n for n, _ in model2.named_parameters()]
-        if set(names1) != set(names2):
-            only1 = [n for n in names1 if n not in names2]
-            only2 = [n for n in names2 if n not in names1]
-            raise ValueError(f"ModelTester({self.name}): the models' parameter names differ: "
-                             f"only in model1: {only1}, only in model2: {only2}")
         self.model1 = model1.to("cuda") if cuda else model1
-        self.model2 = model2
         self.test_backward = test_backward
         self.epochs = epochs
         self.relative_precision = relative_precision
@@ -184,20 +200,47 @@ class ModelTester:
         self.bench_print = bench_print
         self.bench_min_time_ms = bench_min_time_ms
         self.dtype = _float_dtype(model1)
-        self.optimizer1 = self.optimizer2 = None
-        if test_backward and any(p.requires_grad for p in model2.parameters()):
-            if optimizer2 is None:
-                optimizer2 = SGD(model2, lr=learning_rate)
-            elif optimizer2.defaults["lr"] != learning_rate:
-                raise ValueError(f"ModelTester({self.name}): optimizer2 has lr="
-                                 f"{optimizer2.defaults['lr']} but learning_rate="
-                                 f"{learning_rate}: the two models would not train alike")
-            self.optimizer1 = torch.optim.SGD(model1.parameters(), **optimizer2.defaults)
-            self.optimizer2 = optimizer2
+        self.model2 = self.optimizer1 = self.optimizer2 = None
+        if model2 is not None:
+            self._attach(model2, optimizer2)
+        elif optimizer2 is not None:
+            raise ValueError(f"ModelTester({self.name}): optimizer2 without model2 (ModelTester "
+                             "wraps model1 and makes its optimizer itself)")
         self._times = {phase: ([], []) for phase in _PHASES}  # seconds, (model1, model2)
         self.checks = []  # divergence.Check of every tensor compared by the last unit_test
         self.skipped = []  # what the last unit_test could not compare, and why
         self._where = self.name
+
+    def _attach(self, model2: torch.nn.Module, optimizer2) -> None:
+        """Takes ``model2`` (checked against model1) and its optimizer
+        (``optimizer2``, else the engine's SGD when training)."""
+        names1 = [n for n, _ in self.model1.named_parameters()]
+        names2 = [n for n, _ in model2.named_parameters()]
+        if set(names1) != set(names2):
+            only1 = [n for n in names1 if n not in names2]
+            only2 = [n for n in names2 if n not in names1]
+            raise ValueError(f"ModelTester({self.name}): the models' parameter names differ: "
+                             f"only in model1: {only1}, only in model2: {only2}")
+        self.model2 = model2
+        if self.test_backward and any(p.requires_grad for p in model2.parameters()):
+            if optimizer2 is None:
+                optimizer2 = (_aidge_sgd_class() if self.engine == "aidge" else SGD)(
+                    model2, lr=self.learning_rate)
+            elif optimizer2.defaults["lr"] != self.learning_rate:
+                raise ValueError(f"ModelTester({self.name}): optimizer2 has lr="
+                                 f"{optimizer2.defaults['lr']} but learning_rate="
+                                 f"{self.learning_rate}: the two models would not train alike")
+            self.optimizer1 = torch.optim.SGD(self.model1.parameters(), **optimizer2.defaults)
+            self.optimizer2 = optimizer2
+
+    def _wrap(self, tensors) -> None:
+        """model2 = model1 wrapped by ``engine`` for the shapes of the first call."""
+        ok, reason = engine_available(self.engine)
+        if not ok:
+            raise RuntimeError(f"ModelTester({self.name}): {reason}")
+        model2, _ = engine_model(self.engine, self.model1, [tuple(t.shape) for t in tensors],
+                                 False, self.learning_rate)
+        self._attach(model2.train(self.model1.training), None)
 
     # -- one step ----------------------------------------------------------
     def unit_test(self, input_tensors, label, record_timing: bool = False,
@@ -213,6 +256,8 @@ class ModelTester:
         are compared, unless ``model1`` refuses it (it changes its inputs in
         place): then ``skipped`` says so. Raises :class:`AssertionError` at
         the first tensor that differs."""
+        if self.model2 is None:
+            self._wrap(flatten((_as_tuple(input_tensors), dict(input_kwargs or {})), "input")[0])
         if self.model1.training != self.model2.training:
             mode = {True: "train", False: "eval"}
             raise ValueError(f"{self._where}: model1 is in {mode[self.model1.training]} mode, "
@@ -434,7 +479,7 @@ class ModelTester:
             print(f"[bench] {self.name}: " + ("; ".join(parts) or "no timed epoch"))
         if self.BENCH_LOG_FILE is not None:
             append_record(self.BENCH_LOG_FILE, {
-                "name": self.name, **stats,
+                "name": self.name, "engine": self.engine, **stats,
                 "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
             })
