@@ -374,7 +374,7 @@ def test_fixture_yields_the_documented_dict(pytester):
     tiny_suite(pytester, '''
 case = tiny_case
 assert set(case) == {"name", "torch_model", "aidge_model", "input_size", "output_size",
-                     "test_backward", "optimizer", "cuda", "max_slowdown_ratio"}
+                     "test_backward", "optimizer", "cuda", "max_slowdown_ratio", "engine"}
 assert isinstance(case["torch_model"], Tiny)
 assert isinstance(case["aidge_model"], aidge_interop.AidgeModule)
 assert case["output_size"] == (case["input_size"][0], 3)   # inferred from the torch model

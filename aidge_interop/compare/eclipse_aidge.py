@@ -371,16 +371,26 @@ class AidgeModel(torch.nn.Module):
         return self._aidge.forward(arrays)
 
     def _run_backward(self, grads):
-        grad_inputs = self._aidge.backward(grads)
-        grad_params = [np.array(p.get_operator().get_output(0).grad, copy=True)
-                       for p in self._producers]
+        grad_inputs = [self._as_shape(g, s, f"gradient of input {k}") for k, (g, s) in
+                       enumerate(zip(self._aidge.backward(grads), self._shapes))]
+        grad_params = [self._as_shape(np.array(node.get_operator().get_output(0).grad),
+                                      tuple(p.shape), f"gradient of {node.name()}")
+                       for p, node in zip(self._params, self._producers)]
         return grad_inputs, grad_params
+
+    def _as_shape(self, array: np.ndarray, shape: tuple, what: str) -> np.ndarray:
+        """Aidge's array in torch's shape: Aidge keeps a 0-d tensor as [1]."""
+        if array.size != int(np.prod(shape)):
+            raise RuntimeError(f"AidgeModel({self.source_name}): Eclipse Aidge's {what} has "
+                               f"shape {array.shape}, torch's {shape}")
+        return np.array(array.reshape(shape), copy=True)
 
     def _mirror(self):
         """Copies Aidge's producers into the torch parameters."""
         with torch.no_grad():
-            for p, producer in zip(self._params, self._producers):
-                p.copy_(torch.from_numpy(np.array(producer.get_operator().get_output(0))))
+            for p, node in zip(self._params, self._producers):
+                value = np.array(node.get_operator().get_output(0))
+                p.copy_(torch.from_numpy(self._as_shape(value, tuple(p.shape), node.name())))
 
 
 class AidgeSGD:
