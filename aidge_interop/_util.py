@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["write_atomic", "UsageError", "EngineUnsupported", "Progress", "int_arg", "check_output", "one_line",
-           "finite"]
+__all__ = ["write_atomic", "UsageError", "EngineUnsupported", "Progress", "int_arg",
+           "check_output", "one_line", "finite"]
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

@@ -5,9 +5,10 @@ engine on one thread: OMP_NUM_THREADS=1) in a temporary folder and prints a
 Markdown table: per family, how many cases' forward and backward agree
 with torch, differ, or are unsupported by the engine (a skip with its
 message), and the median engine/torch time ratio of the cases that agree
-(ModelTester's timed epochs). Then the distinct messages.
+(ModelTester's timed epochs; each case's median over ``--runs`` runs of the
+suite). Then the distinct messages.
 
-    python benchmarks/engine_operators.py --engine aidge [-k ReLU]
+    python benchmarks/engine_operators.py --engine aidge [--runs 3] [-k ReLU]
 
 Forward of a training case: agree when the failure (if any) is on the loss
 or a gradient, or the skip is in Aidge's backward; backward: "-" for a
@@ -85,10 +86,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", default="aidge")
     parser.add_argument("-k", help="pytest -k expression")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="suite runs; a case's ratio is its median over them (default 3)")
     args = parser.parse_args()
     info = case_info()
-    with tempfile.TemporaryDirectory() as tmp:
-        cases, records = run_suite(args.engine, Path(tmp), ["-k", args.k] if args.k else [])
+    ratios = defaultdict(lambda: ([], []))  # case id -> forward ratios, backward ratios
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_cases, records = run_suite(args.engine, Path(tmp),
+                                           ["-k", args.k] if args.k else [])
+        if i == 0:  # outcomes: the first run's (they are deterministic)
+            cases = run_cases
+        for name, rec in records.items():
+            for phase, values in zip(("forward", "backward"), ratios[name]):
+                if rec[phase]["ratio"] is not None:
+                    values.append(rec[phase]["ratio"])
     table = defaultdict(lambda: {"n": 0, "fwd": defaultdict(int), "bwd": defaultdict(int),
                                  "ratio_fwd": [], "ratio_bwd": []})
     messages = defaultdict(set)
@@ -108,11 +120,11 @@ def main():
         row["bwd"][bwd if trains else "-"] += 1
         if message:
             messages[message].add(family)
-        rec = records.get(case_id)
-        if rec and rec["forward"]["ratio"] is not None:
-            row["ratio_fwd"].append(rec["forward"]["ratio"])
-        if rec and rec["backward"]["ratio"] is not None:
-            row["ratio_bwd"].append(rec["backward"]["ratio"])
+        forward, backward = ratios.get(case_id, ([], []))
+        if forward:
+            row["ratio_fwd"].append(statistics.median(forward))
+        if backward:
+            row["ratio_bwd"].append(statistics.median(backward))
 
     def counts(d, keys):
         return " / ".join(str(d.get(k, 0)) for k in keys)

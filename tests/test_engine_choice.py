@@ -108,8 +108,9 @@ engines._AIDGE_PACKAGES = engines._AIDGE_PACKAGES + ("aidge_package_that_is_not_
 ''')
     result = _run_tiny(pytester, "", "--engine", "aidge")
     result.assert_outcomes(skipped=3)
-    result.stdout.fnmatch_lines(["SKIPPED [[]3[]] * Eclipse Aidge is not installed (no *"
-                                 "aidge_package_that_is_not_there): pip install aidge-core==0.10.1*"])
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]3[]] * Eclipse Aidge is not installed (no *aidge_package_that_is_not_there): "
+        "pip install aidge-core==0.10.1*"])
 
 
 def test_unknown_engine_is_refused(pytester):
@@ -120,6 +121,25 @@ def test_unknown_engine_is_refused(pytester):
     with pytest.raises(ValueError, match=r"ModelTester\(Linear\): unknown engine 'tvm' "
                                          r"\(known: aidge_interop, aidge\)"):
         ModelTester(torch.nn.Linear(2, 2), engine="tvm")
+
+
+def test_model_tester_without_model2_wraps_with_our_engine():
+    import aidge_interop
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+    tester = ModelTester(model, epochs=2, benchmark=False)
+    assert tester.engine == "aidge_interop" and tester.model2 is None
+    before = model[0].weight.detach().clone()
+    tester.test_multiple_step((4, 6))
+    assert isinstance(tester.model2, aidge_interop.AidgeModule)
+    assert isinstance(tester.optimizer2, aidge_interop.SGD)
+    assert not torch.equal(model[0].weight, before)  # both sides trained in lock-step
+    torch.testing.assert_close(dict(tester.model2.named_parameters())["0.weight"],
+                               model[0].weight, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="without model2, the inputs must be float tensors, "
+                                         "given positionally"):
+        ModelTester(model, epochs=1).unit_test(torch.randn(4, 6), None, input_kwargs={"y": 1})
 
 
 @needs_aidge

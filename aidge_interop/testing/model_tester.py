@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from .. import _C
+from .._util import EngineUnsupported
 from ..bridge.optim import SGD
 from ..bridge.structure import flatten, paths, unflatten
 from .engines import DEFAULT_ENGINE, check_engine, engine_available, engine_model
@@ -170,7 +171,7 @@ class ModelTester:
                  bench_print: bool = True, bench_min_time_ms: float = 0.1, *,
                  optimizer2=None, engine: str | None = None):
         for arg, model in (("model1", model1), ("model2", model2)):
-            if not isinstance(model, torch.nn.Module) and not (arg == "model2" and model is None):
+            if not (isinstance(model, torch.nn.Module) or arg == "model2" and model is None):
                 raise TypeError(f"ModelTester: argument '{arg}' must be a torch.nn.Module, "
                                 f"not {type(model).__name__}")
         self.name = name or type(model1).__name__
@@ -233,12 +234,18 @@ class ModelTester:
             self.optimizer1 = torch.optim.SGD(self.model1.parameters(), **optimizer2.defaults)
             self.optimizer2 = optimizer2
 
-    def _wrap(self, tensors) -> None:
-        """model2 = model1 wrapped by ``engine`` for the shapes of the first call."""
+    def _wrap(self, inputs: tuple, kwargs: dict) -> None:
+        """model2 = model1 wrapped by ``engine`` for the shapes of the first
+        call's inputs (float tensors, positional)."""
+        if kwargs or not all(isinstance(x, torch.Tensor) and x.is_floating_point()
+                             for x in inputs):
+            raise ValueError(f"ModelTester({self.name}): without model2, the inputs must be "
+                             "float tensors, given positionally (wrap model1 yourself for "
+                             "other calls)")
         ok, reason = engine_available(self.engine)
         if not ok:
-            raise RuntimeError(f"ModelTester({self.name}): {reason}")
-        model2, _ = engine_model(self.engine, self.model1, [tuple(t.shape) for t in tensors],
+            raise EngineUnsupported(f"ModelTester({self.name}): {reason}")
+        model2, _ = engine_model(self.engine, self.model1, [tuple(x.shape) for x in inputs],
                                  False, self.learning_rate)
         self._attach(model2.train(self.model1.training), None)
 
@@ -257,7 +264,7 @@ class ModelTester:
         place): then ``skipped`` says so. Raises :class:`AssertionError` at
         the first tensor that differs."""
         if self.model2 is None:
-            self._wrap(flatten((_as_tuple(input_tensors), dict(input_kwargs or {})), "input")[0])
+            self._wrap(_as_tuple(input_tensors), dict(input_kwargs or {}))
         if self.model1.training != self.model2.training:
             mode = {True: "train", False: "eval"}
             raise ValueError(f"{self._where}: model1 is in {mode[self.model1.training]} mode, "
