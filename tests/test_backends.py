@@ -192,7 +192,11 @@ def test_aidge_trains_like_torch(name):
     (lambda: torch.nn.ConvTranspose2d(4, 6, 3, groups=2), (2, 4, 5, 5),
      "Eclipse Aidge: ONNX ConvTranspose .*'group': 2.* imported as a GenericOperator, which "
      "has no kernel \\(aidge_onnx: Error: ConvTranspose DepthWise is not supported yet.\\)"),
-], ids=["no_backward", "no_converter"])
+    (lambda: torch.nn.Conv2d(6, 12, 3, groups=6), (2, 6, 10, 10),
+     "Eclipse Aidge: preparing the graph .*: forward_dims failed for input shapes "
+     "\\[\\[2, 6, 10, 10\\]\\]: Wrong input size \\(\\[2, 6, 10, 10\\]\\) for ConvDepthWise "
+     "operator. Expected dims are \\[x, 12, x, x\\]."),
+], ids=["no_backward", "no_converter", "logged_error"])
 def test_what_aidge_cannot_run_raises_its_message(make, shape, message):
     AidgeModel, _ = _aidge_training()
     with pytest.raises(EngineUnsupported, match=message):

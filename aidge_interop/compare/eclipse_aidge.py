@@ -27,6 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import re
+import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -188,6 +192,41 @@ def _converter_errors():
         aidge_core.Log.warn = warn
 
 
+@contextlib.contextmanager
+def _logged_errors():
+    """The ERROR entries Aidge's C++ log writes to the console (file
+    descriptors 1 and 2) while the body runs, in a list filled on exit; the
+    console output itself is written to stderr afterwards."""
+    errors = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield errors
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            log.seek(0)
+            text = log.read()
+            os.write(2, text)
+            entry = None
+            for line in re.sub(r"\x1b\[[0-9;]*m", "", text.decode(errors="replace")).splitlines():
+                head, _, rest = line.partition("]")
+                if head == "[ERROR" and rest.startswith(" - "):
+                    entry = [rest[3:].strip()]
+                    errors.append(entry)
+                elif head == "[ERROR" and entry is not None:
+                    entry.append(rest.strip())
+                else:
+                    entry = None
+            errors[:] = [" ".join(e) for e in errors]
+
+
 def _tensor(array: np.ndarray):
     import aidge_core
 
@@ -227,9 +266,12 @@ class AidgeGraph:
         with _aidge_errors("preparing the graph (set_backend, forward_dims, scheduling)"):
             graph.set_backend("cpu")
             graph.forward_dtype()
-            if not graph.forward_dims([list(s) for s in shapes], True):
+            with _logged_errors() as logged:
+                ok = graph.forward_dims([list(s) for s in shapes], True)
+            if not ok:  # Aidge logs why and returns False
                 raise RuntimeError(f"forward_dims failed for input shapes "
-                                   f"{[list(s) for s in shapes]}")
+                                   f"{[list(s) for s in shapes]}"
+                                   + "".join(f": {e}" for e in logged[:1]))
             self.scheduler = aidge_core.SequentialScheduler(graph)
             self.scheduler.generate_scheduling()
         self.graph = graph
