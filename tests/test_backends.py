@@ -186,6 +186,29 @@ def test_aidge_trains_like_torch(name):
     assert all(not torch.equal(params[n].detach(), initial[n]) for n in initial)  # they moved
 
 
+def test_aidge_gradients_add_up_like_torch():
+    """Two backwards before a step: torch sums the gradients, and the step
+    uses the sum; Aidge's producers get them from torch before updating."""
+    AidgeModel, AidgeSGD = _aidge_training()
+    model = _linear(5)
+    aidge = AidgeModel(model, [(3, 2)])
+    torch_sgd, aidge_sgd = torch.optim.SGD(model.parameters(), lr=0.1), AidgeSGD(aidge, lr=0.1)
+    xs = torch.randn(2, 3, 2, generator=torch.Generator().manual_seed(6))
+    for m in (model, aidge):
+        for x in xs:
+            m(x).square().sum().backward()
+    params = dict(aidge.named_parameters())
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(params[n].grad, p.grad, rtol=1e-5, atol=1e-6)
+    torch_sgd.step()
+    aidge_sgd.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(params[n].detach(), p.detach(), rtol=1e-5, atol=1e-6)
+    aidge_sgd.zero_grad()
+    assert all(p.grad is None for p in aidge.parameters())
+    torch.testing.assert_close(aidge(xs[0]), model(xs[0]), rtol=1e-5, atol=1e-6)  # new weights
+
+
 @pytest.mark.parametrize("make, shape, message", [
     (lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)),
      (2, 3, 8, 8), "Eclipse Aidge: backward: Backward not yet implemented for BatchNorm"),

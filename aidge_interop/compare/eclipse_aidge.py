@@ -285,6 +285,8 @@ class AidgeGraph:
                                     "inputs of its graph")
         self.inputs = [free[n] for n in names]
         self.outputs = graph.get_ordered_outputs()
+        # the tensors of the inputs (ours, the operators') and outputs, once known
+        self._fed = self._held = self._results = None
         self.producers = {init_names[p.name()]: p for p in aidge_core.producers(graph)
                           if p.name() in init_names}
 
@@ -292,23 +294,34 @@ class AidgeGraph:
         """One forward on ``arrays`` (one per input, of the shapes prepared
         for): a copy of each output."""
         with _aidge_errors("forward"):
-            for (node, i), a in zip(self.inputs, arrays):
-                node.get_operator().set_input(i, _tensor(a))
+            if self._fed is None:  # Aidge's input tensors, given once and refilled after
+                # (each set_input, get_input or get_output call costs about 0.1 ms);
+                # the operators hold tensors of their own over the same data, whose
+                # gradients the backward writes
+                self._fed = [_tensor(a) for a in arrays]
+                for (node, i), t in zip(self.inputs, self._fed):
+                    node.get_operator().set_input(i, t)
+                self._held = [node.get_operator().get_input(i) for node, i in self.inputs]
+            else:
+                for t, a in zip(self._fed, arrays):
+                    np.asarray(t)[...] = a
             self.scheduler.forward(forward_dims=False)
-            return [np.array(node.get_operator().get_output(i), copy=True)
-                    for node, i in self.outputs]
+            if self._results is None:
+                self._results = [node.get_operator().get_output(i) for node, i in self.outputs]
+            return [np.array(t, copy=True) for t in self._results]
 
-    def backward(self, grads) -> list[np.ndarray]:
+    def backward(self, grads, producers=()) -> list[np.ndarray]:
         """Aidge's backward scheduler from the outputs' gradients (None:
-        zeros) after a forward; returns the inputs' gradients. The
-        producers' gradients are those of this backward."""
+        zeros) after a forward; returns the inputs' gradients. The gradients
+        of ``producers`` (their output tensors) are zeroed first: they are
+        then this backward's."""
         with _aidge_errors("backward"):
-            for (node, i), g in zip(self.outputs, grads):
-                out = node.get_operator().get_output(i)
-                out.grad.copy_from(_tensor(np.zeros(out.dims, np.float32) if g is None else g))
+            for out, g in zip(self._results, grads):
+                np.asarray(out.grad)[...] = 0 if g is None else g
+            for t in self._held + list(producers):  # the backward adds to what it finds
+                np.asarray(t.grad)[...] = 0
             self.scheduler.backward()
-            return [np.array(node.get_operator().get_input(i).grad, copy=True)
-                    for node, i in self.inputs]
+            return [np.array(t.grad, copy=True) for t in self._held]
 
 
 # -- a torch module run by Aidge ----------------------------------------------------------
@@ -382,6 +395,7 @@ class AidgeModel(torch.nn.Module):
                     self._producers.append(producers[name])
             owner, leaf = _owner(self, name)
             owner.register_parameter(leaf, made[id(p)])
+        self._values = [node.get_operator().get_output(0) for node in self._producers]
         self.train(torch_model.training)
 
     def train(self, mode: bool = True):
@@ -414,10 +428,10 @@ class AidgeModel(torch.nn.Module):
 
     def _run_backward(self, grads):
         grad_inputs = [self._as_shape(g, s, f"gradient of input {k}") for k, (g, s) in
-                       enumerate(zip(self._aidge.backward(grads), self._shapes))]
-        grad_params = [self._as_shape(np.array(node.get_operator().get_output(0).grad),
-                                      tuple(p.shape), f"gradient of {node.name()}")
-                       for p, node in zip(self._params, self._producers)]
+                       enumerate(zip(self._aidge.backward(grads, self._values), self._shapes))]
+        grad_params = [self._as_shape(np.array(t.grad), tuple(p.shape),
+                                      f"gradient of {node.name()}")
+                       for p, node, t in zip(self._params, self._producers, self._values)]
         return grad_inputs, grad_params
 
     def _as_shape(self, array: np.ndarray, shape: tuple, what: str) -> np.ndarray:
@@ -430,17 +444,17 @@ class AidgeModel(torch.nn.Module):
     def _mirror(self):
         """Copies Aidge's producers into the torch parameters."""
         with torch.no_grad():
-            for p, node in zip(self._params, self._producers):
-                value = np.array(node.get_operator().get_output(0))
-                p.copy_(torch.from_numpy(self._as_shape(value, tuple(p.shape), node.name())))
+            for p, node, t in zip(self._params, self._producers, self._values):
+                p.copy_(torch.from_numpy(self._as_shape(np.array(t), tuple(p.shape),
+                                                        node.name())))
 
 
 class AidgeSGD:
     """``aidge_learning.SGD`` (constant learning rate ``lr``, ``momentum``,
     ``weight_decay``) over the producers of an :class:`AidgeModel`, driven
     like a torch optimizer: ``zero_grad()`` resets Aidge's gradients and the
-    torch mirrors', ``step()`` updates the producers from Aidge's gradients
-    (those of the last backward) and copies them into the torch
+    torch mirrors', ``step()`` hands the torch parameters' gradients to
+    Aidge's producers, updates them and copies them into the torch
     parameters. ``defaults`` holds the hyper-parameters, for a torch
     ``SGD`` that should train alike."""
 
@@ -463,6 +477,11 @@ class AidgeSGD:
             p.grad = None
 
     def step(self) -> None:
+        """Updates from the torch parameters' gradients (Aidge's, summed by
+        torch over the backwards since ``zero_grad``), as torch's SGD would."""
+        for p, t in zip(self.model._params, self.model._values):
+            np.asarray(t.grad)[...] = 0 if p.grad is None else \
+                p.grad.detach().numpy().reshape(np.asarray(t.grad).shape)
         with _aidge_errors("SGD update"):
             self._optimizer.update()
         self.model._mirror()
