@@ -12,7 +12,8 @@
 - ``onnxruntime``: ONNX Runtime's CPU provider on the exported ONNX file;
 - ``aidge_interop``: this package's engine (:func:`aidge_interop.load_onnx`);
 - ``aidge``: Eclipse Aidge's CPU backend (``aidge_core``, ``aidge_backend_cpu``,
-  ``aidge_onnx``; sequential scheduler), when those are installed.
+  ``aidge_onnx``; sequential scheduler), when those are installed, on the
+  model simplified by our constant folding (:mod:`.eclipse_aidge`).
 
 A module is exported to ONNX once per (weights, input shape): the file goes
 to the cache folder (``$AIDGE_INTEROP_CACHE``, else
@@ -74,7 +75,8 @@ _INSTALL = {
     "torch": "pip install torch",
     "onnxruntime": "pip install onnxruntime",
     "aidge_interop": "pip install aidge_interop",
-    "aidge": "pip install aidge_core aidge_backend_cpu aidge_onnx",
+    "aidge": "pip install aidge-core==0.10.1 aidge-backend-cpu==0.10.1 aidge-onnx==0.10.1; "
+             "see docs/compare.md",
 }
 
 #: Compute threads of every timed run (all engines alike).
