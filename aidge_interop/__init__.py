@@ -6,8 +6,9 @@ before it, lazily or not):
 
 1. ``_C``, ``_util`` (helpers the parts share);
 2. ``tensor_converter``, ``graph``, ``recipes``, ``profiling``, ``visualize``,
-   ``examples``: tensors across torch / NumPy / engine, the engine's graph, its
-   rewrites, per-node timings, pictures, the example models;
+   ``explorer``, ``examples``: tensors across torch / NumPy / engine, the
+   engine's graph, its rewrites, per-node timings, pictures, the graph in
+   Google's Model Explorer, the example models;
 3. ``onnx``: ONNX import (:func:`load_onnx`) and ONNX's backend API;
 4. ``bridge``: the torch bridge (:func:`wrap`, :class:`AidgeModule`, :class:`SGD`);
 5. ``compare``: one model on several engines, :func:`locate`, the
@@ -81,9 +82,10 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._C import DTYPES, MAX_DIMS, Tensor, zeros
 from . import tensor_converter
+from .tensor_converter import aidge_tensor_to_torch, convert_tensor, torch_tensor_to_aidge
 from .graph import Graph
 from .onnx import load_onnx, supported_operators
-from . import recipes
+from . import recipes, explorer
 from .profiling import profile
 
 # torch is imported on first use of these (the pytest plugin stays light)
@@ -114,7 +116,8 @@ def get_num_threads() -> int:
 
 
 __all__ = [
-    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "Graph", "load_onnx", "recipes",
+    "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "torch_tensor_to_aidge",
+    "aidge_tensor_to_torch", "convert_tensor", "Graph", "load_onnx", "recipes", "explorer",
     "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
     "locate", "quantize", "QuantizedModel", "export_c", "profile", "__version__",
 ]

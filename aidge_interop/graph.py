@@ -117,17 +117,28 @@ class Graph:
         finally:
             g.training, g.need_backward, g.input_grads = saved
 
-    def visualize(self, path, title: str | None = None, comparison=None) -> str:
-        """Writes a picture of the graph to ``path`` (``.svg``, or ``.html``
-        with the SVG inline): every node with its op type, name and output
-        shape, parameters folded into their node, fused and quantized nodes
-        marked, the recipes applied listed. ``comparison``: a result of
+    def visualize(self, path=None, title: str | None = None, comparison=None):
+        """A picture of the graph: every node with its op type, name and
+        output shape, parameters folded into their node, fused and quantized
+        nodes marked, the recipes applied listed. ``comparison``: a result of
         :func:`aidge_interop.locate`, a :class:`~aidge_interop.testing.ModelTester`
         that ran, or a mapping value name -> error, to colour nodes by error.
-        Returns the path. See :mod:`aidge_interop.visualize`."""
-        from .visualize import visualize
 
+        With ``path`` (``.svg``, or ``.html`` with the SVG inline) writes it
+        there and returns the path; without, returns the picture (a
+        :class:`~aidge_interop.visualize.Picture`, SVG text that a notebook
+        shows inline). See :mod:`aidge_interop.visualize`."""
+        from .visualize import Picture, visualize
+
+        if path is None:
+            return Picture(self, title=title, comparison=comparison)
         return visualize(self, path, title=title, comparison=comparison)
+
+    def _repr_svg_(self):
+        """Jupyter shows the graph inline: the picture of :meth:`visualize`."""
+        from .visualize import render
+
+        return render(self)[0]
 
     def zero_grad(self):
         self._g.zero_grad()
@@ -169,6 +180,25 @@ class Graph:
         """Bytes of the current memory plan (``peak_bytes`` = activations,
         gradients, saved state and workspace)."""
         return self._g.memory_stats()
+
+    def summary(self) -> str:
+        """One line: the nodes by op type, the inputs (with the dims the model
+        declares), the outputs, and the parameters."""
+        ops = {}
+        for n in self._g.nodes():
+            ops[n["op_type"]] = ops.get(n["op_type"], 0) + 1
+        declared = {}
+        if self.proto is not None:
+            for v in self.proto.graph.input:
+                dims = v.type.tensor_type.shape.dim
+                declared[v.name] = "x".join(str(d.dim_value) if d.HasField("dim_value")
+                                            else d.dim_param or "?" for d in dims)
+        ins = ", ".join(f"'{n}'" + (f" {declared[n]}" if declared.get(n) else "")
+                        for n in self.input_names)
+        params = self.parameters()
+        return (f"{sum(ops.values())} nodes ({', '.join(f'{k} {c}' for k, c in ops.items())}); "
+                f"inputs {ins}; outputs {', '.join(map(repr, self.output_names))}; "
+                f"{sum(p.size for p in params.values())} parameters in {len(params)} tensors")
 
     def __repr__(self):
         return (f"Graph({len(self._g.nodes())} nodes, inputs={self.input_names}, "

@@ -8,7 +8,8 @@
     recipes.remove_flatten(graph)     # Flatten/Reshape + Gemm -> FusedGemm(flatten_axis)
     report = recipes.fuse_activation(graph)   # Conv/Gemm + Relu/Clip -> FusedConv/FusedGemm
     print(report)                     # what changed, and what was left alone and why
-    recipes.expand_metaops(graph)     # FusedConv/FusedGemm -> Flatten, Conv/Gemm, Relu/Clip
+    recipes.expand_metaops(graph)     # FusedConv/FusedGemm -> Conv/Gemm, Relu/Clip (fusions only)
+    recipes.restore_flatten(graph)    # FusedGemm(flatten_axis) -> Flatten, Gemm
     recipes.fuse_pad(graph)           # zero Pad + Conv -> Conv with the pads
     recipes.block_channels(graph)     # conv chains in blocked channels (inference)
 
@@ -36,7 +37,7 @@ backward are exact (the same kernels as the unfused nodes).
 from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
-           "constant_fold", "fuse_pad", "block_channels", "RecipeReport", "RECIPES"]
+           "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -117,11 +118,23 @@ def fuse_activation(graph) -> RecipeReport:
 
 
 def expand_metaops(graph) -> RecipeReport:
-    """Undoes :func:`remove_flatten`, :func:`fuse_activation` and
-    :func:`batchnorm_epilogue`: every FusedConv/FusedGemm becomes [Flatten,]
-    Conv/Gemm [, BatchNormalization] [, Relu/Clip] again, with the node and
-    value names they had."""
+    """Undoes the fusions, :func:`fuse_activation` and
+    :func:`batchnorm_epilogue`: every FusedConv/FusedGemm becomes Conv/Gemm
+    [, BatchNormalization] [, Relu/Clip] again, with the node and value
+    names they had. The Flatten that :func:`remove_flatten` removed stays
+    removed (a graph prepared for export keeps it so, whatever the order of
+    the recipes): a FusedGemm with ``flatten_axis`` keeps it, and one that
+    fuses nothing else is left alone (in ``report.skipped``).
+    :func:`restore_flatten` gives the Flatten back."""
     return _apply("expand_metaops", graph)
+
+
+def restore_flatten(graph) -> RecipeReport:
+    """Undoes :func:`remove_flatten`: a Flatten is put back before each
+    FusedGemm with ``flatten_axis`` (one per removed node, with its node and
+    value names); the FusedGemm becomes a Gemm again unless an activation or
+    a BatchNorm epilogue is still fused into it."""
+    return _apply("restore_flatten", graph)
 
 
 def constant_fold(graph) -> RecipeReport:
@@ -173,6 +186,7 @@ RECIPES = {
     "remove_flatten": remove_flatten,
     "fuse_activation": fuse_activation,
     "expand_metaops": expand_metaops,
+    "restore_flatten": restore_flatten,
     "fuse_pad": fuse_pad,
     "block_channels": block_channels,
 }

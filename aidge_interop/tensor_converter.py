@@ -8,13 +8,17 @@ Both directions are O(1) views whenever the layout allows; see
   alive. Any strided layout torch can produce (transposed, sliced,
   channels_last) stays a strided view. Tensors that require grad are
   detached first. A CUDA tensor is copied to the host (no aliasing then), and
-  its device is remembered for the return trip. Overlapping layouts (from
-  ``expand``) raise ``ValueError`` unless ``copy=True``.
+  its device is remembered for the return trip. An overlapping layout (from
+  ``expand``), which no engine view can hold, is copied.
 * ``aidge_tensor_to_torch(a)`` views ``a``'s memory as a torch tensor, on the
   tensor's original device when it came from one (else the CPU). A tensor
   with negative strides (from a reversed NumPy view) cannot be viewed by
   torch: it is copied into a contiguous tensor.
-* ``copy=True`` always gives independent memory.
+* ``convert_tensor(x)``: either direction, by the type of ``x``
+  (``aidge_interop_torch``'s name).
+* ``copy``: ``None`` (default) views when it can and copies when it must,
+  ``True`` always gives independent memory, ``False`` demands a view and
+  raises ``ValueError`` where there can be none.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import numpy as np
 
 from ._C import DTYPES, Tensor
 
-__all__ = ["torch_tensor_to_aidge", "aidge_tensor_to_torch", "torch_dtype", "SUPPORTED_DTYPES"]
+__all__ = ["torch_tensor_to_aidge", "aidge_tensor_to_torch", "convert_tensor", "torch_dtype",
+           "SUPPORTED_DTYPES"]
 
 SUPPORTED_DTYPES = DTYPES
 _TORCH_DTYPES = None
@@ -50,23 +55,28 @@ def torch_dtype(name: str):
     return getattr(_torch(), name)
 
 
-def torch_tensor_to_aidge(t, copy: bool = False) -> Tensor:
-    """An engine :class:`~aidge_interop.Tensor` holding the values of ``t``.
+def torch_tensor_to_aidge(torch_tensor, copy: bool | None = None) -> Tensor:
+    """An engine :class:`~aidge_interop.Tensor` holding the values of
+    ``torch_tensor`` (the argument's name is aidge_interop_torch's).
 
-    ``t`` is a ``torch.Tensor``; NumPy arrays and engine tensors are taken too.
-    With ``copy=False`` (default) CPU memory is shared, not copied.
+    ``torch_tensor`` is a ``torch.Tensor``; NumPy arrays and engine tensors are taken too.
+    ``copy=None`` (default): CPU memory is shared, not copied, except where no
+    view can hold it (an overlapping layout from ``expand``, a CUDA tensor):
+    then a copy. ``copy=True``: always a copy. ``copy=False``: a view, or
+    ``ValueError``.
     """
+    t = torch_tensor
     torch = _torch()
     if isinstance(t, (np.ndarray, Tensor)):
-        return _checked(Tensor, t, copy)
+        return _converted(lambda c: Tensor(t, copy=c), copy)
     if not isinstance(t, torch.Tensor):
         raise TypeError(
-            f"torch_tensor_to_aidge: argument 't' must be a torch.Tensor or a "
+            f"torch_tensor_to_aidge: argument 'torch_tensor' must be a torch.Tensor or a "
             f"numpy.ndarray, not {type(t).__module__}.{type(t).__qualname__}"
         )
     if t.dtype not in _dtype_table():
         raise TypeError(
-            f"torch_tensor_to_aidge: argument 't' has unsupported dtype {t.dtype} "
+            f"torch_tensor_to_aidge: argument 'torch_tensor' has unsupported dtype {t.dtype} "
             f"(supported: {', '.join(DTYPES)})"
         )
     if t.requires_grad:
@@ -75,51 +85,84 @@ def torch_tensor_to_aidge(t, copy: bool = False) -> Tensor:
         t = t.resolve_conj().resolve_neg()
     origin = None
     if t.device.type != "cpu":
+        if copy is False:
+            raise ValueError(f"torch_tensor_to_aidge: argument 'torch_tensor' is on {t.device}, the "
+                             "engine's memory on the host: it cannot be viewed (copy=False); "
+                             "leave copy=None to copy it")
         origin = str(t.device)
-        t = t.to("cpu")  # a copy already: never share it twice
-        copy = False
+        t = t.to("cpu")  # a copy already: never copy it twice
+        copy = None
     # a capsule straight from torch's C side: an order of magnitude cheaper
     # than the Python-level t.__dlpack__() protocol
-    out = _checked(Tensor.from_dlpack, torch.utils.dlpack.to_dlpack(t), copy)
+    out = _converted(lambda c: Tensor.from_dlpack(torch.utils.dlpack.to_dlpack(t), copy=c),
+                     copy)
     if origin is not None:
         out.origin_device = origin
     return out
 
 
-def _checked(make, obj, copy):
+def _converted(make, copy):
+    """``make(copy)``; with ``copy=None``, a copy where the view is refused (an
+    overlapping layout: no engine view holds it)."""
     try:
-        return make(obj, copy=copy)
+        try:
+            return make(bool(copy))
+        except ValueError:
+            if copy is not None:
+                raise
+        return make(True)  # (where the copy fails too, its error is the one to see)
     except (ValueError, TypeError) as exc:
-        raise type(exc)(f"torch_tensor_to_aidge: argument 't': {exc}") from None
+        raise type(exc)(f"torch_tensor_to_aidge: argument 'torch_tensor': {exc}") from None
 
 
-def aidge_tensor_to_torch(a: Tensor, device=None, copy: bool = False):
-    """A torch tensor holding the values of the engine tensor ``a``.
+def aidge_tensor_to_torch(aidge_tensor: Tensor, device=None, copy: bool | None = None):
+    """A torch tensor holding the values of the engine tensor ``aidge_tensor``
+    (the argument's name is aidge_interop_torch's).
 
-    ``device``: where the result goes; by default the device ``a`` was
-    converted from (``a.origin_device``), else the CPU. With ``copy=False``
-    (default) a CPU result shares ``a``'s memory when its strides allow it.
+    ``device``: where the result goes; by default the device the tensor was
+    converted from (``aidge_tensor.origin_device``), else the CPU. ``copy=None``
+    (default): a CPU result shares the tensor's memory, except where torch cannot
+    view it (read-only memory, negative strides) or the result goes to
+    another device: then a copy. ``copy=True``: always a copy.
+    ``copy=False``: a view, or ``ValueError``.
     """
+    a = aidge_tensor
     torch = _torch()
     if not isinstance(a, Tensor):
         raise TypeError(
-            f"aidge_tensor_to_torch: argument 'a' must be an aidge_interop.Tensor, "
+            f"aidge_tensor_to_torch: argument 'aidge_tensor' must be an aidge_interop.Tensor, "
             f"not {type(a).__module__}.{type(a).__qualname__}"
         )
     if device is None:
         device = a.origin_device
-    copied = False
-    if a.readonly:
-        # torch tensors are always writable: never hand out a writable alias
-        # of read-only memory
+    moved = device is not None and torch.device(device).type != "cpu"
+    # torch tensors are always writable (never a writable alias of read-only
+    # memory) and have no negative strides
+    unviewable = ("it is read-only" if a.readonly else "it has negative strides"
+                  if any(s < 0 for s, n in zip(a.strides, a.shape) if n > 1) else None)
+    if copy is False and (unviewable or moved):
+        raise ValueError(f"aidge_tensor_to_torch: argument 'aidge_tensor' cannot be viewed by torch "
+                         f"(copy=False): {unviewable or f'the result goes to {device}'}; "
+                         "leave copy=None to copy it")
+    if unviewable:
         a = a.clone()
-        copied = True
-    elif any(s < 0 for s, n in zip(a.strides, a.shape) if n > 1):
-        a = a.clone()  # torch has no negative strides
-        copied = True
     out = torch.utils.dlpack.from_dlpack(a.__dlpack__())
-    if device is not None and torch.device(device) != out.device:
+    if moved:
         return out.to(device, copy=True)
-    if copy and not copied:
+    if copy and not unviewable:
         out = out.clone(memory_format=torch.preserve_format)
     return out
+
+
+def convert_tensor(tensor, copy: bool | None = None):
+    """``tensor`` in the other framework: a torch tensor as an engine
+    :class:`~aidge_interop.Tensor` (:func:`torch_tensor_to_aidge`), an engine
+    tensor as a torch tensor (:func:`aidge_tensor_to_torch`); ``copy`` as
+    there. The name and argument of ``aidge_interop_torch.convert_tensor``."""
+    if isinstance(tensor, Tensor):
+        return aidge_tensor_to_torch(tensor, copy=copy)
+    if isinstance(tensor, _torch().Tensor):
+        return torch_tensor_to_aidge(tensor, copy=copy)
+    raise TypeError(f"convert_tensor: argument 'tensor' must be a torch.Tensor or an "
+                    f"aidge_interop.Tensor, not {type(tensor).__module__}."
+                    f"{type(tensor).__qualname__}")

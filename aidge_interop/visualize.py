@@ -5,6 +5,7 @@ the SVG inline), no network, no viewer but a browser.
 
     graph.visualize("lenet.svg", title="LeNet after recipes")
     graph.visualize("lenet.html", comparison=aidge_interop.locate(model, x))
+    graph.visualize(title="LeNet")    # no path: a Picture, shown inline in Jupyter
     aidge-interop show lenet --recipes all --out lenet.svg
 
 What a node shows: its op type (fused nodes: ``FusedConv = Conv + Relu``),
@@ -41,7 +42,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from ._util import write_atomic
 
-__all__ = ["visualize", "render", "layout", "value_errors", "Layout", "Box", "ValueStatus"]
+__all__ = ["visualize", "render", "layout", "value_errors", "recipe_notes", "quant_badge",
+           "Layout", "Box", "ValueStatus", "Picture", "STATUS_STYLE", "STATUS_TEXT",
+           "QUANT_STYLE"]
 
 # -- geometry of text (monospace: widths are predictable) -----------------------------
 
@@ -72,20 +75,20 @@ _CATEGORIES = [  # (category, fill, stroke, op types)
 ]
 _SHAPE_STYLE = ("shape", "#f3f4f6", "#6b7280")
 _IO_STYLE = ("io", "#ffffff", "#111827")
-_QUANT_STYLE = ("quant", "#ede9fe", "#7c3aed")
-_STATUS_STYLE = {  # comparison colours: fill, stroke, stroke width
+QUANT_STYLE = ("quant", "#ede9fe", "#7c3aed")
+STATUS_STYLE = {  # comparison colours: fill, stroke, stroke width
     "ok": ("#dcfce7", "#16a34a", 1.5),
     "over": ("#fee2e2", "#dc2626", 2.0),
     "first": ("#fca5a5", "#7f1d1d", 4.0),
     "unchecked": ("#f3f4f6", "#9ca3af", 1.0),
 }
-_STATUS_TEXT = {"ok": "within tolerance", "over": "over tolerance",
+STATUS_TEXT = {"ok": "within tolerance", "over": "over tolerance",
                 "first": "first divergence", "unchecked": "not compared"}
 
 
 def _style(op_type: str, domain: str):
     if domain.endswith(".quant"):
-        return _QUANT_STYLE
+        return QUANT_STYLE
     for cat, fill, stroke, ops in _CATEGORIES:
         if op_type in ops:
             return cat, fill, stroke
@@ -228,7 +231,8 @@ class _Item:
     h: float = 0.0
 
 
-def _recipe_notes(graph) -> dict[str, list[str]]:
+def recipe_notes(graph) -> dict[str, list[tuple[str, str]]]:
+    """Node name -> (recipe, line) of every change ``graph.history`` records."""
     notes = defaultdict(list)
     for report in getattr(graph, "history", []):
         for node, text in zip(getattr(report, "nodes", []), report):
@@ -236,7 +240,9 @@ def _recipe_notes(graph) -> dict[str, list[str]]:
     return notes
 
 
-def _quant_badge(attrs: dict) -> str:
+def quant_badge(attrs: dict) -> str:
+    """``int8 >>7`` for a quantized node's attributes (an integer ``nb_bits``,
+    ``shift``), else ``""``."""
     bits = attrs.get("nb_bits")
     if not isinstance(bits, int):
         return ""
@@ -252,7 +258,7 @@ def _model(graph, comparison):
     meta = {n: v["meta"] for n, v in values.items()}
     nodes = graph.nodes()
     errors = value_errors(comparison, graph) if comparison is not None else None
-    notes = _recipe_notes(graph)
+    notes = recipe_notes(graph)
     items, edges, producer = [], [], {}
 
     def shape_line(name):
@@ -308,7 +314,7 @@ def _model(graph, comparison):
         if node_notes:
             tip.append("recipes:")
             tip += [f"  {r}: {t}" for r, t in node_notes]
-        item = _Item(f"n{i}", "node", lines, tip, _style(op, dom), badge=_quant_badge(attrs))
+        item = _Item(f"n{i}", "node", lines, tip, _style(op, dom), badge=quant_badge(attrs))
         if item.badge:
             tip.insert(1, "quantized: " + ", ".join(
                 f"{k}={attrs[k]}" for k in ("nb_bits", "shift", "multiplier") if k in attrs))
@@ -316,9 +322,9 @@ def _model(graph, comparison):
             own = [x for x in outs + [x for _, x in params] if x in errors]
             item.status = max((errors[x].status for x in own), key=_RANK.get,
                               default="unchecked")
-            tip.insert(1, _STATUS_TEXT[item.status])
+            tip.insert(1, STATUS_TEXT[item.status])
             for x in own:
-                tip += ["", f"{x}: {_STATUS_TEXT[errors[x].status]}", errors[x].text]
+                tip += ["", f"{x}: {STATUS_TEXT[errors[x].status]}", errors[x].text]
         items.append(item)
         for x in n["inputs"]:
             if x in producer:
@@ -344,7 +350,7 @@ def _model(graph, comparison):
             if it.kind == "node":
                 counts[it.status] += 1
         header.append("comparison: " + ", ".join(
-            f"{counts[s]} {_STATUS_TEXT[s]}" for s in ("ok", "over", "first", "unchecked")
+            f"{counts[s]} {STATUS_TEXT[s]}" for s in ("ok", "over", "first", "unchecked")
             if counts[s]))
     return items, edges, header
 
@@ -576,11 +582,11 @@ def render(graph, title: str | None = None, comparison=None) -> tuple[str, Layou
     legend, x = [], MARGIN
     if comparison is not None:
         for status in ("ok", "over", "first", "unchecked"):
-            fill, stroke, sw = _STATUS_STYLE[status]
+            fill, stroke, sw = STATUS_STYLE[status]
             legend.append(f'<rect x="{x}" y="{head_h - LINE_H - 2}" width="14" height="12" '
                           f'fill="{fill}" stroke="{stroke}" stroke-width="{min(sw, 2)}"/>'
-                          f'<text x="{x + 18}" y="{head_h - 6}">{_STATUS_TEXT[status]}</text>')
-            x += 24 + CHAR_W * len(_STATUS_TEXT[status]) + 12
+                          f'<text x="{x + 18}" y="{head_h - 6}">{STATUS_TEXT[status]}</text>')
+            x += 24 + CHAR_W * len(STATUS_TEXT[status]) + 12
     legend_w = x + MARGIN if comparison is not None else 0
     width = max(lay.width, MARGIN * 2 + CHAR_W * max((len(t) for t in head_lines), default=0),
                 legend_w, 360)
@@ -609,7 +615,7 @@ def render(graph, title: str | None = None, comparison=None) -> tuple[str, Layou
         cat, fill, stroke = it.style
         sw, dash = (2.0 if it.kind != "node" else 1.2), ""
         if it.status:
-            fill, stroke, sw = _STATUS_STYLE[it.status]
+            fill, stroke, sw = STATUS_STYLE[it.status]
             dash = ' stroke-dasharray="4 3"' if it.status == "unchecked" else ""
         rx = 14 if it.kind != "node" else 4
         cls = f"node {it.kind} cat-{cat}" + (f" status-{it.status}" if it.status else "")
@@ -634,10 +640,36 @@ def render(graph, title: str | None = None, comparison=None) -> tuple[str, Layou
     return "\n".join(out) + "\n", lay
 
 
+class Picture(str):
+    """The picture of a graph as SVG text (a ``str``), which Jupyter shows
+    inline; :meth:`save` writes it like :func:`visualize`."""
+
+    def __new__(cls, graph, title: str | None = None, comparison=None):
+        self = super().__new__(cls, render(graph, title=title, comparison=comparison)[0])
+        self.graph, self.title, self.comparison = graph, title, comparison
+        return self
+
+    def _repr_svg_(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"<Picture of {self.graph!r}" + (f" {self.title!r}>" if self.title else ">")
+
+    def save(self, path) -> str:
+        """Writes the picture to ``path`` (``.svg`` or ``.html``, as
+        :func:`visualize`); returns the path."""
+        return _write(path, str(self), self.title)
+
+
 def visualize(graph, path, title: str | None = None, comparison=None) -> str:
     """Writes the picture of ``graph`` to ``path``: ``.svg``, or ``.html``
     (``.htm``) for a page with the SVG inline. The file is written
     atomically. Returns ``path`` as a string."""
+    _check_path(path)
+    return _write(path, render(graph, title=title, comparison=comparison)[0], title)
+
+
+def _check_path(path) -> Path:
     path = Path(path)
     fmt = path.suffix.lower()
     if fmt not in (".svg", ".html", ".htm"):
@@ -646,8 +678,12 @@ def visualize(graph, path, title: str | None = None, comparison=None) -> str:
     if not path.absolute().parent.is_dir():
         raise FileNotFoundError(f"visualize: folder {str(path.absolute().parent)!r} does not "
                                 "exist")
-    svg, _ = render(graph, title=title, comparison=comparison)
-    if fmt != ".svg":
+    return path
+
+
+def _write(path, svg: str, title: str | None) -> str:
+    path = _check_path(path)
+    if path.suffix.lower() != ".svg":
         svg = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8"/>\n'
                f"<title>{escape(title or 'aidge_interop graph')}</title>\n"
                "<style>body { margin: 0; background: #ffffff; }</style>\n</head>\n<body>\n"

@@ -469,6 +469,7 @@ ai_status ai_graph_finalize(ai_graph *g)
     free(indeg);
     g->order = order;
     g->finalized = true;
+    g->int_values_at_plan = 0;
     return AI_OK;
 }
 

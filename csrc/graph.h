@@ -95,6 +95,9 @@ typedef struct ai_graph {
     bool keep_intermediates; /* plan without buffer reuse */
     bool need_backward;  /* forward keeps what backward needs */
     bool profile;        /* time every node's forward and backward (ai_node.prof_*) */
+    /* whether shapes need the values of small integer graph inputs (plan.c
+     * plan_time_input): 0 not known yet (set by finalize), 1 no, 2 yes */
+    int int_values_at_plan;
     uint64_t seed;       /* Dropout RNG */
     ai_plan *plan;
 } ai_graph;
@@ -344,8 +347,11 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *                    applied by a FusedConv/FusedGemm to its output, from
  *                    the BatchNorm's own inputs at every forward (weights
  *                    untouched: they may be shared and keep changing)
- *   expand_metaops   undoes remove_flatten, fuse_activation and
- *                    batchnorm_epilogue
+ *   expand_metaops   undoes fuse_activation and batchnorm_epilogue (not
+ *                    remove_flatten: a FusedGemm keeps its flatten_axis)
+ *   restore_flatten  undoes remove_flatten: Flatten back before each
+ *                    FusedGemm with flatten_axis (Gemm again when nothing
+ *                    else is fused into it)
  *   constant_fold    nodes whose inputs are all constants -> constants
  *   block_channels   chains of float32 2-D convs (with the Adds and Relus
  *                    between them) run in blocked channels (kernels/conv.h):
@@ -360,6 +366,7 @@ ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_activation(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_restore_flatten(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_pad(ai_graph *g, ai_recipe_report *report);

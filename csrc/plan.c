@@ -191,9 +191,9 @@ static ai_status place(item *items, int n, size_t *total)
 
 /* ---------------------------------------------------------------- planning */
 
-/* Integer graph inputs this small are read at plan time, like constants: they
- * are shapes, axes or pads (ONNX lets them be inputs). Their values are part
- * of the plan's key. */
+/* Integer graph inputs this small may be read at plan time, like constants:
+ * they can be shapes, axes or pads (ONNX lets them be inputs). Their values
+ * are then part of the plan's key. */
 #define AI_SHAPE_INPUT_MAX 64
 
 static bool shape_like(const ai_tensor *t)
@@ -201,11 +201,12 @@ static bool shape_like(const ai_tensor *t)
     return (t->dtype == AI_I64 || t->dtype == AI_I32) && ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX;
 }
 
-/* A graph input read when the graph is planned: a small integer tensor
- * (shapes, axes, pads), or a scalar that an AI_OP_SHAPE_FROM_VALUES node reads. */
-static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t)
+/* A graph input read when the graph is planned: a scalar that an
+ * AI_OP_SHAPE_FROM_VALUES node reads, or, with `ints`, any small integer
+ * tensor (shapes, axes, pads). */
+static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t, bool ints)
 {
-    if (shape_like(t))
+    if (ints && shape_like(t))
         return true;
     if (ai_tensor_numel(t) != 1)
         return false;
@@ -258,7 +259,8 @@ static bool backward_runs(const ai_plan *p, const ai_node *n)
     return any && n->op->backward;
 }
 
-static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan **out)
+static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool ints,
+                            ai_plan **out)
 {
     ai_status st = AI_OK;
     ai_plan *p = calloc(1, sizeof *p);
@@ -300,7 +302,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, ai_plan
         key[0] = inputs[i]->ndim;
         memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
         meta_of(&p->meta[g->inputs[i]], inputs[i]);
-        if (plan_time_input(g, g->inputs[i], inputs[i]) &&
+        if (plan_time_input(g, g->inputs[i], inputs[i], ints) &&
             (st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
             goto fail;
     }
@@ -529,6 +531,33 @@ fail:
     return st;
 }
 
+/* Plans for `inputs`, reading small integer inputs at plan time only where
+ * shapes need their values (a graph input that is a Reshape's shape): token
+ * ids and masks are small integer tensors too, and a plan keyed on their
+ * values re-plans at every new sentence (BERT at 2 x 8 tokens: 0.23 ms per
+ * call instead of 0.11). Which kind of graph it is shows at its first plan:
+ * without the values first; an operator that needs one refuses (it never
+ * guesses a shape), and the graph is then planned with them from then on. */
+static ai_status plan_for(ai_graph *g, const ai_tensor *const *inputs, ai_plan **out)
+{
+    if (!g->int_values_at_plan) {
+        bool any = false;
+        for (int i = 0; i < g->n_inputs; i++)
+            any |= shape_like(inputs[i]) && !plan_time_input(g, g->inputs[i], inputs[i], false);
+        if (!any)
+            return plan_build(g, inputs, true, out); /* the same plan either way */
+        if (plan_build(g, inputs, false, out) == AI_OK) {
+            g->int_values_at_plan = 1;
+            return AI_OK;
+        }
+        ai_status st = plan_build(g, inputs, true, out);
+        if (st == AI_OK)
+            g->int_values_at_plan = 2;
+        return st;
+    }
+    return plan_build(g, inputs, g->int_values_at_plan == 2, out);
+}
+
 static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
 {
     if (!p || p->need_backward != g->need_backward || p->input_grads != g->input_grads ||
@@ -659,7 +688,7 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
         outputs[i] = NULL;
     if (!plan_matches(g, g->plan, inputs)) {
         ai_plan *p;
-        if ((st = check_input_dims(g, inputs)) || (st = plan_build(g, inputs, &p)))
+        if ((st = check_input_dims(g, inputs)) || (st = plan_for(g, inputs, &p)))
             return st;
         ai_plan_free(g->plan);
         g->plan = p;

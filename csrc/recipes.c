@@ -1107,16 +1107,25 @@ static ai_status insert_node(ai_graph *g, int pos, const char *name, const char 
     return st;
 }
 
-/* Node i (fused) becomes Flatten? -> Conv/Gemm -> activation?; *i moves
- * to the last of them. */
-static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
+/* What expand_node takes apart: the fusions (activation, BatchNorm
+ * epilogue; expand_metaops) or the Flatten that remove_flatten folded into a
+ * FusedGemm (restore_flatten). */
+enum expand_part { EXPAND_FUSIONS, EXPAND_FLATTEN };
+
+/* Node i (fused) gives back the nodes of `part`: Flatten? -> node -> BatchNorm?
+ * -> activation?; the node becomes Conv/Gemm unless it keeps a fusion of the
+ * other part (a FusedGemm with flatten_axis after expand_metaops, with an
+ * activation or epilogue after restore_flatten). *i moves to the last node. */
+static ai_status expand_node(ai_graph *g, int *i, enum expand_part part, ai_recipe_report *r)
 {
     ai_node *n = &g->nodes[*i];
     char name[512], buf[600], flat_node[600], flat_out[600], act_node[600], act_in[600];
     char act[16], bn_node[600], bn_in[600]; /* copies: the attributes are removed below */
-    snprintf(act, sizeof act, "%s", string_attr(n, "activation", ""));
+    const bool fusions = part == EXPAND_FUSIONS;
+    snprintf(act, sizeof act, "%s", fusions ? string_attr(n, "activation", "") : "");
     int64_t axis = -1;
-    ai_attr_int(n, "flatten_axis", -1, &axis);
+    if (!fusions)
+        ai_attr_int(n, "flatten_axis", -1, &axis);
     snprintf(name, sizeof name, "%s", n->name);
     snprintf(buf, sizeof buf, "%s/Flatten", name);
     snprintf(flat_node, sizeof flat_node, "%s", string_attr(n, "flatten_node", buf));
@@ -1126,7 +1135,8 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
     snprintf(act_node, sizeof act_node, "%s", string_attr(n, "activation_node", buf));
     snprintf(buf, sizeof buf, "%s_output_0", name);
     snprintf(act_in, sizeof act_in, "%s", string_attr(n, "activation_input", buf));
-    const bool bn = ai_node_attr(n, "bn_epsilon") != NULL && n->n_in == 7;
+    const bool has_bn = ai_node_attr(n, "bn_epsilon") != NULL && n->n_in == 7;
+    const bool bn = fusions && has_bn;
     double eps = 1e-5;
     ai_attr_float(n, "bn_epsilon", 1e-5, &eps);
     snprintf(buf, sizeof buf, "%s/BatchNormalization", name);
@@ -1148,14 +1158,21 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
         hi = params[1];
     }
     const bool conv = strcmp(n->op_type, "FusedConv") == 0;
+    const bool stays_fused = fusions ? ai_node_attr(n, "flatten_axis") != NULL
+                                     : string_attr(n, "activation", "")[0] || has_bn;
     const int opset = n->opset;
-    ai_status st = ai_node_set_op(n, "", conv ? "Conv" : "Gemm");
-    static const char *const fused_attrs[] = {"activation", "activation_params",
-                                              "activation_node", "activation_input",
-                                              "flatten_axis", "flatten_node", "flatten_output",
-                                              "bn_epsilon", "bn_node", "bn_input"};
-    for (size_t k = 0; k < sizeof fused_attrs / sizeof *fused_attrs; k++)
-        ai_node_remove_attr(n, fused_attrs[k]);
+    ai_status st = stays_fused ? AI_OK : ai_node_set_op(n, "", conv ? "Conv" : "Gemm");
+    static const char *const fusion_attrs[] = {"activation", "activation_params",
+                                               "activation_node", "activation_input",
+                                               "bn_epsilon", "bn_node", "bn_input"};
+    static const char *const flatten_attrs[] = {"flatten_axis", "flatten_node",
+                                                "flatten_output"};
+    for (size_t k = 0; k < sizeof fusion_attrs / sizeof *fusion_attrs; k++)
+        if (fusions || !stays_fused)
+            ai_node_remove_attr(n, fusion_attrs[k]);
+    for (size_t k = 0; k < sizeof flatten_attrs / sizeof *flatten_attrs; k++)
+        if (!fusions || !stays_fused)
+            ai_node_remove_attr(n, flatten_attrs[k]);
     if (st)
         return st;
     if (axis >= 0) {
@@ -1202,29 +1219,51 @@ static ai_status expand_node(ai_graph *g, int *i, ai_recipe_report *r)
             return st;
         (*i)++;
     }
+    const char *base = stays_fused ? (conv ? "FusedConv" : "FusedGemm") : conv ? "Conv" : "Gemm";
     return report(r, true, name, "%s '%s' expanded into %s%s%s%s%s", conv ? "FusedConv" : "FusedGemm",
-                  name, axis >= 0 ? "Flatten, " : "", conv ? "Conv" : "Gemm",
-                  bn ? ", BatchNormalization" : "", act[0] ? ", " : "", act);
+                  name, axis >= 0 ? "Flatten, " : "", base, bn ? ", BatchNormalization" : "",
+                  act[0] ? ", " : "", act);
 }
 
-ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *r)
+/* The fused nodes with something of `part` to give back go through
+ * expand_node; a fused node with nothing of it is skipped, with the reason. */
+static ai_status expand_recipe(ai_graph *g, ai_recipe_report *r, enum expand_part part)
 {
-    ai_status st = check_finalized(g, "expand_metaops");
+    const char *recipe = part == EXPAND_FUSIONS ? "expand_metaops" : "restore_flatten";
+    ai_status st = check_finalized(g, recipe);
     bool editing = false;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         const ai_node *n = &g->nodes[i];
         if (!is_op(n, FUSED_DOMAIN, "FusedConv") && !is_op(n, FUSED_DOMAIN, "FusedGemm"))
             continue;
         if (ai_node_attr(n, "y_blocked")) {
-            st = ai_error(AI_ERR_VALUE, "expand_metaops: FusedConv '%s' runs in blocked "
-                          "channels (block_channels), which expand_metaops does not undo",
-                          n->name);
+            st = ai_error(AI_ERR_VALUE, "%s: FusedConv '%s' runs in blocked channels "
+                          "(block_channels), which %s does not undo", recipe, n->name, recipe);
             break;
         }
+        const bool flat = ai_node_attr(n, "flatten_axis") != NULL;
+        const bool fused = string_attr(n, "activation", "")[0] || ai_node_attr(n, "bn_epsilon");
+        if (part == EXPAND_FUSIONS && flat && !fused) {
+            st = report(r, false, n->name, "%s '%s' kept: it fuses only a Flatten "
+                        "(remove_flatten; restore_flatten gives it back)", n->op_type, n->name);
+            continue;
+        }
+        if (part == EXPAND_FLATTEN && !flat)
+            continue; /* nothing of remove_flatten's */
         begin_edit(g, &editing);
-        st = expand_node(g, &i, r);
+        st = expand_node(g, &i, part, r);
     }
     return st ? st : end_edit(g, editing, NULL);
+}
+
+ai_status ai_recipe_expand_metaops(ai_graph *g, ai_recipe_report *r)
+{
+    return expand_recipe(g, r, EXPAND_FUSIONS);
+}
+
+ai_status ai_recipe_restore_flatten(ai_graph *g, ai_recipe_report *r)
+{
+    return expand_recipe(g, r, EXPAND_FLATTEN);
 }
 
 /* ---------------------------------------------------------------- constant_fold */

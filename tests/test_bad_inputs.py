@@ -20,7 +20,7 @@ from onnx import helper as oh
 from onnx import numpy_helper as nh
 
 import aidge_interop as ai
-from aidge_interop.testing import OperatorConfig, build_cases
+from aidge_interop.testing import OperatorConfig, OperatorConfigWarning, build_cases
 
 
 def model(nodes, inputs, outputs, inits=(), opset=17):
@@ -366,18 +366,24 @@ def config_cases(tmp_path, text):
      "op.json: a.attributes.kernel_dims: expected a list of numbers, got 3"),
     ({"a": {"input_size": [1], "attributes": {"no_such": 3}}},
      "op.json: a.attributes: case 'Op_a': attribute 'no_such' is not supported by operator"),
-    ({"a": {"input_size": [1], "colour": 3}}, "op.json: a.colour: unknown key"),
     ({"a_b": {"input_size": [1]}, "a": {"b": {"input_size": [2]}}},
      "op.json: a.b: duplicate case id 'Op_a_b', also produced by a_b"),
     ('{"a": {"input_size": [1]}, "a": {"input_size": [2]}}',
      "op.json: key 'a' appears twice in one object"),
 ], ids=["invalid_json", "ill_typed_shape", "negative_dim", "ill_typed_attribute",
-        "unknown_attribute", "unknown_key", "duplicate_case_id", "duplicate_key"])
+        "unknown_attribute", "duplicate_case_id", "duplicate_key"])
 def test_bad_json_configuration_names_file_and_path(tmp_path, text, part):
     with pytest.raises(ValueError) as info:
         config_cases(tmp_path, text)
     assert type(info.value) is ValueError
     assert part in str(info.value) and str(tmp_path) in str(info.value), str(info.value)
+
+
+def test_unknown_json_key_is_a_warning_naming_file_and_path(tmp_path):
+    with pytest.warns(OperatorConfigWarning, match=re.escape(
+            f"{tmp_path / 'op.json'}: a.colour: unknown key 'colour' ignored")):
+        (case,) = config_cases(tmp_path, {"a": {"input_size": [1], "colour": 3}})
+    assert case.input_size == (1,)
 
 
 def _relu_model(dims):

@@ -364,3 +364,42 @@ def test_shape_computed_at_run_time_is_refused_with_the_node_named():
     g = load_onnx(_model(nodes, [("x", [2, 3]), ("f", [2])], ["y"]))
     with pytest.raises(NotImplementedError, match="reshape_me.*constant"):
         g.forward([np.zeros((2, 3)), np.array([3.0, 2.0])])
+
+
+def _int_model(nodes, inputs, outputs):
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_small_integer_input_that_sets_a_shape_is_read_at_plan_time():
+    """A Reshape's shape as a graph input: its values are part of the plan
+    (a new value re-plans), on the first call and the later ones."""
+    g = load_onnx(_int_model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+                             [("x", TensorProto.DOUBLE, [2, 6]), ("s", TensorProto.INT64, [2])],
+                             ["y"]))
+    x = np.arange(12.0).reshape(2, 6)
+    for shape in ([3, 4], [4, 3], [12, 1], [3, 4]):
+        (y,) = g.forward([x, np.array(shape, np.int64)])
+        np.testing.assert_array_equal(y, x.reshape(shape))
+
+
+def test_token_ids_are_not_read_at_plan_time():
+    """Small integer inputs that no shape depends on (token ids, masks) run
+    with the graph instead of being folded into the plan, so new ids do not
+    re-plan: Cast(ids) is a planned node, not a constant of the plan."""
+    nodes = [helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.DOUBLE),
+             helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("Add", ["e", "f"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [5])],
+                          [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+                          [numpy_helper.from_array(np.arange(10.0) * 3, "table")])
+    graph = load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        ids = rng.integers(0, 10, 5)
+        (y,) = graph.forward([ids])
+        np.testing.assert_array_equal(y, np.arange(10.0)[ids] * 3 + ids)
+    assert graph.memory_stats()["planned_nodes"] == 3

@@ -167,6 +167,28 @@ def test_lenet_runs_clean_under_sanitizers(lenet, tmp_path):
                                    atol=1e-5)
 
 
+def test_relative_and_absolute_folders_from_any_directory(lenet, tmp_path, monkeypatch):
+    """export_c("export_int8") then compile_and_run("export_int8"), as the
+    README writes them, and the same export reached from another directory
+    by a relative and an absolute path."""
+    model, x, q = lenet
+    (tmp_path / "work").mkdir()
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    export_c(q, "export_int8", inputs=[x[:1]], verbose=False)
+    assert (tmp_path / "work" / "export_int8" / "forward.c").is_file()
+    embedded = q.run(q.quantize_inputs(x[:1])[0])[0]
+    np.testing.assert_array_equal(compile_and_run("export_int8")[0], embedded)
+    monkeypatch.chdir(tmp_path / "other")
+    xq = q.quantize_inputs(x)[0]
+    for folder in ("../work/export_int8", str(tmp_path / "work" / "export_int8")):
+        np.testing.assert_array_equal(compile_and_run(folder, [xq])[0], q.run(xq)[0])
+    export_c(q, "../work/export_int8", inputs=[x[1:2]], verbose=False)  # replaced
+    np.testing.assert_array_equal(compile_and_run("../work/export_int8")[0],
+                                  q.run(q.quantize_inputs(x[1:2])[0])[0])
+    assert not list((tmp_path / "other").iterdir())
+
+
 def test_export_layout_sizes_and_makefile(lenet, tmp_path, capsys):
     model, x, q = lenet
     folder = tmp_path / "lenet"

@@ -35,11 +35,11 @@ MOVED = {
 # the part (first name under aidge_interop) -> its layer; the older paths (aliases), the
 # package and __main__ are above them all
 LAYERS = {"_util": 0, "tensor_converter": 1, "graph": 1, "recipes": 1, "profiling": 1,
-          "visualize": 1, "examples": 1, "onnx": 2, "bridge": 3, "compare": 4, "quant": 4,
-          "testing": 5}
+          "visualize": 1, "explorer": 1, "examples": 1, "onnx": 2, "bridge": 3, "compare": 4,
+          "quant": 4, "testing": 5}
 UNMOVED = ["aidge_interop.tensor_converter", "aidge_interop.graph", "aidge_interop.recipes",
-           "aidge_interop.profiling", "aidge_interop.visualize", "aidge_interop.examples",
-           "aidge_interop.testing", "aidge_interop.testing.plugin",
+           "aidge_interop.profiling", "aidge_interop.visualize", "aidge_interop.explorer",
+           "aidge_interop.examples", "aidge_interop.testing", "aidge_interop.testing.plugin",
            "aidge_interop.testing.operators", "aidge_interop.testing.model_tester"]
 
 

@@ -268,6 +268,15 @@ def test_engine_model_eval_and_two_inputs():
         .test_multiple_step([(4, 8), (4, 8)])
 
 
+def test_inputs_take_the_dtype_a_parameterless_model_was_wrapped_for():
+    gelu = torch.nn.GELU()
+    engine = aidge_interop.wrap(gelu, [torch.randn(2, 5, dtype=torch.float64)])
+    tester = quiet(gelu, engine, name="GELU_f64", epochs=2)
+    assert tester.dtype is torch.float64
+    tester.test_multiple_step((3, 5))  # float64 outputs, loss and gradients compared
+    assert quiet(gelu, aidge_interop.wrap(gelu, [(2, 5)])).dtype is torch.float32
+
+
 def test_engine_optimizer_with_momentum_drives_torch_sgd():
     torch.manual_seed(2)
     model = MLP()

@@ -16,7 +16,16 @@ miss its float64 gradients at the default tolerances (rtol 1e-3, atol 1e-4)
 on random batches: anomaly autoencoder 11/30, DS-CNN 1/30, ResNet-8 1/30,
 MobileNet 3/6 (a ReLU after the last strided depthwise BatchNorm flips).
 In float32 those cases would measure rounding, not the engine.
+
+Cases are written as upstream's suite writes them: ``"model"`` is a model
+instance (``lenet_model.TorchLeNet()``) or a factory that builds one, and
+``epochs`` may be left out (ModelTester's default). The fixture works on a
+copy of an instance: a train case does not change the weights the next
+case starts from.
 """
+import copy
+import inspect
+
 import pytest
 import torch
 
@@ -27,7 +36,8 @@ from models import anomaly_model, kws_model, lenet_model, mobilenet_model, perce
 
 BATCH_SIZE = 4
 
-_PERCEPTRON = {"model": perceptron_model.perceptron, "input_size": (BATCH_SIZE, 16),
+# an instance, as upstream writes cases; the others are factories
+_PERCEPTRON = {"model": perceptron_model.perceptron(), "input_size": (BATCH_SIZE, 16),
                "output_size": (BATCH_SIZE, 4)}
 _LENET = {"model": lenet_model.lenet, "input_size": (BATCH_SIZE, 1, 32, 32),
           "output_size": (BATCH_SIZE, 10)}
@@ -40,12 +50,13 @@ _MOBILENET = {"model": mobilenet_model.mobilenet_v1, "input_size": (BATCH_SIZE, 
 _RESNET = {"model": resnet_model.resnet8, "input_size": (BATCH_SIZE, 3, 32, 32),
            "output_size": (BATCH_SIZE, 10)}
 
-# name, model (a factory), input_size, output_size, test_backward (True: train
-# mode), epochs, optional dtype (default float32) and expected_failure.
-# Epochs stay few for the big networks: the whole suite runs in about a minute.
+# name, model (an instance or a factory), input_size, output_size,
+# test_backward (True: train mode), and optional epochs (default: ModelTester's,
+# 10), dtype (default float32) and expected_failure. Epochs stay few for the
+# big networks: the whole suite runs in about a minute.
 test_cases = [
-    {"name": "Perceptron_eval", **_PERCEPTRON, "test_backward": False, "epochs": 10},
-    {"name": "Perceptron_train", **_PERCEPTRON, "test_backward": True, "epochs": 10},
+    {"name": "Perceptron_eval", **_PERCEPTRON, "test_backward": False},
+    {"name": "Perceptron_train", **_PERCEPTRON, "test_backward": True},
     {"name": "LeNet_eval", **_LENET, "test_backward": False, "epochs": 5},
     {"name": "LeNet_train", **_LENET, "test_backward": True, "epochs": 5},
     {"name": "Anomaly_eval", **_ANOMALY, "test_backward": False, "epochs": 5},
@@ -61,8 +72,9 @@ test_cases = [
      "dtype": torch.float64},
 ]
 
-_REQUIRED = {"name", "model", "input_size", "output_size", "test_backward", "epochs"}
-_OPTIONAL = {"dtype", "expected_failure"}
+_REQUIRED = {"name", "model", "input_size", "output_size", "test_backward"}
+_OPTIONAL = {"epochs", "dtype", "expected_failure"}
+DEFAULT_EPOCHS = inspect.signature(ModelTester).parameters["epochs"].default
 
 
 def _param(case: dict):
@@ -72,10 +84,19 @@ def _param(case: dict):
         raise ValueError(f"test_models.py: case '{name}' has missing key(s) {sorted(missing)} "
                          f"and unknown key(s) {sorted(unknown)}; a case has "
                          f"{sorted(_REQUIRED)} and optionally {sorted(_OPTIONAL)}")
+    if not (isinstance(case["model"], torch.nn.Module) or callable(case["model"])):
+        raise TypeError(f"test_models.py: case '{name}': 'model' must be a torch.nn.Module "
+                        f"or a factory returning one, not {type(case['model']).__name__}")
     marks = ()
     if case.get("expected_failure"):
         marks = pytest.mark.xfail(reason=case["expected_failure"])
     return pytest.param(case, id=name, marks=marks)
+
+
+def _build(case: dict) -> torch.nn.Module:
+    """A fresh model of the case: a copy of its instance, or its factory's."""
+    model = case["model"]
+    return copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model()
 
 
 @pytest.fixture(params=[_param(case) for case in test_cases])
@@ -83,7 +104,7 @@ def model_test_case(request):
     """The case's dict plus ``torch_model`` (seeded, in the case's mode and
     dtype) and ``aidge_model`` (its :func:`aidge_interop.wrap`)."""
     case = request.param
-    torch_model = case["model"]().to(case.get("dtype", torch.float32))
+    torch_model = _build(case).to(case.get("dtype", torch.float32))
     torch_model.train(case["test_backward"])
     aidge_model = aidge_interop.wrap(torch_model, [case["input_size"]])
     return {**case, "torch_model": torch_model, "aidge_model": aidge_model}
@@ -97,7 +118,7 @@ def test_model(model_test_case, aidge_max_slowdown):
         model2=case["aidge_model"],
         name=case["name"],
         test_backward=case["test_backward"],
-        epochs=case["epochs"],
+        epochs=case.get("epochs", DEFAULT_EPOCHS),
         max_slowdown_ratio=aidge_max_slowdown,
     )
     tester.test_multiple_step(input_sizes=case["input_size"], label_sizes=case["output_size"])
@@ -108,7 +129,7 @@ def test_model(model_test_case, aidge_max_slowdown):
 def test_output_size(case):
     """Each network maps its documented input shape to its documented output
     shape (models.md), at BATCH_SIZE and at batch 1."""
-    model = case["model"]().eval()
+    model = _build(case).eval()
     for batch in (BATCH_SIZE, 1):
         with torch.no_grad():
             out = model(torch.zeros(batch, *case["input_size"][1:]))

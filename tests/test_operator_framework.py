@@ -118,6 +118,19 @@ def test_forward_only_sections_are_dropped_unless_requested(tmp_path, monkeypatc
     assert "Conv2D_shape_batch_1" not in ids(forward_only_cases=False)  # the config decides
 
 
+def test_the_toggle_set_on_the_package_is_the_one_read(tmp_path, monkeypatch):
+    import aidge_interop.testing as testing
+
+    monkeypatch.setattr(testing, "INCLUDE_FORWARD_ONLY_CASES", True)
+    assert framework.INCLUDE_FORWARD_ONLY_CASES is True
+    assert "Conv2D_shape_batch_1" in [c.id for c in cases_of(tmp_path, CONV2D_FLAT,
+                                                              name="Conv2D")]
+    testing.INCLUDE_FORWARD_ONLY_CASES = False
+    assert framework.INCLUDE_FORWARD_ONLY_CASES is testing.INCLUDE_FORWARD_ONLY_CASES is False
+    assert "Conv2D_shape_batch_1" not in [c.id for c in cases_of(tmp_path, CONV2D_FLAT,
+                                                                  name="Conv2D")]
+
+
 def test_a_shape_leaf_that_trains_is_kept(tmp_path):
     data = {"base_configuration": {"input_specs": [{"name": "x", "shape": [2, 3]}]},
             "test_configurations": {"deep": {"shape": {"big": {"test_backward": True},
@@ -187,6 +200,92 @@ def test_supported_attrs_can_be_replaced(tmp_path):
     assert case.torch_kwargs == {"negative_slope": 0.5}
 
 
+def test_sweeps_of_values_and_of_cases(tmp_path):
+    data = {
+        "base_configuration": {"attributes": {"kernel_dims": [3, 3]},
+                               "input_specs": [{"name": "data_input", "shape": [2, 4, 9, 9]},
+                                               {"name": "weight", "shape": [8, 4, 3, 3]}]},
+        "test_configurations": {"sweeps": {
+            "kernel_dims": [[1, 1], [5, 5]],          # an attribute: one case per value
+            "nb_groups": [1, 2],
+            "data_input": [[1, 4, 9, 9], [3, 4, 5, 7]],  # a base spec: one case per shape
+            "dilation": [{"attributes": {"dilation_dims": [2, 2]}},  # cases, by position
+                         {"big": {"attributes": {"dilation_dims": [3, 3]}}}],
+        }},
+    }
+    cases = cases_of(tmp_path, data, name="Conv2D", specs_to_kwargs=conv_kwargs)
+    assert [c.id for c in cases] == [
+        "Conv2D_sweeps_kernel_dims_1_1", "Conv2D_sweeps_kernel_dims_5_5",
+        "Conv2D_sweeps_nb_groups_1", "Conv2D_sweeps_nb_groups_2",
+        "Conv2D_sweeps_data_input_1_4_9_9", "Conv2D_sweeps_data_input_3_4_5_7",
+        "Conv2D_sweeps_dilation_0", "Conv2D_sweeps_dilation_1_big",
+    ]
+    assert cases[1].torch_kwargs == {"kernel_size": (5, 5), "in_channels": 4,
+                                     "out_channels": 8}
+    assert cases[3].torch_kwargs["groups"] == 2
+    assert [c.input_size for c in cases[4:6]] == [(1, 4, 9, 9), (3, 4, 5, 7)]
+    assert cases[6].torch_kwargs["dilation"] == (2, 2)
+    assert cases[7].torch_kwargs["dilation"] == (3, 3)
+
+
+def test_float64_data_input_and_data_values(tmp_path):
+    data = {
+        "base_configuration": {"input_specs": [
+            {"name": "data_input", "shape": [2, 3], "dtype": "float64"},
+            {"name": "shape", "dtype": "int64", "data": [3, 2]},       # shape from data
+            {"name": "table", "shape": [2, 2], "data": [[0.5, 1], [2, 3]]}]},
+        "test_configurations": {"g": {"plain": {},
+                                      "single": {"input_specs": [
+                                          {"name": "data_input", "dtype": "float32"}]}}},
+    }
+    seen = []
+    plain, single = cases_of(tmp_path, data, specs_to_kwargs=lambda s: seen.append(s) or {})
+    assert (plain.dtype, single.dtype) == ("float64", "float32")
+    data["base_configuration"]["input_specs"][0]["data"] = [[0, 1, 2], [3, 4, 5]]
+    with pytest.warns(framework.OperatorConfigWarning) as record:  # once for the file
+        cases_of(tmp_path, data)
+    assert [str(w.message) for w in record] == [
+        f"{tmp_path / 'op.json'}: test_configurations.g.plain: the 'data' of the data input "
+        "'data_input' is not what the models are fed: ModelTester feeds random inputs of its "
+        "shape (the values reach specs_to_kwargs and the fixture's input_specs)"]
+    assert plain.input_specs == seen[0] == [
+        {"name": "data_input", "shape": [2, 3], "dtype": "float64"},
+        {"name": "shape", "dtype": "int64", "data": [3, 2], "shape": [2]},
+        {"name": "table", "shape": [2, 2], "data": [[0.5, 1], [2, 3]]}]
+
+
+def test_unknown_keys_are_warnings_naming_file_and_key(tmp_path):
+    data = {
+        "operator": "Conv", "opset_version": 21,
+        "base_configuration": {"input_specs": [{"name": "x", "shape": [2, 3], "layout": "nc"}],
+                               "notes": "from the engine's benchmarks"},
+        "test_configurations": {"g": {"c": {"attributes": {"axes": [1]}, "comment": "x"}},
+                                "about": "reductions"},
+    }
+    with pytest.warns(framework.OperatorConfigWarning) as record:
+        (case,) = cases_of(tmp_path, data)
+    messages = [str(w.message) for w in record]
+    file = str(tmp_path / "op.json")
+    assert messages == [
+        f"{file}: operator: unknown key 'operator' ignored (a benchmark file holds "
+        "['base_configuration', 'operation', 'test_configurations'])",
+        f"{file}: opset_version: unknown key 'opset_version' ignored (a benchmark file holds "
+        "['base_configuration', 'operation', 'test_configurations'])",
+        f"{file}: base_configuration.notes: unknown key 'notes' ignored (base_configuration "
+        "holds ['attributes', 'input_specs'])",
+        f"{file}: base_configuration.input_specs[0].layout: unknown key 'layout' ignored (an "
+        "input spec holds ['data', 'dtype', 'name', 'shape'])",
+        f"{file}: test_configurations.g.c.comment: unknown key 'comment' ignored (a case "
+        "holds ['attributes', 'expected_failure', 'input_size', 'input_specs', "
+        "'output_size', 'test_backward'])",
+        f"{file}: test_configurations.about: unknown key 'about' ignored (a group holds "
+        'cases, groups and sweeps; this is "reductions")',
+    ]
+    assert record[0].filename == __file__  # points at the suite, not the framework
+    assert case.torch_kwargs == {"dim": (1,)}
+    assert case.input_specs == [{"name": "x", "shape": [2, 3]}]
+
+
 def test_manual_cases_are_used_as_given(tmp_path):
     manual = [OperatorCase("Op_a", Op, {"k": 1}, (2, 3)),
               OperatorCase("Op_b", Op, {}, (4,), test_backward=False)]
@@ -207,8 +306,6 @@ def flat(case: dict, base_attrs=None) -> dict:
     ('{"a": [1, 2,}', "op.json:1:13: not valid JSON"),
     ([1, 2], "op.json: <top level>: expected an object, got list"),
     ({"base_configuration": {}}, "has 'base_configuration' but no 'test_configurations'"),
-    ({"base_configuration": {}, "test_configurations": {}, "extra": 1},
-     "op.json: extra: unknown key"),
     (flat({"attributes": {"kernel_dims": 5}}),
      "op.json: test_configurations.group.case.attributes.kernel_dims: expected a list of "
      "numbers, got 5"),
@@ -218,16 +315,17 @@ def flat(case: dict, base_attrs=None) -> dict:
      "test_configurations.group.case.attributes.nb_groups: expected an integer, got 2.5"),
     (flat({"attributes": {"nb_groups": True}}),
      "test_configurations.group.case.attributes.nb_groups: expected an integer, got true"),
-    (flat({"attributes": {"kernel_dims": [3, 3]}, "input_spec": []}),
-     "op.json: test_configurations.group.case.input_spec: unknown key"),
     (flat({"test_backward": "yes"}),
      "test_configurations.group.case.test_backward: expected true or false"),
     (flat({"output_size": [2, -1]}),
      "test_configurations.group.case.output_size: expected a shape"),
     (flat({"input_specs": [{"shape": [1]}]}),
      "test_configurations.group.case.input_specs[0].name: every input spec needs a 'name'"),
-    (flat({"input_specs": [{"name": "x", "shape": [1], "dtype": "float64"}]}),
-     "input_specs[0].dtype: dtype 'float64' is not supported"),
+    (flat({"input_specs": [{"name": "x", "shape": [1], "dtype": "flaot32"}]}),
+     "input_specs[0].dtype: unknown dtype 'flaot32'; one of ['float32', 'float64', "),
+    (flat({"input_specs": [{"name": "x", "shape": [1], "dtype": "int64"}]}),
+     "test_configurations.group.case.input_specs: case 'Op_group_case': the data input 'x' "
+     "has dtype 'int64'; the cases feed it random floats: one of ['float32', 'float64']"),
     (flat({"input_specs": [{"name": "w"}]}),
      "test_configurations.group.case.input_specs: input spec 'w' has no 'shape'"),
     (flat({"attributes": {"axis": 1}}, base_attrs={"axes": [1]}),
@@ -235,17 +333,36 @@ def flat(case: dict, base_attrs=None) -> dict:
     ({"c": {}}, "op.json: c: case 'Op_c' has no input shape"),
     ({"c": {"input_size": [1], "input_specs": [{"name": "x", "shape": [1]}]}},
      "op.json: c: give 'input_size' or 'input_specs', not both"),
-    ({"c": 3}, "op.json: c: expected a case or a group of cases, got 3"),
     ({}, "op.json: <top level>: defines no case"),
     ({"base_configuration": {}, "test_configurations": {"ok": {}}},
      "op.json: test_configurations.ok: expected groups 'attr' and/or 'shape'"),
-    (flat({"input_specs": [{"name": "x", "shape": [1], "data": [0.5]}]}),
-     "input_specs[0].data: fixed tensor values are not supported"),
-], ids=["invalid_json", "not_an_object", "no_test_configurations", "unknown_top_key",
-        "tuple_type", "bool_type", "int_type", "bool_is_no_int", "unknown_leaf_key",
+    (flat({"input_specs": [{"name": "x", "shape": [2], "data": [0.5]}]}),
+     "input_specs[0].data: has shape [1], the spec's 'shape' is [2]"),
+    (flat({"input_specs": [{"name": "x", "data": [[1, 2], [3]]}]}),
+     "input_specs[0].data[1]: ragged data: shape [1], but "),
+    (flat({"input_specs": [{"name": "x", "data": [1, "a"]}]}),
+     "input_specs[0].data[1]: expected numbers or lists of numbers, got \"a\""),
+    ({"base_configuration": {"input_specs": [{"name": "x", "shape": [2, 3],
+                                              "data": [[1, 2, 3], [4, 5, 6]]}]},
+      "test_configurations": {"g": {"c": {"input_specs": [{"name": "x", "shape": [3, 2]}]}}}},
+     "test_configurations.g.c.input_specs: input spec 'x': its 'data' has shape [2, 3], "
+     "its 'shape' is [3, 2]"),
+    (flat({}) | {"test_configurations": {"s": {"kernel_dims": []}}},
+     "op.json: test_configurations.s.kernel_dims: an empty sweep defines no case"),
+    (flat({}) | {"test_configurations": {"s": {"kernel_dims": [[1], {}]}}},
+     "test_configurations.s.kernel_dims: a sweep holds cases (objects) or values, not both"),
+    (flat({}) | {"test_configurations": {"s": {"kernel": [[1], [2]]}}},
+     "test_configurations.s.kernel: a sweep of values needs a label that names an attribute "
+     "of operator 'Op' or a base input spec ['x']; 'kernel' is neither"),
+    (flat({}) | {"test_configurations": {"s": {"nb_groups": [1, 2.5]}}},
+     "test_configurations.s.nb_groups[1].attributes.nb_groups: expected an integer, got 2.5"),
+], ids=["invalid_json", "not_an_object", "no_test_configurations",
+        "tuple_type", "bool_type", "int_type", "bool_is_no_int",
         "test_backward_type", "negative_dim", "spec_without_name", "spec_dtype",
-        "spec_without_shape", "two_attributes_one_kwarg", "no_input_shape",
-        "input_size_and_specs", "leaf_not_an_object", "no_case", "empty_ok", "spec_data"])
+        "data_input_dtype", "spec_without_shape", "two_attributes_one_kwarg", "no_input_shape",
+        "input_size_and_specs", "no_case", "empty_ok", "data_vs_shape",
+        "ragged_data", "data_not_numbers", "merged_shape_vs_base_data", "empty_sweep",
+        "mixed_sweep", "sweep_of_unknown_name", "sweep_value_type"])
 def test_bad_configuration_names_file_and_json_path(tmp_path, data, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         cases_of(tmp_path, data)
@@ -273,10 +390,12 @@ def test_specs_to_kwargs_failure_names_the_case(tmp_path):
     assert isinstance(info.value.__cause__, IndexError)
 
 
-def test_unknown_skip_reason_key_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match=re.escape(
-            "skip_reasons names no case: ['groupcase']; the case keys are ['group_case']")):
-        cases_of(tmp_path, flat({}), skip_reasons={"groupcase": "typo"})
+def test_unknown_skip_reason_key_is_a_warning(tmp_path):
+    with pytest.warns(framework.OperatorConfigWarning, match=re.escape(
+            "OperatorConfig(name='Op'): skip_reasons names no case: ['groupcase'] (ignored); "
+            "the case keys are ['group_case']")):
+        (case,) = cases_of(tmp_path, flat({}), skip_reasons={"groupcase": "typo"})
+    assert case.id == "Op_group_case"
 
 
 def test_missing_file_is_named(tmp_path):
@@ -374,7 +493,11 @@ def test_fixture_yields_the_documented_dict(pytester):
     tiny_suite(pytester, '''
 case = tiny_case
 assert set(case) == {"name", "torch_model", "aidge_model", "input_size", "output_size",
-                     "test_backward", "optimizer", "cuda", "max_slowdown_ratio", "engine"}
+                     "test_backward", "optimizer", "cuda", "max_slowdown_ratio", "dtype",
+                     "input_specs", "engine"}
+assert case["engine"] == "aidge_interop"
+assert case["dtype"] is torch.float32
+assert case["input_specs"][0] == {"name": "data_input", "shape": list(case["input_size"])}
 assert isinstance(case["torch_model"], Tiny)
 assert isinstance(case["aidge_model"], aidge_interop.AidgeModule)
 assert case["output_size"] == (case["input_size"][0], 3)   # inferred from the torch model
@@ -457,6 +580,16 @@ def test_forward_only_option_keeps_shape_cases(pytester):
     result = run(pytester, "--collect-only", "-q", "--forward-only-cases")
     result.stdout.fnmatch_lines(["*Tiny_shape_batch_1*", "*3 tests collected*"])
     assert framework.INCLUDE_FORWARD_ONLY_CASES is False  # restored after the run
+
+
+def test_a_conftest_toggle_keeps_shape_cases(pytester):
+    tiny_suite(pytester, "pass")
+    pytester.makeconftest("INCLUDE_FORWARD_ONLY_CASES = True\n")
+    result = run(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*Tiny_shape_batch_1*", "*3 tests collected*"])
+    pytester.makeconftest("INCLUDE_FORWARD_ONLY_CASES = False\n")
+    result = run(pytester, "--collect-only", "-q", "--forward-only-cases")  # the option wins
+    result.stdout.fnmatch_lines(["*3 tests collected*"])
 
 
 def test_bad_configuration_is_a_collection_error(pytester):

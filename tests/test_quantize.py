@@ -836,6 +836,24 @@ def test_quantize_bad_arguments():
         quantize(model, np.zeros_like(x, dtype=np.int8))
 
 
+def test_calibration_set_as_a_list_of_samples():
+    """A list of per-sample arrays or tensors (batch axis of 1 or none)
+    calibrates like the stacked array: the same scales, weights and outputs."""
+    model, x, _ = example("lenet")
+    wrapped = aidge_interop.wrap(model, [(1, *x.shape[1:])]).eval()
+    stacked = quantize(wrapped, x, batch_size=5)
+    for samples in ([x[i:i + 1] for i in range(len(x))], [torch.from_numpy(s) for s in x],
+                    [aidge_interop.Tensor(np.ascontiguousarray(s)) for s in x]):
+        q = quantize(wrapped, samples, batch_size=5)
+        assert q.scales == stacked.scales
+        for a, b in zip(q.layers, stacked.layers):
+            assert (a.weight is None and b.weight is None) or np.array_equal(a.weight, b.weight)
+        xq = stacked.quantize_inputs(x)[0]
+        np.testing.assert_array_equal(q.run(xq)[0], stacked.run(xq)[0])
+    with pytest.raises(ValueError, match="forward takes 1 inputs, got 3 arrays.*wrap"):
+        quantize(model, [x[:1], x[1:2], x[2:3]])  # a torch module: its input rank is unknown
+
+
 # -- accuracy() ------------------------------------------------------------------------------
 
 def test_accuracy_known_answer():

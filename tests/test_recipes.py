@@ -58,12 +58,21 @@ def test_recipes_preserve_outputs_of_the_suite(name):
     with torch.no_grad():
         ref5 = factory().eval()(torch.from_numpy(x5)).numpy()
     np.testing.assert_allclose(graph.forward(x5)[0], ref5, rtol=RTOL, atol=ATOL)
-    # expand_metaops gives the unfused graph back (BatchNorms stay folded)
+    # expand_metaops undoes the fusions (the Flatten stays removed), restore_flatten
+    # the Flatten: the unfused graph (BatchNorms stay folded)
+    fused = [n for n in graph.nodes() if n["op_type"].startswith("Fused")]
     report = recipes.expand_metaops(graph)
-    assert len(report) == sum(op.startswith("Fused") for op in ops)
+    assert len(report) == sum("activation" in n["attrs"] for n in fused)
+    assert [n["name"] for n in graph.nodes() if n["op_type"].startswith("Fused")] == \
+        [n["name"] for n in fused if "flatten_axis" in n["attrs"]]
+    assert not any("activation" in n["attrs"] for n in graph.nodes())
+    np.testing.assert_allclose(graph.forward(x5)[0], ref5, rtol=RTOL, atol=ATOL)
+    report = recipes.restore_flatten(graph)
+    assert len(report) == sum("flatten_axis" in n["attrs"] for n in fused)
     assert not any(op.startswith("Fused") for op in _ops(graph))
     np.testing.assert_allclose(graph.forward(x5)[0], ref5, rtol=RTOL, atol=ATOL)
-    assert [r.recipe for r in graph.history] == list(PIPELINE) + ["expand_metaops"]
+    assert [r.recipe for r in graph.history] == list(PIPELINE) + ["expand_metaops",
+                                                                  "restore_flatten"]
 
 
 def test_expand_metaops_restores_names_and_order():
@@ -73,11 +82,68 @@ def test_expand_metaops_restores_names_and_order():
     recipes.fuse_activation(graph)
     assert _ops(graph) == ["FusedConv", "MaxPool", "FusedConv", "MaxPool", "FusedGemm",
                            "FusedGemm", "Gemm"]
-    recipes.expand_metaops(graph)
+    recipes.expand_metaops(graph)  # the fusions only: the first Gemm still reads unflattened
+    assert _ops(graph) == ["Conv", "Relu", "MaxPool", "Conv", "Relu", "MaxPool", "FusedGemm",
+                           "Relu", "Gemm", "Relu", "Gemm"]
+    assert graph.nodes()[6]["attrs"]["flatten_axis"] == 1
+    assert recipes.restore_flatten(graph) == [
+        f"FusedGemm '{original[7][0]}' expanded into Flatten, Gemm"]
     restored = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
     assert restored == original
     assert not any(k in n["attrs"] for n in graph.nodes()
                    for k in ("activation", "flatten_axis", "activation_node"))
+
+
+def test_expand_metaops_keeps_the_flatten_removed():
+    """Aidge's notebook order: remove_flatten, fuse_batchnorm, expand_metaops.
+    The Flatten stays removed (a FusedGemm that fuses nothing else is left
+    alone, with the reason), the outputs are unchanged; restore_flatten
+    gives it back."""
+    graph, x, ref = _suite_graph("lenet")
+    assert len(recipes.remove_flatten(graph)) == 1
+    recipes.fuse_batchnorm(graph)
+    report = recipes.expand_metaops(graph)
+    gemm = next(n for n in graph.nodes() if n["op_type"] == "FusedGemm")
+    assert list(report) == [] and report.skipped == [
+        f"FusedGemm '{gemm['name']}' kept: it fuses only a Flatten (remove_flatten; "
+        "restore_flatten gives it back)"]
+    assert "Flatten" not in _ops(graph)
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=RTOL, atol=ATOL)
+    assert len(recipes.restore_flatten(graph)) == 1
+    assert "Flatten" in _ops(graph) and "FusedGemm" not in _ops(graph)
+    assert len(recipes.restore_flatten(graph)) == 0  # nothing left to restore
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=RTOL, atol=ATOL)
+
+
+def test_restore_flatten_keeps_the_fusions():
+    """restore_flatten undoes remove_flatten only: a FusedGemm with an
+    activation stays fused, reading the Flatten again; one Flatten read by
+    two Gemms comes back once, with its names."""
+    rng = np.random.default_rng(12)
+    inits = {k: rng.normal(0, 1, (3, 8)).astype(np.float32) for k in ("w1", "w2")}
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "w1"], ["a"], name="fc1", transB=1),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["f", "w2"], ["b"], name="fc2", transB=1),
+             helper.make_node("Add", ["r", "b"], ["y"], name="add")]
+    graph = load_onnx(model(nodes, [("x", (2, 2, 4))], [("y", (2, 3))], inits))
+    original = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    x = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    ref = np.maximum(x.reshape(2, 8) @ inits["w1"].T, 0) + x.reshape(2, 8) @ inits["w2"].T
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=1e-5, atol=1e-6)
+    assert len(recipes.remove_flatten(graph)) == 2
+    assert len(recipes.fuse_activation(graph)) == 1
+    assert _ops(graph) == ["FusedGemm", "FusedGemm", "Add"]
+    assert len(recipes.restore_flatten(graph)) == 2
+    assert _ops(graph) == ["Flatten", "FusedGemm", "Gemm", "Add"]
+    fc1 = graph.nodes()[1]
+    assert fc1["inputs"][0] == "f" and fc1["attrs"]["activation"] == "Relu"
+    assert "flatten_axis" not in fc1["attrs"]
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=1e-5, atol=1e-6)
+    assert len(recipes.expand_metaops(graph)) == 1
+    restored = [(n["name"], n["op_type"], n["inputs"], n["outputs"]) for n in graph.nodes()]
+    assert restored == original
+    np.testing.assert_allclose(graph.forward(x)[0], ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["lenet", "perceptron"])
@@ -172,8 +238,11 @@ def test_fused_clip_forward_and_backward_against_torch():
     for k, g in graph.grads().items():
         np.testing.assert_allclose(g, p[k].grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
     recipes.expand_metaops(graph)
-    assert _ops(graph) == ["Conv", "Clip", "Flatten", "Gemm", "Relu"]
+    assert _ops(graph) == ["Conv", "Clip", "FusedGemm", "Relu"]
     graph.training = False
+    np.testing.assert_allclose(graph.forward(x)[0], y, rtol=0, atol=0)
+    recipes.restore_flatten(graph)
+    assert _ops(graph) == ["Conv", "Clip", "Flatten", "Gemm", "Relu"]
     np.testing.assert_allclose(graph.forward(x)[0], y, rtol=0, atol=0)
 
 

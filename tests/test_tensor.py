@@ -238,23 +238,56 @@ def test_bad_input_unsupported_numpy_dtype(dtype):
 
 @pytest.mark.parametrize("obj", [object(), "abc", {"a": 1}, None], ids=lambda o: type(o).__name__)
 def test_bad_input_not_a_tensor(obj):
-    with pytest.raises(TypeError, match="argument 't'"):
+    with pytest.raises(TypeError, match="argument 'torch_tensor'"):
         torch_tensor_to_aidge(obj)
-    with pytest.raises(TypeError, match="argument 'a'"):
+    with pytest.raises(TypeError, match="argument 'aidge_tensor'"):
         aidge_tensor_to_torch(obj)
 
 
-def test_bad_input_overlapping_strides():
+@pytest.mark.parametrize("copy", [None, True])
+def test_conversion_cpu_overlapping_is_copied(copy):
+    # expand / broadcast_to address an element more than once: no engine view
+    # can hold them, so the converter copies (copy=None) as copy=True does
+    src = torch.arange(3.0).reshape(3, 1)
+    t = src.expand(3, 4)
+    expected = t.clone()
+    a = torch_tensor_to_aidge(t, copy=copy)
+    assert a.is_contiguous() and a.strides == (4, 1)
+    assert torch.equal(aidge_tensor_to_torch(a), expected)
+    arr = np.broadcast_to(np.arange(4.0), (5, 4))
+    b = torch_tensor_to_aidge(arr, copy=copy)
+    assert b.is_contiguous()
+    np.testing.assert_array_equal(b.numpy(), arr)
+    src.add_(1)  # a copy: independent of the source
+    np.testing.assert_array_equal(a.numpy(), expected.numpy())
+
+
+def test_bad_input_view_demanded():
+    # copy=False demands a view and says why there can be none
     t = torch.arange(3.0).reshape(3, 1).expand(3, 4)
-    with pytest.raises(ValueError, match="argument 't'.*more than once"):
-        torch_tensor_to_aidge(t)
+    with pytest.raises(ValueError, match="argument 'torch_tensor'.*more than once"):
+        torch_tensor_to_aidge(t, copy=False)
     arr = np.broadcast_to(np.arange(4.0), (5, 4))
     with pytest.raises(ValueError, match="more than once"):
-        Tensor(arr)
-    # copy=True materialises it
-    a = torch_tensor_to_aidge(t, copy=True)
-    assert a.is_contiguous()
-    assert torch.equal(aidge_tensor_to_torch(a), t)
+        torch_tensor_to_aidge(arr, copy=False)
+    with pytest.raises(ValueError, match="more than once"):
+        Tensor(arr)  # the engine's own constructor views or copies as told (copy=False)
+    with pytest.raises(ValueError, match="argument 'torch_tensor' is on meta"):
+        torch_tensor_to_aidge(torch.empty(2, device="meta"), copy=False)
+    readonly = np.arange(6.0)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*read-only"):
+        aidge_tensor_to_torch(Tensor(readonly), copy=False)
+    reversed_ = Tensor(np.arange(6.0)[::-1])
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*negative strides"):
+        aidge_tensor_to_torch(reversed_, copy=False)
+    with pytest.raises(ValueError, match="argument 'aidge_tensor'.*goes to cuda"):
+        aidge_tensor_to_torch(Tensor(np.arange(6.0)), device="cuda", copy=False)
+    # where a view exists, copy=False gives it
+    x = torch.randn(4, 5).t()
+    a = torch_tensor_to_aidge(x, copy=False)
+    assert a.data_ptr == x.data_ptr() and a.strides == x.stride()
+    assert aidge_tensor_to_torch(a, copy=False).data_ptr() == x.data_ptr()
 
 
 def test_bad_input_rank_too_high():

@@ -229,6 +229,29 @@ def test_visualize_arguments(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing half-written
 
 
+def test_picture_without_a_path_shows_inline(tmp_path):
+    """visualize() without a path returns the picture, which Jupyter shows
+    (``_repr_svg_``); so does the Graph itself. The picture is taken when
+    asked: a recipe after it does not change it, and save writes it."""
+    from IPython.core.formatters import DisplayFormatter
+
+    graph = _graph("lenet")
+    picture = graph.visualize(title="Imported LeNet")
+    svg, _ = render(graph, title="Imported LeNet")
+    assert picture == svg and DisplayFormatter().format(picture)[0]["image/svg+xml"] == svg
+    assert DisplayFormatter().format(graph)[0]["image/svg+xml"] == render(graph)[0]
+    _check_svg(ET.fromstring(picture), graph)
+    assert not list(tmp_path.iterdir())  # nothing written
+    recipes.remove_flatten(graph)
+    assert render(graph, title="Imported LeNet")[0] != picture
+    path = picture.save(tmp_path / "imported.html")
+    page = (tmp_path / "imported.html").read_text()
+    assert path == str(tmp_path / "imported.html") and svg in page
+    assert page.startswith("<!DOCTYPE html>") and "<title>Imported LeNet</title>" in page
+    with pytest.raises(ValueError, match=r"\.svg or \.html"):
+        picture.save(tmp_path / "imported.png")
+
+
 def test_show_command(tmp_path, capsys):
     out = tmp_path / "p.svg"
     assert main(["show", "perceptron", "--recipes", "all", "--out", str(out)]) == 0

@@ -29,10 +29,13 @@ from .._C import Tensor
 from ..onnx import build_graph
 from ..tensor_converter import aidge_tensor_to_torch, torch_tensor_to_aidge
 from .structure import Structure, flatten, unflatten
+from .upstream import after_export, graph_names, value_names, wrap_options
 
 __all__ = ["wrap", "AidgeModule", "export_onnx_bytes"]
 
 DEFAULT_OPSET = 20
+#: backward passes after which a module whose parameters no step changed warns
+_IDLE_BACKWARDS = 10
 
 # torch.onnx.export keeps global state (GLOBALS.in_onnx_export): one export at a
 # time, whatever the number of threads wrapping models
@@ -134,7 +137,8 @@ EXPORTERS = ("torchscript", "dynamo")
 
 
 def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
-            dynamic_batch: bool, exporter: str = "torchscript") -> _Export:
+            dynamic_batch: bool, exporter: str = "torchscript", in_names=None,
+            out_names=None) -> _Export:
     """Exports ``model`` called with ``arguments`` (from :func:`_bind`).
 
     ``exporter``: ``"torchscript"`` (``torch.onnx.export(dynamo=False)``) or
@@ -153,7 +157,8 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
     parameter in torch as well); the initializers are then taken out of the
     graph's inputs again, where ONNX Runtime would not treat them as
     constants. The exporter leaves out inputs the model does not read:
-    ``taken`` says which ones the graph has.
+    ``taken`` says which ones the graph has. The graph's inputs and outputs
+    are named ``in_names`` and ``out_names``, then ``input_i``, ``output_i``.
     """
     tensors, call_structure = flatten(arguments, "input")
     flat = _FlatModel(model, call_structure)
@@ -162,8 +167,8 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
     try:
         with torch.no_grad():
             n_out = len(flat(*tensors))
-        in_names = [f"input_{i}" for i in range(len(tensors))]
-        out_names = [f"output_{i}" for i in range(n_out)]
+        in_names = value_names(in_names, len(tensors), "input", "in_names")
+        out_names = value_names(out_names, n_out, "output", "out_names")
         # traced with grad enabled whatever the caller's mode: under no_grad
         # some modules take fused paths no exporter knows
         # (nn.TransformerEncoder's aten::_transformer_encoder_layer_fwd)
@@ -258,8 +263,10 @@ def _example_call(model: torch.nn.Module, input_dims, kwargs) -> tuple[tuple, di
         f"model input, e.g. [(1, 16)]; got {input_dims!r}")
 
 
-def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = None,
-         opset: int = DEFAULT_OPSET, dynamic_batch: bool = True,
+def wrap(torch_model: torch.nn.Module, input_dims=(), opset_version: int | None = None,
+         save_onnx_model=False, in_names: Sequence[str] | None = None,
+         out_names: Sequence[str] | None = None, verbose: bool = False, *, input_size=None,
+         kwargs: dict | None = None, opset: int | None = None, dynamic_batch: bool = True,
          fuse_inference: bool = True, exporter: str = "torchscript") -> "AidgeModule":
     """Exports ``torch_model`` to ONNX, imports it into the engine, copies its
     parameters and buffers, and returns an :class:`AidgeModule`, called like
@@ -279,7 +286,15 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
     run eval-mode forwards that need no backward on a second graph with the
     recipes applied; False keeps one graph. ``exporter``: ``"torchscript"``
     (the default) or ``"dynamo"`` (torch.export-based; needs onnxscript);
-    see docs/wrap.md.
+    see docs/wrap.md. ``opset``: the ONNX opset of the export (None:
+    ``DEFAULT_OPSET``).
+
+    ``aidge_interop_torch``'s arguments, in its order: ``input_size`` (our
+    ``input_dims``), ``opset_version`` (our ``opset``; one of the two),
+    ``save_onnx_model`` (True: the exported model is saved as
+    ``./<class name>.onnx``; or a path), ``in_names`` / ``out_names`` (the
+    names of the graph's inputs and outputs, in order), ``verbose`` (prints
+    the export).
     """
     if not isinstance(torch_model, torch.nn.Module):
         raise TypeError(f"wrap: argument 'torch_model' must be a torch.nn.Module, not "
@@ -292,15 +307,21 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
         )
     if exporter not in EXPORTERS:
         raise ValueError(f"wrap: exporter must be one of {EXPORTERS}, not {exporter!r}")
+    name = type(torch_model).__name__
+    input_dims, opset, onnx_path = wrap_options(name, input_dims, input_size, opset,
+                                                opset_version, DEFAULT_OPSET, save_onnx_model)
     args, kw = _example_call(torch_model, input_dims, kwargs)
     arguments = _bind(torch_model, args, kw)
     flatten(arguments, "input")  # a leaf the engine cannot take: TypeError naming it
-    name = type(torch_model).__name__
+    names = graph_names(torch_model, arguments, in_names, out_names)
+    if verbose:
+        print(f"Exporting {name} to ONNX (opset {opset}, {exporter} exporter) ...")
     try:
         export = _export(torch_model, arguments, opset=opset, dynamic_batch=dynamic_batch,
-                         exporter=exporter)
+                         exporter=exporter, **names)
     except Exception as exc:
         raise RuntimeError(f"wrap: torch could not export {name} to ONNX: {exc}") from exc
+    after_export(name, export.onnx_bytes, onnx_path, verbose)
 
     # every name of a tied tensor: an exporter may keep any one of them
     params = dict(torch_model.named_parameters(remove_duplicate=False))
@@ -338,7 +359,7 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), *, kwargs: dict | None = N
     return AidgeModule(graph, proto, torch_model, in_graph, export,
                        fuse_inference=fuse_inference, kinds=kinds,
                        export_options={"opset": opset, "dynamic_batch": dynamic_batch,
-                                       "exporter": exporter})
+                                       "exporter": exporter, **names})
 
 
 # An AidgeModule's parameters and graph buffers are views of the engine's
@@ -415,7 +436,7 @@ def _engine_input(x: torch.Tensor):
             return Tensor.from_dlpack(to_dlpack(x))
         except ValueError:
             pass
-    return torch_tensor_to_aidge(x, copy=x.is_cpu)
+    return torch_tensor_to_aidge(x)
 
 
 # The fast path of every engine call: the graph takes torch tensors through
@@ -482,6 +503,8 @@ class _EngineFunction(torch.autograd.Function):
                 "the latest forward only: run backward before the next forward."
             )
         if module._params:  # (kept lean: a small model's backward is mostly overhead)
+            if module._learning_rate is not None:
+                return (None, None, *module._stepping_backward(grad_outputs))
             return (None, None, *module._backward(grad_outputs))
         return (None, None, *_graph_call(module._graph.backward, grad_outputs))
 
@@ -605,6 +628,10 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         # same signature (the dynamo exporter may have fixed it)
         self._batch_free = all(not dims or dims[0] is None for dims in export.declared)
         self._calls = [0]  # forward counter (a list: nn.Module.__setattr__ is slow)
+        self._learning_rate = None  # set_learning_rate's: backward steps the parameters
+        # backward passes, and the parameters' versions after the first: a
+        # loop whose parameters never change gets a warning (_check_stepping)
+        self._backwards = [0, None]
         self._params, self._engine_grads, self._grad_views = [], [], []
         # parameters that required no gradient at wrap(): imported as buffers,
         # the engine has no gradient for them (name, parameter)
@@ -825,6 +852,62 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                     p.grad = eg  # from now on p.grad is the engine's buffer
             else:
                 g.add_(eg)
+        self._backwards[0] += 1
+        if self._backwards[0] in (1, _IDLE_BACKWARDS):
+            self._check_stepping()
+        return input_grads
+
+    def _check_stepping(self):
+        """After the first backward, the parameters' versions; after the
+        _IDLE_BACKWARDS-th, one warning if none changed (no optimizer
+        stepped them: torch's and ours bump the version counters). A training
+        loop written for aidge_interop_torch, whose backward stepped by
+        itself, would otherwise run to its end with the weights untouched."""
+        versions = [p._version for p in self._params if p.requires_grad]
+        if self._backwards[0] == 1:
+            self._backwards[1] = versions
+        elif versions and versions == self._backwards[1]:
+            warnings.warn(
+                f"AidgeModule: {self._backwards[0]} backward passes and no step changed "
+                "the parameters. As in torch, backward computes .grad and an optimizer "
+                "(torch.optim.SGD, aidge_interop.SGD) steps them; aidge_interop_torch's "
+                "backward stepped by itself: call set_learning_rate(lr) for that", stacklevel=2)
+
+    def set_learning_rate(self, lr: float | None) -> None:
+        """aidge_interop_torch's training: from now on each backward also
+        steps the module's trainable parameters by plain SGD, ``p -= lr *
+        grad``, with that backward's gradient alone, and leaves their
+        ``.grad`` as it was: an optimizer over them (alone or with other
+        modules) does not step them a second time. ``None`` goes back to
+        torch's way (backward accumulates into ``.grad``, an optimizer
+        steps). See docs/wrap.md, "Coming from aidge_interop_torch"."""
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float))
+                               or not 0 <= lr < float("inf")):
+            raise ValueError(f"AidgeModule.set_learning_rate: argument 'lr' must be a finite "
+                             f"number >= 0 or None, not {lr!r}")
+        if lr is not None:
+            for p, eg in zip(self._params, self._engine_grads):
+                if p.grad is eg:  # backward zeroes the engine's buffer: keep what it holds
+                    p.grad = eg.clone()
+        self._learning_rate = None if lr is None else float(lr)
+
+    def _stepping_backward(self, grad_outputs):
+        """backward after set_learning_rate: the gradients of this backward
+        alone (each parameter starts from zero, as if its .grad were None),
+        an SGD step with them, .grad left as it was."""
+        kept = [p.grad for p in self._params]
+        for p in self._params:
+            p.grad = None
+        try:
+            input_grads = self._backward(grad_outputs)
+            stepped = [p for p, eg in zip(self._params, self._engine_grads) if p.grad is eg]
+            if stepped:
+                with torch.no_grad():
+                    torch._foreach_add_(stepped, [p.grad for p in stepped],
+                                        alpha=-self._learning_rate)
+        finally:
+            for p, g in zip(self._params, kept):
+                p.grad = g
         return input_grads
 
     def _reached(self, grad_outputs) -> set:

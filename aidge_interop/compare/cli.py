@@ -408,7 +408,7 @@ def _recipes_arg(text: str) -> list[str]:
 
     keys = [k.strip() for k in text.split(",") if k.strip()]
     if keys == ["all"]:
-        return [k for k in RECIPES if k != "expand_metaops"]
+        return [k for k in RECIPES if k not in ("expand_metaops", "restore_flatten")]
     unknown = [k for k in keys if k not in RECIPES]
     if unknown or not keys:
         raise argparse.ArgumentTypeError(
@@ -475,8 +475,8 @@ def _add_show(commands) -> None:
     show.add_argument("--recipes", type=_recipes_arg, metavar="LIST",
                       help="comma-separated recipes applied in order before drawing "
                            "(constant_fold, fuse_batchnorm, batchnorm_epilogue, remove_flatten, "
-                           "fuse_activation, expand_metaops, fuse_pad, block_channels), or all "
-                           "(every one but expand_metaops)")
+                           "fuse_activation, expand_metaops, restore_flatten, fuse_pad, "
+                           "block_channels), or all (every one but the two that undo)")
     show.add_argument("--title", help="title of the picture (default: the model and shape)")
     show.add_argument("--locate", action="store_true",
                       help="colour nodes by the error of their values against a reference "

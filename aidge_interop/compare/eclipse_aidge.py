@@ -344,8 +344,8 @@ class _AidgeFunction(torch.autograd.Function):
 
 
 class AidgeModel(torch.nn.Module):
-    """``torch_model`` run by Eclipse Aidge for inputs of ``input_dims``
-    (float tensors, one shape per input, fixed).
+    """``torch_model`` run by Eclipse Aidge for inputs like ``input_dims``
+    (one example float tensor, or a shape, per input; shapes fixed).
 
     ``named_parameters()`` has the torch model's names and shapes; their
     values mirror Aidge's producers (copied at construction and after each
@@ -364,18 +364,19 @@ class AidgeModel(torch.nn.Module):
         if not isinstance(torch_model, torch.nn.Module):
             raise TypeError(f"AidgeModel: argument 'torch_model' must be a torch.nn.Module, "
                             f"not {type(torch_model).__name__}")
-        try:
-            shapes = [tuple(int(d) for d in s) for s in input_dims]
-        except (TypeError, ValueError):
-            shapes = None
-        if not shapes:
-            raise TypeError(f"AidgeModel: argument 'input_dims' must be one shape per input, "
-                            f"e.g. [(1, 16)]; got {input_dims!r}")
-        self.source_name = type(torch_model).__name__
-        object.__setattr__(self, "_source", torch_model)  # its forward's signature binds calls
         gen = torch.Generator().manual_seed(0)
         dtype = _model_dtype(torch_model)
-        example = tuple(torch.randn(s, generator=gen, dtype=dtype) for s in shapes)
+        try:
+            example = tuple(d if isinstance(d, torch.Tensor) and d.is_floating_point() else
+                            torch.randn(tuple(int(n) for n in d), generator=gen, dtype=dtype)
+                            for d in input_dims)
+        except (TypeError, ValueError):
+            example = ()
+        if not example:
+            raise TypeError(f"AidgeModel: argument 'input_dims' must be one float tensor or "
+                            f"shape per input, e.g. [(1, 16)]; got {input_dims!r}")
+        self.source_name = type(torch_model).__name__
+        object.__setattr__(self, "_source", torch_model)  # its forward's signature binds calls
         export = _export(torch_model, _bind(torch_model, example, {}), opset=ONNX_OPSET,
                          dynamic_batch=False)
         self.onnx_model = fold_constants(onnx.load_from_string(export.onnx_bytes))

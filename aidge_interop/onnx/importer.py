@@ -377,12 +377,17 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     return g, proto
 
 
-def load_onnx(model, **kwargs):
+def load_onnx(model, verbose: bool = False, **kwargs):
     """Loads an ONNX model (path, bytes or ``onnx.ModelProto``) into the engine.
 
-    Returns an :class:`aidge_interop.graph.Graph`.
+    Returns an :class:`aidge_interop.graph.Graph`. ``verbose``: prints a short
+    summary of the import (:meth:`Graph.summary`).
     """
     from ..graph import Graph
 
     cg, proto = build_graph(model, **kwargs)
-    return Graph(cg, proto)
+    graph = Graph(cg, proto)
+    if verbose:
+        source = repr(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else "model"
+        print(f"load_onnx: {source}: {graph.summary()}")
+    return graph

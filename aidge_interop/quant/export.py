@@ -593,7 +593,7 @@ def export_c(model, folder, inputs=None, compare: bool = True, verbose: bool = T
     from .quantization import QuantizedModel
 
     where = "export_c"
-    folder = Path(folder)
+    folder = Path(folder).absolute()  # relative to the working directory of the call
     replacing = _check_target(folder, where)
     quantized = isinstance(model, QuantizedModel)
     if quantized:
@@ -694,7 +694,7 @@ def compile_and_run(folder, inputs=None, cc: str | None = None,
     the compiler's or the program's output.
     """
     where = "compile_and_run"
-    folder = Path(folder)
+    folder = Path(folder).absolute()  # the compiler and the program run in it (cwd=folder)
     info = _read_info(folder, where)
     cc = cc or os.environ.get("CC") or "cc"
     if shutil.which(cc.split()[0]) is None:

@@ -75,20 +75,99 @@ def _check_arity(module, n, where):
     required = [p for p in positional if p.default is p.empty]
     if not len(required) <= n <= len(positional):
         raise ValueError(f"{where}: {type(module).__name__}.forward takes {len(required)} "
-                         f"inputs, got {n} arrays")
+                         f"inputs, got {n} arrays (one array per input, samples first; a "
+                         "list of samples needs a graph that declares its input ranks: "
+                         "aidge_interop.wrap the module first, or stack the samples)")
+
+
+def _array(x):
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _declared_dims(graph) -> list:
+    """Per graph input, the dims its model declares (an int, or None where
+    symbolic), or None where the rank is not declared."""
+    declared = {}
+    if graph.proto is not None:
+        for v in graph.proto.graph.input:
+            t = v.type.tensor_type
+            if t.HasField("shape"):
+                declared[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                         for d in t.shape.dim)
+    return [declared.get(n) for n in graph.input_names]
+
+
+def _fits(shape, dims, batched: bool) -> bool:
+    """Whether an array of `shape` matches declared `dims` (with its batch
+    axis, or without when not `batched`); static dims past the batch must be equal."""
+    if dims is None:
+        return True
+    dims = dims if batched else dims[1:]
+    skip = 1 if batched else 0
+    return len(shape) == len(dims) and all(
+        d is None or s == d for k, (s, d) in enumerate(zip(shape, dims)) if k >= skip)
+
+
+def _calibration_arrays(inputs, graph, where):
+    """The calibration set as one array per graph input, samples first.
+
+    ``inputs``: one array per input (samples first; a single array for a
+    one-input graph), or a list of samples: for a one-input graph each an
+    array (or engine/torch tensor) with or without the batch axis, for
+    several inputs each a list or tuple of one array per input. A flat list
+    as long as the graph's inputs is one array per input when the declared
+    ranks say so."""
+    n, dims = len(graph.input_names), _declared_dims(graph)
+    if not isinstance(inputs, (list, tuple)):
+        inputs = [inputs]
+    if inputs and all(isinstance(x, (list, tuple)) for x in inputs):  # samples of n arrays
+        bad = [k for k, x in enumerate(inputs) if len(x) != n]
+        if bad:
+            raise ValueError(f"{where}: sample {bad[0]} holds {len(inputs[bad[0]])} arrays; "
+                             f"the graph takes {n} inputs")
+        samples = [[_array(a) for a in x] for x in inputs]
+    else:
+        arrays = [_array(x) for x in inputs]
+        if len(arrays) == n and all(_fits(a.shape, d, True) for a, d in zip(arrays, dims)):
+            return _as_arrays(arrays, n, where)  # one array per input
+        if n != 1:
+            raise ValueError(f"{where}: the graph takes {n} inputs, got {len(arrays)} arrays; "
+                             "give one array per input (samples first) or a list of samples, "
+                             f"each a list of {n} arrays")
+        samples = [[a] for a in arrays]
+    stacked = []
+    for k in range(n):
+        shapes = {s[k].shape for s in samples}
+        if len(shapes) != 1:
+            raise ValueError(f"{where}: the samples of input {k} have different shapes "
+                             f"{sorted(shapes)}")
+        shape = shapes.pop()
+        if dims[k] is None:
+            raise ValueError(f"{where}: input '{graph.input_names[k]}' declares no rank, so "
+                             f"samples of shape {shape} are ambiguous (with or without the "
+                             "batch axis); give one array per input, samples first")
+        if shape[:1] == (1,) and _fits(shape, dims[k], True):  # a batch of one
+            stacked.append(np.concatenate([s[k] for s in samples]))
+        elif _fits(shape, dims[k], False):
+            stacked.append(np.stack([s[k] for s in samples]))
+        else:
+            want = "x".join("?" if d is None else str(d) for d in dims[k])
+            raise ValueError(f"{where}: the graph takes {n} input(s), got a list of "
+                             f"{len(samples)} arrays of shape {shape}: not one array per input, "
+                             f"nor samples of input '{graph.input_names[k]}' (declared {want}; "
+                             "a sample has a batch axis of 1 or none)")
+    return _as_arrays(stacked, n, where)
 
 
 def _as_arrays(inputs, n_inputs, where):
     """One float array per graph input, the first axis the samples."""
-    if not isinstance(inputs, (list, tuple)):
-        inputs = [inputs]
     if len(inputs) != n_inputs:
         raise ValueError(f"{where}: the graph takes {n_inputs} inputs, got {len(inputs)} arrays")
     arrays = []
     for i, x in enumerate(inputs):
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        x = np.asarray(x)
+        x = _array(x)
         if x.ndim < 1 or x.shape[0] == 0:
             raise ValueError(f"{where}: input {i} has no samples (shape {x.shape})")
         if x.dtype.kind != "f":
@@ -97,6 +176,20 @@ def _as_arrays(inputs, n_inputs, where):
     if len({a.shape[0] for a in arrays}) != 1:
         raise ValueError(f"{where}: the inputs have different numbers of samples")
     return arrays
+
+
+def _static_batch(graph, arrays, batch_size, where) -> int:
+    """The batch the calibration runs: the model's declared batch where it
+    is static (a model exported for batch 1 runs one sample at a time),
+    else batch_size."""
+    static = {d[0] for d in _declared_dims(graph) if d and d[0] is not None}
+    if not static:
+        return batch_size
+    b = min(static)
+    if arrays[0].shape[0] % b:
+        raise ValueError(f"{where}: the model's batch dimension is {b}, and "
+                         f"{arrays[0].shape[0]} calibration samples are not a multiple of it")
+    return b
 
 
 def _batches(arrays, batch_size):
@@ -349,7 +442,12 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     ``model``: an engine :class:`Graph`, an :class:`AidgeModule`, a torch
     module (wrapped in eval mode) or an ONNX model. ``calibration_inputs``:
     an array (samples first) per graph input, e.g. 100 to 1000 samples of
-    the training set. Returns a :class:`QuantizedModel`.
+    the training set; or, for a graph (an ONNX model or an AidgeModule), a
+    list of samples: arrays or tensors, with or without the batch axis, for
+    a one-input graph; lists of one array per input otherwise. They are
+    stacked; a model whose declared batch dimension is static (exported for
+    batch 1) is calibrated a batch of that size at a time. Returns a
+    :class:`QuantizedModel`.
     """
     where = "quantize"
     if not isinstance(nb_bits, int) or not 2 <= nb_bits <= 8:
@@ -358,8 +456,13 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
         raise ValueError(f"{where}: clipping={clipping!r}; 'max' or 'mse' expected")
     probe = calibration_inputs if isinstance(calibration_inputs, (list, tuple)) \
         else [calibration_inputs]
-    graph = _as_graph(model, [tuple(np.shape(x)[1:]) for x in probe], where)
-    arrays = _as_arrays(calibration_inputs, len(graph.input_names), where)
+    try:
+        shapes = [tuple(np.shape(x)[1:]) for x in probe]  # what a torch module is wrapped for
+    except ValueError:  # samples of several inputs, which only a graph reads
+        shapes = []
+    graph = _as_graph(model, shapes, where)
+    arrays = _calibration_arrays(calibration_inputs, graph, where)
+    batch_size = _static_batch(graph, arrays, batch_size, where)
     was_training, was_keeping = graph.training, graph.keep_intermediates
     graph.training, graph.keep_intermediates = False, True
     try:

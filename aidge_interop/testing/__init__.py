@@ -6,14 +6,22 @@ by side; ``OperatorConfig`` / ``build_cases`` / ``make_operator_fixture``
 plugin.py is the pytest plugin; analyze.py reads the results of a run
 (``python -m aidge_interop.analyze``).
 
-The names below are imported on first use: ``ModelTester`` imports torch, the
-operator framework pytest, and analyze.py needs neither.
+The names below are imported on first use: ``ModelTester`` imports torch,
+``make_operator_fixture`` pytest when it is called; nothing here needs pytest
+otherwise, and analyze.py needs neither.
+
+``INCLUDE_FORWARD_ONLY_CASES`` is one toggle under two names: reading or
+setting ``aidge_interop.testing.INCLUDE_FORWARD_ONLY_CASES`` reads or sets
+``aidge_interop.testing.operators.INCLUDE_FORWARD_ONLY_CASES``, the one
+:func:`build_cases` reads.
 """
+import sys
+import types
 
 _LAZY = {"ModelTester": ".model_tester", "OperatorCase": ".operators",
-         "OperatorConfig": ".operators", "SUPPORTED_ATTRS": ".operators",
-         "INCLUDE_FORWARD_ONLY_CASES": ".operators", "build_cases": ".operators",
-         "make_operator_fixture": ".operators"}
+         "OperatorConfig": ".operators", "OperatorConfigWarning": ".operators",
+         "SUPPORTED_ATTRS": ".operators", "INCLUDE_FORWARD_ONLY_CASES": ".operators",
+         "build_cases": ".operators", "make_operator_fixture": ".operators"}
 
 
 def __getattr__(name):
@@ -24,7 +32,21 @@ def __getattr__(name):
     raise AttributeError(f"module 'aidge_interop.testing' has no attribute {name!r}")
 
 
+class _Testing(types.ModuleType):
+    """This package's type: setting the toggle sets the operators module's."""
+
+    def __setattr__(self, name, value):
+        if name == "INCLUDE_FORWARD_ONLY_CASES":
+            from . import operators
+
+            operators.INCLUDE_FORWARD_ONLY_CASES = value
+        else:
+            super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Testing
+
 __all__ = [
-    "ModelTester", "OperatorCase", "OperatorConfig", "SUPPORTED_ATTRS",
-    "INCLUDE_FORWARD_ONLY_CASES", "build_cases", "make_operator_fixture",
+    "ModelTester", "OperatorCase", "OperatorConfig", "OperatorConfigWarning",
+    "SUPPORTED_ATTRS", "INCLUDE_FORWARD_ONLY_CASES", "build_cases", "make_operator_fixture",
 ]

@@ -40,16 +40,17 @@ def engine_available(engine: str) -> tuple[bool, str]:
     return True, ""
 
 
-def engine_model(engine: str, torch_model, input_sizes, train: bool, lr: float):
-    """``torch_model`` wrapped by ``engine`` for inputs of ``input_sizes`` (one
-    shape per input), and its SGD of learning rate ``lr`` when ``train`` and
-    the model has parameters that require grad (else None)."""
+def engine_model(engine: str, torch_model, inputs, train: bool, lr: float):
+    """``torch_model`` wrapped by ``engine`` for ``inputs`` (example float
+    tensors, or their shapes: one per input), and its SGD of learning rate
+    ``lr`` when ``train`` and the model has parameters that require grad
+    (else None)."""
     check_engine(engine, "engine_model")
     if engine == "aidge":
         from ..compare.eclipse_aidge import AidgeModel as wrap, AidgeSGD as SGD
     else:
         from ..bridge import SGD, wrap
-    model = wrap(torch_model, [tuple(s) for s in input_sizes])
+    model = wrap(torch_model, list(inputs))
     optimizer = None
     if train and any(p.requires_grad for p in model.parameters()):
         optimizer = SGD(model, lr=lr)

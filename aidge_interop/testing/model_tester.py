@@ -7,11 +7,13 @@
                          name="Linear_example", epochs=10)
     tester.test_multiple_step(input_sizes=(1, 16), label_sizes=(1, 4))
 
-Each epoch feeds the same random inputs to both models and compares, in this
-order, the outputs, the MSE loss against all-ones labels, the input gradients
-and the gradient of every parameter (matched by name); then one SGD step runs
-on each side (``torch.optim.SGD`` on ``model1``, the engine's
-:class:`aidge_interop.SGD` on ``model2``) so that the two stay in lock-step.
+Each epoch feeds the same random inputs to both models (in ``model1``'s float
+dtype; for a model without parameters, the one ``model2`` was wrapped for)
+and compares, in this order, the outputs, the MSE loss against all-ones
+labels, the input gradients and the gradient of every parameter (matched by
+name); then one SGD step runs on each side (``torch.optim.SGD`` on
+``model1``, the engine's :class:`aidge_interop.SGD` on ``model2``) so that
+the two stay in lock-step.
 
 Comparisons run in C (``aidge_interop._C.compare``, the
 ``torch.testing.assert_close`` rule, ``model2`` against ``model1``). Failure
@@ -95,10 +97,21 @@ def _device(model: torch.nn.Module) -> torch.device:
     return first.device if first is not None else torch.device("cpu")
 
 
-def _float_dtype(model: torch.nn.Module) -> torch.dtype:
-    for t in itertools.chain(model.parameters(), model.buffers()):
+def _float_dtype(model1: torch.nn.Module, model2: torch.nn.Module | None) -> torch.dtype:
+    """The dtype of the random inputs: that of model1's float parameters and
+    buffers; for a model1 without any, the float dtype model2 was wrapped
+    for (its ``onnx_model``'s first float input), else float32."""
+    for t in itertools.chain(model1.parameters(), model1.buffers()):
         if t.is_floating_point():
             return t.dtype
+    from onnx import ModelProto, TensorProto
+
+    floats = {TensorProto.FLOAT: torch.float32, TensorProto.DOUBLE: torch.float64,
+              TensorProto.FLOAT16: torch.float16, TensorProto.BFLOAT16: torch.bfloat16}
+    proto = getattr(model2, "onnx_model", None)
+    for value in proto.graph.input if isinstance(proto, ModelProto) else ():
+        if value.type.tensor_type.elem_type in floats:
+            return floats[value.type.tensor_type.elem_type]
     return torch.float32
 
 
@@ -200,7 +213,7 @@ class ModelTester:
         self.bench_warmup = bench_warmup
         self.bench_print = bench_print
         self.bench_min_time_ms = bench_min_time_ms
-        self.dtype = _float_dtype(model1)
+        self.dtype = _float_dtype(model1, model2)
         self.model2 = self.optimizer1 = self.optimizer2 = None
         if model2 is not None:
             self._attach(model2, optimizer2)
@@ -223,6 +236,7 @@ class ModelTester:
             raise ValueError(f"ModelTester({self.name}): the models' parameter names differ: "
                              f"only in model1: {only1}, only in model2: {only2}")
         self.model2 = model2
+        self.dtype = _float_dtype(self.model1, model2)
         if self.test_backward and any(p.requires_grad for p in model2.parameters()):
             if optimizer2 is None:
                 optimizer2 = (_aidge_sgd_class() if self.engine == "aidge" else SGD)(
@@ -245,8 +259,7 @@ class ModelTester:
         ok, reason = engine_available(self.engine)
         if not ok:
             raise EngineUnsupported(f"ModelTester({self.name}): {reason}")
-        model2, _ = engine_model(self.engine, self.model1, [tuple(x.shape) for x in inputs],
-                                 False, self.learning_rate)
+        model2, _ = engine_model(self.engine, self.model1, inputs, False, self.learning_rate)
         self._attach(model2.train(self.model1.training), None)
 
     # -- one step ----------------------------------------------------------

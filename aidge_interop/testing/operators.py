@@ -17,47 +17,65 @@ the torch model, its engine twin and the shapes to feed them::
         ...
 
 The layouts (``benchmark_flat``, ``benchmark_ok``, ``simple``, ``manual``),
-the merging rules and the test ids are specified in
-``shared/spec/operator-configs.md``. In short: a *leaf* is one case; any other
-object is a *group* whose keys label leaves or further groups; ids are the
+the merging rules and the test ids are described in docs/testing.md ("The
+JSON format"). In short: a *leaf* is one case; any other object is a *group*
+whose keys label leaves, further groups or *sweeps* (lists: of cases, or of
+values of the attribute or input shape the label names); ids are the
 operator name and the labels joined by ``_``
 (``Conv2D_attributes_kernel_square``). Leaves under a group named ``shape``
 are forward-only and dropped unless :attr:`OperatorConfig.forward_only_cases`
 (default: the module-level :data:`INCLUDE_FORWARD_ONLY_CASES`, which the
 plugin's ``--forward-only-cases`` option sets) keeps them.
 
-A configuration that cannot be read raises :class:`ValueError` naming the
-file and the JSON path of the culprit, at collection time; nothing is
-silently skipped::
+A key the harness does not read is ignored with an
+:class:`OperatorConfigWarning` naming the file and the key. A configuration
+that cannot be used raises :class:`ValueError` naming the file and the JSON
+path of the culprit, at collection time; nothing is silently skipped::
 
     ValueError: configs/conv2d.json: test_configurations.attributes.k5.attributes.kernel_dims:
     expected a list of numbers, got 5
 
-Only pytest is imported here; torch and the engine are imported by the
+Nothing heavy is imported here: pytest when :func:`make_operator_fixture`
+runs (:func:`build_cases` works without it), torch and the engine by the
 fixture when a case runs.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import pytest
-
 from .engines import DEFAULT_ENGINE, check_engine, engine_available, engine_model
 
 __all__ = [
-    "OperatorCase", "OperatorConfig", "SUPPORTED_ATTRS", "INCLUDE_FORWARD_ONLY_CASES",
-    "LEARNING_RATE", "build_cases", "make_operator_fixture", "negated",
+    "OperatorCase", "OperatorConfig", "OperatorConfigWarning", "SUPPORTED_ATTRS",
+    "INCLUDE_FORWARD_ONLY_CASES", "LEARNING_RATE", "build_cases", "make_operator_fixture",
+    "negated",
 ]
 
+
+def _pytest(what: str):
+    """pytest, imported by the functions that build pytest objects; the
+    rest of the harness runs without it."""
+    try:
+        import pytest
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"{what} needs pytest, which is not installed "
+                                  "(pip install pytest)", name="pytest") from exc
+    return pytest
+
+
 #: Keep forward-only cases (``shape`` sections) when an :class:`OperatorConfig`
-#: does not say; read when :func:`build_cases` runs. Set it on this module
-#: (``aidge_interop.testing.operators.INCLUDE_FORWARD_ONLY_CASES = True``) or
-#: run pytest with ``--forward-only-cases``.
+#: does not say; read when :func:`build_cases` runs. Set it here or on
+#: ``aidge_interop.testing`` (the same toggle), at module level in a
+#: ``conftest.py`` (the plugin reads it there, as upstream's conftest held it),
+#: or run pytest with ``--forward-only-cases`` (which wins).
 INCLUDE_FORWARD_ONLY_CASES = False
 
 #: Learning rate of the engine SGD the fixture attaches to a training case;
@@ -99,13 +117,24 @@ SUPPORTED_ATTRS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "value": ("value", float),
 }
 
-LEAF_KEYS = frozenset({"attributes", "input_specs", "test_backward", "output_size",
-                       "expected_failure"})
-SIMPLE_LEAF_KEYS = LEAF_KEYS | {"input_size"}
+LEAF_KEYS = frozenset({"attributes", "input_specs", "input_size", "test_backward",
+                       "output_size", "expected_failure"})
 BASE_KEYS = frozenset({"attributes", "input_specs"})
 BENCHMARK_KEYS = frozenset({"operation", "base_configuration", "test_configurations"})
 SPEC_KEYS = frozenset({"name", "shape", "dtype", "data"})
 FORWARD_ONLY_GROUP = "shape"
+#: dtypes an input spec may name; the data input (the first spec), which the
+#: cases feed random floats, takes the first two
+SPEC_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32",
+               "int64", "uint8", "bool")
+CASE_DTYPES = SPEC_DTYPES[:2]
+
+
+class OperatorConfigWarning(UserWarning):
+    """A key of an operator configuration that names nothing the harness
+    reads: a JSON key (the message names the file and the key's JSON path)
+    or a ``skip_reasons`` key that is no case's; the key is ignored. Also
+    ``data`` on a data input, which the cases feed random values."""
 
 
 @dataclass
@@ -115,7 +144,11 @@ class OperatorCase:
     ``id`` is the pytest id (``Conv2D_attributes_kernel_square``);
     ``op_class(**torch_kwargs)`` builds the torch model; ``output_size`` of
     ``None`` means "whatever the torch model gives on ``input_size``";
-    ``expected_failure`` registers the case as ``xfail`` with that reason.
+    ``expected_failure`` registers the case as ``xfail`` with that reason;
+    ``dtype`` (``"float32"`` or ``"float64"``) is the float dtype the case
+    runs in (model and inputs); ``input_specs`` the merged input specs of a
+    JSON case (``name``, ``shape``, ``dtype``?, ``data``?), as
+    ``specs_to_kwargs`` saw them.
     """
 
     id: str
@@ -125,6 +158,8 @@ class OperatorCase:
     output_size: Optional[tuple] = None
     test_backward: bool = True
     expected_failure: Optional[str] = None
+    dtype: str = "float32"
+    input_specs: Optional[list] = None
 
 
 @dataclass
@@ -181,7 +216,8 @@ def build_cases(cfg: OperatorConfig) -> list[OperatorCase]:
     """The cases of ``cfg``: its ``manual_cases`` as they are, or its JSON
     file parsed (layout detected), with forward-only cases dropped unless
     requested. Raises :class:`ValueError` naming the file and JSON path of
-    anything it cannot read."""
+    anything it cannot use; warns (:class:`OperatorConfigWarning`) of keys
+    that name nothing it reads."""
     if cfg.manual_cases is not None:
         cases = [(case, False) for case in _check_manual(cfg)]
     else:
@@ -189,8 +225,9 @@ def build_cases(cfg: OperatorConfig) -> list[OperatorCase]:
     keys = {_case_key(cfg, case) for case, _ in cases}
     unknown = sorted(set(cfg.skip_reasons) - keys)
     if unknown:
-        raise ValueError(f"OperatorConfig(name={cfg.name!r}): skip_reasons names no case: "
-                         f"{unknown}; the case keys are {sorted(keys)}")
+        warnings.warn(OperatorConfigWarning(
+            f"OperatorConfig(name={cfg.name!r}): skip_reasons names no case: {unknown} "
+            f"(ignored); the case keys are {sorted(keys)}"), stacklevel=_caller_level())
     keep_forward_only = (INCLUDE_FORWARD_ONLY_CASES if cfg.forward_only_cases is None
                          else cfg.forward_only_cases)
     return [case for case, in_shape_section in cases
@@ -206,6 +243,9 @@ def _check_manual(cfg: OperatorConfig) -> list[OperatorCase]:
         if case.id in seen:
             raise ValueError(f"OperatorConfig(name={cfg.name!r}): duplicate case id "
                              f"{case.id!r} in manual_cases")
+        if case.dtype not in CASE_DTYPES:
+            raise ValueError(f"OperatorConfig(name={cfg.name!r}): case {case.id!r} has dtype "
+                             f"{case.dtype!r}; a case runs in one of {list(CASE_DTYPES)}")
         seen.add(case.id)
     return list(cfg.manual_cases)
 
@@ -214,16 +254,38 @@ def _case_key(cfg: OperatorConfig, case: OperatorCase) -> str:
     return case.id.removeprefix(f"{cfg.name}_")
 
 
-def _is_group(obj: dict, leaf_keys: frozenset) -> bool:
-    """A group holds only objects; a leaf holding only ``attributes`` (an
-    object of attribute values) is told apart by those values not being
-    objects."""
-    if not obj or not all(isinstance(v, dict) for v in obj.values()):
+def _is_group(node: dict) -> bool:
+    """Whether ``node`` is a group, not a case. A group holds, under labels,
+    cases and groups (objects) and sweeps (lists); a case holds case keys.
+    A node is a case when it is empty or has a case key holding a case's
+    kind of value: anything but an object, or for ``attributes`` anything
+    but an object of objects (a group may be labelled ``attributes``: it
+    holds cases)."""
+    if not node:
         return False
-    attrs = obj.get("attributes")
-    looks_like_leaf = set(obj) <= leaf_keys and not any(
-        isinstance(v, dict) for v in (attrs or {}).values())
-    return not looks_like_leaf
+    for key, value in node.items():
+        if key == "attributes":
+            if not (isinstance(value, dict) and value
+                    and all(isinstance(v, dict) for v in value.values())):
+                return False
+        elif key in LEAF_KEYS and not isinstance(value, dict):
+            return False
+    return True
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside this module: a warning
+    points at the suite that declared the configuration."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _label(value) -> str:
+    """A swept value as an id label: ``[3, 3]`` -> ``3_3``, ``0.5`` ->
+    ``0.5``, ``"tanh"`` -> ``tanh``."""
+    return re.sub(r"[^\w.+-]+", "_", json.dumps(value)).strip("_") or "empty"
 
 
 class _Parser:
@@ -243,6 +305,7 @@ class _Parser:
             raise ValueError(f"{self.file}:{exc.lineno}:{exc.colno}: not valid JSON: "
                              f"{exc.msg}") from exc
         self.ids: dict[str, str] = {}  # case id -> JSON path that produced it
+        self.fed_random = set()  # data inputs with 'data' warned of
 
     def _unique_keys(self, pairs: list) -> dict:
         """A JSON object; a key given twice is an error (json would keep the
@@ -258,6 +321,17 @@ class _Parser:
     def error(self, path: str, msg: str) -> ValueError:
         return ValueError(f"{self.file}: {path or '<top level>'}: {msg}")
 
+    def unknown_keys(self, obj: dict, known: frozenset, path: str, what: str) -> None:
+        """Warns of each key of ``obj`` not in ``known``: files written for
+        other tools (upstream's harness, the engine's benchmarks) carry keys
+        of their own, which the cases do not need."""
+        for key in obj:
+            if key not in known:
+                where = f"{path}.{key}" if path else key
+                warnings.warn(OperatorConfigWarning(
+                    f"{self.file}: {where}: unknown key {key!r} ignored ({what} holds "
+                    f"{sorted(known)})"), stacklevel=_caller_level())
+
     # -- layouts ---------------------------------------------------------
     def cases(self) -> list[tuple[OperatorCase, bool]]:
         """Every case, with whether it sits in a forward-only section."""
@@ -265,20 +339,12 @@ class _Parser:
         if not isinstance(data, dict):
             raise self.error("", f"expected an object, got {type(data).__name__}")
         if "base_configuration" not in data:
-            self.leaf_keys = SIMPLE_LEAF_KEYS
             base = {"attributes": {}, "input_specs": []}
             return self.nonempty(self.walk(data, "", [], base, in_shape=False), "")
 
-        self.leaf_keys = LEAF_KEYS
-        for key in data:
-            if key not in BENCHMARK_KEYS:
-                raise self.error(key, f"unknown key; a benchmark file holds "
-                                      f"{sorted(BENCHMARK_KEYS)}")
+        self.unknown_keys(data, BENCHMARK_KEYS, "", "a benchmark file")
         base_obj = self.expect_dict(data["base_configuration"], "base_configuration")
-        for key in base_obj:
-            if key not in BASE_KEYS:
-                raise self.error(f"base_configuration.{key}",
-                                 f"unknown key; base_configuration holds {sorted(BASE_KEYS)}")
+        self.unknown_keys(base_obj, BASE_KEYS, "base_configuration", "base_configuration")
         base = {
             "attributes": self.attributes(base_obj.get("attributes", {}),
                                           "base_configuration.attributes"),
@@ -290,12 +356,12 @@ class _Parser:
         tests = self.expect_dict(data["test_configurations"], "test_configurations")
         if "ok" in tests:  # benchmark_ok: only "ok" is read, "ko"/"todo"/... record failures
             ok = self.expect_dict(tests["ok"], "test_configurations.ok")
-            if not _is_group(ok, self.leaf_keys):
+            if not _is_group(ok):
                 raise self.error("test_configurations.ok", "expected groups 'attr' and/or "
                                                            "'shape', got a case")
             path = "test_configurations.ok"
             return self.nonempty(self.walk(ok, path, [], base, in_shape=False), path)
-        if not _is_group(tests, self.leaf_keys):
+        if not _is_group(tests):
             raise self.error("test_configurations", "expected groups of cases, got a case")
         path = "test_configurations"
         return self.nonempty(self.walk(tests, path, [], base, in_shape=False), path)
@@ -305,14 +371,50 @@ class _Parser:
         cases = []
         for label, node in group.items():
             sub = f"{path}.{label}" if path else label
-            node = self.expect_dict(node, sub, "a case or a group of cases")
             sub_in_shape = in_shape or label == FORWARD_ONLY_GROUP
-            if _is_group(node, self.leaf_keys):
-                cases += self.walk(node, sub, labels + [label], base, sub_in_shape)
+            if isinstance(node, list):
+                cases += self.sweep(node, sub, labels + [label], base, sub_in_shape)
+            elif isinstance(node, dict):
+                cases += self.node(node, sub, labels + [label], base, sub_in_shape)
             else:
-                case = self.leaf(node, sub, labels + [label], base, sub_in_shape)
-                cases.append((case, sub_in_shape))
+                warnings.warn(OperatorConfigWarning(
+                    f"{self.file}: {sub}: unknown key {label!r} ignored (a group holds cases, "
+                    f"groups and sweeps; this is {json.dumps(node)})"),
+                    stacklevel=_caller_level())
         return cases
+
+    def node(self, node: dict, path: str, labels: list, base: dict,
+             in_shape: bool) -> list[tuple[OperatorCase, bool]]:
+        if _is_group(node):
+            return self.walk(node, path, labels, base, in_shape)
+        return [(self.leaf(node, path, labels, base, in_shape), in_shape)]
+
+    def sweep(self, items: list, path: str, labels: list, base: dict,
+              in_shape: bool) -> list[tuple[OperatorCase, bool]]:
+        """A list under a label: cases or groups (objects), labelled by their
+        position; or values of what the label names, one case each, labelled
+        by the value: an attribute (``"kernel_dims": [[1, 1], [3, 3]]``) or
+        the shape of a base input spec (``"data_input": [[1, 8], [4, 8]]``)."""
+        if not items:
+            raise self.error(path, "an empty sweep defines no case")
+        if all(isinstance(item, dict) for item in items):
+            return [case for i, item in enumerate(items)
+                    for case in self.node(item, f"{path}[{i}]", labels + [str(i)], base,
+                                          in_shape)]
+        if any(isinstance(item, dict) for item in items):
+            raise self.error(path, "a sweep holds cases (objects) or values, not both")
+        name = labels[-1]
+        spec_names = [spec["name"] for spec in base["input_specs"]]
+        if name in self.cfg.supported_attrs or name in self.cfg.ignored_attrs:
+            leaves = [{"attributes": {name: value}} for value in items]
+        elif name in spec_names:
+            leaves = [{"input_specs": [{"name": name, "shape": value}]} for value in items]
+        else:
+            raise self.error(path, f"a sweep of values needs a label that names an attribute "
+                                   f"of operator {self.cfg.name!r} or a base input spec "
+                                   f"{spec_names}; {name!r} is neither")
+        return [(self.leaf(leaf, f"{path}[{i}]", labels + [_label(value)], base, in_shape),
+                 in_shape) for i, (leaf, value) in enumerate(zip(leaves, items))]
 
     def nonempty(self, cases: list, path: str) -> list:
         if not cases:
@@ -323,10 +425,7 @@ class _Parser:
     def leaf(self, leaf: dict, path: str, labels: list, base: dict,
              in_shape: bool) -> OperatorCase:
         cfg = self.cfg
-        for key in leaf:
-            if key not in self.leaf_keys:
-                raise self.error(f"{path}.{key}", f"unknown key; a case holds "
-                                                  f"{sorted(self.leaf_keys)}")
+        self.unknown_keys(leaf, LEAF_KEYS, path, "a case")
         case_id = "_".join([cfg.name, *labels])
         if case_id in self.ids:
             raise self.error(path, f"duplicate case id {case_id!r}, also produced by "
@@ -357,6 +456,22 @@ class _Parser:
             if "shape" not in spec:
                 raise self.error(f"{path}.input_specs", f"input spec {spec['name']!r} "
                                                         "has no 'shape' (here or in the base)")
+            if "data" in spec and self.data_shape(spec["data"], "") != spec["shape"]:
+                raise self.error(f"{path}.input_specs", f"input spec {spec['name']!r}: its "
+                                 f"'data' has shape {self.data_shape(spec['data'], '')}, "
+                                 f"its 'shape' is {spec['shape']}")
+        dtype = specs[0].get("dtype", "float32")
+        if dtype not in CASE_DTYPES:
+            raise self.error(f"{path}.input_specs", f"case {case_id!r}: the data input "
+                             f"{specs[0]['name']!r} has dtype {dtype!r}; the cases feed it "
+                             f"random floats: one of {list(CASE_DTYPES)}")
+        if "data" in specs[0] and specs[0]["name"] not in self.fed_random:
+            self.fed_random.add(specs[0]["name"])
+            warnings.warn(OperatorConfigWarning(
+                f"{self.file}: {path}: the 'data' of the data input {specs[0]['name']!r} is "
+                "not what the models are fed: ModelTester feeds random inputs of its shape "
+                "(the values reach specs_to_kwargs and the fixture's input_specs)"),
+                stacklevel=_caller_level())
 
         kwargs = self.torch_kwargs(attrs, path, case_id)
         if cfg.specs_to_kwargs is not None:
@@ -386,6 +501,7 @@ class _Parser:
             id=case_id, op_class=cfg.op_class, torch_kwargs=kwargs,
             input_size=tuple(specs[0]["shape"]), output_size=output_size,
             test_backward=test_backward, expected_failure=expected_failure,
+            dtype=dtype, input_specs=[dict(s) for s in specs],
         )
 
     def torch_kwargs(self, attrs: dict, path: str, case_id: str) -> dict:
@@ -459,16 +575,16 @@ class _Parser:
         return value
 
     def specs(self, value, path: str) -> list:
+        """The input specs, checked; a spec with ``data`` and no ``shape``
+        gets the data's shape."""
         if not isinstance(value, list):
             raise self.error(path, f"expected a list of input specs, got {json.dumps(value)}")
-        names = set()
+        names, specs = set(), []
         for i, spec in enumerate(value):
             where = f"{path}[{i}]"
-            self.expect_dict(spec, where, 'an input spec {"name", "shape", "dtype"?}')
-            for key in spec:
-                if key not in SPEC_KEYS:
-                    raise self.error(f"{where}.{key}", f"unknown key; an input spec holds "
-                                                       f"{sorted(SPEC_KEYS)}")
+            spec = dict(self.expect_dict(spec, where, 'an input spec {"name", "shape", '
+                                                      '"dtype"?, "data"?}'))
+            self.unknown_keys(spec, SPEC_KEYS, where, "an input spec")
             name = spec.get("name")
             if not isinstance(name, str) or not name:
                 raise self.error(f"{where}.name", "every input spec needs a 'name' string")
@@ -478,12 +594,30 @@ class _Parser:
             if "shape" in spec:
                 self.shape(spec["shape"], f"{where}.shape")
             if "data" in spec:
-                raise self.error(f"{where}.data", "fixed tensor values are not supported: "
-                                                  "ModelTester feeds random inputs")
-            if spec.get("dtype", "float32") != "float32":
-                raise self.error(f"{where}.dtype", f"dtype {spec['dtype']!r} is not supported: "
-                                                   "the operator cases run in float32")
-        return value
+                shape = self.data_shape(spec["data"], f"{where}.data")
+                if spec.setdefault("shape", shape) != shape:
+                    raise self.error(f"{where}.data", f"has shape {shape}, the spec's "
+                                                      f"'shape' is {spec['shape']}")
+            if "dtype" in spec and spec["dtype"] not in SPEC_DTYPES:
+                raise self.error(f"{where}.dtype", f"unknown dtype {spec['dtype']!r}; "
+                                                   f"one of {list(SPEC_DTYPES)}")
+            specs.append({k: v for k, v in spec.items() if k in SPEC_KEYS})
+        return specs
+
+    def data_shape(self, value, path: str) -> list:
+        """The shape of ``data``, a number or nested lists of numbers
+        (``true``/``false`` count, for bool inputs)."""
+        if isinstance(value, (int, float)):
+            return []
+        if not isinstance(value, list):
+            raise self.error(path, f"expected numbers or lists of numbers, got "
+                                   f"{json.dumps(value)}")
+        shapes = [self.data_shape(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        for i, shape in enumerate(shapes):
+            if shape != shapes[0]:
+                raise self.error(f"{path}[{i}]", f"ragged data: shape {shape}, but "
+                                                 f"{path}[0] has shape {shapes[0]}")
+        return [len(value), *(shapes[0] if shapes else [])]
 
     @staticmethod
     def merge_specs(base: list, case: list) -> list:
@@ -500,6 +634,8 @@ class _Parser:
 def _marks(cfg: OperatorConfig, case: OperatorCase) -> list:
     """The one skip/xfail mark of a case, in the documented priority order,
     plus the plugin's informational marks."""
+    import pytest  # make_operator_fixture checked that it is there
+
     marks = [pytest.mark.aidge_operator(name=cfg.name)]
     if not case.test_backward:
         marks.append(pytest.mark.forward_only)
@@ -531,9 +667,10 @@ def make_operator_fixture(cfg: OperatorConfig, engine: str | None = None):
         conv2d_case = make_operator_fixture(CONV2D_CONFIG)
 
     Each case yields a dict: ``name`` (the case id), ``torch_model`` (built
-    with ``op_class(**torch_kwargs)`` from a seed derived from the id, in
-    train mode when the case tests backward, eval mode otherwise),
-    ``aidge_model`` (``aidge_interop.wrap(torch_model, [input_size])``; with
+    with ``op_class(**torch_kwargs)`` from a seed derived from the id, in the
+    case's ``dtype``, in train mode when the case tests backward, eval mode
+    otherwise), ``aidge_model`` (``aidge_interop.wrap(torch_model,
+    [example])``, an example input of ``input_size`` in that dtype; with
     ``engine="aidge"``, Eclipse Aidge's
     :class:`~aidge_interop.compare.eclipse_aidge.AidgeModel`), ``engine``,
     ``input_size``, ``output_size`` (inferred by running the torch model once
@@ -544,7 +681,10 @@ def make_operator_fixture(cfg: OperatorConfig, engine: str | None = None):
     else ``None``; hand it to ``ModelTester(..., optimizer2=...)``) and
     ``cuda`` (``OperatorConfig.backend == "cuda"``, for ``ModelTester(cuda=...)``)
     and ``max_slowdown_ratio`` (the pytest option ``--max-slowdown-ratio``,
-    None by default: timings recorded, not asserted).
+    None by default: timings recorded, not asserted), ``dtype`` (the torch
+    dtype of the case) and ``input_specs`` (the JSON case's merged input
+    specs, ``None`` for a manual case). :class:`ModelTester` feeds both
+    models random inputs of the models' dtype.
     Marks: ``skip_all``, else ``xfail_all``, else ``xfail_backward`` (training
     cases), else ``skip_reasons[case key]`` or the case's ``expected_failure``.
 
@@ -553,6 +693,7 @@ def make_operator_fixture(cfg: OperatorConfig, engine: str | None = None):
     ``--engine`` (default ``aidge_interop``). A case skips when the engine
     is not installed or cannot run it (its message).
     """
+    pytest = _pytest("make_operator_fixture")
     if engine is not None:
         check_engine(engine, f"make_operator_fixture({cfg.name})")
     params = [pytest.param(case, id=case.id, marks=_marks(cfg, case))
@@ -578,6 +719,7 @@ def max_slowdown_ratio(config) -> float | None:
 def _instantiate(cfg: OperatorConfig, case: OperatorCase, engine: str) -> dict:
     """The fixture's dict for one case (torch and the engine imported here,
     when a case runs, not when a suite is collected)."""
+    import pytest
     import torch
 
     from .._util import EngineUnsupported
@@ -587,21 +729,27 @@ def _instantiate(cfg: OperatorConfig, case: OperatorCase, engine: str) -> dict:
         pytest.skip(reason)
     if cfg.backend == "cuda" and not torch.cuda.is_available():
         pytest.skip(f"{cfg.name}: backend 'cuda' but CUDA is not available")
+    dtype = getattr(torch, case.dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case_seed(case.id))
         try:
-            torch_model = case.op_class(**case.torch_kwargs)
+            torch_model = case.op_class(**case.torch_kwargs).to(dtype)
             output_size = case.output_size
             if output_size is None:  # in eval mode: a BatchNorm keeps its statistics
                 with torch.no_grad():
-                    output_size = tuple(torch_model.eval()(torch.randn(case.input_size)).shape)
+                    x = torch.randn(case.input_size, dtype=dtype)
+                    output_size = tuple(torch_model.eval()(x).shape)
         except Exception as exc:
             exc.add_note(f"while building case {case.id}: {case.op_class.__name__}"
                          f"(**{case.torch_kwargs!r}) on an input of shape {case.input_size}")
             raise
     torch_model.train(case.test_backward)
+    # the example wrap() makes from a shape, in the case's dtype (a model
+    # without parameters does not tell it)
+    example = torch.randn(case.input_size, dtype=dtype,
+                          generator=torch.Generator().manual_seed(0))
     try:
-        aidge_model, optimizer = engine_model(engine, torch_model, [case.input_size],
+        aidge_model, optimizer = engine_model(engine, torch_model, [example],
                                               case.test_backward, LEARNING_RATE)
     except EngineUnsupported as exc:
         pytest.skip(str(exc))
@@ -615,4 +763,6 @@ def _instantiate(cfg: OperatorConfig, case: OperatorCase, engine: str) -> dict:
         "test_backward": case.test_backward,
         "optimizer": optimizer,
         "cuda": cfg.backend == "cuda",
+        "dtype": dtype,
+        "input_specs": case.input_specs,
     }

@@ -13,7 +13,10 @@ The plugin registers the marks the generated cases carry, so that
 
 Option ``--forward-only-cases`` keeps the forward-only (``shape``) cases of
 every config that does not decide itself (it sets
-:data:`aidge_interop.testing.operators.INCLUDE_FORWARD_ONLY_CASES`).
+:data:`aidge_interop.testing.operators.INCLUDE_FORWARD_ONLY_CASES`). Without
+it, a ``conftest.py`` that sets ``INCLUDE_FORWARD_ONLY_CASES`` at module
+level (where upstream's conftest held the toggle) sets it, for the test
+modules collected after it. The toggle is restored after the run.
 
 Option ``--max-slowdown-ratio R`` (or the environment variable
 ``AIDGE_INTEROP_MAX_SLOWDOWN``) is what the fixture ``aidge_max_slowdown``
@@ -32,6 +35,8 @@ the engine lacks) is reported as skipped with the engine's message.
 Importing this plugin imports neither torch nor the engine.
 """
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -79,6 +84,23 @@ def pytest_runtest_call(item):
         pytest.skip(str(exc))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    early_config.stash[_PREVIOUS_TOGGLE] = operators.INCLUDE_FORWARD_ONLY_CASES
+
+
+def pytest_plugin_registered(plugin, manager):
+    """A conftest.py's module-level toggle becomes the toggle, unless
+    ``--forward-only-cases`` is given (initial conftests load before the
+    options are parsed: pytest_configure applies the option after them)."""
+    if os.path.basename(getattr(plugin, "__file__", None) or "") != "conftest.py":
+        return
+    value = vars(plugin).get("INCLUDE_FORWARD_ONLY_CASES")
+    config = manager.get_plugin("pytestconfig")
+    if isinstance(value, bool) and not getattr(config.option, "forward_only_cases", False):
+        operators.INCLUDE_FORWARD_ONLY_CASES = value
+
+
 def _marker_name(line: str) -> str:
     return line.split(":")[0].split("(")[0].strip()
 
@@ -89,7 +111,7 @@ def pytest_configure(config):
         if _marker_name(line) not in known:  # a project may declare "cuda" itself
             config.addinivalue_line("markers", line)
     if config.getoption("forward_only_cases"):
-        config.stash[_PREVIOUS_TOGGLE] = operators.INCLUDE_FORWARD_ONLY_CASES
+        config.stash.setdefault(_PREVIOUS_TOGGLE, operators.INCLUDE_FORWARD_ONLY_CASES)
         operators.INCLUDE_FORWARD_ONLY_CASES = True
 
 

@@ -1,6 +1,7 @@
 /*
  * fused.c — the engine's fused operators (domain "aidge_interop"), written by
- * the recipes (recipes.c) and undone by expand_metaops:
+ * the recipes (recipes.c) and undone by expand_metaops (the fusions) and
+ * restore_flatten (the Flatten):
  *
  *   FusedConv   Conv, then an activation, in one node
  *   FusedGemm   [Flatten,] Gemm, then an activation, in one node
@@ -23,7 +24,8 @@
  *                      batchnorm_epilogue); such a node has no backward
  *   activation_node, activation_input, flatten_node, flatten_output,
  *   bn_node, bn_input  names of the nodes and values the recipe removed
- *                      (strings; expand_metaops gives them back)
+ *                      (strings; expand_metaops and restore_flatten give
+ *                      them back)
  *
  * Each is a wrapper around its base operator's own shape, forward and
  * backward (same kernels, same numbers): forward runs the base into the

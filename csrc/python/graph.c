@@ -684,6 +684,7 @@ static const struct {
     {"remove_flatten", ai_recipe_remove_flatten},
     {"fuse_activation", ai_recipe_fuse_activation},
     {"expand_metaops", ai_recipe_expand_metaops},
+    {"restore_flatten", ai_recipe_restore_flatten},
     {"constant_fold", ai_recipe_constant_fold},
     {"block_channels", ai_recipe_block_channels},
     {"fuse_pad", ai_recipe_fuse_pad},

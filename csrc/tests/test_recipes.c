@@ -118,14 +118,21 @@ TEST(recipes_keep_outputs_and_undo)
     ai_tensor *y2 = run(g, x);
     CHECK(y2 && max_diff(y1, y2) == 0);
 
-    CHECK(apply(ai_recipe_expand_metaops, g) == 2);
+    CHECK(apply(ai_recipe_expand_metaops, g) == 1); /* the Relu; the Flatten stays removed */
+    CHECK(g->n_nodes == 3 && !strcmp(g->nodes[0].op_type, "Conv") &&
+          !strcmp(g->nodes[1].op_type, "Relu") && !strcmp(g->nodes[2].op_type, "FusedGemm"));
+    CHECK(apply(ai_recipe_expand_metaops, g) == 0);
+    ai_tensor *y3 = run(g, x);
+    CHECK(y3 && max_diff(y1, y3) == 0);
+    ai_tensor_free(y3);
+    CHECK(apply(ai_recipe_restore_flatten, g) == 1);
     static const char *const ops[4] = {"Conv", "Relu", "Flatten", "Gemm"};
     static const char *const names[4] = {"conv", "relu", "flat", "fc"};
     CHECK(g->n_nodes == 4);
     for (int i = 0; i < 4 && i < g->n_nodes; i++)
         CHECK(!strcmp(g->nodes[i].op_type, ops[i]) && !strcmp(g->nodes[i].name, names[i]));
     CHECK(ai_graph_find_value(g, "n") >= 0 && ai_graph_find_value(g, "f") >= 0);
-    ai_tensor *y3 = run(g, x);
+    y3 = run(g, x);
     CHECK(y3 && max_diff(y1, y3) == 0);
     CHECK(apply(ai_recipe_constant_fold, g) == 0);
 
