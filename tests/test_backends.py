@@ -209,6 +209,19 @@ def test_aidge_gradients_add_up_like_torch():
     torch.testing.assert_close(aidge(xs[0]), model(xs[0]), rtol=1e-5, atol=1e-6)  # new weights
 
 
+def test_aidge_backward_through_an_older_forward_is_refused():
+    """Aidge keeps the state of its last forward only: a backward through an
+    earlier one would use another input's values."""
+    AidgeModel, _ = _aidge_training()
+    aidge = AidgeModel(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh()), [(3, 2)])
+    first = aidge(torch.randn(3, 2))
+    aidge(torch.randn(3, 2))
+    with pytest.raises(RuntimeError, match="backward through a forward that is not the last "
+                                           "one; Eclipse Aidge keeps the state of its last "
+                                           "forward only"):
+        first.sum().backward()
+
+
 @pytest.mark.parametrize("make, shape, message", [
     (lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)),
      (2, 3, 8, 8), "Eclipse Aidge: backward: Backward not yet implemented for BatchNorm"),

@@ -334,10 +334,15 @@ class _AidgeFunction(torch.autograd.Function):
     def forward(ctx, model, n_inputs, *tensors):
         ctx.model = model
         outs = model._run_forward([t.detach().numpy() for t in tensors[:n_inputs]])
+        ctx.forward_id = model._forwards
         return tuple(torch.from_numpy(o) for o in outs)
 
     @staticmethod
     def backward(ctx, *grads):
+        if ctx.forward_id != ctx.model._forwards:
+            raise RuntimeError(f"AidgeModel({ctx.model.source_name}): backward through a "
+                               "forward that is not the last one; Eclipse Aidge keeps the "
+                               "state of its last forward only")
         grad_inputs, grad_params = ctx.model._run_backward(
             [None if g is None else g.detach().contiguous().numpy() for g in grads])
         return (None, None, *(torch.from_numpy(g) for g in grad_inputs + grad_params))
@@ -397,6 +402,7 @@ class AidgeModel(torch.nn.Module):
             owner, leaf = _owner(self, name)
             owner.register_parameter(leaf, made[id(p)])
         self._values = [node.get_operator().get_output(0) for node in self._producers]
+        self._forwards = 0  # forwards run: a backward goes through the last one only
         self.train(torch_model.training)
 
     def train(self, mode: bool = True):
@@ -425,6 +431,7 @@ class AidgeModel(torch.nn.Module):
 
     # -- what _AidgeFunction calls ---------------------------------------------
     def _run_forward(self, arrays):
+        self._forwards += 1
         return self._aidge.forward(arrays)
 
     def _run_backward(self, grads):
