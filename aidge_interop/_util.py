@@ -12,8 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["write_atomic", "UsageError", "Progress", "int_arg", "check_output", "one_line",
-           "finite"]
+__all__ = ["write_atomic", "UsageError", "EngineUnsupported", "Progress", "int_arg",
+           "check_output", "one_line", "finite"]
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
@@ -39,6 +39,12 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 class UsageError(Exception):
     """A mistake in the command line: reported on one line, exit status 2."""
+
+
+class EngineUnsupported(RuntimeError):
+    """An engine under test cannot run a model: an operator it lacks, a
+    backward it does not have, an error of its own. The message is the
+    engine's; the harness reports the case as skipped, not failed."""
 
 
 class Progress:

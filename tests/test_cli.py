@@ -2,6 +2,7 @@
 its model forms (example, module:callable, .py file, ONNX file), usage
 errors (exit 2, one line, no traceback), exit 1 when an engine fails, the
 progress line and the ``locate`` wiring."""
+import importlib.util
 import io
 import json
 import os
@@ -228,6 +229,52 @@ def test_unavailable_or_failing_engine_exits_1(monkeypatch, capsys):
     assert (e["status"], e["reason"]) == \
         ("failed", "NotImplementedError: engine: operator 'Frobnicate' is not supported")
     assert "aidge_interop (C engine) failed: NotImplementedError" in out
+
+
+def _aidge_or_skip():
+    ok, reason = backends.available("aidge")
+    if not ok:
+        pytest.skip(f"aidge unavailable: {reason}")
+
+
+def test_compare_trains_on_eclipse_aidge(capsys):
+    """Eclipse Aidge's training row (AidgeModel + AidgeSGD: Aidge's forward,
+    backward and SGD) against torch's first step; ds_cnn runs on Aidge (its
+    model is constant-folded first)."""
+    _aidge_or_skip()
+    pytest.importorskip("aidge_learning", reason="Eclipse Aidge trains with aidge_learning")
+    code, out, err = run_main(["compare", "lenet", "--train", "--backends", "aidge", *FAST,
+                               "--json", "r.json"], capsys)
+    assert code == 0, out
+    report = json.loads(Path("r.json").read_text())
+    assert "aidge_learning" in report["versions"]
+    train = engines(report)["aidge"]["train"]
+    assert len(train["samples_ms"]) == 2 and train["loss"] > 0
+    # float32, same weights: measured 0 (loss) and 4e-8 (gradients)
+    assert train["loss_abs_error"] < 1e-6
+    assert train["grad_error"]["max_abs"] < 1e-6 and train["grad_error"]["cosine"] > 0.999999
+    assert any(line.startswith("Eclipse Aidge (CPU)") for line in
+               out.split("training step")[1].splitlines())
+    code, out, err = run_main(["compare", "ds_cnn", "--backends", "aidge", *FAST,
+                               "--json", "r.json"], capsys)
+    e = engines(json.loads(Path("r.json").read_text()))["aidge"]
+    assert code == 0 and e["status"] == "ok", e
+    assert e["error"]["max_abs"] < 1e-5 and e["error"]["cosine"] > 0.999999
+
+
+def test_aidge_training_row_without_aidge_learning(monkeypatch, capsys):
+    _aidge_or_skip()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "aidge_learning" else real(name, *a))
+    code, out, err = run_main(["compare", "perceptron", "--train", "--backends", "aidge", *FAST,
+                               "--json", "r.json"], capsys)
+    assert code == 0  # not a failure: the inference row ran
+    e = engines(json.loads(Path("r.json").read_text()))["aidge"]
+    assert e["status"] == "ok" and e["train"]["status"] == "unavailable"
+    assert "pip install aidge-learning==0.10.1" in e["train"]["reason"]
+    assert "Eclipse Aidge (CPU) training unavailable: Eclipse Aidge trains with " \
+           "aidge_learning" in out
 
 
 class _Terminal(io.StringIO):

@@ -406,7 +406,10 @@ def test_other_assertion_errors_get_the_epoch():
 def test_bad_arguments():
     model = MLP()
     with pytest.raises(TypeError, match="argument 'model2' must be a torch.nn.Module"):
-        ModelTester(model, None)
+        ModelTester(model, "aidge")  # None is allowed: ModelTester wraps model1 itself
+    with pytest.raises(ValueError, match="optimizer2 without model2"):
+        ModelTester(model, optimizer2=aidge_interop.SGD(aidge_interop.wrap(model, [(2, 16)]),
+                                                        lr=0.01))
     with pytest.raises(ValueError, match="epochs must be >= 1"):
         ModelTester(model, model, epochs=0)
     with pytest.raises(ValueError, match="model1 is in train mode, model2 in eval mode"):
@@ -509,7 +512,8 @@ def test_record_content(bench_log):
     quiet(model, copy.deepcopy(model), name="Rec", epochs=3, bench_warmup=1) \
         .test_multiple_step((2, 16))
     (rec,) = records(bench_log)
-    assert set(rec) == {"name", "forward", "backward", "timestamp"}
+    assert set(rec) == {"name", "engine", "forward", "backward", "timestamp"}
+    assert rec["engine"] == "aidge_interop"
     for phase in ("forward", "backward"):
         assert set(rec[phase]) == {"mean1", "mean2", "ratio", "samples"}
         assert rec[phase]["samples"] == 2

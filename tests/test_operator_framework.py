@@ -494,7 +494,8 @@ def test_fixture_yields_the_documented_dict(pytester):
 case = tiny_case
 assert set(case) == {"name", "torch_model", "aidge_model", "input_size", "output_size",
                      "test_backward", "optimizer", "cuda", "max_slowdown_ratio", "dtype",
-                     "input_specs"}
+                     "input_specs", "engine"}
+assert case["engine"] == "aidge_interop"
 assert case["dtype"] is torch.float32
 assert case["input_specs"][0] == {"name": "data_input", "shape": list(case["input_size"])}
 assert isinstance(case["torch_model"], Tiny)

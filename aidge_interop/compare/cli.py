@@ -13,8 +13,9 @@
 on the same random input, times each on the same number of threads, and
 prints per engine the latency (min / median / max) and the output's error
 against the reference: torch, or ONNX Runtime for an ONNX file. ``--train``
-also times a training step where the engine can train (torch, our engine)
-and compares the loss and gradients of the first step. Progress goes to
+also times a training step where the engine can train (torch, our engine,
+Eclipse Aidge with ``aidge_learning``) and compares the loss and gradients
+of the first step. Progress goes to
 stderr when it is a terminal.
 
 Exit status: 0; 1 when an engine failed, or a backend named in
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import io
 import json
 import platform
@@ -42,7 +44,7 @@ from .target import Target, load_model, model_arguments
 __all__ = ["main", "compare", "load_model", "output_errors", "render", "plot_report",
            "UsageError", "Target"]
 
-TRAINABLE = ("torch", "aidge_interop")  # engines with a backward and an optimizer
+TRAINABLE = ("torch", "aidge_interop", "aidge")  # engines with a backward and an optimizer
 LEARNING_RATE = 0.01
 
 
@@ -119,6 +121,11 @@ def _train_step(key: str, target: Target):
     if key == "torch":
         model = copy.deepcopy(target.model).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    elif key == "aidge":
+        from .eclipse_aidge import AidgeModel, AidgeSGD
+
+        model = AidgeModel(target.model, [target.shape]).train()
+        optimizer = AidgeSGD(model, lr=LEARNING_RATE)
     else:
         from ..bridge import SGD, wrap
 
@@ -194,7 +201,10 @@ def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 
                 entry["error"] = output_errors(out, ref_out)
         except Exception as exc:
             entry.update(status="failed", reason=one_line(exc))
-        if train and key in TRAINABLE:
+        if train and key == "aidge" and importlib.util.find_spec("aidge_learning") is None:
+            entry["train"] = {"status": "unavailable", "reason": "Eclipse Aidge trains with "
+                              "aidge_learning: pip install aidge-learning==0.10.1"}
+        elif train and key in TRAINABLE:
             try:
                 entry["train"], result = _train_case(key, target, x, repeat, warmup, progress,
                                                      ref_train)
@@ -217,7 +227,7 @@ def _versions() -> dict:
 
     out = {"python": platform.python_version(), "machine": platform.machine()}
     for dist in ("aidge_interop", "torch", "onnx", "onnxruntime", "aidge_core",
-                 "aidge_backend_cpu", "aidge_onnx"):
+                 "aidge_backend_cpu", "aidge_onnx", "aidge_learning"):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:
@@ -503,8 +513,8 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
                      help="untimed runs before them (default %(default)s)")
     cmp.add_argument("--train", action="store_true",
                      help="also time a training step (forward, MSE loss, backward, SGD) on the "
-                          "engines that train (torch, aidge_interop) and compare the loss and "
-                          "gradients of the first step")
+                          "engines that train (torch, aidge_interop, aidge with aidge_learning) "
+                          "and compare the loss and gradients of the first step")
     cmp.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     cmp.add_argument("--plot", metavar="IMAGE",
                      help="draw latencies and errors (PNG, SVG, PDF...; needs matplotlib)")

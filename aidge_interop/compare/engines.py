@@ -12,7 +12,8 @@
 - ``onnxruntime``: ONNX Runtime's CPU provider on the exported ONNX file;
 - ``aidge_interop``: this package's engine (:func:`aidge_interop.load_onnx`);
 - ``aidge``: Eclipse Aidge's CPU backend (``aidge_core``, ``aidge_backend_cpu``,
-  ``aidge_onnx``; sequential scheduler), when those are installed.
+  ``aidge_onnx``; sequential scheduler), when those are installed, on the
+  model simplified by our constant folding (:mod:`.eclipse_aidge`).
 
 A module is exported to ONNX once per (weights, input shape): the file goes
 to the cache folder (``$AIDGE_INTEROP_CACHE``, else
@@ -74,7 +75,8 @@ _INSTALL = {
     "torch": "pip install torch",
     "onnxruntime": "pip install onnxruntime",
     "aidge_interop": "pip install aidge_interop",
-    "aidge": "pip install aidge_core aidge_backend_cpu aidge_onnx",
+    "aidge": "pip install aidge-core==0.10.1 aidge-backend-cpu==0.10.1 aidge-onnx==0.10.1; "
+             "see docs/compare.md",
 }
 
 #: Compute threads of every timed run (all engines alike).
@@ -374,27 +376,18 @@ def _engine_runner(path):
 
 
 def _aidge_runner(path, shape):
-    """Eclipse Aidge: ``aidge_onnx.load_onnx``, backend "cpu", dimensions
-    forwarded for ``shape``, sequential scheduler."""
-    import aidge_backend_cpu  # noqa: F401  (registers the "cpu" backend)
-    import aidge_core
-    import aidge_onnx
+    """Eclipse Aidge (:mod:`.eclipse_aidge`): the ONNX file simplified by our
+    engine's constant folding for ``shape``, ``aidge_onnx.load_onnx``,
+    backend "cpu", dimensions forwarded, sequential scheduler."""
+    import onnx
 
-    model = aidge_onnx.load_onnx(os.fspath(path))
-    model.set_backend("cpu")
-    model.forward_dtype()
-    model.forward_dims([list(shape)], True)
-    scheduler = aidge_core.SequentialScheduler(model)
-    scheduler.generate_scheduling()
-    outputs = model.get_ordered_outputs()
-    _single([f"{node.name()}:{index}" for node, index in outputs], "output", path)
-    node, index = outputs[0]
+    from .eclipse_aidge import AidgeGraph, fold_constants
+
+    graph = AidgeGraph(fold_constants(onnx.load(os.fspath(path)), [shape]), [shape])
+    _single([f"{node.name()}:{index}" for node, index in graph.outputs], "output", path)
 
     def run(x: np.ndarray) -> np.ndarray:
-        tensor = aidge_core.Tensor(np.ascontiguousarray(x))
-        tensor.set_backend("cpu")
-        scheduler.forward(forward_dims=False, data=[tensor])
-        return np.array(node.get_operator().get_output(index))
+        return graph.forward([x])[0]
 
     return run
 

@@ -47,12 +47,26 @@ import numpy as np
 import torch
 
 from .. import _C
+from .._util import EngineUnsupported
 from ..bridge.optim import SGD
 from ..bridge.structure import flatten, paths, unflatten
+from .engines import DEFAULT_ENGINE, check_engine, engine_available, engine_model
 
 __all__ = ["ModelTester"]
 
 _PHASES = ("forward", "backward")
+
+
+def _aidge_model_class():
+    from ..compare.eclipse_aidge import AidgeModel
+
+    return AidgeModel
+
+
+def _aidge_sgd_class():
+    from ..compare.eclipse_aidge import AidgeSGD
+
+    return AidgeSGD
 
 
 def _as_tuple(x) -> tuple:
@@ -83,7 +97,7 @@ def _device(model: torch.nn.Module) -> torch.device:
     return first.device if first is not None else torch.device("cpu")
 
 
-def _float_dtype(model1: torch.nn.Module, model2: torch.nn.Module) -> torch.dtype:
+def _float_dtype(model1: torch.nn.Module, model2: torch.nn.Module | None) -> torch.dtype:
     """The dtype of the random inputs: that of model1's float parameters and
     buffers; for a model1 without any, the float dtype model2 was wrapped
     for (its ``onnx_model``'s first float input), else float32."""
@@ -146,6 +160,13 @@ class ModelTester:
 
     Both models must have the same parameter names (``named_parameters()``);
     :func:`aidge_interop.wrap` keeps the torch names.
+
+    ``engine`` (keyword only): what ``model2`` runs on, ``"aidge_interop"``
+    (this package's engine) or ``"aidge"`` (Eclipse Aidge, see
+    :mod:`aidge_interop.testing.engines`); by default the kind of
+    ``model2``. It picks the default ``optimizer2`` and is written in the
+    benchmark records. Without ``model2``, ModelTester wraps ``model1`` with
+    ``engine`` itself, for the input shapes of the first step.
     """
 
     #: JSONL file that :meth:`test_multiple_step` appends one benchmark record
@@ -154,18 +175,22 @@ class ModelTester:
     #: pytest-xdist (see :func:`append_record`).
     BENCH_LOG_FILE: str | None = "benchmarks.jsonl"
 
-    def __init__(self, model1: torch.nn.Module, model2: torch.nn.Module, name: str = "",
+    def __init__(self, model1: torch.nn.Module, model2: torch.nn.Module | None = None,
+                 name: str = "",
                  test_backward: bool = True, epochs: int = 10,
                  relative_precision: float = 0.001, absolute_precision: float = 0.0001,
                  learning_rate: float = 0.01, cuda: bool = False, benchmark: bool = True,
                  max_slowdown_ratio: float | None = 10.0, bench_warmup: int = 2,
                  bench_print: bool = True, bench_min_time_ms: float = 0.1, *,
-                 optimizer2=None):
+                 optimizer2=None, engine: str | None = None):
         for arg, model in (("model1", model1), ("model2", model2)):
-            if not isinstance(model, torch.nn.Module):
+            if not (isinstance(model, torch.nn.Module) or arg == "model2" and model is None):
                 raise TypeError(f"ModelTester: argument '{arg}' must be a torch.nn.Module, "
                                 f"not {type(model).__name__}")
         self.name = name or type(model1).__name__
+        if engine is None:
+            engine = "aidge" if isinstance(model2, _aidge_model_class()) else DEFAULT_ENGINE
+        self.engine = check_engine(engine, f"ModelTester({self.name})")
         if epochs < 1 or bench_warmup < 0:
             raise ValueError(f"ModelTester({self.name}): epochs must be >= 1 and bench_warmup "
                              f">= 0, got epochs={epochs}, bench_warmup={bench_warmup}")
@@ -176,15 +201,7 @@ class ModelTester:
         if cuda and not torch.cuda.is_available():
             raise RuntimeError(f"ModelTester({self.name}): cuda=True but CUDA is not "
                                "available (torch.cuda.is_available() is False)")
-        names1 = [n for n, _ in model1.named_parameters()]
-        names2 = [n for n, _ in model2.named_parameters()]
-        if set(names1) != set(names2):
-            only1 = [n for n in names1 if n not in names2]
-            only2 = [n for n in names2 if n not in names1]
-            raise ValueError(f"ModelTester({self.name}): the models' parameter names differ: "
-                             f"only in model1: {only1}, only in model2: {only2}")
         self.model1 = model1.to("cuda") if cuda else model1
-        self.model2 = model2
         self.test_backward = test_backward
         self.epochs = epochs
         self.relative_precision = relative_precision
@@ -197,20 +214,53 @@ class ModelTester:
         self.bench_print = bench_print
         self.bench_min_time_ms = bench_min_time_ms
         self.dtype = _float_dtype(model1, model2)
-        self.optimizer1 = self.optimizer2 = None
-        if test_backward and any(p.requires_grad for p in model2.parameters()):
-            if optimizer2 is None:
-                optimizer2 = SGD(model2, lr=learning_rate)
-            elif optimizer2.defaults["lr"] != learning_rate:
-                raise ValueError(f"ModelTester({self.name}): optimizer2 has lr="
-                                 f"{optimizer2.defaults['lr']} but learning_rate="
-                                 f"{learning_rate}: the two models would not train alike")
-            self.optimizer1 = torch.optim.SGD(model1.parameters(), **optimizer2.defaults)
-            self.optimizer2 = optimizer2
+        self.model2 = self.optimizer1 = self.optimizer2 = None
+        if model2 is not None:
+            self._attach(model2, optimizer2)
+        elif optimizer2 is not None:
+            raise ValueError(f"ModelTester({self.name}): optimizer2 without model2 (ModelTester "
+                             "wraps model1 and makes its optimizer itself)")
         self._times = {phase: ([], []) for phase in _PHASES}  # seconds, (model1, model2)
         self.checks = []  # divergence.Check of every tensor compared by the last unit_test
         self.skipped = []  # what the last unit_test could not compare, and why
         self._where = self.name
+
+    def _attach(self, model2: torch.nn.Module, optimizer2) -> None:
+        """Takes ``model2`` (checked against model1) and its optimizer
+        (``optimizer2``, else the engine's SGD when training)."""
+        names1 = [n for n, _ in self.model1.named_parameters()]
+        names2 = [n for n, _ in model2.named_parameters()]
+        if set(names1) != set(names2):
+            only1 = [n for n in names1 if n not in names2]
+            only2 = [n for n in names2 if n not in names1]
+            raise ValueError(f"ModelTester({self.name}): the models' parameter names differ: "
+                             f"only in model1: {only1}, only in model2: {only2}")
+        self.model2 = model2
+        self.dtype = _float_dtype(self.model1, model2)
+        if self.test_backward and any(p.requires_grad for p in model2.parameters()):
+            if optimizer2 is None:
+                optimizer2 = (_aidge_sgd_class() if self.engine == "aidge" else SGD)(
+                    model2, lr=self.learning_rate)
+            elif optimizer2.defaults["lr"] != self.learning_rate:
+                raise ValueError(f"ModelTester({self.name}): optimizer2 has lr="
+                                 f"{optimizer2.defaults['lr']} but learning_rate="
+                                 f"{self.learning_rate}: the two models would not train alike")
+            self.optimizer1 = torch.optim.SGD(self.model1.parameters(), **optimizer2.defaults)
+            self.optimizer2 = optimizer2
+
+    def _wrap(self, inputs: tuple, kwargs: dict) -> None:
+        """model2 = model1 wrapped by ``engine`` for the shapes of the first
+        call's inputs (float tensors, positional)."""
+        if kwargs or not all(isinstance(x, torch.Tensor) and x.is_floating_point()
+                             for x in inputs):
+            raise ValueError(f"ModelTester({self.name}): without model2, the inputs must be "
+                             "float tensors, given positionally (wrap model1 yourself for "
+                             "other calls)")
+        ok, reason = engine_available(self.engine)
+        if not ok:
+            raise EngineUnsupported(f"ModelTester({self.name}): {reason}")
+        model2, _ = engine_model(self.engine, self.model1, inputs, False, self.learning_rate)
+        self._attach(model2.train(self.model1.training), None)
 
     # -- one step ----------------------------------------------------------
     def unit_test(self, input_tensors, label, record_timing: bool = False,
@@ -226,6 +276,8 @@ class ModelTester:
         are compared, unless ``model1`` refuses it (it changes its inputs in
         place): then ``skipped`` says so. Raises :class:`AssertionError` at
         the first tensor that differs."""
+        if self.model2 is None:
+            self._wrap(_as_tuple(input_tensors), dict(input_kwargs or {}))
         if self.model1.training != self.model2.training:
             mode = {True: "train", False: "eval"}
             raise ValueError(f"{self._where}: model1 is in {mode[self.model1.training]} mode, "
@@ -447,7 +499,7 @@ class ModelTester:
             print(f"[bench] {self.name}: " + ("; ".join(parts) or "no timed epoch"))
         if self.BENCH_LOG_FILE is not None:
             append_record(self.BENCH_LOG_FILE, {
-                "name": self.name, **stats,
+                "name": self.name, "engine": self.engine, **stats,
                 "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(
                     timespec="seconds"),
             })

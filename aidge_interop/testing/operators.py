@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .engines import DEFAULT_ENGINE, check_engine, engine_available, engine_model
+
 __all__ = [
     "OperatorCase", "OperatorConfig", "OperatorConfigWarning", "SUPPORTED_ATTRS",
     "INCLUDE_FORWARD_ONLY_CASES", "LEARNING_RATE", "build_cases", "make_operator_fixture",
@@ -657,7 +659,7 @@ def case_seed(case_id: str) -> int:
     return zlib.crc32(case_id.encode())
 
 
-def make_operator_fixture(cfg: OperatorConfig):
+def make_operator_fixture(cfg: OperatorConfig, engine: str | None = None):
     """A pytest fixture parametrized over :func:`build_cases(cfg) <build_cases>`.
 
     Assign it to a module-level name, which becomes the fixture's name::
@@ -668,10 +670,13 @@ def make_operator_fixture(cfg: OperatorConfig):
     with ``op_class(**torch_kwargs)`` from a seed derived from the id, in the
     case's ``dtype``, in train mode when the case tests backward, eval mode
     otherwise), ``aidge_model`` (``aidge_interop.wrap(torch_model,
-    [example])``, an example input of ``input_size`` in that dtype),
+    [example])``, an example input of ``input_size`` in that dtype; with
+    ``engine="aidge"``, Eclipse Aidge's
+    :class:`~aidge_interop.compare.eclipse_aidge.AidgeModel`), ``engine``,
     ``input_size``, ``output_size`` (inferred by running the torch model once
     when the case does not give it), ``test_backward``, ``optimizer`` (an
-    engine :class:`aidge_interop.SGD` over ``aidge_model`` with
+    engine's SGD (:class:`aidge_interop.SGD`, or
+    :class:`~aidge_interop.compare.eclipse_aidge.AidgeSGD`) over ``aidge_model`` with
     :data:`LEARNING_RATE` when the case trains a model that has parameters,
     else ``None``; hand it to ``ModelTester(..., optimizer2=...)``) and
     ``cuda`` (``OperatorConfig.backend == "cuda"``, for ``ModelTester(cuda=...)``)
@@ -682,14 +687,22 @@ def make_operator_fixture(cfg: OperatorConfig):
     models random inputs of the models' dtype.
     Marks: ``skip_all``, else ``xfail_all``, else ``xfail_backward`` (training
     cases), else ``skip_reasons[case key]`` or the case's ``expected_failure``.
+
+    ``engine``: ``"aidge_interop"`` or ``"aidge"`` (see
+    :mod:`aidge_interop.testing.engines`); by default the pytest option
+    ``--engine`` (default ``aidge_interop``). A case skips when the engine
+    is not installed or cannot run it (its message).
     """
     pytest = _pytest("make_operator_fixture")
+    if engine is not None:
+        check_engine(engine, f"make_operator_fixture({cfg.name})")
     params = [pytest.param(case, id=case.id, marks=_marks(cfg, case))
               for case in build_cases(cfg)]
 
     @pytest.fixture(params=params)
     def operator_case(request):
-        return {**_instantiate(cfg, request.param),
+        chosen = engine or request.config.getoption("engine", None) or DEFAULT_ENGINE
+        return {**_instantiate(cfg, request.param, chosen),
                 "max_slowdown_ratio": max_slowdown_ratio(request.config)}
 
     return operator_case
@@ -703,14 +716,17 @@ def max_slowdown_ratio(config) -> float | None:
     return value
 
 
-def _instantiate(cfg: OperatorConfig, case: OperatorCase) -> dict:
+def _instantiate(cfg: OperatorConfig, case: OperatorCase, engine: str) -> dict:
     """The fixture's dict for one case (torch and the engine imported here,
     when a case runs, not when a suite is collected)."""
     import pytest
     import torch
 
-    import aidge_interop
+    from .._util import EngineUnsupported
 
+    ok, reason = engine_available(engine)
+    if not ok:
+        pytest.skip(reason)
     if cfg.backend == "cuda" and not torch.cuda.is_available():
         pytest.skip(f"{cfg.name}: backend 'cuda' but CUDA is not available")
     dtype = getattr(torch, case.dtype)
@@ -732,14 +748,16 @@ def _instantiate(cfg: OperatorConfig, case: OperatorCase) -> dict:
     # without parameters does not tell it)
     example = torch.randn(case.input_size, dtype=dtype,
                           generator=torch.Generator().manual_seed(0))
-    aidge_model = aidge_interop.wrap(torch_model, [example])
-    optimizer = None
-    if case.test_backward and any(p.requires_grad for p in aidge_model.parameters()):
-        optimizer = aidge_interop.SGD(aidge_model, lr=LEARNING_RATE)
+    try:
+        aidge_model, optimizer = engine_model(engine, torch_model, [example],
+                                              case.test_backward, LEARNING_RATE)
+    except EngineUnsupported as exc:
+        pytest.skip(str(exc))
     return {
         "name": case.id,
         "torch_model": torch_model,
         "aidge_model": aidge_model,
+        "engine": engine,
         "input_size": tuple(case.input_size),
         "output_size": tuple(output_size),
         "test_backward": case.test_backward,

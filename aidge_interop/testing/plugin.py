@@ -26,6 +26,12 @@ timed assertion on a shared CI machine measures the scheduler (one 4 ms
 tick makes a 0.2 ms operator "20x slower"). Speed is measured by the
 scripts in ``benchmarks/``.
 
+Option ``--engine aidge`` makes the operator fixtures wrap each case with
+Eclipse Aidge instead of this package's engine (see
+:mod:`aidge_interop.testing.engines`); a test that raises
+:class:`~aidge_interop._util.EngineUnsupported` (an operator or a backward
+the engine lacks) is reported as skipped with the engine's message.
+
 Importing this plugin imports neither torch nor the engine.
 """
 from __future__ import annotations
@@ -34,7 +40,9 @@ import os
 
 import pytest
 
+from .._util import EngineUnsupported
 from . import operators
+from .engines import DEFAULT_ENGINE, ENGINES
 from .operators import (OperatorCase, OperatorConfig, build_cases, make_operator_fixture,
                         max_slowdown_ratio)
 
@@ -60,6 +68,20 @@ def pytest_addoption(parser):
         help="keep the forward-only ('shape') cases of operator configurations "
              "(aidge_interop.testing.operators.INCLUDE_FORWARD_ONLY_CASES)",
     )
+    group.addoption(
+        "--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE,
+        help="the engine operator cases wrap the torch model with: aidge_interop (default) "
+             "or aidge (Eclipse Aidge; cases it cannot run are skipped with its message)",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """What the engine under test cannot run is a skip, not a failure."""
+    try:
+        return (yield)
+    except EngineUnsupported as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.hookimpl(tryfirst=True)
