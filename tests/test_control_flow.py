@@ -433,3 +433,43 @@ def test_embeddingbag_per_sample_weights():
     torch.testing.assert_close(psw_e.grad, psw_t.grad, rtol=1e-6, atol=1e-6)
     (w_engine,) = [p for p in engine.parameters()]
     torch.testing.assert_close(w_engine.grad, bag.weight.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_loop_training_through_dropout_is_refused():
+    """Backward runs each iteration again: a Dropout in the body would draw
+    another mask, so training through it is refused (eval runs)."""
+    body = helper.make_graph(
+        [helper.make_node("Dropout", ["acc_in", "ratio"], ["d"]),
+         helper.make_node("Add", ["d", "acc_in"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [vi("i", I, []), vi("cond_in", B, []), vi("acc_in", F, None)],
+        [vi("cond_out", B, []), vi("acc_out", F, None)],
+        [const("ratio", np.float32(0.5))])
+    m = model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+              [vi("x", F, [3])], [vi("y", F, None)], [const("M", np.array(2, np.int64))])
+    g = aidge_interop.load_onnx(m)
+    x = np.ones(3, np.float32)
+    np.testing.assert_allclose(g.forward([x], need_backward=True)[0], 4 * x)  # eval
+    g.training = True
+    with pytest.raises(NotImplementedError, match=r"Loop node .*Dropout or BatchNormalization"):
+        g.forward([x], need_backward=True)
+
+
+@pytest.mark.parametrize("mode", [
+    "sum",
+    pytest.param("mean", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+        "the TorchScript export reduces an empty bag's empty slice: ReduceMean gives NaN "
+        "(0 / 0) as ONNX defines it, torch gives 0; the engine computes the graph it is "
+        "given"))),
+    pytest.param("max", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+        "the TorchScript export reduces an empty bag's empty slice: ReduceMax gives -inf "
+        "as ONNX defines it, torch gives 0"))),
+])
+def test_embeddingbag_empty_bag(mode):
+    torch.manual_seed(2)
+    bag = torch.nn.EmbeddingBag(20, 4, mode=mode)
+    ids, offsets = _bags(10, [0, 3, 7], 6)
+    engine = aidge_interop.wrap(bag, (ids, offsets))
+    offsets = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
+    with torch.no_grad():
+        torch.testing.assert_close(engine(ids, offsets), bag(ids, offsets), rtol=1e-6, atol=1e-6)

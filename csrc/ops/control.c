@@ -124,7 +124,25 @@ static void add_grad(ai_tensor *din, const ai_tensor *g)
 typedef struct {
     ai_graph *body;
     int n_carried, n_scan, n_captures;
+    bool redraws; /* the body has Dropout or BatchNormalization (see draws_again) */
 } loop_params;
+
+/* Whether running graph b again in training mode would not repeat its
+ * first run: a node draws random numbers or updates its state
+ * (AI_OP_NO_FOLD: Dropout, BatchNormalization), in b or in its subgraphs.
+ * Loop backward runs each iteration again, so it refuses these. */
+static bool draws_again(const ai_graph *b)
+{
+    for (int i = 0; i < b->n_nodes; i++) {
+        const ai_node *n = &b->nodes[i];
+        if (n->op->flags & AI_OP_NO_FOLD)
+            return true;
+        for (int k = 0; k < n->n_attrs; k++)
+            if (n->attrs[k].type == AI_ATTR_GRAPH && draws_again(n->attrs[k].graph))
+                return true;
+    }
+    return false;
+}
 
 typedef struct {
     int64_t iterations; /* of the last forward */
@@ -159,7 +177,7 @@ static ai_status loop_init(ai_node *n)
     loop_params *p = malloc(sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
-    *p = (loop_params){b, N, K, (int)captures};
+    *p = (loop_params){b, N, K, (int)captures, draws_again(b)};
     n->params = p;
     return AI_OK;
 }
@@ -285,6 +303,11 @@ static ai_status loop_forward(ai_ctx *c)
     ai_status st = loop_limits(c, c->in[0], c->in[1], &trips, &go);
     if (st)
         return st;
+    if (save && c->training && P->redraws)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "its body has Dropout or BatchNormalization, which would draw or "
+                             "update again when backward runs an iteration again: training "
+                             "through it is not supported (eval mode, or no gradient, runs)");
     b->training = c->training;
     b->need_backward = false; /* backward runs each iteration again */
     b->input_grads = false;
