@@ -288,9 +288,11 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
 /* The output metas a forward with these inputs would give, without running
  * it or keeping a plan (g->plan is untouched). An input whose data is NULL
  * (and numel > 0) gives only its dtype and shape: an operator that needs its
- * value at plan time then fails with its own error. */
+ * value at plan time then fails with its own error. With `values`, values[i]
+ * receives a new tensor holding output i when it is known at plan time
+ * (folded or constant), else NULL. */
 ai_status ai_graph_infer(ai_graph *g, int n_in, const ai_tensor *const *inputs,
-                         ai_meta *out);
+                         ai_meta *out, ai_tensor **values);
 /* Keeps a share of `t` in g->saved (a subgraph's owner, for its backward). */
 ai_status ai_graph_save(ai_graph *g, const ai_tensor *t);
 /* Frees what g->saved holds. */

@@ -698,17 +698,28 @@ static ai_status check_inputs(const ai_graph *g, int n_in, const ai_tensor *cons
 }
 
 ai_status ai_graph_infer(ai_graph *g, int n_in, const ai_tensor *const *inputs,
-                         ai_meta *out)
+                         ai_meta *out, ai_tensor **values)
 {
     ai_plan *p;
     ai_status st;
+    for (int i = 0; values && i < g->n_outputs; i++)
+        values[i] = NULL;
     if ((st = check_inputs(g, n_in, inputs, g->n_outputs)) ||
         (st = check_input_dims(g, inputs)) || (st = plan_build(g, inputs, true, &p)))
         return st;
-    for (int i = 0; i < g->n_outputs; i++)
-        out[i] = p->meta[g->outputs[i]];
+    for (int i = 0; i < g->n_outputs && !st; i++) {
+        const int v = g->outputs[i];
+        out[i] = p->meta[v];
+        const ai_tensor *known = is_const(g, p, v) ? runtime(g, p, v) : NULL;
+        if (values && known)
+            st = ai_tensor_clone(&values[i], known);
+    }
     ai_plan_free(p);
-    return AI_OK;
+    for (int i = 0; st && values && i < g->n_outputs; i++) {
+        ai_tensor_free(values[i]);
+        values[i] = NULL;
+    }
+    return st;
 }
 
 ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,

@@ -280,19 +280,65 @@ def test_if_bool_input_condition_is_read_when_planned():
         assert_same(got, ref)
 
 
-def test_sequence_typed_loop_is_refused_by_name():
+def sequence_loop(new_axis=0, cond=True):
+    """A loop that collects x * i per iteration in a sequence (the dynamo
+    exporter's form), concatenated after the loop."""
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("SequenceInsert", ["seq_in", "x"], ["seq_out"])],
+         helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"])],
         "body", [vi("i", I, []), vi("cond_in", B, []),
                  helper.make_tensor_sequence_value_info("seq_in", F, None)],
         [vi("cond_out", B, []), helper.make_tensor_sequence_value_info("seq_out", F, None)])
-    m = model([helper.make_node("SequenceEmpty", [], ["s0"]),
-               helper.make_node("Loop", ["M", "", "s0"], ["s"], body=body),
-               helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
-              [vi("x", F, [3]), vi("M", I, [])], [vi("y", F, None)])
-    with pytest.raises(NotImplementedError, match=r"operator SequenceEmpty .*exporter="):
+    return model([helper.make_node("SequenceEmpty", [], ["s0"]),
+                  helper.make_node("Loop", ["M", "c" if cond else "", "s0"], ["s"], body=body),
+                  helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0,
+                                   new_axis=new_axis)],
+                 [vi("x", F, [2, 3]), vi("M", I, [])], [vi("y", F, None)],
+                 [const("c", np.array(True))])
+
+
+@pytest.mark.parametrize("new_axis", [0, 1])
+def test_loop_collecting_a_sequence_runs_as_a_scan(new_axis):
+    m = sequence_loop(new_axis)
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    got, ref = run_both(m, {"x": x, "M": np.array(4, np.int64)})
+    assert got[0].shape == ((8, 3) if new_axis == 0 else (4, 2, 3))
+    assert_same(got, ref)
+
+
+def test_other_sequence_use_is_refused_by_name():
+    m = sequence_loop()
+    m.graph.node[2].op_type = "SequenceAt"
+    del m.graph.node[2].attribute[:]
+    m.graph.node[2].input.append("M")
+    with pytest.raises(NotImplementedError,
+                       match=r"operator SequenceEmpty .*other uses of sequences not"):
         aidge_interop.load_onnx(m)
+
+
+def test_while_loop_whose_length_folds_when_planned():
+    """No trip count; the condition i + 1 < rows(x) is known when the graph
+    is planned (rows from x's shape), so the scan output's length is too."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["i", "one"], ["next"]),
+         helper.make_node("Less", ["next", "rows"], ["cond_out"]),
+         helper.make_node("Unsqueeze", ["i", "zero1"], ["start"]),
+         helper.make_node("Unsqueeze", ["next", "zero1"], ["end"]),
+         helper.make_node("Slice", ["x", "start", "end"], ["row"]),
+         helper.make_node("Mul", ["row", "row"], ["sq"])],
+        "body", [vi("i", I, []), vi("cond_in", B, [])], [vi("cond_out", B, []), vi("sq", F, None)],
+        [const("one", np.array(1, np.int64)), const("zero1", np.array([0], np.int64))])
+    m = model([helper.make_node("Shape", ["x"], ["shape"], end=1),
+               helper.make_node("Squeeze", ["shape"], ["rows"]),
+               helper.make_node("Loop", ["", "true"], ["squares"], body=body)],
+              [vi("x", F, ["n", 3])], [vi("squares", F, None)], [const("true", np.array(True))])
+    g = aidge_interop.load_onnx(m)
+    for rows in (4, 1):
+        x = R.standard_normal((rows, 3)).astype(np.float32)
+        (got,) = g.forward([x])
+        np.testing.assert_allclose(got, (x * x)[:, None, :], rtol=1e-6)
 
 
 # ---------------------------------------------------------------- gradients
@@ -389,12 +435,17 @@ def _bags(n_ids, offsets, seed, num=20):
     return torch.randint(0, num, (n_ids,), generator=gen), torch.tensor(offsets)
 
 
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_embeddingbag_wrapped(mode):
+def test_embeddingbag_wrapped(mode, exporter):
+    """The TorchScript export: a Loop with a scan output; the dynamo export:
+    a while loop collecting a sequence, with an If per bag (empty or not)."""
+    if exporter == "dynamo":
+        pytest.importorskip("onnxscript")
     torch.manual_seed(0)
     bag = torch.nn.EmbeddingBag(20, 4, mode=mode)
     ids, offsets = _bags(10, [0, 3, 7], 0)
-    engine = aidge_interop.wrap(bag, (ids, offsets))
+    engine = aidge_interop.wrap(bag, (ids, offsets), exporter=exporter)
     # eval, then other lengths and another number of bags through the same module
     for n_ids, offs, seed in ((10, [0, 3, 7], 0), (90, [0, 1, 30, 31, 60, 77, 80], 1),
                               (5, [0, 2], 2)):
@@ -470,6 +521,19 @@ def test_embeddingbag_empty_bag(mode):
     bag = torch.nn.EmbeddingBag(20, 4, mode=mode)
     ids, offsets = _bags(10, [0, 3, 7], 6)
     engine = aidge_interop.wrap(bag, (ids, offsets))
+    offsets = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
+    with torch.no_grad():
+        torch.testing.assert_close(engine(ids, offsets), bag(ids, offsets), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embeddingbag_empty_bag_dynamo(mode):
+    """The dynamo export gives an empty bag zeros itself (an If), as torch."""
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(2)
+    bag = torch.nn.EmbeddingBag(20, 4, mode=mode)
+    ids, offsets = _bags(10, [0, 3, 7], 6)
+    engine = aidge_interop.wrap(bag, (ids, offsets), exporter="dynamo")
     offsets = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
     with torch.no_grad():
         torch.testing.assert_close(engine(ids, offsets), bag(ids, offsets), rtol=1e-6, atol=1e-6)

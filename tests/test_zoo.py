@@ -138,10 +138,6 @@ DYNAMO_FAILS = {
     "mha_keypad": (NotImplementedError, _SEQUENCES),
     "t5_encoder": (RuntimeError, _SDPA), "swin_cls": (RuntimeError, _SDPA),
     "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
-    "embeddingbag_mean": (NotImplementedError, "the dynamo exporter writes nn.EmbeddingBag's "
-                          "loop over sequences (SequenceEmpty, SequenceInsert, "
-                          "ConcatFromSequence), which are not engine types; the TorchScript "
-                          "exporter's Loop runs"),
 }
 
 

@@ -223,11 +223,15 @@ EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
 
 
 # what an export can do to avoid an operator the engine does not have
-_SEQUENCE_LOOP = ("the dynamo exporter writes nn.EmbeddingBag's loop over sequences; the "
-                  "TorchScript exporter (wrap(..., exporter='torchscript'), the default) "
-                  "writes a Loop with scan outputs, which the engine runs")
+_SEQUENCE_LOOP = ("the engine runs a loop that collects one tensor per iteration in a "
+                  "sequence then concatenates it (the dynamo exporter's nn.EmbeddingBag), "
+                  "other uses of sequences not; the TorchScript exporter (wrap(..., "
+                  "exporter='torchscript'), the default) writes Loops with scan outputs")
 _AVOID = {
     "SequenceConstruct": "a list of tensors kept as a list exports one; return a tuple",
+    "SplitToSequence": "the dynamo exporter writes one for torch.split and torch.unbind; the "
+                       "TorchScript exporter (wrap(..., exporter='torchscript'), the default) "
+                       "writes a Split",
     "SequenceEmpty": _SEQUENCE_LOOP, "SequenceInsert": _SEQUENCE_LOOP,
     "ConcatFromSequence": _SEQUENCE_LOOP,
 }
@@ -257,6 +261,86 @@ def _captures(body) -> list:
     for o in body.output:
         use(o.name)
     return found
+
+
+def _sequence_scans(nodes) -> list:
+    """``nodes`` with each loop-carried sequence that only collects one value
+    per iteration turned into a scan output (the dynamo exporter's form of
+    nn.EmbeddingBag): a Loop's carried value that starts as SequenceEmpty,
+    gets ``SequenceInsert(seq, x)`` once per iteration in the body and ends
+    in ``ConcatFromSequence`` becomes the scan output of x, reshaped as the
+    concatenation. Anything else is left as it is (and refused by name)."""
+    onnx = _onnx()
+    helper = onnx.helper
+    readers = {}
+    for n in nodes:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    producer = {o: n for n in nodes for o in n.output}
+    out, removed = [], set()
+    replaced = {}  # id(node) -> the nodes that take its place
+    for loop in nodes:
+        if loop.op_type != "Loop" or (loop.domain or "") not in ("", "ai.onnx"):
+            continue
+        attr = next((a for a in loop.attribute if a.name == "body"), None)
+        if attr is None:
+            continue
+        body = onnx.GraphProto()
+        body.CopyFrom(attr.g)
+        new_loop = onnx.NodeProto()
+        new_loop.CopyFrom(loop)
+        n_carried = len(loop.input) - 2
+        changed = False
+        for j in reversed(range(n_carried)):
+            init, seq_out = loop.input[2 + j], loop.output[j] if j < len(loop.output) else ""
+            empty = producer.get(init)
+            concats = readers.get(seq_out, [])
+            if empty is None or empty.op_type != "SequenceEmpty" or len(readers[init]) != 1 \
+                    or not all(c.op_type == "ConcatFromSequence" and
+                               {a.name: a.i for a in c.attribute}.get("axis") == 0
+                               for c in concats):
+                continue
+            b_in, b_out = body.input[2 + j].name, body.output[1 + j].name
+            users = [n for n in body.node if b_in in n.input]
+            if len(users) != 1 or users[0].op_type != "SequenceInsert" or \
+                    list(users[0].input[:1]) != [b_in] or len(users[0].input) != 2 or \
+                    list(users[0].output) != [b_out] or \
+                    any(b_out in n.input for n in body.node) or \
+                    [o.name for o in body.output].count(b_out) != 1 or \
+                    any(o.name == b_in for o in body.output):
+                continue
+            value = users[0].input[1]
+            body.node.remove(users[0])
+            del body.input[2 + j]
+            del body.output[1 + j]
+            body.output.append(helper.make_tensor_value_info(value, 0, None))
+            scan = f"{seq_out or init}/scan"
+            del new_loop.input[2 + j]
+            outputs = list(new_loop.output)
+            del outputs[j]
+            del new_loop.output[:]
+            new_loop.output.extend(outputs + [scan])
+            removed.add(id(empty))
+            for c in concats:  # (new_axis 1: the stack itself; else axis 0 merged with 1)
+                y = c.output[0]
+                new_axis = {a.name: a.i for a in c.attribute}.get("new_axis", 0)
+                replaced[id(c)] = [helper.make_node("Identity", [scan], [y])] if new_axis else [
+                    helper.make_node("Shape", [scan], [f"{y}/shape"], start=2),
+                    helper.make_node("Constant", [], [f"{y}/minus_one"],
+                                     value_ints=[-1]),
+                    helper.make_node("Concat", [f"{y}/minus_one", f"{y}/shape"],
+                                     [f"{y}/dims"], axis=0),
+                    helper.make_node("Reshape", [scan, f"{y}/dims"], [y])]
+            changed = True
+        if changed:
+            for a in new_loop.attribute:
+                if a.name == "body":
+                    a.g.CopyFrom(body)
+            replaced[id(loop)] = [new_loop]
+    for n in nodes:
+        if id(n) not in removed:
+            out.extend(replaced.get(id(n), [n]))
+    return out
 
 
 def _build_subgraph(body, captures, add_nodes, where, untyped=()):
@@ -412,7 +496,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
              ((n, o["domain"]) for n, o in supported_operators().items())}
 
     def add_nodes(g, nodes, where):
-        for i, node in enumerate(nodes):
+        for i, node in enumerate(_sequence_scans(nodes)):
             name = node.name or f"{node.op_type}_{i}"
             domain = node.domain or ""
             opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])

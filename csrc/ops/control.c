@@ -207,6 +207,69 @@ static ai_status loop_limits(const ai_ctx *c, const ai_tensor *m, const ai_tenso
     return AI_OK;
 }
 
+/* A while loop's number of iterations when the graph is planned: the body
+ * inferred iteration after iteration (ai_graph_infer) while its condition
+ * and the carried values it depends on fold (EmbeddingBag's loop over bags
+ * in the dynamo export: `i + 1 < number of bags`); -1 when a condition is
+ * not known then. */
+#define PLANNED_ITERATIONS_MAX 1000000
+static ai_status loop_count(const ai_ctx *c, ai_tensor *it, ai_tensor *ct, int64_t *count)
+{
+    const loop_params *P = c->node->params;
+    const int N = P->n_carried, n_bout = 1 + N + P->n_scan;
+    ai_tensor *carried[AI_MAX_IO] = {0}, *vals[AI_MAX_IO] = {0}, shapes[AI_MAX_IO];
+    const ai_tensor *ins[AI_MAX_IO];
+    ai_meta bm[AI_MAX_IO];
+    ai_status st = AI_OK;
+    *count = -1;
+    for (int j = 0; j < N && !st; j++) { /* known values, or their dtypes and shapes */
+        shapes[j] = *c->in[2 + j];
+        if (c->in[2 + j]->storage)
+            st = ai_tensor_share(&carried[j], c->in[2 + j]);
+    }
+    for (int64_t i = 0; !st; i++) {
+        if (i == PLANNED_ITERATIONS_MAX) {
+            st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "its condition is still true "
+                               "after %d iterations when the graph is planned",
+                               PLANNED_ITERATIONS_MAX);
+            break;
+        }
+        scalar_set(it, i);
+        ins[0] = it;
+        ins[1] = ct;
+        for (int j = 0; j < N; j++)
+            ins[2 + j] = carried[j] ? carried[j] : &shapes[j];
+        for (int k = 2 + N; k < c->n_in; k++)
+            ins[k] = c->in[k];
+        if ((st = ai_graph_infer(P->body, c->n_in, ins, bm, vals))) {
+            st = body_error(c->node, st, "body");
+            break;
+        }
+        if (!vals[0])
+            break; /* not known now */
+        for (int j = 0; j < N; j++) { /* the next iteration's carried values */
+            ai_tensor_free(carried[j]);
+            carried[j] = vals[1 + j];
+            vals[1 + j] = NULL;
+            if (!carried[j]) { /* its dtype and shape only */
+                memset(&shapes[j], 0, sizeof shapes[j]);
+                shapes[j].dtype = bm[1 + j].dtype;
+                shapes[j].ndim = bm[1 + j].ndim;
+                memcpy(shapes[j].shape, bm[1 + j].shape, sizeof bm[1 + j].shape);
+            }
+        }
+        const bool go = ai_tensor_numel(vals[0]) == 1 && ai_tensor_get_flat(vals[0], 0) != 0;
+        free_all(vals, n_bout);
+        if (!go) {
+            *count = i + 1;
+            break;
+        }
+    }
+    free_all(vals, n_bout);
+    free_all(carried, N);
+    return st;
+}
+
 static ai_status loop_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state_bytes)
 {
     const loop_params *P = c->node->params;
@@ -222,45 +285,54 @@ static ai_status loop_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state_b
         return st;
     if (!go)
         trips = 0;
-    if (K > 0 && trips == INT64_MAX)
-        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
-                             "its %d scan output%s need%s the number of iterations when the "
-                             "graph is planned, and the trip count M is %s; the engine "
-                             "takes an M that is a constant or computed from shapes and "
-                             "integer inputs", K, K > 1 ? "s" : "", K > 1 ? "" : "s",
-                             c->in[0] ? "computed at run time" : "absent (a while loop)");
     /* the body for iteration 0 (it runs with cond true), with the values
      * known now: the others give their shapes only */
     ai_tensor *it = NULL, *ct = NULL;
     ai_meta bm[AI_MAX_IO];
     const ai_tensor *ins[AI_MAX_IO];
     if ((st = scalar_new(&it, b->values[b->inputs[0]].dtype, 0)) ||
-        (st = scalar_new(&ct, AI_BOOL, 1))) {
-        ai_tensor_free(it);
-        return st;
-    }
+        (st = scalar_new(&ct, AI_BOOL, 1)))
+        goto done;
     ins[0] = it;
     ins[1] = ct;
     for (int k = 2; k < n_in; k++)
         ins[k] = c->in[k];
-    st = ai_graph_infer(b, n_in, ins, bm);
-    ai_tensor_free(it);
-    ai_tensor_free(ct);
-    if (st)
-        return body_error(c->node, st, "body");
-    if (bm[0].dtype != AI_BOOL)
-        return ai_node_error(c->node, AI_ERR_TYPE, "the body's condition output is %s; bool "
-                             "expected", ai_dtype_name(bm[0].dtype));
+    if ((st = ai_graph_infer(b, n_in, ins, bm, NULL))) {
+        st = body_error(c->node, st, "body");
+        goto done;
+    }
+    if (K > 0 && trips == INT64_MAX) { /* a while loop: its length, if it folds */
+        int64_t count;
+        if ((st = loop_count(c, it, ct, &count)))
+            goto done;
+        if (count < 0) {
+            st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                               "its %d scan output%s need%s the number of iterations when the "
+                               "graph is planned; the trip count M is %s and the condition "
+                               "is not known then. The engine takes an M that is a constant "
+                               "or computed from shapes and integer inputs, or a condition "
+                               "computed from them", K, K > 1 ? "s" : "", K > 1 ? "" : "s",
+                               c->in[0] ? "computed at run time" : "absent (a while loop)");
+            goto done;
+        }
+        trips = count;
+    }
+    if (bm[0].dtype != AI_BOOL) {
+        st = ai_node_error(c->node, AI_ERR_TYPE, "the body's condition output is %s; bool "
+                           "expected", ai_dtype_name(bm[0].dtype));
+        goto done;
+    }
     for (int j = 0; j < N; j++) {
         const ai_tensor *x = c->in[2 + j];
         if (!same_meta(&bm[1 + j], x)) {
             char a[AI_MAX_DIMS * 24], o[AI_MAX_DIMS * 24];
             meta_text(a, sizeof a, x->dtype, x->ndim, x->shape);
             meta_text(o, sizeof o, bm[1 + j].dtype, bm[1 + j].ndim, bm[1 + j].shape);
-            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
-                                 "loop-carried value %d comes in as %s and leaves the body "
-                                 "as %s; the engine keeps a carried value's dtype and shape",
-                                 j, a, o);
+            st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                               "loop-carried value %d comes in as %s and leaves the body as "
+                               "%s; the engine keeps a carried value's dtype and shape",
+                               j, a, o);
+            goto done;
         }
         out[j].dtype = x->dtype;
         out[j].ndim = x->ndim;
@@ -268,15 +340,20 @@ static ai_status loop_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state_b
     }
     for (int k = 0; k < K; k++) {
         const ai_meta *s = &bm[1 + N + k];
-        if (s->ndim + 1 > AI_MAX_DIMS)
-            return ai_node_error(c->node, AI_ERR_VALUE, "scan output %d has rank %d", k,
-                                 s->ndim + 1);
+        if (s->ndim + 1 > AI_MAX_DIMS) {
+            st = ai_node_error(c->node, AI_ERR_VALUE, "scan output %d has rank %d", k,
+                               s->ndim + 1);
+            goto done;
+        }
         out[N + k].dtype = s->dtype;
         out[N + k].ndim = s->ndim + 1;
         out[N + k].shape[0] = trips;
         memcpy(out[N + k].shape + 1, s->shape, sizeof(int64_t) * (size_t)s->ndim);
     }
-    return AI_OK;
+done:
+    ai_tensor_free(it);
+    ai_tensor_free(ct);
+    return st;
 }
 
 /* The body's inputs for iteration i: (it, ct, carried, the node's captures). */
@@ -507,7 +584,7 @@ static ai_status if_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state_byt
         if (cond && (ai_tensor_get_flat(cond, 0) != 0) != br)
             continue; /* known now: only the branch taken is planned */
         ai_status st = ai_graph_infer(P->branch[br], c->n_in - 1,
-                                      (const ai_tensor *const *)c->in + 1, m[br]);
+                                      (const ai_tensor *const *)c->in + 1, m[br], NULL);
         if (st)
             return body_error(c->node, st, branch_name[br]);
         memcpy(out, m[br], sizeof(ai_meta) * (size_t)c->n_out);
