@@ -23,7 +23,10 @@
  * iteration's bounds may set its shapes (an EmbeddingBag bag's length).
  * Shape inference plans the body for iteration 0 (ai_graph_infer) with what
  * is known when the enclosing graph is planned; the integer inputs an
- * AI_OP_VALUES_AT_PLAN node depends on are known then (plan.c).
+ * AI_OP_VALUES_AT_PLAN node depends on are known then (plan.c). A scan
+ * output's length is the trip count M, or for a while loop the number of
+ * iterations its condition allows when inferred iteration after iteration
+ * (loop_count); a run that ends elsewhere is refused.
  *
  * Loop backward runs the iterations in reverse: each one's forward again
  * from the carried values its forward kept (ai_graph.saved), then the body's
