@@ -396,6 +396,49 @@ def test_loop_gradient_of_a_captured_parameter_and_carried_value():
                                    rtol=1e-5, atol=1e-7, err_msg=f"input {k}")
 
 
+def test_nested_loops_forward_and_gradient():
+    """A Loop in a Loop's body: the inner body reads the outer body's row
+    (a capture of a capture) and the parameter w; the outer scan output is
+    each row's tanh-recurrence. Against the reference, and w's and x's
+    gradients against central finite differences (float64)."""
+    inner = helper.make_graph(
+        [helper.make_node("Gather", ["row", "j"], ["xj"], axis=0),
+         helper.make_node("Gather", ["w", "j"], ["wj"], axis=0),
+         helper.make_node("Mul", ["h_in", "wj"], ["hw"]),
+         helper.make_node("Add", ["hw", "xj"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["h_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "inner", [vi("j", I, []), vi("c_in", B, []), vi("h_in", D, [])],
+        [vi("c_out", B, []), vi("h_out", D, [])])
+    outer = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+         helper.make_node("Loop", ["cols", "true", "h0"], ["h"], body=inner),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "outer", [vi("i", I, []), vi("cond_in", B, [])], [vi("cond_out", B, []), vi("h", D, [])])
+    m = model([helper.make_node("Loop", ["rows", "true"], ["hs"], body=outer)],
+              [vi("x", D, [3, 4])], [vi("hs", D, None)],
+              [const("rows", np.array(3, np.int64)), const("cols", np.array(4, np.int64)),
+               const("true", np.array(True)), const("h0", np.array(0.1)),
+               const("w", R.uniform(0.5, 1.5, 4))])
+    g = aidge_interop.load_onnx(m)
+    x = R.standard_normal((3, 4))
+    (hs,) = g.forward([x], need_backward=True, input_grads=True)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_allclose(hs, want.reshape(hs.shape), rtol=1e-12)
+    gy = R.standard_normal(hs.shape)
+    g.zero_grad()
+    (dx,) = g.backward([gy])
+    values = [x, g.parameters()["w"].copy()]
+
+    def loss():
+        (y,) = ReferenceEvaluator(_with_w(m, values[1])).run(None, {"x": values[0]})
+        return np.sum(gy * y.reshape(gy.shape))
+
+    for k, analytic in enumerate([dx, g.grads()["w"]]):
+        np.testing.assert_allclose(analytic, _finite_differences(loss, values, k),
+                                   rtol=1e-5, atol=1e-8, err_msg=f"input {k}")
+
+
 def _with_w(m, w):
     out = type(m)()
     out.CopyFrom(m)
