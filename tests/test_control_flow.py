@@ -157,7 +157,9 @@ def test_loop_condition_ending_a_scan_early_is_refused():
     m = loop_model(scan=True, cond_from="limit")
     g = aidge_interop.load_onnx(m)
     feeds = loop_feeds(6, True, limit=1.0)
-    with pytest.raises(NotImplementedError, match=r"ended the loop after \d of its 6"):
+    with pytest.raises(NotImplementedError, match=r"Loop node .*the loop ended after \d "
+                                                  r"iterations, and its scan outputs were "
+                                                  r"planned for 6"):
         g.forward([feeds[n] for n in g.input_names])
 
 
@@ -175,6 +177,21 @@ def test_loop_scan_of_changing_shape_is_refused():
     with pytest.raises(NotImplementedError, match=r"Loop node .*scan output 0 is int64\(2\) "
                                                   r"at iteration 1 and int64\(1\) at iteration 0"):
         g.forward([np.array(3, np.int64)])
+
+
+def test_loop_carried_value_that_grows_is_refused():
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["acc_in", "acc_in"], ["acc_out"], axis=0),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [vi("i", I, []), vi("cond_in", B, []), vi("acc_in", F, None)],
+        [vi("cond_out", B, []), vi("acc_out", F, None)])
+    m = model([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+              [vi("x", F, [2])], [vi("y", F, None)], [const("M", np.array(3, np.int64))])
+    g = aidge_interop.load_onnx(m)
+    with pytest.raises(NotImplementedError, match=r"Loop node .*loop-carried value 0 comes in "
+                                                  r"as float32\(2\) and leaves the body as "
+                                                  r"float32\(4\)"):
+        g.forward([np.ones(2, np.float32)])
 
 
 def test_loop_body_with_changing_shapes():

@@ -404,7 +404,8 @@ static ai_status loop_forward(ai_ctx *c)
     for (; i < trips && go; i++) {
         if (i == planned) { /* (only a condition that stays true gets here) */
             st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "iteration %lld: the scan "
-                               "outputs were planned for the trip count M = %lld",
+                               "outputs were planned for %lld iterations (the trip count M, "
+                               "or the iterations the condition allowed when planning)",
                                (long long)i, (long long)planned);
             goto done;
         }
@@ -427,6 +428,14 @@ static ai_status loop_forward(ai_ctx *c)
         }
         go = ai_tensor_get_flat(outs[0], 0) != 0;
         for (int j = 0; j < N; j++) {
+            ai_meta m = {c->out[j]->dtype, c->out[j]->ndim, {0}};
+            memcpy(m.shape, c->out[j]->shape, sizeof(int64_t) * (size_t)m.ndim);
+            if (!same_meta(&m, outs[1 + j])) { /* (iteration 0 was checked when planning) */
+                st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "iteration %lld: "
+                                   "loop-carried value %d changes its dtype or shape; the "
+                                   "engine keeps them", (long long)i, j);
+                goto done;
+            }
             ai_tensor_free(carried[j]);
             carried[j] = outs[1 + j];
             outs[1 + j] = NULL;
@@ -453,10 +462,10 @@ static ai_status loop_forward(ai_ctx *c)
     }
     if (K > 0 && i != planned) {
         st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
-                           "the condition ended the loop after %lld of its %lld iterations, "
-                           "and the scan outputs were planned for %lld: the engine fixes "
-                           "their length when planning, from the trip count M",
-                           (long long)i, (long long)planned, (long long)planned);
+                           "the loop ended after %lld iterations, and its scan outputs were "
+                           "planned for %lld: the engine fixes their length when planning "
+                           "(the trip count M, or the iterations the condition allowed then)",
+                           (long long)i, (long long)planned);
         goto done;
     }
     for (int j = 0; j < N; j++)
