@@ -47,6 +47,7 @@ static void attr_clear(ai_attr *a)
     free(a->floats);
     free(a->s);
     ai_tensor_free(a->t);
+    ai_graph_free(a->graph);
 }
 
 static void node_clear(ai_node *n)
@@ -71,6 +72,12 @@ void ai_graph_free(ai_graph *g)
 {
     if (!g)
         return;
+    if (g->refs > 0) {
+        g->refs--;
+        return;
+    }
+    ai_graph_saved_clear(g);
+    free(g->saved);
     ai_plan_free(g->plan);
     for (int i = 0; i < g->n_values; i++)
         value_clear(&g->values[i]);
@@ -280,6 +287,10 @@ static ai_status attr_copy(ai_attr *dst, const ai_attr *src)
         if (st)
             return st;
     }
+    if (src->graph) { /* one subgraph, one more owner */
+        dst->graph = src->graph;
+        dst->graph->refs++;
+    }
     return AI_OK;
 nomem:
     return ai_error(AI_ERR_NOMEM, "out of memory copying an attribute");
@@ -414,7 +425,8 @@ ai_status ai_graph_finalize(ai_graph *g)
                                  n->n_out, op->name, op->min_out, op->max_out);
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
-            if (v < 0 && (k < op->min_in || op->max_in == AI_MAX_IO)) /* variadic: all */
+            if (v < 0 && !(op->flags & AI_OP_EMPTY_INPUTS) &&
+                (k < op->min_in || op->max_in == AI_MAX_IO)) /* variadic: all */
                 return ai_node_error(n, AI_ERR_VALUE, "input %d is empty, but %s needs it",
                                      k, op->name);
             if (v >= 0 && g->values[v].kind == AI_VAL_ACT && g->values[v].producer < 0)
@@ -487,8 +499,9 @@ const ai_attr *ai_node_attr(const ai_node *n, const char *name)
 
 static const char *attr_type_name(ai_attr_type t)
 {
-    static const char *names[] = {"int", "float", "ints", "floats", "string", "tensor"};
-    return (unsigned)t < 6 ? names[t] : "?";
+    static const char *names[] = {"int", "float", "ints", "floats", "string", "tensor",
+                                  "graph"};
+    return (unsigned)t < 7 ? names[t] : "?";
 }
 
 static ai_status attr_typed(const ai_node *n, const char *name, ai_attr_type want,
@@ -554,6 +567,24 @@ ai_status ai_norm_axis(const ai_node *n, int64_t axis, int rank, int *out)
                              (long long)axis, rank);
     *out = (int)(axis < 0 ? axis + rank : axis);
     return AI_OK;
+}
+
+/* ---------------------------------------------------------------- saved tensors */
+
+ai_status ai_graph_save(ai_graph *g, const ai_tensor *t)
+{
+    ai_status st = grow((void **)&g->saved, &g->cap_saved, g->n_saved + 1, sizeof(ai_tensor *));
+    if (st || (st = ai_tensor_share(&g->saved[g->n_saved], t)))
+        return st;
+    g->n_saved++;
+    return AI_OK;
+}
+
+void ai_graph_saved_clear(ai_graph *g)
+{
+    for (int i = 0; i < g->n_saved; i++)
+        ai_tensor_free(g->saved[i]);
+    g->n_saved = 0;
 }
 
 /* ---------------------------------------------------------------- editing */

@@ -44,6 +44,7 @@ typedef enum {
     AI_ATTR_FLOATS,
     AI_ATTR_STRING,
     AI_ATTR_TENSOR,
+    AI_ATTR_GRAPH, /* a subgraph (Loop's body, If's branches), owned by the node */
 } ai_attr_type;
 
 typedef struct {
@@ -56,6 +57,7 @@ typedef struct {
     double *floats;
     char *s;
     ai_tensor *t;
+    struct ai_graph *graph; /* AI_ATTR_GRAPH: shared by copies (ai_graph.refs) */
 } ai_attr;
 
 typedef struct ai_op_def ai_op_def;
@@ -100,6 +102,16 @@ typedef struct ai_graph {
     int int_values_at_plan;
     uint64_t seed;       /* Dropout RNG */
     ai_plan *plan;
+    /* A subgraph (the body of a Loop or a branch of an If, ops/control.c):
+     * every integer or bool input is read when it is planned, as a constant
+     * (it re-plans for each iteration's values anyway), and its inputs take
+     * the dtypes of the values its node binds. */
+    bool subgraph;
+    int refs;            /* owners beyond the first (attribute copies) */
+    /* tensors the node owning this subgraph kept from its last forward for
+     * its backward (a Loop's carried values per iteration); freed with it */
+    ai_tensor **saved;
+    int n_saved, cap_saved;
 } ai_graph;
 
 /* ---------------------------------------------------------------- ops */
@@ -152,6 +164,14 @@ enum {
      * graph input feeding it is read when the graph is planned, and a new
      * value re-plans, as for the small integer inputs that set shapes */
     AI_OP_SHAPE_FROM_VALUES = 16,
+    /* the node plans a subgraph with its inputs' values (Loop, If): every
+     * integer or bool graph input that it depends on is read when the graph
+     * is planned (a new value re-plans) */
+    AI_OP_VALUES_AT_PLAN = 32,
+    /* init checks which inputs may be empty (Loop: M and cond, before
+     * variadic ones); otherwise finalize refuses an empty input below
+     * min_in or of a variadic operator */
+    AI_OP_EMPTY_INPUTS = 64,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
@@ -233,6 +253,7 @@ const ai_op_def *ai_op_at(int i);
 /* ---------------------------------------------------------------- graph API */
 
 ai_status ai_graph_new(ai_graph **out);
+/* Frees the graph, or drops one owner when it has several (refs). */
 void ai_graph_free(ai_graph *g);
 
 /* Adds a graph input (its shape comes with each forward). */
@@ -267,6 +288,18 @@ int ai_graph_find_value(const ai_graph *g, const char *name); /* -1 if none */
  * receives a new owned tensor. Re-plans when input shapes changed. */
 ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
                            int n_out, ai_tensor **outputs);
+/* The output metas a forward with these inputs would give, without running
+ * it or keeping a plan (g->plan is untouched). An input whose data is NULL
+ * (and numel > 0) gives only its dtype and shape: an operator that needs its
+ * value at plan time then fails with its own error. With `values`, values[i]
+ * receives a new tensor holding output i when it is known at plan time
+ * (folded or constant), else NULL. */
+ai_status ai_graph_infer(ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                         ai_meta *out, ai_tensor **values);
+/* Keeps a share of `t` in g->saved (a subgraph's owner, for its backward). */
+ai_status ai_graph_save(ai_graph *g, const ai_tensor *t);
+/* Frees what g->saved holds. */
+void ai_graph_saved_clear(ai_graph *g);
 /* Backward from gradients of the outputs (NULL = zero). Parameter gradients
  * accumulate into their value's grad; input_grads[i] (when the graph's
  * input_grads is set) receives a new owned tensor, or NULL. */

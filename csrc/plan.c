@@ -201,12 +201,45 @@ static bool shape_like(const ai_tensor *t)
     return (t->dtype == AI_I64 || t->dtype == AI_I32) && ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX;
 }
 
+/* Whether value v feeds, through any nodes, an input of a node that plans a
+ * subgraph with its inputs' values (AI_OP_VALUES_AT_PLAN: Loop, If). */
+static bool reaches_subgraph(const ai_graph *g, int v)
+{
+    bool any = false;
+    for (int i = 0; i < g->n_nodes && !any; i++)
+        any = g->nodes[i].op->flags & AI_OP_VALUES_AT_PLAN;
+    bool *mark = any ? calloc((size_t)g->n_values, sizeof(bool)) : NULL;
+    if (!mark) /* (out of memory: the value is read at run time) */
+        return false;
+    mark[v] = true;
+    bool found = false;
+    for (int oi = 0; oi < g->n_nodes && !found; oi++) {
+        const ai_node *n = &g->nodes[g->order[oi]];
+        bool reads = false;
+        for (int k = 0; k < n->n_in; k++)
+            reads |= n->in[k] >= 0 && mark[n->in[k]];
+        found = reads && (n->op->flags & AI_OP_VALUES_AT_PLAN);
+        for (int k = 0; reads && k < n->n_out; k++)
+            mark[n->out[k]] = true;
+    }
+    free(mark);
+    return found;
+}
+
 /* A graph input read when the graph is planned: a scalar that an
- * AI_OP_SHAPE_FROM_VALUES node reads, or, with `ints`, any small integer
- * tensor (shapes, axes, pads). */
+ * AI_OP_SHAPE_FROM_VALUES node reads, any integer or bool input of a
+ * subgraph or that reaches one (its iteration numbers, bag offsets: they set
+ * the subgraph's shapes), and, with `ints`, any small integer tensor
+ * (shapes, axes, pads). Not an input of ai_graph_infer whose value is
+ * unknown (data NULL). */
 static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t, bool ints)
 {
+    if (!t->data && ai_tensor_numel(t) > 0)
+        return false;
     if (ints && shape_like(t))
+        return true;
+    if ((t->dtype == AI_I64 || t->dtype == AI_I32 || t->dtype == AI_BOOL) &&
+        (g->subgraph || reaches_subgraph(g, v)))
         return true;
     if (ai_tensor_numel(t) != 1)
         return false;
@@ -259,7 +292,11 @@ static bool backward_runs(const ai_plan *p, const ai_node *n)
     return any && n->op->backward;
 }
 
+/* Plans g for these inputs, reading small integer inputs' values with
+ * `ints` (plan_for); with `shapes_only`, stops after shape inference and
+ * constant folding (the metas of ai_graph_infer). */
 static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool ints,
+                            bool shapes_only,
                             ai_plan **out)
 {
     ai_status st = AI_OK;
@@ -358,6 +395,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             p->n_sched++;
         }
     }
+    if (shapes_only)
+        goto done;
     const int S = p->n_sched;
 
     /* which values carry gradients */
@@ -517,6 +556,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
                       p->workspace_bytes);
         goto fail;
     }
+done:
     free(items);
     free(shape_t);
     free(ws_of);
@@ -545,17 +585,17 @@ static ai_status plan_for(ai_graph *g, const ai_tensor *const *inputs, ai_plan *
         for (int i = 0; i < g->n_inputs; i++)
             any |= shape_like(inputs[i]) && !plan_time_input(g, g->inputs[i], inputs[i], false);
         if (!any)
-            return plan_build(g, inputs, true, out); /* the same plan either way */
-        if (plan_build(g, inputs, false, out) == AI_OK) {
+            return plan_build(g, inputs, true, false, out); /* the same plan either way */
+        if (plan_build(g, inputs, false, false, out) == AI_OK) {
             g->int_values_at_plan = 1;
             return AI_OK;
         }
-        ai_status st = plan_build(g, inputs, true, out);
+        ai_status st = plan_build(g, inputs, true, false, out);
         if (st == AI_OK)
             g->int_values_at_plan = 2;
         return st;
     }
-    return plan_build(g, inputs, g->int_values_at_plan == 2, out);
+    return plan_build(g, inputs, g->int_values_at_plan == 2, false, out);
 }
 
 static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
@@ -664,10 +704,10 @@ static ai_status check_input_dims(const ai_graph *g, const ai_tensor *const *inp
     return AI_OK;
 }
 
-ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
-                           int n_out, ai_tensor **outputs)
+/* The inputs of a forward (or an inference) against the graph's inputs. */
+static ai_status check_inputs(const ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                              int n_out)
 {
-    ai_status st;
     if (!g->finalized)
         return ai_error(AI_ERR_VALUE, "the graph is not finalized");
     if (n_in != g->n_inputs)
@@ -680,10 +720,44 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
         const ai_value *v = &g->values[g->inputs[i]];
         if (!inputs[i])
             return ai_error(AI_ERR_VALUE, "graph input '%s' is missing", v->name);
-        if (inputs[i]->dtype != v->dtype)
+        if (inputs[i]->dtype != v->dtype && !g->subgraph) /* (a subgraph takes its node's) */
             return ai_error(AI_ERR_TYPE, "graph input '%s' expects %s, got %s", v->name,
                             ai_dtype_name(v->dtype), ai_dtype_name(inputs[i]->dtype));
     }
+    return AI_OK;
+}
+
+ai_status ai_graph_infer(ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                         ai_meta *out, ai_tensor **values)
+{
+    ai_plan *p;
+    ai_status st;
+    for (int i = 0; values && i < g->n_outputs; i++)
+        values[i] = NULL;
+    if ((st = check_inputs(g, n_in, inputs, g->n_outputs)) ||
+        (st = check_input_dims(g, inputs)) || (st = plan_build(g, inputs, true, true, &p)))
+        return st;
+    for (int i = 0; i < g->n_outputs && !st; i++) {
+        const int v = g->outputs[i];
+        out[i] = p->meta[v];
+        const ai_tensor *known = is_const(g, p, v) ? runtime(g, p, v) : NULL;
+        if (values && known)
+            st = ai_tensor_clone(&values[i], known);
+    }
+    ai_plan_free(p);
+    for (int i = 0; st && values && i < g->n_outputs; i++) {
+        ai_tensor_free(values[i]);
+        values[i] = NULL;
+    }
+    return st;
+}
+
+ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs,
+                           int n_out, ai_tensor **outputs)
+{
+    ai_status st;
+    if ((st = check_inputs(g, n_in, inputs, n_out)))
+        return st;
     for (int i = 0; i < n_out; i++)
         outputs[i] = NULL;
     if (!plan_matches(g, g->plan, inputs)) {

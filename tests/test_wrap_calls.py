@@ -230,15 +230,6 @@ def test_bad_example_inputs_are_named(inputs, kwargs, part):
     assert part in str(info.value)
 
 
-def test_an_operator_the_engine_lacks_is_named_with_what_to_try():
-    bag = torch.nn.EmbeddingBag(10, 4, mode="mean")
-    with pytest.raises(NotImplementedError) as info:
-        wrap(bag, (torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2])))
-    message = str(info.value)
-    assert "wrap(EmbeddingBag): operator Loop (node '" in message
-    assert "is not supported by the engine; nn.EmbeddingBag" in message
-
-
 def test_parameters_reached_only_from_unused_outputs_get_no_gradient():
     # as in torch: a loss on the first output leaves the second head's grad None
     class TwoHeads(torch.nn.Module):

@@ -20,10 +20,8 @@ pytest.importorskip("transformers")
 RTOL, ATOL = 1e-5, 1e-6  # test_wrap_calls.py's _close
 
 #: models that cannot run on the engine today, in every test: the error and why
-CANNOT_WRAP = {
-    "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports a Loop node, which the "
-                          "engine does not run yet"),
-}
+#: (none today)
+CANNOT_WRAP = {}
 #: training that float32 cannot decide at 1e-5: torch's own float32 result
 #: is further than that from the float64 one, and so is the engine's
 TRAIN_FAILS = {
@@ -158,8 +156,6 @@ _RNN = ("the engine unrolls LSTM/GRU over a sequence length known at import, and
         "dynamo export leaves it symbolic")
 DYNAMO_FAILS = {
     "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
-    "embeddingbag_mean": (NotImplementedError, "nn.EmbeddingBag exports an If and a Loop, "
-                          "which the engine does not run yet"),
 }
 
 

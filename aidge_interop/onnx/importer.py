@@ -122,11 +122,16 @@ def _float_attr(f: float) -> float:
     return float(str(np.float32(f)))
 
 
-def _attributes(node, where):
+def _attributes(node, where, graphs=None):
+    """The node's attributes for the engine; ``graphs``: its graph-valued
+    attributes, already built (Loop's body, If's branches)."""
     onnx = _onnx()
     A = onnx.AttributeProto
     out = {}
     for a in node.attribute:
+        if a.type == A.GRAPH and graphs is not None:
+            out[a.name] = graphs[a.name]
+            continue
         if a.type == A.INT:
             out[a.name] = int(a.i)
         elif a.type == A.FLOAT:
@@ -219,11 +224,166 @@ EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
 
 
 # what an export can do to avoid an operator the engine does not have
+_SEQUENCE_LOOP = ("the engine runs a loop that collects one tensor per iteration in a "
+                  "sequence then concatenates it (the dynamo exporter's nn.EmbeddingBag), "
+                  "other uses of sequences not; the TorchScript exporter (wrap(..., "
+                  "exporter='torchscript'), the default) writes Loops with scan outputs")
 _AVOID = {
-    "Loop": "nn.EmbeddingBag and Python loops over tensors export one; an nn.Embedding "
-            "followed by a sum or mean over the bag avoids it",
-    "If": "data-dependent Python branches export one; trace the branch the model takes",
+    "SequenceConstruct": "a list of tensors kept as a list exports one; return a tuple",
+    "SplitToSequence": "the dynamo exporter writes one for torch.split and torch.unbind; the "
+                       "TorchScript exporter (wrap(..., exporter='torchscript'), the default) "
+                       "writes a Split",
+    "SequenceEmpty": _SEQUENCE_LOOP, "SequenceInsert": _SEQUENCE_LOOP,
+    "ConcatFromSequence": _SEQUENCE_LOOP,
 }
+# operators whose graph attributes are subgraphs the engine runs (ops/control.c)
+_CONTROL = ("Loop", "If")
+
+
+def _captures(body) -> list:
+    """The outer values a subgraph reads (in its nodes, its nested subgraphs
+    and its outputs) without defining them, in the order of first use."""
+    onnx = _onnx()
+    defined = {i.name for i in body.input} | {i.name for i in body.initializer}
+    found = []
+
+    def use(name):
+        if name and name not in defined and name not in found:
+            found.append(name)
+
+    for node in body.node:
+        for name in node.input:
+            use(name)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                for name in _captures(a.g):
+                    use(name)
+        defined.update(node.output)
+    for o in body.output:
+        use(o.name)
+    return found
+
+
+def _sequence_scans(nodes) -> list:
+    """``nodes`` with each loop-carried sequence that only collects one value
+    per iteration turned into a scan output (the dynamo exporter's form of
+    nn.EmbeddingBag): a Loop's carried value that starts as SequenceEmpty,
+    gets ``SequenceInsert(seq, x)`` once per iteration in the body and ends
+    in ``ConcatFromSequence`` becomes the scan output of x, reshaped as the
+    concatenation. Anything else is left as it is (and refused by name)."""
+    onnx = _onnx()
+    helper = onnx.helper
+    readers = {}
+    for n in nodes:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    producer = {o: n for n in nodes for o in n.output}
+    out, removed = [], set()
+    replaced = {}  # id(node) -> the nodes that take its place
+    for loop in nodes:
+        if loop.op_type != "Loop" or (loop.domain or "") not in ("", "ai.onnx"):
+            continue
+        attr = next((a for a in loop.attribute if a.name == "body"), None)
+        if attr is None:
+            continue
+        body = onnx.GraphProto()
+        body.CopyFrom(attr.g)
+        new_loop = onnx.NodeProto()
+        new_loop.CopyFrom(loop)
+        n_carried = len(loop.input) - 2
+        changed = False
+        for j in reversed(range(n_carried)):
+            init, seq_out = loop.input[2 + j], loop.output[j] if j < len(loop.output) else ""
+            empty = producer.get(init)
+            concats = readers.get(seq_out, [])
+            if empty is None or empty.op_type != "SequenceEmpty" or len(readers[init]) != 1 \
+                    or not all(c.op_type == "ConcatFromSequence" and
+                               {a.name: a.i for a in c.attribute}.get("axis") == 0
+                               for c in concats):
+                continue
+            b_in, b_out = body.input[2 + j].name, body.output[1 + j].name
+            users = [n for n in body.node if b_in in n.input]
+            if len(users) != 1 or users[0].op_type != "SequenceInsert" or \
+                    list(users[0].input[:1]) != [b_in] or len(users[0].input) != 2 or \
+                    list(users[0].output) != [b_out] or \
+                    any(b_out in n.input for n in body.node) or \
+                    [o.name for o in body.output].count(b_out) != 1 or \
+                    any(o.name == b_in for o in body.output):
+                continue
+            value = users[0].input[1]
+            body.node.remove(users[0])
+            del body.input[2 + j]
+            del body.output[1 + j]
+            body.output.append(helper.make_tensor_value_info(value, 0, None))
+            scan = f"{seq_out or init}/scan"
+            del new_loop.input[2 + j]
+            outputs = list(new_loop.output)
+            del outputs[j]
+            del new_loop.output[:]
+            new_loop.output.extend(outputs + [scan])
+            removed.add(id(empty))
+            for c in concats:  # (new_axis 1: the stack itself; else axis 0 merged with 1)
+                y = c.output[0]
+                new_axis = {a.name: a.i for a in c.attribute}.get("new_axis", 0)
+                replaced[id(c)] = [helper.make_node("Identity", [scan], [y])] if new_axis else [
+                    helper.make_node("Shape", [scan], [f"{y}/shape"], start=2),
+                    helper.make_node("Constant", [], [f"{y}/minus_one"],
+                                     value_ints=[-1]),
+                    helper.make_node("Concat", [f"{y}/minus_one", f"{y}/shape"],
+                                     [f"{y}/dims"], axis=0),
+                    helper.make_node("Reshape", [scan, f"{y}/dims"], [y])]
+            changed = True
+        if changed:
+            for a in new_loop.attribute:
+                if a.name == "body":
+                    a.g.CopyFrom(body)
+            replaced[id(loop)] = [new_loop]
+    for n in nodes:
+        if id(n) not in removed:
+            out.extend(replaced.get(id(n), [n]))
+    return out
+
+
+def _with_nodes(proto, nodes):
+    """A copy of ``proto`` whose graph has ``nodes``."""
+    out = _onnx().ModelProto()
+    out.CopyFrom(proto)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _build_subgraph(body, captures, add_nodes, where, untyped=()):
+    """A Loop body or an If branch as a ``_C.Graph``: its own inputs, then
+    one input per captured outer value (the node passes them as extra
+    inputs), its initializers as constants, its nodes, its outputs.
+    A subgraph's inputs take the dtypes of the values its node binds; an
+    input the body leaves untyped gets ``untyped[i]`` (a Loop's iteration
+    number and condition), else float32 until then."""
+    g = _C.Graph()
+    for i, inp in enumerate(body.input):
+        et = _elem_type(inp)
+        if not inp.type.HasField("value"):
+            g.add_input(inp.name, untyped[i] if i < len(untyped) else "float32", None)
+            continue
+        if et not in ONNX_DTYPES:
+            kind = inp.type.WhichOneof("value") or "untyped"
+            raise TypeError(
+                f"{where}: subgraph input '{inp.name}' is "
+                + (f"a {kind.replace('_type', '')}" if kind != "tensor_type" else
+                   f"a tensor of ONNX data type {_ONNX_TYPE_NAMES.get(et, et)}")
+                + "; the engine runs subgraphs over tensors of its dtypes only")
+        g.add_input(inp.name, ONNX_DTYPES[et], None)
+    for name in captures:
+        g.add_input(name, "float32", None)
+    for init in body.initializer:
+        g.add_initializer(init.name, Tensor(_to_array(init, where), copy=True), "const")
+    add_nodes(g, body.node, where)
+    outputs = [o.name for o in body.output]
+    if not outputs:
+        raise ValueError(f"{where}: the subgraph has no outputs")
+    g.set_outputs(outputs)
+    return g
 
 
 def supported_operators() -> dict[str, dict]:
@@ -302,6 +462,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                              f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
+    nodes = list(proto.graph.node)
+    scanned = _sequence_scans(nodes)  # a Loop's collecting sequence: a scan output
+    if len(scanned) != len(nodes) or any(x is not y for x, y in zip(scanned, nodes)):
+        proto = _with_nodes(proto, scanned)
     proto = rewrite_sequences(proto, _value_dims, where)  # static sequences: tensors
     graph = proto.graph
     g = _C.Graph()
@@ -348,31 +512,54 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
 
     known = {("" if d == "ai.onnx" else d, n) for n, d in
              ((n, o["domain"]) for n, o in supported_operators().items())}
-    for i, node in enumerate(graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        domain = node.domain or ""
-        opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
-        node_where = f"{where}: {node.op_type} node '{name}'"
-        if node.op_type != "Constant" and \
-                ("" if domain == "ai.onnx" else domain, node.op_type) not in known:
-            qualified = node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}"
-            raise NotImplementedError(
-                f"{where}: operator {qualified} (node '{name}', opset {opset}) is not "
-                "supported by the engine"
-                + (f"; {_AVOID[node.op_type]}" if node.op_type in _AVOID else ""))
-        if domain in ("", "ai.onnx"):
-            _check_attribute_names(node, opset, node_where)
-        attrs = _attributes(node, node_where)
-        if node.op_type == "Constant" and domain in ("", "ai.onnx"):
-            if len(node.output) != 1:
-                raise ValueError(f"{node_where}: a Constant has one output")
-            g.add_initializer(node.output[0], _constant_value(node, attrs, node_where), "const")
-            continue
-        if node.op_type in EXPANDED and domain in ("", "ai.onnx"):
-            _add_expanded(g, node, attrs, opset, dims, node_where)
-            continue
-        g.add_node(name, node.op_type, list(node.input), list(node.output), attrs,
-                   domain=domain, opset=int(opset))
+
+    def add_nodes(g, nodes, where):
+        for i, node in enumerate(_sequence_scans(nodes)):
+            name = node.name or f"{node.op_type}_{i}"
+            domain = node.domain or ""
+            opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
+            node_where = f"{where}: {node.op_type} node '{name}'"
+            # (a sequence operator left here is one rewrite_sequences does not
+            # reach: in a subgraph)
+            if node.op_type != "Constant" and \
+                    (("" if domain == "ai.onnx" else domain, node.op_type) not in known
+                     or node.op_type in SEQUENCE_OPERATORS):
+                qualified = (node.op_type if domain in ("", "ai.onnx")
+                             else f"{domain}.{node.op_type}")
+                raise NotImplementedError(
+                    f"{where}: operator {qualified} (node '{name}', opset {opset}) is not "
+                    "supported by the engine"
+                    + (f"; {_AVOID[node.op_type]}" if node.op_type in _AVOID else ""))
+            if domain in ("", "ai.onnx"):
+                _check_attribute_names(node, opset, node_where)
+            inputs, graphs = list(node.input), None
+            if node.op_type in _CONTROL and domain in ("", "ai.onnx"):
+                # implicit captures become explicit inputs, after the node's own
+                bodies = [a for a in node.attribute if a.type == _onnx().AttributeProto.GRAPH]
+                captures = []
+                for a in bodies:
+                    captures += [c for c in _captures(a.g) if c not in captures]
+                untyped = ("int64", "bool") if node.op_type == "Loop" else ()
+                graphs = {a.name: _build_subgraph(a.g, captures, add_nodes,
+                                                  f"{node_where}: {a.name}", untyped)
+                          for a in bodies}
+                inputs += captures
+            attrs = _attributes(node, node_where, graphs)
+            if node.op_type == "Loop" and graphs is not None:
+                attrs["captures"] = len(inputs) - len(node.input)
+            if node.op_type == "Constant" and domain in ("", "ai.onnx"):
+                if len(node.output) != 1:
+                    raise ValueError(f"{node_where}: a Constant has one output")
+                g.add_initializer(node.output[0], _constant_value(node, attrs, node_where),
+                                  "const")
+                continue
+            if node.op_type in EXPANDED and domain in ("", "ai.onnx"):
+                _add_expanded(g, node, attrs, opset, dims, node_where)
+                continue
+            g.add_node(name, node.op_type, inputs, list(node.output), attrs,
+                       domain=domain, opset=int(opset))
+
+    add_nodes(g, graph.node, where)
     outputs = [o.name for o in graph.output]
     if not outputs:
         raise ValueError(f"{where}: the ONNX graph has no outputs")

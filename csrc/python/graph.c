@@ -198,7 +198,7 @@ static void attrs_free(ai_attr *attrs, int n)
     PyMem_Free(attrs);
 }
 
-/* {name: int | float | str | bytes | [int] | [float] | Tensor} -> ai_attr[] */
+/* {name: int | float | str | bytes | [int] | [float] | Tensor | Graph} -> ai_attr[] */
 static int attrs_from_dict(GraphObject *self, PyObject *dict, const char *node, ai_attr **out,
                            int *n_out)
 {
@@ -232,6 +232,17 @@ static int attrs_from_dict(GraphObject *self, PyObject *dict, const char *node, 
         } else if (is_tensor(self, val)) {
             a->type = AI_ATTR_TENSOR;
             a->t = ((TensorObject *)val)->t;
+        } else if (PyObject_TypeCheck(val, Py_TYPE(self))) {
+            /* a subgraph (Loop's body, If's branches): the node shares it */
+            ai_graph *sub = ((GraphObject *)val)->g;
+            if (sub == self->g || sub->refs > 0) {
+                PyErr_Format(PyExc_ValueError, "node '%s': attribute %R is %s; a subgraph "
+                             "belongs to one node", node, key,
+                             sub == self->g ? "the graph itself" : "another node's subgraph");
+                goto fail;
+            }
+            a->type = AI_ATTR_GRAPH;
+            a->graph = sub;
         } else if (PyList_Check(val) || PyTuple_Check(val)) {
             Py_ssize_t len = PySequence_Size(val);
             bool all_int = true;
@@ -268,7 +279,7 @@ static int attrs_from_dict(GraphObject *self, PyObject *dict, const char *node, 
 bad:
     PyErr_Format(PyExc_TypeError,
                  "node '%s': attribute %R has an unsupported value %.200R (int, float, str, "
-                 "list of int or float, or Tensor)", node, key, val);
+                 "list of int or float, Tensor, or Graph)", node, key, val);
     goto fail;
 nomem:
     PyErr_NoMemory();
@@ -610,6 +621,10 @@ static PyObject *attr_to_py(GraphObject *self, const ai_attr *a)
         ai_status st = ai_tensor_clone(&t, a->t);
         return st ? raise_status(st) : tensor_wrap(self->tensor_type, t);
     }
+    case AI_ATTR_GRAPH: /* a subgraph: what it is, not a handle that could outlive it */
+        return PyUnicode_FromFormat("graph(%d inputs, %d nodes, %d outputs)",
+                                    a->graph->n_inputs, a->graph->n_nodes,
+                                    a->graph->n_outputs);
     }
     return Py_NewRef(Py_None);
 }
