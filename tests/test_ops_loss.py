@@ -135,3 +135,48 @@ def test_bad_inputs(op):
         _run(op, x, t, w=w[:3])
     with pytest.raises(TypeError, match="int32 or int64"):
         _run(op, x, t.astype(np.float32))
+
+
+@pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+def test_graph_holds_its_loss(op):
+    """Gemm, (LogSoftmax,) loss: the parameter gradients of a backward from
+    the loss output equal torch's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 5))
+    labels = rng.integers(0, 3, 6)
+    labels[2] = -1
+    w, b = rng.standard_normal((5, 3)), rng.standard_normal(3)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["logits"])]
+    if op == "NegativeLogLikelihoodLoss":
+        nodes.append(helper.make_node("LogSoftmax", ["logits"], ["lp"], axis=1))
+    nodes.append(helper.make_node(op, [nodes[-1].output[0], "labels"], ["loss"],
+                                  ignore_index=-1))
+    graph = helper.make_graph(
+        nodes, "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [6, 5]),
+         helper.make_tensor_value_info("labels", TensorProto.INT64, [6])],
+        [helper.make_tensor_value_info("loss", TensorProto.DOUBLE, [])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    g = aidge_interop.load_onnx(model, param_kinds={"w": "param", "b": "param"})
+    (loss,) = g.forward([x, labels], need_backward=True)
+    g.backward([np.ones(())])
+
+    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    ref = F.cross_entropy(torch.tensor(x) @ tw + tb, torch.tensor(labels), ignore_index=-1)
+    ref.backward()
+    np.testing.assert_allclose(loss, ref.item(), rtol=1e-12)
+    np.testing.assert_allclose(g.grads()["w"], tw.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g.grads()["b"], tb.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op,fn", [("NegativeLogLikelihoodLoss", F.nll_loss),
+                                   ("SoftmaxCrossEntropyLoss", F.cross_entropy)])
+def test_every_target_ignored(op, fn):
+    """mean over no target: NaN, and a zero gradient, as torch."""
+    x, t, _ = _case((3, 4, 2), np.float64, seed=5)
+    t[:] = 1
+    check_op(op, {"x": x, "t": t}, lambda x_, t_: fn(x_, t_, ignore_index=1),
+             attrs={"ignore_index": 1}, opset=13)

@@ -236,7 +236,8 @@ static ai_status loss_forward(ai_ctx *c)
 }
 
 /* dX[n, t, d] += -W[t] g (NLL), dX += W[t] g (softmax - onehot(t)) (SCE), plus
- * SCE's log_prob gradient dP - softmax sum_C(dP); dW[t] += -P[n, t, d] g; with
+ * SCE's log_prob gradient dP - softmax sum_C(dP); dW[t] += -(P[n, t, d] + m) g
+ * (m: the mean loss, through the divisor; 0 for the other reductions); with
  * g = dloss[n, d] (none), dloss (sum) or dloss / divisor (mean). */
 static ai_status loss_backward(ai_ctx *c)
 {
@@ -247,13 +248,14 @@ static ai_status loss_backward(ai_ctx *c)
     const bool sce = is_sce(c);
     if (dx && c->din_assign[0])
         memset(dx->data, 0, ai_tensor_nbytes(dx));
-    double scale = p->reduction == LOSS_NONE ? 0 : get_d(c->dout[0], 0);
+    double scale = p->reduction == LOSS_NONE ? 0 : get_d(c->dout[0], 0), mean = 0;
     if (p->reduction == LOSS_MEAN) {
         double den;
         ai_status st = mean_divisor(c, d.N * d.D, &den);
         if (st)
             return st;
         scale /= den;
+        mean = get_d(c->out[0], 0);
     }
     for (int64_t n = 0; n < d.N; n++)
         for (int64_t j = 0; j < d.D; j++) {
@@ -265,7 +267,7 @@ static ai_status loss_backward(ai_ctx *c)
                 return st;
             const double g = p->reduction == LOSS_NONE ? get_d(c->dout[0], i) : scale;
             if (dw && t >= 0)
-                add_d(dw, t, -get_d(&lp, base + t * d.D) * g);
+                add_d(dw, t, -(get_d(&lp, base + t * d.D) + mean) * g);
             if (!dx)
                 continue;
             if (!sce) {
@@ -280,7 +282,7 @@ static ai_status loss_backward(ai_ctx *c)
             for (int64_t k = 0; k < d.C; k++) {
                 const int64_t e = base + k * d.D;
                 const double sm = exp(get_d(&lp, e));
-                double v = w * g * (sm - (k == t));
+                double v = t < 0 ? 0 : w * g * (sm - (k == t));
                 if (c->n_out > 1)
                     v += get_d(c->dout[1], e) - sm * dp_sum;
                 add_d(dx, e, v);
