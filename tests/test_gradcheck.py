@@ -97,10 +97,18 @@ CASES = {
                     {"pads": i64(0, 1, 2, 0, 2, 1)}),
     "Where": ("Where", {"a": x(3, 4), "b": x(4)}, {},
               {"c": R.integers(0, 2, (3, 4)).astype(bool)}),
+    # weights as inputs: the mean's divisor depends on them; class 1 ignored
+    "NegativeLogLikelihoodLoss": ("NegativeLogLikelihoodLoss",
+                                  {"x": x(3, 4, 2), "w": x(4, lo=0.5, hi=2.0)},
+                                  {"ignore_index": 1}, {"t": R.integers(0, 4, (3, 2))}),
+    "SoftmaxCrossEntropyLoss": ("SoftmaxCrossEntropyLoss",
+                                {"x": x(3, 4, 2), "w": x(4, lo=0.5, hi=2.0)},
+                                {"ignore_index": 1}, {"t": R.integers(0, 4, (3, 2))}),
 }
 
 # input orders where the consts are not last
-ORDER = {"Where": ["c", "a", "b"]}
+ORDER = {"Where": ["c", "a", "b"], "NegativeLogLikelihoodLoss": ["x", "t", "w"],
+         "SoftmaxCrossEntropyLoss": ["x", "t", "w"]}
 
 
 @pytest.mark.parametrize("name", list(CASES))
