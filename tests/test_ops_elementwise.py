@@ -43,6 +43,22 @@ UNARY = {
     "Sin": (torch.sin, {}, None),
     "Cos": (torch.cos, {}, None),
     "Atan": (torch.atan, {}, None),
+    "Tan": (torch.tan, {}, None),
+    "Sinh": (torch.sinh, {}, None),
+    "Cosh": (torch.cosh, {}, None),
+    "Asinh": (torch.asinh, {}, None),
+    "Softsign": (torch.nn.functional.softsign, {}, None),
+    "Softsign_expr": (lambda x: x / (1 + torch.abs(x)), {}, "Softsign"),
+    "Mish": (torch.nn.functional.mish, {}, None),
+    "Mish_expr": (lambda x: x * torch.tanh(torch.nn.functional.softplus(x)), {}, "Mish"),
+    "Swish": (torch.nn.functional.silu, {}, None),
+    "Swish_alpha": (lambda x: x * torch.sigmoid(0.75 * x), {"alpha": 0.75}, "Swish"),
+    "ThresholdedRelu": (lambda x: torch.where(x > 0.5, x, 0), {"alpha": 0.5}, None),
+    "ThresholdedRelu_default": (lambda x: torch.where(x > 1, x, 0), {}, "ThresholdedRelu"),
+    "Shrink": (lambda x: torch.where(x < -1.5, x + 0.25, torch.where(x > 1.5, x - 0.25, 0)),
+               {"lambd": 1.5, "bias": 0.25}, None),
+    "Shrink_hard": (torch.nn.functional.hardshrink, {}, "Shrink"),
+    "Shrink_soft": (lambda x: torch.nn.functional.softshrink(x, 0.5), {"bias": 0.5}, "Shrink"),
     "Sign": (torch.sign, {}, None),
 }
 
@@ -51,7 +67,8 @@ UNARY = {
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary(name, dtype):
     fn, attrs, op = UNARY[name]
-    check_op(op or name, {"x": _x((3, 4, 5), dtype)}, fn, attrs=attrs)
+    opset = 24 if (op or name) == "Swish" else 20  # Swish is new in opset 24
+    check_op(op or name, {"x": _x((3, 4, 5), dtype)}, fn, attrs=attrs, opset=opset)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -59,6 +76,27 @@ def test_unary(name, dtype):
                                      ("Reciprocal", torch.reciprocal)])
 def test_unary_positive(name, fn, dtype):
     check_op(name, {"x": _x((4, 6), dtype, lo=0.2, hi=4)}, fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name,fn,lo,hi", [("Asin", torch.asin, -0.95, 0.95),
+                                           ("Acos", torch.acos, -0.95, 0.95),
+                                           ("Atanh", torch.atanh, -0.95, 0.95),
+                                           ("Acosh", torch.acosh, 1.05, 4)])
+def test_unary_in_domain(name, fn, lo, hi, dtype):
+    check_op(name, {"x": _x((4, 6), dtype, lo=lo, hi=hi)}, fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_selecting_activations_at_their_thresholds(dtype):
+    """ThresholdedRelu and Shrink at (and beside) their thresholds: x is kept
+    strictly beyond them, with gradient 1; nothing passes at the threshold."""
+    x = np.array([-2, -1, -0.5, 0, 0.5, 1, 2], dtype)
+    check_op("ThresholdedRelu", {"x": x}, lambda x: torch.where(x > 1, x, 0))
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.hardshrink(x, 1.0),
+             attrs={"lambd": 1.0})
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.softshrink(x, 1.0),
+             attrs={"lambd": 1.0, "bias": 1.0})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
