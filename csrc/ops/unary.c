@@ -3,7 +3,7 @@
  * LeakyRelu, Sigmoid, Tanh, Gelu, Softplus, HardSwish, HardSigmoid, Elu,
  * Selu, Celu, Softsign, Mish, Swish, ThresholdedRelu, Shrink) and math
  * functions (trigonometric and hyperbolic among them), Clip, Identity,
- * Dropout, Cast; Not, IsNaN, IsInf.
+ * Dropout, Cast; Not, IsNaN, IsInf; BitwiseNot.
  *
  * Each function is one line of forward and one of derivative, computed in
  * double and stored in the tensor's type (float32 or float64). Backward
@@ -619,6 +619,32 @@ static const ai_op_def op_isnan = {"IsNaN", "", 1, 1, 1, 1, 0, NULL, logic_shape
 static const ai_op_def op_isinf = {"IsInf", "", 1, 1, 1, 1, 0, NULL, logic_shape,
                                    logic_forward, NULL};
 
+/* ---------------------------------------------------------------- BitwiseNot */
+
+/* Integers of every width, no gradient: ~x of each element is ~ of each of
+ * its bytes. */
+static ai_status bitwise_not_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    const ai_dtype dt = c->in[0]->dtype;
+    if (ai_dtype_is_float(dt) || dt == AI_BOOL)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; an integer type expected",
+                             ai_dtype_name(dt));
+    return same_shape(c, out, ws, state);
+}
+
+static ai_status bitwise_not_forward(ai_ctx *c)
+{
+    const uint8_t *x = c->in[0]->data;
+    uint8_t *y = c->out[0]->data;
+    const int64_t n = ai_tensor_numel(c->in[0]) * (int64_t)ai_dtype_size(c->in[0]->dtype);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (uint8_t)~x[i];
+    return AI_OK;
+}
+
+static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, 0, NULL,
+                                         bitwise_not_shape, bitwise_not_forward, NULL};
+
 /* ---------------------------------------------------------------- Dropout */
 
 /* Active only when the graph is in training mode and the ratio is > 0. Its
@@ -800,5 +826,5 @@ const ai_op_def *const ai_ops_unary[] = {
     &op_sinh, &op_cosh, &op_asinh, &op_acosh, &op_atanh, &op_softsign, &op_mish, &op_swish,
     &op_thresholded_relu, &op_shrink, &op_sign, &op_floor, &op_ceil,
     &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
-    &op_cast_like, &op_not, &op_isnan, &op_isinf, NULL,
+    &op_cast_like, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
 };
