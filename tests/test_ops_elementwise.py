@@ -97,6 +97,12 @@ def test_selecting_activations_at_their_thresholds(dtype):
              attrs={"lambd": 1.0})
     check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.softshrink(x, 1.0),
              attrs={"lambd": 1.0, "bias": 1.0})
+    # thresholds no float holds: x equal to them (float32: both rounded) stays out
+    x = np.array([-0.3, -0.1, 0.1, 0.3, 0.2], dtype)
+    check_op("ThresholdedRelu", {"x": x}, lambda x: torch.where(x > 0.1, x, 0),
+             attrs={"alpha": 0.1})
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.softshrink(x, 0.3),
+             attrs={"lambd": 0.3, "bias": 0.3})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

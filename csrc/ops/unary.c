@@ -90,13 +90,16 @@ static inline float gelu_tanh_deriv_f(float xf)
  * same values (selects, sqrt, one rounding) or stays within torch's own float
  * accuracy (ai_expf), and vectorises; the float64 path keeps FWD and DER.
  * Where PASS(x) is false the gradient is not dy * DER but nothing at all, as
- * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out. */
+ * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out;
+ * UNARY_KERNELS2_PASS2 gives float32 its own PASS32 of xf. */
 #define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS2(NAME, FWD, DER, FWD, DER)
 #define UNARY_KERNELS_PASS(NAME, FWD, DER, PASS) \
     UNARY_KERNELS2_PASS(NAME, FWD, DER, FWD, DER, PASS)
 #define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER) \
     UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, 1)
-#define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS)                       \
+#define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS) \
+    UNARY_KERNELS2_PASS2(NAME, FWD32, DER32, PASS, FWD, DER, PASS)
+#define UNARY_KERNELS2_PASS2(NAME, FWD32, DER32, PASS32, FWD, DER, PASS)              \
     AI_WIDE_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,      \
                                               const float *xp, int64_t n)             \
     {                                                                                  \
@@ -118,7 +121,7 @@ static inline float gelu_tanh_deriv_f(float xf)
         (void)y;                                                                       \
         (void)xf;                                                                      \
         (void)yf;                                                                      \
-        return (PASS) ? (float)(dyf * (DER32)) : 0.0f;                                 \
+        return (PASS32) ? (float)(dyf * (DER32)) : 0.0f;                               \
     }                                                                                  \
     AI_WIDE_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,      \
                                               const float *xp, const float *yp,       \
@@ -265,10 +268,18 @@ static double swish_deriv(double alpha, double x)
 UNARY_KERNELS(mish, x * tanh(log1p(exp(x))), mish_deriv(x))
 UNARY_KERNELS(swish, x / (1.0 + exp(-P->alpha * x)), swish_deriv(P->alpha, x))
 /* ThresholdedRelu and Shrink select x (or x -+ bias): gradient 1 where
- * selected, none elsewhere (torch.where) */
-UNARY_KERNELS_PASS(thresholded_relu, x > P->alpha ? x : 0.0, 1.0, x > P->alpha)
-UNARY_KERNELS_PASS(shrink, x < -P->lambd ? x + P->bias : (x > P->lambd ? x - P->bias : 0.0), 1.0,
-                   x < -P->lambd || x > P->lambd)
+ * selected, none elsewhere (torch.where). float32 compares with the
+ * attributes rounded to float, as torch and ONNX's reference do (x = 0.1f
+ * is not above alpha = 0.1f), and adds the bias in float. */
+UNARY_KERNELS2_PASS2(thresholded_relu, xf > (float)P->alpha ? xf : 0.0f, 1.0f,
+                     xf > (float)P->alpha, x > P->alpha ? x : 0.0, 1.0, x > P->alpha)
+UNARY_KERNELS2_PASS2(shrink,
+                     xf < -(float)P->lambd   ? xf + (float)P->bias
+                     : xf > (float)P->lambd ? xf - (float)P->bias
+                                            : 0.0f,
+                     1.0f, xf < -(float)P->lambd || xf > (float)P->lambd,
+                     x < -P->lambd ? x + P->bias : (x > P->lambd ? x - P->bias : 0.0), 1.0,
+                     x < -P->lambd || x > P->lambd)
 /* Sign of NaN is 0, like torch.sign; zero gradient */
 UNARY_KERNELS_PASS(sign, (double)((x > 0) - (x < 0)), 0.0, 0)
 UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
