@@ -43,6 +43,22 @@ UNARY = {
     "Sin": (torch.sin, {}, None),
     "Cos": (torch.cos, {}, None),
     "Atan": (torch.atan, {}, None),
+    "Tan": (torch.tan, {}, None),
+    "Sinh": (torch.sinh, {}, None),
+    "Cosh": (torch.cosh, {}, None),
+    "Asinh": (torch.asinh, {}, None),
+    "Softsign": (torch.nn.functional.softsign, {}, None),
+    "Softsign_expr": (lambda x: x / (1 + torch.abs(x)), {}, "Softsign"),
+    "Mish": (torch.nn.functional.mish, {}, None),
+    "Mish_expr": (lambda x: x * torch.tanh(torch.nn.functional.softplus(x)), {}, "Mish"),
+    "Swish": (torch.nn.functional.silu, {}, None),
+    "Swish_alpha": (lambda x: x * torch.sigmoid(0.75 * x), {"alpha": 0.75}, "Swish"),
+    "ThresholdedRelu": (lambda x: torch.where(x > 0.5, x, 0), {"alpha": 0.5}, None),
+    "ThresholdedRelu_default": (lambda x: torch.where(x > 1, x, 0), {}, "ThresholdedRelu"),
+    "Shrink": (lambda x: torch.where(x < -1.5, x + 0.25, torch.where(x > 1.5, x - 0.25, 0)),
+               {"lambd": 1.5, "bias": 0.25}, None),
+    "Shrink_hard": (torch.nn.functional.hardshrink, {}, "Shrink"),
+    "Shrink_soft": (lambda x: torch.nn.functional.softshrink(x, 0.5), {"bias": 0.5}, "Shrink"),
     "Sign": (torch.sign, {}, None),
 }
 
@@ -51,7 +67,8 @@ UNARY = {
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary(name, dtype):
     fn, attrs, op = UNARY[name]
-    check_op(op or name, {"x": _x((3, 4, 5), dtype)}, fn, attrs=attrs)
+    opset = 24 if (op or name) == "Swish" else 20  # Swish is new in opset 24
+    check_op(op or name, {"x": _x((3, 4, 5), dtype)}, fn, attrs=attrs, opset=opset)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -59,6 +76,33 @@ def test_unary(name, dtype):
                                      ("Reciprocal", torch.reciprocal)])
 def test_unary_positive(name, fn, dtype):
     check_op(name, {"x": _x((4, 6), dtype, lo=0.2, hi=4)}, fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name,fn,lo,hi", [("Asin", torch.asin, -0.95, 0.95),
+                                           ("Acos", torch.acos, -0.95, 0.95),
+                                           ("Atanh", torch.atanh, -0.95, 0.95),
+                                           ("Acosh", torch.acosh, 1.05, 4)])
+def test_unary_in_domain(name, fn, lo, hi, dtype):
+    check_op(name, {"x": _x((4, 6), dtype, lo=lo, hi=hi)}, fn)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_selecting_activations_at_their_thresholds(dtype):
+    """ThresholdedRelu and Shrink at (and beside) their thresholds: x is kept
+    strictly beyond them, with gradient 1; nothing passes at the threshold."""
+    x = np.array([-2, -1, -0.5, 0, 0.5, 1, 2], dtype)
+    check_op("ThresholdedRelu", {"x": x}, lambda x: torch.where(x > 1, x, 0))
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.hardshrink(x, 1.0),
+             attrs={"lambd": 1.0})
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.softshrink(x, 1.0),
+             attrs={"lambd": 1.0, "bias": 1.0})
+    # thresholds no float holds: x equal to them (float32: both rounded) stays out
+    x = np.array([-0.3, -0.1, 0.1, 0.3, 0.2], dtype)
+    check_op("ThresholdedRelu", {"x": x}, lambda x: torch.where(x > 0.1, x, 0),
+             attrs={"alpha": 0.1})
+    check_op("Shrink", {"x": x}, lambda x: torch.nn.functional.softshrink(x, 0.3),
+             attrs={"lambd": 0.3, "bias": 0.3})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -227,6 +271,67 @@ def test_variadic_min_max_sum(dtype):
     check_op("Sum", three, lambda a, b, c: a + b + c)
     check_op("Max", {"a": a}, lambda a: a * 1)
     check_op("Sum", {"a": a, "b": b}, torch.add)
+    check_op("Mean", three, lambda a, b, c: (a + b + c) / 3)
+    check_op("Mean", {"a": a, "b": b}, lambda a, b: torch.mean(torch.stack(
+        torch.broadcast_tensors(a, b)), 0))
+    check_op("Mean", {"a": a}, lambda a: a * 1)
+
+
+def test_mean_of_integers_is_refused():
+    ints = np.array([1, 2], np.int64)
+    with pytest.raises(TypeError, match="Mean.*int64"):
+        check_op("Mean", {"a": ints, "b": ints}, lambda a, b: (a + b) // 2, grad=False)
+
+
+INT_DTYPES = [np.int8, np.uint8, np.int16, np.int32, np.int64]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_bitwise(dtype):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(0)
+    a = rng.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    b = rng.integers(info.min, info.max, (4,), endpoint=True).astype(dtype)
+    for op, fn in [("BitwiseAnd", torch.bitwise_and), ("BitwiseOr", torch.bitwise_or),
+                   ("BitwiseXor", torch.bitwise_xor)]:
+        check_op(op, {"a": a, "b": b}, fn, grad=False)
+    check_op("BitwiseNot", {"a": a}, torch.bitwise_not, grad=False)
+    bits = 8 * np.dtype(dtype).itemsize
+    shift = rng.integers(0, bits, (3, 4)).astype(dtype)
+    check_op("BitShift", {"a": a, "s": shift}, torch.bitwise_left_shift, grad=False,
+             attrs={"direction": "LEFT"})
+    check_op("BitShift", {"a": a, "s": shift}, torch.bitwise_right_shift, grad=False,
+             attrs={"direction": "RIGHT"})
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_bit_shift_out_of_range_against_onnx_reference(direction, dtype):
+    """A shift < 0 or >= the width gives the sign fill alone (ONNX's rule)."""
+    from onnx.reference import ReferenceEvaluator
+    from op_harness import make_model
+    import aidge_interop
+
+    info = np.iinfo(dtype)
+    bits = 8 * np.dtype(dtype).itemsize
+    a = np.array([info.min, -5 if info.min else 5, 0, 7, info.max, 1], dtype)
+    s = np.array([bits, bits + 1, -1 if info.min else 0, bits - 1, 0, info.max], dtype)
+    model = make_model("BitShift", {"a": a, "s": s}, {"direction": direction}, opset=28)
+    (ours,) = aidge_interop.load_onnx(model).forward([a, s])
+    (ref,) = ReferenceEvaluator(model).run(None, {"a": a, "s": s})
+    np.testing.assert_array_equal(ours, ref)
+
+
+def test_bitwise_errors_name_the_node():
+    f = np.array([1.0], np.float32)
+    with pytest.raises(TypeError, match="BitwiseAnd.*float32"):
+        check_op("BitwiseAnd", {"a": f, "b": f}, torch.bitwise_and, grad=False)
+    with pytest.raises(TypeError, match="BitwiseNot.*float32"):
+        check_op("BitwiseNot", {"a": f}, torch.bitwise_not, grad=False)
+    i = np.array([1], np.int32)
+    with pytest.raises(ValueError, match="BitShift.*direction='UP'"):
+        check_op("BitShift", {"a": i, "b": i}, torch.bitwise_left_shift, grad=False,
+                 attrs={"direction": "UP"})
 
 
 def test_variadic_max_splits_ties_evenly():

@@ -1,7 +1,8 @@
 /*
  * binary.c — elementwise operators of several tensors with numpy
- * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Mod, PRelu, Sum, Equal,
- * Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor, Where.
+ * broadcasting: Add, Sub, Mul, Div, Pow, Min, Max, Mod, PRelu, Sum, Mean,
+ * BitwiseAnd, BitwiseOr, BitwiseXor, BitShift, Equal, Less, Greater,
+ * LessOrEqual, GreaterOrEqual, And, Or, Xor, Where.
  *
  * Arithmetic takes float32/float64 (with gradients) and integers of every
  * width (no gradients; results wrap around like numpy and torch). Backward forms the elementwise gradient in the
@@ -19,9 +20,11 @@
 #include "../parallel.h"
 
 /* MOD: Mod with fmod = 0, the remainder takes the divisor's sign (numpy.mod,
- * torch.remainder, Python's %); FMOD: fmod = 1, the dividend's (C, torch.fmod) */
-enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, EQUAL, LESS, GREATER, LESS_EQUAL,
-       GREATER_EQUAL, AND, OR, XOR, WHERE, SUM };
+ * torch.remainder, Python's %); FMOD: fmod = 1, the dividend's (C, torch.fmod).
+ * BIT_AND to SHIFT_RIGHT: integers only (SHIFT_RIGHT is BitShift's "RIGHT"). */
+enum { ADD, SUB, MUL, DIV, POW, MIN, MAX, MOD, FMOD, PRELU, BIT_AND, BIT_OR, BIT_XOR,
+       SHIFT_LEFT, SHIFT_RIGHT, EQUAL, LESS, GREATER, LESS_EQUAL, GREATER_EQUAL, AND, OR, XOR,
+       WHERE, SUM, MEAN };
 
 typedef struct {
     int kind;
@@ -302,6 +305,18 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 r = u < 0 ? (int64_t)((uint64_t)u * (uint64_t)v) : u;
             } else if (kind == POW) {
                 r = int_pow(u, v);
+            } else if (kind == BIT_AND || kind == BIT_OR || kind == BIT_XOR) {
+                r = kind == BIT_AND ? (u & v) : kind == BIT_OR ? (u | v) : (u ^ v);
+            } else if (kind == SHIFT_LEFT || kind == SHIFT_RIGHT) {
+                /* ONNX: a shift < 0 or >= the width leaves the sign fill alone
+                 * (-1 for a negative x shifted right, else 0); right shifts are
+                 * arithmetic (u8 widens to a non-negative value) */
+                if (v < 0 || v >= 8 * (int64_t)ai_dtype_size(dt))
+                    r = kind == SHIFT_RIGHT && u < 0 ? -1 : 0;
+                else if (kind == SHIFT_LEFT)
+                    r = (int64_t)((uint64_t)u << v); /* narrowed by int_set */
+                else
+                    r = u < 0 ? ~(~u >> v) : u >> v;
             } else { /* wrap around, never undefined behaviour */
                 r = kind == ADD   ? (int64_t)((uint64_t)u + (uint64_t)v)
                     : kind == SUB ? (int64_t)((uint64_t)u - (uint64_t)v)
@@ -492,7 +507,10 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
     ai_dtype dt = a->dtype;
-    bool arith = kind <= PRELU;
+    if (kind >= BIT_AND && kind <= SHIFT_RIGHT && (ai_dtype_is_float(dt) || dt == AI_BOOL))
+        return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported (integers)",
+                             ai_dtype_name(dt));
+    bool arith = kind <= SHIFT_RIGHT;
     if (arith && (dt == AI_F16 || dt == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "dtype %s is not supported (float32, float64 and integers)",
@@ -625,10 +643,11 @@ static ai_status binary_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- n-ary Min / Max */
 
-/* Min and Max with other than two inputs, and Sum: each output element reads
- * every input through its broadcast strides. Min/Max backward gives dy to the
- * inputs equal to the result, split evenly among ties (two inputs: torch's
- * maximum rule); Sum gives dy to every input. */
+/* Min and Max with other than two inputs, Sum and Mean: each output element
+ * reads every input through its broadcast strides. Min/Max backward gives dy
+ * to the inputs equal to the result, split evenly among ties (two inputs:
+ * torch's maximum rule); Sum gives dy to every input, Mean dy / n (floats
+ * only, the sum in double divided once). */
 static ai_status nary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
@@ -648,7 +667,8 @@ static ai_status nary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             return st;
         memcpy(shape, s2, sizeof shape);
     }
-    if (dt == AI_F16 || dt == AI_BOOL)
+    const bool mean = ((const binary_params *)c->node->params)->kind == MEAN;
+    if (dt == AI_F16 || dt == AI_BOOL || (mean && !ai_dtype_is_float(dt)))
         return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
                              ai_dtype_name(dt));
     out[0].dtype = dt;
@@ -686,7 +706,7 @@ static ai_status nary_forward(ai_ctx *c)
     for (int k = 0; k < c->n_in; k++)
         ai_broadcast_strides(c->in[k]->ndim, c->in[k]->shape, y->ndim, y->shape, st[k]);
     const int64_t n = ai_tensor_numel(y);
-    if (kind == SUM) {
+    if (kind == SUM || kind == MEAN) {
         for (int64_t i = 0; i < n; i++) {
             double acc = 0;
             int64_t iacc = 0;
@@ -698,6 +718,8 @@ static ai_status nary_forward(ai_ctx *c)
                     iacc = (int64_t)((uint64_t)iacc + (uint64_t)int_get(c->in[k]->data,
                                                                          y->dtype, off));
             }
+            if (kind == MEAN)
+                acc /= c->n_in;
             if (y->dtype == AI_F32)
                 ((float *)y->data)[i] = (float)acc;
             else if (y->dtype == AI_F64)
@@ -732,9 +754,11 @@ static ai_status nary_backward(ai_ctx *c)
     for (int k = 0; k < c->n_in; k++)
         ai_broadcast_strides(c->in[k]->ndim, c->in[k]->shape, y->ndim, y->shape, st[k]);
     const int64_t n = ai_tensor_numel(y);
-    const bool sum = ((const binary_params *)c->node->params)->kind == SUM;
+    const int kind = ((const binary_params *)c->node->params)->kind;
+    const bool sum = kind == SUM || kind == MEAN;
     for (int64_t i = 0; i < n; i++) {
-        const double yv = nary_get(y, i), dy = nary_get(c->dout[0], i);
+        const double yv = nary_get(y, i);
+        const double dy = nary_get(c->dout[0], i) / (kind == MEAN ? c->n_in : 1);
         if (sum) {
             for (int k = 0; k < c->n_in; k++) {
                 if (!c->din[k])
@@ -771,7 +795,8 @@ static ai_status nary_backward(ai_ctx *c)
 /* Two-input Min/Max take the fast broadcasting path. */
 static bool pairwise(const ai_ctx *c)
 {
-    return c->n_in == 2 && ((const binary_params *)c->node->params)->kind != SUM;
+    const int kind = ((const binary_params *)c->node->params)->kind;
+    return c->n_in == 2 && kind != SUM && kind != MEAN;
 }
 
 static ai_status minmax_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -791,16 +816,17 @@ static ai_status minmax_backward(ai_ctx *c)
 
 static ai_status binary_init(ai_node *n)
 {
-    /* by kind; FMOD is Mod with fmod = 1 */
+    /* by kind; FMOD is Mod with fmod = 1, SHIFT_RIGHT BitShift "RIGHT" */
     static const char *names[] = {"Add",  "Sub",   "Mul",     "Div", "Pow", "Min",
-                                  "Max",  "Mod",   NULL,      "PRelu", "Equal", "Less",
+                                  "Max",  "Mod",   NULL,      "PRelu", "BitwiseAnd",
+                                  "BitwiseOr", "BitwiseXor", "BitShift", NULL, "Equal", "Less",
                                   "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
-                                  "Xor", "Where", "Sum"};
+                                  "Xor", "Where", "Sum", "Mean"};
     binary_params *p = calloc(1, sizeof *p);
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    for (int k = 0; k <= SUM; k++)
+    for (int k = 0; k <= MEAN; k++)
         if (names[k] && strcmp(n->op_type, names[k]) == 0)
             p->kind = k;
     int64_t fmod = 0;
@@ -809,6 +835,14 @@ static ai_status binary_init(ai_node *n)
         return ai_node_error(n, AI_ERR_VALUE, "fmod is %lld; 0 or 1 expected", (long long)fmod);
     if (fmod)
         p->kind = FMOD;
+    const char *dir;
+    if (!st && p->kind == SHIFT_LEFT && (st = ai_attr_string(n, "direction", "", &dir)) == AI_OK) {
+        if (strcmp(dir, "RIGHT") == 0)
+            p->kind = SHIFT_RIGHT;
+        else if (strcmp(dir, "LEFT") != 0)
+            return ai_node_error(n, AI_ERR_VALUE, "direction='%s'; 'LEFT' or 'RIGHT' expected",
+                                 dir);
+    }
     return st;
 }
 
@@ -832,6 +866,12 @@ static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, 
                                  minmax_forward, minmax_backward};
 static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
+static const ai_op_def op_mean = {"Mean", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+                                  minmax_forward, minmax_backward};
+BINARY_OP(op_bitwise_and, "BitwiseAnd", 2, 0, NULL)
+BINARY_OP(op_bitwise_or, "BitwiseOr", 2, 0, NULL)
+BINARY_OP(op_bitwise_xor, "BitwiseXor", 2, 0, NULL)
+BINARY_OP(op_bit_shift, "BitShift", 2, 0, NULL)
 BINARY_OP(op_equal, "Equal", 2, 0, NULL)
 BINARY_OP(op_less, "Less", 2, 0, NULL)
 BINARY_OP(op_greater, "Greater", 2, 0, NULL)
@@ -845,5 +885,6 @@ BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max, &op_mod, &op_prelu,
     &op_sum, &op_equal, &op_less, &op_greater, &op_less_equal, &op_greater_equal, &op_and,
-    &op_or, &op_xor, &op_where, NULL,
+    &op_or, &op_xor, &op_where, &op_mean, &op_bitwise_and, &op_bitwise_or, &op_bitwise_xor,
+    &op_bit_shift, NULL,
 };

@@ -1,8 +1,9 @@
 /*
  * unary.c — elementwise operators of one tensor: activations (Relu,
  * LeakyRelu, Sigmoid, Tanh, Gelu, Softplus, HardSwish, HardSigmoid, Elu,
- * Selu, Celu) and math functions, Clip, Identity, Dropout, Cast; Not, IsNaN,
- * IsInf.
+ * Selu, Celu, Softsign, Mish, Swish, ThresholdedRelu, Shrink) and math
+ * functions (trigonometric and hyperbolic among them), Clip, Identity,
+ * Dropout, Cast; Not, IsNaN, IsInf; BitwiseNot.
  *
  * Each function is one line of forward and one of derivative, computed in
  * double and stored in the tensor's type (float32 or float64). Backward
@@ -21,9 +22,11 @@
 #include "../parallel.h"
 
 typedef struct {
-    double alpha; /* LeakyRelu slope, Elu/Celu/Selu alpha, HardSigmoid slope */
+    double alpha; /* LeakyRelu slope, Elu/Celu/Selu/Swish alpha, HardSigmoid slope,
+                     ThresholdedRelu threshold */
     double beta;  /* HardSigmoid offset */
     double gamma; /* Selu scale */
+    double lambd, bias; /* Shrink */
     int tanh;     /* Gelu approximate == "tanh" */
 } unary_params;
 
@@ -87,13 +90,16 @@ static inline float gelu_tanh_deriv_f(float xf)
  * same values (selects, sqrt, one rounding) or stays within torch's own float
  * accuracy (ai_expf), and vectorises; the float64 path keeps FWD and DER.
  * Where PASS(x) is false the gradient is not dy * DER but nothing at all, as
- * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out. */
+ * torch selects it (ReLU below 0, Floor): a NaN or Inf in dy stays out;
+ * UNARY_KERNELS2_PASS2 gives float32 its own PASS32 of xf. */
 #define UNARY_KERNELS(NAME, FWD, DER) UNARY_KERNELS2(NAME, FWD, DER, FWD, DER)
 #define UNARY_KERNELS_PASS(NAME, FWD, DER, PASS) \
     UNARY_KERNELS2_PASS(NAME, FWD, DER, FWD, DER, PASS)
 #define UNARY_KERNELS2(NAME, FWD32, DER32, FWD, DER) \
     UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, 1)
-#define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS)                       \
+#define UNARY_KERNELS2_PASS(NAME, FWD32, DER32, FWD, DER, PASS) \
+    UNARY_KERNELS2_PASS2(NAME, FWD32, DER32, PASS, FWD, DER, PASS)
+#define UNARY_KERNELS2_PASS2(NAME, FWD32, DER32, PASS32, FWD, DER, PASS)              \
     AI_WIDE_CLONES static void NAME##_f32_fwd(const unary_params *P_, float *yp,      \
                                               const float *xp, int64_t n)             \
     {                                                                                  \
@@ -115,7 +121,7 @@ static inline float gelu_tanh_deriv_f(float xf)
         (void)y;                                                                       \
         (void)xf;                                                                      \
         (void)yf;                                                                      \
-        return (PASS) ? (float)(dyf * (DER32)) : 0.0f;                                 \
+        return (PASS32) ? (float)(dyf * (DER32)) : 0.0f;                               \
     }                                                                                  \
     AI_WIDE_CLONES static void NAME##_f32_bwd(const unary_params *P_, float *dx,      \
                                               const float *xp, const float *yp,       \
@@ -234,6 +240,46 @@ UNARY_KERNELS(celu, x > 0 ? x : P->alpha * expm1(x / P->alpha), x > 0 ? 1.0 : ex
 UNARY_KERNELS(sin, sin(x), cos(x))
 UNARY_KERNELS(cos, cos(x), -sin(x))
 UNARY_KERNELS(atan, atan(x), 1.0 / (1.0 + x * x))
+/* the derivatives as torch writes them: tan' from y, acosh' = rsqrt(x^2 - 1) */
+UNARY_KERNELS(tan, tan(x), 1.0 + y * y)
+UNARY_KERNELS(asin, asin(x), 1.0 / sqrt(1.0 - x * x))
+UNARY_KERNELS(acos, acos(x), -1.0 / sqrt(1.0 - x * x))
+UNARY_KERNELS(sinh, sinh(x), cosh(x))
+UNARY_KERNELS(cosh, cosh(x), sinh(x))
+UNARY_KERNELS(asinh, asinh(x), 1.0 / sqrt(x * x + 1.0))
+UNARY_KERNELS(acosh, acosh(x), 1.0 / sqrt(x * x - 1.0))
+UNARY_KERNELS(atanh, atanh(x), 1.0 / (1.0 - x * x))
+UNARY_KERNELS(softsign, x / (1.0 + fabs(x)), 1.0 / ((1.0 + fabs(x)) * (1.0 + fabs(x))))
+/* Mish: x tanh(softplus(x)), torch's derivative t + x sigmoid(x) (1 - t^2),
+ * t = tanh(softplus(x)); Swish: x s, s = sigmoid(alpha x), derivative
+ * s + alpha x s (1 - s) */
+static double mish_deriv(double x)
+{
+    const double t = tanh(log1p(exp(x)));
+    return t + x / (1.0 + exp(-x)) * (1.0 - t * t);
+}
+
+static double swish_deriv(double alpha, double x)
+{
+    const double s = 1.0 / (1.0 + exp(-alpha * x));
+    return s + alpha * x * s * (1.0 - s);
+}
+
+UNARY_KERNELS(mish, x * tanh(log1p(exp(x))), mish_deriv(x))
+UNARY_KERNELS(swish, x / (1.0 + exp(-P->alpha * x)), swish_deriv(P->alpha, x))
+/* ThresholdedRelu and Shrink select x (or x -+ bias): gradient 1 where
+ * selected, none elsewhere (torch.where). float32 compares with the
+ * attributes rounded to float, as torch and ONNX's reference do (x = 0.1f
+ * is not above alpha = 0.1f), and adds the bias in float. */
+UNARY_KERNELS2_PASS2(thresholded_relu, xf > (float)P->alpha ? xf : 0.0f, 1.0f,
+                     xf > (float)P->alpha, x > P->alpha ? x : 0.0, 1.0, x > P->alpha)
+UNARY_KERNELS2_PASS2(shrink,
+                     xf < -(float)P->lambd   ? xf + (float)P->bias
+                     : xf > (float)P->lambd ? xf - (float)P->bias
+                                            : 0.0f,
+                     1.0f, xf < -(float)P->lambd || xf > (float)P->lambd,
+                     x < -P->lambd ? x + P->bias : (x > P->lambd ? x - P->bias : 0.0), 1.0,
+                     x < -P->lambd || x > P->lambd)
 /* Sign of NaN is 0, like torch.sign; zero gradient */
 UNARY_KERNELS_PASS(sign, (double)((x > 0) - (x < 0)), 0.0, 0)
 UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
@@ -319,7 +365,8 @@ static ai_status unary_init(ai_node *n)
     /* Selu: torch's constants (ONNX's are these rounded to float32; a float
      * attribute given explicitly arrives as its shortest decimal) */
     double alpha = 0.01, beta = 0.5, gamma = 1.0507009873554804934;
-    if (strcmp(op, "Elu") == 0 || strcmp(op, "Celu") == 0)
+    if (strcmp(op, "Elu") == 0 || strcmp(op, "Celu") == 0 || strcmp(op, "Swish") == 0 ||
+        strcmp(op, "ThresholdedRelu") == 0)
         alpha = 1.0;
     else if (strcmp(op, "Selu") == 0)
         alpha = 1.6732632423543772848;
@@ -330,6 +377,10 @@ static ai_status unary_init(ai_node *n)
         st = ai_attr_float(n, "beta", beta, &p->beta);
     if (!st)
         st = ai_attr_float(n, "gamma", gamma, &p->gamma);
+    if (!st)
+        st = ai_attr_float(n, "lambd", 0.5, &p->lambd);
+    if (!st)
+        st = ai_attr_float(n, "bias", 0.0, &p->bias);
     if (!st && strcmp(op, "Celu") == 0 && p->alpha == 0)
         return ai_node_error(n, AI_ERR_VALUE, "alpha is 0; Celu divides by it");
     const char *approx;
@@ -369,6 +420,19 @@ FLOAT_OP(celu, "Celu")
 FLOAT_OP(sin, "Sin")
 FLOAT_OP(cos, "Cos")
 FLOAT_OP(atan, "Atan")
+FLOAT_OP(tan, "Tan")
+FLOAT_OP(asin, "Asin")
+FLOAT_OP(acos, "Acos")
+FLOAT_OP(sinh, "Sinh")
+FLOAT_OP(cosh, "Cosh")
+FLOAT_OP(asinh, "Asinh")
+FLOAT_OP(acosh, "Acosh")
+FLOAT_OP(atanh, "Atanh")
+FLOAT_OP(softsign, "Softsign")
+FLOAT_OP(mish, "Mish")
+FLOAT_OP(swish, "Swish")
+FLOAT_OP(thresholded_relu, "ThresholdedRelu")
+FLOAT_OP(shrink, "Shrink")
 FLOAT_OP(sign, "Sign")
 FLOAT_OP(floor, "Floor")
 FLOAT_OP(ceil, "Ceil")
@@ -566,6 +630,32 @@ static const ai_op_def op_isnan = {"IsNaN", "", 1, 1, 1, 1, 0, NULL, logic_shape
 static const ai_op_def op_isinf = {"IsInf", "", 1, 1, 1, 1, 0, NULL, logic_shape,
                                    logic_forward, NULL};
 
+/* ---------------------------------------------------------------- BitwiseNot */
+
+/* Integers of every width, no gradient: ~x of each element is ~ of each of
+ * its bytes. */
+static ai_status bitwise_not_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    const ai_dtype dt = c->in[0]->dtype;
+    if (ai_dtype_is_float(dt) || dt == AI_BOOL)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; an integer type expected",
+                             ai_dtype_name(dt));
+    return same_shape(c, out, ws, state);
+}
+
+static ai_status bitwise_not_forward(ai_ctx *c)
+{
+    const uint8_t *x = c->in[0]->data;
+    uint8_t *y = c->out[0]->data;
+    const int64_t n = ai_tensor_numel(c->in[0]) * (int64_t)ai_dtype_size(c->in[0]->dtype);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (uint8_t)~x[i];
+    return AI_OK;
+}
+
+static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, 0, NULL,
+                                         bitwise_not_shape, bitwise_not_forward, NULL};
+
 /* ---------------------------------------------------------------- Dropout */
 
 /* Active only when the graph is in training mode and the ratio is > 0. Its
@@ -743,7 +833,9 @@ static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, 0, NULL, cast
 const ai_op_def *const ai_ops_unary[] = {
     &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
     &op_reciprocal, &op_exp, &op_log, &op_softplus, &op_hard_swish, &op_hard_sigmoid,
-    &op_elu, &op_selu, &op_celu, &op_sin, &op_cos, &op_atan, &op_sign, &op_floor, &op_ceil,
+    &op_elu, &op_selu, &op_celu, &op_sin, &op_cos, &op_atan, &op_tan, &op_asin, &op_acos,
+    &op_sinh, &op_cosh, &op_asinh, &op_acosh, &op_atanh, &op_softsign, &op_mish, &op_swish,
+    &op_thresholded_relu, &op_shrink, &op_sign, &op_floor, &op_ceil,
     &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
-    &op_cast_like, &op_not, &op_isnan, &op_isinf, NULL,
+    &op_cast_like, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
 };
