@@ -59,6 +59,8 @@ OPERATOR_TESTS = {
     "GreaterOrEqual": r"test_greater_equal", "GatherND": r"test_gathernd_",
     "ScatterND": r"test_scatternd", "Loop": r"test_loop", "If": r"test_if",
     "NegativeLogLikelihoodLoss": r"test_nllloss_", "SoftmaxCrossEntropyLoss": r"test_sce_",
+    "CumProd": r"test_cumprod_", "Hardmax": r"test_hardmax_",
+    "LpNormalization": r"test_lpnormalization_",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.

@@ -926,7 +926,7 @@ def test_depth_to_space_errors():
         check_op("Tile", {"x": _x((2, 3))}, None, consts={"r": _i64(2)})
 
 
-# ---------------------------------------------------------------- ArgMax, ArgMin, CumSum
+# ---------------------------------------------------------------- ArgMax, ArgMin, CumSum, CumProd
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("axis,keepdims", [(0, 1), (1, 0), (-1, 1)])
@@ -973,6 +973,58 @@ def test_cumsum_integers():
     x = _x((4, 5), np.int64)
     check_op("CumSum", {"x": x}, lambda x, a: torch.cumsum(x, 1),
              consts={"a": np.array([1], np.int32)}, grad=False)
+
+
+def _cumprod(x, axis, exclusive, reverse):
+    if reverse:
+        x = x.flip(axis)
+    if exclusive:  # 1, then the products of all but the last
+        ones = torch.ones_like(x.narrow(axis, 0, 1))
+        x = torch.cat([ones, x.narrow(axis, 0, x.shape[axis] - 1)], axis)
+    y = torch.cumprod(x, axis)
+    return y.flip(axis) if reverse else y
+
+
+@dtypes
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumprod(axis, reverse, exclusive, dtype):
+    x = _x((3, 4, 5), dtype)
+    check_op("CumProd", {"x": x}, lambda x, a: _cumprod(x, axis, exclusive, reverse),
+             consts={"a": np.array(axis, np.int64)},
+             attrs={"exclusive": exclusive, "reverse": reverse}, opset=26)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod_gradient_with_zeros(exclusive, reverse):
+    """One zero, two zeros and a zero at either end of a line: the gradient
+    is torch.cumprod's, not a division by x."""
+    x = _x((4, 6), np.float64)
+    x[0, 2] = 0
+    x[1, 1] = x[1, 4] = 0
+    x[2, 0] = 0
+    x[3, 5] = 0
+    check_op("CumProd", {"x": x}, lambda x, a: _cumprod(x, 1, exclusive, reverse),
+             consts={"a": np.array(1, np.int64)},
+             attrs={"exclusive": exclusive, "reverse": reverse}, opset=26)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_cumprod_integers(dtype):
+    x = np.random.default_rng(0).integers(-3, 4, (4, 5)).astype(dtype)
+    check_op("CumProd", {"x": x}, lambda x, a: torch.cumprod(x, 0),
+             consts={"a": np.array([0], np.int32)}, grad=False, opset=26)
+
+
+def test_cumprod_bad_input():
+    with pytest.raises(TypeError, match="CumProd node.*input is bool"):
+        check_op("CumProd", {"x": np.ones((2, 3), bool)}, None,
+                 consts={"a": np.array(0, np.int64)}, grad=False, opset=26)
+    with pytest.raises(ValueError, match="CumProd node"):
+        check_op("CumProd", {"x": _x((2, 3))}, None, consts={"a": np.array(2, np.int64)},
+                 grad=False, opset=26)
 
 
 # ---------------------------------------------------------------- Trilu, GatherElements
