@@ -60,7 +60,7 @@ OPERATOR_TESTS = {
     "ScatterND": r"test_scatternd", "Loop": r"test_loop", "If": r"test_if",
     "NegativeLogLikelihoodLoss": r"test_nllloss_", "SoftmaxCrossEntropyLoss": r"test_sce_",
     "CumProd": r"test_cumprod_", "Hardmax": r"test_hardmax_",
-    "LpNormalization": r"test_lpnormalization_",
+    "LpNormalization": r"test_lpnormalization_", "MeanVarianceNormalization": r"test_mvn",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.

@@ -596,3 +596,46 @@ def test_lp_normalization_bad_p():
     with pytest.raises(ValueError, match="LpNormalization node.*p = 3; 1 or 2 expected"):
         check_op("LpNormalization", {"x": _x((2, 3), np.float32)}, None, attrs={"p": 3},
                  opset=1, grad=False)
+
+
+# ---------------------------------------------------------------- MeanVarianceNormalization
+
+def _mvn(x, axes):
+    mean = x.mean(axes, keepdim=True)
+    return (x - mean) / (x.var(axes, unbiased=False, keepdim=True).sqrt() + 1e-9)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axes", [((2, 3, 4, 5), None), ((2, 3, 4, 5), [1]),
+                                        ((3, 4, 5), [0, 2]), ((3, 4), [-1]),
+                                        ((2, 3, 4), [0, 1, 2])], ids=str)
+def test_mean_variance_normalization(shape, axes, dtype):
+    check_op("MeanVarianceNormalization", {"x": _x(shape, dtype, 1)},
+             lambda x: _mvn(x, [0, 2, 3] if axes is None else axes),
+             attrs={} if axes is None else {"axes": axes}, opset=13)
+
+
+def test_mean_variance_normalization_constant_group():
+    """A group of equal values gives 0 and the mean's part of the gradient
+    (its variance's part is 0 there; torch's sqrt would give NaN)."""
+    x = _x((3, 4), np.float64, 1)
+    x[1] = 0.5
+    g = aidge_interop.load_onnx(make_model("MeanVarianceNormalization", {"x": x},
+                                           {"axes": [1]}, opset=13))
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    dy = np.random.default_rng(2).standard_normal(y.shape)
+    (gx,) = g.backward([dy])
+    np.testing.assert_array_equal(y[1], 0)
+    np.testing.assert_allclose(gx[1], (dy[1] - dy[1].mean()) / 1e-9, rtol=1e-12)
+    t = torch.tensor(x[[0, 2]], requires_grad=True)
+    _mvn(t, [1]).backward(torch.tensor(dy[[0, 2]]))
+    np.testing.assert_allclose(gx[[0, 2]], t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_mean_variance_normalization_bad_axes():
+    with pytest.raises(ValueError, match="MeanVarianceNormalization node.*axis 1 appears twice"):
+        check_op("MeanVarianceNormalization", {"x": _x((2, 3), np.float32)}, None,
+                 attrs={"axes": [1, -1]}, opset=13, grad=False)
+    with pytest.raises(ValueError, match="MeanVarianceNormalization node"):
+        check_op("MeanVarianceNormalization", {"x": _x((2, 3), np.float32)}, None,
+                 opset=13, grad=False)  # the default axes 0, 2, 3 need rank 4
