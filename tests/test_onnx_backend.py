@@ -61,6 +61,7 @@ OPERATOR_TESTS = {
     "NegativeLogLikelihoodLoss": r"test_nllloss_", "SoftmaxCrossEntropyLoss": r"test_sce_",
     "CumProd": r"test_cumprod_", "Hardmax": r"test_hardmax_",
     "LpNormalization": r"test_lpnormalization_", "MeanVarianceNormalization": r"test_mvn",
+    "EyeLike": r"test_eyelike_", "OneHot": r"test_onehot_",
 }
 
 # name regex -> reason. Each is a real limitation of the engine.
