@@ -204,6 +204,9 @@ const ai_tensor *ai_ctx_const(const ai_ctx *c, int i);
 /* Input i as one integer known at plan time (CumSum's axis, TopK's K,
  * Trilu's k); errors name the node and `name`. */
 ai_status ai_ctx_int_scalar(const ai_ctx *c, int i, const char *name, int64_t *out);
+/* The engine dtype of an ONNX TensorProto.DataType code (Cast's `to`,
+ * EyeLike's `dtype`); false for a code that is not an engine dtype. */
+bool ai_dtype_from_onnx(int64_t code, ai_dtype *out);
 
 /* Attribute getters: AI_OK and the default when absent; AI_ERR_VALUE naming
  * the node and attribute when present with the wrong type. */

@@ -526,3 +526,116 @@ def test_softmax_large_values_are_stable(op, dtype):
 def test_softmax_finite_differences(op):
     x = _x((2, 3, 4), np.float64, 1)
     fd_check(make_model(op, {"x": x}, {"axis": 1}, opset=13), {"x": x})
+
+
+# ---------------------------------------------------------------- Hardmax, LpNormalization
+
+def _hardmax(x, axis):
+    return F.one_hot(torch.argmax(x, axis), x.shape[axis]).movedim(-1, axis).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axis", [((5,), -1), ((3, 7), 0), ((2, 3, 4), 1),
+                                        ((2, 3, 4), -1)], ids=str)
+def test_hardmax(shape, axis, dtype):
+    # integer values: ties, where the first largest wins (torch.argmax)
+    x = np.random.default_rng(0).integers(0, 3, shape).astype(dtype)
+    check_op("Hardmax", {"x": x}, lambda x: _hardmax(x, axis), attrs={"axis": axis},
+             opset=13, grad=False)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 2])
+def test_hardmax_opset11_coerces_to_2d(axis):
+    shape = (2, 3, 4)
+    a = 1 if axis is None else axis
+    outer = int(np.prod(shape[:a]))
+    check_op("Hardmax", {"x": _x(shape, np.float32)},
+             lambda x: _hardmax(x.reshape(outer, -1), 1).reshape(shape),
+             attrs={} if axis is None else {"axis": axis}, opset=11, grad=False)
+
+
+def test_hardmax_nan_is_the_largest():
+    x = np.array([[1, np.nan, 3], [2, 5, np.nan]], np.float32)
+    check_op("Hardmax", {"x": x}, lambda x: _hardmax(x, 1), attrs={"axis": 1}, opset=13,
+             grad=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("shape,axis", [((3, 7), -1), ((3, 7), 0), ((2, 3, 4), 1)], ids=str)
+def test_lp_normalization(shape, axis, p, dtype):
+    check_op("LpNormalization", {"x": _x(shape, dtype, 1)},
+             lambda x: F.normalize(x, p, axis, eps=0), attrs={"axis": axis, "p": p}, opset=1)
+
+
+def test_lp_normalization_default_is_l2_on_the_last_axis():
+    check_op("LpNormalization", {"x": _x((2, 3, 4), np.float64, 1)},
+             lambda x: F.normalize(x, 2, -1, eps=0), opset=22)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_zero_norm(p):
+    """A zero row gives 0 (ONNX), and a zero gradient; the other rows are
+    torch's."""
+    x = _x((3, 4), np.float64, 1)
+    x[1] = 0
+    g = aidge_interop.load_onnx(make_model("LpNormalization", {"x": x}, {"p": p}, opset=1))
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    dy = np.random.default_rng(2).standard_normal(y.shape)
+    (gx,) = g.backward([dy])
+    t = torch.tensor(x[[0, 2]], requires_grad=True)
+    ref = F.normalize(t, p, -1, eps=0)
+    ref.backward(torch.tensor(dy[[0, 2]]))
+    np.testing.assert_allclose(y[[0, 2]], ref.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gx[[0, 2]], t.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(y[1], 0)
+    np.testing.assert_array_equal(gx[1], 0)
+
+
+def test_lp_normalization_bad_p():
+    with pytest.raises(ValueError, match="LpNormalization node.*p = 3; 1 or 2 expected"):
+        check_op("LpNormalization", {"x": _x((2, 3), np.float32)}, None, attrs={"p": 3},
+                 opset=1, grad=False)
+
+
+# ---------------------------------------------------------------- MeanVarianceNormalization
+
+def _mvn(x, axes):
+    mean = x.mean(axes, keepdim=True)
+    return (x - mean) / (x.var(axes, unbiased=False, keepdim=True).sqrt() + 1e-9)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("shape,axes", [((2, 3, 4, 5), None), ((2, 3, 4, 5), [1]),
+                                        ((3, 4, 5), [0, 2]), ((3, 4), [-1]),
+                                        ((2, 3, 4), [0, 1, 2])], ids=str)
+def test_mean_variance_normalization(shape, axes, dtype):
+    check_op("MeanVarianceNormalization", {"x": _x(shape, dtype, 1)},
+             lambda x: _mvn(x, [0, 2, 3] if axes is None else axes),
+             attrs={} if axes is None else {"axes": axes}, opset=13)
+
+
+def test_mean_variance_normalization_constant_group():
+    """A group of equal values gives 0 and the mean's part of the gradient
+    (its variance's part is 0 there; torch's sqrt would give NaN)."""
+    x = _x((3, 4), np.float64, 1)
+    x[1] = 0.5
+    g = aidge_interop.load_onnx(make_model("MeanVarianceNormalization", {"x": x},
+                                           {"axes": [1]}, opset=13))
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    dy = np.random.default_rng(2).standard_normal(y.shape)
+    (gx,) = g.backward([dy])
+    np.testing.assert_array_equal(y[1], 0)
+    np.testing.assert_allclose(gx[1], (dy[1] - dy[1].mean()) / 1e-9, rtol=1e-12)
+    t = torch.tensor(x[[0, 2]], requires_grad=True)
+    _mvn(t, [1]).backward(torch.tensor(dy[[0, 2]]))
+    np.testing.assert_allclose(gx[[0, 2]], t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_mean_variance_normalization_bad_axes():
+    with pytest.raises(ValueError, match="MeanVarianceNormalization node.*axis 1 appears twice"):
+        check_op("MeanVarianceNormalization", {"x": _x((2, 3), np.float32)}, None,
+                 attrs={"axes": [1, -1]}, opset=13, grad=False)
+    with pytest.raises(ValueError, match="MeanVarianceNormalization node"):
+        check_op("MeanVarianceNormalization", {"x": _x((2, 3), np.float32)}, None,
+                 opset=13, grad=False)  # the default axes 0, 2, 3 need rank 4

@@ -607,6 +607,85 @@ def test_constant_of_shape(value):
              consts={"s": np.zeros(0, np.int64)}, attrs=attrs, grad=False)
 
 
+@pytest.mark.parametrize("k", [0, 1, -2, 5, -4])
+@pytest.mark.parametrize("shape", [(3, 5), (4, 2), (0, 3)], ids=str)
+@pytest.mark.parametrize("in_dtype,dtype", [(np.float32, None), (np.int32, None),
+                                            (np.float64, 7), (np.int64, 11), (np.float32, 9)],
+                         ids=str)
+def test_eye_like(shape, k, in_dtype, dtype):
+    want = np.eye(*shape, k, dtype=helper.tensor_dtype_to_np_dtype(dtype) if dtype else in_dtype)
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    check_op("EyeLike", {"x": np.ones(shape, in_dtype)}, lambda x: torch.from_numpy(want),
+             attrs=attrs, grad=False)
+
+
+def test_eye_like_bad_input():
+    with pytest.raises(ValueError, match="EyeLike node.*rank 3; 2 expected"):
+        check_op("EyeLike", {"x": _x((2, 3, 4))}, None, grad=False)
+    with pytest.raises(NotImplementedError, match="EyeLike node.*dtype 8 is not an engine"):
+        check_op("EyeLike", {"x": _x((2, 3))}, None, attrs={"dtype": 8}, grad=False)
+
+
+# ---------------------------------------------------------------- OneHot
+
+def _onehot_ref(indices, depth, values, axis):
+    """ONNX's reference, which takes neither a one-element 1-D depth nor bool
+    values (it subtracts them): a scalar depth and int32 values for it."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"i": indices, "d": depth.reshape(()), "v": values.astype(np.int32)}
+    model = make_model("OneHot", feeds, {} if axis is None else {"axis": axis}, opset=11)
+    return ReferenceEvaluator(model).run(None, feeds)[0].astype(values.dtype)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -2, 2])
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32, np.float32])
+def test_onehot_values_gradient(axis, idx_dtype):
+    """Against torch: F.one_hot's float mask scaled into the values, which
+    get the gradient."""
+    idx = np.random.default_rng(0).integers(0, 5, (3, 4)).astype(idx_dtype)
+    values = np.array([-0.5, 2.0])
+    a = -1 if axis is None else axis
+
+    def ref(v, i, d):
+        mask = F.one_hot(i.long(), 5).to(v.dtype).movedim(-1, a)
+        return mask * (v[1] - v[0]) + v[0]
+
+    check_op("OneHot", {"v": values}, ref, consts={"i": idx, "d": np.array(5, np.int64)},
+             attrs={} if axis is None else {"axis": axis}, input_order=["i", "d", "v"], opset=11)
+
+
+@pytest.mark.parametrize("values", [np.array([0, 1], np.int32), np.array([3.0, -1.0], np.float32),
+                                    np.array([False, True])], ids=lambda v: v.dtype.name)
+@pytest.mark.parametrize("depth", [np.array(6, np.int64), np.array([6.0], np.float32)],
+                         ids=["int64", "float32[1]"])
+def test_onehot_negative_and_out_of_range_indices(depth, values):
+    """Against ONNX's reference: negative indices count from depth, those
+    still outside [0, depth) give a line of off values."""
+    idx = np.array([[0, -1, 5, 7], [-6, -7, 2, 3]], np.int64)
+    for axis in (None, 1):
+        got = _run_onehot(idx, depth, values, axis)  # depth: a graph input
+        np.testing.assert_array_equal(got, _onehot_ref(idx, depth, values, axis))
+
+
+def _run_onehot(idx, depth, values, axis):
+    model = make_model("OneHot", {"i": idx, "d": depth, "v": values},
+                       {} if axis is None else {"axis": axis}, opset=11)
+    (y,) = aidge_interop.load_onnx(model).forward([idx, depth, values])
+    assert y.dtype == values.dtype
+    return y
+
+
+def test_onehot_bad_inputs():
+    idx = np.array([0, 1], np.int64)
+    with pytest.raises(ValueError, match="OneHot node.*values has 3 elements"):
+        _run_onehot(idx, np.array(3, np.int64), np.zeros(3, np.float32), None)
+    with pytest.raises(ValueError, match="OneHot node.*depth is -2"):
+        _run_onehot(idx, np.array(-2, np.int64), np.zeros(2, np.float32), None)
+    with pytest.raises(ValueError, match="OneHot node"):
+        _run_onehot(idx, np.array(3, np.int64), np.zeros(2, np.float32), 2)
+
+
 # ---------------------------------------------------------------- Range
 
 RANGE_CASES = [(1, 10, 3), (10, 1, -3), (0, 1, 0.1), (5, 5, 1), (5, 2, 1), (-3.5, 2.25, 0.75),
@@ -926,7 +1005,7 @@ def test_depth_to_space_errors():
         check_op("Tile", {"x": _x((2, 3))}, None, consts={"r": _i64(2)})
 
 
-# ---------------------------------------------------------------- ArgMax, ArgMin, CumSum
+# ---------------------------------------------------------------- ArgMax, ArgMin, CumSum, CumProd
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
 @pytest.mark.parametrize("axis,keepdims", [(0, 1), (1, 0), (-1, 1)])
@@ -973,6 +1052,58 @@ def test_cumsum_integers():
     x = _x((4, 5), np.int64)
     check_op("CumSum", {"x": x}, lambda x, a: torch.cumsum(x, 1),
              consts={"a": np.array([1], np.int32)}, grad=False)
+
+
+def _cumprod(x, axis, exclusive, reverse):
+    if reverse:
+        x = x.flip(axis)
+    if exclusive:  # 1, then the products of all but the last
+        ones = torch.ones_like(x.narrow(axis, 0, 1))
+        x = torch.cat([ones, x.narrow(axis, 0, x.shape[axis] - 1)], axis)
+    y = torch.cumprod(x, axis)
+    return y.flip(axis) if reverse else y
+
+
+@dtypes
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumprod(axis, reverse, exclusive, dtype):
+    x = _x((3, 4, 5), dtype)
+    check_op("CumProd", {"x": x}, lambda x, a: _cumprod(x, axis, exclusive, reverse),
+             consts={"a": np.array(axis, np.int64)},
+             attrs={"exclusive": exclusive, "reverse": reverse}, opset=26)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod_gradient_with_zeros(exclusive, reverse):
+    """One zero, two zeros and a zero at either end of a line: the gradient
+    is torch.cumprod's, not a division by x."""
+    x = _x((4, 6), np.float64)
+    x[0, 2] = 0
+    x[1, 1] = x[1, 4] = 0
+    x[2, 0] = 0
+    x[3, 5] = 0
+    check_op("CumProd", {"x": x}, lambda x, a: _cumprod(x, 1, exclusive, reverse),
+             consts={"a": np.array(1, np.int64)},
+             attrs={"exclusive": exclusive, "reverse": reverse}, opset=26)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_cumprod_integers(dtype):
+    x = np.random.default_rng(0).integers(-3, 4, (4, 5)).astype(dtype)
+    check_op("CumProd", {"x": x}, lambda x, a: torch.cumprod(x, 0),
+             consts={"a": np.array([0], np.int32)}, grad=False, opset=26)
+
+
+def test_cumprod_bad_input():
+    with pytest.raises(TypeError, match="CumProd node.*input is bool"):
+        check_op("CumProd", {"x": np.ones((2, 3), bool)}, None,
+                 consts={"a": np.array(0, np.int64)}, grad=False, opset=26)
+    with pytest.raises(ValueError, match="CumProd node"):
+        check_op("CumProd", {"x": _x((2, 3))}, None, consts={"a": np.array(2, np.int64)},
+                 grad=False, opset=26)
 
 
 # ---------------------------------------------------------------- Trilu, GatherElements

@@ -137,3 +137,20 @@ ai_status ai_ctx_int_scalar(const ai_ctx *c, int i, const char *name, int64_t *o
     *out = ai_tensor_get_flat_i64(t, 0);
     return AI_OK;
 }
+
+bool ai_dtype_from_onnx(int64_t code, ai_dtype *out)
+{
+    static const struct {
+        int64_t code;
+        ai_dtype dt;
+    } map[] = {
+        {1, AI_F32}, {2, AI_U8}, {3, AI_I8}, {5, AI_I16}, {6, AI_I32},
+        {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].code == code) {
+            *out = map[i].dt;
+            return true;
+        }
+    return false;
+}

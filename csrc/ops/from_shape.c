@@ -1,8 +1,9 @@
 /*
  * from_shape.c — operators whose result depends on a shape only, not on
  * any element: Shape and Size (of the input; folded at plan time) and
- * ConstantOfShape (a tensor of that shape, filled with one value). No
- * backward (a data-movement family: movement.h).
+ * ConstantOfShape (a tensor of that shape, filled with one value), EyeLike
+ * (ones on a diagonal of a 2-D input's shape). No backward (a data-movement
+ * family: movement.h).
  */
 #include <string.h>
 
@@ -120,10 +121,83 @@ static ai_status size_forward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- EyeLike */
+
+/* Zeros of the 2-D input's shape, ones on the k-th diagonal (k > 0 above
+ * the main one); the dtype attribute (an ONNX code), or the input's. Folded
+ * at plan time: only the input's shape counts. */
+static ai_status eye_args(const ai_ctx *c, ai_dtype *dt, int64_t *k)
+{
+    int64_t code;
+    ai_status st = ai_attr_int(c->node, "k", 0, k);
+    if (!st)
+        st = ai_attr_int(c->node, "dtype", -1, &code);
+    if (st)
+        return st;
+    *dt = c->in[0]->dtype;
+    if (code != -1 && !ai_dtype_from_onnx(code, dt))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "dtype %lld is not an engine data type", (long long)code);
+    return AI_OK;
+}
+
+static ai_status eye_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    const ai_tensor *x = c->in[0];
+    ai_dtype dt;
+    int64_t k;
+    ai_status st = eye_args(c, &dt, &k);
+    if (st)
+        return st;
+    if (x->ndim != 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "input has rank %d; 2 expected", x->ndim);
+    return ai_set_meta(&out[0], dt, 2, x->shape);
+}
+
+static ai_status eye_forward(ai_ctx *c)
+{
+    ai_tensor *y = c->out[0];
+    ai_dtype dt;
+    int64_t k;
+    ai_status st = eye_args(c, &dt, &k);
+    if (st || ai_tensor_numel(y) == 0)
+        return st;
+    union {
+        float f32;
+        double f64;
+        uint16_t f16;
+        int8_t i8;
+        int16_t i16;
+        int32_t i32;
+        int64_t i64;
+        bool b;
+    } one;
+    switch (dt) {
+    case AI_F32: one.f32 = 1; break;
+    case AI_F64: one.f64 = 1; break;
+    case AI_F16: one.f16 = ai_f32_to_f16(1); break;
+    case AI_I16: one.i16 = 1; break;
+    case AI_I32: one.i32 = 1; break;
+    case AI_I64: one.i64 = 1; break;
+    case AI_BOOL: one.b = true; break;
+    default: one.i8 = 1; /* int8, uint8 */
+    }
+    const size_t es = ai_dtype_size(dt);
+    const int64_t rows = y->shape[0], cols = y->shape[1];
+    memset(y->data, 0, ai_tensor_nbytes(y));
+    for (int64_t i = k < 0 ? -k : 0; i < rows && i + k < cols; i++)
+        memcpy((char *)y->data + (size_t)(i * cols + i + k) * es, &one, es);
+    return AI_OK;
+}
+
 /* ---------------------------------------------------------------- registry */
 
 OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
 OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, 0, cos_shape, cos_forward, NULL)
 OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
+OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, eye_shape, eye_forward, NULL)
 
-const ai_op_def *const ai_ops_from_shape[] = {&op_shape, &op_constant_of_shape, &op_size, NULL};
+const ai_op_def *const ai_ops_from_shape[] = {&op_shape, &op_constant_of_shape, &op_size,
+                                              &op_eye_like, NULL};

@@ -1,8 +1,9 @@
 /*
  * index.c — operators that pick elements by index: Gather (slices of the
  * data at the indices along an axis), GatherElements (one element per
- * index) and Trilu (the elements on one side of a diagonal). Backward adds
- * the output gradient back to the picked places (a data-movement family:
+ * index), Trilu (the elements on one side of a diagonal) and OneHot (the
+ * on value at each index, the off value elsewhere). Backward adds the
+ * output gradient back to the picked places (a data-movement family:
  * movement.h).
  */
 #include <string.h>
@@ -275,6 +276,119 @@ static ai_status gather_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- OneHot */
+
+/* OneHot(indices, depth, values = [off, on]): the indices' shape with an
+ * axis of `depth` inserted at `axis` (default -1: last), `on` where the
+ * position along it equals the index, `off` elsewhere; negative indices
+ * count from depth, indices still out of [0, depth) give a line of `off`.
+ * Float indices and depth are truncated to integers. depth sets the shape,
+ * so it must be known when the graph is planned (a constant, or a scalar
+ * graph input: it re-plans). Backward: values get the sums of dY at the
+ * off and the on places; indices and depth none. */
+typedef struct {
+    int axis;
+    int64_t depth, outer, inner;
+} onehot_dims;
+
+static int64_t onehot_index(const ai_tensor *t, int64_t i)
+{
+    return ai_dtype_is_float(t->dtype) ? (int64_t)ai_tensor_get_flat(t, i)
+                                       : ai_tensor_get_flat_i64(t, i);
+}
+
+static ai_status onehot_dims_of(const ai_ctx *c, onehot_dims *d)
+{
+    const ai_tensor *x = c->in[0], *depth = ai_ctx_const(c, 1);
+    int64_t axis;
+    ai_status st = ai_attr_int(c->node, "axis", -1, &axis);
+    if (st || (st = ai_norm_axis(c->node, axis, x->ndim + 1, &d->axis)))
+        return st;
+    if (x->dtype == AI_BOOL || x->dtype == AI_F16 || c->in[1]->dtype == AI_BOOL ||
+        c->in[1]->dtype == AI_F16)
+        return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s and depth %s; numbers "
+                             "expected", ai_dtype_name(x->dtype),
+                             ai_dtype_name(c->in[1]->dtype));
+    if (!depth && c->in[1]->data) /* at run time */
+        depth = c->in[1];
+    if (!depth)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "depth must be known when the "
+                             "graph is planned (a constant or a scalar graph input)");
+    if (ai_tensor_numel(depth) != 1 || depth->ndim > 1)
+        return ai_node_error(c->node, AI_ERR_VALUE, "depth has %lld elements; one expected",
+                             (long long)ai_tensor_numel(depth));
+    if (ai_tensor_numel(c->in[2]) != 2 || c->in[2]->ndim != 1)
+        return ai_node_error(c->node, AI_ERR_VALUE, "values has %lld elements; [off, on] "
+                             "expected", (long long)ai_tensor_numel(c->in[2]));
+    d->depth = onehot_index(depth, 0);
+    if (d->depth < 0)
+        return ai_node_error(c->node, AI_ERR_VALUE, "depth is %lld", (long long)d->depth);
+    d->outer = d->inner = 1;
+    for (int i = 0; i < x->ndim; i++)
+        *(i < d->axis ? &d->outer : &d->inner) *= x->shape[i];
+    return AI_OK;
+}
+
+static ai_status onehot_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    onehot_dims d;
+    ai_status st = onehot_dims_of(c, &d);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0];
+    out[0].dtype = c->in[2]->dtype;
+    out[0].ndim = x->ndim + 1;
+    for (int i = 0, j = 0; i <= x->ndim; i++)
+        out[0].shape[i] = i == d.axis ? d.depth : x->shape[j++];
+    return AI_OK;
+}
+
+/* Whether output element (o, k, i) is on. */
+static bool onehot_on(const ai_tensor *x, const onehot_dims *d, int64_t o, int64_t k,
+                      int64_t i)
+{
+    int64_t v = onehot_index(x, o * d->inner + i);
+    return (v < 0 ? v + d->depth : v) == k;
+}
+
+static ai_status onehot_forward(ai_ctx *c)
+{
+    onehot_dims d;
+    ai_status st = onehot_dims_of(c, &d);
+    if (st)
+        return st;
+    const size_t es = ai_dtype_size(c->out[0]->dtype);
+    const char *values = c->in[2]->data;
+    char *y = c->out[0]->data;
+    for (int64_t o = 0; o < d.outer; o++)
+        for (int64_t k = 0; k < d.depth; k++)
+            for (int64_t i = 0; i < d.inner; i++, y += es)
+                memcpy(y, values + (onehot_on(c->in[0], &d, o, k, i) ? es : 0), es);
+    return AI_OK;
+}
+
+static ai_status onehot_backward(ai_ctx *c)
+{
+    ai_tensor *dv = c->din[2];
+    if (!dv)
+        return AI_OK;
+    onehot_dims d;
+    ai_status st = onehot_dims_of(c, &d);
+    if (st)
+        return st;
+    double sum[2] = {ai_tensor_get_flat(dv, 0), ai_tensor_get_flat(dv, 1)};
+    int64_t at = 0;
+    for (int64_t o = 0; o < d.outer; o++)
+        for (int64_t k = 0; k < d.depth; k++)
+            for (int64_t i = 0; i < d.inner; i++)
+                sum[onehot_on(c->in[0], &d, o, k, i)] += ai_tensor_get_flat(c->dout[0], at++);
+    put_d(dv, 0, sum[0]);
+    put_d(dv, 1, sum[1]);
+    return AI_OK;
+}
+
 /* ---------------------------------------------------------------- registry */
 
 OP(op_trilu, "Trilu", 1, 2, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, trilu_shape,
@@ -283,4 +397,8 @@ OP(op_gather_elements, "GatherElements", 2, 2, 1, ASSIGN1 | AI_OP_BWD_NO_Y, ge_s
    ge_forward, ge_backward)
 OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
 
-const ai_op_def *const ai_ops_index[] = {&op_trilu, &op_gather_elements, &op_gather, NULL};
+OP(op_onehot, "OneHot", 3, 3, 1, AI_OP_SHAPE_FROM_VALUES | AI_OP_BWD_NO_Y, onehot_shape,
+   onehot_forward, onehot_backward)
+
+const ai_op_def *const ai_ops_index[] = {&op_trilu, &op_gather_elements, &op_gather,
+                                         &op_onehot, NULL};

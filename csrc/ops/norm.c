@@ -1,6 +1,7 @@
 /*
  * norm.c — normalisations: BatchNormalization, LayerNormalization,
- * InstanceNormalization, Softmax, LogSoftmax (float32 and float64).
+ * InstanceNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,
+ * MeanVarianceNormalization (float32 and float64).
  *
  * Statistics (means, variances, softmax sums) accumulate in double whatever
  * the tensor type; forward saves in node state what backward needs (mean
@@ -1294,5 +1295,288 @@ static const ai_op_def op_softmax = {"Softmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIG
 static const ai_op_def op_logsoftmax = {"LogSoftmax", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1),
                                         NULL, sm_shape, sm_forward, sm_backward};
 
+/* ---------------------------------------------------------------- Hardmax */
+
+/* 1 at the first largest value along the axis (NaN counts as the largest,
+ * as in ArgMax), 0 elsewhere; the axes of Softmax (opset < 13: the input
+ * coerced to 2-D at `axis`). No gradient: it is piecewise constant. */
+static ai_status hardmax_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    sm_dims d;
+    ai_status st = sm_dims_of(c, &d);
+    if (st)
+        return st;
+    for (int64_t o = 0; o < d.outer; o++)
+        for (int64_t i = 0; i < d.inner; i++) {
+            const int64_t base = o * d.L * d.inner + i;
+            int64_t best = 0;
+            for (int64_t l = 0; l < d.L; l++) {
+                const double v = get_d(x, base + l * d.inner);
+                const double b = get_d(x, base + best * d.inner);
+                if (b == b && (v != v || v > b))
+                    best = l;
+                set_d(y, base + l * d.inner, 0);
+            }
+            if (d.L)
+                set_d(y, base + best * d.inner, 1);
+        }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- LpNormalization */
+
+/* y = x / ||x||_p along `axis` (default -1), p 1 or 2; a zero norm gives 0
+ * (ONNX's reference, and torch.nn.functional.normalize with eps 0 apart
+ * from its 0/0). Backward, with n the norm and g = sum(dy * x) along the
+ * axis: p = 2: dx = dy / n - x * g / n^3; p = 1: dx = dy / n - sign(x) * g /
+ * n^2; 0 where n = 0. */
+static ai_status lpnorm_dims(const ai_ctx *c, sm_dims *d, int64_t *p)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0];
+    int64_t a;
+    int axis;
+    ai_status st = ai_attr_int(n, "axis", -1, &a);
+    if (!st)
+        st = ai_attr_int(n, "p", 2, p);
+    if (st)
+        return st;
+    if (*p != 1 && *p != 2)
+        return ai_node_error(n, AI_ERR_VALUE, "p = %lld; 1 or 2 expected", (long long)*p);
+    if ((st = ai_norm_axis(n, a, x->ndim, &axis)))
+        return st;
+    d->outer = d->L = d->inner = 1;
+    for (int i = 0; i < x->ndim; i++)
+        *(i < axis ? &d->outer : i == axis ? &d->L : &d->inner) *= x->shape[i];
+    return AI_OK;
+}
+
+static ai_status lpnorm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    sm_dims d;
+    int64_t p;
+    ai_status st = float_input(c);
+    if (st || (st = lpnorm_dims(c, &d, &p)))
+        return st;
+    copy_meta(&out[0], c->in[0]);
+    return AI_OK;
+}
+
+static double lp_norm(const ai_tensor *x, int64_t base, int64_t L, int64_t inner, int64_t p)
+{
+    double s = 0;
+    for (int64_t l = 0; l < L; l++) {
+        const double v = get_d(x, base + l * inner);
+        s += p == 1 ? fabs(v) : v * v;
+    }
+    return p == 1 ? s : sqrt(s);
+}
+
+static ai_status lpnorm_forward(ai_ctx *c)
+{
+    sm_dims d;
+    int64_t p;
+    ai_status st = lpnorm_dims(c, &d, &p);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0];
+    for (int64_t o = 0; o < d.outer; o++)
+        for (int64_t i = 0; i < d.inner; i++) {
+            const int64_t base = o * d.L * d.inner + i;
+            const double nrm = lp_norm(x, base, d.L, d.inner, p);
+            for (int64_t l = 0; l < d.L; l++) {
+                const int64_t k = base + l * d.inner;
+                set_d(c->out[0], k, nrm == 0 ? 0 : get_d(x, k) / nrm);
+            }
+        }
+    return AI_OK;
+}
+
+static ai_status lpnorm_backward(ai_ctx *c)
+{
+    ai_tensor *dx = c->din[0];
+    if (!dx)
+        return AI_OK;
+    sm_dims d;
+    int64_t p;
+    ai_status st = lpnorm_dims(c, &d, &p);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0], *dy = c->dout[0];
+    const bool assign = c->din_assign[0];
+    for (int64_t o = 0; o < d.outer; o++)
+        for (int64_t i = 0; i < d.inner; i++) {
+            const int64_t base = o * d.L * d.inner + i;
+            const double nrm = lp_norm(x, base, d.L, d.inner, p);
+            double g = 0;
+            for (int64_t l = 0; l < d.L; l++)
+                g += get_d(dy, base + l * d.inner) * get_d(x, base + l * d.inner);
+            for (int64_t l = 0; l < d.L; l++) {
+                const int64_t k = base + l * d.inner;
+                const double v = get_d(x, k);
+                const double dir = p == 1 ? (v > 0) - (v < 0) : v / nrm;
+                const double gk = nrm == 0 ? 0 : (get_d(dy, k) - dir * g / nrm) / nrm;
+                set_d(dx, k, assign ? gk : get_d(dx, k) + gk);
+            }
+        }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- MeanVarianceNormalization */
+
+/* y = (x - mean) / (sqrt(var) + 1e-9) over `axes` (default 0, 2, 3), the
+ * biased variance: ONNX's function body. Groups are the positions on the
+ * other axes; gstride gives an element's group (0 on the reduced axes).
+ * Backward, with s = sqrt(var) + 1e-9 and xc = x - mean per group of n:
+ * dx = (dy - mean(dy)) / s - xc * mean(dy * xc) / (s^2 sqrt(var)), the last
+ * term 0 where var is 0 (xc is 0 there). Workspace: 3 doubles per group. */
+#define MVN_EPS 1e-9
+
+typedef struct {
+    int64_t groups, count;
+    int64_t gstride[AI_MAX_DIMS];
+} mvn_dims;
+
+static ai_status mvn_dims_of(const ai_ctx *c, mvn_dims *d)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0];
+    static const int64_t dflt[] = {0, 2, 3};
+    const int64_t *axes;
+    int64_t len;
+    ai_status st = ai_attr_ints(n, "axes", &axes, &len);
+    if (st)
+        return st;
+    if (len < 0) {
+        axes = dflt;
+        len = 3;
+    }
+    bool reduced[AI_MAX_DIMS] = {false};
+    for (int64_t i = 0; i < len; i++) {
+        int a;
+        if ((st = ai_norm_axis(n, axes[i], x->ndim, &a)))
+            return st;
+        if (reduced[a])
+            return ai_node_error(n, AI_ERR_VALUE, "axis %d appears twice in axes", a);
+        reduced[a] = true;
+    }
+    d->groups = d->count = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        d->gstride[i] = reduced[i] ? 0 : d->groups;
+        *(reduced[i] ? &d->count : &d->groups) *= x->shape[i];
+    }
+    return AI_OK;
+}
+
+/* Steps idx (the position of flat element k) to k + 1 and gi to its group. */
+static void mvn_next(const ai_tensor *x, const mvn_dims *d, int64_t *idx, int64_t *gi)
+{
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        *gi += d->gstride[i];
+        if (++idx[i] < x->shape[i])
+            return;
+        *gi -= d->gstride[i] * x->shape[i];
+        idx[i] = 0;
+    }
+}
+
+/* for each element k of x, with gi its group */
+#define MVN_LOOP(x, d)                                                                     \
+    for (int64_t k = 0, gi = 0, n_ = ai_tensor_numel(x), idx_[AI_MAX_DIMS] = {0}; k < n_;  \
+         k++, mvn_next(x, d, idx_, &gi))
+
+static ai_status mvn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    mvn_dims d;
+    ai_status st = float_input(c);
+    if (st || (st = mvn_dims_of(c, &d)))
+        return st;
+    copy_meta(&out[0], c->in[0]);
+    *ws = 3 * (size_t)d.groups * sizeof(double);
+    return AI_OK;
+}
+
+/* mean[g] and sd[g] = sqrt(var) of each group. */
+static void mvn_stats(const ai_tensor *x, const mvn_dims *d, double *mean, double *sd)
+{
+    memset(mean, 0, (size_t)d->groups * sizeof(double));
+    memset(sd, 0, (size_t)d->groups * sizeof(double));
+    MVN_LOOP(x, d)
+        mean[gi] += get_d(x, k);
+    for (int64_t g = 0; g < d->groups; g++)
+        mean[g] /= (double)d->count;
+    MVN_LOOP(x, d) {
+        const double v = get_d(x, k) - mean[gi];
+        sd[gi] += v * v;
+    }
+    for (int64_t g = 0; g < d->groups; g++)
+        sd[g] = sqrt(sd[g] / (double)d->count);
+}
+
+static ai_status mvn_forward(ai_ctx *c)
+{
+    mvn_dims d;
+    ai_status st = mvn_dims_of(c, &d);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0];
+    double *mean = c->workspace, *sd = mean + d.groups;
+    mvn_stats(x, &d, mean, sd);
+    MVN_LOOP(x, &d)
+        set_d(c->out[0], k, (get_d(x, k) - mean[gi]) / (sd[gi] + MVN_EPS));
+    return AI_OK;
+}
+
+static ai_status mvn_backward(ai_ctx *c)
+{
+    ai_tensor *dx = c->din[0];
+    if (!dx)
+        return AI_OK;
+    mvn_dims d;
+    ai_status st = mvn_dims_of(c, &d);
+    if (st)
+        return st;
+    const ai_tensor *x = c->in[0], *dy = c->dout[0];
+    const bool assign = c->din_assign[0];
+    double *mean = c->workspace, *sd = mean + d.groups, *mdy = sd + d.groups;
+    mvn_stats(x, &d, mean, sd);
+    /* the mean's part: mdy holds mean(dy) */
+    memset(mdy, 0, (size_t)d.groups * sizeof(double));
+    MVN_LOOP(x, &d)
+        mdy[gi] += get_d(dy, k);
+    for (int64_t g = 0; g < d.groups; g++)
+        mdy[g] /= (double)d.count;
+    MVN_LOOP(x, &d) {
+        const double gk = (get_d(dy, k) - mdy[gi]) / (sd[gi] + MVN_EPS);
+        set_d(dx, k, assign ? gk : get_d(dx, k) + gk);
+    }
+    /* the variance's part: mdy holds mean(dy * xc) / (s^2 sqrt(var)) */
+    memset(mdy, 0, (size_t)d.groups * sizeof(double));
+    MVN_LOOP(x, &d)
+        mdy[gi] += get_d(dy, k) * (get_d(x, k) - mean[gi]);
+    for (int64_t g = 0; g < d.groups; g++) {
+        const double s = sd[g] + MVN_EPS;
+        mdy[g] = sd[g] == 0 ? 0 : mdy[g] / (double)d.count / (s * s * sd[g]);
+    }
+    MVN_LOOP(x, &d)
+        set_d(dx, k, get_d(dx, k) - (get_d(x, k) - mean[gi]) * mdy[gi]);
+    return AI_OK;
+}
+
+static const ai_op_def op_hardmax = {"Hardmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
+                                     hardmax_forward, NULL};
+static const ai_op_def op_lpnorm = {"LpNormalization", "", 1, 1, 1, 1,
+                                    AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, lpnorm_shape,
+                                    lpnorm_forward, lpnorm_backward};
+static const ai_op_def op_mvn = {"MeanVarianceNormalization", "", 1, 1, 1, 1,
+                                 AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, mvn_shape,
+                                 mvn_forward, mvn_backward};
+
 const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_instancenorm,
-                                        &op_softmax, &op_logsoftmax, NULL};
+                                        &op_softmax, &op_logsoftmax, &op_hardmax,
+                                        &op_lpnorm, &op_mvn, NULL};

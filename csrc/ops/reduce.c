@@ -2,7 +2,7 @@
  * reduce.c — ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
  * ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp over
  * any set of axes, with keepdims and noop_with_empty_axes; ArgMax, ArgMin,
- * CumSum and TopK along one axis (at the end of the file).
+ * CumSum, CumProd and TopK along one axis (at the end of the file).
  *
  * Axes are an attribute before opset 18 (ReduceSum: 13) and an optional
  * constant input from then on; no axes (or an empty list) means all axes,
@@ -625,7 +625,7 @@ static ai_status reduce_init(ai_node *n)
     return AI_OK;
 }
 
-/* ---------------------------------------------------------------- ArgMax, ArgMin, CumSum */
+/* ---------------------------------------------------------------- ArgMax, ArgMin, CumSum, CumProd */
 
 /* X seen as (outer, L, inner) around `axis`. */
 static ai_status axis_split(const ai_ctx *c, int64_t axis, int *a, int64_t *outer, int64_t *L,
@@ -719,11 +719,15 @@ static ai_status arg_forward(ai_ctx *c)
     return AI_OK;
 }
 
-/* CumSum (axis: a constant input; exclusive, reverse), sums in double (int64
- * for integers); backward is the cumulative sum of dy in the other
- * direction, with the same exclusivity. */
-static ai_status cumsum_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L,
-                              int64_t *inner)
+/* CumSum and CumProd (axis: a constant input; exclusive, reverse), in double
+ * (int64 for integers, wrapping); an exclusive scan starts at 0 (1).
+ * CumSum's backward is the cumulative sum of dy in the other direction, with
+ * the same exclusivity. CumProd's backward divides by nothing, so zeros in x
+ * give the exact gradient (torch.cumprod's): along the scan order n,
+ * dx[n] = (x[0] ... x[n-1]) * S[n] with S[n] = dy[n] + x[n+1] * S[n+1]
+ * (inclusive) or S[n] = dy[n+1] + x[n+1] * S[n+1] (exclusive), S past the
+ * end 0; the prefix products of a line wait in the workspace. */
+static ai_status cum_setup(const ai_ctx *c, int *a, int64_t *outer, int64_t *L, int64_t *inner)
 {
     int64_t axis;
     ai_status st = ai_ctx_int_scalar(c, 1, "axis", &axis);
@@ -738,48 +742,76 @@ static void set_float(ai_tensor *t, int64_t i, double v)
         ((double *)t->data)[i] = v;
 }
 
-static void cumsum_run(const ai_tensor *x, ai_tensor *y, int64_t outer, int64_t L,
-                       int64_t inner, bool exclusive, bool reverse, bool add)
+static bool is_cumprod(const ai_ctx *c)
+{
+    return strcmp(c->node->op_type, "CumProd") == 0;
+}
+
+static void cum_run(const ai_tensor *x, ai_tensor *y, int64_t outer, int64_t L, int64_t inner,
+                    bool prod, bool exclusive, bool reverse, bool add)
 {
     const bool flt = ai_dtype_is_float(x->dtype);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
-            double s = 0;
-            int64_t si = 0;
+            double s = prod;
+            uint64_t si = prod;
             for (int64_t n = 0; n < L; n++) {
                 const int64_t k = reverse ? L - 1 - n : n;
                 const int64_t at = (o * L + k) * inner + i;
                 if (flt) {
                     const double v = ai_tensor_get_flat(x, at);
                     if (!exclusive)
-                        s += v;
+                        s = prod ? s * v : s + v;
                     set_float(y, at, add ? ai_tensor_get_flat(y, at) + s : s);
                     if (exclusive)
-                        s += v;
+                        s = prod ? s * v : s + v;
                 } else {
-                    const int64_t v = ai_tensor_get_flat_i64(x, at);
+                    const uint64_t v = (uint64_t)ai_tensor_get_flat_i64(x, at);
                     if (!exclusive)
-                        si = (int64_t)((uint64_t)si + (uint64_t)v);
+                        si = prod ? si * v : si + v;
                     if (y->dtype == AI_I64)
-                        ((int64_t *)y->data)[at] = si;
+                        ((int64_t *)y->data)[at] = (int64_t)si;
                     else
-                        ((int32_t *)y->data)[at] = (int32_t)si;
+                        ((int32_t *)y->data)[at] = (int32_t)(int64_t)si;
                     if (exclusive)
-                        si = (int64_t)((uint64_t)si + (uint64_t)v);
+                        si = prod ? si * v : si + v;
                 }
             }
         }
 }
 
-static ai_status cumsum_flags(const ai_ctx *c, int64_t *exclusive, int64_t *reverse)
+static void cumprod_grad(const ai_tensor *x, const ai_tensor *dy, ai_tensor *dx, double *pre,
+                         int64_t outer, int64_t L, int64_t inner, bool exclusive, bool reverse,
+                         bool assign)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+#define AT(n) ((o * L + (reverse ? L - 1 - (n) : (n))) * inner + i)
+            pre[0] = 1;
+            for (int64_t n = 1; n < L; n++)
+                pre[n] = pre[n - 1] * ai_tensor_get_flat(x, AT(n - 1));
+            double s = 0;
+            for (int64_t n = L - 1; n >= 0; n--) {
+                if (n + 1 < L)
+                    s = (exclusive ? ai_tensor_get_flat(dy, AT(n + 1)) : 0) +
+                        ai_tensor_get_flat(x, AT(n + 1)) * s;
+                if (!exclusive)
+                    s += ai_tensor_get_flat(dy, AT(n));
+                const double g = pre[n] * s;
+                set_float(dx, AT(n), assign ? g : ai_tensor_get_flat(dx, AT(n)) + g);
+            }
+#undef AT
+        }
+}
+
+static ai_status cum_flags(const ai_ctx *c, int64_t *exclusive, int64_t *reverse)
 {
     ai_status st = ai_attr_int(c->node, "exclusive", 0, exclusive);
     return st ? st : ai_attr_int(c->node, "reverse", 0, reverse);
 }
 
-static ai_status cumsum_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+static ai_status cum_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws;
     (void)state;
     const ai_tensor *x = c->in[0];
     const ai_dtype dt = x->dtype;
@@ -788,35 +820,42 @@ static ai_status cumsum_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
                              ai_dtype_name(dt));
     int a;
     int64_t outer, L, inner, e, r;
-    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
+    ai_status st = cum_setup(c, &a, &outer, &L, &inner);
     if (!st)
-        st = cumsum_flags(c, &e, &r);
+        st = cum_flags(c, &e, &r);
+    if (!st && is_cumprod(c))
+        *ws = (size_t)L * sizeof(double);
     out[0].dtype = dt;
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof out[0].shape);
     return st;
 }
 
-static ai_status cumsum_forward(ai_ctx *c)
+static ai_status cum_forward(ai_ctx *c)
 {
     int a;
     int64_t outer, L, inner, e, r;
-    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
-    if (!st && !(st = cumsum_flags(c, &e, &r)))
-        cumsum_run(c->in[0], c->out[0], outer, L, inner, e, r, false);
+    ai_status st = cum_setup(c, &a, &outer, &L, &inner);
+    if (!st && !(st = cum_flags(c, &e, &r)))
+        cum_run(c->in[0], c->out[0], outer, L, inner, is_cumprod(c), e, r, false);
     return st;
 }
 
-static ai_status cumsum_backward(ai_ctx *c)
+static ai_status cum_backward(ai_ctx *c)
 {
     if (!c->din[0])
         return AI_OK;
     int a;
     int64_t outer, L, inner, e, r;
-    ai_status st = cumsum_setup(c, &a, &outer, &L, &inner);
-    if (!st && !(st = cumsum_flags(c, &e, &r)))
-        cumsum_run(c->dout[0], c->din[0], outer, L, inner, e, !r, !c->din_assign[0]);
-    return st;
+    ai_status st = cum_setup(c, &a, &outer, &L, &inner);
+    if (st || (st = cum_flags(c, &e, &r)))
+        return st;
+    if (is_cumprod(c))
+        cumprod_grad(c->in[0], c->dout[0], c->din[0], c->workspace, outer, L, inner, e, r,
+                     c->din_assign[0]);
+    else
+        cum_run(c->dout[0], c->din[0], outer, L, inner, false, e, !r, !c->din_assign[0]);
+    return AI_OK;
 }
 
 /* TopK (K: a constant input; axis, largest, sorted): Values and int64
@@ -958,7 +997,10 @@ static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, 0, NULL, arg_shape
                                     NULL};
 static const ai_op_def op_cumsum = {"CumSum", "", 2, 2, 1, 1,
                                     AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
-                                    NULL, cumsum_shape, cumsum_forward, cumsum_backward};
+                                    NULL, cum_shape, cum_forward, cum_backward};
+static const ai_op_def op_cumprod = {"CumProd", "", 2, 2, 1, 1,
+                                     AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, cum_shape,
+                                     cum_forward, cum_backward};
 
 #define REDUCE_OP(VAR, NAME)                                                           \
     static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, 0, reduce_init, reduce_shape,  \
@@ -978,5 +1020,6 @@ REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp")
 const ai_op_def *const ai_ops_reduce[] = {
     &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, &op_reduce_prod,
     &op_reduce_l1, &op_reduce_l2, &op_reduce_sum_square, &op_reduce_log_sum,
-    &op_reduce_log_sum_exp, &op_argmax, &op_argmin, &op_cumsum, &op_topk, NULL,
+    &op_reduce_log_sum_exp, &op_argmax, &op_argmin, &op_cumsum, &op_cumprod, &op_topk,
+    NULL,
 };

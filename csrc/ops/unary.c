@@ -769,21 +769,6 @@ static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2,
 
 /* ---------------------------------------------------------------- Cast */
 
-/* ONNX TensorProto.DataType codes */
-static int onnx_dtype(int64_t code, ai_dtype *out)
-{
-    static const struct { int64_t code; ai_dtype dt; } map[] = {
-        {1, AI_F32}, {2, AI_U8}, {3, AI_I8}, {5, AI_I16}, {6, AI_I32},
-        {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (map[i].code == code) {
-            *out = map[i].dt;
-            return 0;
-        }
-    return -1;
-}
-
 static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     int64_t to;
@@ -791,7 +776,7 @@ static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (st)
         return st;
     ai_dtype dt;
-    if (onnx_dtype(to, &dt) < 0)
+    if (!ai_dtype_from_onnx(to, &dt))
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
                              "cast to ONNX data type %lld is not supported", (long long)to);
     st = same_shape(c, out, ws, state);
