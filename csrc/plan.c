@@ -11,6 +11,9 @@
  * lifetimes do not overlap share memory.
  */
 #define _POSIX_C_SOURCE 200809L /* sysconf */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE /* _SC_PHYS_PAGES */
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -394,7 +397,9 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ai_tensor *shape_t = NULL;
     item *items = NULL;
     size_t *ws_of = NULL;
-    const size_t limit = ai_memory_limit() < PTRDIFF_MAX ? ai_memory_limit() : PTRDIFF_MAX;
+    size_t limit = ai_memory_limit();
+    if (limit > PTRDIFF_MAX)
+        limit = PTRDIFF_MAX; /* no size is larger: sums of two stay in size_t */
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory planning the graph");
     const int V = g->n_values, N = g->n_nodes;
