@@ -19,6 +19,7 @@ before it, lazily or not):
 ``layers``, ``divergence`` and ``onnx_import`` are older paths of modules now
 in the parts: each is the module itself.
 """
+import numbers
 
 
 def _avx512_cpu(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -115,9 +116,29 @@ def get_num_threads() -> int:
     return _C.get_num_threads()
 
 
+def set_memory_limit(limit: int | None) -> None:
+    """Bytes a graph's plan may need (docs/engine.md): a graph whose plan needs
+    more is refused with a MemoryError naming the node, before anything is
+    allocated. None lifts the limit; the default is 80% of physical memory."""
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Integral):
+            raise TypeError(f"memory limit must be an int (bytes) or None, "
+                            f"got {type(limit).__name__}")
+        if limit < 1:
+            raise ValueError(f"memory limit must be >= 1 byte, got {limit}")
+        limit = None if limit >= 2**64 - 1 else int(limit)
+    _C.set_memory_limit(limit)
+
+
+def get_memory_limit() -> int | None:
+    """The plans' memory limit in bytes, None when there is none."""
+    return _C.get_memory_limit()
+
+
 __all__ = [
     "DTYPES", "MAX_DIMS", "Tensor", "zeros", "tensor_converter", "torch_tensor_to_aidge",
     "aidge_tensor_to_torch", "convert_tensor", "Graph", "load_onnx", "recipes", "explorer",
-    "supported_operators", "set_num_threads", "get_num_threads", "SGD", "wrap", "AidgeModule",
+    "supported_operators", "set_num_threads", "get_num_threads", "set_memory_limit",
+    "get_memory_limit", "SGD", "wrap", "AidgeModule",
     "locate", "quantize", "QuantizedModel", "export_c", "profile", "__version__",
 ]

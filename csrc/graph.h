@@ -330,6 +330,18 @@ typedef struct {
 } ai_memory_stats;
 ai_status ai_graph_memory_stats(const ai_graph *g, ai_memory_stats *out);
 
+/* The memory limit of a plan, in bytes (process-wide). A plan that needs
+ * more (one value, a node's workspace or state, or all of the plan's memory:
+ * the arena, node state, workspace and the graph outputs of a forward) is
+ * refused before anything is allocated, with AI_ERR_NOMEM naming the node
+ * whose memory passes the limit. The default is 80% of the physical memory
+ * (sysconf), no limit where that is unknown; ai_set_memory_limit(0) restores
+ * it and AI_NO_MEMORY_LIMIT lifts the limit. A plan made before a change
+ * stays. */
+#define AI_NO_MEMORY_LIMIT SIZE_MAX
+void ai_set_memory_limit(size_t bytes);
+size_t ai_memory_limit(void);
+
 /* Zeroes every parameter gradient. */
 void ai_graph_zero_grad(ai_graph *g);
 

@@ -10,7 +10,13 @@
  * value's last reader to the backward of its producer. Buffers whose
  * lifetimes do not overlap share memory.
  */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
+#if defined(__APPLE__)
+#define _DARWIN_C_SOURCE /* _SC_PHYS_PAGES */
+#endif
 #include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +25,57 @@
 #include "parallel.h"
 #include "plan.h"
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
 #define ALIGN_UP(x) (((x) + (AI_ALIGN - 1)) / AI_ALIGN * AI_ALIGN)
+
+/* ---------------------------------------------------------------- memory limit */
+
+static atomic_size_t memory_limit; /* 0: the default */
+
+void ai_set_memory_limit(size_t bytes)
+{
+    atomic_store(&memory_limit, bytes);
+}
+
+/* 80% of the physical memory, where the system tells it. */
+static size_t default_memory_limit(void)
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (uint64_t)pages <= SIZE_MAX / 5 / (uint64_t)page)
+        return (size_t)pages * (size_t)page / 5 * 4;
+#endif
+    return AI_NO_MEMORY_LIMIT;
+}
+
+size_t ai_memory_limit(void)
+{
+    size_t limit = atomic_load(&memory_limit);
+    return limit ? limit : default_memory_limit();
+}
+
+/* Adds `bytes` (what node n needs for `what`) to the plan's `*total`, or
+ * refuses when that passes `limit` (at most PTRDIFF_MAX, and each addend is
+ * a size that fits: no sum overflows). */
+static ai_status budget_add(size_t *total, size_t bytes, size_t limit, const ai_node *n,
+                            const char *what)
+{
+    if (bytes > limit || *total > limit - bytes) {
+        if (!*total)
+            return ai_node_error(n, AI_ERR_NOMEM,
+                                 "%s needs %zu bytes, over the memory limit of %zu bytes "
+                                 "(aidge_interop.set_memory_limit)", what, bytes, limit);
+        return ai_node_error(n, AI_ERR_NOMEM,
+                             "%s needs %zu bytes, which brings the plan to %zu bytes, over "
+                             "the memory limit of %zu bytes (aidge_interop.set_memory_limit)",
+                             what, bytes, *total + bytes, limit);
+    }
+    *total += bytes;
+    return AI_OK;
+}
 
 void ai_plan_free(ai_plan *p)
 {
@@ -159,9 +215,18 @@ static int by_offset(const void *a, const void *b)
     return (*x)->offset < (*y)->offset ? -1 : (*x)->offset > (*y)->offset;
 }
 
+/* Value v's name and its producer, for the messages of the memory limit. */
+static const ai_node *producer_of(const ai_graph *g, int v, char *what, size_t size,
+                                  const char *fmt)
+{
+    snprintf(what, size, fmt, g->values[v].name);
+    return &g->nodes[g->values[v].producer];
+}
+
 /* Greedy by decreasing size: each item goes to the lowest offset that does
- * not collide with an already placed item alive at the same time. */
-static ai_status place(item *items, int n, size_t *total)
+ * not collide with an already placed item alive at the same time. The arena
+ * must stay within `limit` (refused naming the node whose value passes it). */
+static ai_status place(const ai_graph *g, item *items, int n, size_t limit, size_t *total)
 {
     qsort(items, (size_t)n, sizeof *items, by_size_desc);
     item **live = malloc(sizeof(item *) * (size_t)(n + 1));
@@ -182,6 +247,14 @@ static ai_status place(item *items, int n, size_t *total)
                 off = live[j]->offset + live[j]->size;
         }
         items[i].offset = off;
+        if (off + items[i].size > limit) { /* off <= limit: no overflow */
+            char what[320];
+            const ai_node *nd = producer_of(g, items[i].value, what, sizeof what,
+                                            items[i].grad ? "the gradient of its output '%s'"
+                                                          : "its output '%s'");
+            free(live);
+            return budget_add(&off, items[i].size, limit, nd, what);
+        }
         if (off + items[i].size > *total)
             *total = off + items[i].size;
     }
@@ -292,6 +365,26 @@ static bool backward_runs(const ai_plan *p, const ai_node *n)
     return any && n->op->backward;
 }
 
+/* Each of node n's outputs, its workspace and its state within `limit`. */
+static ai_status node_within_limit(const ai_graph *g, const ai_node *n, const ai_meta *om,
+                                   size_t ws, size_t state_bytes, size_t limit)
+{
+    ai_status st = AI_OK;
+    char what[320];
+    for (int k = 0; k < n->n_out && !st; k++) {
+        size_t total = 0;
+        snprintf(what, sizeof what, "its output '%s'", g->values[n->out[k]].name);
+        st = budget_add(&total, meta_bytes(&om[k]), limit, n, what);
+    }
+    size_t total = 0;
+    if (!st)
+        st = budget_add(&total, ws, limit, n, "its workspace");
+    total = 0;
+    if (!st)
+        st = budget_add(&total, state_bytes, limit, n, "its state");
+    return st;
+}
+
 /* Plans g for these inputs, reading small integer inputs' values with
  * `ints` (plan_for); with `shapes_only`, stops after shape inference and
  * constant folding (the metas of ai_graph_infer). */
@@ -304,6 +397,9 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ai_tensor *shape_t = NULL;
     item *items = NULL;
     size_t *ws_of = NULL;
+    size_t limit = ai_memory_limit();
+    if (limit > PTRDIFF_MAX)
+        limit = PTRDIFF_MAX; /* no size is larger: sums of two stay in size_t */
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory planning the graph");
     const int V = g->n_values, N = g->n_nodes;
@@ -385,6 +481,9 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         }
         unsigned fl = n->op->flags;
         bool fold = !(fl & AI_OP_NO_FOLD) && ((fl & AI_OP_FOLD_ON_SHAPE) || all_const);
+        if ((fold || !shapes_only) &&
+            (st = node_within_limit(g, n, om, ws, state_bytes, limit)))
+            goto fail;
         if (fold) {
             if ((st = run_fold(g, p, &c, om, ws, state_bytes)))
                 goto fail;
@@ -484,6 +583,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(items, 2 * V);
     int n_items = 0;
     size_t zeros_bytes = 0;
+    int zeros_value = -1;
     for (int v = 0; v < V; v++) {
         if (g->values[v].kind != AI_VAL_ACT || p->folded[v] || p->def_step[v] < 0 ||
             p->fresh[v])
@@ -493,8 +593,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
                                   .start = p->def_step[v],
                                   .end = p->kept[v] ? 2 * S + 1 : last,
                                   .value = v};
-        if (p->need_backward && !p->needs_grad[v] && meta_bytes(&p->meta[v]) > zeros_bytes)
+        if (p->need_backward && !p->needs_grad[v] && meta_bytes(&p->meta[v]) > zeros_bytes) {
             zeros_bytes = meta_bytes(&p->meta[v]);
+            zeros_value = v;
+        }
     }
     if (p->need_backward) {
         for (int v = 0; v < V; v++) {
@@ -513,8 +615,44 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
                                       .start = start, .end = end, .value = v, .grad = true};
         }
     }
-    if ((st = place(items, n_items, &p->arena_bytes)))
+    if ((st = place(g, items, n_items, limit, &p->arena_bytes)))
         goto fail;
+
+    /* the rest of the plan's memory within the limit, before any allocation:
+     * the zero buffer, node state, the workspace, the graph outputs of each
+     * forward (fresh tensors) */
+    size_t planned = p->arena_bytes, total_state = 0;
+    char what[320];
+    if (zeros_bytes) {
+        const ai_node *nd = producer_of(g, zeros_value, what, sizeof what,
+                                        "a zero buffer the size of its output '%s'");
+        if ((st = budget_add(&planned, zeros_bytes, limit, nd, what)))
+            goto fail;
+    }
+    int ws_node = -1;
+    for (int s = 0; s < S; s++) {
+        const ai_node *nd = &g->nodes[p->sched[s]];
+        if ((st = budget_add(&planned, ALIGN_UP(p->state_size[p->sched[s]]), limit, nd,
+                             "its state")))
+            goto fail;
+        total_state += ALIGN_UP(p->state_size[p->sched[s]]);
+        if (ws_of[s] > p->workspace_bytes) {
+            p->workspace_bytes = ws_of[s];
+            ws_node = p->sched[s];
+        }
+    }
+    if (ws_node >= 0 && (st = budget_add(&planned, ALIGN_UP(p->workspace_bytes), limit,
+                                         &g->nodes[ws_node], "its workspace")))
+        goto fail;
+    for (int i = 0; i < g->n_outputs; i++) {
+        int v = g->outputs[i];
+        if (!p->fresh[v])
+            continue;
+        const ai_node *nd = producer_of(g, v, what, sizeof what, "its output '%s'");
+        if ((st = budget_add(&planned, meta_bytes(&p->meta[v]), limit, nd, what)))
+            goto fail;
+    }
+
     int64_t arena_shape[1] = {(int64_t)p->arena_bytes};
     if ((st = ai_tensor_new(&p->arena, AI_U8, 1, arena_shape)))
         goto fail;
@@ -530,12 +668,6 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     }
 
     /* node state and the shared workspace */
-    size_t total_state = 0;
-    for (int s = 0; s < S; s++) {
-        total_state += ALIGN_UP(p->state_size[p->sched[s]]);
-        if (ws_of[s] > p->workspace_bytes)
-            p->workspace_bytes = ws_of[s];
-    }
     if (total_state) {
         int64_t sshape[1] = {(int64_t)total_state};
         if ((st = ai_tensor_new(&p->state_mem, AI_U8, 1, sshape)))

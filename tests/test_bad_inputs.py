@@ -420,3 +420,75 @@ def test_inputs_without_declared_dims_are_free():
     g = ai.load_onnx(_relu_model(None))
     for shape in ((2,), (1, 5, 3)):
         assert g.forward([np.ones(shape, np.float32)])[0].shape == shape
+
+
+# ---------------------------------------------------------------- the memory limit
+
+@pytest.fixture
+def memory_limit():
+    """Sets the plans' memory limit for one test, and restores it after."""
+    saved = ai.get_memory_limit()
+    yield ai.set_memory_limit
+    ai.set_memory_limit(saved)
+
+
+def test_default_memory_limit_is_most_of_physical_memory():
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert ai.get_memory_limit() == physical // 5 * 4
+
+
+def _conv_transpose_blowup():
+    # from the fuzzer (issue 46): strides [40954, 3] on a 1x1x3x1000 input
+    # make a 1x2x81910x2999 output (1.97 GB) where the model declares 1x2x10x8
+    w = np.random.default_rng(0).standard_normal((1, 2, 2, 2)).astype(np.float32)
+    return model([node("ConvTranspose", ["x", "w"], ["y"], "up", strides=[40954, 3])],
+                 [vi("x", [1, 1, 3, 1000])], [vi("y", [1, 2, 10, 8])], [init("w", w)])
+
+
+def test_a_plan_over_the_memory_limit_is_refused_naming_node_and_bytes(memory_limit):
+    memory_limit(2**30)
+    g = ai.load_onnx(_conv_transpose_blowup())
+    before = ai._C._debug_counters()["owned_bytes"]
+    with pytest.raises(MemoryError) as info:
+        g.forward([np.ones((1, 1, 3, 1000), np.float32)])
+    needed = 2 * 81910 * 2999 * 4
+    assert str(info.value) == (
+        f"ConvTranspose node 'up': its output 'y' needs {needed} bytes, over the memory "
+        f"limit of {2**30} bytes (aidge_interop.set_memory_limit)")
+    assert ai._C._debug_counters()["owned_bytes"] == before  # refused before allocating
+    # the same node with an output that fits runs, and matches torch
+    x = np.random.default_rng(1).standard_normal((1, 1, 3, 4)).astype(np.float32)
+    w = nh.to_array(_conv_transpose_blowup().graph.initializer[0]).copy()
+    small = model([node("ConvTranspose", ["x", "w"], ["y"], "up", strides=[5, 3])],
+                  [vi("x", [1, 1, 3, 4])], [vi("y")], [init("w", w)])
+    expected = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w),
+                                                    stride=(5, 3))
+    np.testing.assert_allclose(ai.load_onnx(small).forward([x])[0], expected.numpy(),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_the_whole_plan_counts_against_the_memory_limit(memory_limit):
+    # two values of 4 MB each: either fits a 6 MB limit, both together do not
+    x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    m = model([node("Relu", ["x"], ["a"], "first"), node("Neg", ["a"], ["y"], "second")],
+              [vi("x", [1024, 1024])], [Y])
+    memory_limit(6 * 2**20)
+    with pytest.raises(MemoryError, match=re.escape(
+            "Neg node 'second': its output 'y' needs 4194304 bytes, which brings the plan to "
+            f"8388608 bytes, over the memory limit of {6 * 2**20} bytes")):
+        run(m, x)
+    memory_limit(9 * 2**20)
+    np.testing.assert_array_equal(run(m, x)[0], -np.maximum(x, 0))
+    memory_limit(None)
+    assert ai.get_memory_limit() is None
+    np.testing.assert_array_equal(run(m, x)[0], -np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("limit,exc_type,part", [
+    (0, ValueError, "memory limit must be >= 1 byte, got 0"),
+    (-5, ValueError, "memory limit must be >= 1 byte, got -5"),
+    (1.5, TypeError, "memory limit must be an int (bytes) or None, got float"),
+    (True, TypeError, "got bool")], ids=str)
+def test_bad_memory_limits(memory_limit, limit, exc_type, part):
+    with pytest.raises(exc_type, match=re.escape(part)):
+        memory_limit(limit)

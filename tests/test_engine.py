@@ -3,6 +3,7 @@ backward through fan-out, residuals, shared weights, several inputs and
 outputs, re-planning, and its errors. Values are checked against torch."""
 import copy
 import threading
+import warnings
 
 import numpy as np
 import onnx
@@ -403,3 +404,34 @@ def test_token_ids_are_not_read_at_plan_time():
         (y,) = graph.forward([ids])
         np.testing.assert_array_equal(y, np.arange(10.0)[ids] * 3 + ids)
     assert graph.memory_stats()["planned_nodes"] == 3
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 0), (0, 4)], ids=str)
+def test_layer_normalization_over_an_empty_axis_or_no_rows(shape):
+    # issue 46 (fuzzer, UBSan): with no normalised values the backward's
+    # scale and bias sums have no workspace (memset on NULL); no rows: no state
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    w, b = rng.standard_normal(shape[-1:]), rng.standard_normal(shape[-1:])
+    node = helper.make_node("LayerNormalization", ["x", "w", "b"], ["y", "mean", "invstd"],
+                            name="ln", axis=-1)
+    model = _model([node], [("x", list(shape))], ["y", "mean", "invstd"], [("w", w), ("b", b)],
+                   opset=17)
+    g = load_onnx(model)
+    got = g.forward([x], need_backward=True, input_grads=True)
+    # the statistics of no values are NaN, as ONNX's reference (numpy) has them
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = ReferenceEvaluator(model).run(None, {"x": x})
+    assert [a.shape for a in got] == [a.shape for a in want]
+    for a, e in zip(got, want):
+        np.testing.assert_allclose(a, e, rtol=1e-6)
+    gy = rng.standard_normal(shape)
+    (gx,) = g.backward([gy, None, None])
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    torch.nn.functional.layer_norm(xt, shape[-1:], wt, bt).backward(torch.tensor(gy))
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g.grads()["w"], wt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(g.grads()["b"], bt.grad.numpy(), rtol=1e-12)

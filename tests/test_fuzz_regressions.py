@@ -109,3 +109,19 @@ def test_negative_step_slice_of_an_empty_axis():
     x = np.zeros((2, 0), np.float32)
     y, = ai.load_onnx(m).forward([x])
     assert y.shape == x[:, -1:2:-1].shape == (2, 0)
+
+
+def test_memory_blow_ups_are_failures_and_plan_refusals_are_not():
+    """The fuzz target runs under harness.MEMORY_LIMIT (and restores the
+    caller's limit): a plan past it is an expected refusal (the ConvTranspose
+    of convtranspose-huge-strides.onnx, 1.97 GB), an allocation that fails is
+    a memory blow-up, reported as a crash is."""
+    import harness
+
+    saved = ai.get_memory_limit()
+    run_one((FUZZ / "regressions" / "convtranspose-huge-strides.onnx").read_bytes())
+    assert ai.get_memory_limit() == saved
+    harness._refusal(MemoryError("ConvTranspose node 'up': its output 'y' needs 1965184720 "
+                                 "bytes, over the memory limit of 1073741824 bytes"))
+    with pytest.raises(AssertionError, match="memory blow-up"):
+        harness._refusal(MemoryError("out of memory allocating 3000000000 bytes"))

@@ -817,7 +817,7 @@ static ai_status ln_backward(ai_ctx *c)
     const double *mean = c->state, *invstd = mean + R;
     ai_tensor *dscale = c->din[1], *dbias = ln_bias(c) ? c->din[2] : NULL;
     double *gs = NULL, *gb = NULL;
-    if (dscale || dbias) {
+    if ((dscale || dbias) && H > 0) { /* H = 0: no sums, and no workspace */
         gs = c->workspace;
         gb = gs + H;
         memset(gs, 0, 2 * (size_t)H * sizeof(double));

@@ -161,6 +161,29 @@ static PyObject *py_set_num_threads(PyObject *module, PyObject *arg)
     return Py_NewRef(Py_None);
 }
 
+/* None: no limit; an int in [1, SIZE_MAX] (the checks are in __init__.py). */
+static PyObject *py_set_memory_limit(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    size_t n = AI_NO_MEMORY_LIMIT;
+    if (arg != Py_None && (n = PyLong_AsSize_t(arg)) == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    if (!n)
+        return PyErr_Format(PyExc_ValueError, "memory limit must be >= 1 byte");
+    ai_set_memory_limit(n);
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *py_get_memory_limit(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    size_t n = ai_memory_limit();
+    if (n == AI_NO_MEMORY_LIMIT)
+        return Py_NewRef(Py_None);
+    return PyLong_FromSize_t(n);
+}
+
 static PyObject *py_get_num_threads(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -400,6 +423,10 @@ static PyMethodDef module_methods[] = {
      "_set_avx512(on) -> bool: the engine's AVX-512 kernels on (where the CPU has AVX-512) or off "
      "(8-lane kernels); returns whether they now run. For tests and benchmarks."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
+    {"set_memory_limit", py_set_memory_limit, METH_O,
+     "The plans' memory limit in bytes (None: no limit)."},
+    {"get_memory_limit", py_get_memory_limit, METH_NOARGS,
+     "The plans' memory limit in bytes (None: no limit)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,6 +6,7 @@
  * passes in a row (no stale values), and nothing leaks.
  */
 #include <math.h>
+#include <string.h>
 
 #include "../graph.h"
 #include "ctest.h"
@@ -110,8 +111,37 @@ TEST(backward_input_grads_replans)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* The memory limit: a plan over it is refused (AI_ERR_NOMEM, naming the
+ * node) and allocates nothing; 0 restores the default, under which it runs. */
+TEST(backward_memory_limit_refuses_the_plan)
+{
+    int64_t live = ai_debug_live_tensors();
+    ai_graph *g = build();
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    const int64_t shape[2] = {64, 64}; /* 32 KiB per value */
+    ai_tensor *x, *y = NULL;
+    CHECK_OK(ai_tensor_new(&x, AI_F64, 2, shape));
+    int64_t owned = ai_debug_owned_bytes();
+    ai_set_memory_limit(40000);
+    CHECK(ai_memory_limit() == 40000);
+    CHECK(ai_graph_forward(g, 1, (const ai_tensor *const *)&x, 1, &y) == AI_ERR_NOMEM);
+    CHECK(strstr(ai_last_error(), "over the memory limit of 40000 bytes") != NULL);
+    CHECK(strstr(ai_last_error(), " node '") != NULL);
+    CHECK(y == NULL && ai_debug_owned_bytes() == owned);
+    ai_set_memory_limit(0);
+    CHECK(ai_memory_limit() > 40000);
+    CHECK_OK(ai_graph_forward(g, 1, (const ai_tensor *const *)&x, 1, &y));
+    ai_tensor_free(y);
+    ai_tensor_free(x);
+    ai_graph_free(g);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case backward_cases[] = {
     CASE(backward_first_writer_assigns),
     CASE(backward_input_grads_replans),
+    CASE(backward_memory_limit_refuses_the_plan),
     {NULL, NULL},
 };

@@ -24,6 +24,21 @@ from onnx import TensorProto
 # an unknown value name, RecursionError never)
 EXPECTED = (ValueError, TypeError, NotImplementedError, IndexError, MemoryError, KeyError)
 
+# The plans' memory limit while an input runs (below run_fuzz.py's
+# -rss_limit_mb and ASan's max_allocation_size_mb): a model whose plan needs
+# more is refused with a MemoryError naming the node, and so is a shape past
+# 2^63 bytes. Any other MemoryError is an allocation that failed: a memory
+# blow-up the checks missed, a bug as a crash is (as libFuzzer's timeouts and
+# RSS limit are).
+MEMORY_LIMIT = 1 << 30
+_REFUSALS = ("over the memory limit", "more than 2^63 elements", "shape needs more than")
+
+
+def _refusal(exc: Exception) -> None:
+    """Returns on an expected refusal; raises on a memory blow-up."""
+    if isinstance(exc, MemoryError) and not any(r in str(exc) for r in _REFUSALS):
+        raise AssertionError(f"memory blow-up (not refused at plan time): {exc}") from exc
+
 MAX_INPUT_ELEMENTS = 1 << 12  # larger declared inputs are skipped (the run stays fast)
 SYMBOLIC_DIM = 2
 
@@ -64,7 +79,19 @@ def _input_arrays(proto, rng):
 
 
 def run_one(data: bytes) -> None:
-    """Loads, runs forward and backward; returns quietly on an EXPECTED refusal."""
+    """Loads, runs forward and backward under MEMORY_LIMIT; returns quietly on
+    an EXPECTED refusal."""
+    import aidge_interop
+
+    saved = aidge_interop.get_memory_limit()
+    aidge_interop.set_memory_limit(MEMORY_LIMIT)
+    try:
+        _run(data)
+    finally:
+        aidge_interop.set_memory_limit(saved)
+
+
+def _run(data: bytes) -> None:
     from aidge_interop import load_onnx
 
     try:
@@ -73,7 +100,8 @@ def run_one(data: bytes) -> None:
         proto = None
     try:
         graph = load_onnx(data)
-    except EXPECTED:
+    except EXPECTED as exc:
+        _refusal(exc)
         return
     if proto is None:
         raise AssertionError("load_onnx accepted bytes that onnx cannot parse")
@@ -84,18 +112,19 @@ def run_one(data: bytes) -> None:
     float_in = all(a.dtype.kind == "f" for a in inputs)
     try:
         outs = graph.forward(inputs, need_backward=True, input_grads=float_in)
-    except EXPECTED:
+    except EXPECTED as exc:
+        _refusal(exc)
         return
     grads = [np.ones_like(o) if o.dtype.kind == "f" else None for o in outs]
     try:
         graph.backward(grads)
-    except EXPECTED:
-        pass
+    except EXPECTED as exc:
+        _refusal(exc)
     try:  # a second forward on the same plan (buffers reused)
         graph.training = not graph.training
         graph.forward(inputs)
-    except EXPECTED:
-        pass
+    except EXPECTED as exc:
+        _refusal(exc)
 
 
 # -- structure-aware mutations ----------------------------------------------

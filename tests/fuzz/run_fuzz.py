@@ -9,7 +9,9 @@ tests/fuzz/seeds/; runs fuzz_engine.py until the time is spent, restarting
 after each crash (the corpus grown so far is kept). Writes to OUT:
 ``fuzz.log`` (libFuzzer's output), ``crashes/`` (the crashing inputs),
 ``corpus/`` and ``summary.json`` (executions, time, distinct crashes). A
-crash is fixed, then its input goes to tests/fuzz/regressions/, which
+hang (``--timeout`` seconds on one input), a process past 3000 MB and a
+memory blow-up the engine's plan limit did not refuse (harness.py) are
+failures as crashes are, each with its kind. A crash is fixed, then its input goes to tests/fuzz/regressions/, which
 tests/test_fuzz_regressions.py replays.
 """
 from __future__ import annotations
@@ -40,6 +42,14 @@ def _signature(report: str) -> str:
         if m:
             return (m.group(1) if m.groups() else m.group(0)).strip()[:300]
     return "unknown"
+
+
+def _kind(report: str) -> str:
+    """timeout, out-of-memory (libFuzzer's RSS or malloc limit) or crash."""
+    for kind in ("timeout", "out-of-memory"):
+        if f"ERROR: libFuzzer: {kind}" in report:
+            return kind
+    return "crash"
 
 
 def _drop_from_corpus(corpus: Path, crash_inputs: list[Path]):
@@ -106,17 +116,21 @@ def main(argv=None):
         runs += 1
         if proc.returncode != 0:
             written = re.findall(r"Test unit written to (\S+)", report)
-            found.append({"signature": _signature(report), "rc": proc.returncode,
-                          "inputs": [Path(p).name for p in written]})
-            print(f"crash: {found[-1]['signature']} -> {found[-1]['inputs']}", flush=True)
+            found.append({"kind": _kind(report), "signature": _signature(report),
+                          "rc": proc.returncode, "inputs": [Path(p).name for p in written]})
+            print(f"{found[-1]['kind']}: {found[-1]['signature']} -> {found[-1]['inputs']}",
+                  flush=True)
             _drop_from_corpus(corpus, [Path(p) for p in written])
     elapsed = time.monotonic() - start
     summary = {"seconds": round(elapsed), "executions": execs, "runs": runs,
-               "crashes": len(found), "distinct": sorted({f["signature"] for f in found}),
+               "crashes": len(found),
+               "kinds": {k: sum(f["kind"] == k for f in found) for k in {f["kind"] for f in found}},
+               "distinct": sorted({f["signature"] for f in found}),
                "details": found, "sanitized": not args.no_sanitize,
                "corpus_size": len(list(corpus.iterdir()))}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(json.dumps({k: summary[k] for k in ("seconds", "executions", "crashes", "distinct")},
+    print(json.dumps({k: summary[k] for k in ("seconds", "executions", "crashes", "kinds",
+                                               "distinct")},
                      indent=1))
     return 1 if found else 0
 
