@@ -244,6 +244,21 @@ void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign);
  * tensors, on the thread pool. */
 void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign);
 
+/* Element i of a contiguous float32/float64 tensor, read or written as a
+ * double (the per-element reference loops of norm.c and loss.c). */
+static inline double ai_float_at(const ai_tensor *t, int64_t i)
+{
+    return t->dtype == AI_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+}
+
+static inline void ai_float_set(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F32)
+        ((float *)t->data)[i] = (float)v;
+    else
+        ((double *)t->data)[i] = v;
+}
+
 #define AI_F32P(t) ((float *)(t)->data)
 #define AI_F64P(t) ((double *)(t)->data)
 

@@ -74,19 +74,6 @@ static loss_dims dims_of(const ai_tensor *x)
     return d;
 }
 
-static double get_d(const ai_tensor *t, int64_t i)
-{
-    return t->dtype == AI_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
-}
-
-static void set_d(ai_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == AI_F32)
-        ((float *)t->data)[i] = (float)v;
-    else
-        ((double *)t->data)[i] = v;
-}
-
 static void add_d(ai_tensor *t, int64_t i, double v)
 {
     if (t->dtype == AI_F32)
@@ -162,14 +149,14 @@ static void log_softmax(ai_tensor *p, const ai_tensor *x, loss_dims d)
             const int64_t base = n * d.C * d.D + j;
             double mx = -INFINITY, sum = 0;
             for (int64_t k = 0; k < d.C; k++) {
-                const double v = get_d(x, base + k * d.D);
+                const double v = ai_float_at(x, base + k * d.D);
                 mx = v > mx || v != v ? v : mx;
             }
             for (int64_t k = 0; k < d.C; k++)
-                sum += exp(get_d(x, base + k * d.D) - mx);
+                sum += exp(ai_float_at(x, base + k * d.D) - mx);
             const double lse = mx + log(sum);
             for (int64_t k = 0; k < d.C; k++)
-                set_d(p, base + k * d.D, get_d(x, base + k * d.D) - lse);
+                ai_float_set(p, base + k * d.D, ai_float_at(x, base + k * d.D) - lse);
         }
 }
 
@@ -189,7 +176,7 @@ static ai_status weight_of(const ai_ctx *c, int64_t i, int64_t *t, double *w)
         return ai_node_error(c->node, AI_ERR_INDEX,
                              "target %lld at flat position %lld is not a class in [0, %lld)",
                              (long long)*t, (long long)i, (long long)C);
-    *w = c->in[2] ? get_d(c->in[2], *t) : 1.0;
+    *w = c->in[2] ? ai_float_at(c->in[2], *t) : 1.0;
     return AI_OK;
 }
 
@@ -224,14 +211,14 @@ static ai_status loss_forward(ai_ctx *c)
             ai_status st = weight_of(c, i, &t, &w);
             if (st)
                 return st;
-            const double l = t < 0 ? 0 : -w * get_d(&lp, (n * d.C + t) * d.D + j);
+            const double l = t < 0 ? 0 : -w * ai_float_at(&lp, (n * d.C + t) * d.D + j);
             if (p->reduction == LOSS_NONE)
-                set_d(c->out[0], i, l);
+                ai_float_set(c->out[0], i, l);
             total += l;
             den += w;
         }
     if (p->reduction != LOSS_NONE)
-        set_d(c->out[0], 0, p->reduction == LOSS_SUM ? total : total / den);
+        ai_float_set(c->out[0], 0, p->reduction == LOSS_SUM ? total : total / den);
     return AI_OK;
 }
 
@@ -248,14 +235,14 @@ static ai_status loss_backward(ai_ctx *c)
     const bool sce = is_sce(c);
     if (dx && c->din_assign[0])
         memset(dx->data, 0, ai_tensor_nbytes(dx));
-    double scale = p->reduction == LOSS_NONE ? 0 : get_d(c->dout[0], 0), mean = 0;
+    double scale = p->reduction == LOSS_NONE ? 0 : ai_float_at(c->dout[0], 0), mean = 0;
     if (p->reduction == LOSS_MEAN) {
         double den;
         ai_status st = mean_divisor(c, d.N * d.D, &den);
         if (st)
             return st;
         scale /= den;
-        mean = get_d(c->out[0], 0);
+        mean = ai_float_at(c->out[0], 0);
     }
     for (int64_t n = 0; n < d.N; n++)
         for (int64_t j = 0; j < d.D; j++) {
@@ -265,9 +252,9 @@ static ai_status loss_backward(ai_ctx *c)
             ai_status st = weight_of(c, i, &t, &w);
             if (st)
                 return st;
-            const double g = p->reduction == LOSS_NONE ? get_d(c->dout[0], i) : scale;
+            const double g = p->reduction == LOSS_NONE ? ai_float_at(c->dout[0], i) : scale;
             if (dw && t >= 0)
-                add_d(dw, t, -(get_d(&lp, base + t * d.D) + mean) * g);
+                add_d(dw, t, -(ai_float_at(&lp, base + t * d.D) + mean) * g);
             if (!dx)
                 continue;
             if (!sce) {
@@ -278,13 +265,13 @@ static ai_status loss_backward(ai_ctx *c)
             double dp_sum = 0; /* sum over C of log_prob's gradient */
             if (c->n_out > 1)
                 for (int64_t k = 0; k < d.C; k++)
-                    dp_sum += get_d(c->dout[1], base + k * d.D);
+                    dp_sum += ai_float_at(c->dout[1], base + k * d.D);
             for (int64_t k = 0; k < d.C; k++) {
                 const int64_t e = base + k * d.D;
-                const double sm = exp(get_d(&lp, e));
+                const double sm = exp(ai_float_at(&lp, e));
                 double v = t < 0 ? 0 : w * g * (sm - (k == t));
                 if (c->n_out > 1)
-                    v += get_d(c->dout[1], e) - sm * dp_sum;
+                    v += ai_float_at(c->dout[1], e) - sm * dp_sum;
                 add_d(dx, e, v);
             }
         }

@@ -34,20 +34,6 @@ static ai_status float_input(const ai_ctx *c)
     return AI_OK;
 }
 
-/* Element i of a float32/float64 tensor, read or written as a double. */
-static double get_d(const ai_tensor *t, int64_t i)
-{
-    return t->dtype == AI_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
-}
-
-static void set_d(ai_tensor *t, int64_t i, double v)
-{
-    if (t->dtype == AI_F32)
-        ((float *)t->data)[i] = (float)v;
-    else
-        ((double *)t->data)[i] = v;
-}
-
 static void copy_meta(ai_meta *m, const ai_tensor *t)
 {
     m->dtype = t->dtype;
@@ -544,8 +530,8 @@ static ai_status bn_forward(ai_ctx *c)
                 .mean = mean, .invstd = invstd, .var = var};
     if (!sv->batch_stats) {
         for (int64_t ch = 0; ch < d.C; ch++) {
-            mean[ch] = get_d(rm, ch);
-            invstd[ch] = 1.0 / sqrt(get_d(rv, ch) + p->eps);
+            mean[ch] = ai_float_at(rm, ch);
+            invstd[ch] = 1.0 / sqrt(ai_float_at(rv, ch) + p->eps);
         }
         for (int k = 1; k < c->n_out; k++)
             memcpy(c->out[k]->data, c->in[k + 2]->data, ai_tensor_nbytes(c->in[k + 2]));
@@ -559,16 +545,16 @@ static ai_status bn_forward(ai_ctx *c)
     const double cnt = (double)(d.N * d.S), mom = p->momentum;
     const bool update_m = bn_writable(c, 3), update_v = bn_writable(c, 4);
     for (int64_t ch = 0; ch < d.C; ch++) {
-        double new_m = mom * get_d(rm, ch) + (1 - mom) * mean[ch];
-        double new_v = mom * get_d(rv, ch) + (1 - mom) * var[ch] * cnt / (cnt - 1);
+        double new_m = mom * ai_float_at(rm, ch) + (1 - mom) * mean[ch];
+        double new_v = mom * ai_float_at(rv, ch) + (1 - mom) * var[ch] * cnt / (cnt - 1);
         if (update_m)
-            set_d(rm, ch, new_m);
+            ai_float_set(rm, ch, new_m);
         if (update_v)
-            set_d(rv, ch, new_v);
+            ai_float_set(rv, ch, new_v);
         if (c->n_out > 1)
-            set_d(c->out[1], ch, new_m);
+            ai_float_set(c->out[1], ch, new_m);
         if (c->n_out > 2)
-            set_d(c->out[2], ch, new_v);
+            ai_float_set(c->out[2], ch, new_v);
     }
     return AI_OK;
 }
@@ -587,10 +573,11 @@ static ai_status bn_backward(ai_ctx *c)
     bn_run(&j, true, bn_backward_range);
     for (int64_t ch = 0; ch < d.C; ch++) {
         if (c->din[1])
-            set_d(c->din[1], ch,
-                  (c->din_assign[1] ? 0 : get_d(c->din[1], ch)) + sdyx[ch] * invstd[ch]);
+            ai_float_set(c->din[1], ch, (c->din_assign[1] ? 0 : ai_float_at(c->din[1], ch)) +
+                                            sdyx[ch] * invstd[ch]);
         if (c->din[2])
-            set_d(c->din[2], ch, (c->din_assign[2] ? 0 : get_d(c->din[2], ch)) + sdy[ch]);
+            ai_float_set(c->din[2], ch,
+                         (c->din_assign[2] ? 0 : ai_float_at(c->din[2], ch)) + sdy[ch]);
     }
     return AI_OK;
 }
@@ -750,8 +737,8 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             SUM8_OF(b, H, h, dyr[h] * scale[h] * (((xr[h] - mt) + dmt) * ist));            \
             a /= (double)H;                                                                \
             b /= (double)H;                                                                \
-            const T dm = (T)(dmean ? get_d(dmean, r) / (double)H : 0);                     \
-            const T di = (T)(dinvstd ? get_d(dinvstd, r) * is * is / (double)H : 0);       \
+            const T dm = (T)(dmean ? ai_float_at(dmean, r) / (double)H : 0);                     \
+            const T di = (T)(dinvstd ? ai_float_at(dinvstd, r) * is * is / (double)H : 0);       \
             const T at = (T)a, bt = (T)b;                                                  \
             T *dxr = dx + r * H;                                                           \
             for (int64_t h = 0; h < H; h++) {                                              \
@@ -801,9 +788,9 @@ static ai_status ln_forward(ai_ctx *c)
     ai_parallel_for(R, ai_grain_of(H), ln_forward_range, &j);
     for (int64_t r = 0; r < R; r++) {
         if (c->n_out > 1)
-            set_d(c->out[1], r, mean[r]);
+            ai_float_set(c->out[1], r, mean[r]);
         if (c->n_out > 2)
-            set_d(c->out[2], r, invstd[r]);
+            ai_float_set(c->out[2], r, invstd[r]);
     }
     return AI_OK;
 }
@@ -833,9 +820,9 @@ static ai_status ln_backward(ai_ctx *c)
                         c->in[1]->data, mean, invstd, dm, di, R, H);
     for (int64_t h = 0; h < H; h++) {
         if (dscale)
-            set_d(dscale, h, (c->din_assign[1] ? 0 : get_d(dscale, h)) + gs[h]);
+            ai_float_set(dscale, h, (c->din_assign[1] ? 0 : ai_float_at(dscale, h)) + gs[h]);
         if (dbias)
-            set_d(dbias, h, (c->din_assign[2] ? 0 : get_d(dbias, h)) + gb[h]);
+            ai_float_set(dbias, h, (c->din_assign[2] ? 0 : ai_float_at(dbias, h)) + gb[h]);
     }
     return AI_OK;
 }
@@ -1022,9 +1009,9 @@ static ai_status in_backward(ai_ctx *c)
             gb += sdy[r];
         }
         if (dscale)
-            set_d(dscale, ch, (c->din_assign[1] ? 0 : get_d(dscale, ch)) + gs);
+            ai_float_set(dscale, ch, (c->din_assign[1] ? 0 : ai_float_at(dscale, ch)) + gs);
         if (dbias)
-            set_d(dbias, ch, (c->din_assign[2] ? 0 : get_d(dbias, ch)) + gb);
+            ai_float_set(dbias, ch, (c->din_assign[2] ? 0 : ai_float_at(dbias, ch)) + gb);
     }
     return AI_OK;
 }
@@ -1313,14 +1300,14 @@ static ai_status hardmax_forward(ai_ctx *c)
             const int64_t base = o * d.L * d.inner + i;
             int64_t best = 0;
             for (int64_t l = 0; l < d.L; l++) {
-                const double v = get_d(x, base + l * d.inner);
-                const double b = get_d(x, base + best * d.inner);
+                const double v = ai_float_at(x, base + l * d.inner);
+                const double b = ai_float_at(x, base + best * d.inner);
                 if (b == b && (v != v || v > b))
                     best = l;
-                set_d(y, base + l * d.inner, 0);
+                ai_float_set(y, base + l * d.inner, 0);
             }
             if (d.L)
-                set_d(y, base + best * d.inner, 1);
+                ai_float_set(y, base + best * d.inner, 1);
         }
     return AI_OK;
 }
@@ -1370,7 +1357,7 @@ static double lp_norm(const ai_tensor *x, int64_t base, int64_t L, int64_t inner
 {
     double s = 0;
     for (int64_t l = 0; l < L; l++) {
-        const double v = get_d(x, base + l * inner);
+        const double v = ai_float_at(x, base + l * inner);
         s += p == 1 ? fabs(v) : v * v;
     }
     return p == 1 ? s : sqrt(s);
@@ -1390,7 +1377,7 @@ static ai_status lpnorm_forward(ai_ctx *c)
             const double nrm = lp_norm(x, base, d.L, d.inner, p);
             for (int64_t l = 0; l < d.L; l++) {
                 const int64_t k = base + l * d.inner;
-                set_d(c->out[0], k, nrm == 0 ? 0 : get_d(x, k) / nrm);
+                ai_float_set(c->out[0], k, nrm == 0 ? 0 : ai_float_at(x, k) / nrm);
             }
         }
     return AI_OK;
@@ -1414,13 +1401,13 @@ static ai_status lpnorm_backward(ai_ctx *c)
             const double nrm = lp_norm(x, base, d.L, d.inner, p);
             double g = 0;
             for (int64_t l = 0; l < d.L; l++)
-                g += get_d(dy, base + l * d.inner) * get_d(x, base + l * d.inner);
+                g += ai_float_at(dy, base + l * d.inner) * ai_float_at(x, base + l * d.inner);
             for (int64_t l = 0; l < d.L; l++) {
                 const int64_t k = base + l * d.inner;
-                const double v = get_d(x, k);
+                const double v = ai_float_at(x, k);
                 const double dir = p == 1 ? (v > 0) - (v < 0) : v / nrm;
-                const double gk = nrm == 0 ? 0 : (get_d(dy, k) - dir * g / nrm) / nrm;
-                set_d(dx, k, assign ? gk : get_d(dx, k) + gk);
+                const double gk = nrm == 0 ? 0 : (ai_float_at(dy, k) - dir * g / nrm) / nrm;
+                ai_float_set(dx, k, assign ? gk : ai_float_at(dx, k) + gk);
             }
         }
     return AI_OK;
@@ -1507,11 +1494,11 @@ static void mvn_stats(const ai_tensor *x, const mvn_dims *d, double *mean, doubl
     memset(mean, 0, (size_t)d->groups * sizeof(double));
     memset(sd, 0, (size_t)d->groups * sizeof(double));
     MVN_LOOP(x, d)
-        mean[gi] += get_d(x, k);
+        mean[gi] += ai_float_at(x, k);
     for (int64_t g = 0; g < d->groups; g++)
         mean[g] /= (double)d->count;
     MVN_LOOP(x, d) {
-        const double v = get_d(x, k) - mean[gi];
+        const double v = ai_float_at(x, k) - mean[gi];
         sd[gi] += v * v;
     }
     for (int64_t g = 0; g < d->groups; g++)
@@ -1528,7 +1515,7 @@ static ai_status mvn_forward(ai_ctx *c)
     double *mean = c->workspace, *sd = mean + d.groups;
     mvn_stats(x, &d, mean, sd);
     MVN_LOOP(x, &d)
-        set_d(c->out[0], k, (get_d(x, k) - mean[gi]) / (sd[gi] + MVN_EPS));
+        ai_float_set(c->out[0], k, (ai_float_at(x, k) - mean[gi]) / (sd[gi] + MVN_EPS));
     return AI_OK;
 }
 
@@ -1548,23 +1535,23 @@ static ai_status mvn_backward(ai_ctx *c)
     /* the mean's part: mdy holds mean(dy) */
     memset(mdy, 0, (size_t)d.groups * sizeof(double));
     MVN_LOOP(x, &d)
-        mdy[gi] += get_d(dy, k);
+        mdy[gi] += ai_float_at(dy, k);
     for (int64_t g = 0; g < d.groups; g++)
         mdy[g] /= (double)d.count;
     MVN_LOOP(x, &d) {
-        const double gk = (get_d(dy, k) - mdy[gi]) / (sd[gi] + MVN_EPS);
-        set_d(dx, k, assign ? gk : get_d(dx, k) + gk);
+        const double gk = (ai_float_at(dy, k) - mdy[gi]) / (sd[gi] + MVN_EPS);
+        ai_float_set(dx, k, assign ? gk : ai_float_at(dx, k) + gk);
     }
     /* the variance's part: mdy holds mean(dy * xc) / (s^2 sqrt(var)) */
     memset(mdy, 0, (size_t)d.groups * sizeof(double));
     MVN_LOOP(x, &d)
-        mdy[gi] += get_d(dy, k) * (get_d(x, k) - mean[gi]);
+        mdy[gi] += ai_float_at(dy, k) * (ai_float_at(x, k) - mean[gi]);
     for (int64_t g = 0; g < d.groups; g++) {
         const double s = sd[g] + MVN_EPS;
         mdy[g] = sd[g] == 0 ? 0 : mdy[g] / (double)d.count / (s * s * sd[g]);
     }
     MVN_LOOP(x, &d)
-        set_d(dx, k, get_d(dx, k) - (get_d(x, k) - mean[gi]) * mdy[gi]);
+        ai_float_set(dx, k, ai_float_at(dx, k) - (ai_float_at(x, k) - mean[gi]) * mdy[gi]);
     return AI_OK;
 }
 
