@@ -151,6 +151,19 @@ def _aidge_training():
     return AidgeModel, AidgeSGD
 
 
+def _same_grads_then_step(model, aidge, torch_sgd, aidge_sgd) -> dict:
+    """Aidge's parameter gradients against torch's, one step of each
+    optimizer, the parameters again; Aidge's parameters by name."""
+    params = dict(aidge.named_parameters())
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(params[n].grad, p.grad, rtol=1e-5, atol=1e-6)
+    torch_sgd.step()
+    aidge_sgd.step()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(params[n].detach(), p.detach(), rtol=1e-5, atol=1e-6)
+    return params
+
+
 @pytest.mark.parametrize("name", ["perceptron", "lenet"])
 def test_aidge_trains_like_torch(name):
     """AidgeModel + AidgeSGD (Aidge's forward, backward and SGD) against
@@ -176,13 +189,7 @@ def test_aidge_trains_like_torch(name):
         for out in outs:
             torch.nn.functional.mse_loss(out, torch.ones_like(out)).backward()
         torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=1e-5, atol=1e-6)
-        params = dict(aidge.named_parameters())
-        for n, p in model.named_parameters():
-            torch.testing.assert_close(params[n].grad, p.grad, rtol=1e-5, atol=1e-6)
-        torch_sgd.step()
-        aidge_sgd.step()
-        for n, p in model.named_parameters():
-            torch.testing.assert_close(params[n].detach(), p.detach(), rtol=1e-5, atol=1e-6)
+        params = _same_grads_then_step(model, aidge, torch_sgd, aidge_sgd)
     assert all(not torch.equal(params[n].detach(), initial[n]) for n in initial)  # they moved
 
 
@@ -197,13 +204,7 @@ def test_aidge_gradients_add_up_like_torch():
     for m in (model, aidge):
         for x in xs:
             m(x).square().sum().backward()
-    params = dict(aidge.named_parameters())
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(params[n].grad, p.grad, rtol=1e-5, atol=1e-6)
-    torch_sgd.step()
-    aidge_sgd.step()
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(params[n].detach(), p.detach(), rtol=1e-5, atol=1e-6)
+    _same_grads_then_step(model, aidge, torch_sgd, aidge_sgd)
     aidge_sgd.zero_grad()
     assert all(p.grad is None for p in aidge.parameters())
     torch.testing.assert_close(aidge(xs[0]), model(xs[0]), rtol=1e-5, atol=1e-6)  # new weights
