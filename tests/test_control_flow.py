@@ -331,8 +331,9 @@ def test_other_sequence_use_is_refused_by_name():
     del m.graph.node[2].attribute[:]
     m.graph.node[2].input.append("M")
     with pytest.raises(NotImplementedError,
-                       match=r"Loop node 'Loop_1' takes a sequence; the engine runs sequences "
-                             r"only as lists of tensors known at import"):
+                       match=r"Loop node 'Loop_1': its trip count \('M'\) is computed by the "
+                             r"graph; the engine runs sequences only with positions and splits "
+                             r"known at import"):
         aidge_interop.load_onnx(m)
 
 

@@ -8,25 +8,74 @@ that ONNX's own backend node tests run against it::
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import ModelProto, helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from .importer import load_onnx, supported_operators
+from .sequences import item_name
 
 __all__ = ["AidgeBackend", "AidgeBackendRep", "prepare", "run_model", "run_node",
            "supports_device", "is_compatible"]
 
 
-class AidgeBackendRep(BackendRep):
-    """A prepared model: ``run(inputs)`` returns the outputs as NumPy arrays."""
+def _is_sequence(value_info) -> bool:
+    return value_info.type.HasField("sequence_type")
 
-    def __init__(self, graph):
-        self.graph = graph
+
+class AidgeBackendRep(BackendRep):
+    """A prepared model: ``run(inputs)`` returns the outputs as NumPy arrays
+    (a list of them for a sequence output).
+
+    A model with sequence inputs or outputs is imported when it runs, for
+    the lengths of the lists it is given and the values of its small integer
+    inputs (a split, a position: the engine runs sequences of a form known
+    at import), once per set of them."""
+
+    def __init__(self, model):
+        self.model = model
+        self.sequences = False
+        if isinstance(model, ModelProto):  # (a path or bytes: imported as it is)
+            inits = {i.name for i in model.graph.initializer}
+            self.inputs = [i for i in model.graph.input if i.name not in inits]
+            self.sequences = any(map(_is_sequence, self.inputs + list(model.graph.output)))
+        self.graph = None if self.sequences else load_onnx(model)
+        self._graphs = {}
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
-        return self.graph.forward(list(inputs))
+        inputs = list(inputs)
+        if not self.sequences:
+            return self.graph.forward(inputs)
+        if len(inputs) != len(self.inputs):
+            raise ValueError(f"run: the model has {len(self.inputs)} inputs, got {len(inputs)}")
+        lengths = {i.name: len(x) for i, x in zip(self.inputs, inputs) if _is_sequence(i)}
+        known = {i.name: np.asarray(x) for i, x in zip(self.inputs, inputs)
+                 if not _is_sequence(i) and np.asarray(x).dtype.kind in "iub"
+                 and np.asarray(x).size <= 64}
+        key = (tuple(sorted(lengths.items())),
+               tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in sorted(known.items())))
+        if key not in self._graphs:
+            model = ModelProto()
+            model.CopyFrom(self.model)
+            model.graph.initializer.extend(numpy_helper.from_array(v, k)
+                                           for k, v in known.items())
+            self._graphs[key] = load_onnx(model, sequence_lengths=lengths,
+                                          param_kinds=dict.fromkeys(known, "const"))
+        flat = [y for i, x in zip(self.inputs, inputs) if i.name not in known
+                for y in (x if _is_sequence(i) else [x])]
+        outs = dict(zip(self._graphs[key].output_names, self._graphs[key].forward(flat)))
+        result = []
+        for o in self.model.graph.output:
+            if not _is_sequence(o):
+                result.append(outs[o.name])
+                continue
+            items, i = [], 0
+            while item_name(o.name, i) in outs:
+                items.append(outs[item_name(o.name, i)])
+                i += 1
+            result.append(items)
+        return result
 
 
 class AidgeBackend(Backend):
@@ -44,7 +93,7 @@ class AidgeBackend(Backend):
     def prepare(cls, model, device: str = "CPU", **kwargs) -> AidgeBackendRep:
         if not cls.supports_device(device):
             raise NotImplementedError(f"aidge_interop runs on the CPU, not on {device}")
-        return AidgeBackendRep(load_onnx(model))
+        return AidgeBackendRep(model)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):

@@ -297,7 +297,7 @@ def _sequence_scans(nodes) -> list:
             empty = producer.get(init)
             concats = readers.get(seq_out, [])
             if empty is None or empty.op_type != "SequenceEmpty" or len(readers[init]) != 1 \
-                    or not all(c.op_type == "ConcatFromSequence" and
+                    or not concats or not all(c.op_type == "ConcatFromSequence" and
                                {a.name: a.i for a in c.attribute}.get("axis") == 0
                                for c in concats):
                 continue
@@ -432,7 +432,7 @@ def _add_expanded(g, node, attrs, opset, dims, where):
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
                 share_values: bool = False, where: str = "load_onnx", input_shapes=None,
-                free_batch: bool = True, grads=None):
+                free_batch: bool = True, grads=None, sequence_lengths=None):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -451,7 +451,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     Forward refuses an input whose rank or dims contradict the dims the
     model declares (as ONNX Runtime does); symbolic dims are free, and so
     is dim 0 with ``free_batch`` (a model exported for one batch size runs
-    another). Returns ``(graph, proto)``.
+    another). ``sequence_lengths`` (sequence graph input -> its length)
+    makes each such input that many tensor inputs ``name[i]``, and each
+    sequence graph output its items' outputs, named the same way
+    (``sequences.py``). Returns ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -466,7 +469,8 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     scanned = _sequence_scans(nodes)  # a Loop's collecting sequence: a scan output
     if len(scanned) != len(nodes) or any(x is not y for x, y in zip(scanned, nodes)):
         proto = _with_nodes(proto, scanned)
-    proto = rewrite_sequences(proto, _value_dims, where)  # static sequences: tensors
+    proto = rewrite_sequences(proto, _value_dims, where,  # static sequences: tensors
+                              sequence_lengths)
     graph = proto.graph
     g = _C.Graph()
     init_names = {i.name for i in graph.initializer}

@@ -8,10 +8,15 @@ positions) is a list of tensors the importer can follow by name:
 ``SequenceAt`` an ``Identity`` of the item, ``ConcatFromSequence`` a
 ``Concat`` (of ``Unsqueeze``\\ d items for ``new_axis=1``),
 ``SequenceLength`` a constant; ``SequenceConstruct``, ``SequenceEmpty``,
-``SequenceInsert``, ``SequenceErase`` and ``Identity`` only change the list.
-A form that needs run-time values (a position or split computed by the
-graph, a length along a dynamic dim, a sequence reaching a graph output or
-another operator) is refused with the node at fault.
+``SequenceInsert``, ``SequenceErase`` and ``Identity`` only change the list;
+``SequenceMap`` is unrolled, its body written once per item. A sequence
+graph input of a length given at import (``sequence_lengths``, as the ONNX
+backend gives it from the list it is called with) is a list of tensor
+inputs ``name[0]``, ``name[1]``, ...; with ``sequence_lengths`` given, a
+sequence graph output is a list of tensor outputs named the same way. A
+form that needs run-time values (a position or split computed by the
+graph, a length along a dynamic dim, a sequence reaching another operator)
+is refused with the node at fault.
 """
 from __future__ import annotations
 
@@ -23,33 +28,82 @@ __all__ = ["SEQUENCE_OPERATORS", "rewrite_sequences"]
 
 SEQUENCE_OPERATORS = ("SplitToSequence", "SequenceAt", "ConcatFromSequence",
                       "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase",
-                      "SequenceLength")
+                      "SequenceLength", "SequenceMap")
 
 
 def _is_sequence_op(node) -> bool:
     return node.domain in ("", "ai.onnx") and node.op_type in SEQUENCE_OPERATORS
 
 
-def rewrite_sequences(proto, value_dims, where: str):
+def _holds_sequences(graph) -> bool:
+    """Whether ``graph`` or a subgraph of its nodes has a sequence."""
+    return any(v.type.HasField("sequence_type") for v in list(graph.input) + list(graph.output)) \
+        or any(_is_sequence_op(n) or any(_holds_sequences(a.g) for a in n.attribute if a.g.node)
+               for n in graph.node)
+
+
+def item_name(sequence: str, i: int) -> str:
+    """The tensor input or output that item ``i`` of a sequence graph
+    input or output becomes."""
+    return f"{sequence}[{i}]"
+
+
+def rewrite_sequences(proto, value_dims, where: str, sequence_lengths=None):
     """``proto`` with its top-level sequence operators written as tensor
     operators (a copy; ``proto`` itself when it has none).
     ``value_dims(proto)``: value name -> dims by ONNX shape inference (None
     where not static), asked only when a split's number of pieces depends
-    on a shape."""
+    on a shape. ``sequence_lengths``: sequence graph input -> its length;
+    given (even empty), sequence graph outputs become their items."""
     import onnx
 
-    for inp in proto.graph.input:
-        if inp.type.HasField("sequence_type"):
+    seq_inputs = [i for i in proto.graph.input if i.type.HasField("sequence_type")]
+    for inp in seq_inputs:
+        if inp.name not in (sequence_lengths or {}):
             raise NotImplementedError(f"{where}: graph input '{inp.name}' is a sequence; the "
-                                      "engine takes tensors")
-    if not any(_is_sequence_op(n) for n in proto.graph.node):
+                                      "engine takes tensors (or a sequence of a length given "
+                                      "at import: sequence_lengths)")
+    if not _holds_sequences(proto.graph):
         return proto
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1)
-    nodes = _Rewrite(out.graph, opset, lambda: value_dims(proto), where).run()
+    rewrite = _Rewrite(out.graph, opset, lambda: value_dims(proto), where)
+    inputs = []
+    for inp in out.graph.input:
+        if not inp.type.HasField("sequence_type"):
+            inputs.append(inp)
+            continue
+        elem = inp.type.sequence_type.elem_type
+        if not elem.HasField("tensor_type"):
+            raise NotImplementedError(f"{where}: graph input '{inp.name}' is a sequence of "
+                                      "sequences or optionals; the engine takes tensors")
+        items = [item_name(inp.name, i) for i in range(int(sequence_lengths[inp.name]))]
+        rewrite.taken |= set(items)
+        rewrite.seqs[inp.name] = items
+        for name in items:
+            item = onnx.ValueInfoProto(name=name)
+            item.type.CopyFrom(elem)
+            inputs.append(item)
+    del out.graph.input[:]
+    out.graph.input.extend(inputs)
+    nodes = rewrite.run(sequence_outputs=sequence_lengths is not None)
+    outputs = []
+    for o in out.graph.output:
+        if o.name not in rewrite.seqs:
+            outputs.append(o)
+            continue
+        for i, x in enumerate(rewrite.seqs[o.name]):
+            name = item_name(o.name, i)
+            if name in rewrite.taken:
+                raise ValueError(f"{where}: graph output '{o.name}' is a sequence and its "
+                                 f"item name '{name}' is taken by another value")
+            rewrite.emit("Identity", [x], [name])
+            outputs.append(onnx.helper.make_empty_tensor_value_info(name))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    del out.graph.output[:]
+    out.graph.output.extend(outputs)
     tensors = [v for v in out.graph.value_info if not v.type.HasField("sequence_type")]
     del out.graph.value_info[:]  # the sequences are gone
     out.graph.value_info.extend(tensors)
@@ -68,28 +122,76 @@ class _Rewrite:
         self.count = 0
 
     # -- what the rewrite reads ---------------------------------------------
-    def run(self):
+    def run(self, sequence_outputs=False):
         for i, node in enumerate(self.graph.node):
-            self.prefix = node.name or f"{node.op_type}_{i}"  # as the importer names it
-            self.node_where = f"{self.where}: {node.op_type} node '{self.prefix}'"
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                self.constants[node.output[0]] = node
-            if _is_sequence_op(node):
-                getattr(self, node.op_type)(node)
-            elif any(x in self.seqs for x in node.input):
-                if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
-                    raise NotImplementedError(
-                        f"{self.node_where} takes a sequence; the engine runs sequences only "
-                        "as lists of tensors known at import (split, item, concat)")
-                self.seqs[node.output[0]] = self.seqs[node.input[0]]
-            else:
-                self.nodes.append(node)
+            self.visit(node, node.name or f"{node.op_type}_{i}")  # as the importer names it
         for o in self.graph.output:
-            if o.name in self.seqs:
+            if o.name in self.seqs and not sequence_outputs:
                 raise NotImplementedError(f"{self.where}: graph output '{o.name}' is a "
                                           "sequence; the engine returns tensors (return a "
                                           "tuple of tensors)")
         return self.nodes
+
+    def visit(self, node, prefix):
+        self.prefix = prefix
+        self.node_where = f"{self.where}: {node.op_type} node '{self.prefix}'"
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            self.constants[node.output[0]] = node
+        if node.op_type == "Identity" and node.input[0] in self.constants:
+            self.constants[node.output[0]] = self.constants[node.input[0]]
+        if _is_sequence_op(node) or (node.op_type in ("Loop", "If") and
+                                     self.touches_sequences(node)):
+            getattr(self, node.op_type)(node)
+        elif any(x in self.seqs for x in node.input):
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx"):
+                raise NotImplementedError(
+                    f"{self.node_where} takes a sequence; the engine runs sequences only "
+                    "as lists of tensors known at import (split, item, concat)")
+            self.seqs[node.output[0]] = self.seqs[node.input[0]]
+        else:
+            self.nodes.append(node)
+
+    def touches_sequences(self, node) -> bool:
+        """Whether ``node`` takes a sequence or its subgraphs hold one."""
+        return any(x in self.seqs for x in node.input) or \
+            any(_holds_sequences(a.g) for a in node.attribute if a.g.node)
+
+    def inline(self, graph, rename, label):
+        """The nodes of subgraph ``graph`` written here, its inputs bound by
+        ``rename`` (its input -> a value here), its values renamed under
+        ``label``; returns ``rename`` with every value of ``graph``."""
+        import onnx
+        from onnx import numpy_helper
+
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for n in graph.node for a in n.attribute):
+            raise NotImplementedError(f"{self.node_where}: a subgraph inside its subgraph")
+        where, prefix = self.node_where, self.prefix
+        for init in graph.initializer:
+            rename[init.name] = self.emit("Constant", [], value=numpy_helper.from_array(
+                numpy_helper.to_array(init)))
+        for k, bn in enumerate(graph.node):
+            self.prefix = prefix
+            new = onnx.NodeProto()
+            new.CopyFrom(bn)
+            new.input[:] = [rename.get(x, x) for x in bn.input]
+            for j, y in enumerate(bn.output):
+                if y:
+                    rename[y] = new.output[j] = self.name(f"{label}/{y}")
+            self.visit(new, f"{prefix}/{label}/{bn.name or f'{bn.op_type}_{k}'}")
+        self.prefix, self.node_where = prefix, where
+        return rename
+
+    def bind(self, out, value):
+        """Graph value ``out`` becomes ``value`` (a sequence or a tensor)."""
+        if value in self.seqs:
+            self.seqs[out] = self.seqs[value]
+        else:
+            self.emit("Identity", [value], [out])
+
+    def known(self, node, k) -> bool:
+        """Whether input ``k`` of ``node`` is a constant here."""
+        return len(node.input) > k and node.input[k] in self.constants
 
     def constant(self, node, k, what):
         """Input ``k`` of ``node`` as an int64 array (None if absent)."""
@@ -153,8 +255,10 @@ class _Rewrite:
         from onnx import numpy_helper
 
         array = np.asarray(values, dtype=np.int64)
-        return self.emit("Constant", [], value=numpy_helper.from_array(
+        name = self.emit("Constant", [], value=numpy_helper.from_array(
             array.reshape(()) if scalar else array.reshape(-1)))
+        self.constants[name] = self.nodes[-1]
+        return name
 
     def axes_op(self, op_type, x, axis):
         """Squeeze or Unsqueeze of one axis (an input from opset 13)."""
@@ -254,3 +358,82 @@ class _Rewrite:
 
         self.emit("Constant", [], [node.output[0]],
                   value=numpy_helper.from_array(np.array(len(self.items(node)), np.int64)))
+        self.constants[node.output[0]] = self.nodes[-1]
+
+    def SequenceMap(self, node):
+        """The body once per item: its sequence inputs take the item, its
+        other inputs the tensor; its outputs are the items of the outputs."""
+        body = next(a.g for a in node.attribute if a.name == "body")
+        if len(body.input) != len(node.input) or len(body.output) != len(node.output):
+            raise ValueError(f"{self.node_where}: its body has {len(body.input)} inputs and "
+                             f"{len(body.output)} outputs for the node's {len(node.input)} "
+                             f"and {len(node.output)}")
+        lengths = {len(self.seqs[x]) for x in node.input if x in self.seqs}
+        if len(lengths) != 1 or node.input[0] not in self.seqs:
+            raise ValueError(f"{self.node_where}: its first input must be a sequence and its "
+                             f"sequences of one length (lengths {sorted(lengths)})")
+        outs = [[] for _ in node.output]
+        for i in range(lengths.pop()):
+            rename = self.inline(body, {b.name: (self.seqs[x][i] if x in self.seqs else x)
+                                        for b, x in zip(body.input, node.input)}, f"iter{i}")
+            for k, b in enumerate(body.output):
+                outs[k].append(rename.get(b.name, b.name))
+        for o, items in zip(node.output, outs):
+            self.seqs[o] = items
+
+    def Loop(self, node):
+        """A Loop over sequences, unrolled: its trip count must be known at
+        import and its condition stay true."""
+        body = next(a.g for a in node.attribute if a.name == "body")
+        if not any(x in self.seqs for x in node.input) and not self.known(node, 0):
+            self.nodes.append(node)  # (its body's sequences are refused by name at import)
+            return
+        trips = self.constant(node, 0, "trip count")
+        cond = self.constant(node, 1, "condition")
+        if trips is None or (cond is not None and not cond.reshape(-1)[0]):
+            raise NotImplementedError(f"{self.node_where}: a Loop over sequences runs only "
+                                      "with a trip count known at import")
+        n_state = len(node.input) - 2
+        state = list(node.input[2:])
+        scans = [[] for _ in body.output[1 + n_state:]]
+        true = self.emit("Constant", [], value=_scalar(True))
+        self.constants[true] = self.nodes[-1]
+        for i in range(int(trips.reshape(-1)[0])):
+            rename = {body.input[0].name: self.const(i, scalar=True), body.input[1].name: true}
+            rename.update((b.name, v) for b, v in zip(body.input[2:], state))
+            rename = self.inline(body, rename, f"iter{i}")
+            if rename.get(body.output[0].name) not in (true, body.input[1].name) and \
+                    self.constants.get(rename.get(body.output[0].name)) is not \
+                    self.constants[true]:
+                raise NotImplementedError(f"{self.node_where}: a Loop over sequences whose "
+                                          "condition the body computes")
+            state = [rename.get(o.name, o.name) for o in body.output[1:1 + n_state]]
+            for k, o in enumerate(body.output[1 + n_state:]):
+                scans[k].append(self.axes_op("Unsqueeze", rename.get(o.name, o.name), 0))
+        for out, value in zip(node.output, state):
+            self.bind(out, value)
+        for out, items in zip(node.output[n_state:], scans):
+            if not items:
+                raise NotImplementedError(f"{self.node_where}: a scan output of no iterations")
+            self.concat(items, 0, out)
+
+    def If(self, node):
+        """An If over sequences: its condition must be known at import."""
+        if not self.known(node, 0):
+            self.nodes.append(node)  # (its branches' sequences are refused by name at import)
+            return
+        cond = self.constant(node, 0, "condition")
+        if cond is None:
+            raise NotImplementedError(f"{self.node_where}: an If over sequences runs only "
+                                      "with a condition known at import")
+        branch = "then_branch" if cond.reshape(-1)[0] else "else_branch"
+        graph = next(a.g for a in node.attribute if a.name == branch)
+        rename = self.inline(graph, {}, branch)
+        for out, o in zip(node.output, graph.output):
+            self.bind(out, rename.get(o.name, o.name))
+
+
+def _scalar(value):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.array(value))
