@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _C
 from .._C import Tensor
+from .functions import expand_functions
 from .sequences import SEQUENCE_OPERATORS, rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
@@ -462,6 +463,11 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                              f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
+    known = {("" if d == "ai.onnx" else d, n) for n, d in
+             ((n, o["domain"]) for n, o in supported_operators().items())}
+    # operators the engine lacks but ONNX defines by a function: their body
+    proto, node_opsets = expand_functions(
+        proto, opsets, lambda d, op: ("" if d == "ai.onnx" else d, op) in known, where)
     nodes = list(proto.graph.node)
     scanned = _sequence_scans(nodes)  # a Loop's collecting sequence: a scan output
     if len(scanned) != len(nodes) or any(x is not y for x, y in zip(scanned, nodes)):
@@ -510,14 +516,11 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
             inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
         return inferred[hinted]
 
-    known = {("" if d == "ai.onnx" else d, n) for n, d in
-             ((n, o["domain"]) for n, o in supported_operators().items())}
-
     def add_nodes(g, nodes, where):
         for i, node in enumerate(_sequence_scans(nodes)):
             name = node.name or f"{node.op_type}_{i}"
             domain = node.domain or ""
-            opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
+            opset = node_opsets.get(name) or opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
             node_where = f"{where}: {node.op_type} node '{name}'"
             # (a sequence operator left here is one rewrite_sequences does not
             # reach: in a subgraph)
