@@ -180,6 +180,7 @@ def expand_functions(proto, opsets: dict, known, where: str):
     there is nothing to expand. An operator whose body uses one that the
     engine lacks and that has no body is refused, named with its node."""
     import onnx
+    import onnx.inliner
 
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
