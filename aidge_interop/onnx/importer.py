@@ -12,6 +12,7 @@ import numpy as np
 from .. import _C
 from .._C import Tensor
 from .functions import expand_functions
+from .optional import rewrite_optionals
 from .sequences import SEQUENCE_OPERATORS, rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
@@ -468,6 +469,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     # operators the engine lacks but ONNX defines by a function: their body
     proto, node_opsets = expand_functions(
         proto, opsets, lambda d, op: ("" if d == "ai.onnx" else d, op) in known, where)
+    proto = rewrite_optionals(proto, where)  # static optionals: tensors or constants
     nodes = list(proto.graph.node)
     scanned = _sequence_scans(nodes)  # a Loop's collecting sequence: a scan output
     if len(scanned) != len(nodes) or any(x is not y for x, y in zip(scanned, nodes)):
