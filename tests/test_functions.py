@@ -187,6 +187,24 @@ def test_local_function_calling_a_function_operator():
     assert "RMSNormalization" not in {n["op_type"] for n in g.nodes()}
 
 
+@pytest.mark.parametrize("cond", [True, False])
+def test_function_operator_in_a_subgraph(cond):
+    """An RMSNormalization in an If branch, reading a value of the branch."""
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]),
+         helper.make_node("RMSNormalization", ["a", "s"], ["r"], epsilon=0.01)], "then", [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["n"])], "else", [],
+                              [helper.make_tensor_value_info("n", TensorProto.FLOAT, None)])
+    inputs = {"c": np.array(cond), "x": rand(2, 4), "s": rand(4)}
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y0"], then_branch=then, else_branch=other)], "g",
+        [helper.make_tensor_value_info(n, ONNX_TYPE[v.dtype], v.shape) for n, v in inputs.items()],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    check_against_reference(model, inputs)
+
+
 def test_body_keeps_its_own_opset():
     """HannWindow's body is written for opset 17: its nodes run as opset 17
     in a model that imports opset 23."""

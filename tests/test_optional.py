@@ -86,3 +86,13 @@ def test_optional_sequence_input_is_refused_by_name():
     model = _model([helper.make_node("OptionalHasElement", ["s"], ["y"])], [inp], ["y"])
     with pytest.raises(NotImplementedError, match="graph input 's' is an optional sequence"):
         aidge_interop.load_onnx(model)
+
+
+def test_optional_operators_in_a_subgraph_are_refused_by_name():
+    branch = helper.make_graph([helper.make_node("OptionalHasElement", ["x"], ["h"])], "b", [],
+                               [helper.make_tensor_value_info("h", TensorProto.BOOL, None)])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    model = _model([node], [helper.make_tensor_value_info("c", TensorProto.BOOL, []), X], ["y"])
+    with pytest.raises(NotImplementedError, match="operator OptionalHasElement .* is not "
+                                                  "supported by the engine"):
+        aidge_interop.load_onnx(model)
