@@ -4,6 +4,8 @@ ONNX's reference implementation on the original node, gradients of the
 expanded RMSNormalization and Attention against torch, model-local
 functions, the opset of a body, native operators kept, and the refusal of a
 body that uses an operator the engine lacks."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 
 import aidge_interop
 from aidge_interop.onnx.functions import expand_functions
+from op_harness import check_wrapped_step
 
 R = np.random.default_rng(0)
 ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
@@ -165,6 +168,32 @@ def test_attention_gradient_matches_torch(case):
     for n in ("Q", "K", "V"):
         np.testing.assert_allclose(grads[n], t[n].grad.numpy(), rtol=1e-4, atol=1e-5,
                                    err_msg=f"gradient of {n}")
+
+
+class NormAttention(torch.nn.Module):
+    """nn.RMSNorm, a projection, then causal attention: the dynamo exporter at
+    opset 23 writes RMSNormalization and Attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.proj = torch.nn.RMSNorm(8), torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.proj(self.norm(x)).reshape(x.shape[0], x.shape[1], 3, 2, 4) \
+            .permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.slow
+def test_wrapped_module_with_function_operators_matches_torch():
+    torch.manual_seed(0)
+    model = NormAttention()
+    wrapped = aidge_interop.wrap(copy.deepcopy(model), [(2, 5, 8)], opset=23,
+                                 exporter="dynamo")
+    # (the graph kept is the expanded one: its nodes named under the two)
+    expanded = {n.name.split("/")[0] for n in wrapped.onnx_model.graph.node if "/" in n.name}
+    assert expanded == {"node_rms_norm", "node_scaled_dot_product_attention"}
+    check_wrapped_step(model, wrapped, torch.randn(2, 5, 8))
 
 
 def test_local_function_calling_a_function_operator():
