@@ -120,6 +120,7 @@ class _Renamer:
                       if a.default_value.type}
         self.attrs.update({a.name: a for a in function.attribute_proto})
         self.attrs.update({a.name: a for a in node.attribute})
+        self.created = []  # every node written, those of the body's subgraphs too
 
     def name(self, n):
         if not n:
@@ -135,6 +136,7 @@ class _Renamer:
         out.input[:] = [self.name(n) for n in inner.input]
         out.output[:] = [self.name(n) for n in inner.output]
         self._attributes(out)
+        self.created.append(out)
         return out
 
     def _attributes(self, node):
@@ -214,10 +216,11 @@ def expand_functions(proto, opsets: dict, known, where: str):
         proto.CopyFrom(proto_in)
         types = _types(proto_in)
         imported = {o.domain or "" for o in proto.opset_import}
+        fresh = set()  # nodes written in this pass: expanded in the next (their types)
         for graph in _graphs(proto.graph):
             nodes = []
             for i, node in enumerate(graph.node):
-                if not expandable(node):
+                if node.name in fresh or not expandable(node):
                     node.name = node.name or f"{node.op_type}_{i}"  # the importer's name
                     nodes.append(node)
                     continue
@@ -233,13 +236,13 @@ def expand_functions(proto, opsets: dict, known, where: str):
                         imported.add(domain)
                 renamer = _Renamer(node, function, schema, name)
                 first = origin.get(node.name, (_qualified(node), name, opset))
-                for k, inner in enumerate(function.node):
-                    new = renamer.node(inner, k)
+                nodes += [renamer.node(inner, k) for k, inner in enumerate(function.node)]
+                for new in renamer.created:
                     domain = "" if new.domain in ("", "ai.onnx") else new.domain
                     if domain in fopsets:  # (else the model's: a body may not import it)
                         node_opsets[new.name] = fopsets[domain]
                     origin[new.name] = first
-                    nodes.append(new)
+                    fresh.add(new.name)
             del graph.node[:]
             graph.node.extend(nodes)
     raise ValueError(f"{where}: functions nested more than {_MAX_DEPTH} deep")
