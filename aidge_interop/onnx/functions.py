@@ -63,15 +63,27 @@ def _graphs(graph):
 
 
 def _types(proto) -> dict:
-    """Value name -> TypeProto, by ONNX shape inference (as declared where it fails)."""
+    """Value name -> TypeProto, by ONNX shape inference (as declared where it
+    fails) on the graph with its initializers as typed inputs: types need
+    no weights, and a model's weights may be gigabytes (over protobuf's 2 GB
+    that inference serialises)."""
     import onnx
 
+    light = onnx.ModelProto(ir_version=proto.ir_version, opset_import=proto.opset_import)
+    graph = light.graph
+    graph.node.extend(proto.graph.node)
+    graph.input.extend(proto.graph.input)
+    graph.output.extend(proto.graph.output)
+    graph.value_info.extend(proto.graph.value_info)
+    declared = {i.name for i in proto.graph.input}
+    graph.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, i.dims)
+                       for i in proto.graph.initializer if i.name not in declared)
     try:
-        proto = onnx.shape_inference.infer_shapes(proto)
+        light = onnx.shape_inference.infer_shapes(light)
     except Exception:  # the engine reports what is wrong with the model
         pass
     types = {}
-    for graph in _graphs(proto.graph):
+    for graph in _graphs(light.graph):
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             if vi.type.WhichOneof("value"):
                 types[vi.name] = vi.type
