@@ -15,7 +15,8 @@
  * (the same seed, the same values), else the graph's seed mixed with the
  * node's name. Outputs float16, float32 or float64 (`dtype`, an ONNX code;
  * the Like operators default to their input's dtype), Multinomial's int32
- * or int64, Bernoulli's any engine dtype (default: its input's). No gradient flows (ONNX: not differentiable); never folded.
+ * or int64, Bernoulli's any engine dtype (default: its input's). No
+ * gradient flows (ONNX: not differentiable); never folded.
  */
 #include <math.h>
 #include <stdlib.h>
