@@ -234,6 +234,22 @@ def test_function_operator_in_a_subgraph(cond):
     check_against_reference(model, inputs)
 
 
+def test_local_function_of_an_older_opset():
+    """ReduceSum's axes: an attribute in the function's opset 11, an input in
+    the model's opset 18 (the function converted as it is inlined)."""
+    fn = helper.make_function("my.domain", "RowSum", ["x"], ["y"],
+                              [helper.make_node("ReduceSum", ["x"], ["y"], axes=[1])],
+                              [helper.make_opsetid("", 11)])
+    inputs = {"x": rand(3, 4)}
+    graph = helper.make_graph(
+        [helper.make_node("RowSum", ["x"], ["y0"], domain="my.domain")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 18), helper.make_opsetid("my.domain", 1)])
+    check_against_reference(model, inputs)
+
+
 def test_body_keeps_its_own_opset():
     """HannWindow's body is written for opset 17: its nodes run as opset 17
     in a model that imports opset 23."""
@@ -245,6 +261,23 @@ def test_body_keeps_its_own_opset():
         all(n.name.startswith("the_node/") for n in proto.graph.node)
     assert set(opsets.values()) == {17}
     check_against_reference(model, inputs)
+
+
+def test_backend_is_compatible_with_function_operators():
+    from aidge_interop.onnx.backend import AidgeBackend
+
+    inputs = {"x": rand(2, 5), "scale": rand(5)}
+    assert AidgeBackend.is_compatible(single_node_model("RMSNormalization", inputs))
+
+    def calling(inner_op):  # a model-local function my.domain.F whose body is inner_op
+        model = single_node_model("F", inputs, opset=1, domain="my.domain")
+        model.functions.append(helper.make_function(
+            "my.domain", "F", ["x", "scale"], ["y"],
+            [helper.make_node(inner_op, ["x", "scale"], ["y"])], [helper.make_opsetid("", 23)]))
+        return model
+
+    assert AidgeBackend.is_compatible(calling("RMSNormalization"))
+    assert not AidgeBackend.is_compatible(calling("StringConcat"))
 
 
 def test_native_operator_is_not_expanded():

@@ -196,8 +196,12 @@ def expand_functions(proto, opsets: dict, known, where: str):
     import onnx
     import onnx.inliner
 
-    if proto.functions:
-        proto = onnx.inliner.inline_local_functions(proto)
+    if proto.functions:  # (a function's own opset converted to the model's)
+        try:
+            proto = onnx.inliner.inline_local_functions(proto, convert_version=True)
+        except Exception as exc:  # onnx's version converter lacks an adapter, ...
+            raise ValueError(f"{where}: ONNX cannot inline the model's functions: {exc}") \
+                from exc
         del proto.functions[:]
     node_opsets, origin = {}, {}
 
