@@ -108,14 +108,19 @@ def test_multinomial_frequencies():
     assert y64.shape == (2, 1) and y64.dtype == np.int64
 
 
-@pytest.mark.parametrize("dtype, np_dtype", [(None, np.float32), (TensorProto.INT64, np.int64),
-                                             (TensorProto.BOOL, np.bool_)])
-def test_bernoulli_frequencies(dtype, np_dtype):
+@pytest.mark.parametrize("in_dtype, dtype, np_dtype", [
+    (np.float32, None, np.float32), (np.float32, TensorProto.INT64, np.int64),
+    (np.float32, TensorProto.BOOL, np.bool_), (np.float16, None, np.float16),
+    (np.float64, TensorProto.FLOAT, np.float32)])
+def test_bernoulli_frequencies(in_dtype, dtype, np_dtype):
     """1 with the input's probability (ONNX's function body for Bernoulli,
     Greater(RandomUniformLike(p), p), gives 1 - p: the engine's is native)."""
-    probs = np.tile(np.array([0.0, 0.25, 0.5, 0.9, 1.0], np.float32), (N // 5, 1))
+    probs = np.tile(np.array([0.0, 0.25, 0.5, 0.9, 1.0], in_dtype), (N // 5, 1))
     attrs = {} if dtype is None else {"dtype": dtype}
-    y = draw(random_model("Bernoulli", [("x", probs.shape)], seed=4.0, **attrs), probs)
+    model = random_model("Bernoulli", [("x", probs.shape)], seed=4.0, **attrs)
+    model.graph.input[0].type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(
+        probs.dtype)
+    y = draw(model, probs)
     assert y.dtype == np_dtype and set(np.unique(y.astype(np.float64))) <= {0.0, 1.0}
     freq = y.astype(np.float64).mean(axis=0)
     expected = probs[0]
