@@ -8,10 +8,11 @@ An operator the engine has natively is imported as itself; one it lacks
 is replaced by its body's nodes, for the opset the model imports: every
 value and node of the body renamed under the node's name
 (``<node>/<value>``), the attributes it refers to (``ref_attr_name``)
-taken from the node or from the function's defaults, the body's own
-opset kept per node. Bodies that use other function operators are
-expanded in turn. Model-local functions (``model.functions``) are inlined
-first, by ``onnx.inliner``. Backward needs nothing of its own: it runs
+taken from the node, else the function's or the schema's defaults, the
+body's own opset kept per node. Bodies that use other function operators
+are expanded in turn. Model-local functions (``model.functions``) are
+inlined first, by ``onnx.inliner``, converted to the model's opset.
+Operators over sequences (SequenceMap) are left alone. Backward needs nothing of its own: it runs
 through the body's nodes like through any node.
 """
 from __future__ import annotations
@@ -97,7 +98,10 @@ def _body(node, schema, opset, types, where):
     from the node and its inputs' types)."""
     import onnx
 
-    if any(v <= opset for v in schema.function_opset_versions):
+    fixed = max((v for v in schema.function_opset_versions if v <= opset), default=0)
+    built = max((v for v in schema.context_dependent_function_opset_versions if v <= opset),
+                default=0)
+    if fixed >= built:  # (the newer of the two kinds, if a schema has both)
         return onnx.FunctionProto.FromString(schema.get_function_with_opset_version(opset))
     arg_types = []
     for name in node.input:
