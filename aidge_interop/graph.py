@@ -15,6 +15,9 @@ __all__ = ["Graph"]
 def _as_tensor(x, where):
     if isinstance(x, Tensor):
         return x
+    if x is None:  # (an empty optional: load_onnx takes optional inputs as present)
+        raise TypeError(f"{where}: None is not a tensor (an optional graph input must be "
+                        "present)")
     if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
         from .tensor_converter import torch_tensor_to_aidge
 

@@ -11,6 +11,7 @@ import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
+from .functions import expand_functions
 from .importer import load_onnx, supported_operators
 from .sequences import item_name
 
@@ -85,7 +86,15 @@ class AidgeBackend(Backend):
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
+        """Whether the engine has every operator of the graph's top level,
+        or ONNX defines it by a function whose body's it has."""
         ops = supported_operators()
+        opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+        opsets.setdefault("ai.onnx", 1)
+        try:
+            model, _ = expand_functions(model, opsets, lambda d, op: op in ops, "is_compatible")
+        except (NotImplementedError, ValueError):  # a body uses an operator the engine lacks
+            return False
         return cls.supports_device(device) and all(
             n.op_type in ops or n.op_type == "Constant" for n in model.graph.node)
 

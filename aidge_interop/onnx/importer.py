@@ -11,6 +11,8 @@ import numpy as np
 
 from .. import _C
 from .._C import Tensor
+from .functions import expand_functions
+from .optional import OPTIONAL_OPERATORS, rewrite_optionals
 from .sequences import SEQUENCE_OPERATORS, rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
@@ -388,11 +390,11 @@ def _build_subgraph(body, captures, add_nodes, where, untyped=()):
 
 def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
-    (LSTM, GRU, RNN and Einsum, and the sequence operators in their static
-    forms: written as the engine's operators at import)."""
+    (LSTM, GRU, RNN and Einsum, and the sequence and optional operators in
+    their static forms: written as the engine's operators at import)."""
     ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
     ops.update({name: {"domain": "", "backward": True}
-                for name in EXPANDED + SEQUENCE_OPERATORS})
+                for name in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
     return ops
 
 
@@ -465,6 +467,12 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                              f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
+    known = {("" if d == "ai.onnx" else d, n) for n, d in
+             ((n, o["domain"]) for n, o in supported_operators().items())}
+    # operators the engine lacks but ONNX defines by a function: their body
+    proto, node_opsets = expand_functions(
+        proto, opsets, lambda d, op: ("" if d == "ai.onnx" else d, op) in known, where)
+    proto = rewrite_optionals(proto, where)  # static optionals: tensors or constants
     nodes = list(proto.graph.node)
     scanned = _sequence_scans(nodes)  # a Loop's collecting sequence: a scan output
     if len(scanned) != len(nodes) or any(x is not y for x, y in zip(scanned, nodes)):
@@ -514,20 +522,17 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
             inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
         return inferred[hinted]
 
-    known = {("" if d == "ai.onnx" else d, n) for n, d in
-             ((n, o["domain"]) for n, o in supported_operators().items())}
-
     def add_nodes(g, nodes, where):
         for i, node in enumerate(_sequence_scans(nodes)):
             name = node.name or f"{node.op_type}_{i}"
             domain = node.domain or ""
-            opset = opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
+            opset = node_opsets.get(name) or opsets.get(domain or "ai.onnx", opsets["ai.onnx"])
             node_where = f"{where}: {node.op_type} node '{name}'"
-            # (a sequence operator left here is one rewrite_sequences does not
-            # reach: in a subgraph)
+            # (a sequence or optional operator left here is one that
+            # rewrite_sequences or rewrite_optionals does not reach: in a subgraph)
             if node.op_type != "Constant" and \
                     (("" if domain == "ai.onnx" else domain, node.op_type) not in known
-                     or node.op_type in SEQUENCE_OPERATORS):
+                     or node.op_type in SEQUENCE_OPERATORS + OPTIONAL_OPERATORS):
                 qualified = (node.op_type if domain in ("", "ai.onnx")
                              else f"{domain}.{node.op_type}")
                 raise NotImplementedError(
