@@ -237,3 +237,29 @@ def test_bad_inputs_name_the_node():
         check_op("STFT", {"x": x}, None, consts={"s": np.array(1, np.int64),
                                                  "f": np.array(9, np.int64)},
                  input_order=["x", "s", "", "f"], grad=False, opset=17)
+
+
+class _Spectrogram(torch.nn.Module):
+    """torch.stft with a Hann window (a buffer), and rfft / irfft."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(16))
+
+    def forward(self, x):
+        spec = torch.stft(x, 16, hop_length=4, window=self.window, center=False,
+                          return_complex=True)
+        back = torch.fft.irfft(torch.fft.rfft(x[:, :10]), n=10)
+        return torch.view_as_real(spec), back
+
+
+def test_wrapped_stft_and_fft():
+    """torch.stft, torch.fft.rfft and irfft wrapped (the dynamo exporter
+    writes an STFT and DFTs; the TorchScript exporter has no ONNX form for
+    fft_rfft): outputs and the input's gradient against torch."""
+    pytest.importorskip("onnxscript")
+    from op_harness import check_wrapped_step
+
+    model = _Spectrogram()
+    x = torch.randn(2, 64)
+    check_wrapped_step(model, aidge_interop.wrap(model, (x,), exporter="dynamo"), x)
