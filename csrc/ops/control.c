@@ -736,7 +736,7 @@ static ai_status scan_init(ai_node *n)
     p->n_state = own - (int)m;
     p->n_captures = (int)captures;
     p->n_scan_out = n->n_out - p->n_state;
-    int64_t flags[AI_MAX_IO];
+    int64_t flags[2 * AI_MAX_IO]; /* the input directions, then the output ones */
     if (p->n_scan_out < 0)
         st = ai_node_error(n, AI_ERR_VALUE, "has %d outputs for %d state variables",
                            n->n_out, p->n_state);
