@@ -618,3 +618,192 @@ def test_embeddingbag_empty_bag_dynamo(mode):
     offsets = torch.tensor([0, 3, 3, 7])  # bag 1 is empty
     with torch.no_grad():
         torch.testing.assert_close(engine(ids, offsets), bag(ids, offsets), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- Scan
+
+
+def scan_body(dtype=F):
+    """(h, x_t, y_t) -> (h' = tanh(h * w + x_t + sum(y_t)), [h'], [y_t * y_t]);
+    w is an outer value (a capture)."""
+    return helper.make_graph(
+        [helper.make_node("Mul", ["h_in", "w"], ["hw"]),
+         helper.make_node("Add", ["hw", "x_t"], ["a"]),
+         helper.make_node("ReduceSum", ["y_t"], ["ys"], keepdims=1),
+         helper.make_node("Add", ["a", "ys"], ["b"]),
+         helper.make_node("Tanh", ["b"], ["h_out"]),
+         helper.make_node("Identity", ["h_out"], ["hs"]),
+         helper.make_node("Mul", ["y_t", "y_t"], ["y2"])],
+        "body", [vi("h_in", dtype, [3]), vi("x_t", dtype, [3]), vi("y_t", dtype, [2])],
+        [vi("h_out", dtype, [3]), vi("hs", dtype, [3]), vi("y2", dtype, [2])])
+
+
+def scan_oracle(h, xs, ys, w, in_axes=(0, 0), in_dirs=(0, 0), out_axes=(0, 0),
+                out_dirs=(0, 0)):
+    """What Scan computes with scan_body, in numpy."""
+    T = xs.shape[in_axes[0]]
+    outs = []
+    for t in range(T):
+        x = np.take(xs, T - 1 - t if in_dirs[0] else t, axis=in_axes[0])
+        y = np.take(ys, T - 1 - t if in_dirs[1] else t, axis=in_axes[1])
+        h = np.tanh(h * w + x + y.sum())
+        outs.append((h, y * y))
+    stacked = []
+    for k in range(2):
+        seq = [o[k] for o in outs][::-1 if out_dirs[k] else 1]
+        stacked.append(np.stack(seq, axis=out_axes[k]) if seq else
+                       np.zeros((0, 3 if k == 0 else 2), h.dtype))
+    return [h] + stacked
+
+
+def scan_model(opset=16, dtype=F, T=4, in_axes=(0, 0), in_dirs=(0, 0), out_axes=(0, 0),
+               out_dirs=(0, 0)):
+    attrs = {"num_scan_inputs": 2}
+    if in_axes != (0, 0):
+        attrs["scan_input_axes"] = list(in_axes)
+    if in_dirs != (0, 0):
+        attrs["scan_input_directions"] = list(in_dirs)
+    if out_axes != (0, 0):
+        attrs["scan_output_axes"] = list(out_axes)
+    if out_dirs != (0, 0):
+        attrs["scan_output_directions"] = list(out_dirs)
+    xshape = [T, 3] if in_axes[0] == 0 else [3, T]
+    yshape = [T, 2] if in_axes[1] == 0 else [2, T]
+    node = helper.make_node("Scan", ["h0", "x", "y"], ["h", "hs", "y2"], body=scan_body(dtype),
+                            **attrs)
+    return model([node], [vi("h0", dtype, [3]), vi("x", dtype, xshape), vi("y", dtype, yshape)],
+                 [vi("h", dtype, None), vi("hs", dtype, None), vi("y2", dtype, None)],
+                 [const("w", R.uniform(0.5, 1.5, 3).astype(np.float32 if dtype == F
+                                                           else np.float64))], opset=opset)
+
+
+def scan_feeds(m, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+            .astype(dtype) for i in m.graph.input}
+
+
+def _w(m):
+    return numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "w"))
+
+
+@pytest.mark.parametrize("opset", [9, 11, 16, 19, 21, 23, 25])
+def test_scan_against_the_reference(opset):
+    """Two scan inputs, a state, two scan outputs and a captured initializer,
+    at every opset of Scan's current form, against onnx.reference."""
+    m = scan_model(opset)
+    got, ref = run_both(m, scan_feeds(m))
+    assert_same(got, ref)
+
+
+@pytest.mark.parametrize("in_axes,in_dirs,out_axes,out_dirs", [
+    ((1, 0), (0, 0), (0, 0), (0, 0)), ((0, 0), (1, 0), (0, 0), (0, 1)),
+    ((-1, 1), (1, 1), (1, -1), (1, 0)), ((0, 1), (0, 1), (-2, 1), (0, 0))],
+    ids=["input_axis", "directions", "all", "negative_axes"])
+def test_scan_axes_and_directions(in_axes, in_dirs, out_axes, out_dirs):
+    """scan_input_axes, scan_input_directions, scan_output_axes and
+    scan_output_directions (which onnx.reference does not implement) against
+    numpy and ONNX Runtime."""
+    import onnxruntime
+
+    m = scan_model(16, in_axes=in_axes, in_dirs=in_dirs, out_axes=out_axes, out_dirs=out_dirs)
+    feeds = scan_feeds(m)
+    g = aidge_interop.load_onnx(m)
+    got = g.forward([feeds[n] for n in g.input_names])
+    norm = lambda a: a % 2  # noqa: E731  (all the tensors here have rank 2)
+    expected = scan_oracle(feeds["h0"], feeds["x"], feeds["y"], _w(m),
+                           tuple(map(norm, in_axes)), in_dirs, tuple(map(norm, out_axes)),
+                           out_dirs)
+    assert_same(got, [e.astype(np.float32) for e in expected])
+    ort = onnxruntime.InferenceSession(m.SerializeToString()).run(None, feeds)
+    assert_same(got, ort)
+
+
+def scan8_model(lens_input=True):
+    """Opset 8: batch axis 0, sequence axis 1, sequence_lens, directions."""
+    node = helper.make_node("Scan", ["lens" if lens_input else "", "h0", "x", "y"],
+                            ["h", "hs", "y2"], body=scan_body(D), num_scan_inputs=2,
+                            directions=[0, 1])
+    inputs = [vi("h0", D, [3, 3]), vi("x", D, [3, 5, 3]), vi("y", D, [3, 5, 2])]
+    if lens_input:
+        inputs.insert(0, vi("lens", I, [3]))
+    return model([node], inputs, [vi("h", D, None), vi("hs", D, None), vi("y2", D, None)],
+                 [const("w", R.uniform(0.5, 1.5, 3))], opset=8)
+
+
+def scan8_oracle(lens, h0, x, y, w):
+    outs = [np.zeros_like(h0), np.zeros(x.shape), np.zeros(y.shape)]
+    for b, n in enumerate(lens):
+        h, hs, y2 = scan_oracle(h0[b], x[b, :n], y[b, :n], w, in_dirs=(0, 1))
+        outs[0][b], outs[1][b, :n], outs[2][b, :n] = h, hs, y2
+    return outs
+
+
+@pytest.mark.parametrize("lens", [None, [5, 5, 5], [5, 2, 1]], ids=str)
+def test_scan_opset8_batches_and_sequence_lens(lens):
+    """Against numpy and ONNX Runtime: each batch scanned to its length, the
+    scan outputs zero after it."""
+    import onnxruntime
+
+    m = scan8_model(lens is not None)
+    feeds = scan_feeds(m, np.float64)
+    if lens is not None:
+        feeds["lens"] = np.array(lens, np.int64)
+    g = aidge_interop.load_onnx(m)
+    got = g.forward([feeds[n] for n in g.input_names])
+    expected = scan8_oracle(lens or [5, 5, 5], feeds["h0"], feeds["x"], feeds["y"], _w(m))
+    assert_same(got, expected)
+    assert_same(got, onnxruntime.InferenceSession(m.SerializeToString()).run(None, feeds))
+
+
+def _scan_gradient_check(m, feeds):
+    """Gradients of sum(gy * outputs) in every float input and in the
+    captured parameter w against central finite differences of the
+    engine's forward (float64)."""
+    g = aidge_interop.load_onnx(m)
+    names = g.input_names
+    outs = g.forward([feeds[n] for n in names], need_backward=True, input_grads=True)
+    gys = [R.standard_normal(o.shape) for o in outs]
+    g.zero_grad()
+    grads = g.backward(gys)
+    dw = g.grads()["w"].copy()
+    values = [feeds[n].copy() for n in names] + [_w(m).copy()]
+
+    def loss():
+        run = aidge_interop.load_onnx(_with_w(m, values[-1]))
+        return sum(np.sum(gy * o) for gy, o in zip(gys, run.forward(values[:-1])))
+
+    for k, name in enumerate(names + ["w"]):
+        if values[k].dtype != np.float64:
+            continue
+        analytic = dw if name == "w" else grads[k]
+        np.testing.assert_allclose(analytic, _finite_differences(loss, values, k),
+                                   rtol=1e-6, atol=1e-8, err_msg=f"gradient of '{name}'")
+
+
+@pytest.mark.parametrize("in_axes,in_dirs,out_axes,out_dirs", [
+    ((0, 0), (0, 0), (0, 0), (0, 0)), ((1, 0), (1, 0), (1, 0), (0, 1))],
+    ids=["plain", "axes_and_directions"])
+def test_scan_gradient_finite_differences(in_axes, in_dirs, out_axes, out_dirs):
+    m = scan_model(16, D, in_axes=in_axes, in_dirs=in_dirs, out_axes=out_axes,
+                   out_dirs=out_dirs)
+    _scan_gradient_check(m, scan_feeds(m, np.float64, seed=1))
+
+
+def test_scan_opset8_gradient_finite_differences():
+    m = scan8_model()
+    feeds = scan_feeds(m, np.float64, seed=2)
+    feeds["lens"] = np.array([5, 3, 1], np.int64)
+    _scan_gradient_check(m, feeds)
+
+
+def test_scan_inputs_of_different_lengths_are_refused():
+    node = helper.make_node("Scan", ["h0", "x", "y"], ["h", "hs", "y2"], body=scan_body(),
+                            num_scan_inputs=2, name="scan_me")
+    m = model([node], [vi("h0", F, [3]), vi("x", F, [4, 3]), vi("y", F, [5, 2])],
+              [vi("h", F, None), vi("hs", F, None), vi("y2", F, None)],
+              [const("w", np.ones(3, np.float32))], opset=16)
+    g = aidge_interop.load_onnx(m)
+    with pytest.raises(ValueError, match="Scan node 'scan_me': scan input 1 has 5 steps"):
+        g.forward([np.zeros((3,), np.float32), np.zeros((4, 3), np.float32),
+                   np.zeros((5, 2), np.float32)])

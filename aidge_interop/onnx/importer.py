@@ -239,7 +239,7 @@ _AVOID = {
     "ConcatFromSequence": _SEQUENCE_LOOP,
 }
 # operators whose graph attributes are subgraphs the engine runs (ops/control.c)
-_CONTROL = ("Loop", "If")
+_CONTROL = ("Loop", "If", "Scan")
 
 
 def _captures(body) -> list:
@@ -356,7 +356,7 @@ def _with_nodes(proto, nodes):
 
 
 def _build_subgraph(body, captures, add_nodes, where, untyped=()):
-    """A Loop body or an If branch as a ``_C.Graph``: its own inputs, then
+    """A Loop or Scan body or an If branch as a ``_C.Graph``: its own inputs, then
     one input per captured outer value (the node passes them as extra
     inputs), its initializers as constants, its nodes, its outputs.
     A subgraph's inputs take the dtypes of the values its node binds; an
@@ -365,7 +365,7 @@ def _build_subgraph(body, captures, add_nodes, where, untyped=()):
     g = _C.Graph()
     for i, inp in enumerate(body.input):
         et = _elem_type(inp)
-        if not inp.type.HasField("value"):
+        if not inp.type.HasField("value") or et == 0:  # untyped (a Scan body's, often)
             g.add_input(inp.name, untyped[i] if i < len(untyped) else "float32", None)
             continue
         if et not in ONNX_DTYPES:
@@ -554,7 +554,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                           for a in bodies}
                 inputs += captures
             attrs = _attributes(node, node_where, graphs)
-            if node.op_type == "Loop" and graphs is not None:
+            if node.op_type in ("Loop", "Scan") and graphs is not None:
                 attrs["captures"] = len(inputs) - len(node.input)
             if node.op_type == "Constant" and domain in ("", "ai.onnx"):
                 if len(node.output) != 1:

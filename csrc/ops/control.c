@@ -1,5 +1,5 @@
 /*
- * control.c — control flow: Loop and If. Their bodies are graphs of their
+ * control.c — control flow: Loop, If and Scan. Their bodies are graphs of their
  * own (attributes of type AI_ATTR_GRAPH, owned by the node), planned and
  * run by the engine like any graph.
  *
@@ -17,6 +17,14 @@
  *                 K scan values)
  *   If    inputs  cond, C captures; then_branch and else_branch take the C
  *                 captures and give the node's outputs
+ *   Scan  inputs  [sequence_lens (opset 8)], N states, M scan inputs, C captures
+ *         outputs N final states, K scan outputs
+ *         body    (N states, M slices, C captures) -> (N states, K slices)
+ *         Each iteration reads slice t (T - 1 - t in reverse) of each scan
+ *         input along its scan_input_axes and writes one of each scan output
+ *         along its scan_output_axes. Opset 8 adds a batch axis 0 to every
+ *         input and output (the scan axis is 1 then) and runs each batch to
+ *         its sequence_lens, the scan outputs zero after it.
  *
  * A body is planned again whenever its input shapes or the values of its
  * integer and bool inputs change (graph.h: ai_graph.subgraph): an
@@ -28,11 +36,12 @@
  * iterations its condition allows when inferred iteration after iteration
  * (loop_count); a run that ends elsewhere is refused.
  *
- * Loop backward runs the iterations in reverse: each one's forward again
+ * Loop and Scan backward run the iterations in reverse: each one's forward again
  * from the carried values its forward kept (ai_graph.saved), then the body's
  * backward from the carried values' gradients and the scan outputs' slices;
  * the carried gradients go to the iteration before, the captures' gradients
- * add up into the node's. If backward goes through the branch that ran.
+ * add up into the node's (a Scan's slice gradients go to slice t of its scan
+ * inputs'). If backward goes through the branch that ran.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,14 +671,518 @@ static ai_status if_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- Scan */
+
+typedef struct {
+    ai_graph *body;
+    int first;   /* the first state's input: 1 in opset 8 (sequence_lens first) */
+    int n_state, n_scan_in, n_scan_out, n_captures; /* N, M, K, C */
+    bool batched; /* opset 8: axis 0 of every input and output is a batch */
+    bool redraws;
+    int64_t in_axis[AI_MAX_IO], out_axis[AI_MAX_IO]; /* as the attributes give them */
+    bool in_rev[AI_MAX_IO], out_rev[AI_MAX_IO];
+} scan_params;
+
+/* what forward keeps for backward; lens[b]: batch b's iterations */
+typedef struct {
+    int64_t batch, length;
+    int in_axis[AI_MAX_IO], out_axis[AI_MAX_IO]; /* normalised, within a batch */
+    int64_t lens[];
+} scan_state;
+
+/* ints attribute `name` of n entries (0 each when absent) into out */
+static ai_status scan_flags(ai_node *n, const char *name, int count, int64_t *out)
+{
+    const int64_t *v;
+    int64_t len;
+    ai_status st = ai_attr_ints(n, name, &v, &len);
+    if (st)
+        return st;
+    if (len >= 0 && len != count)
+        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values for %d %s", name,
+                             (long long)len, count,
+                             strstr(name, "output") ? "scan outputs" : "scan inputs");
+    for (int i = 0; i < count; i++)
+        out[i] = len >= 0 ? v[i] : 0;
+    return AI_OK;
+}
+
+static ai_status scan_init(ai_node *n)
+{
+    int64_t captures, m;
+    ai_status st;
+    if ((st = ai_attr_int(n, "captures", 0, &captures)) ||
+        (st = ai_attr_int(n, "num_scan_inputs", -1, &m)))
+        return st;
+    const bool batched = n->opset < 9;
+    const int first = batched ? 1 : 0;
+    const int own = n->n_in - first - (int)captures; /* N + M */
+    if (m < 1 || captures < 0 || own < m)
+        return ai_node_error(n, AI_ERR_VALUE, "has %d inputs, %lld captures and "
+                             "num_scan_inputs %lld; a Scan takes %sits state variables, "
+                             "then num_scan_inputs (at least 1) scan inputs, then the "
+                             "captures", n->n_in, (long long)captures, (long long)m,
+                             batched ? "sequence_lens (opset 8), " : "");
+    for (int k = first; k < n->n_in; k++)
+        if (n->in[k] < 0)
+            return ai_node_error(n, AI_ERR_VALUE, "input %d is empty; only sequence_lens "
+                                 "may be", k);
+    scan_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    p->first = first;
+    p->batched = batched;
+    p->n_scan_in = (int)m;
+    p->n_state = own - (int)m;
+    p->n_captures = (int)captures;
+    p->n_scan_out = n->n_out - p->n_state;
+    int64_t flags[2 * AI_MAX_IO]; /* the input directions, then the output ones */
+    if (p->n_scan_out < 0)
+        st = ai_node_error(n, AI_ERR_VALUE, "has %d outputs for %d state variables",
+                           n->n_out, p->n_state);
+    else if (batched)
+        st = scan_flags(n, "directions", p->n_scan_in, flags);
+    else if (!(st = scan_flags(n, "scan_input_directions", p->n_scan_in, flags)) &&
+             !(st = scan_flags(n, "scan_input_axes", p->n_scan_in, p->in_axis)) &&
+             !(st = scan_flags(n, "scan_output_axes", p->n_scan_out, p->out_axis)))
+        st = scan_flags(n, "scan_output_directions", p->n_scan_out, flags + p->n_scan_in);
+    for (int i = 0; !st && i < p->n_scan_in + (batched ? 0 : p->n_scan_out); i++) {
+        if (flags[i] != 0 && flags[i] != 1)
+            st = ai_node_error(n, AI_ERR_VALUE, "a direction is %lld; 0 (forward) or 1 "
+                               "(reverse) expected", (long long)flags[i]);
+        else if (i < p->n_scan_in)
+            p->in_rev[i] = flags[i];
+        else
+            p->out_rev[i - p->n_scan_in] = flags[i];
+    }
+    if (!st)
+        st = subgraph_attr(n, "body", own + (int)captures, p->n_state + p->n_scan_out,
+                           &p->body);
+    if (st) {
+        free(p);
+        return st;
+    }
+    p->redraws = draws_again(p->body);
+    n->params = p;
+    return AI_OK;
+}
+
+/* A metadata-only tensor (data NULL) of dtype and shape, for ai_graph_infer */
+static void meta_tensor(ai_tensor *t, ai_dtype dtype, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    ai_contiguous_strides(ndim, shape, t->strides);
+}
+
+/* Input or output tensor t seen by one batch: t itself, or (opset 8) its
+ * batch b as a view. */
+static ai_status batch_view(ai_tensor **v, const ai_tensor *t, bool batched, int64_t b)
+{
+    const int drop = batched ? 1 : 0;
+    const size_t bytes = batched && t->shape[0] ? ai_tensor_nbytes(t) / (size_t)t->shape[0] : 0;
+    return ai_tensor_borrow(v, t->data ? (char *)t->data + (size_t)b * bytes : NULL, t->dtype,
+                            t->ndim - drop, t->shape + drop, NULL, 0, false, NULL, NULL);
+}
+
+enum { SLICE_GET, SLICE_PUT, SLICE_ADD };
+
+/* Between slice `at` of axis `axis` of f and the contiguous slice s: s =
+ * f[.., at, ..] (GET), f[.., at, ..] = s (PUT) or += s (ADD, f32/f64). */
+static void slice_move(ai_tensor *f, ai_tensor *s, int axis, int64_t at, int how)
+{
+    const size_t es = ai_dtype_size(f->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++)
+        outer *= f->shape[d];
+    for (int d = axis + 1; d < f->ndim; d++)
+        inner *= f->shape[d];
+    const int64_t len = f->shape[axis];
+    for (int64_t o = 0; o < outer; o++) {
+        char *fp = (char *)f->data + (size_t)((o * len + at) * inner) * es;
+        char *sp = (char *)s->data + (size_t)(o * inner) * es;
+        if (how == SLICE_GET)
+            memcpy(sp, fp, (size_t)inner * es);
+        else if (how == SLICE_PUT)
+            memcpy(fp, sp, (size_t)inner * es);
+        else if (f->dtype == AI_F32)
+            for (int64_t i = 0; i < inner; i++)
+                ((float *)fp)[i] += ((const float *)sp)[i];
+        else
+            for (int64_t i = 0; i < inner; i++)
+                ((double *)fp)[i] += ((const double *)sp)[i];
+    }
+}
+
+/* The shape of t (one batch's) without axis `axis` */
+static void drop_axis(const ai_tensor *t, int axis, int *ndim, int64_t *shape)
+{
+    *ndim = 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (d != axis)
+            shape[(*ndim)++] = t->shape[d];
+}
+
+static ai_status scan_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state_bytes)
+{
+    const scan_params *P = c->node->params;
+    const int N = P->n_state, M = P->n_scan_in, K = P->n_scan_out, F = P->first;
+    const int n_bin = c->n_in - F;
+    (void)ws;
+    int64_t batch = 1, length = -1;
+    ai_tensor metas[AI_MAX_IO];
+    const ai_tensor *ins[AI_MAX_IO];
+    ai_meta bm[AI_MAX_IO];
+    for (int k = 0; k < n_bin; k++) {
+        const ai_tensor *x = c->in[F + k];
+        ins[k] = x;
+        if (k >= N + M) /* a capture */
+            continue;
+        const bool scanned = k >= N;
+        if (P->batched) {
+            if (x->ndim < (scanned ? 2 : 1))
+                return ai_node_error(c->node, AI_ERR_VALUE, "%s %d has rank %d; opset 8 "
+                                     "needs a batch axis%s", scanned ? "scan input" : "state",
+                                     scanned ? k - N : k, x->ndim,
+                                     scanned ? " and a sequence axis" : "");
+            if (k == 0)
+                batch = x->shape[0];
+            else if (x->shape[0] != batch)
+                return ai_node_error(c->node, AI_ERR_VALUE, "input %d has batch %lld, "
+                                     "input %d %lld", F + k, (long long)x->shape[0], F,
+                                     (long long)batch);
+        }
+        const int drop = P->batched ? 1 : 0;
+        if (!scanned) {
+            if (P->batched) {
+                meta_tensor(&metas[k], x->dtype, x->ndim - 1, x->shape + 1);
+                ins[k] = &metas[k];
+            }
+            continue;
+        }
+        const int r = x->ndim - drop;
+        int a;
+        ai_status st = ai_norm_axis(c->node, P->in_axis[k - N], r, &a);
+        if (st)
+            return st;
+        const int64_t len = x->shape[drop + a];
+        if (length >= 0 && len != length)
+            return ai_node_error(c->node, AI_ERR_VALUE, "scan input %d has %lld steps along "
+                                 "its scan axis, scan input 0 %lld", k - N, (long long)len,
+                                 (long long)length);
+        length = len;
+        int nd;
+        int64_t shp[AI_MAX_DIMS];
+        drop_axis(x, drop + a, &nd, shp);
+        if (P->batched) { /* drop_axis kept the batch: drop it too */
+            nd--;
+            memmove(shp, shp + 1, sizeof(int64_t) * (size_t)nd);
+        }
+        meta_tensor(&metas[k], x->dtype, nd, shp);
+        ins[k] = &metas[k];
+    }
+    ai_status st = ai_graph_infer(P->body, n_bin, ins, bm, NULL);
+    if (st)
+        return body_error(c->node, st, "body");
+    for (int j = 0; j < N; j++) {
+        const ai_tensor *x = ins[j];
+        if (!same_meta(&bm[j], x)) {
+            char a[AI_MAX_DIMS * 24], o[AI_MAX_DIMS * 24];
+            meta_text(a, sizeof a, x->dtype, x->ndim, x->shape);
+            meta_text(o, sizeof o, bm[j].dtype, bm[j].ndim, bm[j].shape);
+            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "state variable %d comes in "
+                                 "as %s and leaves the body as %s; the engine keeps a state's "
+                                 "dtype and shape", j, a, o);
+        }
+        const ai_tensor *y = c->in[F + j];
+        out[j].dtype = y->dtype;
+        out[j].ndim = y->ndim;
+        memcpy(out[j].shape, y->shape, sizeof(int64_t) * (size_t)y->ndim);
+    }
+    for (int k = 0; k < K; k++) {
+        const ai_meta *s = &bm[N + k];
+        const int drop = P->batched ? 1 : 0;
+        if (s->ndim + 1 + drop > AI_MAX_DIMS)
+            return ai_node_error(c->node, AI_ERR_VALUE, "scan output %d has rank %d", k,
+                                 s->ndim + 1 + drop);
+        int a;
+        if ((st = ai_norm_axis(c->node, P->out_axis[k], s->ndim + 1, &a)))
+            return st;
+        ai_meta *y = &out[N + k];
+        y->dtype = s->dtype;
+        y->ndim = s->ndim + 1 + drop;
+        y->shape[0] = batch;
+        for (int d = 0, from = 0; d < s->ndim + 1; d++)
+            y->shape[drop + d] = d == a ? (length < 0 ? 0 : length) : s->shape[from++];
+    }
+    *state_bytes = sizeof(scan_state) + sizeof(int64_t) * (size_t)batch;
+    return AI_OK;
+}
+
+/* The run's batches, length, normalised axes and each batch's iterations
+ * (opset 8's sequence_lens, else the scan inputs' length). */
+static ai_status scan_geometry(const ai_ctx *c, scan_state *S)
+{
+    const scan_params *P = c->node->params;
+    const int N = P->n_state, F = P->first, drop = P->batched ? 1 : 0;
+    ai_status st;
+    S->batch = P->batched ? c->in[F]->shape[0] : 1;
+    for (int i = 0; i < P->n_scan_in; i++) {
+        const ai_tensor *x = c->in[F + N + i];
+        if ((st = ai_norm_axis(c->node, P->in_axis[i], x->ndim - drop, &S->in_axis[i])))
+            return st;
+        S->length = x->shape[drop + S->in_axis[i]];
+    }
+    for (int k = 0; k < P->n_scan_out; k++)
+        if ((st = ai_norm_axis(c->node, P->out_axis[k], c->out[N + k]->ndim - drop,
+                               &S->out_axis[k])))
+            return st;
+    const ai_tensor *lens = P->batched ? c->in[0] : NULL;
+    if (lens && (ai_tensor_numel(lens) != S->batch || ai_dtype_is_float(lens->dtype)))
+        return ai_node_error(c->node, AI_ERR_VALUE, "sequence_lens has %lld values for a "
+                             "batch of %lld; integers expected",
+                             (long long)ai_tensor_numel(lens), (long long)S->batch);
+    for (int64_t b = 0; b < S->batch; b++) {
+        S->lens[b] = lens ? ai_tensor_get_flat_i64(lens, b) : S->length;
+        if (S->lens[b] < 0 || S->lens[b] > S->length)
+            return ai_node_error(c->node, AI_ERR_VALUE, "sequence_lens[%lld] is %lld; 0 to "
+                                 "the sequence length %lld expected", (long long)b,
+                                 (long long)S->lens[b], (long long)S->length);
+    }
+    return AI_OK;
+}
+
+/* Views of one batch's tensors: the node's states and scan inputs (`in`),
+ * outputs (`out`) or their gradients; NULL stays NULL. */
+static ai_status scan_views(const scan_params *P, ai_tensor *const *t, int n, int64_t b,
+                            ai_tensor **v)
+{
+    for (int k = 0; k < n; k++) {
+        v[k] = NULL;
+        ai_status st = t[k] ? batch_view(&v[k], t[k], P->batched, b) : AI_OK;
+        if (st)
+            return st;
+    }
+    return AI_OK;
+}
+
+/* New tensors for slice `axis` of each of the n views */
+static ai_status scan_slices(ai_tensor *const *v, const int *axis, int n, ai_tensor **s)
+{
+    for (int k = 0; k < n; k++) {
+        int nd;
+        int64_t shape[AI_MAX_DIMS];
+        s[k] = NULL;
+        if (!v[k])
+            continue;
+        drop_axis(v[k], axis[k], &nd, shape);
+        ai_status st = ai_tensor_new(&s[k], v[k]->dtype, nd, shape);
+        if (st)
+            return st;
+    }
+    return AI_OK;
+}
+
+/* The body's inputs at iteration t of a batch of T: states, slices of the
+ * scan inputs (read), then the node's captures. */
+static void scan_inputs(const ai_ctx *c, const scan_state *S, ai_tensor *const *state,
+                        ai_tensor *const *views, ai_tensor *const *slices, int64_t t,
+                        int64_t T, const ai_tensor **ins)
+{
+    const scan_params *P = c->node->params;
+    const int N = P->n_state, M = P->n_scan_in;
+    for (int j = 0; j < N; j++)
+        ins[j] = state[j];
+    for (int i = 0; i < M; i++) {
+        slice_move(views[N + i], slices[i], S->in_axis[i], P->in_rev[i] ? T - 1 - t : t,
+                   SLICE_GET);
+        ins[N + i] = slices[i];
+    }
+    for (int k = P->first + N + M; k < c->n_in; k++)
+        ins[k - P->first] = c->in[k];
+}
+
+static ai_status scan_forward(ai_ctx *c)
+{
+    const scan_params *P = c->node->params;
+    const int N = P->n_state, M = P->n_scan_in, K = P->n_scan_out, F = P->first;
+    const int n_bin = c->n_in - F, n_bout = N + K;
+    ai_graph *b = P->body;
+    scan_state *S = c->state;
+    const bool save = c->g->need_backward;
+    if (save && c->training && P->redraws)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "its body has Dropout or BatchNormalization, which would draw or "
+                             "update again when backward runs an iteration again: training "
+                             "through it is not supported (eval mode, or no gradient, runs)");
+    ai_status st = scan_geometry(c, S);
+    if (st)
+        return st;
+    b->training = c->training;
+    b->need_backward = false; /* backward runs each iteration again */
+    b->input_grads = false;
+    ai_graph_saved_clear(b);
+    ai_tensor *views[AI_MAX_IO] = {0}, *oviews[AI_MAX_IO] = {0}, *slices[AI_MAX_IO] = {0};
+    ai_tensor *state[AI_MAX_IO] = {0}, *outs[AI_MAX_IO] = {0};
+    const ai_tensor *ins[AI_MAX_IO];
+    for (int64_t bt = 0; bt < S->batch && !st; bt++) {
+        const int64_t T = S->lens[bt];
+        if ((st = scan_views(P, c->in + F, N + M, bt, views)) ||
+            (st = scan_views(P, c->out, n_bout, bt, oviews)) ||
+            (st = scan_slices(views + N, S->in_axis, M, slices)))
+            break;
+        for (int j = 0; j < N && !st; j++)
+            st = ai_tensor_share(&state[j], views[j]);
+        for (int k = 0; k < K && T < S->length; k++) /* padding after a short sequence */
+            if (ai_tensor_nbytes(oviews[N + k]))
+                memset(oviews[N + k]->data, 0, ai_tensor_nbytes(oviews[N + k]));
+        for (int64_t t = 0; t < T && !st; t++) {
+            for (int j = 0; j < N && save && !st; j++)
+                st = ai_graph_save(b, state[j]);
+            if (st)
+                break;
+            scan_inputs(c, S, state, views, slices, t, T, ins);
+            if ((st = ai_graph_forward(b, n_bin, ins, n_bout, outs))) {
+                char what[64];
+                snprintf(what, sizeof what, "body, iteration %lld", (long long)t);
+                st = body_error(c->node, st, what);
+                break;
+            }
+            for (int j = 0; j < n_bout && !st; j++) { /* shapes as planned */
+                ai_meta m = {oviews[j]->dtype, 0, {0}};
+                const int axis = j < N ? -1 : S->out_axis[j - N];
+                drop_axis(oviews[j], axis, &m.ndim, m.shape);
+                if (!same_meta(&m, outs[j]))
+                    st = ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "iteration %lld: "
+                                       "%s %d changes its dtype or shape; the engine keeps "
+                                       "them", (long long)t, j < N ? "state variable" :
+                                       "scan output", j < N ? j : j - N);
+            }
+            for (int k = 0; k < K && !st; k++)
+                slice_move(oviews[N + k], outs[N + k], S->out_axis[k],
+                           P->out_rev[k] ? T - 1 - t : t, SLICE_PUT);
+            for (int j = 0; j < N && !st; j++) {
+                ai_tensor_free(state[j]);
+                state[j] = outs[j];
+                outs[j] = NULL;
+            }
+            free_all(outs, n_bout);
+        }
+        for (int j = 0; j < N && !st; j++)
+            st = ai_tensor_copy(oviews[j], state[j]);
+        free_all(state, N);
+        free_all(slices, M);
+        free_all(views, N + M);
+        free_all(oviews, n_bout);
+    }
+    free_all(outs, n_bout);
+    free_all(state, N);
+    free_all(slices, M);
+    free_all(views, N + M);
+    free_all(oviews, n_bout);
+    return st;
+}
+
+static ai_status scan_backward(ai_ctx *c)
+{
+    const scan_params *P = c->node->params;
+    const int N = P->n_state, M = P->n_scan_in, K = P->n_scan_out, F = P->first;
+    const int n_bin = c->n_in - F, n_bout = N + K;
+    ai_graph *b = P->body;
+    const scan_state *S = c->state;
+    int64_t total = 0;
+    for (int64_t bt = 0; bt < S->batch; bt++)
+        total += S->lens[bt];
+    if (b->n_saved != total * N)
+        return ai_node_error(c->node, AI_ERR_VALUE, "backward needs the values of the "
+                             "forward before it (run forward with gradients enabled)");
+    b->training = c->training;
+    b->need_backward = true;
+    b->input_grads = true;
+    ai_status st = AI_OK;
+    ai_tensor *views[AI_MAX_IO] = {0}, *dviews[AI_MAX_IO] = {0}, *gviews[AI_MAX_IO] = {0};
+    ai_tensor *slices[AI_MAX_IO] = {0}, *gslices[AI_MAX_IO] = {0}, *dstate[AI_MAX_IO] = {0};
+    ai_tensor *outs[AI_MAX_IO] = {0}, *gin[AI_MAX_IO] = {0};
+    const ai_tensor *ins[AI_MAX_IO], *gout[AI_MAX_IO];
+    int64_t done = 0; /* iterations of the batches before */
+    for (int64_t bt = 0; bt < S->batch && !st; done += S->lens[bt], bt++) {
+        const int64_t T = S->lens[bt];
+        if ((st = scan_views(P, c->in + F, N + M, bt, views)) ||
+            (st = scan_views(P, c->din + F, N + M, bt, dviews)) ||
+            (st = scan_views(P, c->dout, n_bout, bt, gviews)) ||
+            (st = scan_slices(views + N, S->in_axis, M, slices)) ||
+            (st = scan_slices(gviews + N, S->out_axis, K, gslices)))
+            break;
+        for (int j = 0; j < N && !st; j++) /* the gradients of the final states */
+            if (gviews[j])
+                st = ai_tensor_clone(&dstate[j], gviews[j]);
+        for (int64_t t = T - 1; t >= 0 && !st; t--) {
+            char what[64];
+            snprintf(what, sizeof what, "body, iteration %lld", (long long)t);
+            scan_inputs(c, S, b->saved + (done + t) * N, views, slices, t, T, ins);
+            if ((st = ai_graph_forward(b, n_bin, ins, n_bout, outs))) {
+                st = body_error(c->node, st, what);
+                break;
+            }
+            free_all(outs, n_bout);
+            for (int j = 0; j < N; j++)
+                gout[j] = dstate[j];
+            for (int k = 0; k < K; k++) {
+                gout[N + k] = gslices[k];
+                if (gslices[k])
+                    slice_move(gviews[N + k], gslices[k], S->out_axis[k],
+                               P->out_rev[k] ? T - 1 - t : t, SLICE_GET);
+            }
+            if ((st = ai_graph_backward(b, n_bout, gout, n_bin, gin))) {
+                st = body_error(c->node, st, what);
+                break;
+            }
+            for (int j = 0; j < N; j++) { /* to the iteration before */
+                ai_tensor_free(dstate[j]);
+                dstate[j] = gin[j];
+                gin[j] = NULL;
+            }
+            for (int i = 0; i < M; i++)
+                if (dviews[N + i] && gin[N + i])
+                    slice_move(dviews[N + i], gin[N + i], S->in_axis[i],
+                               P->in_rev[i] ? T - 1 - t : t, SLICE_ADD);
+            for (int k = N + M; k < n_bin; k++)
+                add_grad(c->din[F + k], gin[k]);
+            free_all(gin, n_bin);
+        }
+        for (int j = 0; j < N && !st; j++)
+            add_grad(dviews[j], dstate[j]);
+        free_all(dstate, N);
+        free_all(slices, M);
+        free_all(gslices, K);
+        free_all(views, N + M);
+        free_all(dviews, N + M);
+        free_all(gviews, n_bout);
+    }
+    free_all(outs, n_bout);
+    free_all(gin, n_bin);
+    free_all(dstate, N);
+    free_all(slices, M);
+    free_all(gslices, K);
+    free_all(views, N + M);
+    free_all(dviews, N + M);
+    free_all(gviews, n_bout);
+    return st;
+}
+
 /* Backward reads the inputs (a Loop's captures; an If's branch keeps views
  * of them), never the outputs. */
 static const ai_op_def op_loop = {"Loop", "", 2, AI_MAX_IO, 1, AI_MAX_IO,
                                   AI_OP_VALUES_AT_PLAN | AI_OP_EMPTY_INPUTS | AI_OP_BWD_NO_Y,
                                   loop_init,
                                   loop_shape, loop_forward, loop_backward};
+static const ai_op_def op_scan = {"Scan", "", 1, AI_MAX_IO, 1, AI_MAX_IO,
+                                  AI_OP_VALUES_AT_PLAN | AI_OP_EMPTY_INPUTS | AI_OP_BWD_NO_Y,
+                                  scan_init, scan_shape, scan_forward, scan_backward};
 static const ai_op_def op_if = {"If", "", 1, AI_MAX_IO, 1, AI_MAX_IO,
                                 AI_OP_VALUES_AT_PLAN | AI_OP_BWD_NO_Y, if_init, if_shape,
                                 if_forward, if_backward};
 
-const ai_op_def *const ai_ops_control[] = {&op_loop, &op_if, NULL};
+const ai_op_def *const ai_ops_control[] = {&op_loop, &op_if, &op_scan, NULL};
