@@ -80,12 +80,21 @@ def test_get_element_of_an_empty_optional_is_refused_by_name():
         aidge_interop.load_onnx(_model(nodes, [X], ["y"]))
 
 
-def test_optional_sequence_input_is_refused_by_name():
+def test_optional_sequence_input_is_a_present_sequence():
+    """Refused by name without its length; with it (as the backend gives
+    it from the list it is called with), a list of tensor inputs."""
+    from aidge_interop.onnx.backend import AidgeBackend
+
     inp = helper.make_value_info("s", helper.make_optional_type_proto(
         helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [3]))))
-    model = _model([helper.make_node("OptionalHasElement", ["s"], ["y"])], [inp], ["y"])
-    with pytest.raises(NotImplementedError, match="graph input 's' is an optional sequence"):
+    model = _model([helper.make_node("OptionalGetElement", ["s"], ["t"]),
+                    helper.make_node("ConcatFromSequence", ["t"], ["y"], axis=0)], [inp], ["y"])
+    with pytest.raises(NotImplementedError, match="graph input 's' is a sequence; the engine "
+                                                  "takes tensors"):
         aidge_interop.load_onnx(model)
+    items = [np.arange(3, dtype=np.float32) + i for i in range(4)]
+    (got,) = AidgeBackend.run_model(model, [items])
+    np.testing.assert_array_equal(got, np.concatenate(items))
 
 
 def test_optional_operators_in_a_subgraph_are_refused_by_name():

@@ -20,7 +20,11 @@ __all__ = ["AidgeBackend", "AidgeBackendRep", "prepare", "run_model", "run_node"
 
 
 def _is_sequence(value_info) -> bool:
-    return value_info.type.HasField("sequence_type")
+    """A sequence, or an optional one (present: the engine runs optionals
+    known at import)."""
+    t = value_info.type
+    return t.HasField("sequence_type") or (t.HasField("optional_type") and
+                                           t.optional_type.elem_type.HasField("sequence_type"))
 
 
 class AidgeBackendRep(BackendRep):

@@ -1,9 +1,9 @@
 """ONNX optionals at import: the engine has tensors only, so an optional
 must be known at import to be present or empty.
 
-An optional graph input of a tensor type is a tensor input (present: an
-empty one is refused when the graph runs, as any input that is not a
-tensor); ``Optional(x)`` is ``x``, ``Optional()`` (no input) an empty
+An optional graph input of a tensor or sequence type is a tensor or
+sequence input (present: an empty one is refused when the graph runs, as
+any input that is not a tensor; sequences: ``sequences.py``); ``Optional(x)`` is ``x``, ``Optional()`` (no input) an empty
 optional; ``OptionalHasElement`` becomes a constant (true for a present
 value, false for an empty optional or no input); ``OptionalGetElement``
 an ``Identity`` of a present value, refused by name on an empty one. An
@@ -38,7 +38,7 @@ def rewrite_optionals(proto, where: str):
     for inp in graph.input:
         if inp.type.HasField("optional_type"):
             elem = inp.type.optional_type.elem_type
-            if not elem.HasField("tensor_type"):
+            if not elem.HasField("tensor_type") and not elem.HasField("sequence_type"):
                 raise NotImplementedError(
                     f"{where}: graph input '{inp.name}' is an optional "
                     f"{(elem.WhichOneof('value') or 'untyped').replace('_type', '')}; the engine "
