@@ -30,6 +30,7 @@
 #include "../graph.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/gemm.h"
+#include "../kernels/simd.h"
 
 enum { CELL_RNN, CELL_GRU, CELL_LSTM };
 

@@ -16,7 +16,8 @@
 /* ---------------------------------------------------------------- activations */
 
 /* y = f(x) over n, x clipped to [-clip, clip] first when clip > 0; y may be x */
-static void SFX(act_forward)(const rnn_act *a, REAL clip, REAL *y, const REAL *x, int64_t n)
+AI_WIDE_CLONES static void SFX(act_forward)(const rnn_act *a, REAL clip, REAL *y,
+                                            const REAL *x, int64_t n)
 {
     if (clip > 0) {
         for (int64_t j = 0; j < n; j++)
@@ -78,31 +79,66 @@ static void SFX(act_forward)(const rnn_act *a, REAL clip, REAL *y, const REAL *x
 
 /* dx = dy * f'(x), x the pre-activation before clip, y = f(clip(x)); 0 where
  * clip cut x. dx may be dy. */
-static void SFX(act_backward)(const rnn_act *a, REAL clip, REAL *dx, const REAL *dy,
-                              const REAL *x, const REAL *y, int64_t n)
+AI_WIDE_CLONES static void SFX(act_backward)(const rnn_act *a, REAL clip, REAL *dx,
+                                             const REAL *dy, const REAL *x, const REAL *y,
+                                             int64_t n)
 {
     const REAL al = (REAL)a->alpha, be = (REAL)a->beta;
-    for (int64_t j = 0; j < n; j++) {
-        const REAL v = x[j];
-        REAL g;
-        switch (a->kind) {
-        case ACT_SIGMOID: g = y[j] * (1 - y[j]); break;
-        case ACT_TANH: g = 1 - y[j] * y[j]; break;
-        case ACT_RELU: g = v > 0; break;
-        case ACT_AFFINE: g = al; break;
-        case ACT_LEAKY_RELU: g = v >= 0 ? 1 : al; break;
-        case ACT_THRESHOLDED_RELU: g = v > al; break;
-        case ACT_SCALED_TANH: { const REAL t = al != 0 ? y[j] / al : TANH(be * v);
-                                g = al * be * (1 - t * t); break; }
-        case ACT_HARD_SIGMOID: { const REAL u = al * v + be; g = u > 0 && u < 1 ? al : 0; break; }
-        case ACT_ELU: g = v >= 0 ? 1 : y[j] + al; break;
-        case ACT_SOFTSIGN: { const REAL d = 1 + (v < 0 ? -v : v); g = 1 / (d * d); break; }
-        default: g = 1 / (1 + EXP(-v)); break; /* ACT_SOFTPLUS */
+    switch (a->kind) {
+    case ACT_SIGMOID:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = dy[j] * (y[j] * (1 - y[j]));
+        break;
+    case ACT_TANH:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = dy[j] * (1 - y[j] * y[j]);
+        break;
+    case ACT_RELU:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = x[j] > 0 ? dy[j] : 0;
+        break;
+    case ACT_AFFINE:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = dy[j] * al;
+        break;
+    case ACT_LEAKY_RELU:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = x[j] >= 0 ? dy[j] : dy[j] * al;
+        break;
+    case ACT_THRESHOLDED_RELU:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = x[j] > al ? dy[j] : 0;
+        break;
+    case ACT_SCALED_TANH:
+        for (int64_t j = 0; j < n; j++) {
+            const REAL t = TANH(be * x[j]);
+            dx[j] = dy[j] * (al * be * (1 - t * t));
         }
-        if (clip > 0 && (v < -clip || v > clip))
-            g = 0;
-        dx[j] = dy[j] * g;
+        break;
+    case ACT_HARD_SIGMOID:
+        for (int64_t j = 0; j < n; j++) {
+            const REAL u = al * x[j] + be;
+            dx[j] = u > 0 && u < 1 ? dy[j] * al : 0;
+        }
+        break;
+    case ACT_ELU:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = x[j] >= 0 ? dy[j] : dy[j] * (y[j] + al);
+        break;
+    case ACT_SOFTSIGN:
+        for (int64_t j = 0; j < n; j++) {
+            const REAL d = 1 + (x[j] < 0 ? -x[j] : x[j]);
+            dx[j] = dy[j] / (d * d);
+        }
+        break;
+    case ACT_SOFTPLUS:
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = dy[j] / (1 + EXP(-x[j]));
+        break;
     }
+    if (clip > 0)
+        for (int64_t j = 0; j < n; j++)
+            dx[j] = x[j] < -clip || x[j] > clip ? 0 : dx[j];
 }
 
 /* ---------------------------------------------------------------- input projection */
