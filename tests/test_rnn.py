@@ -332,3 +332,37 @@ def test_unknown_sequence_length_runs():
         x = np.random.default_rng(seq).standard_normal((seq, 1, 2)).astype(np.float32)
         (expected,) = ReferenceEvaluator(model).run(None, {"X": x})
         np.testing.assert_allclose(g.forward([x])[0], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_empty_dimensions(op):
+    """No steps: Y_h is initial_h. No features: as zero features. No
+    entries: empty outputs. Backward runs on each."""
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    node = helper.make_node(op, ["X", "W", "R", "B", "", "h0"], ["Y", "Y_h"], name="n",
+                            hidden_size=3)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                      for n in ("X", "W", "R", "B", "h0")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")])
+    g = aidge_interop.load_onnx(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 14)]))
+    rng = np.random.default_rng(5)
+
+    def run(T, B, I, x=None):
+        vals = [rng.standard_normal((T, B, I)) if x is None else x,
+                rng.standard_normal((1, G * 3, I)), R, bias, h0[:, :B]]
+        outs = g.forward([v.astype(np.float32) for v in vals], input_grads=True)
+        grads = g.backward([np.ones_like(o) for o in outs])
+        assert [a.shape for a in grads] == [v.shape for v in vals]
+        return outs
+
+    R, bias = rng.standard_normal((1, G * 3, 3)), rng.standard_normal((1, 6 * G))
+    h0 = rng.standard_normal((1, 2, 3))
+    y, yh = run(0, 2, 4)
+    assert y.shape == (0, 1, 2, 3)
+    np.testing.assert_array_equal(yh, h0.astype(np.float32))
+    y, yh = run(3, 0, 4)
+    assert y.shape == (3, 1, 0, 3) and yh.shape == (1, 0, 3)
+    for got, want in zip(run(3, 2, 0), run(3, 2, 1, x=np.zeros((3, 2, 1)))):
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -440,7 +440,7 @@ static ai_status rnn_forward(ai_ctx *c)
     dims_of(c, &s);
     int64_t *len = c->workspace;
     ai_status st = read_lengths(c, &s, len);
-    if (st)
+    if (st || s.B == 0) /* no entries: every output is empty */
         return st;
     void *ws = len + s.B;
     for (int d = 0; d < s.D; d++) {
@@ -464,7 +464,7 @@ static ai_status rnn_backward(ai_ctx *c)
     dims_of(c, &s);
     int64_t *len = c->workspace;
     ai_status st = read_lengths(c, &s, len);
-    if (st)
+    if (st || s.B == 0) /* no entries: no gradient to add */
         return st;
     void *ws = len + s.B;
     const size_t es = ai_dtype_size(c->in[IN_X]->dtype);

@@ -143,12 +143,14 @@ AI_WIDE_CLONES static void SFX(act_backward)(const rnn_act *a, REAL clip, REAL *
 
 /* ---------------------------------------------------------------- input projection */
 
-/* A[t][b] (G H) = X[t][b] @ W^T (+=, with `accumulate`): one GEMM over every
+/* A[t][b] (G H) = X[t][b] @ W^T: one GEMM over every
  * step, or one per batch entry in layout 1 (X is (B, T, I) there). */
 static void SFX(project)(const rnn_dims *s, const REAL *x, const REAL *w, REAL *A)
 {
     const int64_t GH = s->G * s->H;
-    if (!s->layout)
+    if (s->I == 0) /* no features: a product of nothing (not left to the GEMM) */
+        memset(A, 0, (size_t)(s->T * s->B * GH) * sizeof(REAL));
+    else if (!s->layout)
         GEMM(false, true, s->T * s->B, GH, s->I, 1, x, s->I, w, s->I, 0, A, GH);
     else
         for (int64_t b = 0; b < s->B; b++)
