@@ -8,7 +8,6 @@ refuses, named."""
 import copy
 
 import numpy as np
-import onnx
 import pytest
 import torch
 import torch.nn as nn
