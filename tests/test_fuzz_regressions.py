@@ -125,3 +125,35 @@ def test_memory_blow_ups_are_failures_and_plan_refusals_are_not():
                                  "bytes, over the memory limit of 1073741824 bytes"))
     with pytest.raises(AssertionError, match="memory blow-up"):
         harness._refusal(MemoryError("out of memory allocating 3000000000 bytes"))
+
+
+def lstm_model(steps, features):
+    """An LSTM (hidden 4) over X declared (steps, 1, features)."""
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((1, 16, features)).astype(np.float32), "W")
+    r = nh.from_array(rng.standard_normal((1, 16, 4)).astype(np.float32), "R")
+    return model([oh.make_node("LSTM", ["X", "W", "R"], ["Y", "Y_h"], name="lstm",
+                               hidden_size=4)],
+                 [vi("X", [steps, 1, features])], [vi("Y_h", None)], [w, r], opset=14)
+
+
+def test_lstm_of_2_to_the_40_steps_is_refused_quickly():
+    """An LSTM declaring 2^40 time steps hung the loader (it unrolled the
+    steps at import, lstm-2e40-steps.onnx). The LSTM is one node now: the
+    model loads at once, and a run of that length (an empty X: no features)
+    is refused by the plan's memory limit, naming the node, before anything
+    is allocated."""
+    import time
+
+    start = time.perf_counter()
+    run_one((FUZZ / "regressions" / "lstm-2e40-steps.onnx").read_bytes())
+    g = ai.load_onnx(lstm_model(2**40, 0))
+    saved = ai.get_memory_limit()
+    ai.set_memory_limit(1 << 30)
+    try:
+        with pytest.raises(MemoryError, match=r"LSTM node 'lstm': its output 'Y' needs "
+                                              r"17592186044416 bytes, over the memory limit"):
+            g.forward([np.zeros((2**40, 1, 0), np.float32)])
+    finally:
+        ai.set_memory_limit(saved)
+    assert time.perf_counter() - start < 5

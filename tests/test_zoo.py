@@ -152,11 +152,7 @@ def test_zoo_greedy_generation_with_the_cache_fed_back(name, exporter):
 
 # The torch.export-based exporter (wrap(..., exporter="dynamo")), eval and a
 # new shape. What it cannot take today, and why:
-_RNN = ("the engine unrolls LSTM/GRU over a sequence length known at import, and the "
-        "dynamo export leaves it symbolic")
-DYNAMO_FAILS = {
-    "lstm_tagger": (NotImplementedError, _RNN), "gru_tagger": (NotImplementedError, _RNN),
-}
+DYNAMO_FAILS = {}
 
 
 @pytest.mark.parametrize("name", _params(DYNAMO_FAILS))

@@ -1,5 +1,5 @@
-"""Operators written at import as other engine operators (``rnn.py``,
-``einsum.py``): the ``Emitter`` they write their nodes with."""
+"""Operators written at import as other engine operators (``einsum.py``):
+the ``Emitter`` they write their nodes with."""
 from __future__ import annotations
 
 import numpy as np

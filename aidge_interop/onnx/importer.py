@@ -221,8 +221,8 @@ def _value_dims(proto, input_shapes=None):
     return dims
 
 
-# operators written at import as other engine operators (rnn.py, einsum.py)
-EXPANDED = ("LSTM", "GRU", "RNN", "Einsum")
+# operators written at import as other engine operators (einsum.py)
+EXPANDED = ("Einsum",)
 
 
 # what an export can do to avoid an operator the engine does not have
@@ -390,8 +390,8 @@ def _build_subgraph(body, captures, add_nodes, where, untyped=()):
 
 def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
-    (LSTM, GRU, RNN and Einsum, and the sequence and optional operators in
-    their static forms: written as the engine's operators at import)."""
+    (Einsum, and the sequence and optional operators in their static forms:
+    written as the engine's operators at import)."""
     ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
     ops.update({name: {"domain": "", "backward": True}
                 for name in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
@@ -400,36 +400,15 @@ def supported_operators() -> dict[str, dict]:
 
 def _add_expanded(g, node, attrs, opset, dims, where):
     """An operator of EXPANDED as the engine operators that compute it.
-    ``dims(hinted)``: value name -> dims by ONNX shape inference, with the
-    graph's symbolic input dims left unknown, or filled from input_shapes
-    (an RNN's sequence length; Einsum keeps a dynamic batch dynamic)."""
+    ``dims()``: value name -> dims by ONNX shape inference, with the graph's
+    symbolic input dims left unknown (Einsum keeps a dynamic batch dynamic)."""
     node_opset = max(int(opset), 13)  # the nodes written use opset 13's input forms
     emit_node = lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",  # noqa: E731
                                                          opset=node_opset)
     emit_const = lambda name, value: g.add_initializer(name, value, "const")  # noqa: E731
-    if node.op_type == "Einsum":
-        from .einsum import expand_einsum
+    from .einsum import expand_einsum
 
-        return expand_einsum(node, attrs, dims(False), emit_node, emit_const, where)
-    from .rnn import expand_rnn
-
-    dims = dims(True)
-    x_dims = dims.get(node.input[0]) if node.input else None
-    layout = attrs.get("layout", 0)
-    seq_len = x_dims[1 if layout else 0] if x_dims and len(x_dims) == 3 else None
-    if not seq_len:
-        raise NotImplementedError(
-            f"{where}: the sequence length of input X ('{node.input[0]}') is not known at "
-            f"import (shape {x_dims}); the engine unrolls {node.op_type} over its time steps, "
-            "so it needs a fixed sequence length (the batch may be dynamic)")
-    hidden = attrs.get("hidden_size")
-    r_dims = dims.get(node.input[2]) if len(node.input) > 2 else None
-    if hidden is None and r_dims and len(r_dims) == 3:
-        hidden = r_dims[2]
-    if not hidden or hidden < 1:
-        raise ValueError(f"{where}: hidden_size is missing and R's shape ({r_dims}) does not "
-                         "give it")
-    expand_rnn(node, attrs, int(seq_len), int(hidden), emit_node, emit_const, where)
+    return expand_einsum(node, attrs, dims(), emit_node, emit_const, where)
 
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
@@ -446,10 +425,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     and written in place (the graph shares their memory); ``grads`` maps
     parameter names to engine Tensors that hold their gradients (shared:
     two graphs of one model accumulate into one gradient). ``input_shapes``
-    (shapes of the graph's inputs, in order) fixes their symbolic dims where
-    an operator needs a shape at import (LSTM, GRU, RNN: the sequence
-    length they are unrolled for, a different one refused at run time;
-    Einsum: the ranks behind ``...`` and the sizes its reshapes fix).
+    (the shapes an export was traced with) is accepted and unused: no
+    operator needs a shape at import since LSTM, GRU and RNN are the
+    engine's own (they were unrolled for a fixed sequence length).
     Forward refuses an input whose rank or dims contradict the dims the
     model declares (as ONNX Runtime does); symbolic dims are free, and so
     is dim 0 with ``free_batch`` (a model exported for one batch size runs
@@ -515,12 +493,12 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
         g.add_initializer(init.name, value, kind or "const", share)
         if grads and init.name in grads and (kind or "const") == "param":
             g.share_grad(init.name, grads[init.name])
-    inferred = {}  # shapes by ONNX inference, when an operator of EXPANDED needs them
+    inferred = []  # shapes by ONNX inference, when an operator of EXPANDED needs them
 
-    def dims(hinted):
-        if hinted not in inferred:
-            inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
-        return inferred[hinted]
+    def dims():
+        if not inferred:
+            inferred.append(_value_dims(proto))
+        return inferred[0]
 
     def add_nodes(g, nodes, where):
         for i, node in enumerate(_sequence_scans(nodes)):
