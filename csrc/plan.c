@@ -202,9 +202,12 @@ static bool is_const(const ai_graph *g, const ai_plan *p, int v)
  *   HALF_BACKWARD  an AI_OP_HALF operator (forward moves or converts the
  *                  bytes as they are), or a node with half outputs only
  *                  (a Cast to float16)
- * Backward of either converts the same way: the inputs, outputs and output
- * gradients to float32, the input gradients computed in float32 copies and
- * then rounded into (added to) the half gradients. */
+ *   HALF_NONE      no half value, or an AI_OP_HALF_GRAD operator (Loop,
+ *                  If: their subgraphs convert node by node)
+ * Backward of the first two converts the same way: the inputs, outputs and
+ * output gradients to float32, the input gradients computed in float32
+ * copies, each rounded to the half type and then written to (or added to)
+ * the value's half gradient, as torch's autograd adds half gradients. */
 enum { HALF_NONE, HALF_WIDEN, HALF_BACKWARD };
 
 typedef struct {

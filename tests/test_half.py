@@ -219,6 +219,13 @@ def test_wrap_half_model(model, dtype):
     m = m.half() if dtype == torch.float16 else m.bfloat16()
     x = _randn(4, 3, 14, 14, dtype=dtype) if model is SmallCNN else _randn(8, 20, dtype=dtype)
     _check(m, [x], dtype)
+    # an eval forward without gradients runs the fused graph (Conv + BatchNorm
+    # + Relu one node, rounded once): as close as torch to float64
+    wrapped = aidge_interop.wrap(m, (x,))
+    with torch.no_grad():
+        actual, expected = wrapped(x), m(x)
+        exact = copy.deepcopy(m).double()(x.double())
+    _as_accurate(actual, expected, exact, dtype, "eval forward")
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
