@@ -142,12 +142,16 @@ static bool is_constant(const ai_graph *g, int v)
     return v >= 0 && g->values[v].kind == AI_VAL_CONST && g->values[v].data;
 }
 
+/* Element i of a contiguous float tensor (any float dtype) set to v. */
 static void set_flat(ai_tensor *t, int64_t i, double v)
 {
     if (t->dtype == AI_F32)
         ((float *)t->data)[i] = (float)v;
-    else
+    else if (t->dtype == AI_F64)
         ((double *)t->data)[i] = v;
+    else /* float16, bfloat16 */
+        ((uint16_t *)t->data)[i] = t->dtype == AI_BF16 ? ai_f32_to_bf16((float)v)
+                                                       : ai_f32_to_f16((float)v);
 }
 
 /* Unfinalizes, for edits that add nodes or values (the plan's shapes are

@@ -322,3 +322,34 @@ def test_half_constant_reads_its_float32_copy():
     actual = AidgeBackend.prepare(model).run([x])[0]
     assert actual.dtype == np.float16
     np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_fuse_batchnorm_rescales_half_weights(dtype):
+    """The fuse_batchnorm recipe on a float16/bfloat16 Conv + BatchNorm: the
+    rescaled weights are written in the half type (and the fused graph is as
+    close to the float64 result as the unfused one)."""
+    np_dt = np.float16 if dtype == torch.float16 else ml_dtypes.bfloat16
+    code = TensorProto.FLOAT16 if dtype == torch.float16 else TensorProto.BFLOAT16
+    rng = np.random.default_rng(0)
+    values = {n: rng.standard_normal(s).astype(np.float32).astype(np_dt)
+              for n, s in (("w", (4, 3, 3, 3)), ("b", (4,)), ("g", (4,)), ("be", (4,)),
+                           ("m", (4,)))}
+    values["v"] = (rng.random(4) + 0.5).astype(np.float32).astype(np_dt)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", code, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", code, None)],
+                              [onnx.numpy_helper.from_array(a, n) for n, a in values.items()])
+    g = aidge_interop.load_onnx(helper.make_model(graph,
+                                                  opset_imports=[helper.make_opsetid("", 15)]))
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32).astype(np_dt)
+    before = g.forward([x])[0]
+    assert len(aidge_interop.recipes.fuse_batchnorm(g)) == 1
+    after = g.forward([x])[0]
+    t = {n: torch.from_numpy(a.astype(np.float64)) for n, a in values.items()}
+    exact = torch.nn.functional.batch_norm(
+        torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)), t["w"], t["b"]),
+        t["m"], t["v"], t["g"], t["be"], eps=1e-5)
+    _as_accurate(torch.from_numpy(after.astype(np.float32)).to(dtype),
+                 torch.from_numpy(before.astype(np.float32)).to(dtype), exact, dtype, "fused")
