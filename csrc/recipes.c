@@ -1278,8 +1278,12 @@ static ai_status fold_node(ai_graph *g, ai_plan *plan, int ni)
     const ai_node *n = &g->nodes[ni];
     ai_ctx c = {.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out, .training = g->training,
                 .plan = plan};
-    for (int k = 0; k < n->n_in; k++)
+    for (int k = 0; k < n->n_in; k++) {
         c.in[k] = n->in[k] >= 0 ? g->values[n->in[k]].data : NULL;
+        if (c.in[k] && ai_dtype_is_half(c.in[k]->dtype) && !(n->op->flags & AI_OP_HALF))
+            return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "input %d is %s: the plan folds "
+                                 "it (computed in float32)", k, ai_dtype_name(c.in[k]->dtype));
+    }
     ai_meta om[AI_MAX_IO];
     memset(om, 0, sizeof om);
     size_t ws = 0, state_bytes = 0;

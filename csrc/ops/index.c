@@ -304,8 +304,8 @@ static ai_status onehot_dims_of(const ai_ctx *c, onehot_dims *d)
     ai_status st = ai_attr_int(c->node, "axis", -1, &axis);
     if (st || (st = ai_norm_axis(c->node, axis, x->ndim + 1, &d->axis)))
         return st;
-    if (x->dtype == AI_BOOL || x->dtype == AI_F16 || c->in[1]->dtype == AI_BOOL ||
-        c->in[1]->dtype == AI_F16)
+    if (x->dtype == AI_BOOL || ai_dtype_is_half(x->dtype) || c->in[1]->dtype == AI_BOOL ||
+        ai_dtype_is_half(c->in[1]->dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s and depth %s; numbers "
                              "expected", ai_dtype_name(x->dtype),
                              ai_dtype_name(c->in[1]->dtype));

@@ -181,7 +181,7 @@ static ai_status snd_setup(const ai_ctx *c, nd_plan *p, int *red)
     if (u->dtype != x->dtype)
         return ai_node_error(c->node, AI_ERR_TYPE, "updates are %s, data %s",
                              ai_dtype_name(u->dtype), ai_dtype_name(x->dtype));
-    if (*red != RED_NONE && (x->dtype == AI_F16 || x->dtype == AI_BOOL))
+    if (*red != RED_NONE && (ai_dtype_is_half(x->dtype) || x->dtype == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "reduction '%s' of %s is not supported (float32, float64 and "
                              "integers)", s, ai_dtype_name(x->dtype));

@@ -348,7 +348,7 @@ static ai_status float_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 static ai_status numeric_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     ai_dtype dt = c->in[0]->dtype;
-    if (dt == AI_BOOL || dt == AI_F16)
+    if (dt == AI_BOOL || ai_dtype_is_half(dt))
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
                              ai_dtype_name(dt));
     return same_shape(c, out, ws, state);
@@ -531,7 +531,7 @@ static ai_status clip_forward(ai_ctx *c)
     if (st)
         return st;
     int64_t n = ai_tensor_numel(c->in[0]);
-    if (ai_dtype_is_float(c->in[0]->dtype) && c->in[0]->dtype != AI_F16) {
+    if (ai_dtype_is_float(c->in[0]->dtype) && !ai_dtype_is_half(c->in[0]->dtype)) {
         clip_job j = {c->in[0]->dtype == AI_F64, false, lo, hi, c->in[0]->data, NULL,
                       c->out[0]->data};
         ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
