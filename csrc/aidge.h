@@ -60,6 +60,7 @@ typedef enum {
     AI_I32,
     AI_I64,
     AI_BOOL,
+    AI_BF16,
     AI_DTYPE_COUNT
 } ai_dtype;
 
@@ -68,10 +69,19 @@ const char *ai_dtype_name(ai_dtype dtype);  /* "float32", ...; "?" if invalid */
 /* Looks a dtype up by name ("float32", ...); AI_ERR_TYPE if unknown. */
 ai_status ai_dtype_from_name(const char *name, ai_dtype *out);
 bool ai_dtype_is_float(ai_dtype dtype);
+/* float16 or bfloat16: stored in 16 bits, computed in float32 (plan.c) */
+bool ai_dtype_is_half(ai_dtype dtype);
 
 /* IEEE 754 binary16 <-> binary32, round to nearest even. */
 float ai_f16_to_f32(uint16_t h);
 uint16_t ai_f32_to_f16(float f);
+/* bfloat16 (the top half of a binary32) <-> binary32: exact one way, round
+ * to nearest even the other; NaN stays NaN (quiet, its sign kept). */
+float ai_bf16_to_f32(uint16_t h);
+uint16_t ai_f32_to_bf16(float f);
+/* n elements of a half dtype (AI_F16 or AI_BF16) to float32 and back */
+void ai_half_to_f32(ai_dtype dtype, const uint16_t *src, float *dst, int64_t n);
+void ai_f32_to_half(ai_dtype dtype, const float *src, uint16_t *dst, int64_t n);
 
 /* ---------------------------------------------------------------- storage */
 

@@ -81,6 +81,7 @@ static inline void account_int(compare_state *s, int64_t a, int64_t e, int64_t i
 }
 
 static double half(uint16_t h) { return ai_f16_to_f32(h); }
+static double bhalf(uint16_t h) { return ai_bf16_to_f32(h); }
 static int64_t as_i64(int64_t v) { return v; }
 
 /* One row of `n` elements, `sa` / `se` bytes apart, first flat index `i0`. */
@@ -99,6 +100,7 @@ static void compare_row(compare_state *s, ai_dtype dt, const char *pa, const cha
     case AI_F32: ROW(float, account_float, (double)) break;
     case AI_F64: ROW(double, account_float, (double)) break;
     case AI_F16: ROW(uint16_t, account_float, half) break;
+    case AI_BF16: ROW(uint16_t, account_float, bhalf) break;
     case AI_I8: ROW(int8_t, account_int, as_i64) break;
     case AI_U8: ROW(uint8_t, account_int, as_i64) break;
     case AI_I16: ROW(int16_t, account_int, as_i64) break;

@@ -172,6 +172,17 @@ enum {
      * variadic ones); otherwise finalize refuses an empty input below
      * min_in or of a variadic operator */
     AI_OP_EMPTY_INPUTS = 64,
+    /* forward takes float16 and bfloat16 as they are: it moves bytes
+     * (Reshape, Transpose, Gather...) or converts (Cast). Any other node
+     * with a half input runs its float32 kernels on float32 copies (plan.c,
+     * "half precision"), which also makes each float32 output a half one;
+     * so an operator whose float output type an attribute sets (Cast,
+     * EyeLike) must have this flag. Backward runs in float32 copies too,
+     * unless the operator also has AI_OP_HALF_GRAD: its backward takes half
+     * gradients as they are (Loop and If: their subgraphs convert node by
+     * node). */
+    AI_OP_HALF = 128,
+    AI_OP_HALF_GRAD = 1 << 16, /* (bits 8 to 15 are AI_OP_GRAD_ASSIGN's) */
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
@@ -241,7 +252,7 @@ void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *o
 void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign);
 
 /* x[i] += y[i] (= with `assign`) over two equal-shaped contiguous f32/f64
- * tensors, on the thread pool. */
+ * tensors, on the thread pool (or two of one half type, added in float32). */
 void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign);
 
 /* Element i of a contiguous float32/float64 tensor, read or written as a

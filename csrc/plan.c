@@ -85,6 +85,8 @@ void ai_plan_free(ai_plan *p)
         ai_tensor_free(p->folded[v]);
         ai_tensor_free(p->act[v]);
         ai_tensor_free(p->gradv[v]);
+        if (p->wide)
+            ai_tensor_free(p->wide[v]);
     }
     for (int i = 0; i < p->n_inputs; i++)
         ai_tensor_free(p->bound[i]);
@@ -109,6 +111,9 @@ void ai_plan_free(ai_plan *p)
     free(p->state);
     free(p->state_size);
     free(p->bound);
+    free(p->half_mode);
+    free(p->scratch_at);
+    free(p->wide);
     free(p);
 }
 
@@ -175,21 +180,280 @@ static ai_tensor *runtime(const ai_graph *g, const ai_plan *p, int v)
     }
 }
 
+static bool is_const(const ai_graph *g, const ai_plan *p, int v)
+{
+    return p->folded[v] || g->values[v].kind == AI_VAL_CONST;
+}
+
+/* ---------------------------------------------------------------- half precision */
+
+/* float16 and bfloat16 are stored, not computed: as in ONNX Runtime's and
+ * torch's CPU kernels, a node computes in float32 and rounds each output
+ * once. Values (activations, their gradients, parameters) keep their half
+ * type between nodes; only a node's own inputs and outputs are converted,
+ * into float32 copies in the workspace after the operator's own
+ * (scratch_at). So every float32 kernel serves the half types, with no
+ * kernel of its own:
+ *   HALF_WIDEN     a node with a half input: its shape() sees float32
+ *                  inputs (and float32 copies of half constants, wide[]),
+ *                  each float32 output it gives becomes the half type;
+ *                  forward converts the half inputs, runs the float32
+ *                  kernel, rounds the outputs
+ *   HALF_BACKWARD  an AI_OP_HALF operator (forward moves or converts the
+ *                  bytes as they are), or a node with half outputs only
+ *                  (a Cast to float16)
+ *   HALF_NONE      no half value, or an AI_OP_HALF_GRAD operator (Loop,
+ *                  If: their subgraphs convert node by node)
+ * Backward of the first two converts the same way: the inputs, outputs and
+ * output gradients to float32, the input gradients computed in float32
+ * copies, each rounded to the half type and then written to (or added to)
+ * the value's half gradient, as torch's autograd adds half gradients. */
+enum { HALF_NONE, HALF_WIDEN, HALF_BACKWARD };
+
+typedef struct {
+    int op; /* 0: half -> f32, 1: f32 -> half, 2: half += f32 rounded to half */
+    ai_dtype half;
+    const void *src;
+    void *dst;
+} convert_job;
+
+static void convert_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const convert_job *j = ctx;
+    if (j->op == 0) {
+        ai_half_to_f32(j->half, (const uint16_t *)j->src + lo, (float *)j->dst + lo, hi - lo);
+    } else if (j->op == 1) {
+        ai_f32_to_half(j->half, (const float *)j->src + lo, (uint16_t *)j->dst + lo, hi - lo);
+    } else {
+        /* the node's gradient rounded (its output), then added in the half
+         * type, as torch's autograd accumulates two half gradients */
+        float acc[256], add[256];
+        uint16_t h[256];
+        for (int64_t i = lo; i < hi; i += 256) {
+            const int64_t m = hi - i < 256 ? hi - i : 256;
+            uint16_t *d = (uint16_t *)j->dst + i;
+            ai_f32_to_half(j->half, (const float *)j->src + i, h, m);
+            ai_half_to_f32(j->half, h, add, m);
+            ai_half_to_f32(j->half, d, acc, m);
+            for (int64_t k = 0; k < m; k++)
+                acc[k] += add[k];
+            ai_f32_to_half(j->half, acc, d, m);
+        }
+    }
+}
+
+/* dst (float32) = src (half), or back (op 1), or dst (half) += src rounded
+ * to half (op 2); both contiguous, of one shape. */
+static void convert(int op, ai_tensor *dst, const ai_tensor *src)
+{
+    convert_job j = {op, op == 0 ? src->dtype : dst->dtype, src->data, dst->data};
+    ai_parallel_for(ai_tensor_numel(dst), AI_GRAIN_ELEMS, convert_range, &j);
+}
+
+/* A float32 tensor of `like`'s shape in the scratch at *at (moved past it). */
+static ai_tensor *scratch_view(ai_tensor *t, const ai_tensor *like, char **at)
+{
+    ai_meta m;
+    meta_of(&m, like);
+    m.dtype = AI_F32;
+    tensor_of_meta(t, &m, meta_bytes(&m) ? *at : NULL);
+    *at += ALIGN_UP(meta_bytes(&m));
+    return t;
+}
+
+static int node_index(const ai_ctx *c) { return (int)(c->node - c->g->nodes); }
+
+/* The float32 version of input k of a converted node: the constant's
+ * float32 copy, else `view` filled from the half input (when `fill`). */
+static ai_tensor *wide_input(ai_ctx *c, int k, ai_tensor *view, char **at, bool fill)
+{
+    const int v = c->node->in[k];
+    if (c->plan->wide[v])
+        return c->plan->wide[v];
+    scratch_view(view, c->in[k], at);
+    if (fill)
+        convert(0, view, c->in[k]);
+    return view;
+}
+
+static ai_status node_forward(ai_ctx *c)
+{
+    ai_plan *p = c->plan;
+    const ai_node *n = c->node;
+    if (p->half_mode[node_index(c)] != HALF_WIDEN)
+        return n->op->forward(c);
+    char *at = (char *)c->workspace + p->scratch_at[node_index(c)];
+    ai_tensor xs[AI_MAX_IO], ys[AI_MAX_IO], *half_out[AI_MAX_IO] = {NULL};
+    for (int k = 0; k < n->n_in; k++)
+        if (c->in[k] && ai_dtype_is_half(c->in[k]->dtype))
+            c->in[k] = wide_input(c, k, &xs[k], &at, true);
+    for (int k = 0; k < n->n_out; k++)
+        if (ai_dtype_is_half(c->out[k]->dtype)) {
+            half_out[k] = c->out[k];
+            c->out[k] = scratch_view(&ys[k], half_out[k], &at);
+        }
+    ai_status st = n->op->forward(c);
+    for (int k = 0; k < n->n_out && !st; k++)
+        if (half_out[k])
+            convert(1, half_out[k], c->out[k]);
+    return st;
+}
+
+static ai_status node_backward(ai_ctx *c)
+{
+    ai_plan *p = c->plan;
+    const ai_node *n = c->node;
+    if (p->half_mode[node_index(c)] == HALF_NONE)
+        return n->op->backward(c);
+    const unsigned fl = n->op->flags;
+    const int n_assign = AI_OP_GRAD_ASSIGN_OF(fl);
+    char *at = (char *)c->workspace + p->scratch_at[node_index(c)];
+    ai_tensor xs[AI_MAX_IO], ys[AI_MAX_IO], dys[AI_MAX_IO], dxs[AI_MAX_IO];
+    ai_tensor *half_din[AI_MAX_IO] = {NULL};
+    bool assign[AI_MAX_IO];
+    for (int k = 0; k < n->n_in; k++)
+        if (c->in[k] && ai_dtype_is_half(c->in[k]->dtype))
+            c->in[k] = wide_input(c, k, &xs[k], &at, !(fl & AI_OP_BWD_NO_X));
+    for (int k = 0; k < n->n_out; k++) {
+        if (ai_dtype_is_half(c->out[k]->dtype)) {
+            ai_tensor *y = c->out[k];
+            c->out[k] = scratch_view(&ys[k], y, &at);
+            if (!(fl & AI_OP_BWD_NO_Y))
+                convert(0, c->out[k], y);
+        }
+        if (c->dout[k] && ai_dtype_is_half(c->dout[k]->dtype)) {
+            ai_tensor *dy = c->dout[k];
+            convert(0, scratch_view(&dys[k], dy, &at), dy);
+            c->dout[k] = &dys[k];
+        }
+    }
+    /* each input gradient its own copy, written (assign) or zeroed first */
+    for (int k = 0; k < n->n_in; k++) {
+        if (!c->din[k] || !ai_dtype_is_half(c->din[k]->dtype))
+            continue;
+        half_din[k] = c->din[k];
+        assign[k] = c->din_assign[k];
+        c->din[k] = scratch_view(&dxs[k], half_din[k], &at);
+        c->din_assign[k] = k < n_assign;
+        if (!c->din_assign[k] && c->din[k]->data)
+            memset(c->din[k]->data, 0, ai_tensor_nbytes(c->din[k]));
+    }
+    ai_status st = n->op->backward(c);
+    for (int k = 0; k < n->n_in && !st; k++)
+        if (half_din[k])
+            convert(assign[k] ? 1 : 2, half_din[k], c->din[k]);
+    return st;
+}
+
+/* The float32 copy of half constant v (kept by the plan). */
+static ai_status make_wide(ai_plan *p, int v, const ai_tensor *t)
+{
+    if (p->wide[v])
+        return AI_OK;
+    ai_status st = ai_tensor_new_uninit(&p->wide[v], AI_F32, t->ndim, t->shape);
+    return st ? st : ai_tensor_copy(p->wide[v], t);
+}
+
+/* Shape inference of node n (index ni) with its half inputs as float32: c's
+ * inputs as planned (constants or metas in shape_t), om its outputs with
+ * each float32 output of the operator in `half`. */
+static ai_status wide_shape(ai_graph *g, ai_plan *p, const ai_ctx *c, int ni, ai_dtype half,
+                            ai_tensor *shape_t, ai_meta *om, size_t *ws, size_t *state)
+{
+    ai_ctx w = *c;
+    ai_status st = AI_OK;
+    for (int k = 0; k < c->n_in && !st; k++) {
+        const int v = c->node->in[k];
+        if (v < 0 || !ai_dtype_is_half(p->meta[v].dtype))
+            continue;
+        if (is_const(g, p, v)) {
+            st = make_wide(p, v, c->in[k]);
+            w.in[k] = p->wide[v];
+        } else {
+            shape_t[v].dtype = AI_F32;
+            w.in[k] = &shape_t[v];
+        }
+    }
+    const unsigned char mode = p->half_mode[ni];
+    p->half_mode[ni] = HALF_WIDEN; /* (ai_ctx_const gives the float32 copies) */
+    if (!st)
+        st = c->node->op->shape(&w, om, ws, state);
+    p->half_mode[ni] = mode;
+    for (int k = 0; k < c->n_in; k++) /* shape_t holds metas as planned */
+        if (c->node->in[k] >= 0 && !is_const(g, p, c->node->in[k]))
+            shape_t[c->node->in[k]].dtype = p->meta[c->node->in[k]].dtype;
+    for (int k = 0; k < c->n_out && !st; k++)
+        if (om[k].dtype == AI_F32)
+            om[k].dtype = half;
+    return st;
+}
+
+/* Shape inference of a node in plan_build, and its half mode. With a half
+ * input and no AI_OP_HALF, through wide_shape; an AI_OP_HALF node's
+ * float32 backward needs the workspace and state that the float32 shape()
+ * asks (the larger of both are kept). */
+static ai_status node_shape(ai_graph *g, ai_plan *p, ai_ctx *c, int ni, ai_tensor *shape_t,
+                            ai_meta *om, size_t *ws, size_t *state)
+{
+    ai_dtype half = AI_DTYPE_COUNT;
+    for (int k = c->n_in - 1; k >= 0; k--)
+        if (c->node->in[k] >= 0 && ai_dtype_is_half(p->meta[c->node->in[k]].dtype))
+            half = p->meta[c->node->in[k]].dtype;
+    const unsigned fl = c->node->op->flags;
+    const bool native = fl & AI_OP_HALF;
+    ai_status st;
+    if (half != AI_DTYPE_COUNT && !native) {
+        p->half_mode[ni] = HALF_WIDEN;
+        st = wide_shape(g, p, c, ni, half, shape_t, om, ws, state);
+    } else {
+        p->half_mode[ni] = HALF_NONE;
+        st = c->node->op->shape(c, om, ws, state);
+        for (int k = 0; k < c->n_out && !st && !(fl & AI_OP_HALF_GRAD); k++)
+            if (ai_dtype_is_half(om[k].dtype) || half != AI_DTYPE_COUNT)
+                p->half_mode[ni] = HALF_BACKWARD;
+        if (!st && p->half_mode[ni] && half != AI_DTYPE_COUNT && g->need_backward) {
+            ai_meta om32[AI_MAX_IO];
+            size_t ws32 = 0, state32 = 0;
+            memset(om32, 0, sizeof om32);
+            st = wide_shape(g, p, c, ni, half, shape_t, om32, &ws32, &state32);
+            *ws = ws32 > *ws ? ws32 : *ws;
+            *state = state32 > *state ? state32 : *state;
+        }
+    }
+    if (st || p->half_mode[ni] == HALF_NONE)
+        return st;
+    /* the float32 copies: inputs and outputs, and with backward their
+     * gradients; scratch_at is where they start */
+    size_t scratch = 0;
+    for (int k = 0; k < c->n_in; k++) {
+        const int v = c->node->in[k];
+        if (v >= 0 && ai_dtype_is_half(p->meta[v].dtype))
+            scratch += ALIGN_UP(meta_bytes(&p->meta[v]) * 2);
+    }
+    for (int k = 0; k < c->n_out; k++)
+        if (ai_dtype_is_half(om[k].dtype))
+            scratch += ALIGN_UP(meta_bytes(&om[k]) * 2);
+    if (g->need_backward)
+        scratch *= 2;
+    else if (p->half_mode[ni] == HALF_BACKWARD)
+        scratch = 0;
+    p->scratch_at[ni] = ALIGN_UP(*ws);
+    if (scratch)
+        *ws = p->scratch_at[ni] + scratch;
+    return AI_OK;
+}
+
 const ai_tensor *ai_ctx_const(const ai_ctx *c, int i)
 {
     if (i >= c->n_in || c->node->in[i] < 0)
         return NULL;
     int v = c->node->in[i];
-    if (c->plan->folded[v])
-        return c->plan->folded[v];
-    if (c->g->values[v].kind == AI_VAL_CONST)
-        return c->g->values[v].data;
-    return NULL;
-}
-
-static bool is_const(const ai_graph *g, const ai_plan *p, int v)
-{
-    return p->folded[v] || g->values[v].kind == AI_VAL_CONST;
+    const ai_plan *p = c->plan;
+    if (!p->folded[v] && c->g->values[v].kind != AI_VAL_CONST)
+        return NULL;
+    if (p->wide && p->wide[v] && p->half_mode[node_index(c)] == HALF_WIDEN)
+        return p->wide[v]; /* the float32 copy a converted node reads */
+    return p->folded[v] ? p->folded[v] : c->g->values[v].data;
 }
 
 /* ---------------------------------------------------------------- memory plan */
@@ -341,7 +605,7 @@ static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
     }
     c->workspace = work;
     c->state = state;
-    st = n->op->forward(c);
+    st = node_forward(c);
     free(work);
     free(state);
     (void)g;
@@ -427,6 +691,9 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(p->state, N);
     ALLOC(p->state_size, N);
     ALLOC(p->bound, g->n_inputs);
+    ALLOC(p->half_mode, N);
+    ALLOC(p->scratch_at, N);
+    ALLOC(p->wide, V);
     ALLOC(shape_t, V);
     ALLOC(ws_of, N);
 
@@ -467,7 +734,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         ai_meta om[AI_MAX_IO];
         memset(om, 0, sizeof om);
         size_t ws = 0, state_bytes = 0;
-        if ((st = n->op->shape(&c, om, &ws, &state_bytes)))
+        if ((st = node_shape(g, p, &c, g->order[oi], shape_t, om, &ws, &state_bytes)))
             goto fail;
         for (int k = 0; k < n->n_out; k++) {
             int64_t numel;
@@ -935,7 +1202,7 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
         ai_ctx c;
         ctx_bind(&c, g, p, p->sched[s]);
         double t0 = g->profile ? ai_seconds() : 0;
-        if ((st = c.node->op->forward(&c)))
+        if ((st = node_forward(&c)))
             return st;
         if (g->profile) {
             g->nodes[p->sched[s]].prof_fwd_s += ai_seconds() - t0;
@@ -1087,7 +1354,7 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
             if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
                 c.din[k] = grad_of(g, p, n->in[k], k < n_assign, &c.din_assign[k]);
         double t0 = g->profile ? ai_seconds() : 0;
-        if ((st = n->op->backward(&c)))
+        if ((st = node_backward(&c)))
             return st;
         if (g->profile) {
             g->nodes[ni].prof_bwd_s += ai_seconds() - t0;

@@ -46,6 +46,12 @@ struct ai_plan {
     void *workspace;
     size_t arena_bytes, workspace_bytes, state_bytes;
     ai_tensor **bound;    /* per graph input: the tensor bound at forward */
+    /* half precision (plan.c): per node, a half_mode, and the offset of its
+     * float32 copies in the workspace (after the operator's own); per value,
+     * the float32 copy of a half constant that a converted node reads */
+    unsigned char *half_mode;
+    size_t *scratch_at;
+    ai_tensor **wide;
     bool forward_done;
 };
 

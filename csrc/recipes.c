@@ -142,12 +142,16 @@ static bool is_constant(const ai_graph *g, int v)
     return v >= 0 && g->values[v].kind == AI_VAL_CONST && g->values[v].data;
 }
 
+/* Element i of a contiguous float tensor (any float dtype) set to v. */
 static void set_flat(ai_tensor *t, int64_t i, double v)
 {
     if (t->dtype == AI_F32)
         ((float *)t->data)[i] = (float)v;
-    else
+    else if (t->dtype == AI_F64)
         ((double *)t->data)[i] = v;
+    else /* float16, bfloat16 */
+        ((uint16_t *)t->data)[i] = t->dtype == AI_BF16 ? ai_f32_to_bf16((float)v)
+                                                       : ai_f32_to_f16((float)v);
 }
 
 /* Unfinalizes, for edits that add nodes or values (the plan's shapes are
@@ -1274,8 +1278,12 @@ static ai_status fold_node(ai_graph *g, ai_plan *plan, int ni)
     const ai_node *n = &g->nodes[ni];
     ai_ctx c = {.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out, .training = g->training,
                 .plan = plan};
-    for (int k = 0; k < n->n_in; k++)
+    for (int k = 0; k < n->n_in; k++) {
         c.in[k] = n->in[k] >= 0 ? g->values[n->in[k]].data : NULL;
+        if (c.in[k] && ai_dtype_is_half(c.in[k]->dtype) && !(n->op->flags & AI_OP_HALF))
+            return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "input %d is %s: the plan folds "
+                                 "it (computed in float32)", k, ai_dtype_name(c.in[k]->dtype));
+    }
     ai_meta om[AI_MAX_IO];
     memset(om, 0, sizeof om);
     size_t ws = 0, state_bytes = 0;

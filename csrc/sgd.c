@@ -7,7 +7,10 @@
  *   d = nesterov ? d + momentum * buf : buf     (when momentum != 0)
  *   p -= lr * d
  *
- * computed in the parameter's type, one flat loop per parameter.
+ * computed in the parameter's type, one flat loop per parameter. A float16
+ * or bfloat16 parameter (and its momentum buffer) is computed in float32,
+ * 256 elements at a time, and rounded once per step: torch keeps half
+ * parameters too, but rounds after each of the operations above.
  */
 #include <math.h>
 #include <string.h>
@@ -54,10 +57,31 @@ typedef struct {
     bool first;
 } sgd_job;
 
+static void sgd_half(const sgd_job *j, int64_t lo, int64_t hi)
+{
+    const ai_dtype dt = j->p->dtype;
+    float p[256], g[256], buf[256];
+    for (int64_t i = lo; i < hi; i += 256) {
+        const int64_t m = hi - i < 256 ? hi - i : 256;
+        uint16_t *hp = (uint16_t *)j->p->data + i, *hb = j->buf ? (uint16_t *)j->buf->data + i
+                                                                 : NULL;
+        ai_half_to_f32(dt, hp, p, m);
+        ai_half_to_f32(dt, (const uint16_t *)j->g->data + i, g, m);
+        if (hb)
+            ai_half_to_f32(dt, hb, buf, m);
+        sgd_f32(j->cfg, m, p, g, hb ? buf : NULL, j->first);
+        ai_f32_to_half(dt, p, hp, m);
+        if (hb)
+            ai_f32_to_half(dt, buf, hb, m);
+    }
+}
+
 static void sgd_range(void *ctx, int64_t lo, int64_t hi)
 {
     const sgd_job *j = ctx;
-    if (j->p->dtype == AI_F32)
+    if (ai_dtype_is_half(j->p->dtype))
+        sgd_half(j, lo, hi);
+    else if (j->p->dtype == AI_F32)
         sgd_f32(j->cfg, hi - lo, (float *)j->p->data + lo, (const float *)j->g->data + lo,
                 j->buf ? (float *)j->buf->data + lo : NULL, j->first);
     else
@@ -77,8 +101,8 @@ ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
                         "dampening");
     for (int i = 0; i < n; i++) {
         int64_t np = ai_tensor_numel(p[i]);
-        if (!ai_dtype_is_float(p[i]->dtype) || p[i]->dtype == AI_F16)
-            return ai_error(AI_ERR_TYPE, "parameter %d is %s; SGD takes float32 or float64",
+        if (!ai_dtype_is_float(p[i]->dtype))
+            return ai_error(AI_ERR_TYPE, "parameter %d is %s; SGD takes float types",
                             i, ai_dtype_name(p[i]->dtype));
         if (g[i]->dtype != p[i]->dtype || ai_tensor_numel(g[i]) != np ||
             !ai_tensor_is_contiguous(p[i]) || !ai_tensor_is_contiguous(g[i]))

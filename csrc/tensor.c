@@ -25,7 +25,7 @@ static const struct {
     [AI_F16] = {"float16", 2, true},  [AI_I8] = {"int8", 1, false},
     [AI_U8] = {"uint8", 1, false},    [AI_I16] = {"int16", 2, false},
     [AI_I32] = {"int32", 4, false},   [AI_I64] = {"int64", 8, false},
-    [AI_BOOL] = {"bool", 1, false},
+    [AI_BOOL] = {"bool", 1, false},   [AI_BF16] = {"bfloat16", 2, true},
 };
 _Static_assert(sizeof dtype_info / sizeof dtype_info[0] == AI_DTYPE_COUNT,
                "one entry per dtype");
@@ -37,6 +37,8 @@ size_t ai_dtype_size(ai_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].size
 const char *ai_dtype_name(ai_dtype dt) { return dtype_valid(dt) ? dtype_info[dt].name : "?"; }
 
 bool ai_dtype_is_float(ai_dtype dt) { return dtype_valid(dt) && dtype_info[dt].is_float; }
+
+bool ai_dtype_is_half(ai_dtype dt) { return dt == AI_F16 || dt == AI_BF16; }
 
 ai_status ai_dtype_from_name(const char *name, ai_dtype *out)
 {
@@ -105,6 +107,46 @@ uint16_t ai_f32_to_f16(float f)
         o = (uint16_t)(x >> 13);
     }
     return (uint16_t)(o | (sign >> 16));
+}
+
+/* ---------------------------------------------------------------- bfloat16 */
+
+float ai_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+uint16_t ai_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: truncating could make it inf */
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u); /* round half to even (overflow gives inf) */
+    return (uint16_t)(x >> 16);
+}
+
+void ai_half_to_f32(ai_dtype dtype, const uint16_t *src, float *dst, int64_t n)
+{
+    if (dtype == AI_BF16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ai_bf16_to_f32(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ai_f16_to_f32(src[i]);
+}
+
+void ai_f32_to_half(ai_dtype dtype, const float *src, uint16_t *dst, int64_t n)
+{
+    if (dtype == AI_BF16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ai_f32_to_bf16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ai_f32_to_f16(src[i]);
 }
 
 /* ---------------------------------------------------------------- storage */
@@ -442,6 +484,7 @@ static double load_f(const char *p, ai_dtype dt)
     case AI_F32: { float v; memcpy(&v, p, 4); return v; }
     case AI_F64: { double v; memcpy(&v, p, 8); return v; }
     case AI_F16: { uint16_t v; memcpy(&v, p, 2); return ai_f16_to_f32(v); }
+    case AI_BF16: { uint16_t v; memcpy(&v, p, 2); return ai_bf16_to_f32(v); }
     case AI_I8: return *(const int8_t *)p;
     case AI_U8: return *(const uint8_t *)p;
     case AI_I16: { int16_t v; memcpy(&v, p, 2); return v; }
@@ -497,6 +540,7 @@ static void store_i(char *p, ai_dtype dt, int64_t v)
     case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
     case AI_F64: { double d = (double)v; memcpy(p, &d, 8); break; }
     case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case AI_BF16: { uint16_t h = ai_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
     case AI_I8: *(int8_t *)p = (int8_t)(uint8_t)(uint64_t)v; break;
     case AI_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
     case AI_I16: { int16_t w = (int16_t)(uint16_t)(uint64_t)v; memcpy(p, &w, 2); break; }
@@ -513,6 +557,7 @@ static void store_f(char *p, ai_dtype dt, double v)
     case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
     case AI_F64: memcpy(p, &v, 8); break;
     case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
+    case AI_BF16: { uint16_t h = ai_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
     case AI_BOOL: *(uint8_t *)p = v != 0; break;
     default: store_i(p, dt, f_to_i64(v)); break;
     }
@@ -601,6 +646,16 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
         ai_tensor_is_contiguous(dst)) {
         memmove(dst->data, src->data, (size_t)(n * ss));
         return AI_OK;
+    }
+    if (ai_tensor_is_contiguous(src) && ai_tensor_is_contiguous(dst)) {
+        if (ai_dtype_is_half(src->dtype) && dst->dtype == AI_F32) {
+            ai_half_to_f32(src->dtype, src->data, dst->data, n);
+            return AI_OK;
+        }
+        if (src->dtype == AI_F32 && ai_dtype_is_half(dst->dtype)) {
+            ai_f32_to_half(dst->dtype, src->data, dst->data, n);
+            return AI_OK;
+        }
     }
     const bool same = src->dtype == dst->dtype;
     const bool int_src = !ai_dtype_is_float(src->dtype);

@@ -49,8 +49,9 @@ class SGD:
             raise ValueError("SGD: got an empty parameter list")
         for i, p in enumerate(self.params):
             if not isinstance(p, torch.Tensor) or p.device.type != "cpu" or \
-                    p.dtype not in (torch.float32, torch.float64):
-                raise TypeError(f"SGD: parameter {i} must be a float32/float64 CPU tensor")
+                    p.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+                raise TypeError(f"SGD: parameter {i} must be a float32, float64, float16 or "
+                                f"bfloat16 CPU tensor")
         if lr < 0:
             raise ValueError(f"SGD: invalid learning rate {lr}")
         if momentum < 0 or weight_decay < 0:

@@ -353,7 +353,11 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), opset_version: int | None 
         if src is None:
             continue
         value = numpy_helper.to_array(init)
-        ref = src.detach().cpu().numpy()
+        ref = src.detach().cpu()
+        if ref.dtype == torch.bfloat16:  # (torch has no NumPy bfloat16: the bits)
+            ref, value = ref.view(torch.int16).numpy(), value.view(np.int16)
+        else:
+            ref = ref.numpy()
         if value.shape != ref.shape or not np.array_equal(value, ref, equal_nan=True):
             raise ValueError(
                 f"wrap({name}): the exported initializer '{init.name}' does not hold the "

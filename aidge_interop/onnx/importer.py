@@ -22,11 +22,11 @@ MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
 # TensorProto.DataType -> engine dtype name
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-    9: "bool", 10: "float16", 11: "float64",
+    9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
 }
 _ONNX_TYPE_NAMES = {
     0: "UNDEFINED", 4: "UINT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
-    15: "COMPLEX128", 16: "BFLOAT16",
+    15: "COMPLEX128",
 }
 
 
@@ -486,7 +486,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                 _load_external(init, base_dir, where)
             array = _to_array(init, where)
             if kind is None:
-                trainable = (array.dtype.kind == "f" and array.dtype != np.float16 and
+                trainable = ((array.dtype.kind == "f" or array.dtype.name == "bfloat16") and
                              init.name not in fixed)
                 kind = "buffer" if init.name in stats else "param" if trainable else "const"
             value = Tensor(array, copy=True)

@@ -511,7 +511,7 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported (integers)",
                              ai_dtype_name(dt));
     bool arith = kind <= SHIFT_RIGHT;
-    if (arith && (dt == AI_F16 || dt == AI_BOOL))
+    if (arith && (ai_dtype_is_half(dt) || dt == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "dtype %s is not supported (float32, float64 and integers)",
                              ai_dtype_name(dt));
@@ -668,7 +668,7 @@ static ai_status nary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         memcpy(shape, s2, sizeof shape);
     }
     const bool mean = ((const binary_params *)c->node->params)->kind == MEAN;
-    if (dt == AI_F16 || dt == AI_BOOL || (mean && !ai_dtype_is_float(dt)))
+    if (ai_dtype_is_half(dt) || dt == AI_BOOL || (mean && !ai_dtype_is_float(dt)))
         return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
                              ai_dtype_name(dt));
     out[0].dtype = dt;

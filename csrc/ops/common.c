@@ -116,8 +116,33 @@ static void accumulate_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* the half types: added in float32, rounded once */
+static void accumulate_half(ai_tensor *dst, const ai_tensor *src, bool assign)
+{
+    const int64_t n = ai_tensor_numel(dst);
+    if (assign) {
+        memcpy(dst->data, src->data, (size_t)n * 2);
+        return;
+    }
+    float a[256], b[256];
+    uint16_t *d = dst->data;
+    const uint16_t *s = src->data;
+    for (int64_t i = 0; i < n; i += 256) {
+        const int64_t m = n - i < 256 ? n - i : 256;
+        ai_half_to_f32(dst->dtype, d + i, a, m);
+        ai_half_to_f32(src->dtype, s + i, b, m);
+        for (int64_t k = 0; k < m; k++)
+            a[k] += b[k];
+        ai_f32_to_half(dst->dtype, a, d + i, m);
+    }
+}
+
 void ai_accumulate(ai_tensor *dst, const ai_tensor *src, bool assign)
 {
+    if (ai_dtype_is_half(dst->dtype) && src->dtype == dst->dtype) {
+        accumulate_half(dst, src, assign);
+        return;
+    }
     if (dst->dtype != AI_F32 && dst->dtype != AI_F64)
         return;
     accumulate_job j = {dst->dtype == AI_F64, assign, dst->data, src->data};
@@ -146,6 +171,7 @@ bool ai_dtype_from_onnx(int64_t code, ai_dtype *out)
     } map[] = {
         {1, AI_F32}, {2, AI_U8}, {3, AI_I8}, {5, AI_I16}, {6, AI_I32},
         {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64},
+        {16, AI_BF16},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].code == code) {

@@ -1175,14 +1175,17 @@ static ai_status scan_backward(ai_ctx *c)
 /* Backward reads the inputs (a Loop's captures; an If's branch keeps views
  * of them), never the outputs. */
 static const ai_op_def op_loop = {"Loop", "", 2, AI_MAX_IO, 1, AI_MAX_IO,
-                                  AI_OP_VALUES_AT_PLAN | AI_OP_EMPTY_INPUTS | AI_OP_BWD_NO_Y,
+                                  AI_OP_VALUES_AT_PLAN | AI_OP_EMPTY_INPUTS | AI_OP_BWD_NO_Y |
+                                      AI_OP_HALF | AI_OP_HALF_GRAD,
                                   loop_init,
                                   loop_shape, loop_forward, loop_backward};
 static const ai_op_def op_scan = {"Scan", "", 1, AI_MAX_IO, 1, AI_MAX_IO,
                                   AI_OP_VALUES_AT_PLAN | AI_OP_EMPTY_INPUTS | AI_OP_BWD_NO_Y,
                                   scan_init, scan_shape, scan_forward, scan_backward};
 static const ai_op_def op_if = {"If", "", 1, AI_MAX_IO, 1, AI_MAX_IO,
-                                AI_OP_VALUES_AT_PLAN | AI_OP_BWD_NO_Y, if_init, if_shape,
+                                AI_OP_VALUES_AT_PLAN | AI_OP_BWD_NO_Y | AI_OP_HALF |
+                                    AI_OP_HALF_GRAD,
+                                if_init, if_shape,
                                 if_forward, if_backward};
 
 const ai_op_def *const ai_ops_control[] = {&op_loop, &op_if, &op_scan, NULL};

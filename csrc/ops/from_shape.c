@@ -178,6 +178,7 @@ static ai_status eye_forward(ai_ctx *c)
     case AI_F32: one.f32 = 1; break;
     case AI_F64: one.f64 = 1; break;
     case AI_F16: one.f16 = ai_f32_to_f16(1); break;
+    case AI_BF16: one.f16 = ai_f32_to_bf16(1); break;
     case AI_I16: one.i16 = 1; break;
     case AI_I32: one.i32 = 1; break;
     case AI_I64: one.i64 = 1; break;
@@ -194,10 +195,10 @@ static ai_status eye_forward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
-OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, 0, cos_shape, cos_forward, NULL)
-OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
-OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, eye_shape, eye_forward, NULL)
+OP(op_shape, "Shape", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
+OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, AI_OP_HALF, cos_shape, cos_forward, NULL)
+OP(op_size, "Size", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
+OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, eye_shape, eye_forward, NULL)
 
 const ai_op_def *const ai_ops_from_shape[] = {&op_shape, &op_constant_of_shape, &op_size,
                                               &op_eye_like, NULL};

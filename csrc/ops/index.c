@@ -304,8 +304,8 @@ static ai_status onehot_dims_of(const ai_ctx *c, onehot_dims *d)
     ai_status st = ai_attr_int(c->node, "axis", -1, &axis);
     if (st || (st = ai_norm_axis(c->node, axis, x->ndim + 1, &d->axis)))
         return st;
-    if (x->dtype == AI_BOOL || x->dtype == AI_F16 || c->in[1]->dtype == AI_BOOL ||
-        c->in[1]->dtype == AI_F16)
+    if (x->dtype == AI_BOOL || ai_dtype_is_half(x->dtype) || c->in[1]->dtype == AI_BOOL ||
+        ai_dtype_is_half(c->in[1]->dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "indices are %s and depth %s; numbers "
                              "expected", ai_dtype_name(x->dtype),
                              ai_dtype_name(c->in[1]->dtype));
@@ -391,11 +391,11 @@ static ai_status onehot_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_trilu, "Trilu", 1, 2, 1, ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, trilu_shape,
+OP(op_trilu, "Trilu", 1, 2, 1, AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, trilu_shape,
    trilu_forward, trilu_backward)
-OP(op_gather_elements, "GatherElements", 2, 2, 1, ASSIGN1 | AI_OP_BWD_NO_Y, ge_shape,
+OP(op_gather_elements, "GatherElements", 2, 2, 1, AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_Y, ge_shape,
    ge_forward, ge_backward)
-OP(op_gather, "Gather", 2, 2, 1, 0, gather_shape, gather_forward, gather_backward)
+OP(op_gather, "Gather", 2, 2, 1, AI_OP_HALF, gather_shape, gather_forward, gather_backward)
 
 OP(op_onehot, "OneHot", 3, 3, 1, AI_OP_SHAPE_FROM_VALUES | AI_OP_BWD_NO_Y, onehot_shape,
    onehot_forward, onehot_backward)

@@ -181,7 +181,7 @@ static ai_status snd_setup(const ai_ctx *c, nd_plan *p, int *red)
     if (u->dtype != x->dtype)
         return ai_node_error(c->node, AI_ERR_TYPE, "updates are %s, data %s",
                              ai_dtype_name(u->dtype), ai_dtype_name(x->dtype));
-    if (*red != RED_NONE && (x->dtype == AI_F16 || x->dtype == AI_BOOL))
+    if (*red != RED_NONE && (ai_dtype_is_half(x->dtype) || x->dtype == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "reduction '%s' of %s is not supported (float32, float64 and "
                              "integers)", s, ai_dtype_name(x->dtype));
@@ -328,7 +328,8 @@ static ai_status snd_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_gather_nd, "GatherND", 2, 2, 1, AI_OP_BWD_NO_Y, gnd_shape, gnd_forward, gnd_backward)
+OP(op_gather_nd, "GatherND", 2, 2, 1, AI_OP_HALF | AI_OP_BWD_NO_Y, gnd_shape, gnd_forward,
+   gnd_backward)
 OP(op_scatter_nd, "ScatterND", 3, 3, 1, AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y, snd_shape,
    snd_forward, snd_backward)
 

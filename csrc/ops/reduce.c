@@ -669,7 +669,7 @@ static ai_status arg_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     (void)ws;
     (void)state;
     const ai_tensor *x = c->in[0];
-    if (x->dtype == AI_BOOL || x->dtype == AI_F16)
+    if (x->dtype == AI_BOOL || ai_dtype_is_half(x->dtype))
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
                              ai_dtype_name(x->dtype));
     int a;

@@ -348,7 +348,7 @@ static ai_status float_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 static ai_status numeric_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     ai_dtype dt = c->in[0]->dtype;
-    if (dt == AI_BOOL || dt == AI_F16)
+    if (dt == AI_BOOL || ai_dtype_is_half(dt))
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
                              ai_dtype_name(dt));
     return same_shape(c, out, ws, state);
@@ -442,7 +442,8 @@ static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), un
                                  numeric_shape, abs_forward, abs_backward};
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
-static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL,
+static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1,
+                                      AI_OP_HALF | AI_OP_GRAD_ASSIGN(1), NULL,
                                       same_shape, identity_forward, identity_backward};
 
 /* ---------------------------------------------------------------- Clip */
@@ -530,7 +531,7 @@ static ai_status clip_forward(ai_ctx *c)
     if (st)
         return st;
     int64_t n = ai_tensor_numel(c->in[0]);
-    if (ai_dtype_is_float(c->in[0]->dtype) && c->in[0]->dtype != AI_F16) {
+    if (ai_dtype_is_float(c->in[0]->dtype) && !ai_dtype_is_half(c->in[0]->dtype)) {
         clip_job j = {c->in[0]->dtype == AI_F64, false, lo, hi, c->in[0]->data, NULL,
                       c->out[0]->data};
         ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
@@ -788,7 +789,7 @@ static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->i
 
 static ai_status cast_backward(ai_ctx *c)
 {
-    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
+    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype))
         return AI_OK; /* no gradient through a cast to integers, nor to a CastLike
                          input that needs none (a constant cast like x) */
     ai_tensor *tmp;
@@ -801,7 +802,7 @@ static ai_status cast_backward(ai_ctx *c)
     return st;
 }
 
-static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, 0, NULL, cast_shape,
+static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, AI_OP_HALF, NULL, cast_shape,
                                   cast_forward, cast_backward};
 
 /* CastLike(input, target): Cast to the dtype of `target`. */
@@ -812,7 +813,8 @@ static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
     return st;
 }
 
-static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, 0, NULL, cast_like_shape,
+static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, AI_OP_HALF, NULL,
+                                       cast_like_shape,
                                        cast_forward, cast_backward};
 
 const ai_op_def *const ai_ops_unary[] = {

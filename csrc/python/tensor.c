@@ -33,22 +33,50 @@ static const struct {
     [AI_I32] = {NPY_INT32, "i", "i4", {kDLInt, 32, 1}},
     [AI_I64] = {NPY_INT64, "q", "i8", {kDLInt, 64, 1}},
     [AI_BOOL] = {NPY_BOOL, "?", "b1", {kDLBool, 8, 1}},
+    /* NumPy has no bfloat16: ml_dtypes registers one at run time (bf16_descr);
+     * the buffer protocol and __array_interface__ have no code for it */
+    [AI_BF16] = {NPY_NOTYPE, NULL, NULL, {kDLBfloat, 16, 1}},
 };
 _Static_assert(sizeof dtype_map / sizeof dtype_map[0] == AI_DTYPE_COUNT,
                "one binding entry per dtype");
 
 #define SUPPORTED_DTYPES \
-    "float32, float64, float16, int8, uint8, int16, int32, int64, bool"
+    "float32, float64, float16, int8, uint8, int16, int32, int64, bool, bfloat16"
 
-static int dtype_from_npy(int npy, ai_dtype *out)
+/* ml_dtypes.bfloat16 (onnx's numpy_helper and its reference use it), the
+ * type of NumPy arrays of bfloat16: NULL with an exception set without
+ * ml_dtypes. */
+static PyArray_Descr *bf16_descr(void)
+{
+    PyObject *mod = PyImport_ImportModule("ml_dtypes");
+    if (!mod)
+        return NULL;
+    PyObject *type = PyObject_GetAttrString(mod, "bfloat16");
+    Py_DECREF(mod);
+    PyArray_Descr *descr = NULL;
+    if (type && !PyArray_DescrConverter(type, &descr))
+        descr = NULL;
+    Py_XDECREF(type);
+    return descr;
+}
+
+/* The engine dtype of a NumPy dtype: -1 if none. */
+static int dtype_from_descr(PyArray_Descr *descr, ai_dtype *out)
 {
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         /* NPY_INT64 and NPY_LONGLONG are both 8-byte integers */
-        if (dtype_map[i].npy == npy ||
-            (PyArray_EquivTypenums(dtype_map[i].npy, npy))) {
+        if (dtype_map[i].npy != NPY_NOTYPE && (dtype_map[i].npy == descr->type_num ||
+                                               PyArray_EquivTypenums(dtype_map[i].npy,
+                                                                     descr->type_num))) {
             *out = (ai_dtype)i;
             return 0;
         }
+    }
+    const char *name = descr->typeobj->tp_name, *dot = strrchr(name, '.');
+    if (descr->type_num >= NPY_USERDEF && strcmp(dot ? dot + 1 : name, "bfloat16") == 0 &&
+        PyDataType_ELSIZE(descr) == 2) {
+        *out = AI_BF16;
+        return 0;
     }
     return -1;
 }
@@ -94,7 +122,7 @@ int dtype_converter(PyObject *obj, void *addr)
     }
     if (!PyArray_DescrConverter2(obj, &descr))
         return 0;
-    if (!descr || dtype_from_npy(descr->type_num, out) < 0) {
+    if (!descr || dtype_from_descr(descr, out) < 0) {
         PyErr_Format(PyExc_TypeError, "unsupported dtype %R (supported: %s)",
                      obj, SUPPORTED_DTYPES);
         Py_XDECREF(descr);
@@ -184,7 +212,7 @@ static PyObject *tensor_from_ndarray(PyTypeObject *tp, PyArrayObject *arr,
 {
     ai_dtype dt;
     PyArray_Descr *descr = PyArray_DESCR(arr);
-    if (dtype_from_npy(descr->type_num, &dt) < 0) {
+    if (dtype_from_descr(descr, &dt) < 0) {
         PyErr_Format(PyExc_TypeError,
                      "unsupported dtype %S for argument 'data' (supported: %s)",
                      (PyObject *)descr, SUPPORTED_DTYPES);
@@ -276,10 +304,6 @@ int capsule_view(PyObject *cap, int copy, ai_tensor **out)
                            (int)dl->device.device_type);
     ai_dtype dt;
     if (dtype_from_dl(dl->dtype, &dt) < 0) {
-        if (dl->dtype.code == kDLBfloat)
-            return fail_format(PyExc_TypeError,
-                               "unsupported dtype bfloat16 (supported: %s)",
-                               SUPPORTED_DTYPES);
         if (dl->dtype.lanes != 1)
             return fail_format(PyExc_TypeError,
                                "unsupported dtype %s%u with %u lanes (supported: %s)",
@@ -532,6 +556,10 @@ static PyObject *Tensor_get_array_interface(TensorObject *self, void *c)
 {
     (void)c;
     const ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].typestr) /* NumPy then calls __array__ */
+        return PyErr_Format(PyExc_AttributeError,
+                            "a %s tensor has no __array_interface__; use .numpy()",
+                            ai_dtype_name(t->dtype));
     char typestr[4] = {typestr_byteorder(t->dtype), dtype_map[t->dtype].typestr[0],
                        dtype_map[t->dtype].typestr[1], 0};
     PyObject *shape = int64_tuple(t->ndim, t->shape, 1), *strides;
@@ -557,6 +585,11 @@ static int Tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags)
     const ai_tensor *t = self->t;
     if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && (t->flags & AI_TENSOR_READONLY)) {
         PyErr_SetString(PyExc_BufferError, "the tensor is read-only");
+        return -1;
+    }
+    if (!dtype_map[t->dtype].format) {
+        PyErr_Format(PyExc_BufferError, "a %s tensor has no buffer format; use .numpy()",
+                     ai_dtype_name(t->dtype));
         return -1;
     }
     const int contiguous = ai_tensor_is_contiguous(t);
@@ -817,7 +850,8 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
         dims[i] = (npy_intp)t->shape[i];
         strides[i] = (npy_intp)t->strides[i] * itemsize;
     }
-    PyArray_Descr *descr = PyArray_DescrFromType(dtype_map[t->dtype].npy);
+    PyArray_Descr *descr = t->dtype == AI_BF16 ? bf16_descr()
+                                               : PyArray_DescrFromType(dtype_map[t->dtype].npy);
     if (!descr)
         return NULL;
     if (!t->data) /* empty: NumPy allocates nothing to alias */
@@ -833,6 +867,24 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
         return NULL;
     }
     return arr;
+}
+
+/* np.asarray(tensor) for a dtype without __array_interface__ (bfloat16) */
+static PyObject *Tensor_array(TensorObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy))
+        return NULL;
+    PyObject *arr = Tensor_numpy(self, NULL);
+    if (!arr || (dtype == Py_None && !PyObject_IsTrue(copy)))
+        return arr;
+    PyObject *res = PyObject_CallMethod(arr, "astype", "O", dtype == Py_None
+                                                                 ? (PyObject *)PyArray_DESCR(
+                                                                       (PyArrayObject *)arr)
+                                                                 : dtype);
+    Py_DECREF(arr);
+    return res;
 }
 
 static PyObject *Tensor_clone(TensorObject *self, PyObject *unused)
@@ -957,6 +1009,8 @@ static PyMethodDef Tensor_methods[] = {
      "(device_type, device_id) in DLPack terms: always the CPU."},
     {"numpy", (PyCFunction)Tensor_numpy, METH_NOARGS,
      "A NumPy array viewing the same memory (no copy)."},
+    {"__array__", (PyCFunction)(void (*)(void))Tensor_array, METH_VARARGS | METH_KEYWORDS,
+     "A NumPy array of the values (a view unless dtype or copy asks otherwise)."},
     {"clone", (PyCFunction)Tensor_clone, METH_NOARGS,
      "A contiguous copy owning its memory."},
     {"contiguous", (PyCFunction)Tensor_contiguous, METH_NOARGS,

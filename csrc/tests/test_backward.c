@@ -11,14 +11,14 @@
 #include "../graph.h"
 #include "ctest.h"
 
-static ai_graph *build(void)
+static ai_graph *build_of(ai_dtype dtype)
 {
     ai_graph *g;
     if (ai_graph_new(&g))
         return NULL;
     const char *x[1] = {"x"}, *h[1] = {"h"}, *hh[2] = {"h", "h"}, *m[1] = {"m"};
     const char *r[1] = {"r"}, *mr[2] = {"m", "r"}, *y[1] = {"y"};
-    ai_status st = ai_graph_add_input(g, "x", AI_F64);
+    ai_status st = ai_graph_add_input(g, "x", dtype);
     st = st ? st : ai_graph_add_node(g, "tanh", "", "Tanh", 17, 1, x, 1, h, 0, NULL);
     st = st ? st : ai_graph_add_node(g, "square", "", "Mul", 17, 2, hh, 1, m, 0, NULL);
     st = st ? st : ai_graph_add_node(g, "relu", "", "Relu", 17, 1, h, 1, r, 0, NULL);
@@ -32,6 +32,8 @@ static ai_graph *build(void)
     g->need_backward = g->input_grads = true;
     return g;
 }
+
+static ai_graph *build(void) { return build_of(AI_F64); }
 
 /* dx against the closed form: dy (2 h + [h > 0]) (1 - h^2), h = tanh(x) */
 static void check_dx(const ai_tensor *x, const ai_tensor *dy, const ai_tensor *dx)
@@ -68,6 +70,47 @@ TEST(backward_first_writer_assigns)
             check_dx(x, dy, dx);
         ai_tensor_free(dx);
     }
+    ai_tensor_free(y);
+    ai_tensor_free(dy);
+    ai_tensor_free(x);
+    ai_graph_free(g);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
+/* The same graph in float16 (plan.c, "half precision"): each node computes
+ * in float32 and rounds its output once, so y is the per-node rounding of
+ * the closed form (within a float16 ulp: tanh's float32 kernel is within 4
+ * float32 ulp); dx (gradients rounded per node, then added in float16)
+ * within a few float16 ulps of the closed form on the rounded h. */
+TEST(backward_float16_per_node_rounding)
+{
+    int64_t live = ai_debug_live_tensors();
+    ai_graph *g = build_of(AI_F16);
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    const int64_t shape[2] = {3, 50};
+    ai_tensor *x, *dy, *y = NULL, *dx = NULL;
+    CHECK_OK(ai_tensor_new(&x, AI_F16, 2, shape));
+    CHECK_OK(ai_tensor_new(&dy, AI_F16, 2, shape));
+    const int64_t n = ai_tensor_numel(x);
+    uint16_t *xv = x->data, *dyv = dy->data;
+    for (int64_t i = 0; i < n; i++) {
+        xv[i] = ai_f32_to_f16(-2.0f + 4.0f * (float)i / (float)(n - 1));
+        dyv[i] = ai_f32_to_f16(1.0f + 0.01f * (float)i);
+    }
+    CHECK_OK(ai_graph_forward(g, 1, (const ai_tensor *const *)&x, 1, &y));
+    CHECK_OK(ai_graph_backward(g, 1, (const ai_tensor *const *)&dy, 1, &dx));
+    CHECK(y && dx && y->dtype == AI_F16 && dx->dtype == AI_F16);
+    for (int64_t i = 0; y && dx && i < n; i++) {
+        const float h = ai_f16_to_f32(ai_f32_to_f16(tanhf(ai_f16_to_f32(xv[i]))));
+        const float m = ai_f16_to_f32(ai_f32_to_f16(h * h));
+        const float want_y = ai_f16_to_f32(ai_f32_to_f16(m + (h > 0 ? h : 0)));
+        CHECK_CLOSE(ai_f16_to_f32(((uint16_t *)y->data)[i]), want_y, 1e-3 * fabs(want_y));
+        const double want = ai_f16_to_f32(dyv[i]) * (2.0 * h + (h > 0)) * (1.0 - (double)h * h);
+        CHECK_CLOSE(ai_f16_to_f32(((uint16_t *)dx->data)[i]), want, 4e-3 * fabs(want) + 1e-4);
+    }
+    ai_tensor_free(dx);
     ai_tensor_free(y);
     ai_tensor_free(dy);
     ai_tensor_free(x);
@@ -141,6 +184,7 @@ TEST(backward_memory_limit_refuses_the_plan)
 
 const ctest_case backward_cases[] = {
     CASE(backward_first_writer_assigns),
+    CASE(backward_float16_per_node_rounding),
     CASE(backward_input_grads_replans),
     CASE(backward_memory_limit_refuses_the_plan),
     {NULL, NULL},

@@ -217,6 +217,47 @@ TEST(f16_round_trip_exhaustive)
     CHECK(ai_f32_to_f16(-0.0f) == 0x8000);
 }
 
+TEST(bf16_round_trip_exhaustive_and_rounding)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ai_bf16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            CHECK(isnan(ai_bf16_to_f32(ai_f32_to_bf16(f))));
+            continue;
+        }
+        CHECK(ai_f32_to_bf16(f) == h);
+    }
+    CHECK(ai_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(ai_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80); /* tie -> even */
+    CHECK(ai_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82); /* tie -> even (up) */
+    CHECK(ai_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81);
+    CHECK(ai_f32_to_bf16(3.4028235e38f) == 0x7f80);     /* FLT_MAX rounds to inf */
+    CHECK(ai_f32_to_bf16(-0.0f) == 0x8000);
+    uint32_t nan_low = 0x7f800001u; /* a NaN whose top half alone is inf */
+    float f;
+    memcpy(&f, &nan_low, 4);
+    CHECK(isnan(ai_bf16_to_f32(ai_f32_to_bf16(f))));
+    /* the tensor copy's bulk path and its element path agree */
+    float src[5] = {1.0f + 3.0f / 256, -2.5f, 1e-40f, INFINITY, NAN};
+    int64_t shape[] = {5}, stride[] = {-1};
+    ai_tensor *s, *r, *d, *e;
+    CHECK_OK(ai_tensor_borrow(&s, src, AI_F32, 1, shape, NULL, 0, false, NULL, NULL));
+    CHECK_OK(ai_tensor_borrow(&r, src + 4, AI_F32, 1, shape, stride, 0, false, NULL, NULL));
+    CHECK_OK(ai_tensor_new(&d, AI_BF16, 1, shape));
+    CHECK_OK(ai_tensor_new(&e, AI_BF16, 1, shape));
+    CHECK_OK(ai_tensor_copy(d, s)); /* contiguous: the bulk conversion */
+    CHECK_OK(ai_tensor_copy(e, r)); /* reversed: element by element */
+    for (int i = 0; i < 4; i++)
+        CHECK(((uint16_t *)d->data)[i] == ((uint16_t *)e->data)[4 - i]);
+    CHECK(ai_tensor_get_flat(d, 0) == 1.015625 && ai_tensor_get_flat(d, 1) == -2.5);
+    CHECK(isnan(ai_tensor_get_flat(d, 4)) && isnan(ai_tensor_get_flat(e, 0)));
+    CHECK(strcmp(ai_dtype_name(AI_BF16), "bfloat16") == 0 && ai_dtype_size(AI_BF16) == 2);
+    ai_tensor_free(s);
+    ai_tensor_free(r);
+    ai_tensor_free(d);
+    ai_tensor_free(e);
+}
+
 TEST(live_counters_return_to_zero)
 {
     int64_t t0 = ai_debug_live_tensors(), s0 = ai_debug_live_storages();
@@ -246,6 +287,7 @@ const ctest_case tensor_cases[] = {
     CASE(strided_copy_expanded_and_row_paths),
     CASE(dtype_conversion),
     CASE(f16_round_trip_exhaustive),
+    CASE(bf16_round_trip_exhaustive_and_rounding),
     CASE(live_counters_return_to_zero),
     {NULL, NULL},
 };
