@@ -172,6 +172,15 @@ enum {
      * variadic ones); otherwise finalize refuses an empty input below
      * min_in or of a variadic operator */
     AI_OP_EMPTY_INPUTS = 64,
+    /* the output's shape depends on the values of whole input tensors
+     * (NonZero, Unique, Compress, NonMaxSuppression). shape() reads them
+     * from c->in[k]->data, which the plan fills when it knows them:
+     * constants, and the values computed from the graph inputs these
+     * inputs depend on, which are then read when the graph is planned (a
+     * new value re-plans). Unlike a folded value, a node so evaluated at
+     * plan time still runs at forward (and backward): only the shape is
+     * taken from the plan-time values. */
+    AI_OP_SHAPE_FROM_DATA = 128,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
