@@ -174,7 +174,7 @@ static ai_status nms_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
     (void)state;
-    nms_args a;
+    nms_args a = {0};
     int64_t s[2] = {0, 3};
     ai_status st = nms_setup(c, &a);
     if (st || (st = nms_run(c, &a, &s[0], NULL, 0)))
@@ -184,8 +184,8 @@ static ai_status nms_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 static ai_status nms_forward(ai_ctx *c)
 {
-    nms_args a;
-    int64_t k;
+    nms_args a = {0};
+    int64_t k = 0;
     const int64_t planned = c->out[0]->shape[0];
     ai_status st = nms_setup(c, &a);
     if (st || (st = nms_run(c, &a, &k, c->out[0]->data, planned)))
@@ -253,7 +253,7 @@ static ai_status roi_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
     (void)state;
-    roi_args a;
+    roi_args a = {0};
     ai_status st = roi_setup(c, &a);
     const int64_t s[4] = {c->in[1]->shape[0], c->in[0]->shape[1], a.oh, a.ow};
     return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, 4, s);
@@ -264,7 +264,7 @@ static ai_status roi_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 static ai_status roi_run(ai_ctx *c, ai_tensor *dx)
 {
     const ai_tensor *x = c->in[0], *rois = c->in[1], *bi = c->in[2];
-    roi_args a;
+    roi_args a = {0};
     ai_status st = roi_setup(c, &a);
     if (st)
         return st;

@@ -90,7 +90,7 @@ static ai_status det_setup(const ai_ctx *c, int64_t *m, int64_t *mats)
 static ai_status det_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)state;
-    int64_t m, mats;
+    int64_t m = 0, mats = 0;
     ai_status st = det_setup(c, &m, &mats);
     if (st)
         return st;
@@ -100,7 +100,7 @@ static ai_status det_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 static ai_status det_forward(ai_ctx *c)
 {
-    int64_t m, mats;
+    int64_t m = 0, mats = 0;
     ai_status st = det_setup(c, &m, &mats);
     double *a = c->workspace;
     int64_t *perm = (int64_t *)(a + 3 * m * m);
@@ -115,7 +115,7 @@ static ai_status det_forward(ai_ctx *c)
 /* dX[b] += dY[b] * adj(X[b])^T, adj^T[i][j] = cofactor (i, j) */
 static ai_status det_backward(ai_ctx *c)
 {
-    int64_t m, mats;
+    int64_t m = 0, mats = 0;
     ai_status st = det_setup(c, &m, &mats);
     ai_tensor *dx = c->din[0];
     if (st || !dx || (st = ai_check_grad_dtype(c, dx)))

@@ -153,7 +153,7 @@ static ai_status se_setup(const ai_ctx *c, se_args *a)
 static ai_status se_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)state;
-    se_args a;
+    se_args a = {0};
     ai_status st = se_setup(c, &a);
     *ws = scatter_workspace(c, ai_tensor_numel(c->in[1]));
     return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);
@@ -187,7 +187,7 @@ static ai_status se_offsets(const ai_ctx *c, const se_args *a, int64_t *off)
 
 static ai_status se_forward(ai_ctx *c)
 {
-    se_args a;
+    se_args a = {0};
     ai_status st = se_setup(c, &a);
     if (!st && !(st = se_offsets(c, &a, c->workspace)))
         scatter_run(c, 2, c->workspace, a.red);
@@ -196,7 +196,7 @@ static ai_status se_forward(ai_ctx *c)
 
 static ai_status se_backward(ai_ctx *c)
 {
-    se_args a;
+    se_args a = {0};
     ai_status st = se_setup(c, &a);
     if (st || (!c->din[0] && !c->din[2]) || (st = se_offsets(c, &a, c->workspace)))
         return st;
@@ -248,8 +248,8 @@ static ai_status ts_setup(const ai_ctx *c, int *axis, bool *circular)
 static ai_status ts_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)state;
-    int axis;
-    bool circ;
+    int axis = 0;
+    bool circ = false;
     ai_status st = ts_setup(c, &axis, &circ);
     *ws = scatter_workspace(c, ai_tensor_numel(c->in[1]));
     return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);
@@ -285,8 +285,8 @@ static ai_status ts_offsets(const ai_ctx *c, int axis, bool circular, int64_t *o
 
 static ai_status ts_forward(ai_ctx *c)
 {
-    int axis;
-    bool circ;
+    int axis = 0;
+    bool circ = false;
     ai_status st = ts_setup(c, &axis, &circ);
     if (!st && !(st = ts_offsets(c, axis, circ, c->workspace)))
         scatter_run(c, 1, c->workspace, RED_NONE);
@@ -295,8 +295,8 @@ static ai_status ts_forward(ai_ctx *c)
 
 static ai_status ts_backward(ai_ctx *c)
 {
-    int axis;
-    bool circ;
+    int axis = 0;
+    bool circ = false;
     ai_status st = ts_setup(c, &axis, &circ);
     if (st || (!c->din[0] && !c->din[1]) || (st = ts_offsets(c, axis, circ, c->workspace)))
         return st;

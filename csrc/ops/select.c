@@ -136,7 +136,7 @@ static ai_status compress_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *sta
 {
     (void)ws;
     (void)state;
-    compress_dims d;
+    compress_dims d = {0};
     ai_status st = compress_setup(c, &d);
     if (st)
         return st;
@@ -153,7 +153,7 @@ static ai_status compress_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *sta
  * backward adds dY's slice k into dX's slice j. */
 static ai_status compress_walk(ai_ctx *c, bool backward)
 {
-    compress_dims d;
+    compress_dims d = {0};
     ai_status st = compress_setup(c, &d);
     const ai_tensor *cond = c->in[1];
     const int64_t n = compress_count(cond);
@@ -321,10 +321,10 @@ static ai_status unique_run(const ai_ctx *c, const unique_items *u, bool sorted,
 static ai_status unique_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)state;
-    unique_items u;
-    int axis;
-    bool sorted;
-    int64_t k;
+    unique_items u = {0};
+    int axis = 0;
+    bool sorted = false;
+    int64_t k = 0;
     ai_status st = unique_setup(c, &u, &axis, &sorted);
     if (st || (st = unique_run(c, &u, sorted, 0, &k, NULL, NULL)))
         return st;
@@ -343,10 +343,10 @@ static ai_status unique_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
 
 static ai_status unique_forward(ai_ctx *c)
 {
-    unique_items u;
-    int axis;
-    bool sorted;
-    int64_t k;
+    unique_items u = {0};
+    int axis = 0;
+    bool sorted = false;
+    int64_t k = 0;
     ai_status st = unique_setup(c, &u, &axis, &sorted);
     if (st)
         return st;

@@ -38,7 +38,7 @@ static ai_status rs_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
     (void)state;
-    int b, t;
+    int b = 0, t = 0;
     ai_status st = rs_setup(c, &b, &t);
     return st ? st : ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, c->in[0]->shape);
 }
@@ -77,14 +77,14 @@ static ai_status rs_run(const ai_ctx *c, int batch, int time, const ai_tensor *s
 
 static ai_status rs_forward(ai_ctx *c)
 {
-    int b, t;
+    int b = 0, t = 0;
     ai_status st = rs_setup(c, &b, &t);
     return st ? st : rs_run(c, b, t, c->in[0], c->out[0], false);
 }
 
 static ai_status rs_backward(ai_ctx *c)
 {
-    int b, t;
+    int b = 0, t = 0;
     ai_status st = rs_setup(c, &b, &t);
     if (st || !c->din[0] || (st = ai_check_grad_dtype(c, c->din[0])))
         return st;
