@@ -412,3 +412,73 @@ def test_deform_conv(case, opset):
     np.testing.assert_allclose(_run(model, feeds)[0], _ref(model, feeds)[0], rtol=1e-10,
                                atol=1e-10)
     _fd_check(model, feeds, list(feeds), rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------- ai.onnx.preview.training
+
+TRAINING = "ai.onnx.preview.training"
+
+
+# attribute values that are their float32's shortest decimal (ONNX's
+# reference computes with the float32 attribute, the engine with that
+# decimal, the value the author wrote: onnx/importer.py's _float_attr), and
+# the defaults
+@pytest.mark.parametrize("op,states,attrs", [
+    ("Adagrad", 1, {"decay_factor": 0.125, "epsilon": 2.0 ** -11, "norm_coefficient": 2.0 ** -6}),
+    ("Adagrad", 1, {}),
+    ("Momentum", 1, {"alpha": 0.875, "beta": 0.5, "mode": "standard",
+                     "norm_coefficient": 2.0 ** -5}),
+    ("Momentum", 1, {"alpha": 0.75, "beta": 0.25, "mode": "nesterov", "norm_coefficient": 0.0}),
+    ("Adam", 2, {"alpha": 0.875, "beta": 0.9375, "epsilon": 2.0 ** -10,
+                 "norm_coefficient": 2.0 ** -6, "norm_coefficient_post": 2.0 ** -5}),
+    ("Adam", 2, {}),
+])
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("t", [0, 4])
+def test_training_optimizers(op, states, attrs, n, t):
+    """One update of n float64 tensors against ONNX's reference: its update
+    formulas with the attributes as the engine reads them (the defaults as
+    decimals), and its evaluator where that keeps float64 (not Adam's
+    several tensors: it casts them to float32)."""
+    from onnx.reference.ops.aionnx_preview_training import op_adagrad, op_adam, op_momentum
+
+    shapes = [(3, 4), (5,), (2, 2, 2)][:n]
+    feeds = {"r": np.array(0.1), "t": np.array(t, np.int64)}
+    for kind in ["x", "g"] + [f"s{k}" for k in range(states)]:
+        for i, s in enumerate(shapes):
+            v = RNG.standard_normal(s)
+            feeds[f"{kind}{i}"] = np.abs(v) if kind == f"s{states - 1}" else v  # H >= 0
+    model = make_model(op, feeds, attrs, n_outputs=n * (1 + states), domain=TRAINING,
+                       opset=20)
+    got = _run(model, feeds)
+    v = list(feeds.values())
+    parts = list(zip(*[v[2 + k * n: 2 + (k + 1) * n] for k in range(2 + states)]))
+    a = {"norm_coefficient": 0.0, "epsilon": 1e-6, "decay_factor": 0.0, "alpha": 0.9,
+         "beta": 0.999, "norm_coefficient_post": 0.0} | attrs
+    if op == "Adagrad":
+        res = [op_adagrad._apply_adagrad(v[0], v[1], *p, a["norm_coefficient"], a["epsilon"],
+                                         a["decay_factor"]) for p in parts]
+    elif op == "Momentum":
+        fn = op_momentum._apply_momentum if a["mode"] == "standard" else \
+            op_momentum._apply_nesterov
+        res = [fn(v[0], v[1], *p, a["norm_coefficient"], a["alpha"], a["beta"]) for p in parts]
+    else:
+        res = [op_adam._apply_adam(v[0], v[1], *p, a["norm_coefficient"],
+                                   a["norm_coefficient_post"], a["alpha"], a["beta"],
+                                   a["epsilon"]) for p in parts]
+    wants = [[out[k] for k in range(1 + states) for out in res]]
+    if attrs and not (op == "Adam" and n > 1):
+        wants.append(_ref(model, feeds))
+    for want in wants:
+        assert len(got) == len(want)
+        for i, (a, b) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=f"output {i}")
+
+
+def test_momentum_needs_its_attributes():
+    feeds = {"r": np.array(0.1), "t": np.array(0, np.int64), "x": np.ones(2), "g": np.ones(2),
+             "v": np.ones(2)}
+    model = make_model("Momentum", feeds, {"alpha": 0.9, "beta": 0.1, "mode": "standard"},
+                       n_outputs=2, domain=TRAINING)
+    with pytest.raises(ValueError, match="Momentum node.*norm_coefficient is required"):
+        _run(model, feeds)
