@@ -175,9 +175,9 @@ enum {
     /* the output's shape depends on the values of whole input tensors
      * (NonZero, Unique, Compress, NonMaxSuppression). shape() reads them
      * from c->in[k]->data, which the plan fills when it knows them:
-     * constants, and the values computed from the graph inputs these
-     * inputs depend on, which are then read when the graph is planned (a
-     * new value re-plans). Unlike a folded value, a node so evaluated at
+     * constants, and the values computed from the graph inputs and
+     * parameters these inputs depend on, which are then read when the
+     * graph is planned (a new value re-plans). Unlike a folded value, a node so evaluated at
      * plan time still runs at forward (and backward): only the shape is
      * taken from the plan-time values. */
     AI_OP_SHAPE_FROM_DATA = 128,

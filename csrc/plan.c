@@ -473,6 +473,11 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     for (int v = 0; v < V; v++) {
         if (g->values[v].data)
             meta_of(&p->meta[v], g->values[v].data);
+        /* parameters and buffers an output shape depends on: their values
+         * now (they may change between forwards: plan_matches compares) */
+        if ((g->values[v].kind == AI_VAL_PARAM || g->values[v].kind == AI_VAL_BUFFER) &&
+            to_data[v] && (st = ai_tensor_clone(&p->known[v], g->values[v].data)))
+            goto fail;
         p->def_step[v] = -1;
         p->last_step[v] = -1;
     }
@@ -771,6 +776,20 @@ static ai_status plan_for(ai_graph *g, const ai_tensor *const *inputs, ai_plan *
     return plan_build(g, inputs, g->int_values_at_plan == 2, false, out);
 }
 
+/* Whether a (contiguous copy) and b hold the same bytes. */
+static bool same_values(const ai_tensor *a, const ai_tensor *b)
+{
+    if (!ai_tensor_nbytes(a))
+        return true;
+    if (ai_tensor_is_contiguous(b))
+        return memcmp(a->data, b->data, ai_tensor_nbytes(a)) == 0;
+    for (int64_t k = 0; k < ai_tensor_numel(a); k++)
+        if (memcmp(&(double){ai_tensor_get_flat(a, k)}, &(double){ai_tensor_get_flat(b, k)},
+                   sizeof(double)))
+            return false;
+    return true;
+}
+
 static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
 {
     if (!p || p->need_backward != g->need_backward || p->input_grads != g->input_grads ||
@@ -788,6 +807,12 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
                 memcmp(&(double){ai_tensor_get_flat(known, k)},
                        &(double){ai_tensor_get_flat(inputs[i], k)}, sizeof(double)))
                 return false; /* a new value of a plan-time input re-plans */
+    }
+    for (int v = 0; v < p->n_values; v++) { /* and a parameter a shape depends on */
+        const ai_value_kind kind = g->values[v].kind;
+        if (p->known[v] && (kind == AI_VAL_PARAM || kind == AI_VAL_BUFFER) &&
+            !same_values(p->known[v], g->values[v].data))
+            return false;
     }
     return true;
 }

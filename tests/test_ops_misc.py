@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import aidge_interop
@@ -231,6 +231,40 @@ def test_nonzero_of_a_computed_value():
         (gx,) = g.backward([dy])
         yt.backward(torch.tensor(dy))
         np.testing.assert_array_equal(gx, xt.grad.numpy())
+
+
+def test_compress_of_a_parameter_dependent_condition():
+    """h = x @ w with w a trainable initializer, y = h[h > 0]: the plan
+    computes h with w's value, w gets its gradient, and a change of w (in
+    place, as an optimizer does) re-plans."""
+    w = RNG.standard_normal((3, 4))
+    nodes = [helper.make_node("Constant", [], ["zero"], value=helper.make_tensor(
+                 "zero", TensorProto.DOUBLE, [], [0.0])),
+             helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Greater", ["h", "zero"], ["c"]),
+             helper.make_node("Reshape", ["h", "flat"], ["hf"]),
+             helper.make_node("Reshape", ["c", "flat"], ["cf"]),
+             helper.make_node("Compress", ["hf", "cf"], ["y"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "param", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([-1]), "flat")])
+    g = aidge_interop.load_onnx(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert "w" in g.parameters()
+    x = RNG.standard_normal((2, 3))
+    for step in range(3):
+        g.zero_grad()
+        (y,) = g.forward([x], need_backward=True)
+        wt = torch.tensor(g.parameters()["w"].copy(), requires_grad=True)
+        h = (torch.tensor(x) @ wt).reshape(-1)
+        yt = h[h > 0]
+        np.testing.assert_allclose(y, yt.detach().numpy(), rtol=1e-14)
+        dy = RNG.standard_normal(y.shape)
+        g.backward([dy])
+        yt.backward(torch.tensor(dy))
+        np.testing.assert_allclose(g.grads()["w"], wt.grad.numpy(), rtol=1e-14)
+        g.parameters()["w"][:] = -g.parameters()["w"] + step  # another number kept
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
