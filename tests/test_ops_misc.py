@@ -516,3 +516,15 @@ def test_momentum_needs_its_attributes():
                        n_outputs=2, domain=TRAINING)
     with pytest.raises(ValueError, match="Momentum node.*norm_coefficient is required"):
         _run(model, feeds)
+
+
+def test_bad_geometry_is_refused():
+    feeds = {"x": np.zeros((1, 1, 2, 2)), "w": np.zeros((1, 1, 3, 3)),
+             "offset": np.zeros((1, 18, 1, 1))}
+    model = make_model("DeformConv", feeds, opset=19)
+    with pytest.raises(ValueError, match="DeformConv node.*larger than the padded input"):
+        _run(model, feeds)
+    feeds = {"x": np.zeros((1, 1, 0, 3)), "rois": np.zeros((1, 4)), "bi": np.zeros(1, np.int64)}
+    model = make_model("RoiAlign", feeds, opset=16)
+    with pytest.raises(ValueError, match="RoiAlign node.*no pixel to sample"):
+        _run(model, feeds)

@@ -82,6 +82,13 @@ static ai_status dc_setup(const ai_ctx *c, dc_geom *g)
                                  "positive, pads not negative");
     g->oh = (g->H + g->pad[0] + g->pad[2] - ((g->kh - 1) * g->d[0] + 1)) / g->s[0] + 1;
     g->ow = (g->W + g->pad[1] + g->pad[3] - ((g->kw - 1) * g->d[1] + 1)) / g->s[1] + 1;
+    if (g->oh < 1 || g->ow < 1)
+        return ai_node_error(c->node, AI_ERR_VALUE, "the dilated kernel (%lld x %lld) is larger "
+                             "than the padded input (%lld x %lld)",
+                             (long long)((g->kh - 1) * g->d[0] + 1),
+                             (long long)((g->kw - 1) * g->d[1] + 1),
+                             (long long)(g->H + g->pad[0] + g->pad[2]),
+                             (long long)(g->W + g->pad[1] + g->pad[3]));
     const int64_t taps = g->og * g->kh * g->kw;
     if (off->ndim != 4 || off->shape[0] != g->N || off->shape[1] != taps * 2 ||
         off->shape[2] != g->oh || off->shape[3] != g->ow)

@@ -242,6 +242,9 @@ static ai_status roi_setup(const ai_ctx *c, roi_args *a)
         bi->shape[0] != rois->shape[0])
         return ai_node_error(c->node, AI_ERR_VALUE, "X must be [N, C, H, W], rois [R, 4] and "
                              "batch_indices [R]");
+    if ((x->shape[2] < 1 || x->shape[3] < 1) && rois->shape[0] && x->shape[1])
+        return ai_node_error(c->node, AI_ERR_VALUE, "X is %lld x %lld: no pixel to sample",
+                             (long long)x->shape[2], (long long)x->shape[3]);
     if (!ai_dtype_is_float(rois->dtype) || (bi->dtype != AI_I64 && bi->dtype != AI_I32))
         return ai_node_error(c->node, AI_ERR_TYPE, "rois must be float and batch_indices "
                              "integers, not %s and %s", ai_dtype_name(rois->dtype),
