@@ -346,13 +346,12 @@ static bool mark_shape_data(const ai_graph *g, bool *to_data)
 
 /* Runs node c->node's forward at plan time into new tensors dst[out]
  * (p->folded: a constant; p->known: a value of this plan only). */
-static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
-                          size_t ws, size_t state_bytes, ai_tensor **dst)
+static ai_status run_fold(ai_graph *g, ai_ctx *c, const ai_meta *om, size_t ws,
+                          size_t state_bytes, ai_tensor **dst)
 {
     const ai_node *n = c->node;
     ai_status st = AI_OK;
     void *work = NULL, *state = NULL;
-    (void)p;
     for (int k = 0; k < n->n_out; k++) {
         if ((st = ai_tensor_new(&dst[n->out[k]], om[k].dtype, om[k].ndim, om[k].shape)))
             return st;
@@ -526,10 +525,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         for (int k = 0; data_shapes && k < n->n_out; k++)
             feeds |= to_data[n->out[k]];
         if (!fold && feeds && all_known && !(fl & AI_OP_NO_FOLD) &&
-            (st = run_fold(g, p, &c, om, ws, state_bytes, p->known)))
+            (st = run_fold(g, &c, om, ws, state_bytes, p->known)))
             goto fail;
         if (fold) {
-            if ((st = run_fold(g, p, &c, om, ws, state_bytes, p->folded)))
+            if ((st = run_fold(g, &c, om, ws, state_bytes, p->folded)))
                 goto fail;
         } else {
             p->sched[p->n_sched] = g->order[oi];
