@@ -775,7 +775,8 @@ static ai_status plan_for(ai_graph *g, const ai_tensor *const *inputs, ai_plan *
     return plan_build(g, inputs, g->int_values_at_plan == 2, false, out);
 }
 
-/* Whether a (contiguous copy) and b hold the same bytes. */
+/* Whether a (a contiguous copy) and b hold the same values, bit for bit
+ * (a NaN is the NaN it was). */
 static bool same_values(const ai_tensor *a, const ai_tensor *b)
 {
     if (!ai_tensor_nbytes(a))
@@ -783,7 +784,8 @@ static bool same_values(const ai_tensor *a, const ai_tensor *b)
     if (ai_tensor_is_contiguous(b))
         return memcmp(a->data, b->data, ai_tensor_nbytes(a)) == 0;
     for (int64_t k = 0; k < ai_tensor_numel(a); k++)
-        if (memcmp(&(double){ai_tensor_get_flat(a, k)}, &(double){ai_tensor_get_flat(b, k)},
+        if (ai_tensor_get_flat_i64(a, k) != ai_tensor_get_flat_i64(b, k) ||
+            memcmp(&(double){ai_tensor_get_flat(a, k)}, &(double){ai_tensor_get_flat(b, k)},
                    sizeof(double)))
             return false;
     return true;
@@ -799,15 +801,16 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
         if (key[0] != inputs[i]->ndim ||
             memcmp(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim))
             return false;
-        const ai_tensor *known = p->folded[g->inputs[i]] ? p->folded[g->inputs[i]]
-                                                         : p->known[g->inputs[i]];
+        if (p->known[g->inputs[i]] && !same_values(p->known[g->inputs[i]], inputs[i]))
+            return false;
+        const ai_tensor *known = p->folded[g->inputs[i]];
         for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
             if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k) ||
                 memcmp(&(double){ai_tensor_get_flat(known, k)},
                        &(double){ai_tensor_get_flat(inputs[i], k)}, sizeof(double)))
                 return false; /* a new value of a plan-time input re-plans */
     }
-    for (int v = 0; v < p->n_values; v++) { /* and a parameter a shape depends on */
+    for (int v = 0; v < p->n_values; v++) { /* a parameter a shape depends on */
         const ai_value_kind kind = g->values[v].kind;
         if (p->known[v] && (kind == AI_VAL_PARAM || kind == AI_VAL_BUFFER) &&
             !same_values(p->known[v], g->values[v].data))
