@@ -183,6 +183,15 @@ enum {
      * node). */
     AI_OP_HALF = 128,
     AI_OP_HALF_GRAD = 1 << 16, /* (bits 8 to 15 are AI_OP_GRAD_ASSIGN's) */
+    /* the output's shape depends on the values of whole input tensors
+     * (NonZero, Unique, Compress, NonMaxSuppression). shape() reads them
+     * from c->in[k]->data, which the plan fills when it knows them:
+     * constants, and the values computed from the graph inputs and
+     * parameters these inputs depend on, which are then read when the
+     * graph is planned (a new value re-plans). Unlike a folded value, a node so evaluated at
+     * plan time still runs at forward (and backward): only the shape is
+     * taken from the plan-time values. */
+    AI_OP_SHAPE_FROM_DATA = 1 << 17,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

@@ -83,6 +83,7 @@ void ai_plan_free(ai_plan *p)
         return;
     for (int v = 0; v < p->n_values; v++) {
         ai_tensor_free(p->folded[v]);
+        ai_tensor_free(p->known[v]);
         ai_tensor_free(p->act[v]);
         ai_tensor_free(p->gradv[v]);
         if (p->wide)
@@ -97,6 +98,7 @@ void ai_plan_free(ai_plan *p)
     free(p->in_shapes);
     free(p->meta);
     free(p->folded);
+    free(p->known);
     free(p->act);
     free(p->gradv);
     free(p->needs_grad);
@@ -588,16 +590,36 @@ static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t, bool i
     return false;
 }
 
-static ai_status run_fold(ai_graph *g, ai_plan *p, ai_ctx *c, const ai_meta *om,
-                          size_t ws, size_t state_bytes)
+/* Marks in `to_data` every value that an input of an AI_OP_SHAPE_FROM_DATA
+ * node depends on (itself included); false when there is none. */
+static bool mark_shape_data(const ai_graph *g, bool *to_data)
+{
+    bool any = false;
+    for (int oi = g->n_nodes - 1; oi >= 0; oi--) {
+        const ai_node *n = &g->nodes[g->order[oi]];
+        bool feeds = n->op->flags & AI_OP_SHAPE_FROM_DATA;
+        for (int k = 0; !feeds && k < n->n_out; k++)
+            feeds = to_data[n->out[k]];
+        for (int k = 0; feeds && k < n->n_in; k++)
+            if (n->in[k] >= 0)
+                to_data[n->in[k]] = true;
+        any |= feeds;
+    }
+    return any;
+}
+
+/* Runs node c->node's forward at plan time into new tensors dst[out]
+ * (p->folded: a constant; p->known: a value of this plan only). */
+static ai_status run_fold(ai_graph *g, ai_ctx *c, const ai_meta *om, size_t ws,
+                          size_t state_bytes, ai_tensor **dst)
 {
     const ai_node *n = c->node;
     ai_status st = AI_OK;
     void *work = NULL, *state = NULL;
     for (int k = 0; k < n->n_out; k++) {
-        if ((st = ai_tensor_new(&p->folded[n->out[k]], om[k].dtype, om[k].ndim, om[k].shape)))
+        if ((st = ai_tensor_new(&dst[n->out[k]], om[k].dtype, om[k].ndim, om[k].shape)))
             return st;
-        c->out[k] = p->folded[n->out[k]];
+        c->out[k] = dst[n->out[k]];
     }
     if ((ws && !(work = calloc(1, ws))) || (state_bytes && !(state = calloc(1, state_bytes)))) {
         free(work);
@@ -660,6 +682,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ai_plan *p = calloc(1, sizeof *p);
     ai_tensor *shape_t = NULL;
     item *items = NULL;
+    bool *to_data = NULL;
     size_t *ws_of = NULL;
     size_t limit = ai_memory_limit();
     if (limit > PTRDIFF_MAX)
@@ -677,6 +700,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(p->in_shapes, (size_t)g->n_inputs * (AI_MAX_DIMS + 1));
     ALLOC(p->meta, V);
     ALLOC(p->folded, V);
+    ALLOC(p->known, V);
     ALLOC(p->act, V);
     ALLOC(p->gradv, V);
     ALLOC(p->needs_grad, V);
@@ -696,19 +720,30 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(p->wide, V);
     ALLOC(shape_t, V);
     ALLOC(ws_of, N);
+    ALLOC(to_data, V);
+    const bool data_shapes = mark_shape_data(g, to_data);
 
     for (int i = 0; i < g->n_inputs; i++) {
         int64_t *key = p->in_shapes + (size_t)i * (AI_MAX_DIMS + 1);
         key[0] = inputs[i]->ndim;
         memcpy(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim);
         meta_of(&p->meta[g->inputs[i]], inputs[i]);
-        if (plan_time_input(g, g->inputs[i], inputs[i], ints) &&
-            (st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
+        if (plan_time_input(g, g->inputs[i], inputs[i], ints)) {
+            if ((st = ai_tensor_clone(&p->folded[g->inputs[i]], inputs[i])))
+                goto fail;
+        } else if (to_data[g->inputs[i]] && (inputs[i]->data || !ai_tensor_numel(inputs[i])) &&
+                   (st = ai_tensor_clone(&p->known[g->inputs[i]], inputs[i]))) {
             goto fail;
+        }
     }
     for (int v = 0; v < V; v++) {
         if (g->values[v].data)
             meta_of(&p->meta[v], g->values[v].data);
+        /* parameters and buffers an output shape depends on: their values
+         * now (they may change between forwards: plan_matches compares) */
+        if ((g->values[v].kind == AI_VAL_PARAM || g->values[v].kind == AI_VAL_BUFFER) &&
+            to_data[v] && (st = ai_tensor_clone(&p->known[v], g->values[v].data)))
+            goto fail;
         p->def_step[v] = -1;
         p->last_step[v] = -1;
     }
@@ -718,7 +753,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         const ai_node *n = &g->nodes[g->order[oi]];
         ai_ctx c = {.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out,
                     .training = g->training, .plan = p};
-        bool all_const = true;
+        bool all_const = true, all_known = true;
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];
             if (v < 0)
@@ -726,9 +761,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             if (is_const(g, p, v)) {
                 c.in[k] = p->folded[v] ? p->folded[v] : g->values[v].data;
             } else {
-                tensor_of_meta(&shape_t[v], &p->meta[v], NULL);
+                tensor_of_meta(&shape_t[v], &p->meta[v], p->known[v] ? p->known[v]->data : NULL);
                 c.in[k] = &shape_t[v];
                 all_const = false;
+                all_known &= p->known[v] != NULL;
             }
         }
         ai_meta om[AI_MAX_IO];
@@ -751,8 +787,15 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         if ((fold || !shapes_only) &&
             (st = node_within_limit(g, n, om, ws, state_bytes, limit)))
             goto fail;
+        /* a value an AI_OP_SHAPE_FROM_DATA node needs: computed now as well */
+        bool feeds = false;
+        for (int k = 0; data_shapes && k < n->n_out; k++)
+            feeds |= to_data[n->out[k]];
+        if (!fold && feeds && all_known && !(fl & AI_OP_NO_FOLD) &&
+            (st = run_fold(g, &c, om, ws, state_bytes, p->known)))
+            goto fail;
         if (fold) {
-            if ((st = run_fold(g, p, &c, om, ws, state_bytes)))
+            if ((st = run_fold(g, &c, om, ws, state_bytes, p->folded)))
                 goto fail;
         } else {
             p->sched[p->n_sched] = g->order[oi];
@@ -959,12 +1002,14 @@ done:
     free(items);
     free(shape_t);
     free(ws_of);
+    free(to_data);
     *out = p;
     return AI_OK;
 fail:
     free(items);
     free(shape_t);
     free(ws_of);
+    free(to_data);
     ai_plan_free(p);
     *out = NULL;
     return st;
@@ -997,6 +1042,22 @@ static ai_status plan_for(ai_graph *g, const ai_tensor *const *inputs, ai_plan *
     return plan_build(g, inputs, g->int_values_at_plan == 2, false, out);
 }
 
+/* Whether a (a contiguous copy) and b hold the same values, bit for bit
+ * (a NaN is the NaN it was). */
+static bool same_values(const ai_tensor *a, const ai_tensor *b)
+{
+    if (!ai_tensor_nbytes(a))
+        return true;
+    if (ai_tensor_is_contiguous(b))
+        return memcmp(a->data, b->data, ai_tensor_nbytes(a)) == 0;
+    for (int64_t k = 0; k < ai_tensor_numel(a); k++)
+        if (ai_tensor_get_flat_i64(a, k) != ai_tensor_get_flat_i64(b, k) ||
+            memcmp(&(double){ai_tensor_get_flat(a, k)}, &(double){ai_tensor_get_flat(b, k)},
+                   sizeof(double)))
+            return false;
+    return true;
+}
+
 static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *const *inputs)
 {
     if (!p || p->need_backward != g->need_backward || p->input_grads != g->input_grads ||
@@ -1007,12 +1068,20 @@ static bool plan_matches(const ai_graph *g, const ai_plan *p, const ai_tensor *c
         if (key[0] != inputs[i]->ndim ||
             memcmp(key + 1, inputs[i]->shape, sizeof(int64_t) * (size_t)inputs[i]->ndim))
             return false;
+        if (p->known[g->inputs[i]] && !same_values(p->known[g->inputs[i]], inputs[i]))
+            return false;
         const ai_tensor *known = p->folded[g->inputs[i]];
         for (int64_t k = 0; known && k < ai_tensor_numel(known); k++)
             if (ai_tensor_get_flat_i64(known, k) != ai_tensor_get_flat_i64(inputs[i], k) ||
                 memcmp(&(double){ai_tensor_get_flat(known, k)},
                        &(double){ai_tensor_get_flat(inputs[i], k)}, sizeof(double)))
                 return false; /* a new value of a plan-time input re-plans */
+    }
+    for (int v = 0; v < p->n_values; v++) { /* a parameter a shape depends on */
+        const ai_value_kind kind = g->values[v].kind;
+        if (p->known[v] && (kind == AI_VAL_PARAM || kind == AI_VAL_BUFFER) &&
+            !same_values(p->known[v], g->values[v].data))
+            return false;
     }
     return true;
 }

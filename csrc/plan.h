@@ -20,6 +20,9 @@ struct ai_plan {
     int n_values;
     ai_meta *meta;        /* per value */
     ai_tensor **folded;   /* per value: constant computed at plan time */
+    ai_tensor **known;    /* per value: not constant, but its value for this plan,
+                           * computed at plan time for a node whose output shape
+                           * depends on it (AI_OP_SHAPE_FROM_DATA) */
     ai_tensor **act;      /* per value: arena view (activations) */
     ai_tensor **gradv;    /* per value: arena view (gradients of non-params) */
     bool *needs_grad;     /* per value */

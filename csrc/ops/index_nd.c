@@ -163,28 +163,36 @@ static ai_status gnd_backward(ai_ctx *c)
  * (reduction none: a repeated place keeps the last write), or
  * Y[place(t)] op= updates[t] (add, mul, max, min; a NaN wins max and min).
  * updates' shape is indices.shape[:-1] + data.shape[k:]. */
-enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN };
-static const char *const red_names[] = {"none", "add", "mul", "max", "min"};
+const char *const ai_scatter_red_names[] = {"none", "add", "mul", "max", "min"};
 
-static ai_status snd_setup(const ai_ctx *c, nd_plan *p, int *red)
+ai_status ai_scatter_reduction(const ai_ctx *c, int *red)
 {
-    const ai_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
+    const ai_tensor *x = c->in[0];
     const char *s;
     ai_status st = ai_attr_string(c->node, "reduction", "none", &s);
     if (st)
         return st;
-    for (*red = RED_NONE; *red <= RED_MIN && strcmp(s, red_names[*red]) != 0; ++*red)
+    for (*red = RED_NONE; *red <= RED_MIN && strcmp(s, ai_scatter_red_names[*red]); ++*red)
         ;
     if (*red > RED_MIN)
         return ai_node_error(c->node, AI_ERR_VALUE,
                              "reduction is '%s'; none, add, mul, max or min expected", s);
-    if (u->dtype != x->dtype)
-        return ai_node_error(c->node, AI_ERR_TYPE, "updates are %s, data %s",
-                             ai_dtype_name(u->dtype), ai_dtype_name(x->dtype));
     if (*red != RED_NONE && (ai_dtype_is_half(x->dtype) || x->dtype == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "reduction '%s' of %s is not supported (float32, float64 and "
                              "integers)", s, ai_dtype_name(x->dtype));
+    return AI_OK;
+}
+
+static ai_status snd_setup(const ai_ctx *c, nd_plan *p, int *red)
+{
+    const ai_tensor *x = c->in[0], *idx = c->in[1], *u = c->in[2];
+    ai_status st = ai_scatter_reduction(c, red);
+    if (st)
+        return st;
+    if (u->dtype != x->dtype)
+        return ai_node_error(c->node, AI_ERR_TYPE, "updates are %s, data %s",
+                             ai_dtype_name(u->dtype), ai_dtype_name(x->dtype));
     if ((st = nd_setup(c, x, idx, 0, p)))
         return st;
     const int q = idx->ndim, tail = x->ndim - p->k;
@@ -230,7 +238,7 @@ static ai_status snd_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
         }                                                                                \
     } while (0)
 
-static void reduce_row(int red, ai_dtype dt, void *dst, const void *src, int64_t n)
+void ai_scatter_reduce_row(int red, ai_dtype dt, void *dst, const void *src, int64_t n)
 {
     switch (dt) {
     case AI_F32: REDUCE_ROW(float, float); break;
@@ -264,7 +272,7 @@ static ai_status snd_forward(ai_ctx *c)
         if (red == RED_NONE)
             memcpy(y + (size_t)at * row, src, row);
         else
-            reduce_row(red, x->dtype, y + (size_t)at * row, src, p.slice);
+            ai_scatter_reduce_row(red, x->dtype, y + (size_t)at * row, src, p.slice);
     }
     return st;
 }
@@ -285,7 +293,7 @@ static ai_status snd_backward(ai_ctx *c)
     if (red != RED_NONE && red != RED_ADD)
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
                              "no gradient for reduction '%s' (only none and add)",
-                             red_names[red]);
+                             ai_scatter_red_names[red]);
     if ((dx && (st = ai_check_grad_dtype(c, dx))) || (du && (st = ai_check_grad_dtype(c, du))))
         return st;
     const size_t es = ai_dtype_size(dy->dtype), row = (size_t)p.slice * es;

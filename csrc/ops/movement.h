@@ -8,6 +8,7 @@
  *   reshape.c     Reshape, Flatten, Squeeze, Unsqueeze: same bytes, another shape
  *   index.c       Gather, GatherElements, Trilu: elements picked by index
  *   index_nd.c    GatherND, ScatterND: slices picked by index tuples
+ *   scatter.c     ScatterElements, Scatter, TensorScatter: elements written by index
  *   pad.c         Pad
  *   from_shape.c  Shape, Size, ConstantOfShape: results that depend on a shape only
  *
@@ -44,6 +45,15 @@ typedef void (*ai_row_fn)(char *dst, int64_t sd, const char *src, int64_t ss, in
 /* dst[j sd] += src[j ss] for j < n (es: unused) */
 void ai_row_add_f32(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n, size_t es);
 void ai_row_add_f64(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n, size_t es);
+
+/* The reductions of the scatter operators (attribute `reduction`), parsed
+ * and checked against the data (input 0) by ai_scatter_reduction (index_nd.c). */
+enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN };
+extern const char *const ai_scatter_red_names[];
+ai_status ai_scatter_reduction(const ai_ctx *c, int *red);
+/* dst[j] op= src[j], j < n, in dtype dt (integers wrap; a NaN wins max and
+ * min); nothing for RED_NONE */
+void ai_scatter_reduce_row(int red, ai_dtype dt, void *dst, const void *src, int64_t n);
 
 /* A registry entry of the default domain (one output unless MAX_OUT). */
 #define OP(VAR, NAME, MIN_IN, MAX_IN, MAX_OUT, FLAGS, SHAPE, FWD, BWD)                  \
