@@ -172,6 +172,11 @@ enum {
      * variadic ones); otherwise finalize refuses an empty input below
      * min_in or of a variadic operator */
     AI_OP_EMPTY_INPUTS = 64,
+    /* inputs after the first set the output's shape by their values, floats
+     * included (Resize's roi, scales and sizes): a graph input of at most
+     * AI_SHAPE_INPUT_MAX (plan.c) elements feeding one is read when the graph is
+     * planned (a new value re-plans) */
+    AI_OP_SHAPE_FROM_INPUTS = 128,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

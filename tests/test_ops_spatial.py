@@ -117,3 +117,164 @@ def test_grid_sample_opset_16_names_and_refusals():
     with pytest.raises(ValueError, match="GridSample node.*grid has rank 4"):
         _engine("GridSample", {"x": x, "grid": _x((1, 2, 2, 3), np.float32)}, {}) \
             .forward([x, _x((1, 2, 2, 3), np.float32)])
+
+
+# ---------------------------------------------------------------- Resize
+
+def _resize(x, attrs, scales=None, sizes=None, roi=None, opset=19):
+    consts, order = {}, ["x", "", "", ""]
+    for k, (name, v, dt) in enumerate((("roi", roi, np.float32), ("scales", scales, np.float32),
+                                       ("sizes", sizes, np.int64))):
+        if v is not None:
+            consts[name] = np.array(v, dt)
+            order[k + 1] = name
+    while order[-1] == "":
+        order.pop()
+    return {"x": x}, consts, order, attrs, opset
+
+
+CUBIC_CASES = [((2, 3, 5, 6), dict(size=(9, 4)), 0), ((2, 3, 5, 6), dict(size=(9, 4)), 1),
+               ((1, 2, 8, 7), dict(size=(3, 5)), 0), ((1, 2, 4, 5), dict(scale_factor=2.0), 0),
+               ((1, 2, 4, 5), dict(scale_factor=0.5), 0), ((1, 2, 4, 5), dict(size=(8, 11)), 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape,kw,ac", CUBIC_CASES,
+                         ids=[f"{s}-{kw}-ac{ac}" for s, kw, ac in CUBIC_CASES])
+def test_resize_cubic_as_torch_bicubic(shape, kw, ac, dtype):
+    """mode cubic (A = -0.75, no exclude_outside) is torch's bicubic:
+    values and the input's gradient."""
+    x = _x(shape, dtype)
+    coord = "align_corners" if ac else "half_pixel"
+    if "size" in kw:
+        inputs, consts, order, attrs, opset = _resize(
+            x, {"mode": "cubic", "coordinate_transformation_mode": coord},
+            sizes=list(shape[:2]) + list(kw["size"]))
+    else:
+        s = kw["scale_factor"]
+        inputs, consts, order, attrs, opset = _resize(
+            x, {"mode": "cubic", "coordinate_transformation_mode": coord}, scales=[1, 1, s, s])
+    check_op("Resize", inputs,
+             lambda x, *_: F.interpolate(x, mode="bicubic", align_corners=bool(ac), **kw),
+             attrs=attrs, consts=consts, input_order=order, opset=opset)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("size", [(3, 2), (5, 9), (2, 7)])
+def test_resize_antialias_as_onnx_reference(size, mode, dtype):
+    """antialias=1 (a kernel stretched by 1 / scale when downsampling), with
+    and without exclude_outside: values as ONNX's reference, gradients by
+    finite differences."""
+    x = _x((1, 2, 7, 8), dtype)
+    for exclude in (0, 1):
+        inputs, consts, order, attrs, _ = _resize(
+            x, {"mode": mode, "antialias": 1, "exclude_outside": exclude},
+            sizes=[1, 2, *size])
+        g = _engine("Resize", inputs, attrs, opset=19, consts=consts, input_order=order)
+        # (the reference's cubic coefficients are off in the 7th digit: 0.42874975
+        # where the exact normalised weight is 0.42875)
+        rtol = 1e-12 if dtype == np.float64 and mode == "linear" else 1e-5
+        np.testing.assert_allclose(
+            g.forward([x])[0],
+            _reference("Resize", inputs, attrs, 19, consts, order), rtol=rtol, atol=rtol)
+        if dtype == np.float64:
+            _finite_differences(g, inputs, "x")
+
+
+def test_resize_linear_antialias_as_torch():
+    """torch's antialiased bilinear is antialias=1 with exclude_outside=1
+    (its kernel stops at the border): values and the input's gradient."""
+    x = _x((2, 3, 9, 10))
+    inputs, consts, order, attrs, opset = _resize(
+        x, {"mode": "linear", "antialias": 1, "exclude_outside": 1}, sizes=[2, 3, 4, 3])
+    check_op("Resize", inputs,
+             lambda x, *_: F.interpolate(x, size=(4, 3), mode="bilinear", antialias=True),
+             attrs=attrs, consts=consts, input_order=order, opset=opset)
+
+
+@pytest.mark.parametrize("attrs,roi,sizes,scales", [
+    ({"mode": "linear"}, [0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8], [1, 2, 3, 3], None),
+    ({"mode": "cubic", "extrapolation_value": 10.0}, [0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7],
+     [1, 2, 3, 3], None),
+    ({"mode": "nearest", "axes": [3, 2]}, [0.6, 0.4, 0.8, 0.6], [3, 4], None),
+    ({"mode": "linear", "extrapolation_value": -1.0}, [0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], None,
+     [1, 1, 1.5, 2]),
+], ids=["linear", "cubic-extrapolation", "nearest-axes", "scales"])
+def test_resize_tf_crop_and_resize_as_onnx_reference(attrs, roi, sizes, scales):
+    x = _x((1, 2, 4, 5))
+    attrs = dict(attrs, coordinate_transformation_mode="tf_crop_and_resize")
+    inputs, consts, order, attrs, _ = _resize(x, attrs, roi=roi, sizes=sizes, scales=scales)
+    g = _engine("Resize", inputs, attrs, opset=19, consts=consts, input_order=order)
+    np.testing.assert_allclose(g.forward([x])[0],
+                               _reference("Resize", inputs, attrs, 19, consts, order),
+                               rtol=1e-6, atol=1e-6)
+    _finite_differences(g, inputs, "x")
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners",
+                                   "pytorch_half_pixel", "half_pixel_symmetric"])
+def test_resize_cubic_exclude_outside_as_onnx_reference(coord):
+    x = _x((1, 2, 4, 5))
+    for scales in ([1, 1, 0.8, 1.6], [1, 1, 2, 0.5]):
+        attrs = {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1,
+                 "coordinate_transformation_mode": coord}
+        inputs, consts, order, attrs, _ = _resize(x, attrs, scales=scales)
+        g = _engine("Resize", inputs, attrs, opset=19, consts=consts, input_order=order)
+        ref = _reference("Resize", inputs, attrs, 19, consts, order)
+        if coord == "align_corners":  # the engine's length is the integer one (docs)
+            continue
+        np.testing.assert_allclose(g.forward([x])[0], ref, rtol=1e-6, atol=1e-6)
+        _finite_differences(g, inputs, "x")
+
+
+def test_resize_scales_as_graph_input_read_at_plan_time():
+    """scales given as a graph input: read when the graph is planned, and a
+    new value re-plans (the output's shape follows)."""
+    x = _x((1, 1, 3, 4), np.float32)
+    model = make_model("Resize", {"x": x, "scales": np.ones(4, np.float32)},
+                       {"mode": "linear"}, opset=19, input_order=["x", "", "scales"])
+    g = aidge_interop.load_onnx(model)
+    for scales in ([1, 1, 2, 2], [1, 1, 0.5, 1.5]):
+        s = np.array(scales, np.float32)
+        ref = ReferenceEvaluator(model).run(None, {"x": x, "scales": s})[0]
+        np.testing.assert_allclose(g.forward([x, s])[0], ref, rtol=1e-6, atol=1e-6)
+
+
+def _upsample_model(mode, opset, scales, dtype):
+    from onnx import helper, TensorProto
+
+    if opset == 7:
+        node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=scales)
+        inits = []
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"], mode=mode)
+        inits = [helper.make_tensor("s", TensorProto.FLOAT, [4], scales)]
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", t, None)],
+                              [helper.make_tensor_value_info("y", t, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    return model
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_as_onnxruntime(mode, opset):
+    """The deprecated Upsample (scales an attribute at opset 7, an input at
+    9): Resize with asymmetric coordinates and floor; values as ONNX
+    Runtime, gradients by finite differences."""
+    import onnxruntime as ort
+
+    x = _x((1, 2, 3, 4), np.float32)
+    scales = [1.0, 1.0, 2.0, 1.5]
+    model = _upsample_model(mode, opset, scales, np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(aidge_interop.load_onnx(model).forward([x])[0], ref,
+                               rtol=1e-6, atol=1e-6)
+    g = aidge_interop.load_onnx(_upsample_model(mode, opset, scales, np.float64))
+    _finite_differences(g, {"x": x.astype(np.float64)}, "x")
+    bad = _upsample_model(mode, opset, [1.0, 1.0, 0.5, 1.0], np.float32)
+    with pytest.raises(ValueError, match=r"Upsample node.*scales\[2\] is 0.5; >= 1 expected"):
+        aidge_interop.load_onnx(bad).forward([x])
