@@ -182,14 +182,18 @@ def test_resize_antialias_as_onnx_reference(size, mode, dtype):
             _finite_differences(g, inputs, "x")
 
 
-def test_resize_linear_antialias_as_torch():
-    """torch's antialiased bilinear is antialias=1 with exclude_outside=1
-    (its kernel stops at the border): values and the input's gradient."""
+@pytest.mark.parametrize("mode,a", [("linear", -0.75), ("cubic", -0.5)])
+def test_resize_antialias_as_torch(mode, a):
+    """torch's antialiased bilinear and bicubic are antialias=1 with
+    exclude_outside=1 (its kernel stops at the border), bicubic with
+    cubic_coeff_a=-0.5: values and the input's gradient."""
     x = _x((2, 3, 9, 10))
     inputs, consts, order, attrs, opset = _resize(
-        x, {"mode": "linear", "antialias": 1, "exclude_outside": 1}, sizes=[2, 3, 4, 3])
+        x, {"mode": mode, "antialias": 1, "exclude_outside": 1, "cubic_coeff_a": a},
+        sizes=[2, 3, 4, 3])
+    torch_mode = "bilinear" if mode == "linear" else "bicubic"
     check_op("Resize", inputs,
-             lambda x, *_: F.interpolate(x, size=(4, 3), mode="bilinear", antialias=True),
+             lambda x, *_: F.interpolate(x, size=(4, 3), mode=torch_mode, antialias=True),
              attrs=attrs, consts=consts, input_order=order, opset=opset)
 
 
