@@ -282,3 +282,69 @@ def test_upsample_as_onnxruntime(mode, opset):
     bad = _upsample_model(mode, opset, [1.0, 1.0, 0.5, 1.0], np.float32)
     with pytest.raises(ValueError, match=r"Upsample node.*scales\[2\] is 0.5; >= 1 expected"):
         aidge_interop.load_onnx(bad).forward([x])
+
+
+# ---------------------------------------------------------------- LpPool, MaxPool Indices
+
+LP_CASES = [
+    ((2, 3, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 1]}, 2),
+    ((2, 3, 7, 6), {"kernel_shape": [3, 3], "pads": [1, 0, 2, 1]}, 2),
+    ((2, 3, 7, 6), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, 4),
+    ((2, 3, 9), {"kernel_shape": [4], "strides": [3]}, 2),
+    ((1, 2, 5, 4, 6), {"kernel_shape": [2, 2, 3]}, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape,attrs,p", LP_CASES, ids=[str(c[1]) for c in LP_CASES])
+def test_lp_pool_as_torch(shape, attrs, p, dtype):
+    """LpPool with even p is torch's lp_pool (x^p = |x|^p there) on the
+    zero-padded input (ceil_mode's last windows: padded at the end, where
+    torch's lp_pool would scale their sum): values and the input's
+    gradient."""
+    x = _x(shape, dtype)
+    nsp = len(shape) - 2
+    k, st = attrs["kernel_shape"], attrs.get("strides", [1] * nsp)
+    pads = list(attrs.get("pads", [0] * 2 * nsp))
+    for d in range(nsp):
+        if attrs.get("ceil_mode"):
+            span = shape[2 + d] + pads[d] + pads[nsp + d] - k[d]
+            pads[nsp + d] += -span % st[d]
+    torch_pad = [v for d in reversed(range(nsp)) for v in (pads[d], pads[nsp + d])]
+    lp = [None, F.lp_pool1d, F.lp_pool2d, F.lp_pool3d][nsp]
+    if nsp == 1:  # (lp_pool1d takes ints)
+        k, st = k[0], st[0]
+    check_op("LpPool", {"x": x}, lambda x: lp(F.pad(x, torch_pad), p, k, st),
+             attrs=dict(attrs, p=p), opset=22)
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_lp_pool_odd_p_dilations_finite_differences(p):
+    """Odd p takes |x| (ONNX; torch's x^p differs): values as NumPy's sum,
+    gradients by finite differences, with dilations and auto_pad."""
+    x = _x((1, 2, 6, 5))
+    attrs = {"kernel_shape": [2, 2], "dilations": [2, 1], "auto_pad": "SAME_UPPER", "p": p}
+    g = _engine("LpPool", {"x": x}, attrs)
+    y = g.forward([x])[0]
+    # SAME_UPPER, stride 1: window extents 3 and 2, pads (1, 0) then (1, 1) at the end
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (0, 1)])
+    ref = np.zeros_like(y)
+    for i in range(6):
+        for j in range(5):
+            win = xp[:, :, i:i + 3:2, j:j + 2]
+            ref[:, :, i, j] = (np.abs(win) ** p).sum(axis=(2, 3)) ** (1 / p)
+    np.testing.assert_allclose(y, ref, rtol=1e-12)
+    _finite_differences(g, {"x": x}, "x")
+
+
+def test_maxpool_indices_storage_order_column_major():
+    """storage_order=1: Indices count the first spatial dim fastest; they
+    read the maxima back from the transposed planes."""
+    x = _x((2, 3, 5, 6))
+    model = make_model("MaxPool", {"x": x}, {"kernel_shape": [2, 3], "strides": [2, 2],
+                                             "storage_order": 1}, n_outputs=2, opset=12)
+    y, ind = aidge_interop.load_onnx(model).forward([x])
+    flat = np.stack([x[n, c].ravel(order="F") for n in range(2) for c in range(3)]).ravel()
+    np.testing.assert_array_equal(flat[ind], y)
+    ref = F.max_pool2d(torch.tensor(x), (2, 3), (2, 2))
+    np.testing.assert_array_equal(y, ref.numpy())

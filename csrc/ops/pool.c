@@ -1,30 +1,34 @@
 /*
  * pool.c — MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (ONNX
- * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64.
+ * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64;
+ * LpPool in reference loops (in double) on the same geometry.
  *
- * MaxPool and AveragePool take 1 to 3 spatial dims and the attributes
- * kernel_shape, strides, pads (begin..., end...), dilations, ceil_mode,
- * auto_pad; AveragePool also count_include_pad. MaxPool's optional second
- * output, Indices (int64), flattens like ONNX: (n*C + c)*plane + position in
- * the plane, row-major (storage_order 0; 1 is not supported). The global
- * pools take any number of spatial dims and give (N, C, 1, ..., 1).
+ * MaxPool, AveragePool and LpPool take 1 to 3 spatial dims and the
+ * attributes kernel_shape, strides, pads (begin..., end...), dilations,
+ * ceil_mode, auto_pad; AveragePool also count_include_pad, LpPool p.
+ * MaxPool's optional second output, Indices (int64), flattens like ONNX:
+ * (n*C + c)*plane + position in the plane, row-major (storage_order 0) or
+ * column-major (1). The global pools take any number of spatial dims and
+ * give (N, C, 1, ..., 1).
  *
  * The max pools save, per output, where the maximum is (int64, in per-node
  * state) for backward, which routes the gradient to the first maximum in scan
  * order like torch. Backward accumulates into dX.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../graph.h"
+#include "../parallel.h"
 #include "spatial.h"
 #include "../kernels/pool.h"
 
-enum { MAX_POOL, AVG_POOL, GLOBAL_MAX_POOL, GLOBAL_AVG_POOL };
+enum { MAX_POOL, AVG_POOL, GLOBAL_MAX_POOL, GLOBAL_AVG_POOL, LP_POOL };
 
 typedef struct {
     int kind, auto_pad;
-    int64_t ceil_mode, count_include_pad;
+    int64_t ceil_mode, count_include_pad, storage_order, p;
     ai_int_list kernel_shape, strides, dilations, pads;
 } pool_attrs;
 
@@ -41,17 +45,16 @@ static ai_status read_flag(const ai_node *n, const char *name, int64_t *out)
 static ai_status pool_init(ai_node *n)
 {
     static const char *names[] = {"MaxPool", "AveragePool", "GlobalMaxPool",
-                                  "GlobalAveragePool"};
+                                  "GlobalAveragePool", "LpPool"};
     pool_attrs *a = calloc(1, sizeof *a);
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         if (strcmp(n->op_type, names[k]) == 0)
             a->kind = k;
     if (a->kind == GLOBAL_MAX_POOL || a->kind == GLOBAL_AVG_POOL)
         return AI_OK;
-    int64_t storage_order;
     ai_status st = ai_read_auto_pad(n, &a->auto_pad);
     if (st)
         return st;
@@ -61,15 +64,15 @@ static ai_status pool_init(ai_node *n)
         (st = ai_read_int_list(n, "pads", 6, 0, &a->pads)) ||
         (st = read_flag(n, "ceil_mode", &a->ceil_mode)) ||
         (st = read_flag(n, "count_include_pad", &a->count_include_pad)) ||
-        (st = read_flag(n, "storage_order", &storage_order)))
+        (st = read_flag(n, "storage_order", &a->storage_order)) ||
+        (st = ai_attr_int(n, "p", 2, &a->p)))
         return st;
+    if (a->kind == LP_POOL && a->p < 1)
+        return ai_node_error(n, AI_ERR_VALUE, "p is %lld; >= 1 expected", (long long)a->p);
     if (a->kernel_shape.n < 0)
         return ai_node_error(n, AI_ERR_VALUE, "kernel_shape is required");
     if (a->pads.n >= 0 && a->auto_pad != AI_PAD_NOTSET)
         return ai_node_error(n, AI_ERR_VALUE, "pads and auto_pad cannot both be given");
-    if (storage_order && n->n_out > 1)
-        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "storage_order 1 (column-major "
-                             "Indices) is not supported");
     return AI_OK;
 }
 
@@ -193,6 +196,103 @@ static ai_status pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return AI_OK;
 }
 
+/* A row-major position in the (in...) plane as the column-major one
+ * (storage_order 1: the first spatial dim varies fastest). */
+static int64_t column_major(const ai_pool_params *p, int64_t pos)
+{
+    int64_t coord[3], r = 0, stride = 1;
+    for (int d = p->nsp - 1; d >= 0; d--) {
+        coord[d] = pos % p->in[d];
+        pos /= p->in[d];
+    }
+    for (int d = 0; d < p->nsp; d++) {
+        r += coord[d] * stride;
+        stride *= p->in[d];
+    }
+    return r;
+}
+
+/* LpPool: y = (sum over the window of |x|^p)^(1/p), the padding adding 0,
+ * in double. Backward: dx += dy sign(x) (|x| / y)^(p - 1), 0 where y is 0
+ * (torch gives NaN there). Work splits by (n, c) plane. */
+typedef struct {
+    const ai_pool_params *p;
+    double pw;
+    const ai_tensor *x, *y, *dy;
+    ai_tensor *out, *dx; /* forward: out = y */
+} lp_job;
+
+/* Where output position o's window starts in each spatial dim. */
+static void lp_start(const ai_pool_params *p, int64_t o, int64_t *start)
+{
+    for (int d = p->nsp - 1; d >= 0; d--) {
+        start[d] = o % p->out[d] * p->stride[d] - p->pad_begin[d];
+        o /= p->out[d];
+    }
+}
+
+/* Tap kk of the window at `start`: false in the padding, else its position
+ * in the plane. */
+static bool lp_tap(const ai_pool_params *p, const int64_t *start, int64_t kk, int64_t *pos)
+{
+    int64_t at[3];
+    for (int d = p->nsp - 1; d >= 0; d--) {
+        at[d] = start[d] + kk % p->kernel[d] * p->dilation[d];
+        kk /= p->kernel[d];
+        if (at[d] < 0 || at[d] >= p->in[d])
+            return false;
+    }
+    *pos = 0;
+    for (int d = 0; d < p->nsp; d++)
+        *pos = *pos * p->in[d] + at[d];
+    return true;
+}
+
+static void lp_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const lp_job *j = ctx;
+    const ai_pool_params *p = j->p;
+    const int64_t plane = prod(p->in, p->nsp), oplane = prod(p->out, p->nsp);
+    const int64_t K = prod(p->kernel, p->nsp);
+    int64_t start[3], pos;
+    for (int64_t pl = lo; pl < hi; pl++)
+        for (int64_t o = 0; o < oplane; o++) {
+            const int64_t at = pl * oplane + o;
+            lp_start(p, o, start);
+            if (!j->dx) {
+                double sum = 0;
+                for (int64_t kk = 0; kk < K; kk++)
+                    if (lp_tap(p, start, kk, &pos))
+                        sum += pow(fabs(ai_float_at(j->x, pl * plane + pos)), j->pw);
+                ai_float_set(j->out, at, pow(sum, 1 / j->pw));
+                continue;
+            }
+            const double y = ai_float_at(j->y, at), g = ai_float_at(j->dy, at);
+            for (int64_t kk = 0; y != 0 && kk < K; kk++) {
+                if (!lp_tap(p, start, kk, &pos))
+                    continue;
+                const int64_t xi = pl * plane + pos;
+                const double xv = ai_float_at(j->x, xi);
+                const double d = (xv > 0 ? g : xv < 0 ? -g : 0) * pow(fabs(xv) / y, j->pw - 1);
+                ai_float_set(j->dx, xi, ai_float_at(j->dx, xi) + d);
+            }
+        }
+}
+
+static void lp_run(const ai_ctx *c, const ai_pool_params *p, bool backward)
+{
+    lp_job j = {.p = p, .pw = (double)((const pool_attrs *)c->node->params)->p, .x = c->in[0]};
+    if (backward) {
+        j.y = c->out[0];
+        j.dy = c->dout[0];
+        j.dx = c->din[0];
+    } else {
+        j.out = c->out[0];
+    }
+    ai_parallel_for(p->N * p->C, ai_grain_of(prod(p->out, p->nsp) * prod(p->kernel, p->nsp)),
+                    lp_range, &j);
+}
+
 static ai_status pool_forward(ai_ctx *c)
 {
     const pool_attrs *a = c->node->params;
@@ -219,6 +319,10 @@ static ai_status pool_forward(ai_ctx *c)
     ai_pool_params p;
     if ((st = pool_setup(c, &p)))
         return st;
+    if (a->kind == LP_POOL) {
+        lp_run(c, &p, false);
+        return AI_OK;
+    }
     if (a->kind == AVG_POOL) {
         if (f32)
             ai_avgpool_forward_f32(&p, y, x);
@@ -234,7 +338,7 @@ static ai_status pool_forward(ai_ctx *c)
         int64_t *ind = c->out[1]->data, plane = prod(p.in, p.nsp);
         int64_t OS = prod(p.out, p.nsp), total = p.N * p.C * OS;
         for (int64_t i = 0; i < total; i++)
-            ind[i] = idx[i] + i / OS * plane;
+            ind[i] = (a->storage_order ? column_major(&p, idx[i]) : idx[i]) + i / OS * plane;
     }
     return AI_OK;
 }
@@ -264,7 +368,9 @@ static ai_status pool_backward(ai_ctx *c)
     ai_pool_params p;
     if ((st = pool_setup(c, &p)))
         return st;
-    if (a->kind == MAX_POOL && f32)
+    if (a->kind == LP_POOL)
+        lp_run(c, &p, true);
+    else if (a->kind == MAX_POOL && f32)
         ai_maxpool_backward_f32(&p, dx, dy, idx);
     else if (a->kind == MAX_POOL)
         ai_maxpool_backward_f64(&p, dx, dy, idx);
@@ -284,7 +390,11 @@ POOL_OP(op_max_pool, "MaxPool", 2)
 POOL_OP(op_average_pool, "AveragePool", 1)
 POOL_OP(op_global_max_pool, "GlobalMaxPool", 1)
 POOL_OP(op_global_average_pool, "GlobalAveragePool", 1)
+/* backward reads x and y */
+static const ai_op_def op_lp_pool = {"LpPool", "", 1, 1, 1, 1, 0, pool_init, pool_shape,
+                                     pool_forward, pool_backward};
 
 const ai_op_def *const ai_ops_pool[] = {
-    &op_max_pool, &op_average_pool, &op_global_max_pool, &op_global_average_pool, NULL,
+    &op_max_pool, &op_average_pool, &op_global_max_pool, &op_global_average_pool, &op_lp_pool,
+    NULL,
 };
