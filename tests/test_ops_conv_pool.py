@@ -680,8 +680,8 @@ def test_errors_name_the_attribute():
     _fails("ConvTranspose", {"x": x, "w": _x((8, 2, 3, 3), f)},
            {"output_shape": [20, 20]}, "output_shape")
     _fails("ConvTranspose", {"x": x, "w": _x((6, 2, 3, 3), f)}, {}, "input has 8 channels")
-    _fails("MaxPool", {"x": x}, {"kernel_shape": [2, 2], "storage_order": 1},
-           "storage_order", n_outputs=2)
+    _fails("MaxPool", {"x": x}, {"kernel_shape": [2, 2], "storage_order": 2},
+           "storage_order is 2", n_outputs=2)
     _fails("MaxPool", {"x": x}, {"strides": [2, 2]}, "kernel_shape is required")
     _fails("MaxPool", {"x": x}, {"kernel_shape": [7, 2]}, "window spans 7")
     _fails("AveragePool", {"x": x}, {"kernel_shape": [2, 2, 2]}, "kernel_shape has 3 values")
