@@ -348,3 +348,67 @@ def test_maxpool_indices_storage_order_column_major():
     np.testing.assert_array_equal(flat[ind], y)
     ref = F.max_pool2d(torch.tensor(x), (2, 3), (2, 2))
     np.testing.assert_array_equal(y, ref.numpy())
+
+
+# ---------------------------------------------------------------- MaxUnpool, LRN
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_max_unpool_as_torch(nsp):
+    """MaxPool's values and Indices unpooled: torch's max_unpool (whose
+    indices count within each plane); the gradient gathers dY back."""
+    shape = (2, 3) + (6, 5, 4)[:nsp]
+    x = _x(shape)
+    k, s = [2] * nsp, [2] * nsp
+    pool = make_model("MaxPool", {"x": x}, {"kernel_shape": k, "strides": s}, n_outputs=2,
+                      opset=12)
+    y, ind = aidge_interop.load_onnx(pool).forward([x])
+    plane = int(np.prod(shape[2:]))
+    offsets = (np.arange(6).reshape(2, 3) * plane).reshape((2, 3) + (1,) * nsp)
+    unpool = [None, F.max_unpool1d, F.max_unpool2d, F.max_unpool3d][nsp]
+    check_op("MaxUnpool", {"y": y}, lambda y, i, out: unpool(y, i - torch.tensor(offsets), k,
+                                                               s, output_size=shape[2:]),
+             attrs={"kernel_shape": k, "strides": s},
+             consts={"i": ind, "shape": np.array(shape, np.int64)},
+             input_order=["y", "i", "shape"], opset=22)
+
+
+def test_max_unpool_output_shape_and_bad_indices():
+    """The indices count in output_shape, as torch's max_unpool and ONNX
+    Runtime (ONNX's reference counts them in the unpooled shape, then pads
+    it); an index outside the output is an IndexError."""
+    x = _x((1, 2, 2, 2))
+    ind = np.array([[[[0, 3], [8, 15]], [[27, 29], [36, 49]]]], np.int64)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    consts = {"i": ind, "shape": np.array([1, 2, 5, 5], np.int64)}
+    g = _engine("MaxUnpool", {"x": x}, attrs, consts=consts, input_order=["x", "i", "shape"])
+    ref = F.max_unpool2d(torch.tensor(x), torch.tensor(ind - [[[[0]], [[25]]]]), 2, 2,
+                         output_size=(5, 5))
+    np.testing.assert_array_equal(g.forward([x])[0], ref.numpy())
+    _finite_differences(g, {"x": x}, "x")
+    bad = _engine("MaxUnpool", {"x": x}, attrs, consts={"i": ind}, input_order=["x", "i"])
+    with pytest.raises(IndexError, match=r"MaxUnpool node.*I\[6\] is 36; outside the 32"):
+        bad.forward([x])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape,size", [((2, 7, 4, 3), 3), ((2, 6, 5), 5), ((1, 4, 2, 2, 3), 1)])
+def test_lrn_as_torch(shape, size, dtype):
+    """Odd sizes are torch's LocalResponseNorm: values and gradient."""
+    x = _x(shape, dtype)
+    attrs = {"size": size, "alpha": 0.3, "beta": 0.6, "bias": 1.5}
+    check_op("LRN", {"x": x}, lambda x: F.local_response_norm(x, size, 0.3, 0.6, 1.5),
+             attrs=attrs, opset=13)
+
+
+def test_lrn_even_size_finite_differences():
+    """An even size sums floor((size-1)/2) channels before and ceil after
+    (ONNX; torch's window leans the other way): NumPy's sum, finite
+    differences."""
+    x = _x((2, 6, 3, 2))
+    attrs = {"size": 4, "alpha": 0.5, "beta": 0.8, "bias": 2.0}
+    g = _engine("LRN", {"x": x}, attrs, opset=13)
+    sq = np.zeros_like(x)
+    for c in range(6):
+        sq[:, c] = (x[:, max(0, c - 1):min(6, c + 3)] ** 2).sum(axis=1)
+    np.testing.assert_allclose(g.forward([x])[0], x / (2.0 + 0.5 / 4 * sq) ** 0.8, rtol=1e-12)
+    _finite_differences(g, {"x": x}, "x")

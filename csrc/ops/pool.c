@@ -1,7 +1,7 @@
 /*
  * pool.c — MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (ONNX
  * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64;
- * LpPool in reference loops (in double) on the same geometry.
+ * LpPool in reference loops (in double) on the same geometry; MaxUnpool.
  *
  * MaxPool, AveragePool and LpPool take 1 to 3 spatial dims and the
  * attributes kernel_shape, strides, pads (begin..., end...), dilations,
@@ -24,7 +24,7 @@
 #include "spatial.h"
 #include "../kernels/pool.h"
 
-enum { MAX_POOL, AVG_POOL, GLOBAL_MAX_POOL, GLOBAL_AVG_POOL, LP_POOL };
+enum { MAX_POOL, AVG_POOL, GLOBAL_MAX_POOL, GLOBAL_AVG_POOL, LP_POOL, MAX_UNPOOL };
 
 typedef struct {
     int kind, auto_pad;
@@ -45,12 +45,12 @@ static ai_status read_flag(const ai_node *n, const char *name, int64_t *out)
 static ai_status pool_init(ai_node *n)
 {
     static const char *names[] = {"MaxPool", "AveragePool", "GlobalMaxPool",
-                                  "GlobalAveragePool", "LpPool"};
+                                  "GlobalAveragePool", "LpPool", "MaxUnpool"};
     pool_attrs *a = calloc(1, sizeof *a);
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         if (strcmp(n->op_type, names[k]) == 0)
             a->kind = k;
     if (a->kind == GLOBAL_MAX_POOL || a->kind == GLOBAL_AVG_POOL)
@@ -381,6 +381,96 @@ static ai_status pool_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* MaxUnpool: X's values placed at I's flat indices, as MaxPool's Indices
+ * give them, into zeros of output_shape or else of the unpooled shape
+ * ((in - 1) * stride + kernel - pads per spatial dim); a later j wins a
+ * repeated index. With output_shape the indices count in it, as torch's
+ * max_unpool and ONNX Runtime (MaxPool's input shape: the round trip);
+ * ONNX's reference counts them in the unpooled shape, padded at the end.
+ * Backward dX[j] += dY.flat[I[j]]. */
+static ai_status unpool_shape(ai_ctx *c, ai_meta *meta, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    int64_t *out = meta[0].shape;
+    const ai_node *n = c->node;
+    const pool_attrs *a = n->params;
+    const ai_tensor *x = c->in[0], *ind = c->in[1];
+    ai_status st = check_input(n, x, 5);
+    if (st)
+        return st;
+    if (ind->dtype != AI_I64 || ind->ndim != x->ndim ||
+        memcmp(ind->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim))
+        return ai_node_error(n, AI_ERR_VALUE, "I must be int64 of X's shape; it is %s of rank "
+                             "%d", ai_dtype_name(ind->dtype), ind->ndim);
+    const int nsp = x->ndim - 2;
+    int64_t kernel[3], stride[3];
+    if ((st = ai_spatial_list(n, "kernel_shape", &a->kernel_shape, nsp, 1, kernel)) ||
+        (st = ai_spatial_list(n, "strides", &a->strides, nsp, 1, stride)))
+        return st;
+    if (a->pads.n >= 0 && a->pads.n != 2 * nsp)
+        return ai_node_error(n, AI_ERR_VALUE, "pads has %lld values; %d (begin..., end...) "
+                             "expected", (long long)a->pads.n, 2 * nsp);
+    meta[0].dtype = x->dtype;
+    meta[0].ndim = x->ndim;
+    out[0] = x->shape[0];
+    out[1] = x->shape[1];
+    for (int d = 0; d < nsp; d++) {
+        const int64_t pads = a->pads.n < 0 ? 0 : a->pads.v[d] + a->pads.v[nsp + d];
+        out[2 + d] = (x->shape[2 + d] - 1) * stride[d] + kernel[d] - pads;
+        if (out[2 + d] < 0)
+            return ai_node_error(n, AI_ERR_VALUE, "spatial dim %d: the pads (%lld) exceed the "
+                                 "unpooled size", d, (long long)pads);
+    }
+    if (c->n_in < 3 || !c->in[2])
+        return AI_OK;
+    const ai_tensor *shape = ai_ctx_const(c, 2);
+    if (!shape && !(shape = c->in[2]->data ? c->in[2] : NULL))
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "output_shape must be known when the "
+                             "graph is planned (a constant or a graph input)");
+    if (ai_tensor_numel(shape) != x->ndim)
+        return ai_node_error(n, AI_ERR_VALUE, "output_shape has %lld values; %d expected",
+                             (long long)ai_tensor_numel(shape), x->ndim);
+    for (int d = 0; d < x->ndim; d++) {
+        const int64_t v = ai_tensor_get_flat_i64(shape, d);
+        if (d < 2 ? v != x->shape[d] : v < 0 || v > INT32_MAX)
+            return ai_node_error(n, AI_ERR_VALUE, "output_shape[%d] is %lld; %s expected", d,
+                                 (long long)v, d < 2 ? "X's N and C" : "a size");
+        out[d] = v;
+    }
+    return AI_OK;
+}
+
+static ai_status unpool_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    const int64_t *ind = c->in[1]->data;
+    ai_tensor *y = c->out[0];
+    const int64_t total = ai_tensor_numel(y);
+    memset(y->data, 0, (size_t)total * ai_dtype_size(y->dtype));
+    for (int64_t j = 0; j < ai_tensor_numel(x); j++) {
+        if (ind[j] < 0 || ind[j] >= total)
+            return ai_node_error(c->node, AI_ERR_INDEX, "I[%lld] is %lld; outside the %lld "
+                                 "elements of the output", (long long)j, (long long)ind[j],
+                                 (long long)total);
+        ai_float_set(y, ind[j], ai_float_at(x, j));
+    }
+    return AI_OK;
+}
+
+/* (forward checked the indices) */
+static ai_status unpool_backward(ai_ctx *c)
+{
+    const int64_t *ind = c->in[1]->data;
+    ai_tensor *dx = c->din[0];
+    for (int64_t j = 0; dx && j < ai_tensor_numel(dx); j++)
+        ai_float_set(dx, j, ai_float_at(dx, j) + ai_float_at(c->dout[0], ind[j]));
+    return AI_OK;
+}
+
+/* backward reads I, not X's or Y's values */
+static const ai_op_def op_max_unpool = {"MaxUnpool", "", 2, 3, 1, 1, AI_OP_BWD_NO_Y, pool_init,
+                                        unpool_shape, unpool_forward, unpool_backward};
+
 /* backward reads dy and the max positions kept in the state: no value */
 #define POOL_OP(VAR, NAME, NOUT)                                                          \
     static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT, AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, \
@@ -396,5 +486,5 @@ static const ai_op_def op_lp_pool = {"LpPool", "", 1, 1, 1, 1, 0, pool_init, poo
 
 const ai_op_def *const ai_ops_pool[] = {
     &op_max_pool, &op_average_pool, &op_global_max_pool, &op_global_average_pool, &op_lp_pool,
-    NULL,
+    &op_max_unpool, NULL,
 };
