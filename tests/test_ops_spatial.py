@@ -412,3 +412,57 @@ def test_lrn_even_size_finite_differences():
         sq[:, c] = (x[:, max(0, c - 1):min(6, c + 3)] ** 2).sum(axis=1)
     np.testing.assert_allclose(g.forward([x])[0], x / (2.0 + 0.5 / 4 * sq) ** 0.8, rtol=1e-12)
     _finite_differences(g, {"x": x}, "x")
+
+
+# ---------------------------------------------------------------- Col2Im
+
+FOLD_CASES = [((5, 6), (2, 3), {}), ((7, 6), (3, 2), {"strides": [2, 1]}),
+              ((6, 7), (2, 2), {"dilations": [2, 3], "pads": [1, 2, 1, 2]}),
+              ((8, 5), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "dilations": [1, 2]})]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("image,block,attrs", FOLD_CASES, ids=[str(c) for c in FOLD_CASES])
+def test_col2im_as_torch_fold(image, block, attrs, dtype):
+    """Col2Im is F.fold (symmetric pads); its gradient F.unfold."""
+    st, dil = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0] * 4)[:2]
+    count = [(image[d] + 2 * pads[d] - dil[d] * (block[d] - 1) - 1) // st[d] + 1
+             for d in range(2)]
+    cols = _x((2, 3 * block[0] * block[1], count[0] * count[1]), dtype)
+    check_op("Col2Im", {"cols": cols},
+             lambda x, *_: F.fold(x, image, block, dilation=dil, padding=pads, stride=st),
+             attrs=attrs, consts={"image": np.array(image, np.int64),
+                                  "block": np.array(block, np.int64)}, opset=18)
+
+
+@pytest.mark.parametrize("image,block,attrs", [
+    ((7,), (3,), {"strides": [2], "pads": [0, 2]}),
+    ((4, 3, 5), (2, 2, 3), {"dilations": [1, 2, 1], "pads": [1, 0, 0, 0, 1, 1]}),
+], ids=["1d", "3d"])
+def test_col2im_1d_3d_as_onnx_reference(image, block, attrs):
+    """Asymmetric pads and 1 or 3 spatial dims (torch folds 2): values as
+    ONNX's reference, gradients by finite differences."""
+    r = len(image)
+    st, dil = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
+    pads = attrs.get("pads", [0] * 2 * r)
+    count = [(image[d] + pads[d] + pads[r + d] - dil[d] * (block[d] - 1) - 1) // st[d] + 1
+             for d in range(r)]
+    cols = _x((1, 2 * int(np.prod(block)), int(np.prod(count))))
+    consts = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
+    g = _engine("Col2Im", {"cols": cols}, attrs, opset=18, consts=consts)
+    np.testing.assert_allclose(g.forward([cols])[0],
+                               _reference("Col2Im", {"cols": cols}, attrs, 18, consts),
+                               rtol=1e-12, atol=1e-12)
+    _finite_differences(g, {"cols": cols}, "cols")
+
+
+def test_col2im_refusals_name_the_node():
+    cols = _x((1, 4, 6))
+    consts = {"image": np.array([3, 4], np.int64), "block": np.array([2, 2], np.int64)}
+    with pytest.raises(ValueError, match=r"Col2Im node.*input is \(1, 3, 6\); \(N, C \* 4, 6\)"):
+        _engine("Col2Im", {"cols": _x((1, 3, 6))}, {}, opset=18, consts=consts) \
+            .forward([_x((1, 3, 6))])
+    with pytest.raises(ValueError, match="Col2Im node.*pads has 2 values"):
+        _engine("Col2Im", {"cols": cols}, {"pads": [1, 1]}, opset=18, consts=consts) \
+            .forward([cols])
