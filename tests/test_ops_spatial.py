@@ -466,3 +466,27 @@ def test_col2im_refusals_name_the_node():
     with pytest.raises(ValueError, match="Col2Im node.*pads has 2 values"):
         _engine("Col2Im", {"cols": cols}, {"pads": [1, 1]}, opset=18, consts=consts) \
             .forward([cols])
+
+
+# ---------------------------------------------------------------- ConvTranspose output_shape
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_conv_transpose_output_shape_larger_than_natural(dtype):
+    """output_shape one larger than the natural size (ONNX's pads of -1,
+    split rounding down: after the output): torch's output_padding, values
+    and gradients of x, w and the bias."""
+    x, w, b = _x((2, 3, 3, 4), dtype), _x((3, 2, 3, 3), dtype, seed=1), _x((2,), dtype, 2)
+    # natural size: 3 * 2 + 3 = 9 and 3 * 3 + 3 = 12
+    check_op("ConvTranspose", {"x": x, "w": w, "b": b},
+             lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 3), output_padding=(1, 1)),
+             attrs={"strides": [3, 3], "output_shape": [10, 13]}, opset=11)
+
+
+def test_conv_transpose_output_shape_too_large_is_refused():
+    x, w = _x((1, 3, 3, 3)), _x((3, 2, 3, 3))
+    for attrs, match in [({"strides": [2, 2], "output_shape": [9, 8]}, r"output_shape\[0\] is 9, "
+                          "2 more"),
+                         ({"strides": [3, 3], "output_shape": [10, 9],
+                           "auto_pad": "SAME_UPPER"}, r"output_shape\[0\] is 10, 1 more")]:
+        with pytest.raises(NotImplementedError, match="ConvTranspose node.*" + match):
+            _engine("ConvTranspose", {"x": x, "w": w}, attrs, opset=11).forward([x, w])
