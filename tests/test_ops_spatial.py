@@ -490,3 +490,20 @@ def test_conv_transpose_output_shape_too_large_is_refused():
                            "auto_pad": "SAME_UPPER"}, r"output_shape\[0\] is 10, 1 more")]:
         with pytest.raises(NotImplementedError, match="ConvTranspose node.*" + match):
             _engine("ConvTranspose", {"x": x, "w": w}, attrs, opset=11).forward([x, w])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32, np.int64])
+def test_maxpool_of_integers_as_torch(dtype):
+    """MaxPool of an integer tensor (forward): torch's max_pool2d on the
+    same values as float64, and its Indices."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(0).integers(max(info.min, -1000), min(info.max, 1000),
+                                          (2, 3, 7, 6)).astype(dtype)
+    model = make_model("MaxPool", {"x": x}, {"kernel_shape": [3, 2], "strides": [2, 2],
+                                             "pads": [1, 0, 1, 1]}, n_outputs=2, opset=12)
+    y, ind = aidge_interop.load_onnx(model).forward([x])
+    padded = F.pad(torch.tensor(x, dtype=torch.float64), (0, 1, 1, 1), value=-np.inf)
+    ref = F.max_pool2d(padded, (3, 2), (2, 2))
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y, ref.numpy().astype(dtype))
+    np.testing.assert_array_equal(x.ravel()[ind], y)

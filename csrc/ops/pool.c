@@ -3,9 +3,10 @@
  * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64;
  * LpPool in reference loops (in double) on the same geometry; MaxUnpool.
  *
- * MaxPool, AveragePool and LpPool take 1 to 3 spatial dims and the
- * attributes kernel_shape, strides, pads (begin..., end...), dilations,
- * ceil_mode, auto_pad; AveragePool also count_include_pad, LpPool p.
+ * MaxPool (also of integer tensors, forward only), AveragePool and LpPool
+ * take 1 to 3 spatial dims and the attributes kernel_shape, strides, pads
+ * (begin..., end...), dilations, ceil_mode, auto_pad; AveragePool also
+ * count_include_pad, LpPool p.
  * MaxPool's optional second output, Indices (int64), flattens like ONNX:
  * (n*C + c)*plane + position in the plane, row-major (storage_order 0) or
  * column-major (1). The global pools take any number of spatial dims and
@@ -78,9 +79,12 @@ static ai_status pool_init(ai_node *n)
 
 static ai_status check_input(const ai_node *n, const ai_tensor *x, int max_rank)
 {
-    if (x->dtype != AI_F32 && x->dtype != AI_F64)
-        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
-                             ai_dtype_name(x->dtype));
+    const pool_attrs *a = n->params;
+    const bool ints = a->kind == MAX_POOL && !ai_dtype_is_float(x->dtype) && x->dtype != AI_BOOL;
+    if (x->dtype != AI_F32 && x->dtype != AI_F64 && !ints)
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64%s expected",
+                             ai_dtype_name(x->dtype),
+                             a->kind == MAX_POOL ? " (or an integer type)" : "");
     if (x->ndim < 3 || x->ndim > max_rank)
         return ai_node_error(n, AI_ERR_VALUE, "input has rank %d; (N, C, spatial...) with 1 "
                              "to %d spatial dims expected", x->ndim, max_rank - 2);
@@ -223,7 +227,7 @@ typedef struct {
 } lp_job;
 
 /* Where output position o's window starts in each spatial dim. */
-static void lp_start(const ai_pool_params *p, int64_t o, int64_t *start)
+static void window_start(const ai_pool_params *p, int64_t o, int64_t *start)
 {
     for (int d = p->nsp - 1; d >= 0; d--) {
         start[d] = o % p->out[d] * p->stride[d] - p->pad_begin[d];
@@ -233,7 +237,7 @@ static void lp_start(const ai_pool_params *p, int64_t o, int64_t *start)
 
 /* Tap kk of the window at `start`: false in the padding, else its position
  * in the plane. */
-static bool lp_tap(const ai_pool_params *p, const int64_t *start, int64_t kk, int64_t *pos)
+static bool window_tap(const ai_pool_params *p, const int64_t *start, int64_t kk, int64_t *pos)
 {
     int64_t at[3];
     for (int d = p->nsp - 1; d >= 0; d--) {
@@ -258,24 +262,53 @@ static void lp_range(void *ctx, int64_t lo, int64_t hi)
     for (int64_t pl = lo; pl < hi; pl++)
         for (int64_t o = 0; o < oplane; o++) {
             const int64_t at = pl * oplane + o;
-            lp_start(p, o, start);
+            window_start(p, o, start);
             if (!j->dx) {
                 double sum = 0;
                 for (int64_t kk = 0; kk < K; kk++)
-                    if (lp_tap(p, start, kk, &pos))
+                    if (window_tap(p, start, kk, &pos))
                         sum += pow(fabs(ai_float_at(j->x, pl * plane + pos)), j->pw);
                 ai_float_set(j->out, at, pow(sum, 1 / j->pw));
                 continue;
             }
             const double y = ai_float_at(j->y, at), g = ai_float_at(j->dy, at);
             for (int64_t kk = 0; y != 0 && kk < K; kk++) {
-                if (!lp_tap(p, start, kk, &pos))
+                if (!window_tap(p, start, kk, &pos))
                     continue;
                 const int64_t xi = pl * plane + pos;
                 const double xv = ai_float_at(j->x, xi);
                 const double d = (xv > 0 ? g : xv < 0 ? -g : 0) * pow(fabs(xv) / y, j->pw - 1);
                 ai_float_set(j->dx, xi, ai_float_at(j->dx, xi) + d);
             }
+        }
+}
+
+/* MaxPool of an integer tensor, forward only: the first maximum in scan
+ * order, and its position in the plane (idx). */
+static void int_maxpool(const ai_pool_params *p, const ai_tensor *x, ai_tensor *y, int64_t *idx)
+{
+    const int64_t plane = prod(p->in, p->nsp), oplane = prod(p->out, p->nsp);
+    const int64_t K = prod(p->kernel, p->nsp);
+    const size_t size = ai_dtype_size(x->dtype);
+    int64_t start[3], pos;
+    for (int64_t pl = 0; pl < p->N * p->C; pl++)
+        for (int64_t o = 0; o < oplane; o++) {
+            int64_t best = -1, best_v = 0;
+            window_start(p, o, start);
+            for (int64_t kk = 0; kk < K; kk++)
+                if (window_tap(p, start, kk, &pos)) {
+                    const int64_t v = ai_tensor_get_flat_i64(x, pl * plane + pos);
+                    if (best < 0 || v > best_v) {
+                        best = pos;
+                        best_v = v;
+                    }
+                }
+            /* (a window in the padding alone: the plane's first element) */
+            best = best < 0 ? 0 : best;
+            memcpy((char *)y->data + (size_t)(pl * oplane + o) * size,
+                   (const char *)x->data + (size_t)(pl * plane + best) * size, size);
+            if (idx)
+                idx[pl * oplane + o] = best;
         }
 }
 
@@ -330,7 +363,9 @@ static ai_status pool_forward(ai_ctx *c)
             ai_avgpool_forward_f64(&p, y, x);
         return AI_OK;
     }
-    if (f32)
+    if (!ai_dtype_is_float(c->in[0]->dtype))
+        int_maxpool(&p, c->in[0], c->out[0], idx);
+    else if (f32)
         ai_maxpool_forward_f32(&p, y, idx, x);
     else
         ai_maxpool_forward_f64(&p, y, idx, x);
@@ -347,7 +382,9 @@ static ai_status pool_backward(ai_ctx *c)
 {
     const pool_attrs *a = c->node->params;
     const bool f32 = c->in[0]->dtype == AI_F32;
-    void *dx = c->din[0]->data; /* the only input: backward runs only when it needs it */
+    if (!c->din[0]) /* (an integer MaxPool: no gradient) */
+        return AI_OK;
+    void *dx = c->din[0]->data;
     const void *dy = c->dout[0]->data;
     const int64_t *idx = c->state;
     ai_status st;
