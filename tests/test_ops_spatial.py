@@ -284,6 +284,24 @@ def test_upsample_as_onnxruntime(mode, opset):
         aidge_interop.load_onnx(bad).forward([x])
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.6, 0.6], [1, 1, 1.7, 2.5], [1, 1, 0.5, 0.3]])
+def test_resize_10_as_onnxruntime(scales, mode):
+    """Resize-10 (X and scales): asymmetric, nearest by floor upsampling and
+    ceil downsampling, as ONNX Runtime."""
+    import onnxruntime as ort
+
+    x = _x((1, 2, 4, 6), np.float32)
+    model = make_model("Resize", {"x": x}, {"mode": mode},
+                       consts={"s": np.array(scales, np.float32)}, opset=10)
+    model.ir_version = 7
+    model.graph.output[0].type.tensor_type.elem_type = 1  # (float, for ONNX Runtime)
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    g = aidge_interop.load_onnx(model, param_kinds={"s": "const"})
+    np.testing.assert_allclose(g.forward([x])[0], ref, rtol=1e-6, atol=1e-6)
+
+
 # ---------------------------------------------------------------- LpPool, MaxPool Indices
 
 LP_CASES = [
