@@ -409,19 +409,45 @@ typedef struct {
  * block, dims nested as torch does: h0 (w0 a + w1 b) + h1 (w0 c + w1 d).
  * Backward scatters g with the same weights. */
 #define DEFINE_RESIZE_KERNELS(SUF, T)                                                      \
+    /* the last dim: k taps at x + off */                                                  \
+    static inline T leaf_##SUF(const resize_tap *t, int64_t k, const T *x, int64_t off)    \
+    {                                                                                      \
+        if (k == 1) /* nearest: weight 1 */                                                \
+            return x[off + t[0].i];                                                        \
+        if (k == 2) /* linear */                                                           \
+            return (T)t[0].w * x[off + t[0].i] + (T)t[1].w * x[off + t[1].i];              \
+        T v = 0;                                                                           \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            v += (T)t[m].w * x[off + t[m].i];                                              \
+        return v;                                                                          \
+    }                                                                                      \
     static T gather_##SUF(const resize_job *j, const T *x, int d, const int64_t *oi,       \
                           int64_t off)                                                     \
     {                                                                                      \
+        const int last = j->rp->nd - 1;                                                    \
         const int64_t k = j->taps[d];                                                      \
         const resize_tap *t = j->tap[d] + oi[d] * k;                                       \
+        if (d == last)                                                                     \
+            return leaf_##SUF(t, k, x, off);                                               \
         const int64_t stride = j->xstride[d];                                              \
+        if (d + 1 == last) { /* the leaf inline: one call per output element */            \
+            const int64_t kl = j->taps[last];                                              \
+            const resize_tap *tl = j->tap[last] + oi[last] * kl;                           \
+            if (k == 1)                                                                    \
+                return leaf_##SUF(tl, kl, x, off + t[0].i * stride);                       \
+            if (k == 2)                                                                    \
+                return (T)t[0].w * leaf_##SUF(tl, kl, x, off + t[0].i * stride) +          \
+                       (T)t[1].w * leaf_##SUF(tl, kl, x, off + t[1].i * stride);           \
+            T v = 0;                                                                       \
+            for (int64_t m = 0; m < k; m++)                                                \
+                v += (T)t[m].w * leaf_##SUF(tl, kl, x, off + t[m].i * stride);             \
+            return v;                                                                      \
+        }                                                                                  \
+        if (k == 1)                                                                        \
+            return gather_##SUF(j, x, d + 1, oi, off + t[0].i * stride);                   \
         T v = 0;                                                                           \
-        if (d == j->rp->nd - 1)                                                            \
-            for (int64_t m = 0; m < k; m++)                                                \
-                v += (T)t[m].w * x[off + t[m].i];                                          \
-        else                                                                               \
-            for (int64_t m = 0; m < k; m++)                                                \
-                v += (T)t[m].w * gather_##SUF(j, x, d + 1, oi, off + t[m].i * stride);     \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            v += (T)t[m].w * gather_##SUF(j, x, d + 1, oi, off + t[m].i * stride);         \
         return v;                                                                          \
     }                                                                                      \
     static void scatter_##SUF(const resize_job *j, T *dx, int d, const int64_t *oi,        \
@@ -430,7 +456,12 @@ typedef struct {
         const int64_t k = j->taps[d];                                                      \
         const resize_tap *t = j->tap[d] + oi[d] * k;                                       \
         const int64_t stride = j->xstride[d];                                              \
-        if (d == j->rp->nd - 1)                                                            \
+        const bool last = d == j->rp->nd - 1;                                              \
+        if (k == 1 && last) /* nearest: weight 1 */                                        \
+            dx[off + t[0].i] += g;                                                         \
+        else if (k == 1)                                                                   \
+            scatter_##SUF(j, dx, d + 1, oi, off + t[0].i * stride, g);                     \
+        else if (last)                                                                     \
             for (int64_t m = 0; m < k; m++)                                                \
                 dx[off + t[m].i] += (T)t[m].w * g;                                         \
         else                                                                               \
