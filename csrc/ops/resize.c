@@ -450,23 +450,37 @@ typedef struct {
             v += (T)t[m].w * gather_##SUF(j, x, d + 1, oi, off + t[m].i * stride);         \
         return v;                                                                          \
     }                                                                                      \
+    /* the last dim: g spread over k taps at dx + off */                                   \
+    static inline void spread_##SUF(const resize_tap *t, int64_t k, T *dx, int64_t off,    \
+                                    T g)                                                   \
+    {                                                                                      \
+        if (k == 1) /* nearest: weight 1 */                                                \
+            dx[off + t[0].i] += g;                                                         \
+        else                                                                               \
+            for (int64_t m = 0; m < k; m++)                                                \
+                dx[off + t[m].i] += (T)t[m].w * g;                                         \
+    }                                                                                      \
     static void scatter_##SUF(const resize_job *j, T *dx, int d, const int64_t *oi,        \
                               int64_t off, T g)                                            \
     {                                                                                      \
+        const int last = j->rp->nd - 1;                                                    \
         const int64_t k = j->taps[d];                                                      \
         const resize_tap *t = j->tap[d] + oi[d] * k;                                       \
+        if (d == last) {                                                                   \
+            spread_##SUF(t, k, dx, off, g);                                                \
+            return;                                                                        \
+        }                                                                                  \
         const int64_t stride = j->xstride[d];                                              \
-        const bool last = d == j->rp->nd - 1;                                              \
-        if (k == 1 && last) /* nearest: weight 1 */                                        \
-            dx[off + t[0].i] += g;                                                         \
-        else if (k == 1)                                                                   \
-            scatter_##SUF(j, dx, d + 1, oi, off + t[0].i * stride, g);                     \
-        else if (last)                                                                     \
+        if (d + 1 == last) { /* the leaf inline: one call per output element */            \
+            const int64_t kl = j->taps[last];                                              \
+            const resize_tap *tl = j->tap[last] + oi[last] * kl;                           \
             for (int64_t m = 0; m < k; m++)                                                \
-                dx[off + t[m].i] += (T)t[m].w * g;                                         \
-        else                                                                               \
-            for (int64_t m = 0; m < k; m++)                                                \
-                scatter_##SUF(j, dx, d + 1, oi, off + t[m].i * stride, (T)t[m].w * g);     \
+                spread_##SUF(tl, kl, dx, off + t[m].i * stride, k == 1 ? g : (T)t[m].w * g); \
+            return;                                                                        \
+        }                                                                                  \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            scatter_##SUF(j, dx, d + 1, oi, off + t[m].i * stride,                         \
+                          k == 1 ? g : (T)t[m].w * g);                                     \
     }                                                                                      \
     static void run_##SUF(const resize_job *j, bool backward, int64_t b)                   \
     {                                                                                      \
