@@ -192,6 +192,11 @@ enum {
      * plan time still runs at forward (and backward): only the shape is
      * taken from the plan-time values. */
     AI_OP_SHAPE_FROM_DATA = 1 << 17,
+    /* inputs after the first set the output's shape by their values, floats
+     * included (Resize's roi, scales and sizes): a graph input of at most
+     * AI_SHAPE_INPUT_MAX (plan.c) elements feeding one is read when the graph is
+     * planned (a new value re-plans) */
+    AI_OP_SHAPE_FROM_INPUTS = 1 << 18,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

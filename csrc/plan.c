@@ -566,7 +566,8 @@ static bool reaches_subgraph(const ai_graph *g, int v)
 }
 
 /* A graph input read when the graph is planned: a scalar that an
- * AI_OP_SHAPE_FROM_VALUES node reads, any integer or bool input of a
+ * AI_OP_SHAPE_FROM_VALUES node reads, a small tensor that an
+ * AI_OP_SHAPE_FROM_INPUTS node reads after its first input, any integer or bool input of a
  * subgraph or that reaches one (its iteration numbers, bag offsets: they set
  * the subgraph's shapes), and, with `ints`, any small integer tensor
  * (shapes, axes, pads). Not an input of ai_graph_infer whose value is
@@ -580,13 +581,15 @@ static bool plan_time_input(const ai_graph *g, int v, const ai_tensor *t, bool i
     if ((t->dtype == AI_I64 || t->dtype == AI_I32 || t->dtype == AI_BOOL) &&
         (g->subgraph || reaches_subgraph(g, v)))
         return true;
-    if (ai_tensor_numel(t) != 1)
-        return false;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op->flags & AI_OP_SHAPE_FROM_VALUES)
-            for (int k = 0; k < g->nodes[i].n_in; k++)
-                if (g->nodes[i].in[k] == v)
-                    return true;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ai_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v &&
+                (((n->op->flags & AI_OP_SHAPE_FROM_VALUES) && ai_tensor_numel(t) == 1) ||
+                 ((n->op->flags & AI_OP_SHAPE_FROM_INPUTS) && k > 0 &&
+                  ai_tensor_numel(t) <= AI_SHAPE_INPUT_MAX)))
+                return true;
+    }
     return false;
 }
 

@@ -473,8 +473,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     # running statistics of BatchNormalization are state, not parameters
     stats = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization"
              for k in (3, 4) if len(n.input) > k}
-    # float inputs that set a shape (Resize's roi and scales, Range's scalars) are constants
-    shaping = {"Resize": (1, 2), "Range": (0, 1, 2)}
+    # float inputs that set a shape (Resize's roi and scales, Upsample's, Range's scalars)
+    # are constants
+    shaping = {"Resize": (1, 2), "Upsample": (1,), "Range": (0, 1, 2)}
     fixed = {n.input[k] for n in graph.node for k in shaping.get(n.op_type, ())
              if len(n.input) > k}
     for init in graph.initializer:

@@ -159,12 +159,26 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
             /* ONNX ConvTranspose: SAME_UPPER pads more at the end, else at the start */
             int64_t total = p->stride[d] * (p->in[d] - 1) + p->output_padding[d] + extent -
                             out_shape[d];
-            if (total < 0)
-                return ai_node_error(n, AI_ERR_VALUE, "output_shape[%d] is %lld, larger "
-                                     "than the %lld this input, stride, output_padding and "
-                                     "kernel can give", d, (long long)out_shape[d],
-                                     (long long)(out_shape[d] + total));
-            split_pad(p, d, total, a->auto_pad == AI_PAD_SAME_UPPER);
+            if (total < 0) {
+                /* a larger output: ONNX splits the negative pads as the
+                 * positive ones (rounding down), zeros (the bias) before
+                 * and after the output; those after are output_padding */
+                const int64_t e = -total, after = a->auto_pad == AI_PAD_SAME_UPPER ? e / 2
+                                                                                   : (e + 1) / 2;
+                p->output_padding[d] += after;
+                if (after < e || (p->output_padding[d] >= p->stride[d] &&
+                                  p->output_padding[d] >= p->dilation[d]))
+                    return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "output_shape[%d] is %lld, "
+                                         "%lld more than this input, stride, output_padding "
+                                         "and kernel give; up to %lld more, at the end, is "
+                                         "supported (output_padding below the stride)", d,
+                                         (long long)out_shape[d], (long long)e,
+                                         (long long)(p->stride[d] > p->dilation[d]
+                                                         ? p->stride[d] : p->dilation[d]) -
+                                             1 - (p->output_padding[d] - after));
+            } else {
+                split_pad(p, d, total, a->auto_pad == AI_PAD_SAME_UPPER);
+            }
         } else if (!a->transposed && (a->auto_pad == AI_PAD_SAME_UPPER || a->auto_pad == AI_PAD_SAME_LOWER)) {
             int64_t out = (p->in[d] + p->stride[d] - 1) / p->stride[d];
             int64_t total = (out - 1) * p->stride[d] + extent - p->in[d];

@@ -1,7 +1,7 @@
 /*
  * norm.c — normalisations: BatchNormalization, LayerNormalization,
  * InstanceNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,
- * MeanVarianceNormalization (float32 and float64).
+ * MeanVarianceNormalization, LRN (float32 and float64).
  *
  * Statistics (means, variances, softmax sums) accumulate in double whatever
  * the tensor type; forward saves in node state what backward needs (mean
@@ -1555,15 +1555,139 @@ static ai_status mvn_backward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ---------------------------------------------------------------- LRN */
+
+/* LRN over channels of X (N, C, D...), in double: with the window
+ * W(c) = [c - floor((size-1)/2), c + ceil((size-1)/2)] clipped to [0, C),
+ *   d_c = bias + alpha / size * sum_{k in W(c)} x_k^2,   y_c = x_c d_c^-beta.
+ * Backward: dx_j += dy_j d_j^-beta
+ *                 - 2 beta alpha / size x_j sum_{c: j in W(c)} dy_c x_c d_c^(-beta-1).
+ * Work splits by n; the workspace holds d and the sum's terms for one
+ * (n, position) column per n. */
+typedef struct {
+    double alpha, beta, bias;
+    int64_t size;
+} lrn_params;
+
+static ai_status lrn_init(ai_node *n)
+{
+    lrn_params *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    ai_status st;
+    if ((st = ai_attr_float(n, "alpha", 1e-4, &p->alpha)) ||
+        (st = ai_attr_float(n, "beta", 0.75, &p->beta)) ||
+        (st = ai_attr_float(n, "bias", 1.0, &p->bias)) ||
+        (st = ai_attr_int(n, "size", 0, &p->size)))
+        return st;
+    if (p->size < 1)
+        return ai_node_error(n, AI_ERR_VALUE, "size is %lld; a positive size is required",
+                             (long long)p->size);
+    return AI_OK;
+}
+
+static ai_status lrn_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_status st = float_input(c);
+    if (st)
+        return st;
+    if (c->in[0]->ndim < 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "input has rank %d; (N, C, ...) expected",
+                             c->in[0]->ndim);
+    copy_meta(&out[0], c->in[0]);
+    *ws = 2 * (size_t)(c->in[0]->shape[0] * c->in[0]->shape[1]) * sizeof(double);
+    return AI_OK;
+}
+
+typedef struct {
+    const lrn_params *p;
+    double *work;
+    const ai_tensor *x, *dy;
+    ai_tensor *y, *dx;
+    int64_t C, S; /* channels, positions per channel */
+} lrn_job;
+
+static void lrn_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const lrn_job *j = ctx;
+    const lrn_params *p = j->p;
+    const int64_t C = j->C, S = j->S, before = (p->size - 1) / 2, after = p->size / 2;
+    for (int64_t n = lo; n < hi; n++)
+        for (int64_t s = 0; s < S; s++) {
+            double *d = j->work + n * 2 * C, *t = d + C;
+            const int64_t base = n * C * S + s;
+            for (int64_t ch = 0; ch < C; ch++) {
+                double sum = 0;
+                for (int64_t k = ch - before; k <= ch + after; k++)
+                    if (k >= 0 && k < C) {
+                        const double v = ai_float_at(j->x, base + k * S);
+                        sum += v * v;
+                    }
+                d[ch] = p->bias + p->alpha / (double)p->size * sum;
+            }
+            if (!j->dx) {
+                for (int64_t ch = 0; ch < C; ch++)
+                    ai_float_set(j->y, base + ch * S,
+                                 ai_float_at(j->x, base + ch * S) * pow(d[ch], -p->beta));
+                continue;
+            }
+            for (int64_t ch = 0; ch < C; ch++) /* dy_c x_c d_c^(-beta-1) */
+                t[ch] = ai_float_at(j->dy, base + ch * S) * ai_float_at(j->x, base + ch * S) *
+                        pow(d[ch], -p->beta - 1);
+            for (int64_t k = 0; k < C; k++) {
+                double sum = 0; /* over the c whose window holds k */
+                for (int64_t ch = k - after; ch <= k + before; ch++)
+                    if (ch >= 0 && ch < C)
+                        sum += t[ch];
+                const double xk = ai_float_at(j->x, base + k * S);
+                const double g = ai_float_at(j->dy, base + k * S) * pow(d[k], -p->beta) -
+                                 2 * p->beta * p->alpha / (double)p->size * xk * sum;
+                ai_float_set(j->dx, base + k * S, ai_float_at(j->dx, base + k * S) + g);
+            }
+        }
+}
+
+static ai_status lrn_run(ai_ctx *c, bool backward)
+{
+    const ai_tensor *x = c->in[0];
+    lrn_job j = {.p = c->node->params, .work = c->workspace, .x = x, .C = x->shape[1], .S = 1};
+    for (int d = 2; d < x->ndim; d++)
+        j.S *= x->shape[d];
+    if (backward) {
+        if (!(j.dx = c->din[0]))
+            return AI_OK;
+        j.dy = c->dout[0];
+    } else {
+        j.y = c->out[0];
+    }
+    ai_parallel_for(x->shape[0], ai_grain_of(j.C * j.S * 8), lrn_range, &j);
+    return AI_OK;
+}
+
+static ai_status lrn_forward(ai_ctx *c)
+{
+    return lrn_run(c, false);
+}
+
+static ai_status lrn_backward(ai_ctx *c)
+{
+    return lrn_run(c, true);
+}
+
 static const ai_op_def op_hardmax = {"Hardmax", "", 1, 1, 1, 1, 0, NULL, sm_shape,
                                      hardmax_forward, NULL};
 static const ai_op_def op_lpnorm = {"LpNormalization", "", 1, 1, 1, 1,
                                     AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, lpnorm_shape,
                                     lpnorm_forward, lpnorm_backward};
+/* backward reads x (not y) */
+static const ai_op_def op_lrn = {"LRN", "", 1, 1, 1, 1, AI_OP_BWD_NO_Y, lrn_init, lrn_shape,
+                                 lrn_forward, lrn_backward};
 static const ai_op_def op_mvn = {"MeanVarianceNormalization", "", 1, 1, 1, 1,
                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, mvn_shape,
                                  mvn_forward, mvn_backward};
 
 const ai_op_def *const ai_ops_norm[] = {&op_batchnorm, &op_layernorm, &op_instancenorm,
                                         &op_softmax, &op_logsoftmax, &op_hardmax,
-                                        &op_lpnorm, &op_mvn, NULL};
+                                        &op_lpnorm, &op_mvn, &op_lrn, NULL};

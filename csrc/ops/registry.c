@@ -12,7 +12,8 @@
     X(reshape) X(movement) X(index) X(index_nd) X(pad) X(from_shape)                     \
     X(shift) X(fused) X(quant) X(layout) X(resize) X(generate) X(control)                \
     X(loss) X(text) X(ml) X(random) X(signal) X(rnn) X(scatter) X(linalg)                \
-    X(sequence) X(select) X(detection) X(deform_conv) X(training)
+    X(sequence) X(select) X(detection) X(deform_conv) X(training)                      \
+    X(grid_sample) X(fold)
 
 #define DECLARE(f) extern const ai_op_def *const ai_ops_##f[];
 AI_FAMILIES(DECLARE)

@@ -1,34 +1,42 @@
 /*
- * resize.c — Resize (opset >= 11): nearest and linear interpolation over any
- * axes, forward and backward; what torch's nn.Upsample and F.interpolate
- * export (nearest, bilinear, trilinear, linear; align_corners or not).
+ * resize.c — Resize (opsets 10 to 19) and the deprecated Upsample (7, 9):
+ * nearest, linear and cubic interpolation over any axes, forward and
+ * backward; what torch's nn.Upsample and F.interpolate export (nearest,
+ * bilinear, bicubic, trilinear, linear; align_corners or not; antialias).
  *
  * The output size is the `sizes` input, or floor(input * scale) with the
- * `scales` input (one of them, a constant at plan time; `axes` picks the
- * dims they describe, the others keep their size). Each output coordinate x
- * maps to x_in in the input by coordinate_transformation_mode, with the
- * scale given (scales) or out / in (sizes):
+ * `scales` input (one of them, known at plan time: a constant, or a small
+ * graph input read then, AI_OP_SHAPE_FROM_INPUTS; `axes` picks the dims
+ * they describe, the others keep their size). Each output coordinate x
+ * maps to v in the input by coordinate_transformation_mode, with the scale
+ * given (scales) or out / in (sizes):
  *
  *   half_pixel            (x + 0.5) / scale - 0.5
  *   pytorch_half_pixel    the same, 0 where the output dim is 1
  *   align_corners         x (in - 1) / (out - 1), 0 where out is 1
  *   asymmetric            x / scale
  *   half_pixel_symmetric  half_pixel around the centre of the input
+ *   tf_crop_and_resize    roi start * (in - 1) + x (end - start)(in - 1) / (out - 1);
+ *                         outside [0, in - 1] the output is extrapolation_value
  *
- * Nearest takes input index nearest_mode(x_in) (round_prefer_floor,
- * round_prefer_ceil, floor, ceil) clamped to [0, in - 1]. Linear clamps x_in
- * to [0, in - 1] and mixes i0 = floor(x_in) and i0 + 1 with weights 1 - l,
- * l (l = x_in - i0; at the edge both are in - 1): ONNX's edge padding gives
- * the same values, torch's kernels the same formula. Several axes nest as
- * torch does: h0 (w0 a + w1 b) + h1 (w0 c + w1 d).
+ * Nearest takes input index nearest_mode(v) (round_prefer_floor,
+ * round_prefer_ceil, floor, ceil) clamped to [0, in - 1]. Linear and cubic
+ * take the k input indices nearest v (2 and 4; ties to the lower), weights
+ * kernel(|i - v|) (the triangle; Keys' cubic with cubic_coeff_a), indices
+ * clamped to the input: ONNX's edge padding, torch's formula.
+ * exclude_outside gives indices outside the input weight 0 and normalises
+ * the others; antialias, when downsampling by s < 1, widens the kernel to
+ * kernel(|i - v| s) over 2/s (linear) or 4/s (cubic) taps, normalised.
+ * Several axes nest as torch does: h0 (w0 a + w1 b) + h1 (w0 c + w1 d).
+ * Upsample and Resize-10 take the scales only, asymmetric, nearest by floor
+ * (ceil when downsampling, as ONNX Runtime); Upsample's scales are >= 1.
  *
  * Backward scatters dy with the same weights (each output element adds to
- * the input elements it read). Work splits by the outer dims the resize
- * leaves alone (N, C planes): the planes are disjoint, the sums in the same
- * order at any thread count. With sizes, keep_aspect_ratio_policy not_larger
- * or not_smaller takes one scale for all axes (the smallest or largest of
- * sizes / input). cubic, tf_crop_and_resize and antialias are refused,
- * naming the value.
+ * the input elements it read; an extrapolated one to none). Work splits by
+ * the outer dims the resize leaves alone (N, C planes): the planes are
+ * disjoint, the sums in the same order at any thread count. With sizes,
+ * keep_aspect_ratio_policy not_larger or not_smaller takes one scale for
+ * all axes (the smallest or largest of sizes / input).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -37,14 +45,22 @@
 #include "../graph.h"
 #include "../parallel.h"
 
-enum { M_NEAREST, M_LINEAR };
-enum { C_HALF_PIXEL, C_PYTORCH_HALF_PIXEL, C_ALIGN_CORNERS, C_ASYMMETRIC, C_HALF_SYMMETRIC };
-enum { N_ROUND_FLOOR, N_ROUND_CEIL, N_FLOOR, N_CEIL };
+enum { M_NEAREST, M_LINEAR, M_CUBIC };
+enum { C_HALF_PIXEL, C_PYTORCH_HALF_PIXEL, C_ALIGN_CORNERS, C_ASYMMETRIC, C_HALF_SYMMETRIC,
+       C_CROP };
+/* N_SIMPLE: Upsample's and Resize-10's floor, ceil when downsampling (as
+ * ONNX Runtime) */
+enum { N_ROUND_FLOOR, N_ROUND_CEIL, N_FLOOR, N_CEIL, N_SIMPLE };
 
 enum { P_STRETCH, P_NOT_LARGER, P_NOT_SMALLER };
 
 typedef struct {
     int mode, coord, nearest, policy;
+    bool legacy; /* Upsample, Resize-10: X and scales (or Upsample-7's attribute) */
+    int64_t antialias, exclude_outside;
+    double cubic_a, extrapolation;
+    const double *scales_attr; /* Upsample-7 */
+    int64_t n_scales_attr;
 } resize_params;
 
 static ai_status pick(const ai_node *n, const char *attr, const char *dflt,
@@ -64,9 +80,10 @@ static ai_status pick(const ai_node *n, const char *attr, const char *dflt,
 
 static ai_status resize_init(ai_node *n)
 {
-    static const char *const modes[] = {"nearest", "linear"};
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
     static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
-                                         "asymmetric", "half_pixel_symmetric"};
+                                         "asymmetric", "half_pixel_symmetric",
+                                         "tf_crop_and_resize"};
     static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                            "ceil"};
     static const char *const policies[] = {"stretch", "not_larger", "not_smaller"};
@@ -74,44 +91,105 @@ static ai_status resize_init(ai_node *n)
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    if (n->opset < 11)
-        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED,
-                             "Resize of opset %d is not supported (11 and later)", n->opset);
-    int64_t antialias;
     ai_status st;
-    if ((st = pick(n, "mode", "nearest", modes, 2, &p->mode)) ||
-        (st = pick(n, "coordinate_transformation_mode", "half_pixel", coords, 5, &p->coord)) ||
+    p->legacy = strcmp(n->op_type, "Upsample") == 0 || n->opset < 11;
+    if (p->legacy) {
+        /* nearest or linear, asymmetric */
+        if ((st = pick(n, "mode", "nearest", modes, 2, &p->mode)))
+            return st;
+        p->coord = C_ASYMMETRIC;
+        p->nearest = N_SIMPLE;
+        if (strcmp(n->op_type, "Upsample") == 0 && n->opset < 9) {
+            if ((st = ai_attr_floats(n, "scales", &p->scales_attr, &p->n_scales_attr)))
+                return st;
+            if (p->n_scales_attr < 0)
+                return ai_node_error(n, AI_ERR_VALUE, "the scales attribute is required");
+        }
+        return AI_OK;
+    }
+    if ((st = pick(n, "mode", "nearest", modes, 3, &p->mode)) ||
+        (st = pick(n, "coordinate_transformation_mode", "half_pixel", coords, 6, &p->coord)) ||
         (st = pick(n, "nearest_mode", "round_prefer_floor", nearests, 4, &p->nearest)) ||
         (st = pick(n, "keep_aspect_ratio_policy", "stretch", policies, 3, &p->policy)) ||
-        (st = ai_attr_int(n, "antialias", 0, &antialias)))
+        (st = ai_attr_int(n, "antialias", 0, &p->antialias)) ||
+        (st = ai_attr_int(n, "exclude_outside", 0, &p->exclude_outside)) ||
+        (st = ai_attr_float(n, "cubic_coeff_a", -0.75, &p->cubic_a)) ||
+        (st = ai_attr_float(n, "extrapolation_value", 0.0, &p->extrapolation)))
         return st;
-    if (antialias)
-        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "antialias=1 is not supported");
+    if ((p->antialias != 0 && p->antialias != 1) ||
+        (p->exclude_outside != 0 && p->exclude_outside != 1))
+        return ai_node_error(n, AI_ERR_VALUE, "antialias is %lld, exclude_outside %lld; 0 or 1 "
+                             "expected", (long long)p->antialias,
+                             (long long)p->exclude_outside);
     return AI_OK;
 }
 
-/* The output shape and each dim's scale, from the constant scales or sizes. */
+/* The output shape, each dim's scale and region of interest (roi: start
+ * and end as fractions of the input, for tf_crop_and_resize). */
 typedef struct {
     int nd;
     int64_t in[AI_MAX_DIMS], out[AI_MAX_DIMS];
-    double scale[AI_MAX_DIMS];
+    double scale[AI_MAX_DIMS], roi_lo[AI_MAX_DIMS], roi_hi[AI_MAX_DIMS];
 } resize_plan;
+
+/* Input i's value, known at plan time (a constant, or a small graph input
+ * read then: AI_OP_SHAPE_FROM_INPUTS) or at run time; NULL if neither. */
+static const ai_tensor *value_of(const ai_ctx *c, int i)
+{
+    const ai_tensor *t = ai_ctx_const(c, i);
+    return t ? t : c->in[i]->data ? c->in[i] : NULL;
+}
+
+/* Upsample and Resize-10: a scale >= 1 (Upsample) for every dim. */
+static ai_status legacy_plan_of(const ai_ctx *c, const resize_params *p, resize_plan *rp)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0], *t = NULL;
+    int64_t count = p->n_scales_attr;
+    if (!p->scales_attr) {
+        if (c->n_in < 2 || !c->in[1])
+            return ai_node_error(n, AI_ERR_VALUE, "the scales input is required");
+        if (!(t = value_of(c, 1)))
+            return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "scales input must be a constant");
+        count = ai_tensor_numel(t);
+    }
+    if (count != x->ndim)
+        return ai_node_error(n, AI_ERR_VALUE, "scales has %lld values; %d expected (the rank)",
+                             (long long)count, x->ndim);
+    const bool upsample = strcmp(n->op_type, "Upsample") == 0;
+    for (int d = 0; d < x->ndim; d++) {
+        const double s = t ? ai_tensor_get_flat(t, d) : p->scales_attr[d];
+        if (!(s >= (upsample ? 1 : 0)) || !(s > 0) || !isfinite(s) ||
+            floor((double)x->shape[d] * s) > (double)INT32_MAX)
+            return ai_node_error(n, AI_ERR_VALUE, "scales[%d] is %g; %s expected", d, s,
+                                 upsample ? ">= 1" : "> 0");
+        rp->in[d] = x->shape[d];
+        rp->out[d] = (int64_t)floor((double)x->shape[d] * s);
+        rp->scale[d] = s;
+        rp->roi_lo[d] = 0;
+        rp->roi_hi[d] = 1;
+    }
+    return AI_OK;
+}
 
 static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
 {
     const ai_node *n = c->node;
+    const resize_params *p = n->params;
     const ai_tensor *x = c->in[0];
+    rp->nd = x->ndim;
+    if (p->legacy)
+        return legacy_plan_of(c, p, rp);
     const ai_tensor *sc = c->n_in > 2 && c->in[2] && ai_tensor_numel(c->in[2]) ? c->in[2] : NULL;
     const ai_tensor *sz = c->n_in > 3 && c->in[3] && ai_tensor_numel(c->in[3]) ? c->in[3] : NULL;
     if (!sc == !sz)
         return ai_node_error(n, AI_ERR_VALUE, sc ? "both scales and sizes are given"
                                                  : "neither scales nor sizes is given");
     const int which = sc ? 2 : 3;
-    const ai_tensor *t = ai_ctx_const(c, which); /* at plan time; at run time the input */
-    if (!t && !(t = c->in[which]->data ? c->in[which] : NULL))
+    const ai_tensor *t = value_of(c, which);
+    if (!t)
         return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "%s input must be a constant",
                              sc ? "scales" : "sizes");
-    rp->nd = x->ndim;
     int axes[AI_MAX_DIMS];
     const int64_t *av;
     int64_t na;
@@ -134,20 +212,37 @@ static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
         return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; %lld expected (%s)",
                              sc ? "scales" : "sizes", (long long)ai_tensor_numel(t),
                              (long long)na, na == x->ndim ? "the rank" : "one per axis");
+    const ai_tensor *roi = NULL;
+    if (p->coord == C_CROP) {
+        if (c->n_in < 2 || !c->in[1] || !(roi = value_of(c, 1)))
+            return ai_node_error(n, AI_ERR_VALUE, "tf_crop_and_resize needs a constant roi");
+        if (ai_tensor_numel(roi) != 2 * na)
+            return ai_node_error(n, AI_ERR_VALUE, "roi has %lld values; %lld expected (starts, "
+                                 "then ends)", (long long)ai_tensor_numel(roi),
+                                 (long long)(2 * na));
+    }
     for (int d = 0; d < x->ndim; d++) {
         rp->in[d] = rp->out[d] = x->shape[d];
         rp->scale[d] = 1.0;
+        rp->roi_lo[d] = 0;
+        rp->roi_hi[d] = 1;
     }
     for (int64_t i = 0; i < na; i++) {
         const int d = axes[i];
+        if (roi) {
+            rp->roi_lo[d] = ai_tensor_get_flat(roi, i);
+            rp->roi_hi[d] = ai_tensor_get_flat(roi, na + i);
+        }
         if (sc) {
             const double s = ai_tensor_get_flat(t, i);
             if (!(s > 0) || !isfinite(s))
                 return ai_node_error(n, AI_ERR_VALUE, "scales[%lld] is %g; > 0 expected",
                                      (long long)i, s);
             rp->scale[d] = s;
+            /* (tf_crop_and_resize too: ONNX Runtime and ONNX's reference
+             * ignore the roi there, where the text scales it) */
             const double o = floor((double)x->shape[d] * s);
-            if (o > (double)INT32_MAX)
+            if (!(o >= 0) || o > (double)INT32_MAX)
                 return ai_node_error(n, AI_ERR_VALUE, "scales[%lld] = %g gives %g elements",
                                      (long long)i, s, o);
             rp->out[d] = (int64_t)o;
@@ -163,13 +258,13 @@ static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
             return ai_node_error(n, AI_ERR_VALUE, "input dim %d is 0; cannot resize it to %lld",
                                  d, (long long)rp->out[d]);
     }
-    const int policy = ((const resize_params *)n->params)->policy;
-    if (sz && policy != P_STRETCH) {
+    if (sz && p->policy != P_STRETCH) {
         /* one scale for every axis, the smallest (not_larger) or largest
          * (not_smaller) of sizes / input; each size round(scale * input) */
         double s = rp->scale[axes[0]];
         for (int64_t i = 1; i < na; i++)
-            s = policy == P_NOT_LARGER ? fmin(s, rp->scale[axes[i]]) : fmax(s, rp->scale[axes[i]]);
+            s = p->policy == P_NOT_LARGER ? fmin(s, rp->scale[axes[i]])
+                                          : fmax(s, rp->scale[axes[i]]);
         for (int64_t i = 0; i < na; i++) {
             rp->scale[axes[i]] = s;
             rp->out[axes[i]] = (int64_t)floor(s * (double)x->shape[axes[i]] + 0.5);
@@ -178,16 +273,23 @@ static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
     return AI_OK;
 }
 
-/* One dim's table: for each output index, input indices i0, i1 and weights
- * w0, w1 (nearest: w1 = 0, i1 = i0). */
+/* One dim's table: for each output index, `taps` (input index, weight)
+ * pairs; a first index of -1 marks an output that tf_crop_and_resize puts
+ * outside the input (it takes extrapolation_value). */
 typedef struct {
-    int64_t i0, i1;
-    double w0, w1;
+    int64_t i;
+    double w;
 } resize_tap;
 
-static double source_coord(const resize_params *p, double x, double scale, int64_t in,
-                           int64_t out)
+/* The source coordinate of output index x; *outside for tf_crop_and_resize
+ * outside the input. */
+static double source_coord(const resize_params *p, const resize_plan *rp, int d, double x,
+                           bool *outside)
 {
+    const double scale = rp->scale[d];
+    const int64_t in = rp->in[d], out = rp->out[d];
+    const double length = scale * (double)in; /* the output's length, before flooring */
+    *outside = false;
     switch (p->coord) {
     case C_PYTORCH_HALF_PIXEL:
         return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
@@ -196,42 +298,95 @@ static double source_coord(const resize_params *p, double x, double scale, int64
     case C_ASYMMETRIC:
         return x / scale;
     case C_HALF_SYMMETRIC: {
-        const double adj = (double)out / (scale * (double)in), centre = (double)in / 2;
+        const double adj = (double)out / length, centre = (double)in / 2;
         return centre * (1 - adj) + (x + 0.5) / scale - 0.5;
+    }
+    case C_CROP: {
+        const double lo = rp->roi_lo[d], hi = rp->roi_hi[d];
+        const double v = out > 1 ? lo * (double)(in - 1) +
+                                       x * (hi - lo) * (double)(in - 1) / (double)(out - 1)
+                                 : 0.5 * (lo + hi) * (double)(in - 1);
+        *outside = !(v >= 0 && v <= (double)(in - 1));
+        return v;
     }
     default:
         return (x + 0.5) / scale - 0.5;
     }
 }
 
-static int64_t nearest_index(int mode, double v)
+static int64_t nearest_index(int mode, double v, double scale)
 {
     const double f = floor(v);
     switch (mode) {
     case N_FLOOR: return (int64_t)f;
     case N_CEIL: return (int64_t)ceil(v);
+    case N_SIMPLE: return (int64_t)(scale < 1 ? ceil(v) : f);
     case N_ROUND_CEIL: return (int64_t)(v - f >= 0.5 ? f + 1 : f);
     default: return (int64_t)(v - f > 0.5 ? f + 1 : f);
     }
 }
 
+/* The interpolation kernel at distance x >= 0. */
+static double kernel_at(const resize_params *p, double x)
+{
+    if (p->mode == M_LINEAR)
+        return x < 1 ? 1 - x : 0;
+    const double a = p->cubic_a;
+    if (x <= 1)
+        return ((a + 2) * x - (a + 3)) * x * x + 1;
+    if (x < 2)
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+    return 0;
+}
+
+/* Taps per output index of dim d: 1 (nearest), 2 (linear), 4 (cubic); with
+ * antialias, downsampling by s < 1 stretches the kernel by 1 / s. */
+static int64_t taps_of(const resize_params *p, const resize_plan *rp, int d)
+{
+    if (p->mode == M_NEAREST)
+        return 1;
+    const double reach = p->mode == M_LINEAR ? 1 : 2;
+    if (!p->antialias || rp->scale[d] >= 1)
+        return 2 * (int64_t)reach;
+    return 2 - 2 * ((int64_t)floor(-reach / rp->scale[d]) + 1);
+}
+
+/* ONNX's rule: the `k` input indices nearest to v (ties to the lower),
+ * weights kernel((index - v) * s) (normalised with antialias; with
+ * exclude_outside those outside the input are 0, the others normalised),
+ * indices then clamped to the input (its edge values repeat). */
 static void make_taps(const resize_params *p, const resize_plan *rp, int d, resize_tap *tap)
 {
-    const int64_t in = rp->in[d], out = rp->out[d];
+    const int64_t in = rp->in[d], out = rp->out[d], k = taps_of(p, rp, d);
+    const double s = p->antialias && rp->scale[d] < 1 ? rp->scale[d] : 1;
     for (int64_t o = 0; o < out; o++) {
-        double v = source_coord(p, (double)o, rp->scale[d], in, out);
-        resize_tap t;
-        if (p->mode == M_NEAREST) {
-            int64_t i = nearest_index(p->nearest, v);
-            i = i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
-            t = (resize_tap){i, i, 1.0, 0.0};
-        } else {
-            v = v < 0 ? 0 : (v > (double)(in - 1) ? (double)(in - 1) : v);
-            const int64_t i0 = (int64_t)v;
-            const double l = v - (double)i0;
-            t = (resize_tap){i0, i0 < in - 1 ? i0 + 1 : i0, 1.0 - l, l};
+        bool outside;
+        const double v = source_coord(p, rp, d, (double)o, &outside);
+        resize_tap *t = tap + o * k;
+        if (outside || !isfinite(v)) {
+            for (int64_t j = 0; j < k; j++)
+                t[j] = (resize_tap){j ? 0 : -1, 0.0};
+            continue;
         }
-        tap[o] = t;
+        if (p->mode == M_NEAREST) {
+            int64_t i = nearest_index(p->nearest, v, rp->scale[d]);
+            t[0] = (resize_tap){i < 0 ? 0 : (i > in - 1 ? in - 1 : i), 1.0};
+            continue;
+        }
+        const double f = floor(v);
+        const int64_t start = (int64_t)f - k / 2 + (v == f ? 0 : 1);
+        double sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t i = start + j;
+            double w = kernel_at(p, fabs((double)i - v) * s);
+            if (p->exclude_outside && (i < 0 || i >= in))
+                w = 0;
+            sum += w;
+            t[j] = (resize_tap){i < 0 ? 0 : (i > in - 1 ? in - 1 : i), w};
+        }
+        if ((p->antialias || p->exclude_outside) && sum != 0)
+            for (int64_t j = 0; j < k; j++)
+                t[j].w /= sum;
     }
 }
 
@@ -240,51 +395,92 @@ static void make_taps(const resize_params *p, const resize_plan *rp, int d, resi
 typedef struct {
     const resize_plan *rp;
     const resize_tap *tap[AI_MAX_DIMS];
+    int64_t taps[AI_MAX_DIMS];    /* taps per output index */
     int64_t xstride[AI_MAX_DIMS]; /* the input's contiguous strides */
     int first;
-    bool nearest, f64, assign;
+    bool crop, f64, assign;
+    double extrapolation;
     int64_t in_block, out_block; /* elements per outer index */
     const void *src;             /* forward: x; backward: dy */
     void *dst;                   /* forward: y; backward: dx */
 } resize_job;
 
-/* Forward: the value at output multi-index (from dim d on) of one outer block. */
+/* Forward: the value at output multi-index (from dim d on) of one outer
+ * block, dims nested as torch does: h0 (w0 a + w1 b) + h1 (w0 c + w1 d).
+ * Backward scatters g with the same weights. */
 #define DEFINE_RESIZE_KERNELS(SUF, T)                                                      \
+    /* the last dim: k taps at x + off */                                                  \
+    static inline T leaf_##SUF(const resize_tap *t, int64_t k, const T *x, int64_t off)    \
+    {                                                                                      \
+        if (k == 1) /* nearest: weight 1 */                                                \
+            return x[off + t[0].i];                                                        \
+        if (k == 2) /* linear */                                                           \
+            return (T)t[0].w * x[off + t[0].i] + (T)t[1].w * x[off + t[1].i];              \
+        T v = 0;                                                                           \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            v += (T)t[m].w * x[off + t[m].i];                                              \
+        return v;                                                                          \
+    }                                                                                      \
     static T gather_##SUF(const resize_job *j, const T *x, int d, const int64_t *oi,       \
                           int64_t off)                                                     \
     {                                                                                      \
-        const resize_tap *t = &j->tap[d][oi[d]];                                           \
+        const int last = j->rp->nd - 1;                                                    \
+        const int64_t k = j->taps[d];                                                      \
+        const resize_tap *t = j->tap[d] + oi[d] * k;                                       \
+        if (d == last)                                                                     \
+            return leaf_##SUF(t, k, x, off);                                               \
         const int64_t stride = j->xstride[d];                                              \
-        if (d == j->rp->nd - 1) {                                                          \
-            if (j->nearest)                                                                \
-                return x[off + t->i0];                                                     \
-            return (T)t->w0 * x[off + t->i0] + (T)t->w1 * x[off + t->i1];                  \
+        if (d + 1 == last) { /* the leaf inline: one call per output element */            \
+            const int64_t kl = j->taps[last];                                              \
+            const resize_tap *tl = j->tap[last] + oi[last] * kl;                           \
+            if (k == 1)                                                                    \
+                return leaf_##SUF(tl, kl, x, off + t[0].i * stride);                       \
+            if (k == 2)                                                                    \
+                return (T)t[0].w * leaf_##SUF(tl, kl, x, off + t[0].i * stride) +          \
+                       (T)t[1].w * leaf_##SUF(tl, kl, x, off + t[1].i * stride);           \
+            T v = 0;                                                                       \
+            for (int64_t m = 0; m < k; m++)                                                \
+                v += (T)t[m].w * leaf_##SUF(tl, kl, x, off + t[m].i * stride);             \
+            return v;                                                                      \
         }                                                                                  \
-        const T a = gather_##SUF(j, x, d + 1, oi, off + t->i0 * stride);                   \
-        if (j->nearest)                                                                    \
-            return a;                                                                      \
-        const T b = gather_##SUF(j, x, d + 1, oi, off + t->i1 * stride);                   \
-        return (T)t->w0 * a + (T)t->w1 * b;                                                \
+        if (k == 1)                                                                        \
+            return gather_##SUF(j, x, d + 1, oi, off + t[0].i * stride);                   \
+        T v = 0;                                                                           \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            v += (T)t[m].w * gather_##SUF(j, x, d + 1, oi, off + t[m].i * stride);         \
+        return v;                                                                          \
+    }                                                                                      \
+    /* the last dim: g spread over k taps at dx + off */                                   \
+    static inline void spread_##SUF(const resize_tap *t, int64_t k, T *dx, int64_t off,    \
+                                    T g)                                                   \
+    {                                                                                      \
+        if (k == 1) /* nearest: weight 1 */                                                \
+            dx[off + t[0].i] += g;                                                         \
+        else                                                                               \
+            for (int64_t m = 0; m < k; m++)                                                \
+                dx[off + t[m].i] += (T)t[m].w * g;                                         \
     }                                                                                      \
     static void scatter_##SUF(const resize_job *j, T *dx, int d, const int64_t *oi,        \
                               int64_t off, T g)                                            \
     {                                                                                      \
-        const resize_tap *t = &j->tap[d][oi[d]];                                           \
+        const int last = j->rp->nd - 1;                                                    \
+        const int64_t k = j->taps[d];                                                      \
+        const resize_tap *t = j->tap[d] + oi[d] * k;                                       \
+        if (d == last) {                                                                   \
+            spread_##SUF(t, k, dx, off, g);                                                \
+            return;                                                                        \
+        }                                                                                  \
         const int64_t stride = j->xstride[d];                                              \
-        if (j->nearest) {                                                                  \
-            if (d == j->rp->nd - 1)                                                        \
-                dx[off + t->i0] += g;                                                      \
-            else                                                                           \
-                scatter_##SUF(j, dx, d + 1, oi, off + t->i0 * stride, g);                  \
+        if (d + 1 == last) { /* the leaf inline: one call per output element */            \
+            const int64_t kl = j->taps[last];                                              \
+            const resize_tap *tl = j->tap[last] + oi[last] * kl;                           \
+            for (int64_t m = 0; m < k; m++)                                                \
+                spread_##SUF(tl, kl, dx, off + t[m].i * stride, k == 1 ? g : (T)t[m].w * g); \
             return;                                                                        \
         }                                                                                  \
-        if (d == j->rp->nd - 1) {                                                          \
-            dx[off + t->i0] += (T)t->w0 * g;                                               \
-            dx[off + t->i1] += (T)t->w1 * g;                                               \
-            return;                                                                        \
-        }                                                                                  \
-        scatter_##SUF(j, dx, d + 1, oi, off + t->i0 * stride, (T)t->w0 * g);               \
-        scatter_##SUF(j, dx, d + 1, oi, off + t->i1 * stride, (T)t->w1 * g);               \
+        for (int64_t m = 0; m < k; m++)                                                    \
+            scatter_##SUF(j, dx, d + 1, oi, off + t[m].i * stride,                         \
+                          k == 1 ? g : (T)t[m].w * g);                                     \
     }                                                                                      \
     static void run_##SUF(const resize_job *j, bool backward, int64_t b)                   \
     {                                                                                      \
@@ -295,10 +491,14 @@ typedef struct {
         int64_t oi[AI_MAX_DIMS] = {0};                                                     \
         const int last = j->rp->nd - 1;                                                    \
         for (int64_t o = 0; o < j->out_block; o++) {                                       \
-            if (backward)                                                                  \
+            bool outside = false; /* tf_crop_and_resize: extrapolation_value */            \
+            for (int d = j->first; j->crop && d <= last; d++)                              \
+                outside |= j->tap[d][oi[d] * j->taps[d]].i < 0;                            \
+            if (backward && !outside)                                                      \
                 scatter_##SUF(j, dst, j->first, oi, 0, src[o]);                            \
-            else                                                                           \
-                dst[o] = gather_##SUF(j, src, j->first, oi, 0);                            \
+            else if (!backward)                                                            \
+                dst[o] = outside ? (T)j->extrapolation                                     \
+                                 : gather_##SUF(j, src, j->first, oi, 0);                  \
             for (int d = last; d >= j->first; d--) {                                       \
                 if (++oi[d] < j->rp->out[d])                                               \
                     break;                                                                 \
@@ -324,11 +524,11 @@ static void resize_bwd_range(void *ctx, int64_t lo, int64_t hi)
         j->f64 ? run_f64(j, true, b) : run_f32(j, true, b);
 }
 
-static size_t taps_bytes(const resize_plan *rp)
+static size_t taps_bytes(const resize_params *p, const resize_plan *rp)
 {
     size_t n = 0;
     for (int d = 0; d < rp->nd; d++)
-        n += (size_t)rp->out[d];
+        n += (size_t)(rp->out[d] * taps_of(p, rp, d));
     return n * sizeof(resize_tap);
 }
 
@@ -348,7 +548,7 @@ static ai_status resize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     out[0].dtype = x->dtype;
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, rp.out, sizeof rp.out);
-    *state = taps_bytes(&rp);
+    *state = taps_bytes(c->node->params, &rp);
     return AI_OK;
 }
 
@@ -361,7 +561,8 @@ static ai_status resize_job_of(ai_ctx *c, resize_job *j, resize_plan *rp, bool b
         return st;
     memset(j, 0, sizeof *j);
     j->rp = rp;
-    j->nearest = p->mode == M_NEAREST;
+    j->crop = p->coord == C_CROP;
+    j->extrapolation = p->extrapolation;
     j->f64 = c->in[0]->dtype == AI_F64;
     resize_tap *t = c->state;
     int64_t stride = 1;
@@ -373,15 +574,20 @@ static ai_status resize_job_of(ai_ctx *c, resize_job *j, resize_plan *rp, bool b
         if (build)
             make_taps(p, rp, d, t);
         j->tap[d] = t;
-        t += rp->out[d];
+        j->taps[d] = taps_of(p, rp, d);
+        t += rp->out[d] * j->taps[d];
     }
-    /* outer dims: same size, each output index its own input index */
+    /* outer dims: same size, each output index its own input index (one
+     * tap of weight 1, the others 0) */
     j->first = 0;
-    while (j->first < rp->nd - 1 && rp->in[j->first] == rp->out[j->first] &&
-           rp->scale[j->first] == 1.0) {
+    while (j->first < rp->nd - 1 && rp->in[j->first] == rp->out[j->first]) {
+        const int64_t k = j->taps[j->first];
         bool identity = true;
         for (int64_t o = 0; o < rp->out[j->first] && identity; o++)
-            identity = j->tap[j->first][o].i0 == o && j->tap[j->first][o].w1 == 0;
+            for (int64_t m = 0; m < k && identity; m++) {
+                const resize_tap *t = &j->tap[j->first][o * k + m];
+                identity = t->i >= 0 && (t->w == 0 || (t->w == 1 && t->i == o));
+            }
         if (!identity)
             break;
         j->first++;
@@ -441,8 +647,13 @@ static ai_status resize_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_resize = {"Resize", "", 1, 4, 1, 1,
-                                    AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
-                                    resize_init, resize_shape, resize_forward, resize_backward};
+#define RESIZE_OP(VAR, NAME, MAX_IN)                                                      \
+    static const ai_op_def VAR = {NAME, "", 1, MAX_IN, 1, 1,                              \
+                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y |  \
+                                      AI_OP_SHAPE_FROM_INPUTS,                            \
+                                  resize_init, resize_shape, resize_forward, resize_backward};
 
-const ai_op_def *const ai_ops_resize[] = {&op_resize, NULL};
+RESIZE_OP(op_resize, "Resize", 4)
+RESIZE_OP(op_upsample, "Upsample", 2)
+
+const ai_op_def *const ai_ops_resize[] = {&op_resize, &op_upsample, NULL};
