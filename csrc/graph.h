@@ -172,6 +172,10 @@ enum {
      * variadic ones); otherwise finalize refuses an empty input below
      * min_in or of a variadic operator */
     AI_OP_EMPTY_INPUTS = 64,
+    /* The dtypes an operator takes beyond float16/32/64, int8/16/32/64,
+     * uint8 and bool, checked before its shape function runs: */
+    AI_OP_ANY_DTYPE = 1 << 16, /* every dtype: it moves or converts elements */
+    AI_OP_UNSIGNED = 1 << 17,  /* uint16, uint32 and uint64 too */
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

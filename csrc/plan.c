@@ -388,6 +388,30 @@ static ai_status node_within_limit(const ai_graph *g, const ai_node *n, const ai
 /* Plans g for these inputs, reading small integer inputs' values with
  * `ints` (plan_for); with `shapes_only`, stops after shape inference and
  * constant folding (the metas of ai_graph_infer). */
+/* The dtypes beyond the common ones reach only the operators that take
+ * them (AI_OP_ANY_DTYPE, AI_OP_UNSIGNED). */
+static ai_status check_dtypes(const ai_ctx *c)
+{
+    const unsigned flags = c->node->op->flags;
+    if (flags & AI_OP_ANY_DTYPE)
+        return AI_OK;
+    for (int k = 0; k < c->n_in; k++) {
+        if (!c->in[k])
+            continue;
+        const ai_dtype dt = c->in[k]->dtype;
+        if (ai_dtype_is_storage(dt))
+            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                                 "input %d is %s, which the engine stores and converts "
+                                 "(Cast, data movement) but does not compute on", k,
+                                 ai_dtype_name(dt));
+        if ((dt == AI_U16 || dt == AI_U32 || dt == AI_U64) && !(flags & AI_OP_UNSIGNED))
+            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                                 "input %d is %s, which this operator does not take", k,
+                                 ai_dtype_name(dt));
+    }
+    return AI_OK;
+}
+
 static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool ints,
                             bool shapes_only,
                             ai_plan **out)
@@ -464,6 +488,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
                 all_const = false;
             }
         }
+        if ((st = check_dtypes(&c)))
+            goto fail;
         ai_meta om[AI_MAX_IO];
         memset(om, 0, sizeof om);
         size_t ws = 0, state_bytes = 0;

@@ -769,6 +769,36 @@ static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2,
 
 /* ---------------------------------------------------------------- Cast */
 
+/* Cast(input; to, saturate, round_mode), CastLike(input, target; saturate,
+ * round_mode): ONNX's conversions (ai_tensor_convert): saturate (default 1)
+ * clamps what an 8-bit float cannot hold to its largest finite value, else
+ * infinity or NaN by the format; round_mode ("up", "down", "nearest")
+ * rounds to float8 E8M0. */
+static ai_status cast_init(ai_node *n)
+{
+    int64_t saturate;
+    const char *round;
+    ai_status st;
+    if ((st = ai_attr_int(n, "saturate", 1, &saturate)) ||
+        (st = ai_attr_string(n, "round_mode", "up", &round)))
+        return st;
+    ai_convert_mode *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    p->saturate = saturate != 0;
+    if (strcmp(round, "up") == 0)
+        p->e8m0_round = AI_ROUND_UP;
+    else if (strcmp(round, "down") == 0)
+        p->e8m0_round = AI_ROUND_DOWN;
+    else if (strcmp(round, "nearest") == 0)
+        p->e8m0_round = AI_ROUND_NEAREST;
+    else
+        return ai_node_error(n, AI_ERR_VALUE,
+                             "round_mode is '%s'; 'up', 'down' or 'nearest' expected", round);
+    return AI_OK;
+}
+
 static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     int64_t to;
@@ -784,11 +814,17 @@ static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return st;
 }
 
-static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->in[0]); }
+static ai_status cast_forward(ai_ctx *c)
+{
+    const ai_convert_mode *mode = c->node->params;
+    return ai_tensor_convert(c->out[0], c->in[0], *mode);
+}
 
+/* The gradient flows between float32 and float64 only. */
 static ai_status cast_backward(ai_ctx *c)
 {
-    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype) || c->out[0]->dtype == AI_F16)
+    const ai_dtype dt = c->out[0]->dtype;
+    if (!c->din[0] || (dt != AI_F32 && dt != AI_F64))
         return AI_OK; /* no gradient through a cast to integers, nor to a CastLike
                          input that needs none (a constant cast like x) */
     ai_tensor *tmp;
@@ -801,8 +837,8 @@ static ai_status cast_backward(ai_ctx *c)
     return st;
 }
 
-static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, 0, NULL, cast_shape,
-                                  cast_forward, cast_backward};
+static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, AI_OP_ANY_DTYPE, cast_init,
+                                  cast_shape, cast_forward, cast_backward};
 
 /* CastLike(input, target): Cast to the dtype of `target`. */
 static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -812,8 +848,54 @@ static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
     return st;
 }
 
-static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, 0, NULL, cast_like_shape,
-                                       cast_forward, cast_backward};
+static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, AI_OP_ANY_DTYPE, cast_init,
+                                       cast_like_shape, cast_forward, cast_backward};
+
+/* BitCast(input; to): the same bits read as another dtype of the same
+ * width (opset 26), in the same shape. The sub-byte types, kept one a
+ * byte, keep their bits in the byte's low ones. */
+static int bit_width(ai_dtype dt)
+{
+    switch (dt) {
+    case AI_I4:
+    case AI_U4:
+    case AI_F4E2M1: return 4;
+    case AI_I2:
+    case AI_U2: return 2;
+    default: return 8 * (int)ai_dtype_size(dt);
+    }
+}
+
+static ai_status bitcast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    int64_t to;
+    ai_status st = ai_attr_int(c->node, "to", -1, &to);
+    if (st)
+        return st;
+    ai_dtype dt;
+    const ai_dtype from = c->in[0]->dtype;
+    if (!ai_dtype_from_onnx(to, &dt))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "bitcast to ONNX data type %lld is not supported", (long long)to);
+    if (bit_width(dt) != bit_width(from))
+        return ai_node_error(c->node, AI_ERR_TYPE,
+                             "bitcast of %s (%d bits) to %s (%d bits): the widths differ",
+                             ai_dtype_name(from), bit_width(from), ai_dtype_name(dt),
+                             bit_width(dt));
+    st = same_shape(c, out, ws, state);
+    out[0].dtype = dt;
+    return st;
+}
+
+static ai_status bitcast_forward(ai_ctx *c)
+{
+    ai_tensor bytes = *c->in[0]; /* the input's elements, in the output's dtype */
+    bytes.dtype = c->out[0]->dtype;
+    return ai_tensor_copy(c->out[0], &bytes);
+}
+
+static const ai_op_def op_bitcast = {"BitCast", "", 1, 1, 1, 1, AI_OP_ANY_DTYPE, NULL,
+                                     bitcast_shape, bitcast_forward, NULL};
 
 const ai_op_def *const ai_ops_unary[] = {
     &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
@@ -822,5 +904,5 @@ const ai_op_def *const ai_ops_unary[] = {
     &op_sinh, &op_cosh, &op_asinh, &op_acosh, &op_atanh, &op_softsign, &op_mish, &op_swish,
     &op_thresholded_relu, &op_shrink, &op_sign, &op_floor, &op_ceil,
     &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
-    &op_cast_like, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
+    &op_cast_like, &op_bitcast, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
 };

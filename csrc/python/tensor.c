@@ -19,33 +19,94 @@
 /* ------------------------------------------------------------ dtypes */
 
 static const struct {
-    int npy;
-    const char *format;  /* buffer protocol (struct module) */
+    int npy;             /* NPY_NOTYPE: an ml_dtypes type (`ml`) */
+    const char *format;  /* buffer protocol (struct module); NULL: none */
     const char *typestr; /* __array_interface__, without the byte order */
-    DLDataType dl;
+    DLDataType dl;       /* lanes 0: none (DLPack packs the sub-byte types) */
+    const char *ml;      /* the ml_dtypes type NumPy arrays of it have */
 } dtype_map[] = {
-    [AI_F32] = {NPY_FLOAT32, "f", "f4", {kDLFloat, 32, 1}},
-    [AI_F64] = {NPY_FLOAT64, "d", "f8", {kDLFloat, 64, 1}},
-    [AI_F16] = {NPY_FLOAT16, "e", "f2", {kDLFloat, 16, 1}},
-    [AI_I8] = {NPY_INT8, "b", "i1", {kDLInt, 8, 1}},
-    [AI_U8] = {NPY_UINT8, "B", "u1", {kDLUInt, 8, 1}},
-    [AI_I16] = {NPY_INT16, "h", "i2", {kDLInt, 16, 1}},
-    [AI_I32] = {NPY_INT32, "i", "i4", {kDLInt, 32, 1}},
-    [AI_I64] = {NPY_INT64, "q", "i8", {kDLInt, 64, 1}},
-    [AI_BOOL] = {NPY_BOOL, "?", "b1", {kDLBool, 8, 1}},
+    [AI_F32] = {NPY_FLOAT32, "f", "f4", {kDLFloat, 32, 1}, NULL},
+    [AI_F64] = {NPY_FLOAT64, "d", "f8", {kDLFloat, 64, 1}, NULL},
+    [AI_F16] = {NPY_FLOAT16, "e", "f2", {kDLFloat, 16, 1}, NULL},
+    [AI_I8] = {NPY_INT8, "b", "i1", {kDLInt, 8, 1}, NULL},
+    [AI_U8] = {NPY_UINT8, "B", "u1", {kDLUInt, 8, 1}, NULL},
+    [AI_I16] = {NPY_INT16, "h", "i2", {kDLInt, 16, 1}, NULL},
+    [AI_I32] = {NPY_INT32, "i", "i4", {kDLInt, 32, 1}, NULL},
+    [AI_I64] = {NPY_INT64, "q", "i8", {kDLInt, 64, 1}, NULL},
+    [AI_BOOL] = {NPY_BOOL, "?", "b1", {kDLBool, 8, 1}, NULL},
+    [AI_U16] = {NPY_UINT16, "H", "u2", {kDLUInt, 16, 1}, NULL},
+    [AI_U32] = {NPY_UINT32, "I", "u4", {kDLUInt, 32, 1}, NULL},
+    [AI_U64] = {NPY_UINT64, "Q", "u8", {kDLUInt, 64, 1}, NULL},
+    [AI_F8E4M3FN] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e4m3fn, 8, 1}, "float8_e4m3fn"},
+    [AI_F8E4M3FNUZ] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e4m3fnuz, 8, 1}, "float8_e4m3fnuz"},
+    [AI_F8E5M2] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e5m2, 8, 1}, "float8_e5m2"},
+    [AI_F8E5M2FNUZ] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e5m2fnuz, 8, 1}, "float8_e5m2fnuz"},
+    [AI_F8E8M0] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e8m0fnu, 8, 1}, "float8_e8m0fnu"},
+    [AI_I4] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "int4"},
+    [AI_U4] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "uint4"},
+    [AI_I2] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "int2"},
+    [AI_U2] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "uint2"},
+    [AI_F4E2M1] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "float4_e2m1fn"},
 };
 _Static_assert(sizeof dtype_map / sizeof dtype_map[0] == AI_DTYPE_COUNT,
                "one binding entry per dtype");
 
 #define SUPPORTED_DTYPES \
-    "float32, float64, float16, int8, uint8, int16, int32, int64, bool"
+    "float32, float64, float16, int8, uint8, int16, int32, int64, bool, uint16, uint32, " \
+    "uint64, and with ml_dtypes float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, " \
+    "float8_e5m2fnuz, float8_e8m0fnu, int4, uint4, int2, uint2, float4_e2m1fn"
 
-static int dtype_from_npy(int npy, ai_dtype *out)
+/* The ml_dtypes type of `dt` (new reference), or NULL with an exception. */
+static PyObject *ml_type(ai_dtype dt)
 {
+    PyObject *mod = PyImport_ImportModule("ml_dtypes");
+    if (!mod) {
+        PyErr_Format(PyExc_ImportError,
+                     "NumPy arrays of %s need the ml_dtypes package (pip install ml_dtypes)",
+                     ai_dtype_name(dt));
+        return NULL;
+    }
+    PyObject *type = PyObject_GetAttrString(mod, dtype_map[dt].ml);
+    Py_DECREF(mod);
+    return type;
+}
+
+/* The NumPy dtype of `dt` (new reference), or NULL with an exception. */
+static PyArray_Descr *npy_descr(ai_dtype dt)
+{
+    if (!dtype_map[dt].ml)
+        return PyArray_DescrFromType(dtype_map[dt].npy);
+    PyObject *type = ml_type(dt);
+    PyArray_Descr *descr = NULL;
+    if (type && !PyArray_DescrConverter(type, &descr))
+        descr = NULL;
+    Py_XDECREF(type);
+    return descr;
+}
+
+static int dtype_from_descr(PyArray_Descr *descr, ai_dtype *out)
+{
+    const int npy = descr->type_num;
+    if (npy >= NPY_USERDEF) { /* ml_dtypes registers its types at import */
+        for (int i = 0; i < AI_DTYPE_COUNT; i++) {
+            if (!dtype_map[i].ml)
+                continue;
+            PyObject *type = ml_type((ai_dtype)i);
+            int same = type == (PyObject *)descr->typeobj;
+            Py_XDECREF(type);
+            if (!type)
+                PyErr_Clear();
+            if (same) {
+                *out = (ai_dtype)i;
+                return 0;
+            }
+        }
+        return -1;
+    }
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         /* NPY_INT64 and NPY_LONGLONG are both 8-byte integers */
-        if (dtype_map[i].npy == npy ||
-            (PyArray_EquivTypenums(dtype_map[i].npy, npy))) {
+        if (!dtype_map[i].ml && (dtype_map[i].npy == npy ||
+                                 PyArray_EquivTypenums(dtype_map[i].npy, npy))) {
             *out = (ai_dtype)i;
             return 0;
         }
@@ -57,7 +118,7 @@ static int dtype_from_dl(DLDataType dl, ai_dtype *out)
 {
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         if (dtype_map[i].dl.code == dl.code && dtype_map[i].dl.bits == dl.bits &&
-            dl.lanes == 1) {
+            dtype_map[i].dl.lanes == 1 && dl.lanes == 1) {
             *out = (ai_dtype)i;
             return 0;
         }
@@ -94,7 +155,7 @@ int dtype_converter(PyObject *obj, void *addr)
     }
     if (!PyArray_DescrConverter2(obj, &descr))
         return 0;
-    if (!descr || dtype_from_npy(descr->type_num, out) < 0) {
+    if (!descr || dtype_from_descr(descr, out) < 0) {
         PyErr_Format(PyExc_TypeError, "unsupported dtype %R (supported: %s)",
                      obj, SUPPORTED_DTYPES);
         Py_XDECREF(descr);
@@ -184,7 +245,7 @@ static PyObject *tensor_from_ndarray(PyTypeObject *tp, PyArrayObject *arr,
 {
     ai_dtype dt;
     PyArray_Descr *descr = PyArray_DESCR(arr);
-    if (dtype_from_npy(descr->type_num, &dt) < 0) {
+    if (dtype_from_descr(descr, &dt) < 0) {
         PyErr_Format(PyExc_TypeError,
                      "unsupported dtype %S for argument 'data' (supported: %s)",
                      (PyObject *)descr, SUPPORTED_DTYPES);
@@ -532,6 +593,10 @@ static PyObject *Tensor_get_array_interface(TensorObject *self, void *c)
 {
     (void)c;
     const ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].typestr) /* NumPy then asks __array__ */
+        return PyErr_Format(PyExc_AttributeError,
+                            "%s has no __array_interface__ type; use numpy()",
+                            ai_dtype_name(t->dtype));
     char typestr[4] = {typestr_byteorder(t->dtype), dtype_map[t->dtype].typestr[0],
                        dtype_map[t->dtype].typestr[1], 0};
     PyObject *shape = int64_tuple(t->ndim, t->shape, 1), *strides;
@@ -555,6 +620,11 @@ static PyObject *Tensor_get_array_interface(TensorObject *self, void *c)
 static int Tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags)
 {
     const ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].format) {
+        PyErr_Format(PyExc_BufferError, "%s has no buffer format; use numpy()",
+                     ai_dtype_name(t->dtype));
+        return -1;
+    }
     if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && (t->flags & AI_TENSOR_READONLY)) {
         PyErr_SetString(PyExc_BufferError, "the tensor is read-only");
         return -1;
@@ -709,6 +779,10 @@ PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *copy_obj)
 {
     int copy = copy_obj != Py_None && PyObject_IsTrue(copy_obj);
     ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].dl.lanes)
+        return PyErr_Format(PyExc_BufferError,
+                            "%s has no DLPack form (DLPack packs it, the engine keeps one "
+                            "element a byte); use numpy()", ai_dtype_name(t->dtype));
     PyObject *owner = Py_NewRef(self);
     if (copy || negative_strides(t)) {
         if (copy_obj == Py_False) {
@@ -783,6 +857,12 @@ static void dl_result_deleter(DLManagedTensor *m)
 
 PyObject *result_capsule(ai_tensor *t)
 {
+    if (!dtype_map[t->dtype].dl.lanes) {
+        PyErr_Format(PyExc_TypeError, "a result of dtype %s has no DLPack form",
+                     ai_dtype_name(t->dtype));
+        ai_tensor_free(t);
+        return NULL;
+    }
     dl_result *e = PyMem_RawCalloc(1, sizeof *e);
     if (!e) {
         ai_tensor_free(t);
@@ -817,7 +897,7 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
         dims[i] = (npy_intp)t->shape[i];
         strides[i] = (npy_intp)t->strides[i] * itemsize;
     }
-    PyArray_Descr *descr = PyArray_DescrFromType(dtype_map[t->dtype].npy);
+    PyArray_Descr *descr = npy_descr(t->dtype);
     if (!descr)
         return NULL;
     if (!t->data) /* empty: NumPy allocates nothing to alias */
@@ -831,6 +911,23 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
     if (PyArray_SetBaseObject((PyArrayObject *)arr, Py_NewRef(self)) < 0) {
         Py_DECREF(arr);
         return NULL;
+    }
+    return arr;
+}
+
+/* numpy.asarray's way in for the dtypes without a buffer format (ml_dtypes) */
+static PyObject *Tensor_array(TensorObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"dtype", "copy", NULL};
+    PyObject *dtype = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy))
+        return NULL;
+    PyObject *arr = Tensor_numpy(self, NULL);
+    if (arr && (dtype != Py_None || copy == Py_True)) {
+        PyObject *res = PyObject_CallMethod(arr, "astype", "O", dtype == Py_None
+                                            ? (PyObject *)PyArray_DESCR((PyArrayObject *)arr)
+                                            : dtype);
+        Py_SETREF(arr, res);
     }
     return arr;
 }
@@ -956,7 +1053,10 @@ static PyMethodDef Tensor_methods[] = {
     {"__dlpack_device__", (PyCFunction)Tensor_dlpack_device, METH_NOARGS,
      "(device_type, device_id) in DLPack terms: always the CPU."},
     {"numpy", (PyCFunction)Tensor_numpy, METH_NOARGS,
-     "A NumPy array viewing the same memory (no copy)."},
+     "A NumPy array viewing the same memory (no copy); the float8 and sub-byte\n"
+     "dtypes as ml_dtypes arrays."},
+    {"__array__", (PyCFunction)(void (*)(void))Tensor_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None): numpy(), converted or copied if asked."},
     {"clone", (PyCFunction)Tensor_clone, METH_NOARGS,
      "A contiguous copy owning its memory."},
     {"contiguous", (PyCFunction)Tensor_contiguous, METH_NOARGS,
