@@ -194,9 +194,9 @@ static ai_status eye_forward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
+OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE | AI_OP_ANY_DTYPE, shape_shape, shape_forward, NULL)
 OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, 0, cos_shape, cos_forward, NULL)
-OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
+OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE | AI_OP_ANY_DTYPE, size_shape, size_forward, NULL)
 OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_FOLD_ON_SHAPE, eye_shape, eye_forward, NULL)
 
 const ai_op_def *const ai_ops_from_shape[] = {&op_shape, &op_constant_of_shape, &op_size,

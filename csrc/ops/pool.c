@@ -73,11 +73,19 @@ static ai_status pool_init(ai_node *n)
     return AI_OK;
 }
 
+/* MaxPool of integers up to 32 bits runs on float64 (exact), no gradient. */
+static bool int_max_pool(const ai_node *n, ai_dtype dt)
+{
+    const int kind = ((const pool_attrs *)n->params)->kind;
+    return (kind == MAX_POOL || kind == GLOBAL_MAX_POOL) && !ai_dtype_is_float(dt) &&
+           dt != AI_BOOL && ai_dtype_size(dt) <= 4;
+}
+
 static ai_status check_input(const ai_node *n, const ai_tensor *x, int max_rank)
 {
-    if (x->dtype != AI_F32 && x->dtype != AI_F64)
-        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
-                             ai_dtype_name(x->dtype));
+    if (x->dtype != AI_F32 && x->dtype != AI_F64 && !int_max_pool(n, x->dtype))
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 (MaxPool: also "
+                             "integers up to 32 bits) expected", ai_dtype_name(x->dtype));
     if (x->ndim < 3 || x->ndim > max_rank)
         return ai_node_error(n, AI_ERR_VALUE, "input has rank %d; (N, C, spatial...) with 1 "
                              "to %d spatial dims expected", x->ndim, max_rank - 2);
@@ -193,8 +201,33 @@ static ai_status pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return AI_OK;
 }
 
+static ai_status pool_forward(ai_ctx *c);
+
+/* The integer MaxPool: the float64 one between conversions. */
+static ai_status int_pool_forward(ai_ctx *c)
+{
+    ai_tensor *x64 = NULL, *y64 = NULL, *x = c->in[0], *y = c->out[0];
+    ai_status st;
+    if (!(st = ai_tensor_new(&x64, AI_F64, x->ndim, x->shape)) &&
+        !(st = ai_tensor_copy(x64, x)) &&
+        !(st = ai_tensor_new(&y64, AI_F64, y->ndim, y->shape))) {
+        c->in[0] = x64;
+        c->out[0] = y64;
+        st = pool_forward(c);
+        c->in[0] = x;
+        c->out[0] = y;
+        if (!st)
+            st = ai_tensor_copy(y, y64);
+    }
+    ai_tensor_free(x64);
+    ai_tensor_free(y64);
+    return st;
+}
+
 static ai_status pool_forward(ai_ctx *c)
 {
+    if (!ai_dtype_is_float(c->in[0]->dtype))
+        return int_pool_forward(c);
     const pool_attrs *a = c->node->params;
     const bool f32 = c->in[0]->dtype == AI_F32;
     void *y = c->out[0]->data;
@@ -277,7 +310,8 @@ static ai_status pool_backward(ai_ctx *c)
 
 /* backward reads dy and the max positions kept in the state: no value */
 #define POOL_OP(VAR, NAME, NOUT)                                                          \
-    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT, AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, \
+    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT,                                \
+                                  AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y | AI_OP_UNSIGNED,       \
                                   pool_init, pool_shape, pool_forward, pool_backward};
 
 POOL_OP(op_max_pool, "MaxPool", 2)

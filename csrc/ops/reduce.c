@@ -707,8 +707,12 @@ static ai_status arg_forward(ai_ctx *c)
                     better = b != b ? (last && v != v)
                                     : (v != v || (max ? v > b : v < b) || (last && v == b));
                 } else {
-                    const int64_t v = ai_tensor_get_flat_i64(x, base + k * inner);
-                    const int64_t b = ai_tensor_get_flat_i64(x, base + best * inner);
+                    /* uint64 in int64, its order kept by flipping the top bit */
+                    const uint64_t flip = x->dtype == AI_U64 ? UINT64_C(1) << 63 : 0;
+                    const int64_t v =
+                        (int64_t)((uint64_t)ai_tensor_get_flat_i64(x, base + k * inner) ^ flip);
+                    const int64_t b =
+                        (int64_t)((uint64_t)ai_tensor_get_flat_i64(x, base + best * inner) ^ flip);
                     better = (max ? v > b : v < b) || (last && v == b);
                 }
                 if (better)
@@ -912,7 +916,7 @@ static ai_status topk_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
     const ai_tensor *x = c->in[0];
-    if (x->dtype != AI_F32 && x->dtype != AI_F64 && x->dtype != AI_I32 && x->dtype != AI_I64)
+    if (x->dtype == AI_BOOL || x->dtype == AI_F16)
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
                              ai_dtype_name(x->dtype));
     if (x->ndim == 0)
@@ -941,15 +945,13 @@ static ai_status topk_forward(ai_ctx *c)
     if (st)
         return st;
     topk_item *line = c->state;
-    const bool flt = ai_dtype_is_float(x->dtype);
     ai_tensor *vals = c->out[0];
     int64_t *idx = c->out[1]->data;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             for (int64_t n = 0; n < L; n++) {
                 const int64_t at = (o * L + n) * inner + i;
-                line[n].v = flt ? ai_tensor_get_flat(x, at)
-                                : (double)ai_tensor_get_flat_i64(x, at);
+                line[n].v = ai_tensor_get_flat(x, at); /* (uint64 by value) */
                 line[n].i = n;
             }
             qsort(line, (size_t)L, sizeof *line, largest ? topk_desc : topk_asc);
@@ -989,12 +991,13 @@ static ai_status topk_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_topk = {"TopK", "", 2, 2, 2, 2, AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X,
+static const ai_op_def op_topk = {"TopK", "", 2, 2, 2, 2,
+                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_UNSIGNED,
                                   NULL, topk_shape, topk_forward, topk_backward};
-static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
-                                    NULL};
-static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
-                                    NULL};
+static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL, arg_shape,
+                                    arg_forward, NULL};
+static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL, arg_shape,
+                                    arg_forward, NULL};
 static const ai_op_def op_cumsum = {"CumSum", "", 2, 2, 1, 1,
                                     AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
                                     NULL, cum_shape, cum_forward, cum_backward};

@@ -442,7 +442,8 @@ static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), un
                                  numeric_shape, abs_forward, abs_backward};
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
-static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL,
+static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1,
+                                      AI_OP_GRAD_ASSIGN(1) | AI_OP_ANY_DTYPE, NULL,
                                       same_shape, identity_forward, identity_backward};
 
 /* ---------------------------------------------------------------- Clip */
@@ -653,7 +654,7 @@ static ai_status bitwise_not_forward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, 0, NULL,
+static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL,
                                          bitwise_not_shape, bitwise_not_forward, NULL};
 
 /* ---------------------------------------------------------------- Dropout */
