@@ -240,6 +240,60 @@ def test_argmax_uint64_past_int64(op):
     np.testing.assert_array_equal(y.forward([x])[0], ref)
 
 
+def unary_model(op, dt, n_in=1, opset=18, **attrs):
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    names = ["x", "a", "b"][:n_in]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, None)
+                                            for n in names],
+                              [helper.make_tensor_value_info("y", t, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+INTS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+
+
+def int_values(dt):
+    info = np.iinfo(dt)
+    return np.array([[info.min, info.max, 3, info.max - 2], [1, info.min + 1, 7, 2]], dt)
+
+
+@pytest.mark.parametrize("dt", INTS)
+@pytest.mark.parametrize("op,ref", [
+    ("ReduceSum", lambda x: np.add.reduce(x, axis=1, dtype=x.dtype)),
+    ("ReduceProd", lambda x: np.multiply.reduce(x, axis=1, dtype=x.dtype)),
+    ("ReduceMax", lambda x: np.max(x, axis=1)), ("ReduceMin", lambda x: np.min(x, axis=1))])
+def test_integer_reductions_against_numpy(op, ref, dt):
+    x = int_values(dt)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", t, None)],
+                              [helper.make_tensor_value_info("y", t, None)], [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    y = load_onnx(model).forward([x])[0]
+    assert y.dtype == dt
+    np.testing.assert_array_equal(y, ref(x))
+
+
+@pytest.mark.parametrize("op,ref,dt", [("Abs", np.abs, dt) for dt in INTS] +
+                         [("Neg", np.negative, dt) for dt in (np.int8, np.int16, np.int32,
+                                                              np.int64)])
+def test_integer_abs_neg_against_numpy(op, ref, dt):
+    x = int_values(dt)
+    with np.errstate(over="ignore"):
+        expected = ref(x)
+    np.testing.assert_array_equal(load_onnx(unary_model(op, dt)).forward([x])[0], expected)
+
+
+@pytest.mark.parametrize("dt", INTS)
+def test_integer_clip_against_numpy(dt):
+    x = int_values(dt)
+    lo, hi = np.array(2, dt), np.array(np.iinfo(dt).max - 1, dt)
+    y = load_onnx(unary_model("Clip", dt, n_in=3)).forward([x, lo, hi])[0]
+    np.testing.assert_array_equal(y, np.clip(x, lo, hi))
+
+
 def test_storage_dtype_in_arithmetic_is_an_error():
     model = binary_model("Add", ml_dtypes.float8_e4m3fn)
     x = np.ones(2, ml_dtypes.float8_e4m3fn)

@@ -286,7 +286,8 @@ UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
 UNARY_KERNELS_PASS(ceil, ceil(x), 0.0, 0)
 UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
 
-/* Abs, Neg and Identity also take integers (shape arithmetic). */
+/* Abs and Neg also take integers of every width (wrapping: Abs(INT8_MIN) is
+ * INT8_MIN, as in torch and numpy). */
 #define INT_OR_FLOAT_KERNELS(NAME, FWD, IFWD, DER)                                     \
     UNARY_KERNELS(NAME##_float, FWD, DER)                                              \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
@@ -294,25 +295,20 @@ UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
         ai_dtype dt = c->in[0]->dtype;                                                 \
         if (dt == AI_F32 || dt == AI_F64)                                              \
             return NAME##_float_forward(c);                                            \
-        if (dt == AI_I64 || dt == AI_I32) {                                            \
-            int64_t n = ai_tensor_numel(c->in[0]);                                     \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                int64_t x = dt == AI_I64 ? ((const int64_t *)c->in[0]->data)[i]        \
-                                         : ((const int32_t *)c->in[0]->data)[i];       \
-                int64_t y = (IFWD);                                                    \
-                if (dt == AI_I64)                                                      \
-                    ((int64_t *)c->out[0]->data)[i] = y;                               \
-                else                                                                   \
-                    ((int32_t *)c->out[0]->data)[i] = (int32_t)y;                      \
-            }                                                                          \
-            return AI_OK;                                                              \
+        const bool uns = ai_dtype_is_unsigned(dt); /* (Abs of one is itself) */       \
+        (void)uns;                                                                     \
+        const int64_t n = ai_tensor_numel(c->in[0]);                                   \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            const int64_t x = ai_int_at(c->in[0], i);                                  \
+            ai_int_set(c->out[0], i, (IFWD));                                          \
         }                                                                              \
-        return ai_tensor_copy(c->out[0], c->in[0]);                                    \
+        return AI_OK;                                                                  \
     }                                                                                  \
     static ai_status NAME##_backward(ai_ctx *c) { return NAME##_float_backward(c); }
 
 /* integer forms negate in uint64_t: -INT64_MIN wraps to INT64_MIN like torch, no UB */
-INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x, (int64_t)(x < 0 ? 0 - (uint64_t)x : (uint64_t)x),
+INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x,
+                     (int64_t)(x < 0 && !uns ? 0 - (uint64_t)x : (uint64_t)x),
                      x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0))
 INT_OR_FLOAT_KERNELS(neg, -x, (int64_t)(0 - (uint64_t)x), -1.0)
 
@@ -438,7 +434,8 @@ FLOAT_OP(floor, "Floor")
 FLOAT_OP(ceil, "Ceil")
 FLOAT_OP(round, "Round")
 
-static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
+static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1) | AI_OP_UNSIGNED,
+                                 unary_init,
                                  numeric_shape, abs_forward, abs_backward};
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
@@ -536,7 +533,9 @@ static ai_status clip_forward(ai_ctx *c)
                       c->out[0]->data};
         ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
     } else {
-        /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
+        /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB),
+         * uint64 by its order key */
+        const ai_dtype dt = c->in[0]->dtype;
         int64_t ilo = INT64_MIN, ihi = INT64_MAX;
         if (c->node->opset < 11) {
             if (lo > -9223372036854775808.0)
@@ -546,22 +545,14 @@ static ai_status clip_forward(ai_ctx *c)
         } else {
             for (int k = 1; k <= 2 && k < c->n_in; k++)
                 if (c->in[k])
-                    *(k == 1 ? &ilo : &ihi) = ai_tensor_get_flat_i64(c->in[k], 0);
+                    *(k == 1 ? &ilo : &ihi) =
+                        ai_int_order_key(dt, ai_tensor_get_flat_i64(c->in[k], 0));
         }
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = ai_tensor_get_flat_i64(c->in[0], i);
+            int64_t v = ai_int_order_key(dt, ai_int_at(c->in[0], i));
             v = v < ilo ? ilo : v;
             v = v > ihi ? ihi : v;
-            switch (c->in[0]->dtype) { /* v is within the input's range */
-            case AI_I64: ((int64_t *)c->out[0]->data)[i] = (int64_t)v; break;
-            case AI_I32: ((int32_t *)c->out[0]->data)[i] = (int32_t)v; break;
-            case AI_I16: ((int16_t *)c->out[0]->data)[i] = (int16_t)v; break;
-            case AI_I8: ((int8_t *)c->out[0]->data)[i] = (int8_t)v; break;
-            case AI_U8: ((uint8_t *)c->out[0]->data)[i] = (uint8_t)v; break;
-            default:
-                return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
-                                     ai_dtype_name(c->in[0]->dtype));
-            }
+            ai_int_set(c->out[0], i, ai_int_order_key(dt, v)); /* within the input's range */
         }
     }
     return AI_OK;
@@ -581,8 +572,8 @@ static ai_status clip_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL, clip_shape,
-                                  clip_forward, clip_backward};
+static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1) | AI_OP_UNSIGNED,
+                                  NULL, clip_shape, clip_forward, clip_backward};
 
 /* ---------------------------------------------------------------- Not, IsNaN, IsInf */
 
