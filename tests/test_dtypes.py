@@ -294,6 +294,19 @@ def test_integer_clip_against_numpy(dt):
     np.testing.assert_array_equal(y, np.clip(x, lo, hi))
 
 
+@pytest.mark.parametrize("name", ["UINT16", "UINT64", "INT8", "FLOAT16"])
+def test_eye_like_of_every_dtype(name):
+    node = helper.make_node("EyeLike", ["x"], ["y"], k=1, dtype=getattr(TensorProto, name))
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", getattr(TensorProto, name),
+                                                             None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    y = load_onnx(model).forward([np.zeros((3, 4), np.float32)])[0]
+    np.testing.assert_array_equal(y, np.eye(3, 4, k=1, dtype=TYPES[name]))
+    assert y.dtype == TYPES[name]
+
+
 def test_storage_dtype_in_arithmetic_is_an_error():
     model = binary_model("Add", ml_dtypes.float8_e4m3fn)
     x = np.ones(2, ml_dtypes.float8_e4m3fn)
