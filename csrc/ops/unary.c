@@ -435,8 +435,7 @@ FLOAT_OP(ceil, "Ceil")
 FLOAT_OP(round, "Round")
 
 static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1) | AI_OP_UNSIGNED,
-                                 unary_init,
-                                 numeric_shape, abs_forward, abs_backward};
+                                 unary_init, numeric_shape, abs_forward, abs_backward};
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
 static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1,
