@@ -30,6 +30,8 @@ __all__ = ["torch_tensor_to_aidge", "aidge_tensor_to_torch", "convert_tensor", "
            "SUPPORTED_DTYPES"]
 
 SUPPORTED_DTYPES = DTYPES
+# kept one element a byte here, packed in torch (and DLPack): NumPy (ml_dtypes) only
+_NUMPY_ONLY = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
 _TORCH_DTYPES = None
 
 
@@ -44,7 +46,8 @@ def _dtype_table():
     global _TORCH_DTYPES
     if _TORCH_DTYPES is None:
         torch = _torch()
-        _TORCH_DTYPES = {getattr(torch, name): name for name in DTYPES}
+        _TORCH_DTYPES = {getattr(torch, name): name for name in DTYPES
+                         if name not in _NUMPY_ONLY and hasattr(torch, name)}
     return _TORCH_DTYPES
 
 
@@ -52,6 +55,9 @@ def torch_dtype(name: str):
     """The torch dtype of an engine dtype name (``"float32"`` -> ``torch.float32``)."""
     if name not in DTYPES:
         raise TypeError(f"unknown engine dtype {name!r} (supported: {', '.join(DTYPES)})")
+    if name in _NUMPY_ONLY or not hasattr(_torch(), name):
+        raise TypeError(f"engine dtype {name!r} has no torch dtype (torch packs the sub-byte "
+                        "types); use Tensor.numpy(), an ml_dtypes array")
     return getattr(_torch(), name)
 
 
@@ -77,7 +83,7 @@ def torch_tensor_to_aidge(torch_tensor, copy: bool | None = None) -> Tensor:
     if t.dtype not in _dtype_table():
         raise TypeError(
             f"torch_tensor_to_aidge: argument 'torch_tensor' has unsupported dtype {t.dtype} "
-            f"(supported: {', '.join(DTYPES)})"
+            f"(supported: {', '.join(_dtype_table().values())})"
         )
     if t.requires_grad:
         t = t.detach()
@@ -133,6 +139,9 @@ def aidge_tensor_to_torch(aidge_tensor: Tensor, device=None, copy: bool | None =
             f"aidge_tensor_to_torch: argument 'aidge_tensor' must be an aidge_interop.Tensor, "
             f"not {type(a).__module__}.{type(a).__qualname__}"
         )
+    if a.dtype in _NUMPY_ONLY:
+        raise TypeError(f"aidge_tensor_to_torch: argument 'aidge_tensor' is {a.dtype}, which "
+                        "torch packs (no view of one element a byte); use its numpy()")
     if device is None:
         device = a.origin_device
     moved = device is not None and torch.device(device).type != "cpu"

@@ -61,6 +61,25 @@ typedef enum {
     AI_I64,
     AI_BOOL,
     AI_BF16,
+    AI_U16,
+    AI_U32,
+    AI_U64,
+    /* the 8-bit floats of ONNX (and ml_dtypes / torch): sign, exponent and
+     * mantissa bits, "FN" without infinities, "UZ" with a single NaN (0x80)
+     * and no -0; E8M0 an unsigned power of two (MX scales) */
+    AI_F8E4M3FN,
+    AI_F8E4M3FNUZ,
+    AI_F8E5M2,
+    AI_F8E5M2FNUZ,
+    AI_F8E8M0,
+    /* the sub-byte types, one element per byte (unpacked, as ml_dtypes
+     * stores them): the value in the low bits, two's complement for the
+     * signed ones, the high bits zero */
+    AI_I4,
+    AI_U4,
+    AI_I2,
+    AI_U2,
+    AI_F4E2M1,
     AI_DTYPE_COUNT
 } ai_dtype;
 
@@ -71,6 +90,27 @@ ai_status ai_dtype_from_name(const char *name, ai_dtype *out);
 bool ai_dtype_is_float(ai_dtype dtype);
 /* float16 or bfloat16: stored in 16 bits, computed in float32 (plan.c) */
 bool ai_dtype_is_half(ai_dtype dtype);
+/* uint8/16/32/64, uint4, uint2 (and bool) */
+bool ai_dtype_is_unsigned(ai_dtype dtype);
+/* The types kept and converted but not computed on (Cast first): the 8- and
+ * 4-bit floats and the 4- and 2-bit integers. */
+bool ai_dtype_is_storage(ai_dtype dtype);
+
+/* How a conversion to an 8-bit float treats what the format cannot hold
+ * (ONNX Cast's attributes): `saturate` clamps to the largest finite value
+ * (else infinity or NaN, by the format); `e8m0_round` rounds to float8 E8M0
+ * up (ONNX's default), down or to the nearest. */
+typedef enum { AI_ROUND_UP = 0, AI_ROUND_DOWN, AI_ROUND_NEAREST } ai_round_mode;
+typedef struct {
+    bool saturate;
+    ai_round_mode e8m0_round;
+} ai_convert_mode;
+#define AI_CONVERT_DEFAULT ((ai_convert_mode){true, AI_ROUND_UP})
+
+/* A value of a small float type (float8 formats, float4 E2M1) from its bits,
+ * and back, rounding to nearest even (E8M0: per mode.e8m0_round). */
+double ai_small_float_to_f64(uint8_t bits, ai_dtype dtype);
+uint8_t ai_f64_to_small_float(double v, ai_dtype dtype, ai_convert_mode mode);
 
 /* IEEE 754 binary16 <-> binary32, round to nearest even. */
 float ai_f16_to_f32(uint16_t h);
@@ -138,8 +178,11 @@ bool ai_tensor_unshared(const ai_tensor *t);
 /* A new contiguous tensor owning a copy of `src`'s values. */
 ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src);
 
-/* Copies values between tensors of equal shape, converting dtypes. */
+/* Copies values between tensors of equal shape, converting dtypes by ONNX
+ * Cast's rules (AI_CONVERT_DEFAULT). */
 ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src);
+/* The same with the conversion to 8-bit floats chosen. */
+ai_status ai_tensor_convert(ai_tensor *dst, const ai_tensor *src, ai_convert_mode mode);
 
 void ai_tensor_free(ai_tensor *t); /* NULL is a no-op */
 

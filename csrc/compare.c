@@ -80,8 +80,18 @@ static inline void account_int(compare_state *s, int64_t a, int64_t e, int64_t i
     account(s, a == e, false, (double)d, (double)e, i);
 }
 
+static inline void account_uint(compare_state *s, uint64_t a, uint64_t e, int64_t i)
+{
+    account(s, a == e, false, (double)(a >= e ? a - e : e - a), (double)e, i);
+}
+
 static double half(uint16_t h) { return ai_f16_to_f32(h); }
 static double bhalf(uint16_t h) { return ai_bf16_to_f32(h); }
+static uint64_t as_u64(uint64_t v) { return v; }
+static int64_t low4(uint8_t v) { return (v & 0xf) >= 8 ? (v & 0xf) - 16 : v & 0xf; }
+static int64_t low2(uint8_t v) { return (v & 0x3) >= 2 ? (v & 0x3) - 4 : v & 0x3; }
+static int64_t low4u(uint8_t v) { return v & 0xf; }
+static int64_t low2u(uint8_t v) { return v & 0x3; }
 static int64_t as_i64(int64_t v) { return v; }
 
 /* One row of `n` elements, `sa` / `se` bytes apart, first flat index `i0`. */
@@ -107,7 +117,18 @@ static void compare_row(compare_state *s, ai_dtype dt, const char *pa, const cha
     case AI_I32: ROW(int32_t, account_int, as_i64) break;
     case AI_I64: ROW(int64_t, account_int, as_i64) break;
     case AI_BOOL: ROW(uint8_t, account_int, as_i64) break;
-    default: break;
+    case AI_U16: ROW(uint16_t, account_int, as_i64) break;
+    case AI_U32: ROW(uint32_t, account_int, as_i64) break;
+    case AI_U64: ROW(uint64_t, account_uint, as_u64) break;
+    case AI_I4: ROW(uint8_t, account_int, low4) break;
+    case AI_U4: ROW(uint8_t, account_int, low4u) break;
+    case AI_I2: ROW(uint8_t, account_int, low2) break;
+    case AI_U2: ROW(uint8_t, account_int, low2u) break;
+    default: /* the small floats, one byte each */
+        for (int64_t k = 0; k < n; k++)
+            account_float(s, ai_small_float_to_f64((uint8_t)pa[k * sa], dt),
+                          ai_small_float_to_f64((uint8_t)pe[k * se], dt), i0 + k);
+        break;
     }
 }
 #undef ROW

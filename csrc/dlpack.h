@@ -10,6 +10,9 @@
 
 enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13 };
 enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 };
+/* DLPack 1.1: the 8-bit floats (one element a byte) */
+enum { kDLFloat8_e4m3fn = 10, kDLFloat8_e4m3fnuz = 11, kDLFloat8_e5m2 = 12,
+       kDLFloat8_e5m2fnuz = 13, kDLFloat8_e8m0fnu = 14 };
 
 typedef struct {
     int32_t device_type;

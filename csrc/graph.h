@@ -197,6 +197,10 @@ enum {
      * AI_SHAPE_INPUT_MAX (plan.c) elements feeding one is read when the graph is
      * planned (a new value re-plans) */
     AI_OP_SHAPE_FROM_INPUTS = 1 << 18,
+    /* The dtypes an operator takes beyond float16/32/64, int8/16/32/64,
+     * uint8 and bool, checked before its shape function runs: */
+    AI_OP_ANY_DTYPE = 1 << 19, /* every dtype: it moves or converts elements */
+    AI_OP_UNSIGNED = 1 << 20,  /* uint16, uint32 and uint64 too */
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
@@ -282,6 +286,40 @@ static inline void ai_float_set(ai_tensor *t, int64_t i, double v)
         ((float *)t->data)[i] = (float)v;
     else
         ((double *)t->data)[i] = v;
+}
+
+/* Element i of a contiguous tensor of integers (8 to 64 bits, signed or
+ * not, bool), widened to int64 (uint64: its bits), and written back
+ * narrowed (wrapping, as numpy and torch). */
+static inline int64_t ai_int_at(const ai_tensor *t, int64_t i)
+{
+    switch (t->dtype) {
+    case AI_I8: return ((const int8_t *)t->data)[i];
+    case AI_U8:
+    case AI_BOOL: return ((const uint8_t *)t->data)[i];
+    case AI_I16: return ((const int16_t *)t->data)[i];
+    case AI_U16: return ((const uint16_t *)t->data)[i];
+    case AI_I32: return ((const int32_t *)t->data)[i];
+    case AI_U32: return ((const uint32_t *)t->data)[i];
+    default: return ((const int64_t *)t->data)[i];
+    }
+}
+
+static inline void ai_int_set(ai_tensor *t, int64_t i, int64_t v)
+{
+    switch (ai_dtype_size(t->dtype)) {
+    case 1: ((uint8_t *)t->data)[i] = t->dtype == AI_BOOL ? v != 0 : (uint8_t)v; break;
+    case 2: ((uint16_t *)t->data)[i] = (uint16_t)v; break;
+    case 4: ((uint32_t *)t->data)[i] = (uint32_t)v; break;
+    default: ((int64_t *)t->data)[i] = v; break;
+    }
+}
+
+/* The order of integers of dtype dt as int64: uint64 with its top bit
+ * flipped (a < b unsigned iff key(a) < key(b) signed), the others as are. */
+static inline int64_t ai_int_order_key(ai_dtype dt, int64_t v)
+{
+    return dt == AI_U64 ? (int64_t)((uint64_t)v ^ (UINT64_C(1) << 63)) : v;
 }
 
 #define AI_F32P(t) ((float *)(t)->data)

@@ -677,6 +677,36 @@ static ai_status node_within_limit(const ai_graph *g, const ai_node *n, const ai
 /* Plans g for these inputs, reading small integer inputs' values with
  * `ints` (plan_for); with `shapes_only`, stops after shape inference and
  * constant folding (the metas of ai_graph_infer). */
+/* Gradients flow through the float values, not the 8- and 4-bit ones. */
+static bool carries_grad(ai_dtype dt)
+{
+    return ai_dtype_is_float(dt) && !ai_dtype_is_storage(dt);
+}
+
+/* The dtypes beyond the common ones reach only the operators that take
+ * them (AI_OP_ANY_DTYPE, AI_OP_UNSIGNED). */
+static ai_status check_dtypes(const ai_ctx *c)
+{
+    const unsigned flags = c->node->op->flags;
+    if (flags & AI_OP_ANY_DTYPE)
+        return AI_OK;
+    for (int k = 0; k < c->n_in; k++) {
+        if (!c->in[k])
+            continue;
+        const ai_dtype dt = c->in[k]->dtype;
+        if (ai_dtype_is_storage(dt))
+            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                                 "input %d is %s, which the engine stores and converts "
+                                 "(Cast, data movement) but does not compute on", k,
+                                 ai_dtype_name(dt));
+        if ((dt == AI_U16 || dt == AI_U32 || dt == AI_U64) && !(flags & AI_OP_UNSIGNED))
+            return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                                 "input %d is %s, which this operator does not take", k,
+                                 ai_dtype_name(dt));
+    }
+    return AI_OK;
+}
+
 static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool ints,
                             bool shapes_only,
                             ai_plan **out)
@@ -770,6 +800,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
                 all_known &= p->known[v] != NULL;
             }
         }
+        if ((st = check_dtypes(&c)))
+            goto fail;
         ai_meta om[AI_MAX_IO];
         memset(om, 0, sizeof om);
         size_t ws = 0, state_bytes = 0;
@@ -817,14 +849,14 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             const ai_value *val = &g->values[v];
             p->needs_grad[v] = (val->kind == AI_VAL_PARAM) ||
                                (val->kind == AI_VAL_INPUT && g->input_grads &&
-                                ai_dtype_is_float(p->meta[v].dtype));
+                                carries_grad(p->meta[v].dtype));
         }
         for (int s = 0; s < S; s++) {
             const ai_node *n = &g->nodes[p->sched[s]];
             if (!backward_runs(p, n))
                 continue;
             for (int k = 0; k < n->n_out; k++)
-                p->needs_grad[n->out[k]] = ai_dtype_is_float(p->meta[n->out[k]].dtype);
+                p->needs_grad[n->out[k]] = carries_grad(p->meta[n->out[k]].dtype);
         }
         for (int o = 0; o < g->n_outputs; o++)
             p->grad_reaches[g->outputs[o]] = p->needs_grad[g->outputs[o]];
@@ -1415,7 +1447,7 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
             int v = n->out[k];
             if (p->needs_grad[v]) {
                 c.dout[k] = grad_of(g, p, v, false, NULL); /* zero if nobody wrote it */
-            } else if (ai_dtype_is_float(p->meta[v].dtype) && p->zeros) {
+            } else if (carries_grad(p->meta[v].dtype) && p->zeros) {
                 tensor_of_meta(&zero_views[k], &p->meta[v], p->zeros->data);
                 c.dout[k] = &zero_views[k];
             }

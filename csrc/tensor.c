@@ -19,13 +19,31 @@
 static const struct {
     const char *name;
     size_t size;
-    bool is_float;
+    bool is_float, is_unsigned, storage;
 } dtype_info[] = {
-    [AI_F32] = {"float32", 4, true},  [AI_F64] = {"float64", 8, true},
-    [AI_F16] = {"float16", 2, true},  [AI_I8] = {"int8", 1, false},
-    [AI_U8] = {"uint8", 1, false},    [AI_I16] = {"int16", 2, false},
-    [AI_I32] = {"int32", 4, false},   [AI_I64] = {"int64", 8, false},
-    [AI_BOOL] = {"bool", 1, false},   [AI_BF16] = {"bfloat16", 2, true},
+    [AI_F32] = {"float32", 4, true, false, false},
+    [AI_F64] = {"float64", 8, true, false, false},
+    [AI_F16] = {"float16", 2, true, false, false},
+    [AI_I8] = {"int8", 1, false, false, false},
+    [AI_U8] = {"uint8", 1, false, true, false},
+    [AI_I16] = {"int16", 2, false, false, false},
+    [AI_I32] = {"int32", 4, false, false, false},
+    [AI_I64] = {"int64", 8, false, false, false},
+    [AI_BOOL] = {"bool", 1, false, true, false},
+    [AI_BF16] = {"bfloat16", 2, true, false, false},
+    [AI_U16] = {"uint16", 2, false, true, false},
+    [AI_U32] = {"uint32", 4, false, true, false},
+    [AI_U64] = {"uint64", 8, false, true, false},
+    [AI_F8E4M3FN] = {"float8_e4m3fn", 1, true, false, true},
+    [AI_F8E4M3FNUZ] = {"float8_e4m3fnuz", 1, true, false, true},
+    [AI_F8E5M2] = {"float8_e5m2", 1, true, false, true},
+    [AI_F8E5M2FNUZ] = {"float8_e5m2fnuz", 1, true, false, true},
+    [AI_F8E8M0] = {"float8_e8m0fnu", 1, true, false, true},
+    [AI_I4] = {"int4", 1, false, false, true},
+    [AI_U4] = {"uint4", 1, false, true, true},
+    [AI_I2] = {"int2", 1, false, false, true},
+    [AI_U2] = {"uint2", 1, false, true, true},
+    [AI_F4E2M1] = {"float4_e2m1fn", 1, true, false, true},
 };
 _Static_assert(sizeof dtype_info / sizeof dtype_info[0] == AI_DTYPE_COUNT,
                "one entry per dtype");
@@ -39,6 +57,10 @@ const char *ai_dtype_name(ai_dtype dt) { return dtype_valid(dt) ? dtype_info[dt]
 bool ai_dtype_is_float(ai_dtype dt) { return dtype_valid(dt) && dtype_info[dt].is_float; }
 
 bool ai_dtype_is_half(ai_dtype dt) { return dt == AI_F16 || dt == AI_BF16; }
+
+bool ai_dtype_is_unsigned(ai_dtype dt) { return dtype_valid(dt) && dtype_info[dt].is_unsigned; }
+
+bool ai_dtype_is_storage(ai_dtype dt) { return dtype_valid(dt) && dtype_info[dt].storage; }
 
 ai_status ai_dtype_from_name(const char *name, ai_dtype *out)
 {
@@ -147,6 +169,102 @@ void ai_f32_to_half(ai_dtype dtype, const float *src, uint16_t *dst, int64_t n)
     else
         for (int64_t i = 0; i < n; i++)
             dst[i] = ai_f32_to_f16(src[i]);
+}
+
+/* ---------------------------------------------------------------- small floats */
+
+/* The minifloats: exponent and mantissa bits, bias, largest finite value
+ * and what the format keeps for NaN and infinity. */
+enum { MF_IEEE, MF_FN, MF_FNUZ, MF_NONE };
+static const struct {
+    int ebits, mbits, bias, kind;
+    double max;
+} minifloat[] = {
+    [AI_F8E4M3FN] = {4, 3, 7, MF_FN, 448.0},      /* NaN: S.1111.111, no inf */
+    [AI_F8E4M3FNUZ] = {4, 3, 8, MF_FNUZ, 240.0},  /* NaN: 0x80, no inf, no -0 */
+    [AI_F8E5M2] = {5, 2, 15, MF_IEEE, 57344.0},   /* IEEE: inf and NaNs */
+    [AI_F8E5M2FNUZ] = {5, 2, 16, MF_FNUZ, 57344.0},
+    [AI_F4E2M1] = {2, 1, 1, MF_NONE, 6.0},        /* no inf, no NaN */
+};
+
+double ai_small_float_to_f64(uint8_t bits, ai_dtype dt)
+{
+    if (dt == AI_F8E8M0) /* 2^(e - 127); 0xff is NaN */
+        return bits == 0xff ? NAN : ldexp(1.0, (int)bits - 127);
+    const int e = minifloat[dt].ebits, m = minifloat[dt].mbits, kind = minifloat[dt].kind;
+    const unsigned emask = (1u << e) - 1, mmask = (1u << m) - 1;
+    const bool neg = (bits >> (e + m)) & 1u;
+    const unsigned exp = (bits >> m) & emask, mant = bits & mmask;
+    double v;
+    if (kind == MF_FNUZ && bits == 0x80)
+        return NAN;
+    if (kind == MF_FN && exp == emask && mant == mmask)
+        v = NAN;
+    else if (kind == MF_IEEE && exp == emask)
+        v = mant ? NAN : INFINITY;
+    else if (exp == 0)
+        v = ldexp((double)mant, 1 - minifloat[dt].bias - m);
+    else
+        v = ldexp((double)(mant | (1u << m)), (int)exp - minifloat[dt].bias - m);
+    return neg ? -v : v;
+}
+
+/* float8 E8M0 from float32 bits, as onnx.numpy_helper.to_float8e8m0: the
+ * exponent, rounded by the mantissa; NaN and inf give NaN (0xff) */
+static uint8_t to_e8m0(float f, ai_convert_mode mode)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    unsigned exp = (b >> 23) & 0xffu;
+    if (exp == 0xffu)
+        return 0xff;
+    bool up = false;
+    if (mode.e8m0_round == AI_ROUND_NEAREST)
+        up = (b & 0x400000u) && ((b & 0x200000u) || (b & 0x1fffffu) || exp > 0);
+    else if (mode.e8m0_round == AI_ROUND_UP)
+        up = (b & 0x7fffffu) != 0;
+    if (up && !(mode.saturate && exp == 0xfeu))
+        exp++;
+    return (uint8_t)exp;
+}
+
+uint8_t ai_f64_to_small_float(double v, ai_dtype dt, ai_convert_mode mode)
+{
+    if (dt == AI_F8E8M0)
+        return to_e8m0((float)v, mode);
+    const int e = minifloat[dt].ebits, m = minifloat[dt].mbits, kind = minifloat[dt].kind;
+    const int emin = 1 - minifloat[dt].bias;
+    const unsigned sign = signbit(v) ? 1u << (e + m) : 0;
+    const unsigned max_code = ((1u << (e + m)) - 1) - (kind == MF_FN ? 1 : 0) -
+                              (kind == MF_IEEE ? (1u << m) : 0);
+    /* what a value beyond the largest finite one becomes */
+    const unsigned overflow = mode.saturate || kind == MF_NONE ? sign | max_code
+                              : kind == MF_IEEE              ? sign | ((1u << (e + m)) - (1u << m))
+                              : kind == MF_FN                ? sign | 0x7fu
+                                                             : 0x80u;
+    if (isnan(v)) /* ml_dtypes gives float4 E2M1's NaN the bits of -0 */
+        return (uint8_t)(kind == MF_FNUZ ? 0x80u : kind == MF_NONE ? sign ^ 0x8u
+                         : kind == MF_FN ? sign | 0x7fu : sign | 0x7eu);
+    double a = fabs(v);
+    if (isinf(a))
+        return (uint8_t)(kind == MF_IEEE && !mode.saturate ? sign | ((1u << (e + m)) - (1u << m))
+                                                          : overflow);
+    int ex;
+    frexp(a, &ex); /* a = f 2^ex, f in [0.5, 1) */
+    int q = (ex - 1 < emin ? emin : ex - 1) - m; /* the value of the last mantissa bit */
+    double r = ldexp(rint(ldexp(a, -q)), q);  /* rounded to nearest even */
+    if (r > minifloat[dt].max)
+        return (uint8_t)overflow;
+    if (r == 0)
+        return (uint8_t)(kind == MF_FNUZ ? 0 : sign);
+    frexp(r, &ex);
+    unsigned code;
+    if (ex - 1 < emin)
+        code = (unsigned)ldexp(r, m - emin); /* subnormal: the mantissa alone */
+    else
+        code = ((unsigned)(ex - 1 + minifloat[dt].bias) << m) |
+               ((unsigned)ldexp(r, m - (ex - 1)) & ((1u << m) - 1));
+    return (uint8_t)(sign | code);
 }
 
 /* ---------------------------------------------------------------- storage */
@@ -478,6 +596,8 @@ ai_status ai_tensor_clone(ai_tensor **out, const ai_tensor *src)
 
 /* ---------------------------------------------------------------- copy */
 
+static int64_t load_i(const char *p, ai_dtype dt);
+
 static double load_f(const char *p, ai_dtype dt)
 {
     switch (dt) {
@@ -485,25 +605,35 @@ static double load_f(const char *p, ai_dtype dt)
     case AI_F64: { double v; memcpy(&v, p, 8); return v; }
     case AI_F16: { uint16_t v; memcpy(&v, p, 2); return ai_f16_to_f32(v); }
     case AI_BF16: { uint16_t v; memcpy(&v, p, 2); return ai_bf16_to_f32(v); }
-    case AI_I8: return *(const int8_t *)p;
-    case AI_U8: return *(const uint8_t *)p;
-    case AI_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case AI_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case AI_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case AI_BOOL: return *(const uint8_t *)p != 0;
-    default: return 0;
+    case AI_U64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
+    case AI_F8E4M3FN:
+    case AI_F8E4M3FNUZ:
+    case AI_F8E5M2:
+    case AI_F8E5M2FNUZ:
+    case AI_F8E8M0:
+    case AI_F4E2M1: return ai_small_float_to_f64(*(const uint8_t *)p, dt);
+    default: break;
     }
+    return (double)load_i(p, dt);
 }
 
+/* integers (uint64 as its two's complement bits) */
 static int64_t load_i(const char *p, ai_dtype dt)
 {
     switch (dt) {
     case AI_I8: return *(const int8_t *)p;
     case AI_U8: return *(const uint8_t *)p;
     case AI_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case AI_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
     case AI_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case AI_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case AI_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case AI_I64:
+    case AI_U64: { int64_t v; memcpy(&v, p, 8); return v; }
     case AI_BOOL: return *(const uint8_t *)p != 0;
+    case AI_I4: { int v = *(const uint8_t *)p & 0xf; return v >= 8 ? v - 16 : v; }
+    case AI_U4: return *(const uint8_t *)p & 0xf;
+    case AI_I2: { int v = *(const uint8_t *)p & 0x3; return v >= 2 ? v - 4 : v; }
+    case AI_U2: return *(const uint8_t *)p & 0x3;
     default: return 0;
     }
 }
@@ -533,25 +663,31 @@ int64_t ai_tensor_get_flat_i64(const ai_tensor *t, int64_t i)
     return ai_dtype_is_float(t->dtype) ? f_to_i64(load_f(p, t->dtype)) : load_i(p, t->dtype);
 }
 
-static void store_i(char *p, ai_dtype dt, int64_t v)
+static void store_f(char *p, ai_dtype dt, double v, ai_convert_mode mode);
+
+static void store_i(char *p, ai_dtype dt, int64_t v, ai_convert_mode mode)
 {
     /* integer narrowing wraps modulo 2^bits, as numpy and torch do */
+    const uint64_t u = (uint64_t)v;
     switch (dt) {
-    case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
-    case AI_F64: { double d = (double)v; memcpy(p, &d, 8); break; }
-    case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
-    case AI_BF16: { uint16_t h = ai_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
-    case AI_I8: *(int8_t *)p = (int8_t)(uint8_t)(uint64_t)v; break;
-    case AI_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
-    case AI_I16: { int16_t w = (int16_t)(uint16_t)(uint64_t)v; memcpy(p, &w, 2); break; }
-    case AI_I32: { int32_t w = (int32_t)(uint32_t)(uint64_t)v; memcpy(p, &w, 4); break; }
-    case AI_I64: memcpy(p, &v, 8); break;
+    case AI_I8:
+    case AI_U8: *(uint8_t *)p = (uint8_t)u; break;
+    case AI_I16:
+    case AI_U16: { uint16_t w = (uint16_t)u; memcpy(p, &w, 2); break; }
+    case AI_I32:
+    case AI_U32: { uint32_t w = (uint32_t)u; memcpy(p, &w, 4); break; }
+    case AI_I64:
+    case AI_U64: memcpy(p, &v, 8); break;
     case AI_BOOL: *(uint8_t *)p = v != 0; break;
-    default: break;
+    case AI_I4:
+    case AI_U4: *(uint8_t *)p = (uint8_t)(u & 0xfu); break;
+    case AI_I2:
+    case AI_U2: *(uint8_t *)p = (uint8_t)(u & 0x3u); break;
+    default: store_f(p, dt, (double)v, mode); break; /* the floats */
     }
 }
 
-static void store_f(char *p, ai_dtype dt, double v)
+static void store_f(char *p, ai_dtype dt, double v, ai_convert_mode mode)
 {
     switch (dt) {
     case AI_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
@@ -559,7 +695,34 @@ static void store_f(char *p, ai_dtype dt, double v)
     case AI_F16: { uint16_t h = ai_f32_to_f16((float)v); memcpy(p, &h, 2); break; }
     case AI_BF16: { uint16_t h = ai_f32_to_bf16((float)v); memcpy(p, &h, 2); break; }
     case AI_BOOL: *(uint8_t *)p = v != 0; break;
-    default: store_i(p, dt, f_to_i64(v)); break;
+    case AI_F8E4M3FN:
+    case AI_F8E4M3FNUZ:
+    case AI_F8E5M2:
+    case AI_F8E5M2FNUZ:
+    case AI_F8E8M0:
+    case AI_F4E2M1: *(uint8_t *)p = ai_f64_to_small_float(v, dt, mode); break;
+    case AI_U64:
+        if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) {
+            uint64_t w = (uint64_t)v;
+            memcpy(p, &w, 8);
+            break;
+        }
+        store_i(p, dt, f_to_i64(v), mode);
+        break;
+    case AI_I4:
+    case AI_U4:
+    case AI_I2:
+    case AI_U2: {
+        /* as ml_dtypes (the ONNX reference): truncated, 0 when out of range
+         * (ONNX leaves it undefined) */
+        const int bits = dt == AI_I4 || dt == AI_U4 ? 4 : 2;
+        const bool sgn = dt == AI_I4 || dt == AI_I2;
+        const double lo = sgn ? -ldexp(1, bits - 1) : 0, hi = ldexp(1, bits - sgn) - 1;
+        const double t = trunc(v);
+        store_i(p, dt, t >= lo && t <= hi ? (int64_t)t : 0, mode);
+        break;
+    }
+    default: store_i(p, dt, f_to_i64(v), mode); break;
     }
 }
 
@@ -626,6 +789,11 @@ static ai_status copy_rows(ai_tensor *dst, const ai_tensor *src, int64_t es)
 
 ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
 {
+    return ai_tensor_convert(dst, src, AI_CONVERT_DEFAULT);
+}
+
+ai_status ai_tensor_convert(ai_tensor *dst, const ai_tensor *src, ai_convert_mode mode)
+{
     if (dst->ndim != src->ndim)
         return ai_error(AI_ERR_VALUE, "copy between ranks %d and %d", src->ndim,
                         dst->ndim);
@@ -658,7 +826,9 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
         }
     }
     const bool same = src->dtype == dst->dtype;
-    const bool int_src = !ai_dtype_is_float(src->dtype);
+    /* integers convert exactly through int64, except uint64 into a float */
+    const bool int_src = !ai_dtype_is_float(src->dtype) &&
+                         !(src->dtype == AI_U64 && ai_dtype_is_float(dst->dtype));
     const int nd = src->ndim;
     int64_t idx[AI_MAX_DIMS] = {0};
     const char *sp = src->data;
@@ -669,9 +839,9 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
         if (same)
             memcpy(dp, sp, (size_t)ss);
         else if (int_src)
-            store_i(dp, dst->dtype, load_i(sp, src->dtype));
+            store_i(dp, dst->dtype, load_i(sp, src->dtype), mode);
         else
-            store_f(dp, dst->dtype, load_f(sp, src->dtype));
+            store_f(dp, dst->dtype, load_f(sp, src->dtype), mode);
         next_index(idx, nd, src, dst, &sp, &dp, ss, ds);
     }
     return AI_OK;

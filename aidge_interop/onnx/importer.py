@@ -22,11 +22,13 @@ MAX_OPSET = 1000  # any real opset version is far below; keeps it a C int
 # TensorProto.DataType -> engine dtype name
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-    9: "bool", 10: "float16", 11: "float64", 16: "bfloat16",
+    9: "bool", 10: "float16", 11: "float64", 16: "bfloat16", 4: "uint16", 12: "uint32",
+    13: "uint64", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
+    20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1fn", 24: "float8_e8m0fnu",
+    25: "uint2", 26: "int2",
 }
 _ONNX_TYPE_NAMES = {
-    0: "UNDEFINED", 4: "UINT16", 8: "STRING", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64",
-    15: "COMPLEX128",
+    0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128",
 }
 
 

@@ -260,7 +260,9 @@ static int64_t int_get(const void *data, ai_dtype dt, int64_t i)
     case AI_U8: return ((const uint8_t *)data)[i];
     case AI_I16: return ((const int16_t *)data)[i];
     case AI_I32: return ((const int32_t *)data)[i];
-    default: return ((const int64_t *)data)[i];
+    case AI_U16: return ((const uint16_t *)data)[i];
+    case AI_U32: return ((const uint32_t *)data)[i];
+    default: return ((const int64_t *)data)[i]; /* int64, uint64 (its bits) */
     }
 }
 
@@ -271,6 +273,8 @@ static void int_set(void *data, ai_dtype dt, int64_t i, int64_t v)
     case AI_U8: ((uint8_t *)data)[i] = (uint8_t)(uint64_t)v; break;
     case AI_I16: ((int16_t *)data)[i] = (int16_t)(uint16_t)(uint64_t)v; break;
     case AI_I32: ((int32_t *)data)[i] = (int32_t)(uint32_t)(uint64_t)v; break;
+    case AI_U16: ((uint16_t *)data)[i] = (uint16_t)(uint64_t)v; break;
+    case AI_U32: ((uint32_t *)data)[i] = (uint32_t)(uint64_t)v; break;
     default: ((int64_t *)data)[i] = v; break;
     }
 }
@@ -279,6 +283,10 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                          const ai_tensor *x0, const ai_tensor *x1)
 {
     const ai_dtype dt = y->dtype;
+    /* uint64 in int64: the bits wrap alike; division, order and right
+     * shifts read them unsigned (the narrower unsigned types widen to
+     * non-negative values) */
+    const bool u64 = dt == AI_U64;
     ai_status st = AI_OK;
     BCAST_LOOP(b, 0, bcast_total(b), {
         for (int64_t j = 0; j < inner; j++) {
@@ -289,6 +297,8 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 if (v == 0) {
                     st = ai_node_error(node, AI_ERR_VALUE, "integer division by zero");
                     r = 0;
+                } else if (u64) {
+                    r = (int64_t)((uint64_t)u / (uint64_t)v);
                 } else {
                     r = (u == INT64_MIN && v == -1) ? INT64_MIN : u / v;
                 }
@@ -296,6 +306,8 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 if (v == 0) {
                     st = ai_node_error(node, AI_ERR_VALUE, "integer modulo by zero");
                     r = 0;
+                } else if (u64) {
+                    r = (int64_t)((uint64_t)u % (uint64_t)v);
                 } else {
                     r = v == -1 ? 0 : u % v; /* C: the sign of u (INT64_MIN % -1 is UB) */
                     if (kind == MOD && r != 0 && (r < 0) != (v < 0))
@@ -311,16 +323,19 @@ static ai_status fwd_int(const ai_node *node, const bcast *b, int kind, ai_tenso
                 /* ONNX: a shift < 0 or >= the width leaves the sign fill alone
                  * (-1 for a negative x shifted right, else 0); right shifts are
                  * arithmetic (u8 widens to a non-negative value) */
-                if (v < 0 || v >= 8 * (int64_t)ai_dtype_size(dt))
-                    r = kind == SHIFT_RIGHT && u < 0 ? -1 : 0;
+                if ((uint64_t)v >= 8 * (uint64_t)ai_dtype_size(dt))
+                    r = kind == SHIFT_RIGHT && u < 0 && !u64 ? -1 : 0;
                 else if (kind == SHIFT_LEFT)
                     r = (int64_t)((uint64_t)u << v); /* narrowed by int_set */
+                else if (u64)
+                    r = (int64_t)((uint64_t)u >> v);
                 else
                     r = u < 0 ? ~(~u >> v) : u >> v;
             } else { /* wrap around, never undefined behaviour */
                 r = kind == ADD   ? (int64_t)((uint64_t)u + (uint64_t)v)
                     : kind == SUB ? (int64_t)((uint64_t)u - (uint64_t)v)
                     : kind == MUL ? (int64_t)((uint64_t)u * (uint64_t)v)
+                    : u64 ? ((kind == MIN) == ((uint64_t)u < (uint64_t)v) ? u : v)
                     : kind == MIN ? (u < v ? u : v)
                                   : (u > v ? u : v);
             }
@@ -359,12 +374,17 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
                 int64_t u = 0, v = 0;
                 memcpy(&u, ea, isz); /* little-endian integers widen by copying */
                 memcpy(&v, eb, isz);
-                if (isz < 8 && x0->dtype != AI_U8 && x0->dtype != AI_BOOL) {
-                    int shift = 64 - 8 * (int)isz; /* sign-extend */
-                    u = (int64_t)((uint64_t)u << shift) >> shift;
-                    v = (int64_t)((uint64_t)v << shift) >> shift;
+                if (x0->dtype == AI_U64) {
+                    const uint64_t uu = (uint64_t)u, uv = (uint64_t)v;
+                    r = compare(kind, uu, uv);
+                } else {
+                    if (isz < 8 && !ai_dtype_is_unsigned(x0->dtype)) {
+                        int shift = 64 - 8 * (int)isz; /* sign-extend */
+                        u = (int64_t)((uint64_t)u << shift) >> shift;
+                        v = (int64_t)((uint64_t)v << shift) >> shift;
+                    }
+                    r = compare(kind, u, v);
                 }
-                r = compare(kind, u, v);
             }
             o[ro + j] = r;
         }
@@ -503,7 +523,7 @@ static ai_status binary_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     if (kind >= AND && kind <= XOR && (a->dtype != AI_BOOL || b->dtype != AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE, "inputs are %s and %s; bool expected",
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
-    if (a->dtype != b->dtype && !(kind == POW && ai_dtype_is_float(a->dtype)))
+    if (a->dtype != b->dtype && kind != POW)
         return ai_node_error(c->node, AI_ERR_TYPE, "inputs have different dtypes (%s and %s)",
                              ai_dtype_name(a->dtype), ai_dtype_name(b->dtype));
     ai_dtype dt = a->dtype;
@@ -557,11 +577,35 @@ static ai_status pow_exponent(ai_ctx *c, ai_tensor **tmp)
 }
 
 static ai_status binary_backward(ai_ctx *c);
+static ai_status binary_forward(ai_ctx *c);
+
+/* Pow of an integer base to a float exponent: in float64, the result
+ * converted to the base's dtype (truncated, as numpy's astype). */
+static ai_status pow_int_float(ai_ctx *c)
+{
+    ai_tensor *x = c->in[0], *y = c->out[0], *x64 = NULL, *y64 = NULL;
+    ai_status st;
+    if (!(st = ai_tensor_new(&x64, AI_F64, x->ndim, x->shape)) && !(st = ai_tensor_copy(x64, x)) &&
+        !(st = ai_tensor_new(&y64, AI_F64, y->ndim, y->shape))) {
+        c->in[0] = x64;
+        c->out[0] = y64;
+        st = binary_forward(c);
+        c->in[0] = x;
+        c->out[0] = y;
+        if (!st)
+            st = ai_tensor_copy(y, y64);
+    }
+    ai_tensor_free(x64);
+    ai_tensor_free(y64);
+    return st;
+}
 
 static ai_status binary_forward(ai_ctx *c)
 {
     const int kind = ((const binary_params *)c->node->params)->kind;
     bcast b;
+    if (kind == POW && !ai_dtype_is_float(c->in[0]->dtype) && ai_dtype_is_float(c->in[1]->dtype))
+        return pow_int_float(c);
     if (kind == POW && c->in[1]->dtype != c->in[0]->dtype) {
         ai_tensor *tmp, *orig = c->in[1];
         ai_status st = pow_exponent(c, &tmp);
@@ -693,6 +737,7 @@ static double nary_get(const ai_tensor *t, int64_t off)
     switch (t->dtype) {
     case AI_F32: return ((const float *)t->data)[off];
     case AI_F64: return ((const double *)t->data)[off];
+    case AI_U64: return (double)(uint64_t)int_get(t->data, t->dtype, off);
     default: return (double)int_get(t->data, t->dtype, off);
     }
 }
@@ -853,34 +898,35 @@ static ai_status binary_init(ai_node *n)
 /* Pow does not assign: an exponent of another dtype gets no gradient. The
  * gradients of Add and Sub are dy and -dy: their backward reads no value. */
 #define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
-BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE, binary_backward)
-BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE, binary_backward)
-BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
-BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
-BINARY_OP(op_pow, "Pow", 2, 0, binary_backward)
-BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+#define UNS AI_OP_UNSIGNED
+BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
+BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
+BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
+BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
+BINARY_OP(op_pow, "Pow", 2, UNS, binary_backward)
+BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_prelu, "PRelu", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
-static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
-static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
-static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+static const ai_op_def op_sum = {"Sum", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
-static const ai_op_def op_mean = {"Mean", "", 1, AI_MAX_IO, 1, 1, 0, binary_init, minmax_shape,
+static const ai_op_def op_mean = {"Mean", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
                                   minmax_forward, minmax_backward};
-BINARY_OP(op_bitwise_and, "BitwiseAnd", 2, 0, NULL)
-BINARY_OP(op_bitwise_or, "BitwiseOr", 2, 0, NULL)
-BINARY_OP(op_bitwise_xor, "BitwiseXor", 2, 0, NULL)
-BINARY_OP(op_bit_shift, "BitShift", 2, 0, NULL)
-BINARY_OP(op_equal, "Equal", 2, 0, NULL)
-BINARY_OP(op_less, "Less", 2, 0, NULL)
-BINARY_OP(op_greater, "Greater", 2, 0, NULL)
-BINARY_OP(op_less_equal, "LessOrEqual", 2, 0, NULL)
-BINARY_OP(op_greater_equal, "GreaterOrEqual", 2, 0, NULL)
+BINARY_OP(op_bitwise_and, "BitwiseAnd", 2, UNS, NULL)
+BINARY_OP(op_bitwise_or, "BitwiseOr", 2, UNS, NULL)
+BINARY_OP(op_bitwise_xor, "BitwiseXor", 2, UNS, NULL)
+BINARY_OP(op_bit_shift, "BitShift", 2, UNS, NULL)
+BINARY_OP(op_equal, "Equal", 2, UNS, NULL)
+BINARY_OP(op_less, "Less", 2, UNS, NULL)
+BINARY_OP(op_greater, "Greater", 2, UNS, NULL)
+BINARY_OP(op_less_equal, "LessOrEqual", 2, UNS, NULL)
+BINARY_OP(op_greater_equal, "GreaterOrEqual", 2, UNS, NULL)
 BINARY_OP(op_and, "And", 2, 0, NULL)
 BINARY_OP(op_or, "Or", 2, 0, NULL)
 BINARY_OP(op_xor, "Xor", 2, 0, NULL)
-BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3), binary_backward)
+BINARY_OP(op_where, "Where", 3, AI_OP_GRAD_ASSIGN(3) | AI_OP_ANY_DTYPE, binary_backward)
 
 const ai_op_def *const ai_ops_binary[] = {
     &op_add, &op_sub, &op_mul, &op_div, &op_pow, &op_min, &op_max, &op_mod, &op_prelu,

@@ -170,8 +170,10 @@ bool ai_dtype_from_onnx(int64_t code, ai_dtype *out)
         ai_dtype dt;
     } map[] = {
         {1, AI_F32}, {2, AI_U8}, {3, AI_I8}, {5, AI_I16}, {6, AI_I32},
-        {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64},
-        {16, AI_BF16},
+        {7, AI_I64}, {9, AI_BOOL}, {10, AI_F16}, {11, AI_F64}, {4, AI_U16},
+        {12, AI_U32}, {13, AI_U64}, {17, AI_F8E4M3FN}, {18, AI_F8E4M3FNUZ},
+        {19, AI_F8E5M2}, {20, AI_F8E5M2FNUZ}, {21, AI_U4}, {22, AI_I4},
+        {23, AI_F4E2M1}, {24, AI_F8E8M0}, {25, AI_U2}, {26, AI_I2}, {16, AI_BF16},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].code == code) {

@@ -138,6 +138,9 @@ static ai_status eye_args(const ai_ctx *c, ai_dtype *dt, int64_t *k)
     if (code != -1 && !ai_dtype_from_onnx(code, dt))
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
                              "dtype %lld is not an engine data type", (long long)code);
+    if (ai_dtype_is_storage(*dt))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "dtype %s is not supported",
+                             ai_dtype_name(*dt));
     return AI_OK;
 }
 
@@ -164,41 +167,28 @@ static ai_status eye_forward(ai_ctx *c)
     ai_status st = eye_args(c, &dt, &k);
     if (st || ai_tensor_numel(y) == 0)
         return st;
-    union {
-        float f32;
-        double f64;
-        uint16_t f16;
-        int8_t i8;
-        int16_t i16;
-        int32_t i32;
-        int64_t i64;
-        bool b;
-    } one;
-    switch (dt) {
-    case AI_F32: one.f32 = 1; break;
-    case AI_F64: one.f64 = 1; break;
-    case AI_F16: one.f16 = ai_f32_to_f16(1); break;
-    case AI_BF16: one.f16 = ai_f32_to_bf16(1); break;
-    case AI_I16: one.i16 = 1; break;
-    case AI_I32: one.i32 = 1; break;
-    case AI_I64: one.i64 = 1; break;
-    case AI_BOOL: one.b = true; break;
-    default: one.i8 = 1; /* int8, uint8 */
-    }
+    double one64 = 1;
+    char one[8];
+    ai_tensor src = {.dtype = AI_F64, .data = &one64}, dst = {.dtype = dt, .data = one};
+    if ((st = ai_tensor_copy(&dst, &src))) /* 1 in y's dtype */
+        return st;
     const size_t es = ai_dtype_size(dt);
     const int64_t rows = y->shape[0], cols = y->shape[1];
     memset(y->data, 0, ai_tensor_nbytes(y));
     for (int64_t i = k < 0 ? -k : 0; i < rows && i + k < cols; i++)
-        memcpy((char *)y->data + (size_t)(i * cols + i + k) * es, &one, es);
+        memcpy((char *)y->data + (size_t)(i * cols + i + k) * es, one, es);
     return AI_OK;
 }
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_shape, "Shape", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, shape_shape, shape_forward, NULL)
+OP(op_shape, "Shape", 1, 1, 1, AI_OP_FOLD_ON_SHAPE | AI_OP_HALF | AI_OP_ANY_DTYPE, shape_shape, shape_forward,
+   NULL)
 OP(op_constant_of_shape, "ConstantOfShape", 1, 1, 1, AI_OP_HALF, cos_shape, cos_forward, NULL)
-OP(op_size, "Size", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, size_shape, size_forward, NULL)
-OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE, eye_shape, eye_forward, NULL)
+OP(op_size, "Size", 1, 1, 1, AI_OP_FOLD_ON_SHAPE | AI_OP_HALF | AI_OP_ANY_DTYPE, size_shape, size_forward,
+   NULL)
+OP(op_eye_like, "EyeLike", 1, 1, 1, AI_OP_HALF | AI_OP_FOLD_ON_SHAPE | AI_OP_UNSIGNED, eye_shape, eye_forward,
+   NULL)
 
 const ai_op_def *const ai_ops_from_shape[] = {&op_shape, &op_constant_of_shape, &op_size,
                                               &op_eye_like, NULL};

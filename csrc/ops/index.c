@@ -393,9 +393,9 @@ static ai_status onehot_backward(ai_ctx *c)
 
 OP(op_trilu, "Trilu", 1, 2, 1, AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, trilu_shape,
    trilu_forward, trilu_backward)
-OP(op_gather_elements, "GatherElements", 2, 2, 1, AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_Y, ge_shape,
+OP(op_gather_elements, "GatherElements", 2, 2, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_Y, ge_shape,
    ge_forward, ge_backward)
-OP(op_gather, "Gather", 2, 2, 1, AI_OP_HALF, gather_shape, gather_forward, gather_backward)
+OP(op_gather, "Gather", 2, 2, 1, AI_OP_HALF | AI_OP_ANY_DTYPE, gather_shape, gather_forward, gather_backward)
 
 OP(op_onehot, "OneHot", 3, 3, 1, AI_OP_SHAPE_FROM_VALUES | AI_OP_BWD_NO_Y, onehot_shape,
    onehot_forward, onehot_backward)

@@ -336,8 +336,7 @@ static ai_status snd_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_gather_nd, "GatherND", 2, 2, 1, AI_OP_HALF | AI_OP_BWD_NO_Y, gnd_shape, gnd_forward,
-   gnd_backward)
+OP(op_gather_nd, "GatherND", 2, 2, 1, AI_OP_BWD_NO_Y | AI_OP_HALF | AI_OP_ANY_DTYPE, gnd_shape, gnd_forward, gnd_backward)
 OP(op_scatter_nd, "ScatterND", 3, 3, 1, AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y, snd_shape,
    snd_forward, snd_backward)
 

@@ -865,22 +865,18 @@ static ai_status d2s_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_transpose, "Transpose", 1, 1, 1, AI_OP_HALF | ASSIGN1, transpose_shape, transpose_forward,
+OP(op_transpose, "Transpose", 1, 1, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE, transpose_shape, transpose_forward,
    transpose_backward)
-OP(op_concat, "Concat", 1, AI_MAX_IO, 1, AI_OP_HALF | AI_OP_GRAD_ASSIGN(AI_MAX_IO), concat_shape,
+OP(op_concat, "Concat", 1, AI_MAX_IO, 1, AI_OP_GRAD_ASSIGN(AI_MAX_IO) | AI_OP_HALF | AI_OP_ANY_DTYPE, concat_shape,
    concat_forward, concat_backward)
-OP(op_split, "Split", 1, 2, AI_MAX_IO, AI_OP_HALF | ASSIGN1, split_shape, split_forward,
-   split_backward)
-OP(op_slice, "Slice", 1, 5, 1, AI_OP_HALF, slice_shape, slice_forward, slice_backward)
-OP(op_expand, "Expand", 2, 2, 1, AI_OP_HALF | ASSIGN1, expand_shape, expand_forward,
-   expand_backward)
-OP(op_tile, "Tile", 2, 2, 1, AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, tile_shape,
+OP(op_split, "Split", 1, 2, AI_MAX_IO, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE, split_shape, split_forward, split_backward)
+OP(op_slice, "Slice", 1, 5, 1, AI_OP_HALF | AI_OP_ANY_DTYPE, slice_shape, slice_forward, slice_backward)
+OP(op_expand, "Expand", 2, 2, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE, expand_shape, expand_forward, expand_backward)
+OP(op_tile, "Tile", 2, 2, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, tile_shape,
    tile_forward, tile_backward)
-OP(op_depth_to_space, "DepthToSpace", 1, 1, 1,
-   AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+OP(op_depth_to_space, "DepthToSpace", 1, 1, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
    d2s_shape, d2s_forward, d2s_backward)
-OP(op_space_to_depth, "SpaceToDepth", 1, 1, 1,
-   AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+OP(op_space_to_depth, "SpaceToDepth", 1, 1, 1, ASSIGN1 | AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
    d2s_shape, d2s_forward, d2s_backward)
 
 const ai_op_def *const ai_ops_movement[] = {

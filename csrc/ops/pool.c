@@ -510,7 +510,8 @@ static const ai_op_def op_max_unpool = {"MaxUnpool", "", 2, 3, 1, 1, AI_OP_BWD_N
 
 /* backward reads dy and the max positions kept in the state: no value */
 #define POOL_OP(VAR, NAME, NOUT)                                                          \
-    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT, AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, \
+    static const ai_op_def VAR = {NAME, "", 1, 1, 1, NOUT,                                \
+                                  AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y | AI_OP_UNSIGNED,       \
                                   pool_init, pool_shape, pool_forward, pool_backward};
 
 POOL_OP(op_max_pool, "MaxPool", 2)

@@ -333,46 +333,42 @@ DEFINE_EXTREMUM(extremum_f64, double)
 DEFINE_OTHER(other_f32, float)
 DEFINE_OTHER(other_f64, double)
 
-/* Sum/Max/Min of int32 or int64 (Max/Min also of bool: any/all) into acc
- * (nout int64), then stored. An empty max/min gives the dtype's lowest /
- * highest value. */
-static int64_t load_int(const ai_tensor *t, int64_t i)
-{
-    switch (t->dtype) {
-    case AI_I64: return ((const int64_t *)t->data)[i];
-    case AI_I32: return ((const int32_t *)t->data)[i];
-    default: return ((const uint8_t *)t->data)[i] != 0;
-    }
-}
-
+/* Sum/Prod/Max/Min of integers of every width (Max/Min also of bool: any /
+ * all) into acc (nout int64, in ai_int_order_key's order for Max/Min),
+ * wrapping like torch, then stored. An empty max/min gives the dtype's
+ * lowest / highest value. */
 static void reduce_int(const reduce_plan *p, int kind, ai_tensor *y, const ai_tensor *x,
                        int64_t *acc)
 {
     const ai_dtype dt = x->dtype;
-    const int64_t lowest = dt == AI_I64 ? INT64_MIN : (dt == AI_I32 ? INT32_MIN : 0);
-    const int64_t highest = dt == AI_I64 ? INT64_MAX : (dt == AI_I32 ? INT32_MAX : 1);
+    const int bits = dt == AI_BOOL ? 1 : 8 * (int)ai_dtype_size(dt);
+    const bool uns = ai_dtype_is_unsigned(dt);
+    /* the extremes as order keys */
+    const int64_t lowest = dt == AI_U64 ? INT64_MIN
+                           : uns        ? 0
+                                        : (int64_t)(UINT64_MAX << (bits - 1));
+    const int64_t highest = dt == AI_U64 ? INT64_MAX
+                            : uns        ? (int64_t)(UINT64_MAX >> (64 - bits))
+                                         : (int64_t)(UINT64_MAX >> (65 - bits));
     const int64_t init = kind == R_MAX ? lowest : (kind == R_MIN ? highest : kind == R_PROD);
+    const bool order = kind == R_MAX || kind == R_MIN;
     for (int64_t o = 0; o < p->nout; o++)
         acc[o] = init;
     FOR_ROWS(p, {
         for (int64_t j = 0; j < L; j++) {
-            int64_t v = load_int(x, xo + j), *m = &acc[oo + j * os];
+            int64_t v = ai_int_at(x, xo + j), *m = &acc[oo + j * os];
+            if (dt == AI_BOOL)
+                v = v != 0;
             if (kind == R_SUM)
                 *m = (int64_t)((uint64_t)*m + (uint64_t)v); /* wraps like torch */
             else if (kind == R_PROD)
                 *m = (int64_t)((uint64_t)*m * (uint64_t)v);
-            else if (kind == R_MAX ? v > *m : v < *m)
-                *m = v;
+            else if (kind == R_MAX ? ai_int_order_key(dt, v) > *m : ai_int_order_key(dt, v) < *m)
+                *m = ai_int_order_key(dt, v);
         }
     });
-    for (int64_t o = 0; o < p->nout; o++) {
-        if (dt == AI_I64)
-            ((int64_t *)y->data)[o] = acc[o];
-        else if (dt == AI_I32)
-            ((int32_t *)y->data)[o] = (int32_t)acc[o];
-        else
-            ((uint8_t *)y->data)[o] = (uint8_t)acc[o];
-    }
+    for (int64_t o = 0; o < p->nout; o++)
+        ai_int_set(y, o, order ? ai_int_order_key(dt, acc[o]) : acc[o]);
 }
 
 static ai_status reduce_forward(ai_ctx *c)
@@ -594,7 +590,8 @@ static ai_status reduce_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     (void)state;
     const int kind = ((const reduce_params *)c->node->params)->kind;
     const ai_dtype dt = c->in[0]->dtype;
-    const bool ints = (dt == AI_I64 || dt == AI_I32) && kind <= R_PROD && kind != R_MEAN;
+    const bool ints = !ai_dtype_is_float(dt) && dt != AI_BOOL && kind <= R_PROD &&
+                      kind != R_MEAN;
     const bool bools = dt == AI_BOOL && (kind == R_MAX || kind == R_MIN);
     if (dt != AI_F32 && dt != AI_F64 && !ints && !bools)
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported by %s",
@@ -707,8 +704,10 @@ static ai_status arg_forward(ai_ctx *c)
                     better = b != b ? (last && v != v)
                                     : (v != v || (max ? v > b : v < b) || (last && v == b));
                 } else {
-                    const int64_t v = ai_tensor_get_flat_i64(x, base + k * inner);
-                    const int64_t b = ai_tensor_get_flat_i64(x, base + best * inner);
+                    const int64_t v = ai_int_order_key(
+                        x->dtype, ai_tensor_get_flat_i64(x, base + k * inner));
+                    const int64_t b = ai_int_order_key(
+                        x->dtype, ai_tensor_get_flat_i64(x, base + best * inner));
                     better = (max ? v > b : v < b) || (last && v == b);
                 }
                 if (better)
@@ -912,7 +911,7 @@ static ai_status topk_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws;
     const ai_tensor *x = c->in[0];
-    if (x->dtype != AI_F32 && x->dtype != AI_F64 && x->dtype != AI_I32 && x->dtype != AI_I64)
+    if (x->dtype == AI_BOOL || x->dtype == AI_F16)
         return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; not supported",
                              ai_dtype_name(x->dtype));
     if (x->ndim == 0)
@@ -941,15 +940,13 @@ static ai_status topk_forward(ai_ctx *c)
     if (st)
         return st;
     topk_item *line = c->state;
-    const bool flt = ai_dtype_is_float(x->dtype);
     ai_tensor *vals = c->out[0];
     int64_t *idx = c->out[1]->data;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             for (int64_t n = 0; n < L; n++) {
                 const int64_t at = (o * L + n) * inner + i;
-                line[n].v = flt ? ai_tensor_get_flat(x, at)
-                                : (double)ai_tensor_get_flat_i64(x, at);
+                line[n].v = ai_tensor_get_flat(x, at); /* (uint64 by value) */
                 line[n].i = n;
             }
             qsort(line, (size_t)L, sizeof *line, largest ? topk_desc : topk_asc);
@@ -989,12 +986,13 @@ static ai_status topk_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_topk = {"TopK", "", 2, 2, 2, 2, AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X,
+static const ai_op_def op_topk = {"TopK", "", 2, 2, 2, 2,
+                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_UNSIGNED,
                                   NULL, topk_shape, topk_forward, topk_backward};
-static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
-                                    NULL};
-static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, 0, NULL, arg_shape, arg_forward,
-                                    NULL};
+static const ai_op_def op_argmax = {"ArgMax", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL, arg_shape,
+                                    arg_forward, NULL};
+static const ai_op_def op_argmin = {"ArgMin", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL, arg_shape,
+                                    arg_forward, NULL};
 static const ai_op_def op_cumsum = {"CumSum", "", 2, 2, 1, 1,
                                     AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
                                     NULL, cum_shape, cum_forward, cum_backward};
@@ -1003,7 +1001,8 @@ static const ai_op_def op_cumprod = {"CumProd", "", 2, 2, 1, 1,
                                      cum_forward, cum_backward};
 
 #define REDUCE_OP(VAR, NAME)                                                           \
-    static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, 0, reduce_init, reduce_shape,  \
+    static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, AI_OP_UNSIGNED, reduce_init,   \
+                                  reduce_shape,                                        \
                                   reduce_forward, reduce_backward};
 
 REDUCE_OP(op_reduce_sum, "ReduceSum")

@@ -165,11 +165,15 @@ static ai_status unsqueeze_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
 /* ---------------------------------------------------------------- registry */
 
 /* a copy: backward passes dy through and reads no value */
-#define FLAT (AI_OP_HALF | ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
-OP(op_reshape, "Reshape", 2, 2, 1, FLAT, reshape_shape, flat_forward, flat_backward)
-OP(op_flatten, "Flatten", 1, 1, 1, FLAT, flatten_shape, flat_forward, flat_backward)
-OP(op_squeeze, "Squeeze", 1, 2, 1, FLAT, squeeze_shape, flat_forward, flat_backward)
-OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, FLAT, unsqueeze_shape, flat_forward, flat_backward)
+#define FLAT (ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
+OP(op_reshape, "Reshape", 2, 2, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, reshape_shape,
+   flat_forward, flat_backward)
+OP(op_flatten, "Flatten", 1, 1, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, flatten_shape,
+   flat_forward, flat_backward)
+OP(op_squeeze, "Squeeze", 1, 2, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, squeeze_shape,
+   flat_forward, flat_backward)
+OP(op_unsqueeze, "Unsqueeze", 1, 2, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, unsqueeze_shape,
+   flat_forward, flat_backward)
 
 const ai_op_def *const ai_ops_reshape[] = {
     &op_reshape, &op_flatten, &op_squeeze, &op_unsqueeze, NULL,

@@ -286,7 +286,8 @@ UNARY_KERNELS_PASS(floor, floor(x), 0.0, 0)
 UNARY_KERNELS_PASS(ceil, ceil(x), 0.0, 0)
 UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
 
-/* Abs, Neg and Identity also take integers (shape arithmetic). */
+/* Abs and Neg also take integers of every width (wrapping: Abs(INT8_MIN) is
+ * INT8_MIN, as in torch and numpy). */
 #define INT_OR_FLOAT_KERNELS(NAME, FWD, IFWD, DER)                                     \
     UNARY_KERNELS(NAME##_float, FWD, DER)                                              \
     static ai_status NAME##_forward(ai_ctx *c)                                         \
@@ -294,25 +295,20 @@ UNARY_KERNELS_PASS(round, nearbyint(x), 0.0, 0)
         ai_dtype dt = c->in[0]->dtype;                                                 \
         if (dt == AI_F32 || dt == AI_F64)                                              \
             return NAME##_float_forward(c);                                            \
-        if (dt == AI_I64 || dt == AI_I32) {                                            \
-            int64_t n = ai_tensor_numel(c->in[0]);                                     \
-            for (int64_t i = 0; i < n; i++) {                                          \
-                int64_t x = dt == AI_I64 ? ((const int64_t *)c->in[0]->data)[i]        \
-                                         : ((const int32_t *)c->in[0]->data)[i];       \
-                int64_t y = (IFWD);                                                    \
-                if (dt == AI_I64)                                                      \
-                    ((int64_t *)c->out[0]->data)[i] = y;                               \
-                else                                                                   \
-                    ((int32_t *)c->out[0]->data)[i] = (int32_t)y;                      \
-            }                                                                          \
-            return AI_OK;                                                              \
+        const bool uns = ai_dtype_is_unsigned(dt); /* (Abs of one is itself) */       \
+        (void)uns;                                                                     \
+        const int64_t n = ai_tensor_numel(c->in[0]);                                   \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            const int64_t x = ai_int_at(c->in[0], i);                                  \
+            ai_int_set(c->out[0], i, (IFWD));                                          \
         }                                                                              \
-        return ai_tensor_copy(c->out[0], c->in[0]);                                    \
+        return AI_OK;                                                                  \
     }                                                                                  \
     static ai_status NAME##_backward(ai_ctx *c) { return NAME##_float_backward(c); }
 
 /* integer forms negate in uint64_t: -INT64_MIN wraps to INT64_MIN like torch, no UB */
-INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x, (int64_t)(x < 0 ? 0 - (uint64_t)x : (uint64_t)x),
+INT_OR_FLOAT_KERNELS(abs, x < 0 ? -x : x,
+                     (int64_t)(x < 0 && !uns ? 0 - (uint64_t)x : (uint64_t)x),
                      x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0))
 INT_OR_FLOAT_KERNELS(neg, -x, (int64_t)(0 - (uint64_t)x), -1.0)
 
@@ -438,12 +434,12 @@ FLOAT_OP(floor, "Floor")
 FLOAT_OP(ceil, "Ceil")
 FLOAT_OP(round, "Round")
 
-static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
-                                 numeric_shape, abs_forward, abs_backward};
+static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1) | AI_OP_UNSIGNED,
+                                 unary_init, numeric_shape, abs_forward, abs_backward};
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
 static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1,
-                                      AI_OP_HALF | AI_OP_GRAD_ASSIGN(1), NULL,
+                                      AI_OP_GRAD_ASSIGN(1) | AI_OP_HALF | AI_OP_ANY_DTYPE, NULL,
                                       same_shape, identity_forward, identity_backward};
 
 /* ---------------------------------------------------------------- Clip */
@@ -536,7 +532,9 @@ static ai_status clip_forward(ai_ctx *c)
                       c->out[0]->data};
         ai_parallel_for(n, AI_GRAIN_ELEMS, clip_forward_range, &j);
     } else {
-        /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB) */
+        /* integers: clip in int64, exactly (a double holds 53 bits; (int64_t)2^63 is UB),
+         * uint64 by its order key */
+        const ai_dtype dt = c->in[0]->dtype;
         int64_t ilo = INT64_MIN, ihi = INT64_MAX;
         if (c->node->opset < 11) {
             if (lo > -9223372036854775808.0)
@@ -546,22 +544,14 @@ static ai_status clip_forward(ai_ctx *c)
         } else {
             for (int k = 1; k <= 2 && k < c->n_in; k++)
                 if (c->in[k])
-                    *(k == 1 ? &ilo : &ihi) = ai_tensor_get_flat_i64(c->in[k], 0);
+                    *(k == 1 ? &ilo : &ihi) =
+                        ai_int_order_key(dt, ai_tensor_get_flat_i64(c->in[k], 0));
         }
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = ai_tensor_get_flat_i64(c->in[0], i);
+            int64_t v = ai_int_order_key(dt, ai_int_at(c->in[0], i));
             v = v < ilo ? ilo : v;
             v = v > ihi ? ihi : v;
-            switch (c->in[0]->dtype) { /* v is within the input's range */
-            case AI_I64: ((int64_t *)c->out[0]->data)[i] = (int64_t)v; break;
-            case AI_I32: ((int32_t *)c->out[0]->data)[i] = (int32_t)v; break;
-            case AI_I16: ((int16_t *)c->out[0]->data)[i] = (int16_t)v; break;
-            case AI_I8: ((int8_t *)c->out[0]->data)[i] = (int8_t)v; break;
-            case AI_U8: ((uint8_t *)c->out[0]->data)[i] = (uint8_t)v; break;
-            default:
-                return ai_node_error(c->node, AI_ERR_TYPE, "dtype %s is not supported",
-                                     ai_dtype_name(c->in[0]->dtype));
-            }
+            ai_int_set(c->out[0], i, ai_int_order_key(dt, v)); /* within the input's range */
         }
     }
     return AI_OK;
@@ -581,8 +571,8 @@ static ai_status clip_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1), NULL, clip_shape,
-                                  clip_forward, clip_backward};
+static const ai_op_def op_clip = {"Clip", "", 1, 3, 1, 1, AI_OP_GRAD_ASSIGN(1) | AI_OP_UNSIGNED,
+                                  NULL, clip_shape, clip_forward, clip_backward};
 
 /* ---------------------------------------------------------------- Not, IsNaN, IsInf */
 
@@ -654,7 +644,7 @@ static ai_status bitwise_not_forward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, 0, NULL,
+static const ai_op_def op_bitwise_not = {"BitwiseNot", "", 1, 1, 1, 1, AI_OP_UNSIGNED, NULL,
                                          bitwise_not_shape, bitwise_not_forward, NULL};
 
 /* ---------------------------------------------------------------- Dropout */
@@ -770,6 +760,36 @@ static const ai_op_def op_dropout = {"Dropout", "", 1, 3, 1, 2,
 
 /* ---------------------------------------------------------------- Cast */
 
+/* Cast(input; to, saturate, round_mode), CastLike(input, target; saturate,
+ * round_mode): ONNX's conversions (ai_tensor_convert): saturate (default 1)
+ * clamps what an 8-bit float cannot hold to its largest finite value, else
+ * infinity or NaN by the format; round_mode ("up", "down", "nearest")
+ * rounds to float8 E8M0. */
+static ai_status cast_init(ai_node *n)
+{
+    int64_t saturate;
+    const char *round;
+    ai_status st;
+    if ((st = ai_attr_int(n, "saturate", 1, &saturate)) ||
+        (st = ai_attr_string(n, "round_mode", "up", &round)))
+        return st;
+    ai_convert_mode *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = p;
+    p->saturate = saturate != 0;
+    if (strcmp(round, "up") == 0)
+        p->e8m0_round = AI_ROUND_UP;
+    else if (strcmp(round, "down") == 0)
+        p->e8m0_round = AI_ROUND_DOWN;
+    else if (strcmp(round, "nearest") == 0)
+        p->e8m0_round = AI_ROUND_NEAREST;
+    else
+        return ai_node_error(n, AI_ERR_VALUE,
+                             "round_mode is '%s'; 'up', 'down' or 'nearest' expected", round);
+    return AI_OK;
+}
+
 static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     int64_t to;
@@ -785,8 +805,13 @@ static ai_status cast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     return st;
 }
 
-static ai_status cast_forward(ai_ctx *c) { return ai_tensor_copy(c->out[0], c->in[0]); }
+static ai_status cast_forward(ai_ctx *c)
+{
+    const ai_convert_mode *mode = c->node->params;
+    return ai_tensor_convert(c->out[0], c->in[0], *mode);
+}
 
+/* The gradient flows between float32 and float64 only. */
 static ai_status cast_backward(ai_ctx *c)
 {
     if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype))
@@ -802,8 +827,8 @@ static ai_status cast_backward(ai_ctx *c)
     return st;
 }
 
-static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, AI_OP_HALF, NULL, cast_shape,
-                                  cast_forward, cast_backward};
+static const ai_op_def op_cast = {"Cast", "", 1, 1, 1, 1, AI_OP_HALF | AI_OP_ANY_DTYPE, cast_init,
+                                  cast_shape, cast_forward, cast_backward};
 
 /* CastLike(input, target): Cast to the dtype of `target`. */
 static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -813,9 +838,54 @@ static ai_status cast_like_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
     return st;
 }
 
-static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, AI_OP_HALF, NULL,
-                                       cast_like_shape,
-                                       cast_forward, cast_backward};
+static const ai_op_def op_cast_like = {"CastLike", "", 2, 2, 1, 1, AI_OP_HALF | AI_OP_ANY_DTYPE, cast_init,
+                                       cast_like_shape, cast_forward, cast_backward};
+
+/* BitCast(input; to): the same bits read as another dtype of the same
+ * width (opset 26), in the same shape. The sub-byte types, kept one a
+ * byte, keep their bits in the byte's low ones. */
+static int bit_width(ai_dtype dt)
+{
+    switch (dt) {
+    case AI_I4:
+    case AI_U4:
+    case AI_F4E2M1: return 4;
+    case AI_I2:
+    case AI_U2: return 2;
+    default: return 8 * (int)ai_dtype_size(dt);
+    }
+}
+
+static ai_status bitcast_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    int64_t to;
+    ai_status st = ai_attr_int(c->node, "to", -1, &to);
+    if (st)
+        return st;
+    ai_dtype dt;
+    const ai_dtype from = c->in[0]->dtype;
+    if (!ai_dtype_from_onnx(to, &dt))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
+                             "bitcast to ONNX data type %lld is not supported", (long long)to);
+    if (bit_width(dt) != bit_width(from))
+        return ai_node_error(c->node, AI_ERR_TYPE,
+                             "bitcast of %s (%d bits) to %s (%d bits): the widths differ",
+                             ai_dtype_name(from), bit_width(from), ai_dtype_name(dt),
+                             bit_width(dt));
+    st = same_shape(c, out, ws, state);
+    out[0].dtype = dt;
+    return st;
+}
+
+static ai_status bitcast_forward(ai_ctx *c)
+{
+    ai_tensor bytes = *c->in[0]; /* the input's elements, in the output's dtype */
+    bytes.dtype = c->out[0]->dtype;
+    return ai_tensor_copy(c->out[0], &bytes);
+}
+
+static const ai_op_def op_bitcast = {"BitCast", "", 1, 1, 1, 1, AI_OP_HALF | AI_OP_ANY_DTYPE, NULL,
+                                     bitcast_shape, bitcast_forward, NULL};
 
 const ai_op_def *const ai_ops_unary[] = {
     &op_relu, &op_leaky_relu, &op_sigmoid, &op_tanh, &op_gelu, &op_erf, &op_sqrt,
@@ -824,5 +894,5 @@ const ai_op_def *const ai_ops_unary[] = {
     &op_sinh, &op_cosh, &op_asinh, &op_acosh, &op_atanh, &op_softsign, &op_mish, &op_swish,
     &op_thresholded_relu, &op_shrink, &op_sign, &op_floor, &op_ceil,
     &op_round, &op_abs, &op_neg, &op_identity, &op_clip, &op_dropout, &op_cast,
-    &op_cast_like, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
+    &op_cast_like, &op_bitcast, &op_not, &op_isnan, &op_isinf, &op_bitwise_not, NULL,
 };

@@ -19,40 +19,66 @@
 /* ------------------------------------------------------------ dtypes */
 
 static const struct {
-    int npy;
-    const char *format;  /* buffer protocol (struct module) */
+    int npy;             /* NPY_NOTYPE: an ml_dtypes type (`ml`) */
+    const char *format;  /* buffer protocol (struct module); NULL: none */
     const char *typestr; /* __array_interface__, without the byte order */
-    DLDataType dl;
+    DLDataType dl;       /* lanes 0: none (DLPack packs the sub-byte types) */
+    const char *ml;      /* the ml_dtypes type NumPy arrays of it have */
 } dtype_map[] = {
-    [AI_F32] = {NPY_FLOAT32, "f", "f4", {kDLFloat, 32, 1}},
-    [AI_F64] = {NPY_FLOAT64, "d", "f8", {kDLFloat, 64, 1}},
-    [AI_F16] = {NPY_FLOAT16, "e", "f2", {kDLFloat, 16, 1}},
-    [AI_I8] = {NPY_INT8, "b", "i1", {kDLInt, 8, 1}},
-    [AI_U8] = {NPY_UINT8, "B", "u1", {kDLUInt, 8, 1}},
-    [AI_I16] = {NPY_INT16, "h", "i2", {kDLInt, 16, 1}},
-    [AI_I32] = {NPY_INT32, "i", "i4", {kDLInt, 32, 1}},
-    [AI_I64] = {NPY_INT64, "q", "i8", {kDLInt, 64, 1}},
-    [AI_BOOL] = {NPY_BOOL, "?", "b1", {kDLBool, 8, 1}},
-    /* NumPy has no bfloat16: ml_dtypes registers one at run time (bf16_descr);
-     * the buffer protocol and __array_interface__ have no code for it */
-    [AI_BF16] = {NPY_NOTYPE, NULL, NULL, {kDLBfloat, 16, 1}},
+    [AI_F32] = {NPY_FLOAT32, "f", "f4", {kDLFloat, 32, 1}, NULL},
+    [AI_F64] = {NPY_FLOAT64, "d", "f8", {kDLFloat, 64, 1}, NULL},
+    [AI_F16] = {NPY_FLOAT16, "e", "f2", {kDLFloat, 16, 1}, NULL},
+    [AI_I8] = {NPY_INT8, "b", "i1", {kDLInt, 8, 1}, NULL},
+    [AI_U8] = {NPY_UINT8, "B", "u1", {kDLUInt, 8, 1}, NULL},
+    [AI_I16] = {NPY_INT16, "h", "i2", {kDLInt, 16, 1}, NULL},
+    [AI_I32] = {NPY_INT32, "i", "i4", {kDLInt, 32, 1}, NULL},
+    [AI_I64] = {NPY_INT64, "q", "i8", {kDLInt, 64, 1}, NULL},
+    [AI_BOOL] = {NPY_BOOL, "?", "b1", {kDLBool, 8, 1}, NULL},
+    [AI_U16] = {NPY_UINT16, "H", "u2", {kDLUInt, 16, 1}, NULL},
+    [AI_U32] = {NPY_UINT32, "I", "u4", {kDLUInt, 32, 1}, NULL},
+    [AI_U64] = {NPY_UINT64, "Q", "u8", {kDLUInt, 64, 1}, NULL},
+    [AI_F8E4M3FN] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e4m3fn, 8, 1}, "float8_e4m3fn"},
+    [AI_F8E4M3FNUZ] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e4m3fnuz, 8, 1}, "float8_e4m3fnuz"},
+    [AI_F8E5M2] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e5m2, 8, 1}, "float8_e5m2"},
+    [AI_F8E5M2FNUZ] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e5m2fnuz, 8, 1}, "float8_e5m2fnuz"},
+    [AI_F8E8M0] = {NPY_NOTYPE, NULL, NULL, {kDLFloat8_e8m0fnu, 8, 1}, "float8_e8m0fnu"},
+    [AI_I4] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "int4"},
+    [AI_U4] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "uint4"},
+    [AI_I2] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "int2"},
+    [AI_U2] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "uint2"},
+    [AI_F4E2M1] = {NPY_NOTYPE, NULL, NULL, {0, 0, 0}, "float4_e2m1fn"},
+    /* NumPy has no bfloat16: ml_dtypes registers one at run time */
+    [AI_BF16] = {NPY_NOTYPE, NULL, NULL, {kDLBfloat, 16, 1}, "bfloat16"},
 };
 _Static_assert(sizeof dtype_map / sizeof dtype_map[0] == AI_DTYPE_COUNT,
                "one binding entry per dtype");
 
 #define SUPPORTED_DTYPES \
-    "float32, float64, float16, int8, uint8, int16, int32, int64, bool, bfloat16"
+    "float32, float64, float16, int8, uint8, int16, int32, int64, bool, uint16, uint32, " \
+    "uint64, and with ml_dtypes bfloat16, float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, " \
+    "float8_e5m2fnuz, float8_e8m0fnu, int4, uint4, int2, uint2, float4_e2m1fn"
 
-/* ml_dtypes.bfloat16 (onnx's numpy_helper and its reference use it), the
- * type of NumPy arrays of bfloat16: NULL with an exception set without
- * ml_dtypes. */
-static PyArray_Descr *bf16_descr(void)
+/* The ml_dtypes type of `dt` (new reference), or NULL with an exception. */
+static PyObject *ml_type(ai_dtype dt)
 {
     PyObject *mod = PyImport_ImportModule("ml_dtypes");
-    if (!mod)
+    if (!mod) {
+        PyErr_Format(PyExc_ImportError,
+                     "NumPy arrays of %s need the ml_dtypes package (pip install ml_dtypes)",
+                     ai_dtype_name(dt));
         return NULL;
-    PyObject *type = PyObject_GetAttrString(mod, "bfloat16");
+    }
+    PyObject *type = PyObject_GetAttrString(mod, dtype_map[dt].ml);
     Py_DECREF(mod);
+    return type;
+}
+
+/* The NumPy dtype of `dt` (new reference), or NULL with an exception. */
+static PyArray_Descr *npy_descr(ai_dtype dt)
+{
+    if (!dtype_map[dt].ml)
+        return PyArray_DescrFromType(dtype_map[dt].npy);
+    PyObject *type = ml_type(dt);
     PyArray_Descr *descr = NULL;
     if (type && !PyArray_DescrConverter(type, &descr))
         descr = NULL;
@@ -60,23 +86,32 @@ static PyArray_Descr *bf16_descr(void)
     return descr;
 }
 
-/* The engine dtype of a NumPy dtype: -1 if none. */
 static int dtype_from_descr(PyArray_Descr *descr, ai_dtype *out)
 {
+    const int npy = descr->type_num;
+    if (npy >= NPY_USERDEF) { /* ml_dtypes registers its types at import */
+        for (int i = 0; i < AI_DTYPE_COUNT; i++) {
+            if (!dtype_map[i].ml)
+                continue;
+            PyObject *type = ml_type((ai_dtype)i);
+            int same = type == (PyObject *)descr->typeobj;
+            Py_XDECREF(type);
+            if (!type)
+                PyErr_Clear();
+            if (same) {
+                *out = (ai_dtype)i;
+                return 0;
+            }
+        }
+        return -1;
+    }
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         /* NPY_INT64 and NPY_LONGLONG are both 8-byte integers */
-        if (dtype_map[i].npy != NPY_NOTYPE && (dtype_map[i].npy == descr->type_num ||
-                                               PyArray_EquivTypenums(dtype_map[i].npy,
-                                                                     descr->type_num))) {
+        if (!dtype_map[i].ml && (dtype_map[i].npy == npy ||
+                                 PyArray_EquivTypenums(dtype_map[i].npy, npy))) {
             *out = (ai_dtype)i;
             return 0;
         }
-    }
-    const char *name = descr->typeobj->tp_name, *dot = strrchr(name, '.');
-    if (descr->type_num >= NPY_USERDEF && strcmp(dot ? dot + 1 : name, "bfloat16") == 0 &&
-        PyDataType_ELSIZE(descr) == 2) {
-        *out = AI_BF16;
-        return 0;
     }
     return -1;
 }
@@ -85,7 +120,7 @@ static int dtype_from_dl(DLDataType dl, ai_dtype *out)
 {
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         if (dtype_map[i].dl.code == dl.code && dtype_map[i].dl.bits == dl.bits &&
-            dl.lanes == 1) {
+            dtype_map[i].dl.lanes == 1 && dl.lanes == 1) {
             *out = (ai_dtype)i;
             return 0;
         }
@@ -556,9 +591,9 @@ static PyObject *Tensor_get_array_interface(TensorObject *self, void *c)
 {
     (void)c;
     const ai_tensor *t = self->t;
-    if (!dtype_map[t->dtype].typestr) /* NumPy then calls __array__ */
+    if (!dtype_map[t->dtype].typestr) /* NumPy then asks __array__ */
         return PyErr_Format(PyExc_AttributeError,
-                            "a %s tensor has no __array_interface__; use .numpy()",
+                            "%s has no __array_interface__ type; use numpy()",
                             ai_dtype_name(t->dtype));
     char typestr[4] = {typestr_byteorder(t->dtype), dtype_map[t->dtype].typestr[0],
                        dtype_map[t->dtype].typestr[1], 0};
@@ -583,6 +618,11 @@ static PyObject *Tensor_get_array_interface(TensorObject *self, void *c)
 static int Tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags)
 {
     const ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].format) {
+        PyErr_Format(PyExc_BufferError, "%s has no buffer format; use numpy()",
+                     ai_dtype_name(t->dtype));
+        return -1;
+    }
     if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE && (t->flags & AI_TENSOR_READONLY)) {
         PyErr_SetString(PyExc_BufferError, "the tensor is read-only");
         return -1;
@@ -742,6 +782,10 @@ PyObject *tensor_capsule(TensorObject *self, int versioned, PyObject *copy_obj)
 {
     int copy = copy_obj != Py_None && PyObject_IsTrue(copy_obj);
     ai_tensor *t = self->t;
+    if (!dtype_map[t->dtype].dl.lanes)
+        return PyErr_Format(PyExc_BufferError,
+                            "%s has no DLPack form (DLPack packs it, the engine keeps one "
+                            "element a byte); use numpy()", ai_dtype_name(t->dtype));
     PyObject *owner = Py_NewRef(self);
     if (copy || negative_strides(t)) {
         if (copy_obj == Py_False) {
@@ -816,6 +860,12 @@ static void dl_result_deleter(DLManagedTensor *m)
 
 PyObject *result_capsule(ai_tensor *t)
 {
+    if (!dtype_map[t->dtype].dl.lanes) {
+        PyErr_Format(PyExc_TypeError, "a result of dtype %s has no DLPack form",
+                     ai_dtype_name(t->dtype));
+        ai_tensor_free(t);
+        return NULL;
+    }
     dl_result *e = PyMem_RawCalloc(1, sizeof *e);
     if (!e) {
         ai_tensor_free(t);
@@ -850,8 +900,7 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
         dims[i] = (npy_intp)t->shape[i];
         strides[i] = (npy_intp)t->strides[i] * itemsize;
     }
-    PyArray_Descr *descr = t->dtype == AI_BF16 ? bf16_descr()
-                                               : PyArray_DescrFromType(dtype_map[t->dtype].npy);
+    PyArray_Descr *descr = npy_descr(t->dtype);
     if (!descr)
         return NULL;
     if (!t->data) /* empty: NumPy allocates nothing to alias */
@@ -869,7 +918,7 @@ static PyObject *Tensor_numpy(TensorObject *self, PyObject *unused)
     return arr;
 }
 
-/* np.asarray(tensor) for a dtype without __array_interface__ (bfloat16) */
+/* numpy.asarray's way in for the dtypes without a buffer format (ml_dtypes) */
 static PyObject *Tensor_array(TensorObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"dtype", "copy", NULL};
@@ -877,14 +926,13 @@ static PyObject *Tensor_array(TensorObject *self, PyObject *args, PyObject *kwds
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:__array__", kwlist, &dtype, &copy))
         return NULL;
     PyObject *arr = Tensor_numpy(self, NULL);
-    if (!arr || (dtype == Py_None && !PyObject_IsTrue(copy)))
-        return arr;
-    PyObject *res = PyObject_CallMethod(arr, "astype", "O", dtype == Py_None
-                                                                 ? (PyObject *)PyArray_DESCR(
-                                                                       (PyArrayObject *)arr)
-                                                                 : dtype);
-    Py_DECREF(arr);
-    return res;
+    if (arr && (dtype != Py_None || copy == Py_True)) {
+        PyObject *res = PyObject_CallMethod(arr, "astype", "O", dtype == Py_None
+                                            ? (PyObject *)PyArray_DESCR((PyArrayObject *)arr)
+                                            : dtype);
+        Py_SETREF(arr, res);
+    }
+    return arr;
 }
 
 static PyObject *Tensor_clone(TensorObject *self, PyObject *unused)
@@ -1008,9 +1056,10 @@ static PyMethodDef Tensor_methods[] = {
     {"__dlpack_device__", (PyCFunction)Tensor_dlpack_device, METH_NOARGS,
      "(device_type, device_id) in DLPack terms: always the CPU."},
     {"numpy", (PyCFunction)Tensor_numpy, METH_NOARGS,
-     "A NumPy array viewing the same memory (no copy)."},
+     "A NumPy array viewing the same memory (no copy); the float8 and sub-byte\n"
+     "dtypes as ml_dtypes arrays."},
     {"__array__", (PyCFunction)(void (*)(void))Tensor_array, METH_VARARGS | METH_KEYWORDS,
-     "A NumPy array of the values (a view unless dtype or copy asks otherwise)."},
+     "__array__(dtype=None, copy=None): numpy(), converted or copied if asked."},
     {"clone", (PyCFunction)Tensor_clone, METH_NOARGS,
      "A contiguous copy owning its memory."},
     {"contiguous", (PyCFunction)Tensor_contiguous, METH_NOARGS,

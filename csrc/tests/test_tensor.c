@@ -276,6 +276,105 @@ TEST(live_counters_return_to_zero)
     CHECK(ai_debug_owned_bytes() == b0);
 }
 
+/* Every code of each small float decodes and encodes back to itself (NaN
+ * codes to a NaN), without saturation (E5M2's infinities stay) and E8M0
+ * rounding down (rounding up, the float32 subnormal 2^-127 becomes 2^-126
+ * in onnx.numpy_helper.to_float8e8m0 too). */
+TEST(small_float_round_trip_exhaustive)
+{
+    const ai_dtype dts[] = {AI_F8E4M3FN, AI_F8E4M3FNUZ, AI_F8E5M2, AI_F8E5M2FNUZ,
+                            AI_F8E8M0, AI_F4E2M1};
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        const int codes = dts[k] == AI_F4E2M1 ? 16 : 256;
+        for (int c = 0; c < codes; c++) {
+            double v = ai_small_float_to_f64((uint8_t)c, dts[k]);
+            uint8_t back = ai_f64_to_small_float(v, dts[k], (ai_convert_mode){false, AI_ROUND_DOWN});
+            if (isnan(v))
+                CHECK(isnan(ai_small_float_to_f64(back, dts[k])));
+            else
+                CHECK(back == c);
+        }
+    }
+}
+
+TEST(small_float_rounding_and_saturation)
+{
+    const ai_convert_mode sat = AI_CONVERT_DEFAULT, nosat = {false, AI_ROUND_UP};
+    /* E4M3FN: largest 448 (0x7e), NaN 0x7f, no infinity */
+    CHECK(ai_f64_to_small_float(448, AI_F8E4M3FN, nosat) == 0x7e);
+    CHECK(ai_f64_to_small_float(464, AI_F8E4M3FN, nosat) == 0x7e);  /* tie to even */
+    CHECK(ai_f64_to_small_float(465, AI_F8E4M3FN, nosat) == 0x7f);  /* rounds past: NaN */
+    CHECK(ai_f64_to_small_float(465, AI_F8E4M3FN, sat) == 0x7e);
+    CHECK(ai_f64_to_small_float(-INFINITY, AI_F8E4M3FN, sat) == 0xfe);
+    CHECK(ai_f64_to_small_float(INFINITY, AI_F8E4M3FN, nosat) == 0x7f);
+    CHECK(ai_f64_to_small_float(ldexp(1, -10), AI_F8E4M3FN, sat) == 0x00); /* tie: 0 */
+    CHECK(ai_f64_to_small_float(ldexp(3, -11), AI_F8E4M3FN, sat) == 0x01);
+    CHECK(ai_f64_to_small_float(-0.0, AI_F8E4M3FN, sat) == 0x80);
+    CHECK(ai_f64_to_small_float(0.4789, AI_F8E4M3FN, sat) == 0x2f); /* 0.46875 */
+    /* E5M2: IEEE infinities, kept without saturation */
+    CHECK(ai_f64_to_small_float(61440, AI_F8E5M2, nosat) == 0x7c); /* tie up to 2^16 */
+    CHECK(ai_f64_to_small_float(61440, AI_F8E5M2, sat) == 0x7b);
+    CHECK(ai_f64_to_small_float(-INFINITY, AI_F8E5M2, nosat) == 0xfc);
+    CHECK(isinf(ai_small_float_to_f64(0x7c, AI_F8E5M2)));
+    /* FNUZ: one NaN (0x80), no -0 */
+    CHECK(ai_f64_to_small_float(-0.0, AI_F8E4M3FNUZ, sat) == 0x00);
+    CHECK(ai_f64_to_small_float(-1e-9, AI_F8E5M2FNUZ, sat) == 0x00);
+    CHECK(ai_f64_to_small_float(NAN, AI_F8E5M2FNUZ, sat) == 0x80);
+    CHECK(ai_f64_to_small_float(1e6, AI_F8E4M3FNUZ, nosat) == 0x80);
+    CHECK(ai_small_float_to_f64(0x7f, AI_F8E4M3FNUZ) == 240);
+    /* float4 E2M1: no infinity nor NaN, always saturates */
+    CHECK(ai_f64_to_small_float(INFINITY, AI_F4E2M1, nosat) == 0x7);
+    CHECK(ai_f64_to_small_float(-5, AI_F4E2M1, sat) == 0xe); /* tie: -4 */
+    /* E8M0: 2^(e - 127), rounded by round_mode */
+    CHECK(ai_f64_to_small_float(3, AI_F8E8M0, sat) == 129);
+    CHECK(ai_f64_to_small_float(3, AI_F8E8M0, (ai_convert_mode){true, AI_ROUND_DOWN}) == 128);
+    CHECK(ai_f64_to_small_float(2.5, AI_F8E8M0, (ai_convert_mode){true, AI_ROUND_NEAREST}) == 128);
+    CHECK(ai_f64_to_small_float(ldexp(1.5, 127), AI_F8E8M0, sat) == 254);
+    CHECK(ai_f64_to_small_float(ldexp(1.5, 127), AI_F8E8M0, nosat) == 255);
+    CHECK(isnan(ai_small_float_to_f64(255, AI_F8E8M0)));
+}
+
+/* The sub-byte integers (one a byte, low bits) and uint64 through copies. */
+TEST(int4_and_uint64_conversion)
+{
+    int64_t shape[] = {6};
+    ai_tensor *src, *i4, *u4, *f, *u64;
+    CHECK_OK(ai_tensor_new(&src, AI_I64, 1, shape));
+    const int64_t vals[] = {9, -9, 7, -8, 17, -1};
+    memcpy(src->data, vals, sizeof vals);
+    CHECK_OK(ai_tensor_new(&i4, AI_I4, 1, shape));
+    CHECK_OK(ai_tensor_copy(i4, src)); /* integers wrap */
+    CHECK(ai_tensor_get_flat_i64(i4, 0) == -7 && ai_tensor_get_flat_i64(i4, 1) == 7);
+    CHECK(ai_tensor_get_flat_i64(i4, 3) == -8 && ai_tensor_get_flat_i64(i4, 4) == 1);
+    CHECK(((uint8_t *)i4->data)[5] == 0xf); /* -1: the low nibble only */
+    CHECK_OK(ai_tensor_new(&u4, AI_U4, 1, shape));
+    CHECK_OK(ai_tensor_copy(u4, i4));
+    CHECK(ai_tensor_get_flat_i64(u4, 5) == 15);
+    /* floats truncate; out of range gives 0 (ml_dtypes, the ONNX reference) */
+    CHECK_OK(ai_tensor_new(&f, AI_F64, 1, shape));
+    const double fv[] = {7.9, 8.0, -8.9, -9.0, NAN, 15.9};
+    memcpy(f->data, fv, sizeof fv);
+    CHECK_OK(ai_tensor_copy(i4, f));
+    CHECK(ai_tensor_get_flat_i64(i4, 0) == 7 && ai_tensor_get_flat_i64(i4, 1) == 0);
+    CHECK(ai_tensor_get_flat_i64(i4, 2) == -8 && ai_tensor_get_flat_i64(i4, 3) == 0);
+    CHECK(ai_tensor_get_flat_i64(i4, 4) == 0);
+    CHECK_OK(ai_tensor_copy(u4, f));
+    CHECK(ai_tensor_get_flat_i64(u4, 5) == 15 && ai_tensor_get_flat_i64(u4, 2) == 0);
+    /* uint64 above 2^63 converts to and from floats by value */
+    CHECK_OK(ai_tensor_new(&u64, AI_U64, 1, shape));
+    ((double *)f->data)[0] = 1e19;
+    CHECK_OK(ai_tensor_copy(u64, f));
+    CHECK(((uint64_t *)u64->data)[0] == UINT64_C(10000000000000000000));
+    ((uint64_t *)u64->data)[1] = UINT64_MAX;
+    CHECK_OK(ai_tensor_copy(f, u64));
+    CHECK(((double *)f->data)[1] == 18446744073709551616.0);
+    ai_tensor_free(src);
+    ai_tensor_free(i4);
+    ai_tensor_free(u4);
+    ai_tensor_free(f);
+    ai_tensor_free(u64);
+}
+
 const ctest_case tensor_cases[] = {
     CASE(new_is_zeroed_contiguous_and_aligned),
     CASE(scalar_and_empty),
@@ -288,6 +387,9 @@ const ctest_case tensor_cases[] = {
     CASE(dtype_conversion),
     CASE(f16_round_trip_exhaustive),
     CASE(bf16_round_trip_exhaustive_and_rounding),
+    CASE(small_float_round_trip_exhaustive),
+    CASE(small_float_rounding_and_saturation),
+    CASE(int4_and_uint64_conversion),
     CASE(live_counters_return_to_zero),
     {NULL, NULL},
 };
