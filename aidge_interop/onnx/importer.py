@@ -510,8 +510,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
             inferred[hinted] = _value_dims(proto, input_shapes if hinted else None)
         return inferred[hinted]
 
-    known = {("" if d == "ai.onnx" else d, n) for n, d in
-             ((n, o["domain"]) for n, o in supported_operators().items())}
+    # (domain, name) pairs: one name may be in two domains (QGemm)
+    known = ({(d, n) for d, n, _ in _C.supported_operators()}
+             | {("", n) for n in EXPANDED + SEQUENCE_OPERATORS})
 
     def add_nodes(g, nodes, where):
         for i, node in enumerate(_sequence_scans(nodes)):

@@ -1,6 +1,8 @@
 /*
  * pool.c — MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool (ONNX
- * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64.
+ * opsets 11 to 21) over the kernels of kernels/pool.h, float32 and float64;
+ * MaxPool also int8 and uint8 (quantized models), through float32 copies
+ * in the workspace (exact).
  *
  * MaxPool and AveragePool take 1 to 3 spatial dims and the attributes
  * kernel_shape, strides, pads (begin..., end...), dilations, ceil_mode,
@@ -73,11 +75,14 @@ static ai_status pool_init(ai_node *n)
     return AI_OK;
 }
 
-static ai_status check_input(const ai_node *n, const ai_tensor *x, int max_rank)
+static bool is_8bit(const ai_tensor *x) { return x->dtype == AI_I8 || x->dtype == AI_U8; }
+
+/* x: float32 or float64, or with `any8` int8 or uint8 */
+static ai_status check_input(const ai_node *n, const ai_tensor *x, int max_rank, bool any8)
 {
-    if (x->dtype != AI_F32 && x->dtype != AI_F64)
-        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
-                             ai_dtype_name(x->dtype));
+    if (x->dtype != AI_F32 && x->dtype != AI_F64 && !(any8 && is_8bit(x)))
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64%s expected",
+                             ai_dtype_name(x->dtype), any8 ? " (or int8, uint8)" : "");
     if (x->ndim < 3 || x->ndim > max_rank)
         return ai_node_error(n, AI_ERR_VALUE, "input has rank %d; (N, C, spatial...) with 1 "
                              "to %d spatial dims expected", x->ndim, max_rank - 2);
@@ -91,7 +96,7 @@ static ai_status pool_setup(const ai_ctx *c, ai_pool_params *p)
     const ai_node *n = c->node;
     const pool_attrs *a = n->params;
     const ai_tensor *x = c->in[0];
-    ai_status st = check_input(n, x, 5);
+    ai_status st = check_input(n, x, 5, a->kind == MAX_POOL);
     if (st)
         return st;
     const int nsp = x->ndim - 2;
@@ -138,7 +143,7 @@ static ai_status pool_setup(const ai_ctx *c, ai_pool_params *p)
 static ai_status global_setup(const ai_ctx *c, int64_t *NC, int64_t *S)
 {
     const ai_tensor *x = c->in[0];
-    ai_status st = check_input(c->node, x, AI_MAX_DIMS);
+    ai_status st = check_input(c->node, x, AI_MAX_DIMS, false);
     if (st)
         return st;
     *NC = x->shape[0] * x->shape[1];
@@ -161,7 +166,6 @@ static int64_t prod(const int64_t *v, int n)
 
 static ai_status pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws;
     const pool_attrs *a = c->node->params;
     const ai_tensor *x = c->in[0];
     ai_status st;
@@ -185,6 +189,8 @@ static ai_status pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     memcpy(out[0].shape + 2, p.out, sizeof(int64_t) * (size_t)p.nsp);
     if (a->kind == MAX_POOL) {
         *state = (size_t)(p.N * p.C * prod(p.out, p.nsp)) * sizeof(int64_t);
+        if (is_8bit(x)) /* float32 copies of x and y */
+            *ws = (size_t)(ai_tensor_numel(x) + p.N * p.C * prod(p.out, p.nsp)) * sizeof(float);
         if (c->n_out > 1) {
             out[1] = out[0];
             out[1].dtype = AI_I64;
@@ -226,10 +232,23 @@ static ai_status pool_forward(ai_ctx *c)
             ai_avgpool_forward_f64(&p, y, x);
         return AI_OK;
     }
-    if (f32)
+    if (is_8bit(c->in[0])) {
+        const int64_t nx = ai_tensor_numel(c->in[0]), ny = ai_tensor_numel(c->out[0]);
+        const bool u8 = c->in[0]->dtype == AI_U8;
+        float *xf = c->workspace, *yf = xf + nx;
+        for (int64_t i = 0; i < nx; i++)
+            xf[i] = u8 ? ((const uint8_t *)x)[i] : ((const int8_t *)x)[i];
+        ai_maxpool_forward_f32(&p, yf, idx, xf);
+        for (int64_t i = 0; i < ny; i++)
+            if (u8)
+                ((uint8_t *)y)[i] = (uint8_t)yf[i];
+            else
+                ((int8_t *)y)[i] = (int8_t)yf[i];
+    } else if (f32) {
         ai_maxpool_forward_f32(&p, y, idx, x);
-    else
+    } else {
         ai_maxpool_forward_f64(&p, y, idx, x);
+    }
     if (c->n_out > 1) { /* ONNX Indices: positions in the whole (N, C, in...) tensor */
         int64_t *ind = c->out[1]->data, plane = prod(p.in, p.nsp);
         int64_t OS = prod(p.out, p.nsp), total = p.N * p.C * OS;

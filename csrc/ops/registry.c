@@ -10,8 +10,8 @@
 #define AI_FAMILIES(X)                                                                   \
     X(unary) X(binary) X(matmul) X(conv) X(pool) X(norm) X(reduce)                       \
     X(reshape) X(movement) X(index) X(index_nd) X(pad) X(from_shape)                     \
-    X(shift) X(fused) X(quant) X(layout) X(resize) X(generate) X(control)                \
-    X(loss)
+    X(shift) X(fused) X(quant) X(qlinear) X(layout) X(resize) X(generate)                \
+    X(control) X(loss)
 
 #define DECLARE(f) extern const ai_op_def *const ai_ops_##f[];
 AI_FAMILIES(DECLARE)
