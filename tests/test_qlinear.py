@@ -74,12 +74,29 @@ def test_quantize_ties_and_saturation(qt):
     assert list(y[-6:]) == [info.max, info.min] * 3
 
 
-@qtypes
-@pytest.mark.parametrize("xt", [np.float32, np.float16, np.float64], ids=lambda t: np.dtype(t).name)
-def test_quantize_per_tensor(qt, xt):
+# (int16 outputs and float64 inputs come with opset 21)
+PER_TENSOR = [(qt, xt, opset) for qt in QTYPES for xt in (np.float32, np.float16, np.float64)
+              for opset in (13, 19, 21, 25) if opset >= 21 or (qt != np.int16 and xt != np.float64)]
+
+
+@pytest.mark.parametrize("qt,xt,opset", PER_TENSOR,
+                         ids=[f"{np.dtype(q).name}-{np.dtype(x).name}-opset{o}"
+                              for q, x, o in PER_TENSOR])
+def test_quantize_per_tensor(qt, xt, opset):
     x = _floats((3, 5, 4), dtype=xt) * 40
     check_reference("QuantizeLinear", {"x": x}, {"s": np.array(0.37, xt),
-                                                 "zp": np.array(1, qt)})
+                                                 "zp": np.array(1, qt)}, opset=opset)
+
+
+def test_quantize_opset10():
+    x = _floats((3, 5)) * 40
+    check_reference("QuantizeLinear", {"x": x}, {"s": np.float32(0.37), "zp": np.uint8(128)},
+                    opset=10)
+    # (onnx.reference has no DequantizeLinear before opset 19: numpy of the definition)
+    x = _ints((3, 5), np.int8)
+    (y,) = run_engine("DequantizeLinear", {"x": x}, {"s": np.float32(0.37), "zp": np.int8(-3)},
+                      opset=10)
+    np.testing.assert_array_equal(y, (x.astype(np.float32) + 3) * np.float32(0.37))
 
 
 def test_quantize_without_zero_point_and_output_dtype():
@@ -209,7 +226,7 @@ def test_dynamic_quantize(lo, hi):
                                    (np.uint8, np.uint8)], ids=str)
 @pytest.mark.parametrize("ashape,bshape", [((4, 5), (5, 3)), ((2, 4, 5), (5, 3)),
                                            ((2, 1, 4, 5), (3, 5, 2)), ((5,), (5, 3)),
-                                           ((4, 5), (5,))], ids=str)
+                                           ((4, 5), (5,)), ((4, 0), (0, 3))], ids=str)
 def test_matmul_integer(at, bt, ashape, bshape):
     a, b = _ints(ashape, at), _ints(bshape, bt, seed=1)
     check_reference("MatMulInteger", {"a": a, "b": b},
@@ -334,6 +351,59 @@ def test_qlinear_errors():
     with pytest.raises(TypeError, match="B is float32; int8 or uint8 expected"):
         run_engine("MatMulInteger", {"a": x[0, 0], "b": np.ones((5, 2), np.float32)},
                         opset=10)
+
+
+# ---------------------------------------------------------------- MaxPool on int8 / uint8
+
+@pytest.mark.parametrize("qt", [np.int8, np.uint8], ids=lambda t: np.dtype(t).name)
+def test_maxpool_8bit(qt):
+    x = _ints((2, 3, 7, 6), qt)
+    check_reference("MaxPool", {"x": x}, attrs={"kernel_shape": [3, 2], "strides": [2, 1],
+                                                "pads": [1, 0, 1, 1]}, opset=12)
+
+
+# ---------------------------------------------------------------- QGemm (com.microsoft)
+
+QGEMMS = [(np.uint8, np.uint8, False, False, None, True, 1.0, False),
+          (np.uint8, np.int8, True, False, (5,), True, 1.0, True),
+          (np.int8, np.int8, False, True, (3, 5), True, 0.5, False),
+          (np.int8, np.int8, True, True, (3, 1), False, 1.0, True),
+          (np.uint8, np.int8, False, False, (), False, 2.0, False)]
+
+
+@pytest.mark.parametrize("at,bt,ta,tb,c_shape,quantized,alpha,per_column", QGEMMS, ids=str)
+def test_qgemm_against_onnxruntime(at, bt, ta, tb, c_shape, quantized, alpha, per_column):
+    """ONNX Runtime's com.microsoft QGemm: the engine computes what ONNX Runtime computes."""
+    import onnxruntime as ort
+    M, K, N = 3, 7, 5
+    a = _ints((K, M) if ta else (M, K), at)
+    b = _ints((N, K) if tb else (K, N), bt, seed=1)
+    consts = {"as": np.float32(0.023), "azp": _ints((), at, seed=2),
+              "b": b, "bs": (np.linspace(0.004, 0.02, N).astype(np.float32) if per_column
+                             else np.float32(0.011)),
+              "bzp": _ints((N,) if per_column else (), bt, seed=3) // 2}
+    names = ["a", "as", "azp", "b", "bs", "bzp"]
+    if c_shape is not None:
+        consts["c"] = np.random.default_rng(4).integers(-3000, 3000, c_shape).astype(np.int32)
+    names.append("c" if c_shape is not None else "")
+    if quantized:
+        consts.update({"ys": np.float32(0.2), "yzp": _ints((), at, seed=5)})
+        names += ["ys", "yzp"]
+    node = helper.make_node("QGemm", names, ["y"], domain="com.microsoft", alpha=alpha,
+                            transA=int(ta), transB=int(tb))
+    graph = helper.make_graph(
+        [node], "qgemm", [helper.make_tensor_value_info("a", _NP_TO_ONNX[a.dtype], a.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8 if at == np.uint8 and quantized
+                                       else TensorProto.INT8 if quantized
+                                       else TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    (ref,) = ort.InferenceSession(model.SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    (ours,) = aidge_interop.load_onnx(model).forward([a])
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    np.testing.assert_array_equal(ours, ref)
 
 
 # ---------------------------------------------------------------- models quantized by ONNX Runtime

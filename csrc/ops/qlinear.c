@@ -564,12 +564,20 @@ static void mm_meta(const ai_ctx *c, mm_slots s, const ai_mm_dims *d, ai_dtype d
         out->shape[out->ndim++] = d->N;
 }
 
+/* The matrices of t: the product of its batch dims. */
+static int64_t matrices(const ai_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++)
+        n *= t->shape[d];
+    return n;
+}
+
 /* The int32 products of every output matrix into the workspace (returned). */
 static int32_t *mm_accumulate(const ai_ctx *c, mm_slots s, const ai_mm_dims *d)
 {
     const ai_tensor *a = c->in[s.a], *b = c->in[s.b];
-    const int64_t M = d->M, N = d->N, K = d->K;
-    const int64_t na = ai_tensor_numel(a) / (M * K), nbm = ai_tensor_numel(b) / (K * N);
+    const int64_t M = d->M, N = d->N, K = d->K, na = matrices(a), nbm = matrices(b);
     int32_t *A = c->workspace, *Bt = A + na * M * K, *Y = Bt + nbm * K * N;
     minus_zero_point(A, a, in_or_null(c, s.a_zp), na, M, K);
     const ai_tensor *bzp = in_or_null(c, s.b_zp);
@@ -740,7 +748,8 @@ static int32_t *conv_accumulate(const ai_ctx *c, conv_slots s, const ai_conv_par
     const ai_tensor *b = s.b >= 0 ? in_or_null(c, s.b) : NULL;
     int32_t *X = c->workspace, *W = X + ai_tensor_numel(x), *Y = W + ai_tensor_numel(w);
     minus_zero_point(X, x, in_or_null(c, s.x_zp), 1, 1, ai_tensor_numel(x));
-    minus_zero_point(W, w, in_or_null(c, s.w_zp), 1, p->M, ai_tensor_numel(w) / p->M);
+    minus_zero_point(W, w, in_or_null(c, s.w_zp), 1, p->M,
+                     p->M ? ai_tensor_numel(w) / p->M : 0);
     ai_conv_forward_i32(p, Y, X, W, b ? b->data : NULL);
     return Y;
 }
@@ -789,7 +798,8 @@ static ai_status qlinear_conv_forward(ai_ctx *c)
     if (st)
         return st;
     const int32_t *acc = conv_accumulate(c, QLINEAR_CONV, &p);
-    requantize(c, QLINEAR_RQ, acc, p.N, p.M, ai_tensor_numel(c->out[0]) / (p.N * p.M));
+    const int64_t planes = p.N * p.M;
+    requantize(c, QLINEAR_RQ, acc, p.N, p.M, planes ? ai_tensor_numel(c->out[0]) / planes : 0);
     return AI_OK;
 }
 
