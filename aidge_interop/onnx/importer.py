@@ -390,7 +390,9 @@ def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
     (LSTM, GRU, RNN and Einsum, and the sequence operators in their static
     forms: written as the engine's operators at import)."""
-    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    ops = {}
+    for dom, name, bwd in _C.supported_operators():  # a name in two domains: the first (QGemm)
+        ops.setdefault(name, {"domain": dom, "backward": bwd})
     ops.update({name: {"domain": "", "backward": True}
                 for name in EXPANDED + SEQUENCE_OPERATORS})
     return ops
