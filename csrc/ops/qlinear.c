@@ -21,7 +21,8 @@
  *   QLinearConv(x, xs, xzp, w, ws, wzp, ys, yzp[, B])
  *       the same with acc = conv(x - xzp, w - wzp) + B; ws, wzp per tensor
  *       or per output channel
- *   QGemm (com.microsoft)  ONNX Runtime's quantized Gemm, its arithmetic
+ *   QGemm, QLinearAdd, QLinearGlobalAveragePool (com.microsoft): ONNX
+ *       Runtime's, for its QOperator format (below)
  *
  * Precision, as the reference computes: the division of QuantizeLinear in
  * the type numpy promotes x and scale to (float16 / float16 in float16,
@@ -935,6 +936,119 @@ static ai_status qgemm_forward(ai_ctx *c)
     return AI_OK;
 }
 
+/* ------------------------------------------------ QLinearAdd, QLinearGlobalAveragePool */
+
+/* ONNX Runtime's com.microsoft QLinearAdd and QLinearGlobalAveragePool
+ * (its QOperator format: residual additions, global pools), computed on
+ * their definition in float64:
+ *   QLinearAdd(a, as, azp, b, bs, bzp, cs, czp)   numpy broadcasting
+ *       c = saturate(rint((as (a - azp) + bs (b - bzp)) / cs) + czp)
+ *   QLinearGlobalAveragePool(x, xs, xzp, ys, yzp), channels_last 0 or 1
+ *       y = saturate(rint(sum(x - xzp) xs / (ys count)) + yzp)
+ * ONNX Runtime computes them in float32, its rounding depending on the
+ * CPU's kernel (fused multiply-adds on AVX2): within one quantum. */
+
+static ai_status qlinear_add_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    ai_status st;
+    if ((st = need_8bit(n, "A", a)) ||
+        (b->dtype != a->dtype &&
+         (st = ai_node_error(n, AI_ERR_TYPE, "B is %s; A's %s expected",
+                             ai_dtype_name(b->dtype), ai_dtype_name(a->dtype)))) ||
+        (st = check_scale(n, "A's scale", c->in[1], 1, NULL)) ||
+        (st = check_zero_point(n, "A's zero point", in_or_null(c, 2), a->dtype, 1, NULL)) ||
+        (st = check_scale(n, "B's scale", c->in[4], 1, NULL)) ||
+        (st = check_zero_point(n, "B's zero point", in_or_null(c, 5), a->dtype, 1, NULL)) ||
+        (st = check_scale(n, "C's scale", c->in[6], 1, NULL)) ||
+        (st = check_zero_point(n, "C's zero point", in_or_null(c, 7), a->dtype, 1, NULL)))
+        return st;
+    out[0].dtype = a->dtype;
+    return ai_broadcast_shape(n, a->ndim, a->shape, b->ndim, b->shape, &out[0].ndim,
+                              out[0].shape);
+}
+
+static ai_status qlinear_add_forward(ai_ctx *c)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    ai_tensor *y = c->out[0];
+    const int nd = y->ndim;
+    int64_t sa[AI_MAX_DIMS], sb[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0}, ia = 0, ib = 0;
+    ai_broadcast_strides(a->ndim, a->shape, nd, y->shape, sa);
+    ai_broadcast_strides(b->ndim, b->shape, nd, y->shape, sb);
+    const double ra = f_get(c->in[1], 0), za = (double)q_get(in_or_null(c, 2), 0);
+    const double rb = f_get(c->in[4], 0), zb = (double)q_get(in_or_null(c, 5), 0);
+    const double cs = f_get(c->in[6], 0), zc = (double)q_get(in_or_null(c, 7), 0);
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    const int64_t count = ai_tensor_numel(y);
+    for (int64_t e = 0; e < count; e++) {
+        double v = (ra * ((double)q_get(a, ia) - za) + rb * ((double)q_get(b, ib) - zb)) / cs;
+        q_set(y, e, q_saturate(nearbyint(v) + zc, lo, hi));
+        for (int d = nd - 1; d >= 0; d--) { /* the next index, and its offsets in a, b */
+            ia += sa[d], ib += sb[d];
+            if (++idx[d] < y->shape[d])
+                break;
+            ia -= sa[d] * idx[d], ib -= sb[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    return AI_OK;
+}
+
+static ai_status global_pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0];
+    int64_t last;
+    ai_status st;
+    if ((st = ai_attr_int(n, "channels_last", 0, &last)) || (st = need_8bit(n, "X", x)) ||
+        (st = check_scale(n, "X's scale", c->in[1], 1, NULL)) ||
+        (st = check_zero_point(n, "X's zero point", in_or_null(c, 2), x->dtype, 1, NULL)) ||
+        (st = check_scale(n, "Y's scale", c->in[3], 1, NULL)) ||
+        (st = check_zero_point(n, "Y's zero point", in_or_null(c, 4), x->dtype, 1, NULL)))
+        return st;
+    if (last != 0 && last != 1)
+        return ai_node_error(n, AI_ERR_VALUE, "channels_last is %lld; 0 or 1 expected",
+                             (long long)last);
+    if (x->ndim < 3)
+        return ai_node_error(n, AI_ERR_VALUE, "X has rank %d; (N, C, spatial...) expected",
+                             x->ndim);
+    out[0].dtype = x->dtype;
+    out[0].ndim = x->ndim;
+    for (int d = 0; d < x->ndim; d++) /* the spatial dims become 1 */
+        out[0].shape[d] = d == 0 || d == (last ? x->ndim - 1 : 1) ? x->shape[d] : 1;
+    return AI_OK;
+}
+
+static ai_status global_pool_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    int64_t last;
+    ai_status st = ai_attr_int(c->node, "channels_last", 0, &last);
+    if (st)
+        return st;
+    const int64_t N = x->shape[0], C = x->shape[last ? x->ndim - 1 : 1];
+    const int64_t S = N > 0 && C > 0 ? ai_tensor_numel(x) / (N * C) : 0;
+    const double zx = (double)q_get(in_or_null(c, 2), 0), zy = (double)q_get(in_or_null(c, 4), 0);
+    const double m = f_get(c->in[1], 0) / f_get(c->in[3], 0) / (double)S;
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
+            for (int64_t k = 0; k < S; k++)
+                sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
+            q_set(y, i * C + ch, q_saturate(nearbyint(((double)sum - zx * (double)S) * m) + zy,
+                                            lo, hi));
+        }
+    return AI_OK;
+}
+
 /* ---------------------------------------------------------------- registry */
 
 static const ai_op_def op_quantize_linear = {"QuantizeLinear", "", 2, 3, 1, 1,
@@ -960,9 +1074,14 @@ static const ai_op_def op_qlinear_conv = {"QLinearConv", "", 8, 9, 1, 1, 0, ai_c
                                           qlinear_conv_shape, qlinear_conv_forward, NULL};
 static const ai_op_def op_qgemm = {"QGemm", "com.microsoft", 6, 9, 1, 1, 0, qgemm_init,
                                    qgemm_shape, qgemm_forward, NULL};
+static const ai_op_def op_qlinear_add = {"QLinearAdd", "com.microsoft", 7, 8, 1, 1, 0, NULL,
+                                         qlinear_add_shape, qlinear_add_forward, NULL};
+static const ai_op_def op_qlinear_global_average_pool = {
+    "QLinearGlobalAveragePool", "com.microsoft", 5, 5, 1, 1, 0, NULL, global_pool_shape,
+    global_pool_forward, NULL};
 
 const ai_op_def *const ai_ops_qlinear[] = {
     &op_quantize_linear, &op_dequantize_linear, &op_dynamic_quantize_linear,
     &op_matmul_integer, &op_qlinear_matmul, &op_conv_integer, &op_qlinear_conv, &op_qgemm,
-    NULL,
+    &op_qlinear_add, &op_qlinear_global_average_pool, NULL,
 };
