@@ -67,10 +67,6 @@ void ai_conv_forward_f32(const ai_conv_params *p, float *y, const float *x,
 void ai_conv_backward_f32(const ai_conv_params *p, float *dx, float *dw, float *db,
                           const float *dy, const float *x, const float *w,
                           float *workspace, bool assign_dx);
-/* int32 Conv for the integer operators (kernels/conv_integer.c): y = conv(x,
- * w) + b (b may be NULL), exact sums wrapped to int32; no workspace. */
-void ai_conv_forward_i32(const ai_conv_params *p, int32_t *y, const int32_t *x,
-                         const int32_t *w, const int32_t *b);
 void ai_convtranspose_forward_f32(const ai_conv_params *p, float *y, const float *x,
                                   const float *w, const float *b, float *workspace);
 void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw,

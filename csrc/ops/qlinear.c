@@ -36,6 +36,9 @@
  * 2^31; ONNX says saturate); NaN gives the type's minimum, as the
  * reference does.
  *
+ * The integer products run on the float64 GEMM and convolution kernels:
+ * on integers below 2^53 every sum is exact, in whatever order they add.
+ *
  * Quantized tensors: int8, uint8, int16 (DequantizeLinear also int32),
  * dispatched by q_range, q_get and q_set: a new quantized storage type is a
  * case in each. Gradients: DequantizeLinear's to its scale (sum of
@@ -49,6 +52,7 @@
 
 #include "../graph.h"
 #include "../kernels/conv.h"
+#include "../kernels/gemm.h"
 #include "matmul.h"
 #include "spatial.h"
 
@@ -495,11 +499,14 @@ static ai_status dynamic_backward(ai_ctx *c)
 /* ---------------------------------------------------------------- integer products */
 
 /* The int32 accumulators of the QLinear and Integer operators: the inputs
- * less their zero points, as int32, in the workspace. */
+ * less their zero points in float64 in the workspace, multiplied by the
+ * float64 GEMM (kernels/gemm.h): every product and partial sum is an
+ * integer far below 2^53, so exact in any order; then wrapped to int32 as
+ * the reference's int32 product does. */
 
 /* dst[e] = src[e] - zp[e's index in zp], zp per tensor (NULL: 0) or per
  * element of a (outer, count, inner) view (count values). */
-static void minus_zero_point(int32_t *dst, const ai_tensor *src, const ai_tensor *zp,
+static void minus_zero_point(double *dst, const ai_tensor *src, const ai_tensor *zp,
                              int64_t outer, int64_t count, int64_t inner)
 {
     const bool per = zp && ai_tensor_numel(zp) > 1;
@@ -508,22 +515,22 @@ static void minus_zero_point(int32_t *dst, const ai_tensor *src, const ai_tensor
         for (int64_t k = 0; k < count; k++) {
             const int64_t z = q_get(zp, per ? k : 0);
             for (int64_t i = 0; i < inner; i++, e++)
-                dst[e] = (int32_t)(q_get(src, e) - z);
+                dst[e] = (double)(q_get(src, e) - z);
         }
 }
 
-/* y (M, N) = a (M, K) @ bt (N, K)^T, exact sums wrapped to int32 as the
- * reference's int32 product does. */
-static void gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t *a, const int32_t *bt,
-                     int32_t *y)
+/* y (M, N) = a (M, K) @ bt (N, K)^T on integers held in float64: exact. */
+static void gemm_exact(int64_t M, int64_t N, int64_t K, const double *a, const double *bt,
+                       double *y)
 {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            int64_t acc = 0;
-            for (int64_t k = 0; k < K; k++)
-                acc += (int64_t)a[i * K + k] * bt[j * K + k];
-            y[i * N + j] = (int32_t)(uint32_t)acc;
-        }
+    ai_gemm_f64(false, true, M, N, K, 1.0, a, K, bt, K, 0.0, y, N);
+}
+
+/* dst[i] = src[i] (an exact integer) wrapped to int32. */
+static void wrap_int32(int32_t *dst, const double *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (int32_t)(uint32_t)(int64_t)src[i];
 }
 
 /* Input slots of the two matrix products. */
@@ -547,9 +554,10 @@ static ai_status mm_check(const ai_ctx *c, mm_slots s, ai_mm_dims *d, size_t *ws
         (st = check_zero_point(n, "B's zero point", in_or_null(c, s.b_zp), b->dtype, d->N,
                                "column of B")))
         return st;
-    /* int32 copies of A and of B transposed, then the int32 product */
-    *ws = sizeof(int32_t) * (size_t)(ai_tensor_numel(a) + ai_tensor_numel(b) +
-                                     d->count * d->M * d->N);
+    /* A and B transposed in float64, their product, then as int32 */
+    *ws = sizeof(double) * (size_t)(ai_tensor_numel(a) + ai_tensor_numel(b) +
+                                    d->count * d->M * d->N) +
+          sizeof(int32_t) * (size_t)(d->count * d->M * d->N);
     return AI_OK;
 }
 
@@ -579,20 +587,22 @@ static int32_t *mm_accumulate(const ai_ctx *c, mm_slots s, const ai_mm_dims *d)
 {
     const ai_tensor *a = c->in[s.a], *b = c->in[s.b];
     const int64_t M = d->M, N = d->N, K = d->K, na = matrices(a), nbm = matrices(b);
-    int32_t *A = c->workspace, *Bt = A + na * M * K, *Y = Bt + nbm * K * N;
+    double *A = c->workspace, *Bt = A + na * M * K, *Yd = Bt + nbm * K * N;
+    int32_t *Y = (int32_t *)(Yd + d->count * M * N);
     minus_zero_point(A, a, in_or_null(c, s.a_zp), na, M, K);
     const ai_tensor *bzp = in_or_null(c, s.b_zp);
     const bool per = bzp && ai_tensor_numel(bzp) > 1;
     for (int64_t m = 0; m < nbm; m++) /* B's matrices, transposed: rows are columns */
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = 0; j < N; j++)
-                Bt[(m * N + j) * K + k] = (int32_t)(q_get(b, (m * K + k) * N + j) -
-                                                    q_get(bzp, per ? j : 0));
+                Bt[(m * N + j) * K + k] = (double)(q_get(b, (m * K + k) * N + j) -
+                                                   q_get(bzp, per ? j : 0));
     for (int64_t i = 0; i < d->count; i++) {
         int64_t ia, ib;
         ai_matmul_batch(d, i, &ia, &ib);
-        gemm_i32(M, N, K, A + ia * M * K, Bt + ib * N * K, Y + i * M * N);
+        gemm_exact(M, N, K, A + ia * M * K, Bt + ib * N * K, Yd + i * M * N);
     }
+    wrap_int32(Y, Yd, d->count * M * N);
     return Y;
 }
 
@@ -709,6 +719,17 @@ typedef struct {
 
 static const conv_slots CONV_INTEGER = {0, 2, 1, 3, -1}, QLINEAR_CONV = {0, 2, 3, 5, 8};
 
+/* The convolution runs in float64 on the inputs less their zero points,
+ * with the float kernels (kernels/conv.h, whichever algorithm they pick):
+ * every product and partial sum is an integer far below 2^53, so the sums
+ * are exact in any order; the int32 bias is added after, wrapping as
+ * ONNX's int32 does. The workspace: the kernels' scratch (aligned), x, w
+ * and y in float64, then the int32 accumulator. */
+static size_t conv_scratch(const ai_conv_params *p)
+{
+    return (ai_conv_workspace_bytes(p, AI_F64) + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+}
+
 static ai_status conv_check(const ai_ctx *c, conv_slots s, ai_conv_params *p, size_t *ws)
 {
     const ai_node *n = c->node;
@@ -729,7 +750,9 @@ static ai_status conv_check(const ai_ctx *c, conv_slots s, ai_conv_params *p, si
     int64_t ysize = p->N * p->M;
     for (int d = 0; d < p->nsp; d++)
         ysize *= p->out[d];
-    *ws = sizeof(int32_t) * (size_t)(ai_tensor_numel(x) + ai_tensor_numel(w) + ysize);
+    *ws = conv_scratch(p) + sizeof(double) * (size_t)(ai_tensor_numel(x) +
+                                                      ai_tensor_numel(w) + ysize) +
+          sizeof(int32_t) * (size_t)ysize;
     return AI_OK;
 }
 
@@ -745,13 +768,21 @@ static void conv_meta(const ai_conv_params *p, ai_dtype dt, ai_meta *out)
 /* The int32 convolution into the workspace (returned). */
 static int32_t *conv_accumulate(const ai_ctx *c, conv_slots s, const ai_conv_params *p)
 {
-    const ai_tensor *x = c->in[s.x], *w = c->in[s.w];
+    const ai_tensor *x = c->in[s.x], *w = c->in[s.w], *y = c->out[0];
     const ai_tensor *b = s.b >= 0 ? in_or_null(c, s.b) : NULL;
-    int32_t *X = c->workspace, *W = X + ai_tensor_numel(x), *Y = W + ai_tensor_numel(w);
-    minus_zero_point(X, x, in_or_null(c, s.x_zp), 1, 1, ai_tensor_numel(x));
-    minus_zero_point(W, w, in_or_null(c, s.w_zp), 1, p->M,
-                     p->M ? ai_tensor_numel(w) / p->M : 0);
-    ai_conv_forward_i32(p, Y, X, W, b ? b->data : NULL);
+    const ai_tensor *xzp = in_or_null(c, s.x_zp), *wzp = in_or_null(c, s.w_zp);
+    const int64_t nx = ai_tensor_numel(x), nw = ai_tensor_numel(w), ny = ai_tensor_numel(y);
+    const int64_t taps = p->M ? nw / p->M : 0;
+    const int64_t plane = p->N > 0 && p->M > 0 ? ny / (p->N * p->M) : 0;
+    double *X = (double *)((char *)c->workspace + conv_scratch(p)), *W = X + nx, *Yd = W + nw;
+    int32_t *Y = (int32_t *)(Yd + ny);
+    minus_zero_point(X, x, xzp, 1, 1, nx);
+    minus_zero_point(W, w, wzp, 1, p->M, taps);
+    ai_conv_forward_f64(p, Yd, X, W, NULL, c->workspace, NULL);
+    for (int64_t i = 0; i < ny; i++) {
+        const int64_t bias = b ? q_get(b, i / plane % p->M) : 0;
+        Y[i] = (int32_t)(uint32_t)((int64_t)Yd[i] + bias);
+    }
     return Y;
 }
 
@@ -873,7 +904,8 @@ static ai_status qgemm_check(const ai_ctx *c, int64_t *M, int64_t *N, int64_t *K
             return ai_node_error(n, AI_ERR_VALUE, "C does not broadcast to (%lld, %lld)",
                                  (long long)*M, (long long)*N);
     }
-    *ws = sizeof(int32_t) * (size_t)(*M * *K + *N * *K + *M * *N);
+    *ws = sizeof(double) * (size_t)(*M * *K + *N * *K + *M * *N) +
+          sizeof(int32_t) * (size_t)(*M * *N);
     return AI_OK;
 }
 
@@ -900,17 +932,19 @@ static ai_status qgemm_forward(ai_ctx *c)
     const ai_tensor *a = c->in[0], *b = c->in[3], *azp = c->in[2], *bzp = c->in[5];
     const ai_tensor *as = c->in[1], *bs = c->in[4], *bias = in_or_null(c, 6);
     const ai_tensor *ys = in_or_null(c, 7), *yzp = in_or_null(c, 8);
-    int32_t *A = c->workspace, *Bt = A + M * K, *acc = Bt + N * K;
+    double *A = c->workspace, *Bt = A + M * K, *accd = Bt + N * K;
+    int32_t *acc = (int32_t *)(accd + M * N);
     const bool b_per = ai_tensor_numel(bzp) > 1, s_per = ai_tensor_numel(bs) > 1;
     for (int64_t i = 0; i < M; i++)
         for (int64_t k = 0; k < K; k++)
-            A[i * K + k] = (int32_t)(q_get(a, at->trans_a ? k * M + i : i * K + k) -
-                                     q_get(azp, 0));
+            A[i * K + k] = (double)(q_get(a, at->trans_a ? k * M + i : i * K + k) -
+                                    q_get(azp, 0));
     for (int64_t j = 0; j < N; j++)
         for (int64_t k = 0; k < K; k++)
-            Bt[j * K + k] = (int32_t)(q_get(b, at->trans_b ? j * K + k : k * N + j) -
-                                      q_get(bzp, b_per ? j : 0));
-    gemm_i32(M, N, K, A, Bt, acc);
+            Bt[j * K + k] = (double)(q_get(b, at->trans_b ? j * K + k : k * N + j) -
+                                     q_get(bzp, b_per ? j : 0));
+    gemm_exact(M, N, K, A, Bt, accd);
+    wrap_int32(acc, accd, M * N);
     ai_tensor *y = c->out[0];
     int64_t lo = 0, hi = 0;
     q_range(y->dtype, &lo, &hi);
