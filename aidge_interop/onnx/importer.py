@@ -394,7 +394,9 @@ def supported_operators() -> dict[str, dict]:
     """Operators of the engine: ``{"Conv": {"domain": "", "backward": True}, ...}``
     (Einsum, and the sequence and optional operators in their static forms:
     written as the engine's operators at import)."""
-    ops = {name: {"domain": dom, "backward": bwd} for dom, name, bwd in _C.supported_operators()}
+    ops = {}
+    for dom, name, bwd in _C.supported_operators():  # a name in two domains: the first (QGemm)
+        ops.setdefault(name, {"domain": dom, "backward": bwd})
     ops.update({name: {"domain": "", "backward": True}
                 for name in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
     return ops
@@ -447,8 +449,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
                              f"{version}; expected 1 to {MAX_OPSET}")
     if "ai.onnx" not in opsets:
         opsets["ai.onnx"] = 1
-    known = {("" if d == "ai.onnx" else d, n) for n, d in
-             ((n, o["domain"]) for n, o in supported_operators().items())}
+    # (domain, name) pairs: one name may be in two domains (QGemm)
+    known = ({(d, n) for d, n, _ in _C.supported_operators()}
+             | {("", n) for n in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
     # operators the engine lacks but ONNX defines by a function: their body
     proto, node_opsets = expand_functions(
         proto, opsets, lambda d, op: ("" if d == "ai.onnx" else d, op) in known, where)

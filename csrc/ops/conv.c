@@ -27,7 +27,7 @@ typedef struct {
     ai_int_list kernel_shape, strides, dilations, pads, output_padding, output_shape;
 } conv_attrs;
 
-static ai_status conv_init(ai_node *n)
+ai_status ai_conv_init(ai_node *n)
 {
     conv_attrs *a = calloc(1, sizeof *a);
     if (!a)
@@ -75,21 +75,12 @@ static ai_status check_float(const ai_node *n, const char *what, const ai_tensor
     return AI_OK;
 }
 
-/* Fills *p from the node's attributes and the input shapes, validating
- * everything (errors name the attribute). */
-static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
+ai_status ai_conv_geometry(const ai_node *n, const ai_tensor *x, const ai_tensor *w,
+                           const ai_tensor *b, ai_conv_params *p)
 {
-    const ai_node *n = c->node;
     const conv_attrs *a = n->params;
-    const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
     ai_status st;
     memset(p, 0, sizeof *p);
-    if (x->dtype != AI_F32 && x->dtype != AI_F64)
-        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
-                             ai_dtype_name(x->dtype));
-    if ((st = check_float(n, "the weight", w, x->dtype)) ||
-        (b && (st = check_float(n, "the bias", b, x->dtype))))
-        return st;
     if (x->ndim < 3 || x->ndim > 5)
         return ai_node_error(n, AI_ERR_VALUE, "input has rank %d; (N, C, spatial...) with 1 "
                              "to 3 spatial dims expected", x->ndim);
@@ -195,6 +186,21 @@ static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
     return st ? ai_node_error(n, st, "%s", ai_last_error()) : AI_OK;
 }
 
+/* Fills *p from the node's attributes and the float inputs' shapes. */
+static ai_status conv_setup(const ai_ctx *c, ai_conv_params *p)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
+    ai_status st;
+    if (x->dtype != AI_F32 && x->dtype != AI_F64)
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; float32 or float64 expected",
+                             ai_dtype_name(x->dtype));
+    if ((st = check_float(n, "the weight", w, x->dtype)) ||
+        (b && (st = check_float(n, "the bias", b, x->dtype))))
+        return st;
+    return ai_conv_geometry(n, x, w, b, p);
+}
+
 ai_status ai_conv_params_of(const ai_ctx *c, ai_conv_params *p)
 {
     return conv_setup(c, p);
@@ -273,10 +279,10 @@ static ai_status conv_backward(ai_ctx *c)
 /* dx (input 0) is written on its gradient's first write; dw, db accumulate;
  * backward reads x and w, not y */
 static const ai_op_def op_conv = {"Conv", "", 2, 3, 1, 1,
-                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, conv_init,
+                                  AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, ai_conv_init,
                                   conv_shape, conv_forward, conv_backward};
 static const ai_op_def op_conv_transpose = {"ConvTranspose", "", 2, 3, 1, 1,
-                                            AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, conv_init,
+                                            AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, ai_conv_init,
                                             conv_shape, conv_forward, conv_backward};
 
 const ai_op_def *const ai_ops_conv[] = {&op_conv, &op_conv_transpose, NULL};

@@ -19,6 +19,7 @@
 
 #include "../graph.h"
 #include "../kernels/gemm.h"
+#include "matmul.h"
 
 /* One GEMM on float32 or float64 pointers (dtype of the operands). */
 static void gemm(ai_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
@@ -207,19 +208,8 @@ static const ai_op_def op_gemm = {"Gemm", "", 2, 3, 1, 1, AI_OP_GRAD_ASSIGN(3) |
 
 /* ---------------------------------------------------------------- MatMul */
 
-/* Y[b] (M,N) = A[b] (M,K) @ B[b] (K,N) for b over the broadcast batch shape;
- * sa/sb give, per batch dimension, the step in matrices of A and B (0 where
- * that operand is broadcast). */
-typedef struct {
-    int nb;
-    int64_t batch[AI_MAX_DIMS], sa[AI_MAX_DIMS], sb[AI_MAX_DIMS];
-    int64_t count; /* matrices in Y */
-    int64_t M, N, K;
-    bool b_shared; /* B has no batch (all batches use one B) */
-} mm_dims;
-
-static ai_status mm_dims_of(const ai_node *node, const ai_tensor *a, const ai_tensor *b,
-                            mm_dims *d)
+ai_status ai_matmul_dims(const ai_node *node, const ai_tensor *a, const ai_tensor *b,
+                         ai_mm_dims *d)
 {
     if (a->ndim < 1 || b->ndim < 1)
         return ai_node_error(node, AI_ERR_VALUE, "inputs must have rank >= 1, got %d and %d",
@@ -248,8 +238,7 @@ static ai_status mm_dims_of(const ai_node *node, const ai_tensor *a, const ai_te
     return AI_OK;
 }
 
-/* Matrix indices of A and B used by output matrix i. */
-static void mm_batch(const mm_dims *d, int64_t i, int64_t *ia, int64_t *ib)
+void ai_matmul_batch(const ai_mm_dims *d, int64_t i, int64_t *ia, int64_t *ib)
 {
     *ia = *ib = 0;
     for (int k = d->nb - 1; k >= 0; k--) {
@@ -265,8 +254,8 @@ static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     (void)ws;
     (void)state;
     ai_status st = float_operands(c, 2);
-    mm_dims d;
-    if (st || (st = mm_dims_of(c->node, c->in[0], c->in[1], &d)))
+    ai_mm_dims d;
+    if (st || (st = ai_matmul_dims(c->node, c->in[0], c->in[1], &d)))
         return st;
     out[0].dtype = c->in[0]->dtype;
     out[0].ndim = d.nb;
@@ -280,8 +269,8 @@ static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
 
 static ai_status matmul_forward(ai_ctx *c)
 {
-    mm_dims d;
-    ai_status st = mm_dims_of(c->node, c->in[0], c->in[1], &d);
+    ai_mm_dims d;
+    ai_status st = ai_matmul_dims(c->node, c->in[0], c->in[1], &d);
     if (st)
         return st;
     const ai_dtype dt = c->out[0]->dtype;
@@ -295,7 +284,7 @@ static ai_status matmul_forward(ai_ctx *c)
     }
     for (int64_t i = 0; i < d.count; i++) {
         int64_t ia, ib;
-        mm_batch(&d, i, &ia, &ib);
+        ai_matmul_batch(&d, i, &ia, &ib);
         gemm(dt, false, false, M, N, K, 1.0, A + ia * M * K * es, K, B + ib * K * N * es, N, 0.0,
              Y + i * M * N * es, N);
     }
@@ -304,8 +293,8 @@ static ai_status matmul_forward(ai_ctx *c)
 
 static ai_status matmul_backward(ai_ctx *c)
 {
-    mm_dims d;
-    ai_status st = mm_dims_of(c->node, c->in[0], c->in[1], &d);
+    ai_mm_dims d;
+    ai_status st = ai_matmul_dims(c->node, c->in[0], c->in[1], &d);
     if (st)
         return st;
     const ai_dtype dt = c->out[0]->dtype;
@@ -331,7 +320,7 @@ static ai_status matmul_backward(ai_ctx *c)
         }
     for (int64_t i = 0; i < d.count; i++) {
         int64_t ia, ib;
-        mm_batch(&d, i, &ia, &ib);
+        ai_matmul_batch(&d, i, &ia, &ib);
         const char *dy = dY + i * M * N * es;
         if (dA)
             gemm(dt, false, true, M, K, N, 1.0, dy, N, B + ib * K * N * es, N, beta_a,

@@ -10,7 +10,7 @@
 #define AI_FAMILIES(X)                                                                   \
     X(unary) X(binary) X(matmul) X(conv) X(pool) X(norm) X(reduce)                       \
     X(reshape) X(movement) X(index) X(index_nd) X(pad) X(from_shape)                     \
-    X(shift) X(fused) X(quant) X(layout) X(resize) X(generate) X(control)                \
+    X(shift) X(fused) X(quant) X(qlinear) X(layout) X(resize) X(generate) X(control)      \
     X(loss) X(text) X(ml) X(random) X(signal) X(rnn) X(scatter) X(linalg)                \
     X(sequence) X(select) X(detection) X(deform_conv) X(training)                      \
     X(grid_sample) X(fold)

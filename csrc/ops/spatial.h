@@ -25,6 +25,16 @@ ai_status ai_read_auto_pad(const ai_node *n, int *mode);
 ai_status ai_spatial_list(const ai_node *n, const char *name, const ai_int_list *l, int nsp,
                           int64_t dflt, int64_t *out);
 
+/* Conv's attributes (auto_pad, group, kernel_shape, strides, dilations,
+ * pads) into node->params: the init of Conv and ConvTranspose, and of the
+ * integer convolutions of ops/qlinear.c. */
+ai_status ai_conv_init(ai_node *n);
+/* The parameters of a node whose attributes ai_conv_init read, on input x,
+ * weight w and bias b (or NULL) of any dtype, validated; errors name the
+ * node and the attribute. */
+ai_status ai_conv_geometry(const ai_node *n, const ai_tensor *x, const ai_tensor *w,
+                           const ai_tensor *b, ai_conv_params *p);
+
 /* A Conv node's kernel parameters from c's inputs (ops/conv.c), validated;
  * errors name the node. FusedConv (ops/fused.c) calls it on its blocked
  * inputs read as NCHW. */

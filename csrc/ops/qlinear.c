@@ -1,0 +1,1121 @@
+/*
+ * qlinear.c — ONNX's quantization operators, bit for bit as ONNX defines
+ * them (onnx.reference): rounding half to even (rint in the default
+ * rounding mode), saturation to the range of the output's integer type.
+ *
+ *   QuantizeLinear(x, scale[, zp])      y = saturate(rint(x / scale) + zp)
+ *   DequantizeLinear(x, scale[, zp])    y = (x - zp) * scale
+ *       per-tensor (one scale), per-axis (`axis`, a 1-D scale) or blocked
+ *       (`block_size`: the scale has x's shape but ceil(dim / block_size)
+ *       along the axis); Quantize's output type is zp's, else
+ *       `output_dtype`, else uint8; `precision` sets the type the division
+ *       is computed in; `saturate` only concerns float8 outputs.
+ *   DynamicQuantizeLinear(x) -> y, scale, zp   uint8 over [min(x, 0), max(x, 0)]
+ *   MatMulInteger(a, b[, a_zp, b_zp])   int32 (a - a_zp) @ (b - b_zp), a_zp
+ *       per tensor or per row of a, b_zp per tensor or per column of b
+ *   ConvInteger(x, w[, x_zp, w_zp])     int32 conv(x - x_zp, w - w_zp), w_zp
+ *       per tensor or per output channel; Conv's attributes
+ *   QLinearMatMul(a, as, azp, b, bs, bzp, ys, yzp)
+ *       y = saturate(rint(acc * (as bs / ys) + yzp)), acc the int32 product
+ *       as in MatMulInteger; bs, bzp per tensor or per column
+ *   QLinearConv(x, xs, xzp, w, ws, wzp, ys, yzp[, B])
+ *       the same with acc = conv(x - xzp, w - wzp) + B; ws, wzp per tensor
+ *       or per output channel
+ *   QGemm, QLinearAdd, QLinearGlobalAveragePool (com.microsoft): ONNX
+ *       Runtime's, for its QOperator format (below)
+ *
+ * Precision, as the reference computes: the division of QuantizeLinear in
+ * the type numpy promotes x and scale to (float16 / float16 in float16,
+ * with float32 in float32, int32 or float64 in float64) or in `precision`;
+ * Dequantize's product in float32 (float64 for a float64 scale or an
+ * int32 x, where x - zp is exact: the reference rounds x to float32 first,
+ * which differs only past 2^24), rounded to the output type; the
+ * requantization multiplier of the QLinear operators in the scales' type,
+ * its product with the accumulator in float64. A value past the integer
+ * range saturates (numpy's int32 cast in the reference wraps values beyond
+ * 2^31; ONNX says saturate); NaN gives the type's minimum, as the
+ * reference does.
+ *
+ * The integer products run on the float64 GEMM and convolution kernels:
+ * on integers below 2^53 every sum is exact, in whatever order they add.
+ *
+ * Quantized tensors: int8, uint8, int16 (DequantizeLinear also int32),
+ * dispatched by q_range, q_get and q_set: a new quantized storage type is a
+ * case in each. Gradients: DequantizeLinear's to its scale (sum of
+ * (x - zp) dy); QuantizeLinear refuses a gradient to x (its output is
+ * integer: no straight-through estimator), and the others have none
+ * (integer outputs; DynamicQuantizeLinear refuses one to x).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../graph.h"
+#include "../kernels/conv.h"
+#include "../kernels/gemm.h"
+#include "matmul.h"
+#include "spatial.h"
+
+/* ---------------------------------------------------------------- element access */
+
+/* The range of quantized integer type dt; false when dt is not one. */
+static bool q_range(ai_dtype dt, int64_t *lo, int64_t *hi)
+{
+    switch (dt) {
+    case AI_I8: *lo = INT8_MIN, *hi = INT8_MAX; return true;
+    case AI_U8: *lo = 0, *hi = UINT8_MAX; return true;
+    case AI_I16: *lo = INT16_MIN, *hi = INT16_MAX; return true;
+    case AI_I32: *lo = INT32_MIN, *hi = INT32_MAX; return true;
+    default: return false;
+    }
+}
+
+/* Element i of a quantized tensor (NULL: the zero point 0). */
+static int64_t q_get(const ai_tensor *t, int64_t i)
+{
+    if (!t)
+        return 0;
+    switch (t->dtype) {
+    case AI_I8: return ((const int8_t *)t->data)[i];
+    case AI_U8: return ((const uint8_t *)t->data)[i];
+    case AI_I16: return ((const int16_t *)t->data)[i];
+    default: return ((const int32_t *)t->data)[i];
+    }
+}
+
+/* Stores v, already in the range of t's type. */
+static void q_set(ai_tensor *t, int64_t i, int64_t v)
+{
+    switch (t->dtype) {
+    case AI_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
+    case AI_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+    case AI_I16: ((int16_t *)t->data)[i] = (int16_t)v; break;
+    default: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    }
+}
+
+/* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. */
+static int64_t q_saturate(double v, int64_t lo, int64_t hi)
+{
+    v = nearbyint(v);
+    if (!(v >= (double)lo))
+        return lo;
+    return v > (double)hi ? hi : (int64_t)v;
+}
+
+static bool is_float_dtype(ai_dtype dt) { return dt == AI_F32 || dt == AI_F64 || dt == AI_F16; }
+
+/* Element i of a float16/32/64 or int32 tensor. */
+static double f_get(const ai_tensor *t, int64_t i)
+{
+    switch (t->dtype) {
+    case AI_F16: return ai_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case AI_F32: return ((const float *)t->data)[i];
+    case AI_F64: return ((const double *)t->data)[i];
+    default: return ((const int32_t *)t->data)[i];
+    }
+}
+
+/* v rounded to float type dt (one rounding from double: exact for what
+ * these operators compute, see round_to's callers). */
+static double round_to(ai_dtype dt, double v)
+{
+    if (dt == AI_F32)
+        return (float)v;
+    if (dt == AI_F16)
+        return ai_f16_to_f32(ai_f32_to_f16((float)v));
+    return v;
+}
+
+static void f_set(ai_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == AI_F16)
+        ((uint16_t *)t->data)[i] = ai_f32_to_f16((float)v);
+    else
+        ai_float_set(t, i, v);
+}
+
+/* The type numpy computes a binary float operation of a and b in. */
+static ai_dtype promote(ai_dtype a, ai_dtype b)
+{
+    if (a == AI_F64 || b == AI_F64 || !is_float_dtype(a) || !is_float_dtype(b))
+        return AI_F64;
+    return a == AI_F32 || b == AI_F32 ? AI_F32 : AI_F16;
+}
+
+static ai_status need_float(const ai_node *n, const char *what, const ai_tensor *t)
+{
+    if (!is_float_dtype(t->dtype))
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; float16, float32 or float64 expected",
+                             what, ai_dtype_name(t->dtype));
+    return AI_OK;
+}
+
+/* x must be int8 or uint8 (the QLinear and Integer operators' inputs). */
+static ai_status need_8bit(const ai_node *n, const char *what, const ai_tensor *t)
+{
+    if (t->dtype != AI_I8 && t->dtype != AI_U8)
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; int8 or uint8 expected", what,
+                             ai_dtype_name(t->dtype));
+    return AI_OK;
+}
+
+/* A zero point: x's type, `count` values (or one) in a tensor of rank <= 1. */
+static ai_status check_zero_point(const ai_node *n, const char *what, const ai_tensor *zp,
+                                  ai_dtype dt, int64_t count, const char *per)
+{
+    if (!zp)
+        return AI_OK;
+    if (zp->dtype != dt)
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; %s (its input's type) expected", what,
+                             ai_dtype_name(zp->dtype), ai_dtype_name(dt));
+    int64_t k = ai_tensor_numel(zp);
+    if (zp->ndim > 1 || (k != 1 && k != count))
+        return ai_node_error(n, AI_ERR_VALUE, "%s has shape of %lld values; a scalar%s%s "
+                             "expected", what, (long long)k, per ? " or one value per " : "",
+                             per ? per : "");
+    return AI_OK;
+}
+
+/* A scale: float, `count` values (or one, per tensor) in rank <= 1. */
+static ai_status check_scale(const ai_node *n, const char *what, const ai_tensor *s,
+                             int64_t count, const char *per)
+{
+    ai_status st = need_float(n, what, s);
+    if (st)
+        return st;
+    int64_t k = ai_tensor_numel(s);
+    if (s->ndim > 1 || (k != 1 && k != count))
+        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; a scalar%s%s expected",
+                             what, (long long)k, per ? " or one value per " : "",
+                             per ? per : "");
+    return AI_OK;
+}
+
+/* ------------------------------------------------ QuantizeLinear, DequantizeLinear */
+
+typedef struct {
+    int64_t axis, block_size, output_dtype, precision; /* 0: not given */
+} qdq_attrs;
+
+static ai_status qdq_init(ai_node *n)
+{
+    qdq_attrs *a = calloc(1, sizeof *a);
+    if (!a)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = a;
+    int64_t saturate;
+    ai_status st;
+    if ((st = ai_attr_int(n, "axis", 1, &a->axis)) ||
+        (st = ai_attr_int(n, "block_size", 0, &a->block_size)) ||
+        (st = ai_attr_int(n, "output_dtype", 0, &a->output_dtype)) ||
+        (st = ai_attr_int(n, "precision", 0, &a->precision)) ||
+        (st = ai_attr_int(n, "saturate", 1, &saturate)))
+        return st;
+    if (a->block_size < 0)
+        return ai_node_error(n, AI_ERR_VALUE, "block_size is %lld; must be >= 0",
+                             (long long)a->block_size);
+    if (saturate != 0 && saturate != 1)
+        return ai_node_error(n, AI_ERR_VALUE, "saturate is %lld; 0 or 1 expected",
+                             (long long)saturate);
+    return AI_OK;
+}
+
+/* Where element (o, a, i) of x, read as (outer, dim, inner) around the
+ * axis, finds its scale and zero point: o so + (a / block) sa + i si. */
+typedef struct {
+    int64_t outer, dim, inner, block, so, sa, si;
+} qdq_layout;
+
+static ai_status qdq_layout_of(const ai_ctx *c, qdq_layout *l)
+{
+    const ai_node *n = c->node;
+    const qdq_attrs *a = n->params;
+    const ai_tensor *x = c->in[0], *s = c->in[1], *zp = c->n_in > 2 ? c->in[2] : NULL;
+    ai_status st;
+    if ((st = need_float(n, "the scale", s)))
+        return st;
+    const bool one = ai_tensor_numel(s) == 1; /* per tensor: any shape of one element */
+    if (zp && (one ? ai_tensor_numel(zp) != 1
+                   : zp->ndim != s->ndim || memcmp(zp->shape, s->shape,
+                                                   sizeof(int64_t) * s->ndim)))
+        return ai_node_error(n, AI_ERR_VALUE, "the zero point's shape differs from the "
+                             "scale's");
+    *l = (qdq_layout){1, 1, 1, 1, 0, 0, 0};
+    for (int d = 0; d < x->ndim; d++)
+        l->outer *= x->shape[d];
+    if (one)
+        return AI_OK;
+    int axis;
+    if ((st = ai_norm_axis(n, a->axis, x->ndim, &axis)))
+        return st;
+    l->outer = l->inner = 1;
+    for (int d = 0; d < axis; d++)
+        l->outer *= x->shape[d];
+    for (int d = axis + 1; d < x->ndim; d++)
+        l->inner *= x->shape[d];
+    l->dim = x->shape[axis];
+    if (!a->block_size) {
+        if (s->ndim != 1 || s->shape[0] != l->dim)
+            return ai_node_error(n, AI_ERR_VALUE, "the scale has %lld values in %d dims; one, "
+                                 "or %lld (x's dim %d, the axis) in a 1-D tensor expected",
+                                 (long long)ai_tensor_numel(s), s->ndim, (long long)l->dim,
+                                 axis);
+        l->sa = 1;
+        return AI_OK;
+    }
+    const int64_t blocks = (l->dim + a->block_size - 1) / a->block_size;
+    bool ok = s->ndim == x->ndim;
+    for (int d = 0; ok && d < x->ndim; d++)
+        ok = s->shape[d] == (d == axis ? blocks : x->shape[d]);
+    if (!ok)
+        return ai_node_error(n, AI_ERR_VALUE, "blocked quantization: the scale must have x's "
+                             "shape but %lld (ceil(%lld / block_size %lld)) along axis %d",
+                             (long long)blocks, (long long)l->dim, (long long)a->block_size,
+                             axis);
+    l->block = a->block_size;
+    l->so = blocks * l->inner;
+    l->sa = l->inner;
+    l->si = 1;
+    return AI_OK;
+}
+
+/* The output type of QuantizeLinear: zp's, else output_dtype, else uint8. */
+static ai_status quantize_out_dtype(const ai_ctx *c, ai_dtype *out)
+{
+    const ai_node *n = c->node;
+    const qdq_attrs *a = n->params;
+    const ai_tensor *zp = c->n_in > 2 ? c->in[2] : NULL;
+    ai_dtype dt = AI_U8;
+    if (a->output_dtype && !ai_dtype_from_onnx(a->output_dtype, &dt))
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "output_dtype %lld (ONNX data type) "
+                             "is not an engine type", (long long)a->output_dtype);
+    if (zp && a->output_dtype && zp->dtype != dt)
+        return ai_node_error(n, AI_ERR_TYPE, "output_dtype is %s but the zero point is %s",
+                             ai_dtype_name(dt), ai_dtype_name(zp->dtype));
+    if (zp)
+        dt = zp->dtype;
+    int64_t lo = 0, hi = 0;
+    if (!q_range(dt, &lo, &hi) || dt == AI_I32)
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "quantizing to %s is not supported "
+                             "(int8, uint8 or int16)", ai_dtype_name(dt));
+    *out = dt;
+    return AI_OK;
+}
+
+/* The type QuantizeLinear divides in: `precision`, else numpy's promotion. */
+static ai_status quantize_precision(const ai_ctx *c, ai_dtype *out)
+{
+    const qdq_attrs *a = c->node->params;
+    *out = promote(c->in[0]->dtype, c->in[1]->dtype);
+    if (a->precision && (!ai_dtype_from_onnx(a->precision, out) || !is_float_dtype(*out)))
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "precision %lld (ONNX data "
+                             "type) is not supported (float16, float32 or float64)",
+                             (long long)a->precision);
+    return AI_OK;
+}
+
+static ai_status quantize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_tensor *x = c->in[0];
+    qdq_layout l;
+    ai_dtype dt = AI_U8, prec = AI_F32;
+    ai_status st;
+    if (!is_float_dtype(x->dtype) && x->dtype != AI_I32)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; float16, float32, float64 "
+                             "or int32 expected", ai_dtype_name(x->dtype));
+    if ((st = qdq_layout_of(c, &l)) || (st = quantize_out_dtype(c, &dt)) ||
+        (st = quantize_precision(c, &prec)))
+        return st;
+    out[0].dtype = dt;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof(int64_t) * x->ndim);
+    return AI_OK;
+}
+
+static ai_status quantize_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *s = c->in[1], *zp = c->n_in > 2 ? c->in[2] : NULL;
+    ai_tensor *y = c->out[0];
+    qdq_layout l;
+    ai_dtype prec;
+    int64_t lo = 0, hi = 0;
+    ai_status st;
+    if ((st = qdq_layout_of(c, &l)) || (st = quantize_precision(c, &prec)))
+        return st;
+    q_range(y->dtype, &lo, &hi);
+    int64_t e = 0;
+    for (int64_t o = 0; o < l.outer; o++)
+        for (int64_t a = 0; a < l.dim; a++) {
+            const int64_t s0 = o * l.so + a / l.block * l.sa;
+            for (int64_t i = 0; i < l.inner; i++, e++) {
+                const int64_t k = s0 + i * l.si;
+                /* the quotient of two values of `prec`, rounded once to it */
+                double q = round_to(prec, round_to(prec, f_get(x, e)) /
+                                              round_to(prec, f_get(s, k)));
+                q_set(y, e, q_saturate(nearbyint(q) + (double)q_get(zp, k), lo, hi));
+            }
+        }
+    return AI_OK;
+}
+
+/* The output is integer: no gradient reaches x (nor the scale: y is
+ * piecewise constant in it). */
+static ai_status quantize_backward(ai_ctx *c)
+{
+    if (c->din[0])
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "QuantizeLinear is not "
+                             "differentiable (integer output; the straight-through estimator "
+                             "of fake quantization is not implemented)");
+    return AI_OK;
+}
+
+static ai_status dequantize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const qdq_attrs *a = n->params;
+    const ai_tensor *x = c->in[0], *zp = c->n_in > 2 ? c->in[2] : NULL;
+    qdq_layout l;
+    int64_t lo = 0, hi = 0;
+    ai_status st;
+    if (!q_range(x->dtype, &lo, &hi))
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; int8, uint8, int16 or int32 "
+                             "expected", ai_dtype_name(x->dtype));
+    if (zp && zp->dtype != x->dtype)
+        return ai_node_error(n, AI_ERR_TYPE, "the zero point is %s; %s (x's type) expected",
+                             ai_dtype_name(zp->dtype), ai_dtype_name(x->dtype));
+    if ((st = qdq_layout_of(c, &l)))
+        return st;
+    ai_dtype dt = c->in[1]->dtype;
+    if (a->output_dtype && (!ai_dtype_from_onnx(a->output_dtype, &dt) || !is_float_dtype(dt)))
+        return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "output_dtype %lld (ONNX data type) "
+                             "is not supported (float16, float32 or float64)",
+                             (long long)a->output_dtype);
+    out[0].dtype = dt;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof(int64_t) * x->ndim);
+    return AI_OK;
+}
+
+static ai_status dequantize_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *s = c->in[1], *zp = c->n_in > 2 ? c->in[2] : NULL;
+    ai_tensor *y = c->out[0];
+    qdq_layout l;
+    ai_status st = qdq_layout_of(c, &l);
+    if (st)
+        return st;
+    /* (x - zp) * scale in float32, then y's type; in float64 for a float64
+     * scale or an int32 x (numpy's promotions in the reference) */
+    const ai_dtype prec = s->dtype == AI_F64 || x->dtype == AI_I32 ? AI_F64 : AI_F32;
+    int64_t e = 0;
+    for (int64_t o = 0; o < l.outer; o++)
+        for (int64_t a = 0; a < l.dim; a++) {
+            const int64_t s0 = o * l.so + a / l.block * l.sa;
+            for (int64_t i = 0; i < l.inner; i++, e++) {
+                const int64_t k = s0 + i * l.si;
+                double d = round_to(prec, (double)(q_get(x, e) - q_get(zp, k)));
+                f_set(y, e, round_to(y->dtype, round_to(prec, d * f_get(s, k))));
+            }
+        }
+    return AI_OK;
+}
+
+/* dscale[k] += sum of (x - zp) dy over the elements of scale k. */
+static ai_status dequantize_backward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0], *zp = c->n_in > 2 ? c->in[2] : NULL, *dy = c->dout[0];
+    ai_tensor *ds = c->din[1];
+    if (!ds)
+        return AI_OK;
+    if (ds->dtype != AI_F32 && ds->dtype != AI_F64)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "the scale's gradient in %s is "
+                             "not supported", ai_dtype_name(ds->dtype));
+    qdq_layout l;
+    ai_status st = qdq_layout_of(c, &l);
+    if (st)
+        return st;
+    int64_t e = 0;
+    for (int64_t o = 0; o < l.outer; o++)
+        for (int64_t a = 0; a < l.dim; a++) {
+            const int64_t s0 = o * l.so + a / l.block * l.sa;
+            for (int64_t i = 0; i < l.inner; i++, e++) {
+                const int64_t k = s0 + i * l.si;
+                ai_float_set(ds, k, ai_float_at(ds, k) +
+                             (double)(q_get(x, e) - q_get(zp, k)) * f_get(dy, e));
+            }
+        }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- DynamicQuantizeLinear */
+
+static ai_status dynamic_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_tensor *x = c->in[0];
+    if (x->dtype != AI_F32)
+        return ai_node_error(c->node, AI_ERR_TYPE, "input is %s; float32 expected",
+                             ai_dtype_name(x->dtype));
+    out[0].dtype = AI_U8;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof(int64_t) * x->ndim);
+    out[1] = (ai_meta){.dtype = AI_F32, .ndim = 0};
+    out[2] = (ai_meta){.dtype = AI_U8, .ndim = 0};
+    return AI_OK;
+}
+
+/* All in float32, as ONNX's function body: scale = (max - min) / 255 over
+ * x's range extended to 0, zp = rint(clamp(-min / scale, 0, 255)). */
+static ai_status dynamic_forward(ai_ctx *c)
+{
+    const int64_t count = ai_tensor_numel(c->in[0]);
+    const float *x = c->in[0]->data;
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < count; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+    const float zp = nearbyintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
+    uint8_t *y = c->out[0]->data;
+    for (int64_t i = 0; i < count; i++)
+        y[i] = (uint8_t)q_saturate((double)nearbyintf(x[i] / scale) + zp, 0, 255);
+    *(float *)c->out[1]->data = scale;
+    *(uint8_t *)c->out[2]->data = (uint8_t)zp;
+    return AI_OK;
+}
+
+static ai_status dynamic_backward(ai_ctx *c)
+{
+    if (c->din[0])
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "DynamicQuantizeLinear is not "
+                             "differentiable");
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- integer products */
+
+/* The int32 accumulators of the QLinear and Integer operators: the inputs
+ * less their zero points in float64 in the workspace, multiplied by the
+ * float64 GEMM (kernels/gemm.h): every product and partial sum is an
+ * integer far below 2^53, so exact in any order; then wrapped to int32 as
+ * the reference's int32 product does. */
+
+/* dst[e] = src[e] - zp[e's index in zp], zp per tensor (NULL: 0) or per
+ * element of a (outer, count, inner) view (count values). */
+static void minus_zero_point(double *dst, const ai_tensor *src, const ai_tensor *zp,
+                             int64_t outer, int64_t count, int64_t inner)
+{
+    const bool per = zp && ai_tensor_numel(zp) > 1;
+    int64_t e = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < count; k++) {
+            const int64_t z = q_get(zp, per ? k : 0);
+            for (int64_t i = 0; i < inner; i++, e++)
+                dst[e] = (double)(q_get(src, e) - z);
+        }
+}
+
+/* y (M, N) = a (M, K) @ bt (N, K)^T on integers held in float64: exact. */
+static void gemm_exact(int64_t M, int64_t N, int64_t K, const double *a, const double *bt,
+                       double *y)
+{
+    ai_gemm_f64(false, true, M, N, K, 1.0, a, K, bt, K, 0.0, y, N);
+}
+
+/* dst[i] = src[i] (an exact integer) wrapped to int32. */
+static void wrap_int32(int32_t *dst, const double *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (int32_t)(uint32_t)(int64_t)src[i];
+}
+
+/* Input slots of the two matrix products. */
+typedef struct {
+    int a, a_zp, b, b_zp;
+} mm_slots;
+
+static const mm_slots MATMUL_INTEGER = {0, 2, 1, 3}, QLINEAR_MATMUL = {0, 2, 3, 5};
+
+static const ai_tensor *in_or_null(const ai_ctx *c, int i) { return i < c->n_in ? c->in[i] : NULL; }
+
+static ai_status mm_check(const ai_ctx *c, mm_slots s, ai_mm_dims *d, size_t *ws)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *a = c->in[s.a], *b = c->in[s.b];
+    ai_status st;
+    if ((st = need_8bit(n, "A", a)) || (st = need_8bit(n, "B", b)) ||
+        (st = ai_matmul_dims(n, a, b, d)) ||
+        (st = check_zero_point(n, "A's zero point", in_or_null(c, s.a_zp), a->dtype, d->M,
+                               "row of A")) ||
+        (st = check_zero_point(n, "B's zero point", in_or_null(c, s.b_zp), b->dtype, d->N,
+                               "column of B")))
+        return st;
+    /* A and B transposed in float64, their product, then as int32 */
+    *ws = sizeof(double) * (size_t)(ai_tensor_numel(a) + ai_tensor_numel(b) +
+                                    d->count * d->M * d->N) +
+          sizeof(int32_t) * (size_t)(d->count * d->M * d->N);
+    return AI_OK;
+}
+
+static void mm_meta(const ai_ctx *c, mm_slots s, const ai_mm_dims *d, ai_dtype dt,
+                    ai_meta *out)
+{
+    out->dtype = dt;
+    out->ndim = d->nb;
+    memcpy(out->shape, d->batch, sizeof(int64_t) * (size_t)d->nb);
+    if (c->in[s.a]->ndim >= 2)
+        out->shape[out->ndim++] = d->M;
+    if (c->in[s.b]->ndim >= 2)
+        out->shape[out->ndim++] = d->N;
+}
+
+/* The matrices of t: the product of its batch dims. */
+static int64_t matrices(const ai_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+/* The int32 products of every output matrix into the workspace (returned). */
+static int32_t *mm_accumulate(const ai_ctx *c, mm_slots s, const ai_mm_dims *d)
+{
+    const ai_tensor *a = c->in[s.a], *b = c->in[s.b];
+    const int64_t M = d->M, N = d->N, K = d->K, na = matrices(a), nbm = matrices(b);
+    double *A = c->workspace, *Bt = A + na * M * K, *Yd = Bt + nbm * K * N;
+    int32_t *Y = (int32_t *)(Yd + d->count * M * N);
+    minus_zero_point(A, a, in_or_null(c, s.a_zp), na, M, K);
+    const ai_tensor *bzp = in_or_null(c, s.b_zp);
+    const bool per = bzp && ai_tensor_numel(bzp) > 1;
+    for (int64_t m = 0; m < nbm; m++) /* B's matrices, transposed: rows are columns */
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++)
+                Bt[(m * N + j) * K + k] = (double)(q_get(b, (m * K + k) * N + j) -
+                                                   q_get(bzp, per ? j : 0));
+    for (int64_t i = 0; i < d->count; i++) {
+        int64_t ia, ib;
+        ai_matmul_batch(d, i, &ia, &ib);
+        gemm_exact(M, N, K, A + ia * M * K, Bt + ib * N * K, Yd + i * M * N);
+    }
+    wrap_int32(Y, Yd, d->count * M * N);
+    return Y;
+}
+
+static ai_status matmul_integer_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_mm_dims d;
+    ai_status st = mm_check(c, MATMUL_INTEGER, &d, ws);
+    if (st)
+        return st;
+    mm_meta(c, MATMUL_INTEGER, &d, AI_I32, out);
+    return AI_OK;
+}
+
+static ai_status matmul_integer_forward(ai_ctx *c)
+{
+    ai_mm_dims d;
+    size_t ws;
+    ai_status st = mm_check(c, MATMUL_INTEGER, &d, &ws);
+    if (st)
+        return st;
+    const int32_t *acc = mm_accumulate(c, MATMUL_INTEGER, &d);
+    memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
+    return AI_OK;
+}
+
+/* The requantization of QLinearMatMul / QLinearConv: the inputs at
+ * (x_scale, x_zp, w_scale, w_zp, y_scale, y_zp); w's per `per` (columns
+ * of B, output channels of W: `count`). */
+typedef struct {
+    int xs, xzp, ws, wzp, ys, yzp;
+} rq_slots;
+
+/* the same slots in QLinearMatMul and QLinearConv */
+static const rq_slots QLINEAR_RQ = {1, 2, 4, 5, 6, 7};
+
+/* Checks the scales and y's zero point; *dt: y's type. */
+static ai_status rq_check(const ai_ctx *c, rq_slots s, int64_t count, const char *per,
+                          ai_dtype *dt)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *yzp = c->in[s.yzp];
+    ai_status st;
+    if ((st = check_scale(n, "the input's scale", c->in[s.xs], 1, NULL)) ||
+        (st = check_scale(n, "the weight's scale", c->in[s.ws], count, per)) ||
+        (st = check_scale(n, "y's scale", c->in[s.ys], 1, NULL)))
+        return st;
+    *dt = yzp ? yzp->dtype : c->in[0]->dtype;
+    if (yzp && ((st = check_zero_point(n, "y's zero point", yzp, yzp->dtype, 1, NULL)) ||
+                (st = need_8bit(n, "y's zero point", yzp))))
+        return st;
+    return AI_OK;
+}
+
+/* y[e] = saturate(rint(acc[e] * (xs ws[k] / ys) + yzp)), k the weight
+ * scale of e in a (outer, count, inner) view; the multiplier in the
+ * scales' type, the rest in float64, as the reference. */
+static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t outer,
+                       int64_t count, int64_t inner)
+{
+    const ai_tensor *xs = c->in[s.xs], *ws = c->in[s.ws], *ys = c->in[s.ys];
+    const ai_tensor *yzp = c->in[s.yzp];
+    ai_tensor *y = c->out[0];
+    const ai_dtype prec = promote(promote(xs->dtype, ws->dtype), ys->dtype);
+    const bool per = ai_tensor_numel(ws) > 1;
+    const double zp = (double)q_get(yzp, 0);
+    int64_t lo = 0, hi = 0, e = 0;
+    q_range(y->dtype, &lo, &hi);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < count; k++) {
+            const double mult = round_to(prec, round_to(prec, f_get(xs, 0) *
+                                                                  f_get(ws, per ? k : 0)) /
+                                                   f_get(ys, 0));
+            for (int64_t i = 0; i < inner; i++, e++)
+                q_set(y, e, q_saturate((double)acc[e] * mult + zp, lo, hi));
+        }
+}
+
+static ai_status qlinear_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_mm_dims d;
+    ai_dtype dt;
+    ai_status st;
+    if ((st = mm_check(c, QLINEAR_MATMUL, &d, ws)) ||
+        (st = rq_check(c, QLINEAR_RQ, d.N, "column of B", &dt)))
+        return st;
+    if (c->in[2] && ai_tensor_numel(c->in[2]) > 1)
+        return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "a per-row zero point of A is "
+                             "not supported (its scale is per tensor)");
+    mm_meta(c, QLINEAR_MATMUL, &d, dt, out);
+    return AI_OK;
+}
+
+static ai_status qlinear_matmul_forward(ai_ctx *c)
+{
+    ai_mm_dims d;
+    size_t ws;
+    ai_status st = mm_check(c, QLINEAR_MATMUL, &d, &ws);
+    if (st)
+        return st;
+    const int32_t *acc = mm_accumulate(c, QLINEAR_MATMUL, &d);
+    requantize(c, QLINEAR_RQ, acc, d.count * d.M, d.N, 1);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- integer convolutions */
+
+/* ConvInteger (x, w, x_zp, w_zp) and QLinearConv (x, xs, xzp, w, ws, wzp,
+ * ys, yzp, B): the slots of x, w, their zero points and the bias. */
+typedef struct {
+    int x, x_zp, w, w_zp, b;
+} conv_slots;
+
+static const conv_slots CONV_INTEGER = {0, 2, 1, 3, -1}, QLINEAR_CONV = {0, 2, 3, 5, 8};
+
+/* The convolution runs in float64 on the inputs less their zero points,
+ * with the float kernels (kernels/conv.h, whichever algorithm they pick):
+ * every product and partial sum is an integer far below 2^53, so the sums
+ * are exact in any order; the int32 bias is added after, wrapping as
+ * ONNX's int32 does. The workspace: the kernels' scratch (aligned), x, w
+ * and y in float64, then the int32 accumulator. */
+static size_t conv_scratch(const ai_conv_params *p)
+{
+    return (ai_conv_workspace_bytes(p, AI_F64) + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+}
+
+static ai_status conv_check(const ai_ctx *c, conv_slots s, ai_conv_params *p, size_t *ws)
+{
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[s.x], *w = c->in[s.w];
+    const ai_tensor *b = s.b >= 0 ? in_or_null(c, s.b) : NULL;
+    ai_status st;
+    if ((st = need_8bit(n, "the input", x)) || (st = need_8bit(n, "the weight", w)))
+        return st;
+    if (b && b->dtype != AI_I32)
+        return ai_node_error(n, AI_ERR_TYPE, "the bias is %s; int32 expected",
+                             ai_dtype_name(b->dtype));
+    if ((st = ai_conv_geometry(n, x, w, b, p)) ||
+        (st = check_zero_point(n, "the input's zero point", in_or_null(c, s.x_zp), x->dtype,
+                               1, NULL)) ||
+        (st = check_zero_point(n, "the weight's zero point", in_or_null(c, s.w_zp), w->dtype,
+                               p->M, "output channel")))
+        return st;
+    int64_t ysize = p->N * p->M;
+    for (int d = 0; d < p->nsp; d++)
+        ysize *= p->out[d];
+    *ws = conv_scratch(p) + sizeof(double) * (size_t)(ai_tensor_numel(x) +
+                                                      ai_tensor_numel(w) + ysize) +
+          sizeof(int32_t) * (size_t)ysize;
+    return AI_OK;
+}
+
+static void conv_meta(const ai_conv_params *p, ai_dtype dt, ai_meta *out)
+{
+    out->dtype = dt;
+    out->ndim = p->nsp + 2;
+    out->shape[0] = p->N;
+    out->shape[1] = p->M;
+    memcpy(out->shape + 2, p->out, sizeof(int64_t) * (size_t)p->nsp);
+}
+
+/* The int32 convolution into the workspace (returned). */
+static int32_t *conv_accumulate(const ai_ctx *c, conv_slots s, const ai_conv_params *p)
+{
+    const ai_tensor *x = c->in[s.x], *w = c->in[s.w], *y = c->out[0];
+    const ai_tensor *b = s.b >= 0 ? in_or_null(c, s.b) : NULL;
+    const ai_tensor *xzp = in_or_null(c, s.x_zp), *wzp = in_or_null(c, s.w_zp);
+    const int64_t nx = ai_tensor_numel(x), nw = ai_tensor_numel(w), ny = ai_tensor_numel(y);
+    const int64_t taps = p->M ? nw / p->M : 0;
+    const int64_t plane = p->N > 0 && p->M > 0 ? ny / (p->N * p->M) : 0;
+    double *X = (double *)((char *)c->workspace + conv_scratch(p)), *W = X + nx, *Yd = W + nw;
+    int32_t *Y = (int32_t *)(Yd + ny);
+    minus_zero_point(X, x, xzp, 1, 1, nx);
+    minus_zero_point(W, w, wzp, 1, p->M, taps);
+    ai_conv_forward_f64(p, Yd, X, W, NULL, c->workspace, NULL);
+    for (int64_t i = 0; i < ny; i++) {
+        const int64_t bias = b ? q_get(b, i / plane % p->M) : 0;
+        Y[i] = (int32_t)(uint32_t)((int64_t)Yd[i] + bias);
+    }
+    return Y;
+}
+
+static ai_status conv_integer_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_conv_params p;
+    ai_status st = conv_check(c, CONV_INTEGER, &p, ws);
+    if (st)
+        return st;
+    conv_meta(&p, AI_I32, out);
+    return AI_OK;
+}
+
+static ai_status conv_integer_forward(ai_ctx *c)
+{
+    ai_conv_params p;
+    size_t ws;
+    ai_status st = conv_check(c, CONV_INTEGER, &p, &ws);
+    if (st)
+        return st;
+    const int32_t *acc = conv_accumulate(c, CONV_INTEGER, &p);
+    memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
+    return AI_OK;
+}
+
+static ai_status qlinear_conv_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    ai_conv_params p;
+    ai_dtype dt;
+    ai_status st;
+    if ((st = conv_check(c, QLINEAR_CONV, &p, ws)) ||
+        (st = rq_check(c, QLINEAR_RQ, p.M, "output channel", &dt)))
+        return st;
+    conv_meta(&p, dt, out);
+    return AI_OK;
+}
+
+static ai_status qlinear_conv_forward(ai_ctx *c)
+{
+    ai_conv_params p;
+    size_t ws;
+    ai_status st = conv_check(c, QLINEAR_CONV, &p, &ws);
+    if (st)
+        return st;
+    const int32_t *acc = conv_accumulate(c, QLINEAR_CONV, &p);
+    const int64_t planes = p.N * p.M;
+    requantize(c, QLINEAR_RQ, acc, p.N, p.M, planes ? ai_tensor_numel(c->out[0]) / planes : 0);
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- QGemm (com.microsoft) */
+
+/* ONNX Runtime's QGemm, which its quantizer writes for Gemm (QOperator
+ * format): A (M, K) or transA, B (K, N) or transB, int8/uint8;
+ *   acc = (A - a_zp) (B - b_zp) + C        int32; C broadcast to (M, N)
+ *   y   = saturate(rint(acc * m_j) + y_zp)  with y_scale and y_zp, else
+ *   y   = acc * m_j                         float32
+ * m_j = alpha a_scale b_scale[j] (/ y_scale); b_scale, b_zp per tensor or
+ * per column. There is no ONNX definition: the arithmetic is ONNX
+ * Runtime's, in float32 (MLAS's requantization). */
+
+typedef struct {
+    double alpha;
+    int64_t trans_a, trans_b;
+} qgemm_attrs;
+
+static ai_status qgemm_init(ai_node *n)
+{
+    qgemm_attrs *a = calloc(1, sizeof *a);
+    if (!a)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    n->params = a;
+    ai_status st;
+    if ((st = ai_attr_float(n, "alpha", 1.0, &a->alpha)) ||
+        (st = ai_attr_int(n, "transA", 0, &a->trans_a)) ||
+        (st = ai_attr_int(n, "transB", 0, &a->trans_b)))
+        return st;
+    return AI_OK;
+}
+
+static ai_status qgemm_check(const ai_ctx *c, int64_t *M, int64_t *N, int64_t *K, size_t *ws)
+{
+    const ai_node *n = c->node;
+    const qgemm_attrs *at = n->params;
+    const ai_tensor *a = c->in[0], *b = c->in[3], *bias = in_or_null(c, 6);
+    const ai_tensor *ys = in_or_null(c, 7), *yzp = in_or_null(c, 8);
+    ai_status st;
+    if ((st = need_8bit(n, "A", a)) || (st = need_8bit(n, "B", b)))
+        return st;
+    if (a->ndim != 2 || b->ndim != 2)
+        return ai_node_error(n, AI_ERR_VALUE, "A and B must be matrices (ranks %d and %d)",
+                             a->ndim, b->ndim);
+    *M = a->shape[at->trans_a ? 1 : 0], *K = a->shape[at->trans_a ? 0 : 1];
+    *N = b->shape[at->trans_b ? 0 : 1];
+    const int64_t kb = b->shape[at->trans_b ? 1 : 0];
+    if (kb != *K)
+        return ai_node_error(n, AI_ERR_VALUE, "inner dimensions differ: A has %lld columns, B "
+                             "has %lld rows", (long long)*K, (long long)kb);
+    if ((st = check_scale(n, "A's scale", c->in[1], 1, NULL)) ||
+        (st = check_zero_point(n, "A's zero point", c->in[2], a->dtype, 1, NULL)) ||
+        (st = check_scale(n, "B's scale", c->in[4], *N, "column of B")) ||
+        (st = check_zero_point(n, "B's zero point", c->in[5], b->dtype, *N, "column of B")) ||
+        (ys && (st = check_scale(n, "y's scale", ys, 1, NULL))) ||
+        (yzp && (st = need_8bit(n, "y's zero point", yzp))) ||
+        (yzp && (st = check_zero_point(n, "y's zero point", yzp, yzp->dtype, 1, NULL))))
+        return st;
+    if (!ys != !yzp)
+        return ai_node_error(n, AI_ERR_VALUE, "y_scale and y_zero_point go together (without "
+                             "them the output is float32)");
+    if (bias) {
+        const int64_t b0 = bias->ndim == 2 ? bias->shape[0] : 1;
+        const int64_t b1 = bias->ndim >= 1 ? bias->shape[bias->ndim - 1] : 1;
+        if (bias->dtype != AI_I32)
+            return ai_node_error(n, AI_ERR_TYPE, "C is %s; int32 expected",
+                                 ai_dtype_name(bias->dtype));
+        if (bias->ndim > 2 || (b0 != 1 && b0 != *M) || (b1 != 1 && b1 != *N))
+            return ai_node_error(n, AI_ERR_VALUE, "C does not broadcast to (%lld, %lld)",
+                                 (long long)*M, (long long)*N);
+    }
+    *ws = sizeof(double) * (size_t)(*M * *K + *N * *K + *M * *N) +
+          sizeof(int32_t) * (size_t)(*M * *N);
+    return AI_OK;
+}
+
+static ai_status qgemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)state;
+    int64_t M, N, K;
+    ai_status st = qgemm_check(c, &M, &N, &K, ws);
+    if (st)
+        return st;
+    const ai_tensor *yzp = in_or_null(c, 8);
+    out[0] = (ai_meta){.dtype = yzp ? yzp->dtype : AI_F32, .ndim = 2, .shape = {M, N}};
+    return AI_OK;
+}
+
+static ai_status qgemm_forward(ai_ctx *c)
+{
+    const qgemm_attrs *at = c->node->params;
+    int64_t M, N, K;
+    size_t ws;
+    ai_status st = qgemm_check(c, &M, &N, &K, &ws);
+    if (st)
+        return st;
+    const ai_tensor *a = c->in[0], *b = c->in[3], *azp = c->in[2], *bzp = c->in[5];
+    const ai_tensor *as = c->in[1], *bs = c->in[4], *bias = in_or_null(c, 6);
+    const ai_tensor *ys = in_or_null(c, 7), *yzp = in_or_null(c, 8);
+    double *A = c->workspace, *Bt = A + M * K, *accd = Bt + N * K;
+    int32_t *acc = (int32_t *)(accd + M * N);
+    const bool b_per = ai_tensor_numel(bzp) > 1, s_per = ai_tensor_numel(bs) > 1;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            A[i * K + k] = (double)(q_get(a, at->trans_a ? k * M + i : i * K + k) -
+                                    q_get(azp, 0));
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t k = 0; k < K; k++)
+            Bt[j * K + k] = (double)(q_get(b, at->trans_b ? j * K + k : k * N + j) -
+                                     q_get(bzp, b_per ? j : 0));
+    gemm_exact(M, N, K, A, Bt, accd);
+    wrap_int32(acc, accd, M * N);
+    ai_tensor *y = c->out[0];
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    for (int64_t j = 0; j < N; j++) {
+        float m = (float)at->alpha * (float)f_get(as, 0) * (float)f_get(bs, s_per ? j : 0);
+        if (ys)
+            m /= (float)f_get(ys, 0);
+        for (int64_t i = 0; i < M; i++) {
+            int32_t v = acc[i * N + j];
+            if (bias) { /* C is (), (N,), (1, N), (M, 1) or (M, N) */
+                const int64_t rows = bias->ndim == 2 ? bias->shape[0] : 1;
+                const int64_t cols = bias->ndim >= 1 ? bias->shape[bias->ndim - 1] : 1;
+                const int64_t k = (rows > 1 ? i : 0) * cols + (cols > 1 ? j : 0);
+                v = (int32_t)((uint32_t)v + (uint32_t)q_get(bias, k));
+            }
+            const float f = (float)v * m;
+            if (yzp)
+                q_set(y, i * N + j, q_saturate(nearbyintf(f) + (double)q_get(yzp, 0), lo, hi));
+            else
+                ((float *)y->data)[i * N + j] = f;
+        }
+    }
+    return AI_OK;
+}
+
+/* ------------------------------------------------ QLinearAdd, QLinearGlobalAveragePool */
+
+/* ONNX Runtime's com.microsoft QLinearAdd and QLinearGlobalAveragePool
+ * (its QOperator format: residual additions, global pools), computed on
+ * their definition in float64:
+ *   QLinearAdd(a, as, azp, b, bs, bzp, cs, czp)   numpy broadcasting
+ *       c = saturate(rint((as (a - azp) + bs (b - bzp)) / cs) + czp)
+ *   QLinearGlobalAveragePool(x, xs, xzp, ys, yzp), channels_last 0 or 1
+ *       y = saturate(rint(sum(x - xzp) xs / (ys count)) + yzp)
+ * ONNX Runtime computes them in float32, its rounding depending on the
+ * CPU's kernel (fused multiply-adds on AVX2): within one quantum. */
+
+static ai_status qlinear_add_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    ai_status st;
+    if ((st = need_8bit(n, "A", a)) ||
+        (b->dtype != a->dtype &&
+         (st = ai_node_error(n, AI_ERR_TYPE, "B is %s; A's %s expected",
+                             ai_dtype_name(b->dtype), ai_dtype_name(a->dtype)))) ||
+        (st = check_scale(n, "A's scale", c->in[1], 1, NULL)) ||
+        (st = check_zero_point(n, "A's zero point", in_or_null(c, 2), a->dtype, 1, NULL)) ||
+        (st = check_scale(n, "B's scale", c->in[4], 1, NULL)) ||
+        (st = check_zero_point(n, "B's zero point", in_or_null(c, 5), a->dtype, 1, NULL)) ||
+        (st = check_scale(n, "C's scale", c->in[6], 1, NULL)) ||
+        (st = check_zero_point(n, "C's zero point", in_or_null(c, 7), a->dtype, 1, NULL)))
+        return st;
+    out[0].dtype = a->dtype;
+    return ai_broadcast_shape(n, a->ndim, a->shape, b->ndim, b->shape, &out[0].ndim,
+                              out[0].shape);
+}
+
+static ai_status qlinear_add_forward(ai_ctx *c)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    ai_tensor *y = c->out[0];
+    const int nd = y->ndim;
+    int64_t sa[AI_MAX_DIMS], sb[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0}, ia = 0, ib = 0;
+    ai_broadcast_strides(a->ndim, a->shape, nd, y->shape, sa);
+    ai_broadcast_strides(b->ndim, b->shape, nd, y->shape, sb);
+    const double ra = f_get(c->in[1], 0), za = (double)q_get(in_or_null(c, 2), 0);
+    const double rb = f_get(c->in[4], 0), zb = (double)q_get(in_or_null(c, 5), 0);
+    const double cs = f_get(c->in[6], 0), zc = (double)q_get(in_or_null(c, 7), 0);
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    const int64_t count = ai_tensor_numel(y);
+    for (int64_t e = 0; e < count; e++) {
+        double v = (ra * ((double)q_get(a, ia) - za) + rb * ((double)q_get(b, ib) - zb)) / cs;
+        q_set(y, e, q_saturate(nearbyint(v) + zc, lo, hi));
+        for (int d = nd - 1; d >= 0; d--) { /* the next index, and its offsets in a, b */
+            ia += sa[d], ib += sb[d];
+            if (++idx[d] < y->shape[d])
+                break;
+            ia -= sa[d] * idx[d], ib -= sb[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    return AI_OK;
+}
+
+static ai_status global_pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws, (void)state;
+    const ai_node *n = c->node;
+    const ai_tensor *x = c->in[0];
+    int64_t last;
+    ai_status st;
+    if ((st = ai_attr_int(n, "channels_last", 0, &last)) || (st = need_8bit(n, "X", x)) ||
+        (st = check_scale(n, "X's scale", c->in[1], 1, NULL)) ||
+        (st = check_zero_point(n, "X's zero point", in_or_null(c, 2), x->dtype, 1, NULL)) ||
+        (st = check_scale(n, "Y's scale", c->in[3], 1, NULL)) ||
+        (st = check_zero_point(n, "Y's zero point", in_or_null(c, 4), x->dtype, 1, NULL)))
+        return st;
+    if (last != 0 && last != 1)
+        return ai_node_error(n, AI_ERR_VALUE, "channels_last is %lld; 0 or 1 expected",
+                             (long long)last);
+    if (x->ndim < 3)
+        return ai_node_error(n, AI_ERR_VALUE, "X has rank %d; (N, C, spatial...) expected",
+                             x->ndim);
+    out[0].dtype = x->dtype;
+    out[0].ndim = x->ndim;
+    for (int d = 0; d < x->ndim; d++) /* the spatial dims become 1 */
+        out[0].shape[d] = d == 0 || d == (last ? x->ndim - 1 : 1) ? x->shape[d] : 1;
+    return AI_OK;
+}
+
+static ai_status global_pool_forward(ai_ctx *c)
+{
+    const ai_tensor *x = c->in[0];
+    ai_tensor *y = c->out[0];
+    int64_t last;
+    ai_status st = ai_attr_int(c->node, "channels_last", 0, &last);
+    if (st)
+        return st;
+    const int64_t N = x->shape[0], C = x->shape[last ? x->ndim - 1 : 1];
+    const int64_t S = N > 0 && C > 0 ? ai_tensor_numel(x) / (N * C) : 0;
+    const double zx = (double)q_get(in_or_null(c, 2), 0), zy = (double)q_get(in_or_null(c, 4), 0);
+    const double m = f_get(c->in[1], 0) / f_get(c->in[3], 0) / (double)S;
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
+            for (int64_t k = 0; k < S; k++)
+                sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
+            q_set(y, i * C + ch, q_saturate(nearbyint(((double)sum - zx * (double)S) * m) + zy,
+                                            lo, hi));
+        }
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- registry */
+
+static const ai_op_def op_quantize_linear = {"QuantizeLinear", "", 2, 3, 1, 1,
+                                             AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, qdq_init,
+                                             quantize_shape, quantize_forward,
+                                             quantize_backward};
+static const ai_op_def op_dequantize_linear = {"DequantizeLinear", "", 2, 3, 1, 1,
+                                               AI_OP_BWD_NO_Y, qdq_init, dequantize_shape,
+                                               dequantize_forward, dequantize_backward};
+static const ai_op_def op_dynamic_quantize_linear = {"DynamicQuantizeLinear", "", 1, 1, 3, 3,
+                                                     AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL,
+                                                     dynamic_shape, dynamic_forward,
+                                                     dynamic_backward};
+static const ai_op_def op_matmul_integer = {"MatMulInteger", "", 2, 4, 1, 1, 0, NULL,
+                                            matmul_integer_shape, matmul_integer_forward,
+                                            NULL};
+static const ai_op_def op_qlinear_matmul = {"QLinearMatMul", "", 8, 8, 1, 1, 0, NULL,
+                                            qlinear_matmul_shape, qlinear_matmul_forward,
+                                            NULL};
+static const ai_op_def op_conv_integer = {"ConvInteger", "", 2, 4, 1, 1, 0, ai_conv_init,
+                                          conv_integer_shape, conv_integer_forward, NULL};
+static const ai_op_def op_qlinear_conv = {"QLinearConv", "", 8, 9, 1, 1, 0, ai_conv_init,
+                                          qlinear_conv_shape, qlinear_conv_forward, NULL};
+static const ai_op_def op_qgemm = {"QGemm", "com.microsoft", 6, 9, 1, 1, 0, qgemm_init,
+                                   qgemm_shape, qgemm_forward, NULL};
+static const ai_op_def op_qlinear_add = {"QLinearAdd", "com.microsoft", 7, 8, 1, 1, 0, NULL,
+                                         qlinear_add_shape, qlinear_add_forward, NULL};
+static const ai_op_def op_qlinear_global_average_pool = {
+    "QLinearGlobalAveragePool", "com.microsoft", 5, 5, 1, 1, 0, NULL, global_pool_shape,
+    global_pool_forward, NULL};
+
+const ai_op_def *const ai_ops_qlinear[] = {
+    &op_quantize_linear, &op_dequantize_linear, &op_dynamic_quantize_linear,
+    &op_matmul_integer, &op_qlinear_matmul, &op_conv_integer, &op_qlinear_conv, &op_qgemm,
+    &op_qlinear_add, &op_qlinear_global_average_pool, NULL,
+};
