@@ -103,13 +103,17 @@ static int64_t q_saturate(double v, int64_t lo, int64_t hi)
     return v > (double)hi ? hi : (int64_t)v;
 }
 
-static bool is_float_dtype(ai_dtype dt) { return dt == AI_F32 || dt == AI_F64 || dt == AI_F16; }
+static bool is_float_dtype(ai_dtype dt)
+{
+    return dt == AI_F32 || dt == AI_F64 || ai_dtype_is_half(dt);
+}
 
-/* Element i of a float16/32/64 or int32 tensor. */
+/* Element i of a float16/bfloat16/32/64 or int32 tensor. */
 static double f_get(const ai_tensor *t, int64_t i)
 {
     switch (t->dtype) {
     case AI_F16: return ai_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case AI_BF16: return ai_bf16_to_f32(((const uint16_t *)t->data)[i]);
     case AI_F32: return ((const float *)t->data)[i];
     case AI_F64: return ((const double *)t->data)[i];
     default: return ((const int32_t *)t->data)[i];
@@ -124,6 +128,8 @@ static double round_to(ai_dtype dt, double v)
         return (float)v;
     if (dt == AI_F16)
         return ai_f16_to_f32(ai_f32_to_f16((float)v));
+    if (dt == AI_BF16)
+        return ai_bf16_to_f32(ai_f32_to_bf16((float)v));
     return v;
 }
 
@@ -131,6 +137,8 @@ static void f_set(ai_tensor *t, int64_t i, double v)
 {
     if (t->dtype == AI_F16)
         ((uint16_t *)t->data)[i] = ai_f32_to_f16((float)v);
+    else if (t->dtype == AI_BF16)
+        ((uint16_t *)t->data)[i] = ai_f32_to_bf16((float)v);
     else
         ai_float_set(t, i, v);
 }
@@ -140,13 +148,13 @@ static ai_dtype promote(ai_dtype a, ai_dtype b)
 {
     if (a == AI_F64 || b == AI_F64 || !is_float_dtype(a) || !is_float_dtype(b))
         return AI_F64;
-    return a == AI_F32 || b == AI_F32 ? AI_F32 : AI_F16;
+    return a == b ? a : AI_F32;
 }
 
 static ai_status need_float(const ai_node *n, const char *what, const ai_tensor *t)
 {
     if (!is_float_dtype(t->dtype))
-        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; float16, float32 or float64 expected",
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; float16, bfloat16, float32 or float64 expected",
                              what, ai_dtype_name(t->dtype));
     return AI_OK;
 }
@@ -1085,12 +1093,16 @@ static ai_status global_pool_forward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
+/* (AI_OP_HALF: Quantize and Dequantize compute in numpy's precision of
+ * their float16/bfloat16 inputs, not the plan's float32 copies) */
 static const ai_op_def op_quantize_linear = {"QuantizeLinear", "", 2, 3, 1, 1,
-                                             AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, qdq_init,
+                                             AI_OP_HALF | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+                                             qdq_init,
                                              quantize_shape, quantize_forward,
                                              quantize_backward};
 static const ai_op_def op_dequantize_linear = {"DequantizeLinear", "", 2, 3, 1, 1,
-                                               AI_OP_BWD_NO_Y, qdq_init, dequantize_shape,
+                                               AI_OP_HALF | AI_OP_BWD_NO_Y, qdq_init,
+                                               dequantize_shape,
                                                dequantize_forward, dequantize_backward};
 static const ai_op_def op_dynamic_quantize_linear = {"DynamicQuantizeLinear", "", 1, 1, 3, 3,
                                                      AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y, NULL,
