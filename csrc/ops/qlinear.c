@@ -154,8 +154,9 @@ static ai_dtype promote(ai_dtype a, ai_dtype b)
 static ai_status need_float(const ai_node *n, const char *what, const ai_tensor *t)
 {
     if (!is_float_dtype(t->dtype))
-        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; float16, bfloat16, float32 or float64 expected",
-                             what, ai_dtype_name(t->dtype));
+        return ai_node_error(n, AI_ERR_TYPE,
+                             "%s is %s; float16, bfloat16, float32 or float64 expected", what,
+                             ai_dtype_name(t->dtype));
     return AI_OK;
 }
 
