@@ -359,3 +359,22 @@ def test_sub_byte_types_have_no_torch_form():
         tc.aidge_tensor_to_torch(t)
     with pytest.raises(TypeError, match="int4"):
         tc.torch_dtype("int4")
+
+
+@pytest.mark.parametrize("to", ["FLOAT8E4M3FN", "FLOAT8E5M2FNUZ", "FLOAT8E8M0", "FLOAT4E2M1",
+                                "INT4"])
+def test_backward_through_a_cast_to_a_storage_type(to):
+    """A graph output of an 8- or 4-bit type: backward runs (it crashed: the
+    Cast gave a gradient to x from the output's 8-bit gradient) and no
+    gradient reaches x, as none flows through those types."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Cast", ["x"], ["y"], to=getattr(TensorProto, to))
+    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 3])], [helper.make_tensor_value_info("y", 0, None)])
+    g = aidge_interop.load_onnx(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 23)]))
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    (y,) = g.forward([x], need_backward=True, input_grads=True)
+    (dx,) = g.backward([None])
+    assert dx is None or not np.any(dx)

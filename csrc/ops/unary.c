@@ -814,9 +814,11 @@ static ai_status cast_forward(ai_ctx *c)
 /* The gradient flows between float32 and float64 only. */
 static ai_status cast_backward(ai_ctx *c)
 {
-    if (!c->din[0] || !ai_dtype_is_float(c->out[0]->dtype))
-        return AI_OK; /* no gradient through a cast to integers, nor to a CastLike
-                         input that needs none (a constant cast like x) */
+    const ai_dtype dt = c->out[0]->dtype;
+    if (!c->din[0] || !ai_dtype_is_float(dt) || ai_dtype_is_storage(dt))
+        return AI_OK; /* no gradient through a cast to integers or to the 8- and
+                         4-bit floats, nor to a CastLike input that needs none (a
+                         constant cast like x) */
     ai_tensor *tmp;
     ai_status st = ai_tensor_new(&tmp, c->din[0]->dtype, c->din[0]->ndim, c->din[0]->shape);
     if (st)
