@@ -26,6 +26,10 @@ from .expand import CONCAT_MAX
 
 __all__ = ["SEQUENCE_OPERATORS", "rewrite_sequences"]
 
+# the most items a sequence, or iterations an unrolled Loop, may have: each
+# is written out as nodes at import
+MAX_ITEMS = 4096
+
 SEQUENCE_OPERATORS = ("SplitToSequence", "SequenceAt", "ConcatFromSequence",
                       "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase",
                       "SequenceLength", "SequenceMap")
@@ -189,6 +193,15 @@ class _Rewrite:
         else:
             self.emit("Identity", [value], [out])
 
+    def graph_attr(self, node, name):
+        """The subgraph attribute ``name`` of ``node``."""
+        import onnx
+
+        for a in node.attribute:
+            if a.name == name and a.type == onnx.AttributeProto.GRAPH:
+                return a.g
+        raise ValueError(f"{self.node_where}: it has no graph attribute '{name}'")
+
     def known(self, node, k) -> bool:
         """Whether input ``k`` of ``node`` is a constant here."""
         return len(node.input) > k and node.input[k] in self.constants
@@ -311,6 +324,10 @@ class _Rewrite:
             step = 1 if split is None else int(split)
             if step < 1:
                 raise ValueError(f"{self.node_where}: split {step} is not positive")
+            if -(-length // step) > MAX_ITEMS:
+                raise NotImplementedError(
+                    f"{self.node_where}: {-(-length // step)} pieces; the engine writes a "
+                    f"sequence's items out at import, at most {MAX_ITEMS}")
             sizes = [min(step, length - i) for i in range(0, length, step)]
         if not sizes:
             raise NotImplementedError(f"{self.node_where}: an empty split; the engine has no "
@@ -363,7 +380,7 @@ class _Rewrite:
     def SequenceMap(self, node):
         """The body once per item: its sequence inputs take the item, its
         other inputs the tensor; its outputs are the items of the outputs."""
-        body = next(a.g for a in node.attribute if a.name == "body")
+        body = self.graph_attr(node, "body")
         if len(body.input) != len(node.input) or len(body.output) != len(node.output):
             raise ValueError(f"{self.node_where}: its body has {len(body.input)} inputs and "
                              f"{len(body.output)} outputs for the node's {len(node.input)} "
@@ -384,7 +401,7 @@ class _Rewrite:
     def Loop(self, node):
         """A Loop over sequences, unrolled: its trip count must be known at
         import and its condition stay true."""
-        body = next(a.g for a in node.attribute if a.name == "body")
+        body = self.graph_attr(node, "body")
         if not any(x in self.seqs for x in node.input) and not self.known(node, 0):
             self.nodes.append(node)  # (its body's sequences are refused by name at import)
             return
@@ -395,6 +412,10 @@ class _Rewrite:
                                       "with a trip count known at import")
         n_state = len(node.input) - 2
         state = list(node.input[2:])
+        if int(trips.reshape(-1)[0]) > MAX_ITEMS:
+            raise NotImplementedError(f"{self.node_where}: {int(trips.reshape(-1)[0])} "
+                                      "iterations; a Loop over sequences is unrolled at "
+                                      f"import, at most {MAX_ITEMS}")
         scans = [[] for _ in body.output[1 + n_state:]]
         true = self.emit("Constant", [], value=_scalar(True))
         self.constants[true] = self.nodes[-1]
@@ -427,7 +448,7 @@ class _Rewrite:
             raise NotImplementedError(f"{self.node_where}: an If over sequences runs only "
                                       "with a condition known at import")
         branch = "then_branch" if cond.reshape(-1)[0] else "else_branch"
-        graph = next(a.g for a in node.attribute if a.name == branch)
+        graph = self.graph_attr(node, branch)
         rename = self.inline(graph, {}, branch)
         for out, o in zip(node.output, graph.output):
             self.bind(out, rename.get(o.name, o.name))

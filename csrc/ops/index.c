@@ -291,10 +291,10 @@ typedef struct {
     int64_t depth, outer, inner;
 } onehot_dims;
 
+/* (float indices truncate, saturating: an infinite one is out of range) */
 static int64_t onehot_index(const ai_tensor *t, int64_t i)
 {
-    return ai_dtype_is_float(t->dtype) ? (int64_t)ai_tensor_get_flat(t, i)
-                                       : ai_tensor_get_flat_i64(t, i);
+    return ai_tensor_get_flat_i64(t, i);
 }
 
 static ai_status onehot_dims_of(const ai_ctx *c, onehot_dims *d)

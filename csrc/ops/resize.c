@@ -346,8 +346,8 @@ static int64_t taps_of(const resize_params *p, const resize_plan *rp, int d)
     if (p->mode == M_NEAREST)
         return 1;
     const double reach = p->mode == M_LINEAR ? 1 : 2;
-    if (!p->antialias || rp->scale[d] >= 1)
-        return 2 * (int64_t)reach;
+    if (!p->antialias || rp->scale[d] >= 1 || !(rp->scale[d] > 0))
+        return 2 * (int64_t)reach; /* (scale 0: sizes 0, no output to take taps) */
     return 2 - 2 * ((int64_t)floor(-reach / rp->scale[d]) + 1);
 }
 
