@@ -25,12 +25,23 @@ import re
 from .expand import Emitter
 
 
+def check_equation(attrs, where) -> str:
+    """The node's equation without spaces; ValueError if it has none or it
+    is not one (checked before ONNX's shape inference sees it: some
+    malformed ones hang it)."""
+    if "equation" not in attrs:
+        raise ValueError(f"{where}: Einsum needs an 'equation' attribute")
+    equation = attrs["equation"]
+    eq = equation.replace(" ", "") if isinstance(equation, str) else None
+    if eq is None or not re.fullmatch(r"[A-Za-z.,]*(->[A-Za-z.]*)?", eq):
+        raise ValueError(f"{where}: equation {equation!r} is not an Einsum equation")
+    return eq
+
+
 def _parse(equation, ranks, where):
     """(operand letter lists, output letters): ``...`` replaced by
     placeholder letters, right-aligned across operands (NumPy's rule)."""
     eq = equation.replace(" ", "")
-    if not re.fullmatch(r"[A-Za-z.,]*(->[A-Za-z.]*)?", eq):
-        raise ValueError(f"{where}: equation '{equation}' is not an Einsum equation")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):
@@ -136,8 +147,6 @@ def expand_einsum(node, attrs, dims, emit_node, emit_const, where):
     """Writes Einsum `node` through emit_node(name, op_type, inputs, outputs,
     attrs) and emit_const(name, Tensor); ``dims``: value name -> dims
     (None where unknown) by ONNX shape inference."""
-    if "equation" not in attrs:
-        raise ValueError(f"{where}: Einsum needs an 'equation' attribute")
     inputs = list(node.input)
     shapes = [dims.get(n) for n in inputs]
     letters, out = _parse(attrs["equation"], [None if s is None else len(s) for s in shapes],

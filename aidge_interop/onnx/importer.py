@@ -178,7 +178,11 @@ def _constant_value(node, attrs, where):
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64),
                        ("value_floats", np.float32), ("value_ints", np.int64)):
         if key in attrs:
-            return Tensor(np.asarray(attrs[key], dtype=dtype), copy=True)
+            try:
+                return Tensor(np.asarray(attrs[key], dtype=dtype), copy=True)
+            except (OverflowError, TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: Constant node '{node.name}': its {key} is not "
+                                 f"{np.dtype(dtype).name} ({exc})") from None
     raise NotImplementedError(
         f"{where}: Constant node '{node.name}' uses attributes {sorted(attrs)}; the engine "
         "reads value, value_float(s) and value_int(s)"
@@ -410,8 +414,9 @@ def _add_expanded(g, node, attrs, opset, dims, where):
     emit_node = lambda name, op, ins, outs, a: g.add_node(name, op, ins, outs, a, domain="",  # noqa: E731
                                                          opset=node_opset)
     emit_const = lambda name, value: g.add_initializer(name, value, "const")  # noqa: E731
-    from .einsum import expand_einsum
+    from .einsum import check_equation, expand_einsum
 
+    check_equation(attrs, where)
     return expand_einsum(node, attrs, dims(), emit_node, emit_const, where)
 
 

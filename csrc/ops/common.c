@@ -120,6 +120,8 @@ static void accumulate_range(void *ctx, int64_t lo, int64_t hi)
 static void accumulate_half(ai_tensor *dst, const ai_tensor *src, bool assign)
 {
     const int64_t n = ai_tensor_numel(dst);
+    if (n == 0)
+        return;
     if (assign) {
         memcpy(dst->data, src->data, (size_t)n * 2);
         return;

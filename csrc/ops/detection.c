@@ -367,7 +367,9 @@ static ai_status roi_backward(ai_ctx *c)
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_nms, "NonMaxSuppression", 2, 5, 1, AI_OP_SHAPE_FROM_DATA, nms_shape, nms_forward, NULL)
+/* (AI_OP_HALF: it reads boxes and scores as doubles, also at plan time) */
+OP(op_nms, "NonMaxSuppression", 2, 5, 1, AI_OP_HALF | AI_OP_SHAPE_FROM_DATA, nms_shape,
+   nms_forward, NULL)
 OP(op_roi_align, "RoiAlign", 3, 3, 1, AI_OP_BWD_NO_Y, roi_shape, roi_forward, roi_backward)
 
 const ai_op_def *const ai_ops_detection[] = {&op_nms, &op_roi_align, NULL};

@@ -1620,11 +1620,13 @@ static void lrn_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t base = n * C * S + s;
             for (int64_t ch = 0; ch < C; ch++) {
                 double sum = 0;
-                for (int64_t k = ch - before; k <= ch + after; k++)
-                    if (k >= 0 && k < C) {
-                        const double v = ai_float_at(j->x, base + k * S);
-                        sum += v * v;
-                    }
+                /* (the window clipped first: size may be far beyond C) */
+                const int64_t k0 = ch - before < 0 ? 0 : ch - before;
+                const int64_t k1 = after >= C - ch ? C - 1 : ch + after;
+                for (int64_t k = k0; k <= k1; k++) {
+                    const double v = ai_float_at(j->x, base + k * S);
+                    sum += v * v;
+                }
                 d[ch] = p->bias + p->alpha / (double)p->size * sum;
             }
             if (!j->dx) {
@@ -1638,9 +1640,10 @@ static void lrn_range(void *ctx, int64_t lo, int64_t hi)
                         pow(d[ch], -p->beta - 1);
             for (int64_t k = 0; k < C; k++) {
                 double sum = 0; /* over the c whose window holds k */
-                for (int64_t ch = k - after; ch <= k + before; ch++)
-                    if (ch >= 0 && ch < C)
-                        sum += t[ch];
+                const int64_t c0 = k - after < 0 ? 0 : k - after;
+                const int64_t c1 = before >= C - k ? C - 1 : k + before;
+                for (int64_t ch = c0; ch <= c1; ch++)
+                    sum += t[ch];
                 const double xk = ai_float_at(j->x, base + k * S);
                 const double g = ai_float_at(j->dy, base + k * S) * pow(d[k], -p->beta) -
                                  2 * p->beta * p->alpha / (double)p->size * xk * sum;

@@ -634,7 +634,8 @@ static ai_status matmul_integer_forward(ai_ctx *c)
     if (st)
         return st;
     const int32_t *acc = mm_accumulate(c, MATMUL_INTEGER, &d);
-    memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
+    if (ai_tensor_numel(c->out[0])) /* (an empty product: no data to copy) */
+        memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
     return AI_OK;
 }
 

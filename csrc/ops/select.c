@@ -368,16 +368,20 @@ static ai_status unique_forward(ai_ctx *c)
         if (counts)
             counts[group[i]]++;
     }
-    if (c->n_out > 1)
+    if (c->n_out > 1 && k)
         memcpy(c->out[1]->data, first, sizeof(int64_t) * (size_t)k);
     return AI_OK;
 }
 
 /* ---------------------------------------------------------------- registry */
 
-OP(op_nonzero, "NonZero", 1, 1, 1, AI_OP_SHAPE_FROM_DATA, nonzero_shape, nonzero_forward, NULL)
-OP(op_compress, "Compress", 2, 2, 1, AI_OP_SHAPE_FROM_DATA | AI_OP_BWD_NO_Y, compress_shape,
-   compress_forward, compress_backward)
-OP(op_unique, "Unique", 1, 1, 4, AI_OP_SHAPE_FROM_DATA, unique_shape, unique_forward, NULL)
+/* (AI_OP_HALF: they read values as doubles and move bytes; their plan-time
+ * evaluation sees the inputs as they are) */
+OP(op_nonzero, "NonZero", 1, 1, 1, AI_OP_HALF | AI_OP_SHAPE_FROM_DATA, nonzero_shape,
+   nonzero_forward, NULL)
+OP(op_compress, "Compress", 2, 2, 1, AI_OP_HALF | AI_OP_SHAPE_FROM_DATA | AI_OP_BWD_NO_Y,
+   compress_shape, compress_forward, compress_backward)
+OP(op_unique, "Unique", 1, 1, 4, AI_OP_HALF | AI_OP_SHAPE_FROM_DATA, unique_shape,
+   unique_forward, NULL)
 
 const ai_op_def *const ai_ops_select[] = {&op_nonzero, &op_compress, &op_unique, NULL};

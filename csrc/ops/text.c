@@ -73,9 +73,9 @@ static ai_status tfidf_init(ai_node *n)
     if ((st = ai_attr_floats(n, "weights", &t->weights, &t->n_weights)))
         return st;
     for (int64_t i = 0; i < n_indexes; i++) {
-        if (indexes[i] < 0)
-            return ai_node_error(n, AI_ERR_VALUE, "ngram_indexes[%lld] is negative",
-                                 (long long)i);
+        if (indexes[i] < 0 || indexes[i] >= INT32_MAX)
+            return ai_node_error(n, AI_ERR_VALUE, "ngram_indexes[%lld] is %lld; 0 to %d "
+                                 "expected", (long long)i, (long long)indexes[i], INT32_MAX - 1);
         if (indexes[i] + 1 > t->out_size)
             t->out_size = indexes[i] + 1;
     }

@@ -68,7 +68,7 @@ static ai_status opt_setup(const ai_ctx *c, opt_kind kind, opt_args *a)
         if (x->dtype != AI_F32 && x->dtype != AI_F64)
             return ai_node_error(nd, AI_ERR_TYPE, "X %d is %s; float32 or float64 expected",
                                  i, ai_dtype_name(x->dtype));
-        for (int k = 1; k < per - 1; k++) {
+        for (int k = 1; k < per; k++) {
             const ai_tensor *o = c->in[2 + k * a->n + i];
             bool same = o->dtype == x->dtype && o->ndim == x->ndim;
             for (int d = 0; same && d < x->ndim; d++)
