@@ -49,9 +49,6 @@ EXCLUDED = {
         "that is empty at run time, or built in a subgraph: the engine's optionals are known "
         "at import",
     r"test_einsum_batch_diagonal": "Einsum with a letter twice in one operand (a diagonal)",
-    r"test_(de)?quantizelinear_(e4m3fn|e5m2|float4e2m1|int4|uint4|int2|uint2|uint16)":
-        "QuantizeLinear and DequantizeLinear take int8, uint8, int16 (and int32); the 2-, 4- "
-        "and 8-bit types and uint16 exist for Cast, not yet in the quantization kernels",
 }
 
 

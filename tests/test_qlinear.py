@@ -556,3 +556,45 @@ def test_onnxruntime_quantized_models(float_models, model, fmt, per_channel, act
     assert quanta.max() <= 1, (
         f"{np.sum(quanta > 1)} of {diff.size} outputs more than one quantum ({quantum}) "
         f"from ONNX Runtime's; greatest difference {quanta.max()} quanta")
+
+
+# ---------------------------------------------------------------- the small types
+
+SMALL = {"uint16": TensorProto.UINT16, "int4": TensorProto.INT4, "uint4": TensorProto.UINT4,
+         "int2": TensorProto.INT2, "uint2": TensorProto.UINT2,
+         "float8e4m3fn": TensorProto.FLOAT8E4M3FN, "float8e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+         "float8e5m2": TensorProto.FLOAT8E5M2, "float8e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
+         "float4e2m1": TensorProto.FLOAT4E2M1}
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("name", SMALL)
+def test_quantize_then_dequantize_small_types_against_onnx_reference(name, saturate):
+    """QuantizeLinear to the 16-, 4- and 2-bit integers and the 8- and 4-bit
+    floats (values past the range: saturation, ties), then DequantizeLinear
+    back, per axis; both against onnx.reference, bit for bit."""
+    code = SMALL[name]
+    x = np.concatenate([_floats([2, 30], seed=3, lo=-40, hi=40),
+                        np.array([[0.5, 1.5, -2.5, 1e6, -1e6, 0.25] * 5] * 2, np.float32)], 1)
+    scale = np.array([0.5, 2.0], np.float32)
+    zp = numpy_helper.to_array(helper.make_tensor("zp", code, [2], [1, 0] if "int" in name
+                                                  else [0, 0]))
+    attrs = {"axis": 0}
+    if "float" in name:
+        attrs["saturate"] = saturate
+    elif saturate == 0:
+        pytest.skip("saturate concerns the float outputs only")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], **attrs),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("q", code, None),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "zp")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    got = aidge_interop.load_onnx(model, param_kinds={"s": "const", "zp": "const"}).forward([x])
+    assert got[0].dtype == want[0].dtype
+    np.testing.assert_array_equal(got[0].view(np.uint8) if got[0].itemsize == 1 else got[0],
+                                  want[0].view(np.uint8) if want[0].itemsize == 1 else want[0])
+    np.testing.assert_array_equal(got[1], want[1])

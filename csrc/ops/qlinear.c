@@ -66,8 +66,21 @@ static bool q_range(ai_dtype dt, int64_t *lo, int64_t *hi)
     case AI_U8: *lo = 0, *hi = UINT8_MAX; return true;
     case AI_I16: *lo = INT16_MIN, *hi = INT16_MAX; return true;
     case AI_I32: *lo = INT32_MIN, *hi = INT32_MAX; return true;
+    case AI_U16: *lo = 0, *hi = UINT16_MAX; return true;
+    case AI_I4: *lo = -8, *hi = 7; return true;
+    case AI_U4: *lo = 0, *hi = 15; return true;
+    case AI_I2: *lo = -2, *hi = 1; return true;
+    case AI_U2: *lo = 0, *hi = 3; return true;
     default: return false;
     }
+}
+
+/* The 8- and 4-bit floats QuantizeLinear gives and DequantizeLinear takes
+ * (their values converted by ONNX's rules, tensor.c) */
+static bool q_small_float(ai_dtype dt)
+{
+    return dt == AI_F8E4M3FN || dt == AI_F8E4M3FNUZ || dt == AI_F8E5M2 ||
+           dt == AI_F8E5M2FNUZ || dt == AI_F4E2M1;
 }
 
 /* Element i of a quantized tensor (NULL: the zero point 0). */
@@ -79,7 +92,8 @@ static int64_t q_get(const ai_tensor *t, int64_t i)
     case AI_I8: return ((const int8_t *)t->data)[i];
     case AI_U8: return ((const uint8_t *)t->data)[i];
     case AI_I16: return ((const int16_t *)t->data)[i];
-    default: return ((const int32_t *)t->data)[i];
+    case AI_I32: return ((const int32_t *)t->data)[i];
+    default: return ai_tensor_get_flat_i64(t, i); /* uint16, the 4- and 2-bit types */
     }
 }
 
@@ -90,8 +104,19 @@ static void q_set(ai_tensor *t, int64_t i, int64_t v)
     case AI_I8: ((int8_t *)t->data)[i] = (int8_t)v; break;
     case AI_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
     case AI_I16: ((int16_t *)t->data)[i] = (int16_t)v; break;
-    default: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case AI_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case AI_U16: ((uint16_t *)t->data)[i] = (uint16_t)v; break;
+    case AI_I4:
+    case AI_U4: ((uint8_t *)t->data)[i] = (uint8_t)(v & 0xf); break; /* (one a byte) */
+    default: ((uint8_t *)t->data)[i] = (uint8_t)(v & 0x3); break;    /* int2, uint2 */
     }
+}
+
+/* Element i of a quantized tensor as a number (NULL: 0); the small floats
+ * by their value. */
+static double q_value(const ai_tensor *t, int64_t i)
+{
+    return t && q_small_float(t->dtype) ? ai_tensor_get_flat(t, i) : (double)q_get(t, i);
 }
 
 /* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. */
@@ -205,6 +230,7 @@ static ai_status check_scale(const ai_node *n, const char *what, const ai_tensor
 
 typedef struct {
     int64_t axis, block_size, output_dtype, precision; /* 0: not given */
+    int64_t saturate; /* the 8- and 4-bit float outputs: clamp (1) or inf/NaN (0) */
 } qdq_attrs;
 
 static ai_status qdq_init(ai_node *n)
@@ -213,20 +239,19 @@ static ai_status qdq_init(ai_node *n)
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    int64_t saturate;
     ai_status st;
     if ((st = ai_attr_int(n, "axis", 1, &a->axis)) ||
         (st = ai_attr_int(n, "block_size", 0, &a->block_size)) ||
         (st = ai_attr_int(n, "output_dtype", 0, &a->output_dtype)) ||
         (st = ai_attr_int(n, "precision", 0, &a->precision)) ||
-        (st = ai_attr_int(n, "saturate", 1, &saturate)))
+        (st = ai_attr_int(n, "saturate", 1, &a->saturate)))
         return st;
     if (a->block_size < 0)
         return ai_node_error(n, AI_ERR_VALUE, "block_size is %lld; must be >= 0",
                              (long long)a->block_size);
-    if (saturate != 0 && saturate != 1)
+    if (a->saturate != 0 && a->saturate != 1)
         return ai_node_error(n, AI_ERR_VALUE, "saturate is %lld; 0 or 1 expected",
-                             (long long)saturate);
+                             (long long)a->saturate);
     return AI_OK;
 }
 
@@ -273,7 +298,8 @@ static ai_status qdq_layout_of(const ai_ctx *c, qdq_layout *l)
         l->sa = 1;
         return AI_OK;
     }
-    const int64_t blocks = (l->dim + a->block_size - 1) / a->block_size;
+    /* (ceil without the overflow of dim + block_size - 1) */
+    const int64_t blocks = l->dim / a->block_size + (l->dim % a->block_size != 0);
     bool ok = s->ndim == x->ndim;
     for (int d = 0; ok && d < x->ndim; d++)
         ok = s->shape[d] == (d == axis ? blocks : x->shape[d]);
@@ -305,9 +331,10 @@ static ai_status quantize_out_dtype(const ai_ctx *c, ai_dtype *out)
     if (zp)
         dt = zp->dtype;
     int64_t lo = 0, hi = 0;
-    if (!q_range(dt, &lo, &hi) || dt == AI_I32)
+    if ((!q_range(dt, &lo, &hi) || dt == AI_I32) && !q_small_float(dt))
         return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "quantizing to %s is not supported "
-                             "(int8, uint8 or int16)", ai_dtype_name(dt));
+                             "(8-, 16-, 4- and 2-bit integers, the 8- and 4-bit floats)",
+                             ai_dtype_name(dt));
     *out = dt;
     return AI_OK;
 }
@@ -353,6 +380,9 @@ static ai_status quantize_forward(ai_ctx *c)
     ai_status st;
     if ((st = qdq_layout_of(c, &l)) || (st = quantize_precision(c, &prec)))
         return st;
+    const bool small = q_small_float(y->dtype);
+    const qdq_attrs *qa = c->node->params;
+    const ai_convert_mode mode = {qa->saturate != 0, AI_ROUND_UP};
     q_range(y->dtype, &lo, &hi);
     int64_t e = 0;
     for (int64_t o = 0; o < l.outer; o++)
@@ -363,7 +393,11 @@ static ai_status quantize_forward(ai_ctx *c)
                 /* the quotient of two values of `prec`, rounded once to it */
                 double q = round_to(prec, round_to(prec, f_get(x, e)) /
                                               round_to(prec, f_get(s, k)));
-                q_set(y, e, q_saturate(nearbyint(q) + (double)q_get(zp, k), lo, hi));
+                if (small) /* x / scale + zp converted, rounding to nearest even */
+                    ((uint8_t *)y->data)[e] =
+                        ai_f64_to_small_float(q + q_value(zp, k), y->dtype, mode);
+                else
+                    q_set(y, e, q_saturate(nearbyint(q) + (double)q_get(zp, k), lo, hi));
             }
         }
     return AI_OK;
@@ -389,9 +423,10 @@ static ai_status dequantize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *s
     qdq_layout l;
     int64_t lo = 0, hi = 0;
     ai_status st;
-    if (!q_range(x->dtype, &lo, &hi))
-        return ai_node_error(n, AI_ERR_TYPE, "input is %s; int8, uint8, int16 or int32 "
-                             "expected", ai_dtype_name(x->dtype));
+    if (!q_range(x->dtype, &lo, &hi) && !q_small_float(x->dtype))
+        return ai_node_error(n, AI_ERR_TYPE, "input is %s; an 8-, 16-, 32-, 4- or 2-bit "
+                             "integer or an 8- or 4-bit float expected",
+                             ai_dtype_name(x->dtype));
     if (zp && zp->dtype != x->dtype)
         return ai_node_error(n, AI_ERR_TYPE, "the zero point is %s; %s (x's type) expected",
                              ai_dtype_name(zp->dtype), ai_dtype_name(x->dtype));
@@ -425,7 +460,7 @@ static ai_status dequantize_forward(ai_ctx *c)
             const int64_t s0 = o * l.so + a / l.block * l.sa;
             for (int64_t i = 0; i < l.inner; i++, e++) {
                 const int64_t k = s0 + i * l.si;
-                double d = round_to(prec, (double)(q_get(x, e) - q_get(zp, k)));
+                double d = round_to(prec, q_value(x, e) - q_value(zp, k));
                 f_set(y, e, round_to(y->dtype, round_to(prec, d * f_get(s, k))));
             }
         }
@@ -453,7 +488,7 @@ static ai_status dequantize_backward(ai_ctx *c)
             for (int64_t i = 0; i < l.inner; i++, e++) {
                 const int64_t k = s0 + i * l.si;
                 ai_float_set(ds, k, ai_float_at(ds, k) +
-                             (double)(q_get(x, e) - q_get(zp, k)) * f_get(dy, e));
+                             (q_value(x, e) - q_value(zp, k)) * f_get(dy, e));
             }
         }
     return AI_OK;
@@ -1098,12 +1133,14 @@ static ai_status global_pool_forward(ai_ctx *c)
 /* (AI_OP_HALF: Quantize and Dequantize compute in numpy's precision of
  * their float16/bfloat16 inputs, not the plan's float32 copies) */
 static const ai_op_def op_quantize_linear = {"QuantizeLinear", "", 2, 3, 1, 1,
-                                             AI_OP_HALF | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y,
+                                             AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_X |
+                                                 AI_OP_BWD_NO_Y,
                                              qdq_init,
                                              quantize_shape, quantize_forward,
                                              quantize_backward};
 static const ai_op_def op_dequantize_linear = {"DequantizeLinear", "", 2, 3, 1, 1,
-                                               AI_OP_HALF | AI_OP_BWD_NO_Y, qdq_init,
+                                               AI_OP_HALF | AI_OP_ANY_DTYPE | AI_OP_BWD_NO_Y,
+                                               qdq_init,
                                                dequantize_shape,
                                                dequantize_forward, dequantize_backward};
 static const ai_op_def op_dynamic_quantize_linear = {"DynamicQuantizeLinear", "", 1, 1, 3, 3,
