@@ -347,7 +347,8 @@ static ai_status node_backward(ai_ctx *c)
     return st;
 }
 
-/* The float32 copy of half constant v (kept by the plan). */
+/* The float32 copy of half constant v, or of a value known when planning
+ * (kept by the plan). */
 static ai_status make_wide(ai_plan *p, int v, const ai_tensor *t)
 {
     if (p->wide[v])
@@ -368,7 +369,8 @@ static ai_status wide_shape(ai_graph *g, ai_plan *p, const ai_ctx *c, int ni, ai
         const int v = c->node->in[k];
         if (v < 0 || !ai_dtype_is_half(p->meta[v].dtype))
             continue;
-        if (is_const(g, p, v)) {
+        if (is_const(g, p, v) || c->in[k]->data) { /* (a value known when planning:
+                                                       its float32 copy too) */
             st = make_wide(p, v, c->in[k]);
             w.in[k] = p->wide[v];
         } else {

@@ -77,9 +77,10 @@ static ai_status dc_setup(const ai_ctx *c, dc_geom *g)
                              (long long)g->C, (long long)g->OC, (long long)w->shape[1],
                              (long long)g->group, (long long)g->og);
     for (int i = 0; i < 2; i++)
-        if (g->s[i] < 1 || g->d[i] < 1 || g->pad[i] < 0 || g->pad[i + 2] < 0)
+        if (g->s[i] < 1 || g->d[i] < 1 || g->pad[i] < 0 || g->pad[i + 2] < 0 ||
+            g->d[i] > INT32_MAX || g->pad[i] > INT32_MAX || g->pad[i + 2] > INT32_MAX)
             return ai_node_error(c->node, AI_ERR_VALUE, "strides and dilations must be "
-                                 "positive, pads not negative");
+                                 "positive, pads not negative, dilations and pads below 2^31");
     g->oh = (g->H + g->pad[0] + g->pad[2] - ((g->kh - 1) * g->d[0] + 1)) / g->s[0] + 1;
     g->ow = (g->W + g->pad[1] + g->pad[3] - ((g->kw - 1) * g->d[1] + 1)) / g->s[1] + 1;
     if (g->oh < 1 || g->ow < 1)

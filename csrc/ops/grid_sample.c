@@ -143,9 +143,9 @@ static double clip_grad(double s, int64_t L, double *grad)
 /* Reflects s off twice_lo / 2 and twice_hi / 2 (torch's reflect_coordinates). */
 static double reflect_grad(double s, int64_t twice_lo, int64_t twice_hi, double *grad)
 {
-    if (twice_lo == twice_hi) {
+    if (twice_lo == twice_hi || !isfinite(s)) { /* (NaN or inf: no place to reflect to) */
         *grad = 0;
-        return 0;
+        return twice_lo == twice_hi ? 0 : s;
     }
     const double lo = (double)twice_lo / 2, span = (double)(twice_hi - twice_lo) / 2;
     double sign = 1;
