@@ -154,7 +154,8 @@ static ai_status tfidf_forward(ai_ctx *c)
         for (int64_t g = 0; g < t->n_grams; g++) {
             if (!t->size[g])
                 continue;
-            int64_t steps = t->size[g] == 1 ? 1 : t->max_skip + 1;
+            /* (a skip of C or more leaves no room for a second item) */
+            int64_t steps = t->size[g] == 1 ? 1 : t->max_skip < C ? t->max_skip + 1 : C;
             for (int64_t step = 1; step <= steps; step++)
                 freq[t->col[g]] += tfidf_count(t, g, x, r, C, step);
         }
