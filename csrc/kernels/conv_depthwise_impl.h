@@ -1054,13 +1054,13 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
     dx_phases x;
     if (mode == DW_DX && dx_phases_of(&j.g, &x)) {
         FN(dw_pad_job) pj = {mode, p, NULL, dw_pad_slots(p), grid, img, w, ws, &x, NULL};
-        const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
+        const int64_t per_slot = (p->N ? per_channel / p->N : 0) * (p->N * p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_dx_phases_range), &pj);
         return;
     }
     if (mode != DW_DW && dw_pad_of(p, &j.g, mode == DW_DX, &d)) {
         FN(dw_pad_job) pj = {mode, p, &d, dw_pad_slots(p), grid, img, w, ws, NULL, ep};
-        const int64_t per_slot = per_channel / p->N * (p->N * p->C / pj.slots);
+        const int64_t per_slot = (p->N ? per_channel / p->N : 0) * (p->N * p->C / pj.slots);
         ai_parallel_for(pj.slots, ai_grain_of(per_slot), FN(dw_pad_range), &pj);
         return;
     }
@@ -1068,8 +1068,8 @@ static void FN(depthwise)(int mode, const ai_conv_params *p, T *grid, T *img, T 
         if (mode == DW_DW)
             ai_parallel_for(p->M, ai_grain_of(per_channel), FN(dw_planes_range), &j);
         else
-            ai_parallel_for(p->N * p->C, ai_grain_of(per_channel / p->N), FN(dw_planes_range),
-                            &j);
+            ai_parallel_for(p->N * p->C, ai_grain_of(p->N ? per_channel / p->N : 0),
+                            FN(dw_planes_range), &j);
         return;
     }
     ai_parallel_for((p->C + 15) / 16, ai_grain_of(16 * per_channel), FN(dw_last_range), &j);
