@@ -728,7 +728,7 @@ static ai_status dropout_forward(ai_ctx *c)
         for (int64_t i = 0; i < n; i++)
             y[i] = mask[i] ? x[i] * s->scale : 0.0;
     }
-    if (c->n_out > 1 && c->out[1])
+    if (c->n_out > 1 && c->out[1] && n)
         memcpy(c->out[1]->data, mask, (size_t)n);
     return AI_OK;
 }
