@@ -208,6 +208,9 @@ static ai_status resize_plan_of(const ai_ctx *c, resize_plan *rp)
             if ((st = ai_norm_axis(n, av[i], x->ndim, &axes[i])))
                 return st;
     }
+    if (sc ? !ai_dtype_is_float(t->dtype) : t->dtype != AI_I64)
+        return ai_node_error(n, AI_ERR_TYPE, "%s is %s; %s expected", sc ? "scales" : "sizes",
+                             ai_dtype_name(t->dtype), sc ? "float" : "int64");
     if (ai_tensor_numel(t) != na)
         return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; %lld expected (%s)",
                              sc ? "scales" : "sizes", (long long)ai_tensor_numel(t),
