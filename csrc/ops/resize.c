@@ -637,7 +637,7 @@ static ai_status resize_backward(ai_ctx *c)
     if (st)
         return st;
     if (ai_tensor_numel(c->out[0]) == 0) {
-        if (c->din_assign[0])
+        if (c->din_assign[0] && ai_tensor_numel(c->din[0]))
             memset(c->din[0]->data, 0,
                    (size_t)ai_tensor_numel(c->din[0]) * ai_dtype_size(c->din[0]->dtype));
         return AI_OK;
