@@ -235,21 +235,47 @@ static void window_start(const ai_pool_params *p, int64_t o, int64_t *start)
     }
 }
 
-/* Tap kk of the window at `start`: false in the padding, else its position
- * in the plane. */
-static bool window_tap(const ai_pool_params *p, const int64_t *start, int64_t kk, int64_t *pos)
+/* The taps of the window at `start` that fall inside the input, in scan
+ * order (the first kernel dim slowest): per dim the kernel indices [lo, hi)
+ * inside, so a window mostly in the padding costs only its taps inside (a
+ * kernel of 2^31 with SAME padding does not loop 2^31 times). */
+typedef struct {
+    int64_t k[3], lo[3], hi[3];
+} tap_iter;
+
+/* False when no tap of the window is inside. */
+static bool taps_begin(const ai_pool_params *p, const int64_t *start, tap_iter *t)
 {
-    int64_t at[3];
-    for (int d = p->nsp - 1; d >= 0; d--) {
-        at[d] = start[d] + kk % p->kernel[d] * p->dilation[d];
-        kk /= p->kernel[d];
-        if (at[d] < 0 || at[d] >= p->in[d])
+    for (int d = 0; d < p->nsp; d++) {
+        const int64_t dil = p->dilation[d], room = p->in[d] - start[d];
+        t->lo[d] = start[d] < 0 ? (-start[d] + dil - 1) / dil : 0;
+        t->hi[d] = room <= 0 ? 0 : (room + dil - 1) / dil;
+        if (t->hi[d] > p->kernel[d])
+            t->hi[d] = p->kernel[d];
+        if (t->lo[d] >= t->hi[d])
             return false;
+        t->k[d] = t->lo[d];
     }
-    *pos = 0;
-    for (int d = 0; d < p->nsp; d++)
-        *pos = *pos * p->in[d] + at[d];
     return true;
+}
+
+static bool taps_next(const ai_pool_params *p, tap_iter *t)
+{
+    for (int d = p->nsp - 1; d >= 0; d--) {
+        if (++t->k[d] < t->hi[d])
+            return true;
+        t->k[d] = t->lo[d];
+    }
+    return false;
+}
+
+/* The current tap's position in the plane. */
+static int64_t tap_pos(const ai_pool_params *p, const int64_t *start, const tap_iter *t)
+{
+    int64_t pos = 0;
+    for (int d = 0; d < p->nsp; d++)
+        pos = pos * p->in[d] + start[d] + t->k[d] * p->dilation[d];
+    return pos;
 }
 
 static void lp_range(void *ctx, int64_t lo, int64_t hi)
@@ -257,29 +283,30 @@ static void lp_range(void *ctx, int64_t lo, int64_t hi)
     const lp_job *j = ctx;
     const ai_pool_params *p = j->p;
     const int64_t plane = prod(p->in, p->nsp), oplane = prod(p->out, p->nsp);
-    const int64_t K = prod(p->kernel, p->nsp);
-    int64_t start[3], pos;
+    int64_t start[3];
+    tap_iter t;
     for (int64_t pl = lo; pl < hi; pl++)
         for (int64_t o = 0; o < oplane; o++) {
             const int64_t at = pl * oplane + o;
             window_start(p, o, start);
             if (!j->dx) {
                 double sum = 0;
-                for (int64_t kk = 0; kk < K; kk++)
-                    if (window_tap(p, start, kk, &pos))
-                        sum += pow(fabs(ai_float_at(j->x, pl * plane + pos)), j->pw);
+                if (taps_begin(p, start, &t))
+                    do
+                        sum += pow(fabs(ai_float_at(j->x, pl * plane + tap_pos(p, start, &t))), j->pw);
+                    while (taps_next(p, &t));
                 ai_float_set(j->out, at, pow(sum, 1 / j->pw));
                 continue;
             }
             const double y = ai_float_at(j->y, at), g = ai_float_at(j->dy, at);
-            for (int64_t kk = 0; y != 0 && kk < K; kk++) {
-                if (!window_tap(p, start, kk, &pos))
-                    continue;
-                const int64_t xi = pl * plane + pos;
+            if (y == 0 || !taps_begin(p, start, &t))
+                continue;
+            do {
+                const int64_t xi = pl * plane + tap_pos(p, start, &t);
                 const double xv = ai_float_at(j->x, xi);
                 const double d = (xv > 0 ? g : xv < 0 ? -g : 0) * pow(fabs(xv) / y, j->pw - 1);
                 ai_float_set(j->dx, xi, ai_float_at(j->dx, xi) + d);
-            }
+            } while (taps_next(p, &t));
         }
 }
 
@@ -288,21 +315,22 @@ static void lp_range(void *ctx, int64_t lo, int64_t hi)
 static void int_maxpool(const ai_pool_params *p, const ai_tensor *x, ai_tensor *y, int64_t *idx)
 {
     const int64_t plane = prod(p->in, p->nsp), oplane = prod(p->out, p->nsp);
-    const int64_t K = prod(p->kernel, p->nsp);
     const size_t size = ai_dtype_size(x->dtype);
-    int64_t start[3], pos;
+    int64_t start[3];
+    tap_iter t;
     for (int64_t pl = 0; pl < p->N * p->C; pl++)
         for (int64_t o = 0; o < oplane; o++) {
             int64_t best = -1, best_v = 0;
             window_start(p, o, start);
-            for (int64_t kk = 0; kk < K; kk++)
-                if (window_tap(p, start, kk, &pos)) {
+            if (taps_begin(p, start, &t))
+                do {
+                    const int64_t pos = tap_pos(p, start, &t);
                     const int64_t v = ai_tensor_get_flat_i64(x, pl * plane + pos);
                     if (best < 0 || v > best_v) {
                         best = pos;
                         best_v = v;
                     }
-                }
+                } while (taps_next(p, &t));
             /* (a window in the padding alone: the plane's first element) */
             best = best < 0 ? 0 : best;
             memcpy((char *)y->data + (size_t)(pl * oplane + o) * size,
