@@ -1512,6 +1512,8 @@ static ai_status mvn_forward(ai_ctx *c)
     if (st)
         return st;
     const ai_tensor *x = c->in[0];
+    if (d.groups == 0) /* an empty x: no workspace */
+        return AI_OK;
     double *mean = c->workspace, *sd = mean + d.groups;
     mvn_stats(x, &d, mean, sd);
     MVN_LOOP(x, &d)
@@ -1530,6 +1532,8 @@ static ai_status mvn_backward(ai_ctx *c)
         return st;
     const ai_tensor *x = c->in[0], *dy = c->dout[0];
     const bool assign = c->din_assign[0];
+    if (d.groups == 0) /* an empty x: no workspace */
+        return AI_OK;
     double *mean = c->workspace, *sd = mean + d.groups, *mdy = sd + d.groups;
     mvn_stats(x, &d, mean, sd);
     /* the mean's part: mdy holds mean(dy) */
