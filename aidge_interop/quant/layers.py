@@ -36,7 +36,7 @@ LAYER_OPS = {
     "MatMul": "batched product of two activations (..., m, k) x (..., k, n)",
     "Scale": "multiplication by a positive scalar constant (a change of scale)",
     "Transpose": "axis permutation",
-    "Gather": "constant indices along one axis (Gather, Slice of one axis)",
+    "Gather": "constant indices along one axis (Gather, Slice of one axis, Split)",
     "LayerNorm": "layer normalization over the last axis",
     "Softmax": "softmax over the last axis",
     "Lookup": "elementwise function (Sigmoid, Tanh, Gelu)",
@@ -118,7 +118,7 @@ def extract_layers(graph, where: str = "extract_layers"):
     # which nodes compute data that reaches an output (shape subgraphs do not)
     data_inputs = {"Pad": 1, "Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Clip": 1, "Conv": 1,
                    "Gemm": 1, "BatchNormalization": 1, "Dropout": 1, "Expand": 1, "Gather": 1,
-                   "Slice": 1}
+                   "Slice": 1, "Split": 1}
     needed, stack = set(), list(outputs)
     while stack:
         v = stack.pop()
@@ -418,6 +418,15 @@ def extract_layers(graph, where: str = "extract_layers"):
                 raise NotImplementedError(f"{nwhere}: an index is out of range")
             add(Layer(name, "Gather", [x], y, {"axis": axis, "indices": idx % n_axis},
                       sources=[name]))
+        elif op == "Split":  # one Gather of a range per used output
+            axis, start = n["attrs"].get("axis", 0) % len(shape[x]), 0
+            for k, out in enumerate(n["outputs"]):
+                size = shape[out][axis]
+                if out in uses or out in outputs:
+                    add(Layer(f"{name}.{k}", "Gather", [x], out,
+                              {"axis": axis, "indices": np.arange(start, start + size)},
+                              sources=[name]))
+                start += size
         elif op == "LayerNormalization":
             r = len(shape[x])
             if n["attrs"].get("axis", -1) % r != r - 1:
@@ -446,7 +455,7 @@ def extract_layers(graph, where: str = "extract_layers"):
                 "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, "
                 "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
-                "Concat, Identity, Dropout, Transpose, Gather, Slice, Expand, "
+                "Concat, Identity, Dropout, Transpose, Gather, Slice, Split, Expand, "
                 "LayerNormalization, Softmax, Sigmoid, Tanh, Gelu)")
     for n in nodes:
         if n["name"] in needed:
