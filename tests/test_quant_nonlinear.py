@@ -270,3 +270,13 @@ def test_vit_exports_bit_exact(single_shift, tmp_path):
     compile_and_run(tmp_path / "vit", cflags=STRICT)  # every layer checked against the engine
     xq = q.quantize_inputs(x[32:])[0]
     np.testing.assert_array_equal(compile_and_run(tmp_path / "vit", [xq])[0], q.run(xq)[0])
+
+
+def test_float_export_refuses_the_int8_only_layers(tmp_path):
+    from aidge_interop.quant import ExportError
+
+    torch.manual_seed(0)
+    x = np.zeros((1, 5, 16), np.float32)
+    with pytest.raises(ExportError, match="int8 only"):
+        export_c(Attention().eval(), tmp_path / "f32", inputs=[x], verbose=False)
+    assert not (tmp_path / "f32").exists()

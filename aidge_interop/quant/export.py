@@ -41,6 +41,8 @@ INFO = "export.json"
 BUILD_OUTPUTS = ("bin",)  # what compile_and_run / make add to an export
 FLOAT_ATOL, FLOAT_RTOL = 1e-5, 1e-3
 _ALIGN = 16
+# layers of transformers that only the int8 export computes
+_INT8_ONLY = ("MatMul", "Scale", "Transpose", "Gather", "LayerNorm", "Softmax", "Lookup")
 
 
 class ExportError(ValueError):
@@ -335,6 +337,10 @@ class _Writer:
 
     def call(self, i, layer):
         cid, q = self.ids[i], self.quantized
+        if not q and (layer.op in _INT8_ONLY or layer.attrs.get("constants") or
+                      layer.op == "Add" and layer.weight is not None):
+            raise ExportError(f"layer '{layer.name}': {layer.op} is exported in int8 only "
+                              "(quantize the model first)")
         x = [self.ptr(v) for v in layer.inputs]
         y = self.ptr(layer.output)
         suffix = "i8" if q else "f32"
