@@ -222,6 +222,7 @@ MODELS = {
     "softmax": (lambda: Elementwise(nn.Softmax(-1)), (12,)),
     "layernorm": (lambda: Elementwise(nn.LayerNorm(16)), (12,)),
     "attention": (Attention, (5, 16)),
+    "tiny_vit": (lambda: __import__("test_architectures").TinyViT(), (3, 8, 8)),  # (seq, batch, d)
 }
 
 

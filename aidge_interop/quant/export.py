@@ -268,9 +268,13 @@ class _Writer:
         """The C name of value v: a pointer into the arena (see declarations)."""
         return self.vid[v]
 
-    def declarations(self):
+    def declarations(self, code):
+        """The pointers `code` uses (a value between two reshapes is not used)."""
         out = []
+        used = set(re.findall(r"\bv\d+\b", code))
         for v, cname in self.vid.items():
+            if cname not in used:
+                continue
             val = self.values[v]
             out.append(f"    {val.ctype} *const {cname} = ({val.ctype} *)((unsigned char *)arena + "
                        f"{self.offsets[v]}); /* '{_comment(v)}' {list(val.shape)} */")
@@ -484,7 +488,8 @@ class _Writer:
             "/* every activation lives in this arena, at offsets from a liveness plan */",
             f"static float arena[{max(1, -(-self.arena // 4))}];", "",
             "int model_check = 0;", "",
-            f"{proto}", "{", *self.declarations(), "", *copy_in, *body, *copy_out,
+            f"{proto}", "{", *self.declarations("\n".join(copy_in + body + copy_out)), "",
+            *copy_in, *body, *copy_out,
             "    return 0;", "}", ""])
         f["input.h"] = "\n".join(
             ["/* The embedded input. */", "#ifndef MODEL_INPUT_H", "#define MODEL_INPUT_H",

@@ -108,17 +108,18 @@ def extract_layers(graph, where: str = "extract_layers"):
         shape.update({v: s for v, s in zip(n["inputs"], n["input_shapes"]) if v})
         shape.update(zip(n["outputs"], n["output_shapes"]))
 
-    # values computed from the graph inputs (the rest is fixed: initializers,
-    # and what is computed from them alone, e.g. an Identity of a parameter)
+    # values computed from the data of the graph inputs (the rest is fixed:
+    # initializers, what is computed from them alone, e.g. an Identity of a
+    # parameter, and from the planned shapes: attention's 1 / sqrt(head dim))
     varying = set(inputs)
     for n in nodes:
-        if any(i in varying for i in n["inputs"]):
+        if n["op_type"] not in ("Shape", "Size") and any(i in varying for i in n["inputs"]):
             varying.update(n["outputs"])
 
     # which nodes compute data that reaches an output (shape subgraphs do not)
     data_inputs = {"Pad": 1, "Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Clip": 1, "Conv": 1,
-                   "Gemm": 1, "BatchNormalization": 1, "Dropout": 1, "Expand": 1, "Gather": 1,
-                   "Slice": 1, "Split": 1}
+                   "Gemm": 1, "BatchNormalization": 1, "Dropout": 1, "Gather": 1, "Slice": 1,
+                   "Split": 1}
     needed, stack = set(), list(outputs)
     while stack:
         v = stack.pop()
@@ -130,7 +131,6 @@ def extract_layers(graph, where: str = "extract_layers"):
         stack += [i for i in n["inputs"][:k] if i in varying]
 
     alias = {}  # removed value -> the value it equals
-    expanded = {}  # Expand of a constant along the batch -> the constant (1, ...)
     layers: list[Layer] = []
     by_output: dict[str, Layer] = {}
     uses: dict[str, int] = {}
@@ -216,9 +216,6 @@ def extract_layers(graph, where: str = "extract_layers"):
             return
         if n["domain"] not in ("", "ai.onnx"):
             raise NotImplementedError(f"{nwhere}: domain '{n['domain']}' cannot be exported")
-        if op != "Concat" and any(val(i) in expanded for i in n["inputs"]):
-            raise NotImplementedError(f"{nwhere}: a constant expanded along the batch is "
-                                      "exported only as a Concat input")
         if op in ("Identity", "Dropout"):
             if op == "Dropout" and len(n["outputs"]) > 1 and n["outputs"][1] in uses:
                 raise NotImplementedError(f"{nwhere}: the mask output is used")
@@ -375,19 +372,15 @@ def extract_layers(graph, where: str = "extract_layers"):
         elif op == "Concat":
             axis = n["attrs"]["axis"] % len(shape[y])
             ins = [val(i) for i in n["inputs"]]
-            consts = {k: expanded[i] for k, i in enumerate(ins) if i in expanded}
-            if consts and axis == 0:
-                raise NotImplementedError(f"{nwhere}: a constant is concatenated along the batch")
-            if len(consts) == len(ins):
-                raise NotImplementedError(f"{nwhere}: every input is a constant")
-            add(Layer(name, "Concat", [i for i in ins if i not in expanded], y,
-                      {"axis": axis, "constants": consts}, sources=[name]))
-        elif op == "Expand":
-            c = const(n, 0, "expanded tensor")
-            if c.ndim != len(shape[y]) or c.shape[0] != 1 or c.shape[1:] != tuple(shape[y][1:]):
-                raise NotImplementedError(f"{nwhere}: only a constant of batch 1 expanded along "
-                                          "the batch can be exported")
-            expanded[y] = c
+            # constants (a class token expanded along the batch): the same for every sample
+            consts = {k: fixed(i).astype(np.float64) for k, i in enumerate(ins)
+                      if i not in varying}
+            if consts and (axis == 0 or any((c != c[:1]).any() for c in consts.values())):
+                raise NotImplementedError(f"{nwhere}: a constant that differs along the batch "
+                                          "is concatenated")
+            add(Layer(name, "Concat", [i for i in ins if i in varying], y,
+                      {"axis": axis, "constants": {k: c[:1] for k, c in consts.items()}},
+                      sources=[name]))
         elif op == "Transpose":
             r = len(shape[x])
             perm = [int(p) % r for p in n["attrs"].get("perm", range(r - 1, -1, -1))]
@@ -455,7 +448,7 @@ def extract_layers(graph, where: str = "extract_layers"):
                 "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, "
                 "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
-                "Concat, Identity, Dropout, Transpose, Gather, Slice, Split, Expand, "
+                "Concat, Identity, Dropout, Transpose, Gather, Slice, Split, "
                 "LayerNormalization, Softmax, Sigmoid, Tanh, Gelu)")
     for n in nodes:
         if n["name"] in needed:

@@ -377,10 +377,13 @@ class QuantizedModel:
                     attrs.update(window(q.attrs), group=q.attrs["group"])
                 nodes.append(helper.make_node("Q" + q.op, ins, [out], name=name,
                                               domain=QUANT_DOMAIN, **attrs))
-                if rows:
-                    shp = np.array([-1, *self.shapes[q.output][1:]], np.int64)
-                    nodes.append(helper.make_node("Reshape", [out, const(
-                        f"{name}.out_shape", shp)], [q.output]))
+                if rows:  # back to the input's leading dims (the batch may be any of them)
+                    lead = f"{name}.lead"
+                    nodes += [helper.make_node("Shape", [q.inputs[0]], [lead], end=-1),
+                              helper.make_node("Concat", [lead, const(
+                                  f"{name}.m", np.array([q.weight.shape[0]], np.int64))],
+                                  [lead + "_m"], axis=0),
+                              helper.make_node("Reshape", [out, lead + "_m"], [q.output])]
             elif q.op == "Add":
                 a = rq(q)
                 del a["multiplier"]
@@ -422,7 +425,7 @@ class QuantizedModel:
                 nodes.append(helper.make_node("Q" + q.op, q.inputs, [q.output], name=name,
                                               domain=QUANT_DOMAIN, **attrs))
             elif q.op == "Reshape":
-                shp = [-1] + list(q.attrs["shape"][1:])
+                shp = q.attrs.get("batch_shape") or [-1] + list(q.attrs["shape"][1:])
                 nodes.append(helper.make_node("Reshape", [q.inputs[0], const(
                     f"{name}.shape", np.array(shp, np.int64))], [q.output], name=name))
             elif q.op == "Concat":
@@ -516,6 +519,7 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     try:
         graph.forward([a[:min(len(a), batch_size)] for a in arrays])
         layers, inputs, outputs, shapes = extract_layers(graph, where)
+        _batch_axes(graph, layers, arrays, batch_size)
         # values whose scale is calibrated: inputs and outputs of computing layers
         calibrated = list(inputs) + [lay.output for lay in layers if lay.op in (
             "Conv", "Gemm", "Add", "Concat", "MatMul", "LayerNorm", "Lookup", "Scale")]
@@ -531,6 +535,27 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     samples = [a[:1].copy() for a in arrays]
     return QuantizedModel(qlayers, inputs, outputs, shapes, scales, nb_bits, single_shift,
                           clipping, samples)
+
+
+def _batch_axes(graph, layers, arrays, batch_size):
+    """Reshape targets with -1 where the batch goes: the dim that changes
+    between the planned batch and a batch of one (the batch need not lead:
+    (seq, batch, dim) attention layouts). Left out when the batch is 1."""
+    b = min(len(arrays[0]), batch_size)
+    if b == 1 or any(d and d[0] is not None for d in _declared_dims(graph)):
+        return  # one sample, or a static batch: the planned shapes are the targets
+    graph.forward([a[:1] for a in arrays])
+    try:
+        planned = {o: s for n in graph.nodes() for o, s in zip(n["outputs"], n["output_shapes"])}
+        for lay in layers:
+            if lay.op == "Reshape" and lay.output in planned:  # (a recipe's flatten is not)
+                one = planned[lay.output]
+                diff = [k for k, (p, o) in enumerate(zip(lay.attrs["shape"], one)) if p != o]
+                if len(diff) == 1:
+                    lay.attrs["batch_shape"] = [-1 if k == diff[0] else d
+                                                for k, d in enumerate(lay.attrs["shape"])]
+    finally:
+        graph.forward([a[:b] for a in arrays])  # the planned batch back (shapes, values)
 
 
 def _clamp_bounds(layer, s, qmax):
