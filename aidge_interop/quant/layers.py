@@ -9,7 +9,10 @@ consumer, Identity/Dropout removed, MatMul with a constant matrix and its
 bias Add turned into Gemm, Flatten/Reshape/Squeeze/Unsqueeze as
 ``Reshape`` to the planned shape, global pools as pools over the whole
 map, and shape subgraphs (Shape, Gather, ... computing int64 shapes)
-dropped. Anything else raises ``NotImplementedError`` naming the node.
+dropped. Transformers add MatMul of two activations, LayerNorm, Softmax,
+Sigmoid/Tanh/Gelu (``Lookup``), scalar scalings (``Scale``), Transpose,
+Gather/Slice/Split (``Gather``) and constants concatenated or added to an
+activation. Anything else raises ``NotImplementedError`` naming the node.
 
 Value names are the float graph's, so each layer output can be compared
 with ``graph.intermediate(name)``.
