@@ -180,6 +180,10 @@ def test_operators_refuse_bad_constants():
         run_op("QLookup", [x], [np.zeros(10, np.int8)])
     with pytest.raises(ValueError, match="gamma"):
         run_op("QLayerNorm", [x], [np.zeros(3, np.int32), np.zeros(4, np.int64)])
+    d = 16385  # sum c^2 could overflow int64
+    with pytest.raises(ValueError, match="longer than 16384"):
+        run_op("QLayerNorm", [np.zeros((1, d), np.int8)], [np.zeros(d, np.int32),
+                                                            np.zeros(d, np.int64)])
     with pytest.raises(ValueError, match="same leading dims"):
         run_op("QMatMul", [np.zeros((2, 3, 4), np.int8), np.zeros((3, 4, 2), np.int8)])
 

@@ -144,8 +144,8 @@ static ai_status layernorm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
         (st = need(n, "beta", c->in[2], AI_I64, 1, d)))
         return st;
     /* sum c^2 <= 255^2 d^3, shifted by 2 pre_shift bits, plus eps: below 2^62 */
-    if (d > (INT64_C(1) << 16))
-        return ai_node_error(n, AI_ERR_VALUE, "the last axis (%lld) is longer than 65536",
+    if (d > (INT64_C(1) << 14))
+        return ai_node_error(n, AI_ERR_VALUE, "the last axis (%lld) is longer than 16384",
                              (long long)d);
     const int64_t s2max = 65025 * d * d * d;
     if (a->pre > 0 && s2max > (INT64_MAX >> 1 >> (2 * a->pre)))
