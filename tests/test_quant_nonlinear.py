@@ -94,9 +94,13 @@ def matmul_ref(a, b, mult, shift, lo, hi):
 
 # -- operators --------------------------------------------------------------------------
 
-TORCH_FN = {"Sigmoid": torch.sigmoid, "Tanh": torch.tanh,
-            "Gelu": lambda v: torch.nn.functional.gelu(v),
-            "GeluTanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}
+F = torch.nn.functional
+TORCH_FN = {"Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf,
+            "Gelu": lambda v: F.gelu(v), "GeluTanh": lambda v: F.gelu(v, approximate="tanh"),
+            "Softplus": F.softplus, "HardSwish": F.hardswish,
+            "HardSigmoid": lambda v: torch.clamp(0.3 * v + 0.4, 0, 1),
+            "LeakyRelu": lambda v: F.leaky_relu(v, 0.2), "Elu": lambda v: F.elu(v, 0.7)}
+PARAMS = {"HardSigmoid": (0.3, 0.4), "LeakyRelu": (0.2, None), "Elu": (0.7, None)}
 
 
 @pytest.mark.parametrize("fn", sorted(TORCH_FN))
@@ -105,8 +109,8 @@ def test_lookup_is_the_rounded_function(fn, s_in):
     rng = np.random.default_rng(1)
     v = torch.arange(-128, 128, dtype=torch.float64) * s_in
     f = TORCH_FN[fn](v).numpy()
-    s_out = 1 / 127 if fn in ("Sigmoid", "Tanh") else np.abs(f[1:]).max() / 127
-    table = lookup_table(lookup_function(fn), s_in, s_out, 127)
+    s_out = 1 / 127 if fn in ("Sigmoid", "Tanh", "Erf") else np.abs(f[1:]).max() / 127
+    table = lookup_table(lookup_function(fn, *PARAMS.get(fn, ())), s_in, s_out, 127)
     # every int8 input: |y s_out - f(x s_in)| <= s_out / 2 where f is in range
     inside = np.abs(f) <= 127 * s_out
     assert np.all(np.abs(table[inside] * s_out - f[inside]) <= s_out / 2 * (1 + 1e-9))
@@ -223,6 +227,8 @@ MODELS = {
     "tanh": (lambda: Elementwise(nn.Tanh()), (12,)),
     "gelu": (lambda: Elementwise(nn.GELU()), (12,)),
     "gelu_tanh": (lambda: Elementwise(nn.GELU(approximate="tanh")), (12,)),
+    "hardswish": (lambda: Elementwise(nn.Hardswish()), (12,)),
+    "elu": (lambda: Elementwise(nn.ELU(0.5)), (12,)),
     "softmax": (lambda: Elementwise(nn.Softmax(-1)), (12,)),
     "layernorm": (lambda: Elementwise(nn.LayerNorm(16)), (12,)),
     "attention": (Attention, (5, 16)),

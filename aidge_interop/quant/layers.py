@@ -42,9 +42,12 @@ LAYER_OPS = {
     "Gather": "constant indices along one axis (Gather, Slice of one axis, Split)",
     "LayerNorm": "layer normalization over the last axis",
     "Softmax": "softmax over the last axis",
-    "Lookup": "elementwise function (Sigmoid, Tanh, Gelu)",
+    "Lookup": "elementwise function by a table (Sigmoid, Tanh, Gelu, Erf, ...)",
 }
-LOOKUP_OPS = ("Sigmoid", "Tanh", "Gelu")
+# elementwise functions computed by a table, with their attributes' defaults
+LOOKUP_OPS = {"Sigmoid": {}, "Tanh": {}, "Erf": {}, "Gelu": {}, "Softplus": {},
+              "HardSwish": {}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+              "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}}
 
 
 @dataclass
@@ -444,7 +447,8 @@ def extract_layers(graph, where: str = "extract_layers"):
             fn = op
             if op == "Gelu" and n["attrs"].get("approximate", "none") == "tanh":
                 fn = "GeluTanh"
-            add(Layer(name, "Lookup", [x], y, {"function": fn}, sources=[name]))
+            params = {k: float(n["attrs"].get(k, v)) for k, v in LOOKUP_OPS[op].items()}
+            add(Layer(name, "Lookup", [x], y, {"function": fn, **params}, sources=[name]))
         else:
             raise NotImplementedError(
                 f"{nwhere}: not supported by quantization and export (supported: Conv, Gemm, "
@@ -452,7 +456,7 @@ def extract_layers(graph, where: str = "extract_layers"):
                 "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
                 "Concat, Identity, Dropout, Transpose, Gather, Slice, Split, "
-                "LayerNormalization, Softmax, Sigmoid, Tanh, Gelu)")
+                "LayerNormalization, Softmax, " + ", ".join(LOOKUP_OPS) + ")")
     for n in nodes:
         if n["name"] in needed:
             extract(n)

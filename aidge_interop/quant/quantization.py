@@ -649,12 +649,18 @@ def _prob_q(qmax, single_shift):
     return qmax + 1 if single_shift else qmax
 
 
-def lookup_function(name):
-    """The float64 function of a Lookup layer."""
+def lookup_function(name, alpha=None, beta=None):
+    """The float64 function of a Lookup layer (ONNX's definitions)."""
     erf = np.vectorize(math.erf)
     return {
         "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
         "Tanh": np.tanh,
+        "Erf": erf,
+        "Softplus": lambda v: np.logaddexp(0.0, v),
+        "HardSigmoid": lambda v: np.clip(alpha * v + beta, 0.0, 1.0),
+        "HardSwish": lambda v: v * np.clip(v / 6.0 + 0.5, 0.0, 1.0),
+        "LeakyRelu": lambda v: np.where(v < 0, alpha * v, v),
+        "Elu": lambda v: np.where(v < 0, alpha * np.expm1(np.minimum(v, 0.0)), v),
         "Gelu": lambda v: 0.5 * v * (1.0 + erf(v / math.sqrt(2.0))),
         "GeluTanh": lambda v: 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
                                                        * (v + 0.044715 * v ** 3))),
@@ -714,11 +720,12 @@ def _q_scale(layer, base, scales, qmax, single_shift, where):
 
 
 def _q_lookup(layer, base, scales, qmax, single_shift, where):
-    fn = layer.attrs["function"]
-    if fn in ("Sigmoid", "Tanh"):
+    a = layer.attrs
+    if a["function"] in ("Sigmoid", "Tanh", "Erf"):  # values in [-1, 1]
         scales[layer.output] = 1.0 / _prob_q(qmax, single_shift)
     s_out = scales[layer.output]
-    table = lookup_table(lookup_function(fn), base["in_scales"][0], s_out, qmax)
+    fn = lookup_function(a["function"], a.get("alpha"), a.get("beta"))
+    table = lookup_table(fn, base["in_scales"][0], s_out, qmax)
     return [QLayer(**base, weight=table, out_scale=s_out, lo=-qmax, hi=qmax)]
 
 
