@@ -235,7 +235,7 @@ def test_a_wrong_reference_names_the_layer(lenet, tmp_path):
 # -- bad inputs ---------------------------------------------------------------------
 
 def test_unsupported_operator_is_named_and_nothing_is_written(tmp_path):
-    model = nn.Sequential(nn.Linear(4, 4), nn.Softmax(dim=1)).eval()
+    model = nn.Sequential(nn.Linear(4, 4), nn.Softmax(dim=0)).eval()  # not the last axis
     with pytest.raises(NotImplementedError, match=r"Softmax node '[^']+'"):
         export_c(wrap(model, [(1, 4)]).eval(), tmp_path / "out", inputs=[np.ones((1, 4),
                                                                                 np.float32)])

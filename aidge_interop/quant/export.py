@@ -41,6 +41,8 @@ INFO = "export.json"
 BUILD_OUTPUTS = ("bin",)  # what compile_and_run / make add to an export
 FLOAT_ATOL, FLOAT_RTOL = 1e-5, 1e-3
 _ALIGN = 16
+# layers of transformers that only the int8 export computes
+_INT8_ONLY = ("MatMul", "Scale", "Transpose", "Gather", "LayerNorm", "Softmax", "Lookup")
 
 
 class ExportError(ValueError):
@@ -162,7 +164,7 @@ def _plan(layers, values, inputs, outputs):
     for v in values:
         root[v] = v
     for layer in layers:
-        if layer.op == "Reshape":
+        if layer.op in ("Reshape", "Scale"):  # the same bytes
             root[layer.output] = root[layer.inputs[0]]
     first, last = {}, {}
     for v in inputs:
@@ -266,9 +268,13 @@ class _Writer:
         """The C name of value v: a pointer into the arena (see declarations)."""
         return self.vid[v]
 
-    def declarations(self):
+    def declarations(self, code):
+        """The pointers `code` uses (a value between two reshapes is not used)."""
         out = []
+        used = set(re.findall(r"\bv\d+\b", code))
         for v, cname in self.vid.items():
+            if cname not in used:
+                continue
             val = self.values[v]
             out.append(f"    {val.ctype} *const {cname} = ({val.ctype} *)((unsigned char *)arena + "
                        f"{self.offsets[v]}); /* '{_comment(v)}' {list(val.shape)} */")
@@ -295,7 +301,9 @@ class _Writer:
             if layer.bias is not None:
                 lines.append(_c_array("int32_t" if q else "float", f"{cid}_bias", layer.bias))
                 self.rom += layer.bias.size * 4
-        if q and layer.op in ("Conv", "Gemm", "Requantize"):
+        if q:
+            lines += self.nonlinear_constants(cid, layer)
+        if q and layer.op in ("Conv", "Gemm", "Requantize", "MatMul"):
             lines.append(f"static const aik_rq {cid}_rq = {{{layer.multiplier}, {layer.shift}, "
                          f"{layer.lo}, {layer.hi}}};")
         if not q and layer.op in ("Conv", "Gemm", "Add", "Clip"):
@@ -304,8 +312,39 @@ class _Writer:
         lines += ["", "#endif", ""]
         return "\n".join(lines)
 
+    def nonlinear_constants(self, cid, layer):
+        """The constant arrays of the int8 layers of transformers."""
+        arrays = []
+        if layer.op == "Lookup":
+            arrays.append(("int8_t", "table", layer.weight))
+        elif layer.op == "Softmax":
+            arrays.append(("int32_t", "exp_table", layer.weight))
+        elif layer.op == "LayerNorm":
+            arrays += [("int32_t", "gamma", layer.weight), ("int64_t", "beta", layer.bias)]
+        elif layer.op == "Add" and layer.weight is not None:
+            arrays.append(("int8_t", "constant", layer.weight))
+        elif layer.op == "Concat":
+            batch = self.values[layer.output].shape[0]
+            for k, c in sorted(layer.attrs["constants"].items()):
+                arrays.append(("int8_t", f"constant{k}", np.repeat(c, batch, axis=0)))
+        elif layer.op == "Gather":
+            arrays.append(("int64_t", "indices", layer.attrs["indices"]))
+        elif layer.op == "Transpose":
+            arrays += [("int64_t", "shape", self.values[layer.inputs[0]].shape),
+                       ("int32_t", "perm", layer.attrs["perm"])]
+        out = []
+        for ctype, what, a in arrays:
+            out.append(_c_array(ctype, f"{cid}_{what}", a))
+            if what not in ("shape", "perm", "indices"):  # not counted: a few ints
+                self.rom += np.asarray(a).size * np.dtype(ctype[:-2]).itemsize
+        return out
+
     def call(self, i, layer):
         cid, q = self.ids[i], self.quantized
+        if not q and (layer.op in _INT8_ONLY or layer.attrs.get("constants") or
+                      layer.op == "Add" and layer.weight is not None):
+            raise ExportError(f"layer '{layer.name}': {layer.op} is exported in int8 only "
+                              "(quantize the model first)")
         x = [self.ptr(v) for v in layer.inputs]
         y = self.ptr(layer.output)
         suffix = "i8" if q else "f32"
@@ -317,17 +356,22 @@ class _Writer:
             xs, ys = self.values[layer.inputs[0]].shape, self.values[layer.output].shape
             b = f"{cid}_bias" if layer.bias is not None else "NULL"
             tail = f"&{cid}_rq" if q else f"{cid}_LO, {cid}_HI"
-            return (f"aik_fc_{suffix}({xs[0]}, {int(np.prod(xs[1:]))}, {ys[1]}, {x[0]}, "
+            return (f"aik_fc_{suffix}({int(np.prod(xs[:-1]))}, {xs[-1]}, {ys[-1]}, {x[0]}, "
                     f"{cid}_weight, {b}, {tail}, {y});")
         if layer.op in ("MaxPool", "AveragePool"):
             kind = "max" if layer.op == "MaxPool" else "avg"
             return f"aik_{kind}pool2d_{suffix}(&{cid}_window, {x[0]}, {y});"
         n = self.values[layer.output].numel
+        if q and layer.op in ("MatMul", "Lookup", "Softmax", "LayerNorm", "Transpose",
+                              "Gather", "Scale"):
+            return self.nonlinear_call(cid, layer, x, y)
         if layer.op == "Add":
             if q:
                 ma, mb = layer.multipliers
-                return (f"aik_add_i8({n}, {x[0]}, {ma}, {x[1]}, {mb}, {layer.shift}, {layer.lo}, "
-                        f"{layer.hi}, {y});")
+                b, nb = (x[1], n) if layer.weight is None else \
+                    (f"{cid}_constant", layer.weight.size)
+                return (f"aik_add_i8({n}, {x[0]}, {ma}, {b}, {nb}, {mb}, {layer.shift}, "
+                        f"{layer.lo}, {layer.hi}, {y});")
             add = f"aik_add_f32({n}, {x[0]}, {x[1]}, {y});"
             if layer.lo == -math.inf and layer.hi == math.inf:
                 return add
@@ -342,7 +386,11 @@ class _Writer:
             axis = layer.attrs["axis"]
             ys = self.values[layer.output].shape
             el = 1 if q else 4
+            consts = layer.attrs.get("constants", {})
             inner = [int(np.prod(self.values[v].shape[axis:])) * el for v in layer.inputs]
+            for k, c in sorted(consts.items()):
+                x.insert(k, f"{cid}_constant{k}")
+                inner.insert(k, int(np.prod(c.shape[axis:])) * el)
             return ("{\n"
                     f"        const void *const parts[{len(x)}] = {{{', '.join(x)}}};\n"
                     f"        static const int64_t bytes[{len(x)}] = "
@@ -352,6 +400,31 @@ class _Writer:
         if layer.op == "Reshape":
             return "/* reshape: the output shares the input's memory */"
         raise ExportError(f"layer '{layer.name}': {layer.op} cannot be exported")
+
+    def nonlinear_call(self, cid, layer, x, y):
+        xs = self.values[layer.inputs[0]].shape
+        rows, d = int(np.prod(xs[:-1])), xs[-1] if xs else 1
+        if layer.op == "MatMul":
+            bs = self.values[layer.inputs[1]].shape
+            return (f"aik_matmul_i8({int(np.prod(xs[:-2]))}, {xs[-2]}, {xs[-1]}, {bs[-1]}, "
+                    f"{x[0]}, {x[1]}, &{cid}_rq, {y});")
+        if layer.op == "Lookup":
+            return f"aik_lookup_i8({int(np.prod(xs))}, {x[0]}, {cid}_table, {y});"
+        if layer.op == "Softmax":
+            return (f"aik_softmax_i8({rows}, {d}, {x[0]}, {cid}_exp_table, {layer.multiplier}, "
+                    f"{layer.hi}, {y});")
+        if layer.op == "LayerNorm":
+            return (f"aik_layernorm_i8({rows}, {d}, {x[0]}, {cid}_gamma, {cid}_beta, "
+                    f"{layer.attrs['eps']}, {layer.attrs['pre_shift']}, {layer.lo}, {layer.hi}, "
+                    f"{y});")
+        if layer.op == "Transpose":
+            return (f"aik_transpose({len(xs)}, {cid}_shape, {cid}_perm, 1, {x[0]}, {y});")
+        if layer.op == "Gather":
+            axis = layer.attrs["axis"]
+            idx = layer.attrs["indices"]
+            return (f"aik_gather({int(np.prod(xs[:axis]))}, {xs[axis]}, {idx.size}, "
+                    f"{cid}_indices, {int(np.prod(xs[axis + 1:]))}, {x[0]}, {y});")
+        return "/* scale: the same integers at another scale, in the input's memory */"
 
     def io_type(self, v):
         return self.values[v].ctype
@@ -415,7 +488,8 @@ class _Writer:
             "/* every activation lives in this arena, at offsets from a liveness plan */",
             f"static float arena[{max(1, -(-self.arena // 4))}];", "",
             "int model_check = 0;", "",
-            f"{proto}", "{", *self.declarations(), "", *copy_in, *body, *copy_out,
+            f"{proto}", "{", *self.declarations("\n".join(copy_in + body + copy_out)), "",
+            *copy_in, *body, *copy_out,
             "    return 0;", "}", ""])
         f["input.h"] = "\n".join(
             ["/* The embedded input. */", "#ifndef MODEL_INPUT_H", "#define MODEL_INPUT_H",

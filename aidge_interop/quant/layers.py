@@ -9,7 +9,10 @@ consumer, Identity/Dropout removed, MatMul with a constant matrix and its
 bias Add turned into Gemm, Flatten/Reshape/Squeeze/Unsqueeze as
 ``Reshape`` to the planned shape, global pools as pools over the whole
 map, and shape subgraphs (Shape, Gather, ... computing int64 shapes)
-dropped. Anything else raises ``NotImplementedError`` naming the node.
+dropped. Transformers add MatMul of two activations, LayerNorm, Softmax,
+Sigmoid/Tanh/Gelu (``Lookup``), scalar scalings (``Scale``), Transpose,
+Gather/Slice/Split (``Gather``) and constants concatenated or added to an
+activation. Anything else raises ``NotImplementedError`` naming the node.
 
 Value names are the float graph's, so each layer output can be compared
 with ``graph.intermediate(name)``.
@@ -33,7 +36,18 @@ LAYER_OPS = {
     "Concat": "concatenation",
     "Reshape": "reshape (no data movement)",
     "Clip": "clamp (Relu, Clip) that could not be fused",
+    "MatMul": "batched product of two activations (..., m, k) x (..., k, n)",
+    "Scale": "multiplication by a positive scalar constant (a change of scale)",
+    "Transpose": "axis permutation",
+    "Gather": "constant indices along one axis (Gather, Slice of one axis, Split)",
+    "LayerNorm": "layer normalization over the last axis",
+    "Softmax": "softmax over the last axis",
+    "Lookup": "elementwise function by a table (Sigmoid, Tanh, Gelu, Erf, ...)",
 }
+# elementwise functions computed by a table, with their attributes' defaults
+LOOKUP_OPS = {"Sigmoid": {}, "Tanh": {}, "Erf": {}, "Gelu": {}, "Softplus": {},
+              "HardSwish": {}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+              "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}}
 
 
 @dataclass
@@ -100,16 +114,18 @@ def extract_layers(graph, where: str = "extract_layers"):
         shape.update({v: s for v, s in zip(n["inputs"], n["input_shapes"]) if v})
         shape.update(zip(n["outputs"], n["output_shapes"]))
 
-    # values computed from the graph inputs (the rest is fixed: initializers,
-    # and what is computed from them alone, e.g. an Identity of a parameter)
+    # values computed from the data of the graph inputs (the rest is fixed:
+    # initializers, what is computed from them alone, e.g. an Identity of a
+    # parameter, and from the planned shapes: attention's 1 / sqrt(head dim))
     varying = set(inputs)
     for n in nodes:
-        if any(i in varying for i in n["inputs"]):
+        if n["op_type"] not in ("Shape", "Size") and any(i in varying for i in n["inputs"]):
             varying.update(n["outputs"])
 
     # which nodes compute data that reaches an output (shape subgraphs do not)
     data_inputs = {"Pad": 1, "Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Clip": 1, "Conv": 1,
-                   "Gemm": 1, "MatMul": 1, "BatchNormalization": 1, "Dropout": 1}
+                   "Gemm": 1, "BatchNormalization": 1, "Dropout": 1, "Gather": 1, "Slice": 1,
+                   "Split": 1}
     needed, stack = set(), list(outputs)
     while stack:
         v = stack.pop()
@@ -236,11 +252,19 @@ def extract_layers(graph, where: str = "extract_layers"):
                 assert len(attrs["pads"]) == 2 * nsp
             b = const(n, 2, "bias")
             add(Layer(name, "Conv", [x], y, attrs, w, b, sources=[name]))
+        elif op == "MatMul" and val(n["inputs"][1]) in varying:
+            b = val(n["inputs"][1])
+            xs, bs = shape[x], shape[b]
+            if len(xs) < 2 or len(xs) != len(bs) or xs[:-2] != bs[:-2]:
+                raise NotImplementedError(f"{nwhere}: a product of two activations is "
+                                          "exported for (..., m, k) x (..., k, n) with the "
+                                          f"same leading dims, not {xs} x {bs}")
+            add(Layer(name, "MatMul", [x, b], y, sources=[name]))
         elif op in ("Gemm", "MatMul"):
             a = n["attrs"]
             b_const = const(n, 1, "weight")
-            if len(shape[x]) != 2 or b_const.ndim != 2:
-                raise NotImplementedError(f"{nwhere}: only (N, K) inputs times a constant "
+            if (len(shape[x]) != 2 and op == "Gemm") or len(shape[x]) < 2 or b_const.ndim != 2:
+                raise NotImplementedError(f"{nwhere}: only (..., K) inputs times a constant "
                                           "matrix can be exported")
             if a.get("transA", 0):
                 raise NotImplementedError(f"{nwhere}: transA=1 is not supported")
@@ -272,8 +296,17 @@ def extract_layers(graph, where: str = "extract_layers"):
                 c = fixed(c_name).astype(np.float64)
                 if layer is None or layer.op not in ("Gemm", "Conv") or layer.hi < math.inf \
                         or layer.lo > -math.inf or c.size != layer.weight.shape[0]:
-                    raise NotImplementedError(f"{nwhere}: adding a constant is exported only as "
-                                              "the bias of the Conv/Gemm/MatMul before it")
+                    while c.ndim and c.shape[0] == 1:
+                        c = c[0]
+                    xs = shape[xin] if xin else ()
+                    if xin is None or c.ndim > len(xs) or tuple(xs[len(xs) - c.ndim:]) != \
+                            c.shape or tuple(shape[y]) != tuple(xs):
+                        raise NotImplementedError(f"{nwhere}: adding a constant is exported as "
+                                                  "the bias of the Conv/Gemm/MatMul before it, "
+                                                  "or when it has the shape of the last axes "
+                                                  "of the activation")
+                    add(Layer(name, "Add", [xin], y, weight=c, sources=[name]))
+                    return
                 if layer.op == "Conv" and c.ndim >= 3 and c.shape[-1] * c.shape[-2] != 1:
                     raise NotImplementedError(f"{nwhere}: the constant is not per channel")
                 b = layer.bias if layer.bias is not None else 0.0
@@ -294,6 +327,13 @@ def extract_layers(graph, where: str = "extract_layers"):
             per_channel = c.size == 1 or (c.size == m and (layer.op == "Gemm" or c.ndim >= 3
                                           and c.shape[-1] * c.shape[-2] == 1 if c.ndim >= 2
                                           else layer.op == "Gemm"))
+            if (layer is None or layer.op not in ("Conv", "Gemm") or layer.lo > -math.inf or
+                    layer.hi < math.inf or not per_channel) and c.size == 1 and \
+                    float(c.reshape(-1)[0]) > 0 and xin is not None:
+                k = float(c.reshape(-1)[0])
+                add(Layer(name, "Scale", [xin], y, {"factor": 1.0 / k if op == "Div" else k},
+                          sources=[name]))
+                return
             if layer is None or layer.op not in ("Conv", "Gemm") or layer.lo > -math.inf or \
                     layer.hi < math.inf or not per_channel:
                 raise NotImplementedError(f"{nwhere}: scaling by a constant is exported only "
@@ -337,15 +377,86 @@ def extract_layers(graph, where: str = "extract_layers"):
             add(Layer(name, "Reshape", [x], y, {"shape": list(shape[y])}, sources=[name]))
         elif op == "Concat":
             axis = n["attrs"]["axis"] % len(shape[y])
-            add(Layer(name, "Concat", [val(i) for i in n["inputs"]], y, {"axis": axis},
+            ins = [val(i) for i in n["inputs"]]
+            # constants (a class token expanded along the batch): the same for every sample
+            consts = {k: fixed(i).astype(np.float64) for k, i in enumerate(ins)
+                      if i not in varying}
+            if consts and (axis == 0 or any((c != c[:1]).any() for c in consts.values())):
+                raise NotImplementedError(f"{nwhere}: a constant that differs along the batch "
+                                          "is concatenated")
+            add(Layer(name, "Concat", [i for i in ins if i in varying], y,
+                      {"axis": axis, "constants": {k: c[:1] for k, c in consts.items()}},
                       sources=[name]))
+        elif op == "Transpose":
+            r = len(shape[x])
+            perm = [int(p) % r for p in n["attrs"].get("perm", range(r - 1, -1, -1))]
+            if r > 8:
+                raise NotImplementedError(f"{nwhere}: more than 8 axes")
+            add(Layer(name, "Transpose", [x], y, {"perm": perm}, sources=[name]))
+        elif op in ("Gather", "Slice"):
+            r = len(shape[x])
+            if op == "Gather":
+                axis = n["attrs"].get("axis", 0) % r
+                idx = const(n, 1, "indices").astype(np.int64)
+            else:
+                starts, ends = const(n, 1, "starts"), const(n, 2, "ends")
+                axes, steps = planned(n, 3), planned(n, 4)
+                axes = list(range(len(starts))) if axes is None else [int(a) % r for a in axes]
+                steps = [1] * len(starts) if steps is None else list(steps)
+                cut = [k for k, a in enumerate(axes)
+                       if not (starts[k] == 0 and steps[k] == 1 and ends[k] >= shape[x][a])]
+                if len(cut) > 1:
+                    raise NotImplementedError(f"{nwhere}: a Slice of several axes cannot be "
+                                              "exported")
+                k = cut[0] if cut else 0
+                axis = axes[k] if axes else 0
+                idx = np.array(range(shape[x][axis]))[slice(int(max(starts[k], -2 ** 62)), int(
+                    min(ends[k], 2 ** 62)), int(steps[k]))] if axes else np.arange(shape[x][0])
+            n_axis = shape[x][axis]
+            if ((idx < -n_axis) | (idx >= n_axis)).any():
+                raise NotImplementedError(f"{nwhere}: an index is out of range")
+            add(Layer(name, "Gather", [x], y, {"axis": axis, "indices": idx % n_axis},
+                      sources=[name]))
+        elif op == "Split":  # one Gather of a range per used output
+            axis, start = n["attrs"].get("axis", 0) % len(shape[x]), 0
+            for k, out in enumerate(n["outputs"]):
+                size = shape[out][axis]
+                if out in uses or out in outputs:
+                    add(Layer(f"{name}.{k}", "Gather", [x], out,
+                              {"axis": axis, "indices": np.arange(start, start + size)},
+                              sources=[name]))
+                start += size
+        elif op == "LayerNormalization":
+            r = len(shape[x])
+            if n["attrs"].get("axis", -1) % r != r - 1:
+                raise NotImplementedError(f"{nwhere}: only a normalization over the last axis "
+                                          "can be exported")
+            d = shape[x][-1]
+            gamma = np.broadcast_to(const(n, 1, "scale"), (d,)).copy()
+            beta = const(n, 2, "bias")
+            beta = np.zeros(d) if beta is None else np.broadcast_to(beta, (d,)).copy()
+            add(Layer(name, "LayerNorm", [x], y, {"epsilon": n["attrs"].get("epsilon", 1e-5)},
+                      gamma, beta, sources=[name]))
+        elif op == "Softmax":
+            r = len(shape[x])
+            if n["attrs"].get("axis", -1) % r != r - 1:
+                raise NotImplementedError(f"{nwhere}: only a softmax over the last axis can be "
+                                          "exported")
+            add(Layer(name, "Softmax", [x], y, sources=[name]))
+        elif op in LOOKUP_OPS:
+            fn = op
+            if op == "Gelu" and n["attrs"].get("approximate", "none") == "tanh":
+                fn = "GeluTanh"
+            params = {k: float(n["attrs"].get(k, v)) for k, v in LOOKUP_OPS[op].items()}
+            add(Layer(name, "Lookup", [x], y, {"function": fn, **params}, sources=[name]))
         else:
             raise NotImplementedError(
                 f"{nwhere}: not supported by quantization and export (supported: Conv, Gemm, "
                 "MatMul, BatchNormalization, Add, Mul/Div by a constant, Relu, Clip, MaxPool, "
                 "AveragePool, "
                 "GlobalAveragePool, GlobalMaxPool, Flatten, Reshape, Squeeze, Unsqueeze, "
-                "Concat, Identity, Dropout)")
+                "Concat, Identity, Dropout, Transpose, Gather, Slice, Split, "
+                "LayerNormalization, Softmax, " + ", ".join(LOOKUP_OPS) + ")")
     for n in nodes:
         if n["name"] in needed:
             extract(n)

@@ -351,30 +351,70 @@ class QuantizedModel:
         inits, nodes = [], []
 
         def const(name, array):
-            inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+            inits.append(numpy_helper.from_array(np.array(array, order="C"), name))  # 0-d kept
             return name
 
         rq = lambda q: {"multiplier": q.multiplier, "shift": q.shift, "out_min": q.lo,  # noqa
                         "out_max": q.hi, "nb_bits": self.nb_bits}
+        qnode = lambda op, ins, layer, **at: nodes.append(helper.make_node(  # noqa: E731
+            op, ins, [layer.output], name=name, domain=QUANT_DOMAIN, **at))
         window = lambda a: {k: a[k] for k in ("strides", "dilations", "pads")}  # noqa
         for i, q in enumerate(self.layers):
             name = f"{q.name}" if not any(q.name == p.name for p in self.layers[:i]) \
                 else f"{q.name}_{i}"
             if q.op in ("Conv", "Gemm"):
-                ins = [q.inputs[0], const(f"{name}.weight", q.weight)]
+                x, out, xs = q.inputs[0], q.output, self.shapes[q.inputs[0]]
+                rows = q.op == "Gemm" and len(xs) > 2
+                if rows:  # (..., K) rows through a 2-D QGemm
+                    x, out = f"{name}.rows", f"{name}.rows_out"
+                    nodes.append(helper.make_node("Reshape", [q.inputs[0], const(
+                        f"{name}.rows_shape", np.array([-1, xs[-1]], np.int64))], [x]))
+                ins = [x, const(f"{name}.weight", q.weight)]
                 if q.bias is not None:
                     ins.append(const(f"{name}.bias", q.bias))
                 attrs = rq(q)
                 if q.op == "Conv":
                     attrs.update(window(q.attrs), group=q.attrs["group"])
-                nodes.append(helper.make_node("Q" + q.op, ins, [q.output], name=name,
+                nodes.append(helper.make_node("Q" + q.op, ins, [out], name=name,
                                               domain=QUANT_DOMAIN, **attrs))
+                if rows:  # back to the input's leading dims (the batch may be any of them)
+                    lead = f"{name}.lead"
+                    nodes += [helper.make_node("Shape", [q.inputs[0]], [lead], end=-1),
+                              helper.make_node("Concat", [lead, const(
+                                  f"{name}.m", np.array([q.weight.shape[0]], np.int64))],
+                                  [lead + "_m"], axis=0),
+                              helper.make_node("Reshape", [out, lead + "_m"], [q.output])]
             elif q.op == "Add":
                 a = rq(q)
                 del a["multiplier"]
-                nodes.append(helper.make_node("QAdd", q.inputs, [q.output], name=name,
+                ins = list(q.inputs)
+                if q.weight is not None:  # a constant of the activation's last axes
+                    ins.append(const(f"{name}.constant", q.weight))
+                nodes.append(helper.make_node("QAdd", ins, [q.output], name=name,
                                               domain=QUANT_DOMAIN, multiplier_a=q.multipliers[0],
                                               multiplier_b=q.multipliers[1], **a))
+            elif q.op == "MatMul":
+                a = rq(q)
+                del a["nb_bits"]
+                qnode("QMatMul", q.inputs, q, **a)
+            elif q.op == "Lookup":
+                qnode("QLookup", [q.inputs[0], const(f"{name}.table", q.weight)], q)
+            elif q.op == "Softmax":
+                qnode("QSoftmax", [q.inputs[0], const(f"{name}.exp_table", q.weight)], q,
+                      q=q.multiplier, out_max=q.hi)
+            elif q.op == "LayerNorm":
+                qnode("QLayerNorm", [q.inputs[0], const(f"{name}.gamma", q.weight),
+                                     const(f"{name}.beta", q.bias)], q, eps=q.attrs["eps"],
+                      pre_shift=q.attrs["pre_shift"], out_min=q.lo, out_max=q.hi)
+            elif q.op == "Scale":
+                nodes.append(helper.make_node("Identity", q.inputs, [q.output], name=name))
+            elif q.op == "Transpose":
+                nodes.append(helper.make_node("Transpose", q.inputs, [q.output], name=name,
+                                              perm=q.attrs["perm"]))
+            elif q.op == "Gather":
+                nodes.append(helper.make_node("Gather", [q.inputs[0], const(
+                    f"{name}.indices", q.attrs["indices"])], [q.output], name=name,
+                    axis=q.attrs["axis"]))
             elif q.op == "Requantize":
                 nodes.append(helper.make_node("Requantize", q.inputs, [q.output], name=name,
                                               domain=QUANT_DOMAIN, **rq(q)))
@@ -385,11 +425,22 @@ class QuantizedModel:
                 nodes.append(helper.make_node("Q" + q.op, q.inputs, [q.output], name=name,
                                               domain=QUANT_DOMAIN, **attrs))
             elif q.op == "Reshape":
-                shp = [-1] + list(q.attrs["shape"][1:])
+                shp = q.attrs.get("batch_shape") or [-1] + list(q.attrs["shape"][1:])
                 nodes.append(helper.make_node("Reshape", [q.inputs[0], const(
                     f"{name}.shape", np.array(shp, np.int64))], [q.output], name=name))
             elif q.op == "Concat":
-                nodes.append(helper.make_node("Concat", q.inputs, [q.output], name=name,
+                ins = list(q.inputs)
+                for k, c in sorted(q.attrs["constants"].items()):  # expanded along the batch
+                    batch = f"{name}.batch{k}"
+                    nodes += [helper.make_node("Shape", [q.inputs[0]], [batch + "_shape"],
+                                               end=1),
+                              helper.make_node("Concat", [batch + "_shape", const(
+                                  f"{batch}_tail", np.array(c.shape[1:], np.int64))],
+                                  [batch + "_dims"], axis=0),
+                              helper.make_node("Expand", [const(f"{name}.constant{k}", c),
+                                                          batch + "_dims"], [batch])]
+                    ins.insert(k, batch)
+                nodes.append(helper.make_node("Concat", ins, [q.output], name=name,
                                               axis=q.attrs["axis"]))
             elif q.op == "Clip":
                 nodes.append(helper.make_node("Clip", [q.inputs[0], const(
@@ -468,9 +519,10 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     try:
         graph.forward([a[:min(len(a), batch_size)] for a in arrays])
         layers, inputs, outputs, shapes = extract_layers(graph, where)
+        _batch_axes(graph, layers, arrays, batch_size)
         # values whose scale is calibrated: inputs and outputs of computing layers
-        calibrated = list(inputs) + [lay.output for lay in layers
-                                     if lay.op in ("Conv", "Gemm", "Add", "Concat")]
+        calibrated = list(inputs) + [lay.output for lay in layers if lay.op in (
+            "Conv", "Gemm", "Add", "Concat", "MatMul", "LayerNorm", "Lookup", "Scale")]
         stats = _calibrate(graph, arrays, calibrated, clipping, batch_size)
     finally:
         graph.training, graph.keep_intermediates = was_training, was_keeping
@@ -485,6 +537,27 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
                           clipping, samples)
 
 
+def _batch_axes(graph, layers, arrays, batch_size):
+    """Reshape targets with -1 where the batch goes: the dim that changes
+    between the planned batch and a batch of one (the batch need not lead:
+    (seq, batch, dim) attention layouts). Left out when the batch is 1."""
+    b = min(len(arrays[0]), batch_size)
+    if b == 1 or any(d and d[0] is not None for d in _declared_dims(graph)):
+        return  # one sample, or a static batch: the planned shapes are the targets
+    graph.forward([a[:1] for a in arrays])
+    try:
+        planned = {o: s for n in graph.nodes() for o, s in zip(n["outputs"], n["output_shapes"])}
+        for lay in layers:
+            if lay.op == "Reshape" and lay.output in planned:  # (a recipe's flatten is not)
+                one = planned[lay.output]
+                diff = [k for k, (p, o) in enumerate(zip(lay.attrs["shape"], one)) if p != o]
+                if len(diff) == 1:
+                    lay.attrs["batch_shape"] = [-1 if k == diff[0] else d
+                                                for k, d in enumerate(lay.attrs["shape"])]
+    finally:
+        graph.forward([a[:b] for a in arrays])  # the planned batch back (shapes, values)
+
+
 def _clamp_bounds(layer, s, qmax):
     lo = -qmax if layer.lo == -math.inf else int(max(-qmax, round_half_up(layer.lo / s)))
     hi = qmax if layer.hi == math.inf else int(min(qmax, round_half_up(layer.hi / s)))
@@ -497,13 +570,15 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
     s_in = [scales[i] for i in layer.inputs]
     base = dict(name=layer.name, op=layer.op, inputs=list(layer.inputs), output=layer.output,
                 attrs=dict(layer.attrs), in_scales=s_in, sources=list(layer.sources))
-    if layer.op in ("MaxPool", "AveragePool", "Reshape"):
+    if layer.op in ("MaxPool", "AveragePool", "Reshape", "Transpose", "Gather"):
         scales[layer.output] = s_in[0]
         return [QLayer(**base, out_scale=s_in[0])]
     if layer.op == "Clip":
         scales[layer.output] = s_in[0]
         lo, hi = _clamp_bounds(layer, s_in[0], qmax)
         return [QLayer(**base, out_scale=s_in[0], lo=lo, hi=hi)]
+    if layer.op in _NONLINEAR:
+        return _NONLINEAR[layer.op](layer, base, scales, qmax, single_shift, where)
     s_out = scales[layer.output]
     lo, hi = _clamp_bounds(layer, s_out, qmax)
     if layer.op == "Concat":
@@ -519,8 +594,15 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
                               out_scale=s_out, sources=list(layer.sources)))
             inputs.append(name)
         base["inputs"] = inputs
+        base["attrs"]["constants"] = {k: np.clip(round_half_up(c / s_out), -qmax, qmax).astype(
+            np.int8) for k, c in layer.attrs.get("constants", {}).items()}
         return out + [QLayer(**base, out_scale=s_out, lo=-qmax, hi=qmax)]
     if layer.op == "Add":
+        cq = None
+        if layer.weight is not None:  # a constant: int8 at its own scale
+            s_c = _scale({"max": float(np.abs(layer.weight).max())}, qmax, "max", single_shift)
+            cq = np.clip(round_half_up(layer.weight / s_c), -qmax, qmax).astype(np.int8)
+            s_in = s_in + [s_c]
         ra, rb = s_in[0] / s_out, s_in[1] / s_out
         if single_shift:
             ea, eb = round(math.log2(ra)), round(math.log2(rb))
@@ -532,7 +614,7 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
         if max(ma, mb) > 2 ** 30:
             raise ValueError(f"{where}: the input scales differ too much to be added")
         return [QLayer(**base, out_scale=s_out, multipliers=(ma, mb), shift=shift,
-                       lo=lo, hi=hi)]
+                       lo=lo, hi=hi, weight=cq)]
     # Conv and Gemm
     w = layer.weight
     s_w = float(np.max(np.abs(w))) / qmax or 1.0
@@ -556,6 +638,115 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
                          "accumulator")
     return [QLayer(**base, weight=wq, bias=bq, multiplier=m, shift=sh, lo=lo, hi=hi,
                    out_scale=s_out, weight_scale=s_w)]
+
+
+# -- nonlinear layers (transformers) ------------------------------------------------
+
+def _prob_q(qmax, single_shift):
+    """q, with 1 / q the scale of values in [-1, 1] (probabilities, Sigmoid,
+    Tanh): qmax, or qmax + 1 (a power of two) when scales are powers of two
+    (then 1.0 itself clamps to qmax / q)."""
+    return qmax + 1 if single_shift else qmax
+
+
+def lookup_function(name, alpha=None, beta=None):
+    """The float64 function of a Lookup layer (ONNX's definitions)."""
+    erf = np.vectorize(math.erf)
+    return {
+        "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+        "Tanh": np.tanh,
+        "Erf": erf,
+        "Softplus": lambda v: np.logaddexp(0.0, v),
+        "HardSigmoid": lambda v: np.clip(alpha * v + beta, 0.0, 1.0),
+        "HardSwish": lambda v: v * np.clip(v / 6.0 + 0.5, 0.0, 1.0),
+        "LeakyRelu": lambda v: np.where(v < 0, alpha * v, v),
+        "Elu": lambda v: np.where(v < 0, alpha * np.expm1(np.minimum(v, 0.0)), v),
+        "Gelu": lambda v: 0.5 * v * (1.0 + erf(v / math.sqrt(2.0))),
+        "GeluTanh": lambda v: 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                                       * (v + 0.044715 * v ** 3))),
+    }[name]
+
+
+def lookup_table(fn, s_in, s_out, qmax):
+    """int8 table[i] = clamp(round(fn((i - 128) s_in) / s_out)), i = 0..255."""
+    v = (np.arange(256, dtype=np.float64) - 128) * s_in
+    return np.clip(round_half_up(fn(v) / s_out), -qmax, qmax).astype(np.int8)
+
+
+def softmax_exp_table(s_in):
+    """int32 e[k] = round(2^30 exp(-k s_in)), k = 0..255 (the difference
+    max - x of two int8 values)."""
+    return round_half_up(2.0 ** 30 * np.exp(-np.arange(256) * s_in)).astype(np.int32)
+
+
+LN_FRAC, LN_GAMMA_FRAC = 24, 16  # Q24 normalized values, Q16 gamma
+
+
+def layernorm_constants(gamma, beta, eps, s_in, s_out, where="layernorm"):
+    """(gamma int32, beta int64, eps int64, pre_shift) of QLayerNorm over
+    rows of d = gamma.size (see docs/quantization.md)."""
+    d = gamma.size
+    g = round_half_up(np.asarray(gamma, np.float64) * math.sqrt(d) / s_out * 2.0 ** LN_GAMMA_FRAC)
+    b = round_half_up(np.asarray(beta, np.float64) / s_out * 2.0 ** (LN_FRAC + LN_GAMMA_FRAC))
+    if np.abs(g).max(initial=0) > 2 ** 31 - 1 or np.abs(b).max(initial=0) > 2 ** 61:
+        raise ValueError(f"{where}: gamma or beta is too large for the output scale {s_out:g}")
+    s2max = 65025 * d ** 3
+    for pre in range(30, -1, -1):
+        e = int(round_half_up(d ** 3 * eps / s_in ** 2 * 4.0 ** pre))
+        if (s2max << 2 * pre) + e <= 2 ** 62 and e <= 2 ** 61:
+            return g.astype(np.int32), b.astype(np.int64), e, pre
+    raise ValueError(f"{where}: epsilon {eps:g} is too large for the input scale {s_in:g}")
+
+
+def _q_matmul(layer, base, scales, qmax, single_shift, where):
+    s_a, s_b = base["in_scales"]
+    s_out = scales[layer.output]
+    m, sh = _fixed_point(s_a * s_b / s_out, where, single_shift)
+    if m > 2 ** 31 - 1:
+        raise ValueError(f"{where}: the rescale factor is too large")
+    lo, hi = _clamp_bounds(layer, s_out, qmax)
+    return [QLayer(**base, multiplier=m, shift=sh, lo=lo, hi=hi, out_scale=s_out)]
+
+
+def _q_scale(layer, base, scales, qmax, single_shift, where):
+    s_in, f = base["in_scales"][0], layer.attrs["factor"]
+    if not single_shift or math.log2(f).is_integer():  # a new scale, the same integers
+        scales[layer.output] = s_in * f
+        return [QLayer(**base, out_scale=s_in * f)]
+    s_out = scales[layer.output]  # back to a power of two
+    m, sh = _fixed_point(s_in * f / s_out, where, False)
+    base["op"] = "Requantize"
+    return [QLayer(**base, multiplier=m, shift=sh, lo=-qmax, hi=qmax, out_scale=s_out)]
+
+
+def _q_lookup(layer, base, scales, qmax, single_shift, where):
+    a = layer.attrs
+    if a["function"] in ("Sigmoid", "Tanh", "Erf"):  # values in [-1, 1]
+        scales[layer.output] = 1.0 / _prob_q(qmax, single_shift)
+    s_out = scales[layer.output]
+    fn = lookup_function(a["function"], a.get("alpha"), a.get("beta"))
+    table = lookup_table(fn, base["in_scales"][0], s_out, qmax)
+    return [QLayer(**base, weight=table, out_scale=s_out, lo=-qmax, hi=qmax)]
+
+
+def _q_softmax(layer, base, scales, qmax, single_shift, where):
+    q = _prob_q(qmax, single_shift)
+    scales[layer.output] = 1.0 / q
+    return [QLayer(**base, weight=softmax_exp_table(base["in_scales"][0]), multiplier=q,
+                   lo=0, hi=qmax, out_scale=1.0 / q)]
+
+
+def _q_layernorm(layer, base, scales, qmax, single_shift, where):
+    s_out = scales[layer.output]
+    g, b, e, pre = layernorm_constants(layer.weight, layer.bias, layer.attrs["epsilon"],
+                                       base["in_scales"][0], s_out, where)
+    lo, hi = _clamp_bounds(layer, s_out, qmax)
+    base["attrs"].update(eps=e, pre_shift=pre)
+    return [QLayer(**base, weight=g, bias=b, lo=lo, hi=hi, out_scale=s_out)]
+
+
+_NONLINEAR = {"MatMul": _q_matmul, "Scale": _q_scale, "Lookup": _q_lookup,
+              "Softmax": _q_softmax, "LayerNorm": _q_layernorm}
 
 
 # -- evaluation -------------------------------------------------------------------

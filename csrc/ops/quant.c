@@ -10,7 +10,8 @@
  *   QConv(x, w[, b])   Conv attributes strides, dilations, pads, group;
  *                      1 or 2 spatial dims; explicit pads (no auto_pad)
  *   QGemm(x, w[, b])   x (N, K), w (M, K): y = x w^T + b
- *   QAdd(a, b)         same shapes; multiplier_a, multiplier_b, shift
+ *   QAdd(a, b)         b of a's shape or of its last axes; multiplier_a,
+ *                      multiplier_b, shift
  *   Requantize(x)      int8 -> int8 with another scale or clamp
  *   QMaxPool(x), QAveragePool(x)   kernel_shape, strides, dilations, pads;
  *                      QAveragePool: count_include_pad, rounding half up
@@ -301,9 +302,10 @@ static ai_status elementwise_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *
             return st;
     if (c->n_in == 2) {
         const ai_tensor *a = c->in[0], *b = c->in[1];
-        if (a->ndim != b->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim))
-            return ai_node_error(n, AI_ERR_VALUE, "inputs must have the same shape "
-                                 "(no broadcasting)");
+        if (b->ndim > a->ndim ||
+            memcmp(a->shape + a->ndim - b->ndim, b->shape, sizeof(int64_t) * b->ndim))
+            return ai_node_error(n, AI_ERR_VALUE, "input 1 must have the shape of input 0 "
+                                 "or of its last axes (it repeats over the leading ones)");
     }
     out[0].dtype = AI_I8;
     out[0].ndim = c->in[0]->ndim;
@@ -315,7 +317,7 @@ static ai_status add_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
     aik_add_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
-               (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
+               ai_tensor_numel(c->in[1]), (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
     return AI_OK;
 }
 

@@ -137,11 +137,11 @@ void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y)
     AIK_POOL2D(float, float, 0.0f, acc += v, count > 0 ? acc / (float)count : 0.0f)
 }
 
-void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,
-                int32_t shift, int32_t lo, int32_t hi, int8_t *y)
+void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int64_t nb,
+                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int8_t *y)
 {
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = aik_round_shift((int64_t)a[i] * ma + (int64_t)b[i] * mb, shift);
+    for (int64_t i = 0, j = 0; i < n; i++, j = j + 1 == nb ? 0 : j + 1) {
+        int64_t v = aik_round_shift((int64_t)a[i] * ma + (int64_t)b[j] * mb, shift);
         y[i] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
     }
 }
@@ -180,6 +180,125 @@ void aik_concat(int64_t outer, int32_t k, const void *const *inputs,
                    (size_t)inner_bytes[i]);
             dst += inner_bytes[i];
         }
+}
+
+void aik_lookup_i8(int64_t n, const int8_t *x, const int8_t *table, int8_t *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = table[x[i] + 128];
+}
+
+void aik_softmax_i8(int64_t rows, int32_t d, const int8_t *x, const int32_t *exp_table,
+                    int32_t q, int32_t hi, int8_t *y)
+{
+    for (int64_t r = 0; r < rows; r++, x += d, y += d) {
+        int32_t mx = INT8_MIN;
+        for (int32_t i = 0; i < d; i++)
+            mx = x[i] > mx ? x[i] : mx;
+        int64_t sum = 0; /* >= exp_table[0] = 2^30 */
+        for (int32_t i = 0; i < d; i++)
+            sum += exp_table[mx - x[i]];
+        for (int32_t i = 0; i < d; i++) {
+            int64_t v = (2 * (int64_t)exp_table[mx - x[i]] * q + sum) / (2 * sum);
+            y[i] = (int8_t)(v > hi ? hi : v);
+        }
+    }
+}
+
+/* floor(sqrt(v)), digit by digit */
+static uint64_t isqrt_u64(uint64_t v)
+{
+    uint64_t r = 0, bit = (uint64_t)1 << 62;
+    while (bit > v)
+        bit >>= 2;
+    for (; bit; bit >>= 2) {
+        if (v >= r + bit) {
+            v -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+    }
+    return r;
+}
+
+void aik_layernorm_i8(int64_t rows, int32_t d, const int8_t *x, const int32_t *gamma,
+                      const int64_t *beta, int64_t eps, int32_t pre, int32_t lo, int32_t hi,
+                      int8_t *y)
+{
+    for (int64_t r = 0; r < rows; r++, x += d, y += d) {
+        int64_t sum = 0, s2 = 0;
+        for (int32_t i = 0; i < d; i++)
+            sum += x[i];
+        for (int32_t i = 0; i < d; i++) {
+            const int64_t c = (int64_t)d * x[i] - sum;
+            s2 += c * c;
+        }
+        /* 1 / sqrt(T) = 2^k m / 2^61, r in [2^30, 2^31) */
+        int64_t m = 0;
+        int32_t shift = 0;
+        if (s2 > 0) {
+            const uint64_t t = ((uint64_t)s2 << (2 * pre)) + (uint64_t)eps;
+            int32_t bits = 0;
+            while (bits < 64 && (t >> bits) != 0)
+                bits++;
+            const int32_t k = (62 - bits) / 2;
+            m = (int64_t)(((uint64_t)1 << 61) / isqrt_u64(t << (2 * k)));
+            shift = 37 - pre - k; /* >= 7: T >= 2^(2 pre + 1) when s2 > 0 */
+        }
+        for (int32_t i = 0; i < d; i++) {
+            const int64_t z = m ? aik_round_shift(((int64_t)d * x[i] - sum) * m, shift) : 0;
+            int64_t v = aik_round_shift(z * gamma[i] + beta[i], 40);
+            y[i] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
+        }
+    }
+}
+
+void aik_matmul_i8(int64_t batch, int32_t m, int32_t k, int32_t n, const int8_t *a,
+                   const int8_t *b, const aik_rq *rq, int8_t *y)
+{
+    for (int64_t t = 0; t < batch; t++, a += (int64_t)m * k, b += (int64_t)k * n,
+                                        y += (int64_t)m * n)
+        for (int32_t i = 0; i < m; i++)
+            for (int32_t j = 0; j < n; j++) {
+                int32_t acc = 0;
+                for (int32_t p = 0; p < k; p++)
+                    acc += (int32_t)a[(int64_t)i * k + p] * (int32_t)b[(int64_t)p * n + j];
+                y[(int64_t)i * n + j] = (int8_t)aik_requant(acc, rq);
+            }
+}
+
+void aik_transpose(int32_t ndim, const int64_t *shape, const int32_t *perm, int32_t size,
+                   const void *x, void *y)
+{
+    int64_t stride[8], idx[8], total = 1, off = 0;
+    for (int32_t i = ndim - 1; i >= 0; i--) {
+        stride[i] = total;
+        total *= shape[i];
+        idx[i] = 0;
+    }
+    const unsigned char *src = x;
+    unsigned char *dst = y;
+    for (int64_t t = 0; t < total; t++) {
+        memcpy(dst + t * size, src + off * size, (size_t)size);
+        for (int32_t i = ndim - 1; i >= 0; i--) { /* next output index */
+            off += stride[perm[i]];
+            if (++idx[i] < shape[perm[i]])
+                break;
+            off -= stride[perm[i]] * shape[perm[i]];
+            idx[i] = 0;
+        }
+    }
+}
+
+void aik_gather(int64_t outer, int64_t len, int32_t count, const int64_t *idx,
+                int64_t inner_bytes, const void *x, void *y)
+{
+    const unsigned char *src = x;
+    unsigned char *dst = y;
+    for (int64_t o = 0; o < outer; o++)
+        for (int32_t j = 0; j < count; j++, dst += inner_bytes)
+            memcpy(dst, src + (o * len + idx[j]) * inner_bytes, (size_t)inner_bytes);
 }
 
 int aik_check_i8(const char *layer, const int8_t *got, const int8_t *ref, int64_t n)

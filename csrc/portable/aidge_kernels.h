@@ -71,9 +71,11 @@ void aik_maxpool2d_f32(const aik_window *p, const float *x, float *y);
 void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y);
 void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y);
 
-/* Elementwise over n values. add_i8: y = clamp(round_shift(a*ma + b*mb, shift)). */
-void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,
-                int32_t shift, int32_t lo, int32_t hi, int8_t *y);
+/* Elementwise over n values. add_i8: y = clamp(round_shift(a*ma + b*mb, shift)); b
+ * holds nb values repeated over a (nb == n: same shapes; a constant that
+ * broadcasts over the leading axes otherwise). */
+void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int64_t nb,
+                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int8_t *y);
 void aik_add_f32(int64_t n, const float *a, const float *b, float *y);
 void aik_requant_i8(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y);
 void aik_clip_i8(int64_t n, const int8_t *x, int32_t lo, int32_t hi, int8_t *y);
@@ -83,6 +85,35 @@ void aik_clip_f32(int64_t n, const float *x, float lo, float hi, float *y);
  * inner_bytes[i] bytes per block. */
 void aik_concat(int64_t outer, int32_t k, const void *const *inputs,
                 const int64_t *inner_bytes, void *y);
+
+/* Integer nonlinear layers (docs/quantization.md gives their error bounds).
+ * lookup_i8: y = table[x + 128] (Sigmoid, Tanh, GELU: the function rounded
+ * at each of the 256 int8 inputs). */
+void aik_lookup_i8(int64_t n, const int8_t *x, const int8_t *table, int8_t *y);
+/* Softmax over rows of d values: e_i = exp_table[max - x_i] (round(2^30 *
+ * exp(-k s_in)), k = 0..255), y_i = min(floor((2 e_i q + sum) / (2 sum)), hi):
+ * round(q e_i / sum), the output scale 1 / q. */
+void aik_softmax_i8(int64_t rows, int32_t d, const int8_t *x, const int32_t *exp_table,
+                    int32_t q, int32_t hi, int8_t *y);
+/* LayerNorm over rows of d values: c_i = d x_i - sum x, T = (sum c_i^2 << 2 pre)
+ * + eps, z_i = c_i 2^pre / sqrt(T) in Q24 (integer square root), y_i =
+ * clamp(round_shift(z_i gamma_i + beta_i, 24 + 16), lo, hi). */
+void aik_layernorm_i8(int64_t rows, int32_t d, const int8_t *x, const int32_t *gamma,
+                      const int64_t *beta, int64_t eps, int32_t pre, int32_t lo, int32_t hi,
+                      int8_t *y);
+/* Batched product of two activations: y (batch, m, n) = a (batch, m, k) b
+ * (batch, k, n), int32 accumulators requantized. */
+void aik_matmul_i8(int64_t batch, int32_t m, int32_t k, int32_t n, const int8_t *a,
+                   const int8_t *b, const aik_rq *rq, int8_t *y);
+
+/* Data movement of elements of `size` bytes. transpose: y = x with its axes
+ * permuted (y axis i is x axis perm[i]; ndim <= 8). gather: along one axis
+ * of `len` elements (outer blocks of inner_bytes each), y takes the slices
+ * idx[0..count). */
+void aik_transpose(int32_t ndim, const int64_t *shape, const int32_t *perm, int32_t size,
+                   const void *x, void *y);
+void aik_gather(int64_t outer, int64_t len, int32_t count, const int64_t *idx,
+                int64_t inner_bytes, const void *x, void *y);
 
 /* Layer checks of exported programs: 0 when equal (floats: within
  * |got - ref| <= atol + rtol * |ref|), else prints the first mismatch and
