@@ -250,7 +250,7 @@ def quant_badge(attrs: dict) -> str:
     shift = attrs.get("shift")
     if isinstance(shift, int):
         badge += f" >>{shift}"
-    elif isinstance(shift, list) and shift and all(isinstance(s, int) for s in shift):
+    elif isinstance(shift, (list, tuple)) and shift and all(isinstance(s, int) for s in shift):
         lo, hi = min(shift), max(shift)
         badge += f" >>{lo}" if lo == hi else f" >>{lo}..{hi}"
     return badge

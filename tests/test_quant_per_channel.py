@@ -370,3 +370,11 @@ def test_per_channel_export_is_bit_exact(single_shift, tmp_path):
     np.testing.assert_array_equal(out[0], q.run(*q.quantize_inputs(x[:1]))[0])
     xq = q.quantize_inputs(x[:16])[0]
     np.testing.assert_array_equal(compile_and_run(tmp_path / "out", [xq])[0], q.run(xq)[0])
+
+
+def test_graph_badge_shows_the_range_of_shifts():
+    from aidge_interop.visualize import quant_badge
+
+    assert quant_badge({"nb_bits": 8, "shift": (5, 9, 7)}) == "int8 >>5..9"
+    assert quant_badge({"nb_bits": 8, "shift": [6, 6]}) == "int8 >>6"
+    assert quant_badge({"nb_bits": 8, "shift": 7}) == "int8 >>7"
