@@ -107,26 +107,30 @@ static ai_status q_init(ai_node *n)
     return AI_OK;
 }
 
+/* The workspace of QConv and QGemm starts with the requantization of each
+ * output channel (m entries). */
+#define RQ_BYTES(m) (((size_t)(m) * sizeof(aik_rq) + 63) & ~(size_t)63)
+
 /* QConv and QGemm with m output channels: per-channel attributes must have
- * m values; per tensor, the kernels' m copies are built in the workspace. */
-static ai_status channel_rq_shape(const ai_ctx *c, int64_t m, size_t *ws)
+ * m values. */
+static ai_status check_rq_count(const ai_ctx *c, int64_t m)
 {
     const q_attrs *a = c->node->params;
     if (a->n_rq != 1 && a->n_rq != m)
         return ai_node_error(c->node, AI_ERR_VALUE, "multiplier and shift have %d values "
                              "for %lld output channels", a->n_rq, (long long)m);
-    *ws = a->n_rq == 1 ? sizeof(aik_rq) * (size_t)m : 0;
     return AI_OK;
 }
 
-/* The m requantizations (rq[oc]) the portable kernels take. */
-static const aik_rq *channel_rq(const ai_ctx *c, int64_t m)
+/* The m requantizations (rq[oc]) the kernels take: the per-channel
+ * attributes, or m copies of the per-tensor one at the workspace's start. */
+static const aik_rq *rq_per_channel(const ai_ctx *c, int32_t m)
 {
     const q_attrs *a = c->node->params;
     if (a->n_rq == m)
         return a->rq_attr;
     aik_rq *rq = c->workspace;
-    for (int64_t i = 0; i < m; i++)
+    for (int32_t i = 0; i < m; i++)
         rq[i] = a->rq_attr[0];
     return rq;
 }
@@ -283,8 +287,9 @@ static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     if (st)
         return st;
     if (is_conv(c->node)) {
-        if (!(st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw)))
-            st = channel_rq_shape(c, p.m, ws);
+        if (!(st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw)) &&
+            !(st = check_rq_count(c, p.m)))
+            *ws = RQ_BYTES(p.m);
     } else
         st = check_windows(c->node, &p);
     if (st)
@@ -310,7 +315,7 @@ static ai_status window_forward(ai_ctx *c)
     const char *op = c->node->op_type;
     if (is_conv(c->node))
         aik_conv2d_i8(&p, x, c->in[1]->data, c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
-                      channel_rq(c, p.m), y);
+                      rq_per_channel(c, p.m), y);
     else if (strcmp(op, "QMaxPool") == 0)
         aik_maxpool2d_i8(&p, x, y);
     else
@@ -334,8 +339,9 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
         return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%lld,)",
                              (long long)w->shape[0]);
-    if ((st = check_accumulator(c, w->shape[1])) || (st = channel_rq_shape(c, w->shape[0], ws)))
+    if ((st = check_accumulator(c, w->shape[1])) || (st = check_rq_count(c, w->shape[0])))
         return st;
+    *ws = RQ_BYTES(w->shape[0]);
     out[0].dtype = AI_I8;
     out[0].ndim = 2;
     out[0].shape[0] = x->shape[0];
@@ -347,7 +353,8 @@ static ai_status gemm_forward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *w = c->in[1];
     aik_fc_i8(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], x->data, w->data,
-              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL, channel_rq(c, w->shape[0]),
+              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
+              rq_per_channel(c, (int32_t)w->shape[0]),
               c->out[0]->data);
     return AI_OK;
 }
