@@ -234,6 +234,8 @@ def test_per_channel_integer_parameters(single_shift):
         # the int32 bias at the per-channel scale s_in * s_w[oc]
         assert lay.bias is not None
     dw = depthwise_layer(q)
+    row = next(r for r in q.summary().splitlines() if r.startswith(dw.name[:28]))
+    assert f"{dw.shift.min()}..{dw.shift.max()}" in row  # the gains differ: so do the shifts
     bn = model.bn
     k = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().double().numpy()
     w = model.dw.weight.detach().double().numpy() * k[:, None, None, None]

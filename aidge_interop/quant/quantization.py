@@ -336,9 +336,10 @@ class QuantizedModel:
         return accuracy(self, inputs, labels, batch_size)
 
     def summary(self) -> str:
-        """One line per layer: op, scales, rescale, clamp."""
-        rows = [f"{'layer':<28} {'op':<12} {'in scale':>10} {'w scale':>10} {'out scale':>10} "
-                f"{'mult':>6} {'shift':>5}  clamp"]
+        """One line per layer: op, scales, rescale, clamp (per channel: the
+        smallest..largest weight scale, multiplier and shift)."""
+        rows = [f"{'layer':<28} {'op':<12} {'in scale':>10} {'w scale':>18} {'out scale':>10} "
+                f"{'mult':>12} {'shift':>6}  clamp"]
         def span(v, fmt=""):  # per channel: the smallest..largest
             if np.ndim(v) == 0:
                 return f"{v:{fmt}}"
@@ -348,8 +349,8 @@ class QuantizedModel:
         for q in self.layers:
             ins = ",".join(f"{s:.3g}" for s in q.in_scales)
             ws = "-" if q.weight_scale is None else span(q.weight_scale, ".3g")
-            rows.append(f"{q.name[:28]:<28} {q.op:<12} {ins:>10} {ws:>10} {q.out_scale:>10.3g} "
-                        f"{span(q.multiplier):>6} {span(q.shift):>5}  [{q.lo}, {q.hi}]")
+            rows.append(f"{q.name[:28]:<28} {q.op:<12} {ins:>10} {ws:>18} {q.out_scale:>10.3g} "
+                        f"{span(q.multiplier):>12} {span(q.shift):>6}  [{q.lo}, {q.hi}]")
         return "\n".join(rows)
 
     def __repr__(self):
