@@ -242,13 +242,17 @@ def recipe_notes(graph) -> dict[str, list[tuple[str, str]]]:
 
 def quant_badge(attrs: dict) -> str:
     """``int8 >>7`` for a quantized node's attributes (an integer ``nb_bits``,
-    ``shift``), else ``""``."""
+    ``shift``; ``>>5..9`` for shifts per output channel), else ``""``."""
     bits = attrs.get("nb_bits")
     if not isinstance(bits, int):
         return ""
     badge = f"int{bits}"
-    if isinstance(attrs.get("shift"), int):
-        badge += f" >>{attrs['shift']}"
+    shift = attrs.get("shift")
+    if isinstance(shift, int):
+        badge += f" >>{shift}"
+    elif isinstance(shift, (list, tuple)) and shift and all(isinstance(s, int) for s in shift):
+        lo, hi = min(shift), max(shift)
+        badge += f" >>{lo}" if lo == hi else f" >>{lo}..{hi}"
     return badge
 
 

@@ -5,7 +5,7 @@
 # `import aidge_interop as ait` in place of the Aidge modules:
 #
 # 1. import an ONNX LeNet, simplify its graph with recipes, test it;
-# 2. quantize it to int8 (power-of-two scales: one shift per layer);
+# 2. quantize it to int8 (power-of-two scales: one shift per output channel);
 # 3. export it as standalone C, with the engine's feature maps as references;
 # 4. compile the export and run it.
 #
@@ -147,7 +147,7 @@ print(f"\nSCORE : {score}/{NB_TEST} ({round(score / NB_TEST * 100)} %)")
 # ## 2. Quantize the model
 #
 # Post-training quantization: 8-bit weights and activations, int32 biases,
-# power-of-two scales so that each layer rescales with a single shift. The
+# power-of-two scales so that each output channel rescales with a single shift. The
 # calibration set is the list of sample tensors.
 
 # %%

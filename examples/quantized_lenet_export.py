@@ -67,7 +67,8 @@ print(f"trained {args.epochs} epochs in {time.perf_counter() - start:.1f} s")
 #
 # `wrap` runs the model on the engine; `quantize` calibrates it on 200
 # training images: power-of-two scales so that every layer rescales with a
-# single shift (`single_shift=True`), ReLU fused into the layer before.
+# single shift (`single_shift=True`; one per output channel, whose weights
+# have their own scale), ReLU fused into the layer before.
 
 # %%
 engine_model = aidge_interop.wrap(model, [(1, 1, 8, 8)]).eval()

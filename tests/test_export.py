@@ -196,9 +196,9 @@ def test_export_layout_sizes_and_makefile(lenet, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"RAM (activation arena) {result.ram_bytes} bytes" in printed
     assert f"ROM (weights) {result.rom_bytes} bytes" in printed
-    # ROM: every int8 weight and int32 bias
-    assert result.rom_bytes == sum(lay.weight.size + 4 * lay.bias.size for lay in q.layers
-                                   if lay.weight is not None)
+    # ROM: every int8 weight and int32 bias, and a 16-byte rescale per output channel
+    assert result.rom_bytes == sum(lay.weight.size + 4 * lay.bias.size + 16 * len(lay.weight)
+                                   for lay in q.layers if lay.weight is not None)
     # RAM: at least every layer's inputs and output side by side, less than all
     # values side by side (buffers are reused); batch 1, one byte per value
     size = {v: int(np.prod(s[1:])) for v, s in q.shapes.items()}

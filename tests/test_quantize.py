@@ -34,10 +34,10 @@ QDOMAIN = "aidge_interop.quant"
 # -- the independent reference ----------------------------------------------------
 
 def ref_round_shift(v, s):
-    v = np.asarray(v, dtype=np.int64)
-    if s == 0:
-        return v
-    return np.floor_divide(v + (np.int64(1) << (s - 1)), np.int64(1) << s)
+    """floor(v / 2^s + 1/2); s an int or an array broadcasting against v."""
+    v, s = np.asarray(v, dtype=np.int64), np.asarray(s, dtype=np.int64)
+    half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+    return np.floor_divide(v + half, np.left_shift(np.int64(1), s))
 
 
 def ref_requant(acc, multiplier=1, shift=0, lo=-128, hi=127):
@@ -558,9 +558,12 @@ def example(name):
 
 
 @functools.lru_cache(maxsize=None)
-def quantized(name, single_shift, clipping, nb_bits=8):
+def quantized(name, single_shift, clipping, nb_bits=8, per_channel=False):
+    """Per tensor unless asked (tests/test_quant_per_channel.py checks the
+    per-channel parameters)."""
     model, x, _ = example(name)
-    return quantize(model, x, nb_bits=nb_bits, single_shift=single_shift, clipping=clipping)
+    return quantize(model, x, nb_bits=nb_bits, single_shift=single_shift, clipping=clipping,
+                    per_channel=per_channel)
 
 
 def is_pow2(v: float) -> bool:
@@ -571,13 +574,18 @@ def ref_run_layers(q: QuantizedModel, int_inputs):
     """The quantized model layer by layer with the NumPy reference ops;
     returns every value (name -> int8 array)."""
     vals = dict(zip(q.input_names, int_inputs))
+
+    def per_channel(v, acc):  # per-channel multipliers and shifts along axis 1
+        return np.reshape(v, (-1,) + (1,) * (acc.ndim - 2)) if np.ndim(v) else v
+
     for lay in q.layers:
         a = lay.attrs
         xs = [vals[i] for i in lay.inputs]
         if lay.op == "Conv":
             acc = ref_conv_acc(xs[0], lay.weight, lay.bias, a["strides"], a["dilations"],
                                a["pads"], a["group"])
-            y = ref_requant(acc, lay.multiplier, lay.shift, lay.lo, lay.hi)
+            y = ref_requant(acc, per_channel(lay.multiplier, acc), per_channel(lay.shift, acc),
+                            lay.lo, lay.hi)
         elif lay.op == "Gemm":
             y = ref_requant(ref_gemm_acc(xs[0], lay.weight, lay.bias), lay.multiplier,
                             lay.shift, lay.lo, lay.hi)
@@ -676,11 +684,13 @@ def test_mixed1d_layer_kinds():
     assert pool.attrs["count_include_pad"] == 1 and pool.attrs["pads"] == [1, 1]
 
 
-@pytest.mark.parametrize("name,single_shift,clipping", MODEL_CONFIGS)
-def test_quantize_example_bit_exact(name, single_shift, clipping):
+@pytest.mark.parametrize("name,single_shift,clipping,per_channel", [
+    *((*c, False) for c in MODEL_CONFIGS),
+    *((name, ss, "max", True) for name in ("lenet", "ds_cnn", "mixed1d") for ss in (True, False))])
+def test_quantize_example_bit_exact(name, single_shift, clipping, per_channel):
     """The engine's integer graph equals the NumPy reference, layer by layer."""
     _, x, _ = example(name)
-    q = quantized(name, single_shift, clipping)
+    q = quantized(name, single_shift, clipping, per_channel=per_channel)
     xq = q.quantize_inputs(x)
     assert len(xq) == len(q.input_scales) == 1
     assert xq[0].dtype == np.int8

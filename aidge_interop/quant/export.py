@@ -303,7 +303,14 @@ class _Writer:
                 self.rom += layer.bias.size * 4
         if q:
             lines += self.nonlinear_constants(cid, layer)
-        if q and layer.op in ("Conv", "Gemm", "Requantize", "MatMul"):
+        if q and layer.op in ("Conv", "Gemm"):  # one requantization per output channel
+            m = layer.weight.shape[0]
+            mult, shift = (np.broadcast_to(v, (m,)) for v in (layer.multiplier, layer.shift))
+            rows = [f"{{{int(a)}, {int(b)}, {layer.lo}, {layer.hi}}}" for a, b in zip(mult, shift)]
+            lines.append(f"static const aik_rq {cid}_rq[{m}] = {{\n    " +
+                         ",\n    ".join(rows) + "\n};")
+            self.rom += m * 16  # four int32 each
+        if q and layer.op in ("Requantize", "MatMul"):
             lines.append(f"static const aik_rq {cid}_rq = {{{layer.multiplier}, {layer.shift}, "
                          f"{layer.lo}, {layer.hi}}};")
         if not q and layer.op in ("Conv", "Gemm", "Add", "Clip"):
@@ -350,12 +357,12 @@ class _Writer:
         suffix = "i8" if q else "f32"
         if layer.op == "Conv":
             b = f"{cid}_bias" if layer.bias is not None else "NULL"
-            tail = f"&{cid}_rq" if q else f"{cid}_LO, {cid}_HI"
+            tail = f"{cid}_rq" if q else f"{cid}_LO, {cid}_HI"
             return f"aik_conv2d_{suffix}(&{cid}_window, {x[0]}, {cid}_weight, {b}, {tail}, {y});"
         if layer.op == "Gemm":
             xs, ys = self.values[layer.inputs[0]].shape, self.values[layer.output].shape
             b = f"{cid}_bias" if layer.bias is not None else "NULL"
-            tail = f"&{cid}_rq" if q else f"{cid}_LO, {cid}_HI"
+            tail = f"{cid}_rq" if q else f"{cid}_LO, {cid}_HI"
             return (f"aik_fc_{suffix}({int(np.prod(xs[:-1]))}, {xs[-1]}, {ys[-1]}, {x[0]}, "
                     f"{cid}_weight, {b}, {tail}, {y});")
         if layer.op in ("MaxPool", "AveragePool"):

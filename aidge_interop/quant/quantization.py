@@ -1,4 +1,5 @@
-"""Post-training int8 quantization (per-tensor, symmetric).
+"""Post-training int8 quantization (symmetric; weights per output channel or
+per tensor).
 
 ``quantize(model, calibration_inputs)`` calibrates the float graph on
 sample inputs, quantizes weights to ``nb_bits`` and biases to int32, and
@@ -15,7 +16,10 @@ The exact arithmetic is in docs/quantization.md; in short:
   fixed-point multiplier and a shift;
 - ``clipping="max"`` takes the calibrated maximum |value|; ``"mse"`` the
   clip (among the candidates of the scale grid) with the least mean square
-  error on the calibration histogram (weights always use their maximum).
+  error on the calibration histogram (weights always use their maximum);
+- ``per_channel=True``: every output channel of a Conv or Gemm has its own
+  weight scale (its own maximum), and so its own rescale of the
+  accumulator; ``False``: one weight scale per layer.
 """
 from __future__ import annotations
 
@@ -267,14 +271,15 @@ class QLayer:
     attrs: dict
     weight: np.ndarray | None = None   # int8
     bias: np.ndarray | None = None     # int32
-    multiplier: int = 1
-    shift: int = 0
+    # per-channel Conv/Gemm: int64 arrays of one value per output channel
+    multiplier: int | np.ndarray = 1
+    shift: int | np.ndarray = 0
     lo: int = 0
     hi: int = 0
     multipliers: tuple = ()            # Add: (a, b); Requantize of Concat inputs
     in_scales: list[float] = field(default_factory=list)
     out_scale: float = 1.0
-    weight_scale: float | None = None
+    weight_scale: float | np.ndarray | None = None  # per channel: an array
     sources: list[str] = field(default_factory=list)
 
 
@@ -284,12 +289,13 @@ class QuantizedModel:
     :meth:`run` on int8 inputs; :meth:`accuracy` on a labelled set."""
 
     def __init__(self, layers, inputs, outputs, shapes, scales, nb_bits, single_shift,
-                 clipping, sample_inputs):
+                 clipping, sample_inputs, per_channel=False):
         self.layers: list[QLayer] = layers
         self.input_names, self.output_names = inputs, outputs
         self.shapes = shapes  # value -> shape at the calibration batch
         self.scales: dict[str, float] = scales
         self.nb_bits, self.single_shift, self.clipping = nb_bits, single_shift, clipping
+        self.per_channel = per_channel
         self.qmax = 2 ** (nb_bits - 1) - 1
         self.sample_inputs = sample_inputs  # one calibration sample per input (float)
         self.onnx_model = self._build_onnx()
@@ -330,19 +336,27 @@ class QuantizedModel:
         return accuracy(self, inputs, labels, batch_size)
 
     def summary(self) -> str:
-        """One line per layer: op, scales, rescale, clamp."""
-        rows = [f"{'layer':<28} {'op':<12} {'in scale':>10} {'w scale':>10} {'out scale':>10} "
-                f"{'mult':>6} {'shift':>5}  clamp"]
+        """One line per layer: op, scales, rescale, clamp (per channel: the
+        smallest..largest weight scale, multiplier and shift)."""
+        rows = [f"{'layer':<28} {'op':<12} {'in scale':>10} {'w scale':>18} {'out scale':>10} "
+                f"{'mult':>12} {'shift':>6}  clamp"]
+        def span(v, fmt=""):  # per channel: the smallest..largest
+            if np.ndim(v) == 0:
+                return f"{v:{fmt}}"
+            lo, hi = np.min(v), np.max(v)
+            return f"{lo:{fmt}}" if lo == hi else f"{lo:{fmt}}..{hi:{fmt}}"
+
         for q in self.layers:
             ins = ",".join(f"{s:.3g}" for s in q.in_scales)
-            ws = f"{q.weight_scale:.3g}" if q.weight_scale else "-"
-            rows.append(f"{q.name[:28]:<28} {q.op:<12} {ins:>10} {ws:>10} {q.out_scale:>10.3g} "
-                        f"{q.multiplier:>6} {q.shift:>5}  [{q.lo}, {q.hi}]")
+            ws = "-" if q.weight_scale is None else span(q.weight_scale, ".3g")
+            rows.append(f"{q.name[:28]:<28} {q.op:<12} {ins:>10} {ws:>18} {q.out_scale:>10.3g} "
+                        f"{span(q.multiplier):>12} {span(q.shift):>6}  [{q.lo}, {q.hi}]")
         return "\n".join(rows)
 
     def __repr__(self):
         return (f"QuantizedModel({len(self.layers)} layers, int{self.nb_bits}, "
-                f"single_shift={self.single_shift}, clipping={self.clipping!r})")
+                f"single_shift={self.single_shift}, clipping={self.clipping!r}, "
+                f"per_channel={self.per_channel})")
 
     # -- the engine graph --------------------------------------------------
     def _build_onnx(self):
@@ -354,8 +368,9 @@ class QuantizedModel:
             inits.append(numpy_helper.from_array(np.array(array, order="C"), name))  # 0-d kept
             return name
 
-        rq = lambda q: {"multiplier": q.multiplier, "shift": q.shift, "out_min": q.lo,  # noqa
-                        "out_max": q.hi, "nb_bits": self.nb_bits}
+        ints = lambda v: [int(i) for i in v] if np.ndim(v) else int(v)  # noqa: E731
+        rq = lambda q: {"multiplier": ints(q.multiplier), "shift": ints(q.shift),  # noqa
+                        "out_min": q.lo, "out_max": q.hi, "nb_bits": self.nb_bits}
         qnode = lambda op, ins, layer, **at: nodes.append(helper.make_node(  # noqa: E731
             op, ins, [layer.output], name=name, domain=QUANT_DOMAIN, **at))
         window = lambda a: {k: a[k] for k in ("strides", "dilations", "pads")}  # noqa
@@ -487,7 +502,8 @@ def _calibrate(graph, arrays, names, clipping, batch_size):
 
 
 def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = True,
-             clipping: str = "max", batch_size: int = 256) -> QuantizedModel:
+             clipping: str = "max", batch_size: int = 256,
+             per_channel: bool = True) -> QuantizedModel:
     """Post-training quantization of a float model to ``nb_bits`` integers.
 
     ``model``: an engine :class:`Graph`, an :class:`AidgeModule`, a torch
@@ -497,14 +513,17 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     list of samples: arrays or tensors, with or without the batch axis, for
     a one-input graph; lists of one array per input otherwise. They are
     stacked; a model whose declared batch dimension is static (exported for
-    batch 1) is calibrated a batch of that size at a time. Returns a
-    :class:`QuantizedModel`.
+    batch 1) is calibrated a batch of that size at a time. ``per_channel``:
+    one weight scale per output channel of every Conv and Gemm (else one
+    per layer). Returns a :class:`QuantizedModel`.
     """
     where = "quantize"
     if not isinstance(nb_bits, int) or not 2 <= nb_bits <= 8:
         raise ValueError(f"{where}: nb_bits={nb_bits!r}; an int in [2, 8] expected")
     if clipping not in ("max", "mse"):
         raise ValueError(f"{where}: clipping={clipping!r}; 'max' or 'mse' expected")
+    if not isinstance(per_channel, bool):
+        raise ValueError(f"{where}: per_channel={per_channel!r}; True or False expected")
     probe = calibration_inputs if isinstance(calibration_inputs, (list, tuple)) \
         else [calibration_inputs]
     try:
@@ -530,11 +549,11 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     scales = {n: _scale(stats[n], qmax, clipping, single_shift) for n in calibrated}
     qlayers = []
     for layer in layers:
-        qlayers += _quantize_layer(layer, scales, qmax, single_shift, f"{where}: layer "
-                                   f"'{layer.name}' ({layer.op})")
+        qlayers += _quantize_layer(layer, scales, qmax, single_shift, per_channel,
+                                   f"{where}: layer '{layer.name}' ({layer.op})")
     samples = [a[:1].copy() for a in arrays]
     return QuantizedModel(qlayers, inputs, outputs, shapes, scales, nb_bits, single_shift,
-                          clipping, samples)
+                          clipping, samples, per_channel)
 
 
 def _batch_axes(graph, layers, arrays, batch_size):
@@ -564,7 +583,18 @@ def _clamp_bounds(layer, s, qmax):
     return lo, max(lo, hi)
 
 
-def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLayer]:
+def _weight_scale(w, qmax, per_channel):
+    """max|w| / qmax for the tensor, or per output channel (axis 0) as an
+    array; an all-zero channel takes the tensor's scale, an all-zero tensor 1."""
+    whole = float(np.max(np.abs(w))) / qmax or 1.0
+    if not per_channel:
+        return whole
+    s = np.abs(w).reshape(w.shape[0], -1).max(axis=1) / qmax
+    return np.where(s > 0, s, whole)
+
+
+def _quantize_layer(layer: Layer, scales, qmax, single_shift, per_channel,
+                    where) -> list[QLayer]:
     """The quantized layer(s) of one float layer; sets the output's scale when
     the layer keeps its input's (pools, reshape, clamp)."""
     s_in = [scales[i] for i in layer.inputs]
@@ -617,13 +647,19 @@ def _quantize_layer(layer: Layer, scales, qmax, single_shift, where) -> list[QLa
                        lo=lo, hi=hi, weight=cq)]
     # Conv and Gemm
     w = layer.weight
-    s_w = float(np.max(np.abs(w))) / qmax or 1.0
-    if single_shift:
-        n = math.floor(-math.log2(s_in[0] * s_w / s_out))  # 2**-n >= the exact ratio
-        n = min(n, 62)
+    s_w = _weight_scale(w, qmax, per_channel)
+    if single_shift:  # 2**-n >= the exact ratio, per channel
+        n = np.minimum(np.floor(-np.log2(s_in[0] * s_w / s_out)), 62)
         s_w = 2.0 ** -n * s_out / s_in[0]  # compensated weights: at most 2x coarser
-    m, sh = _fixed_point(s_in[0] * s_w / s_out, where, single_shift)
-    wq = np.clip(round_half_up(w / s_w), -qmax, qmax).astype(np.int8)
+    if per_channel:
+        pairs = [_fixed_point(r, f"{where} channel {oc}", single_shift)
+                 for oc, r in enumerate(s_in[0] * s_w / s_out)]
+        m, sh = (np.array(v, dtype=np.int64) for v in zip(*pairs))
+    else:
+        s_w = float(s_w)
+        m, sh = _fixed_point(s_in[0] * s_w / s_out, where, single_shift)
+    s_wb = np.reshape(s_w, (-1,) + (1,) * (w.ndim - 1))  # broadcast over a channel's weights
+    wq = np.clip(round_half_up(w / s_wb), -qmax, qmax).astype(np.int8)
     bq = None
     if layer.bias is not None:
         b = round_half_up(layer.bias / (s_in[0] * s_w))

@@ -3,7 +3,9 @@
  * "aidge_interop.quant", written by aidge_interop.quantize). int8
  * activations and weights, int32 biases and accumulators; every output is
  * requantized with the attributes `multiplier`, `shift`, `out_min`,
- * `out_max` (see portable/aidge_kernels.h for the exact arithmetic). The
+ * `out_max` (see portable/aidge_kernels.h for the exact arithmetic); QConv
+ * and QGemm may give `multiplier` and `shift` as one int per output channel
+ * (per-channel weight scales; a single int applies to every channel). The
  * kernels are the portable ones that C exports run, so an export computes
  * what the engine computes, bit for bit. Inference only: no backward.
  *
@@ -24,10 +26,11 @@
 #include "spatial.h"
 
 typedef struct {
-    aik_rq rq;
     int64_t ma, mb; /* QAdd */
     int64_t group, count_include_pad;
     ai_int_list kernel_shape, strides, dilations, pads;
+    int32_t n_rq;   /* 1 (per tensor) or one per output channel (QConv, QGemm) */
+    aik_rq rq_attr[]; /* n_rq entries, as the attributes give them */
 } q_attrs;
 
 static ai_status read_range(const ai_node *n, const char *name, int64_t dflt, int64_t lo,
@@ -42,18 +45,50 @@ static ai_status read_range(const ai_node *n, const char *name, int64_t dflt, in
     return AI_OK;
 }
 
+/* `multiplier` or `shift`: one int, or (QConv, QGemm) a list of one int per
+ * output channel: *v points to *len values (*len = 1 for an int). */
+static ai_status read_rq_values(const ai_node *n, const char *name, int64_t dflt, int64_t lo,
+                                int64_t hi, int64_t *one, const int64_t **v, int64_t *len)
+{
+    const ai_attr *at = ai_node_attr(n, name);
+    if (!at || at->type != AI_ATTR_INTS) {
+        *v = one, *len = 1;
+        return read_range(n, name, dflt, lo, hi, one);
+    }
+    if (strcmp(n->op_type, "QConv") != 0 && strcmp(n->op_type, "QGemm") != 0)
+        return ai_node_error(n, AI_ERR_VALUE, "%s must be one int (only QConv and QGemm take "
+                             "one per output channel)", name);
+    if (at->n < 1 || at->n > INT32_MAX)
+        return ai_node_error(n, AI_ERR_VALUE, "%s has %lld values; one per output channel "
+                             "expected", name, (long long)at->n);
+    for (int64_t i = 0; i < at->n; i++)
+        if (at->ints[i] < lo || at->ints[i] > hi)
+            return ai_node_error(n, AI_ERR_VALUE, "%s[%lld] is %lld; must be in [%lld, %lld]",
+                                 name, (long long)i, (long long)at->ints[i], (long long)lo,
+                                 (long long)hi);
+    *v = at->ints, *len = at->n;
+    return AI_OK;
+}
+
 static ai_status q_init(ai_node *n)
 {
-    q_attrs *a = calloc(1, sizeof *a);
+    int64_t bits, mult1, shift1, lo, hi, n_mult, n_shift;
+    const int64_t *mult, *shift;
+    ai_status st;
+    if ((st = read_range(n, "nb_bits", 8, 2, 8, &bits)) ||
+        (st = read_rq_values(n, "multiplier", 1, 1, INT32_MAX, &mult1, &mult, &n_mult)) ||
+        (st = read_rq_values(n, "shift", 0, 0, 62, &shift1, &shift, &n_shift)))
+        return st;
+    if (n_mult > 1 && n_shift > 1 && n_mult != n_shift)
+        return ai_node_error(n, AI_ERR_VALUE, "multiplier has %lld values and shift %lld; "
+                             "one per output channel each (or one int)", (long long)n_mult,
+                             (long long)n_shift);
+    const int64_t n_rq = n_mult > n_shift ? n_mult : n_shift;
+    q_attrs *a = calloc(1, sizeof *a + sizeof(aik_rq) * (size_t)n_rq);
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    int64_t bits, mult, shift, lo, hi;
-    ai_status st;
-    if ((st = read_range(n, "nb_bits", 8, 2, 8, &bits)) ||
-        (st = read_range(n, "multiplier", 1, 1, INT32_MAX, &mult)) ||
-        (st = read_range(n, "shift", 0, 0, 62, &shift)) ||
-        (st = read_range(n, "out_min", -(INT64_C(1) << (bits - 1)), -(INT64_C(1) << (bits - 1)),
+    if ((st = read_range(n, "out_min", -(INT64_C(1) << (bits - 1)), -(INT64_C(1) << (bits - 1)),
                          (INT64_C(1) << (bits - 1)) - 1, &lo)) ||
         (st = read_range(n, "out_max", (INT64_C(1) << (bits - 1)) - 1, lo,
                          (INT64_C(1) << (bits - 1)) - 1, &hi)) ||
@@ -66,8 +101,39 @@ static ai_status q_init(ai_node *n)
         (st = ai_read_int_list(n, "dilations", 2, 1, &a->dilations)) ||
         (st = ai_read_int_list(n, "pads", 4, 0, &a->pads)))
         return st;
-    a->rq = (aik_rq){(int32_t)mult, (int32_t)shift, (int32_t)lo, (int32_t)hi};
+    a->n_rq = (int32_t)n_rq;
+    for (int64_t i = 0; i < n_rq; i++)
+        a->rq_attr[i] = (aik_rq){(int32_t)mult[n_mult > 1 ? i : 0],
+                                 (int32_t)shift[n_shift > 1 ? i : 0], (int32_t)lo, (int32_t)hi};
     return AI_OK;
+}
+
+/* The workspace of QConv and QGemm starts with the requantization of each
+ * output channel (m entries). */
+#define RQ_BYTES(m) (((size_t)(m) * sizeof(aik_rq) + 63) & ~(size_t)63)
+
+/* QConv and QGemm with m output channels: per-channel attributes must have
+ * m values. */
+static ai_status check_rq_count(const ai_ctx *c, int64_t m)
+{
+    const q_attrs *a = c->node->params;
+    if (a->n_rq != 1 && a->n_rq != m)
+        return ai_node_error(c->node, AI_ERR_VALUE, "multiplier and shift have %d values "
+                             "for %lld output channels", a->n_rq, (long long)m);
+    return AI_OK;
+}
+
+/* The m requantizations (rq[oc]) the kernels take: the per-channel
+ * attributes, or m copies of the per-tensor one at the workspace's start. */
+static const aik_rq *rq_per_channel(const ai_ctx *c, int32_t m)
+{
+    const q_attrs *a = c->node->params;
+    if (a->n_rq == m)
+        return a->rq_attr;
+    aik_rq *rq = c->workspace;
+    for (int32_t i = 0; i < m; i++)
+        rq[i] = a->rq_attr[0];
+    return rq;
 }
 
 static ai_status need_dtype(const ai_node *n, const char *what, const ai_tensor *t,
@@ -216,14 +282,16 @@ static ai_status check_windows(const ai_node *n, const aik_window *p)
 
 static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
+    (void)state;
     aik_window p;
     ai_status st = window_setup(c, &p);
     if (st)
         return st;
-    if (is_conv(c->node))
-        st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw);
-    else
+    if (is_conv(c->node)) {
+        if (!(st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw)) &&
+            !(st = check_rq_count(c, p.m)))
+            *ws = RQ_BYTES(p.m);
+    } else
         st = check_windows(c->node, &p);
     if (st)
         return st;
@@ -239,7 +307,6 @@ static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
 
 static ai_status window_forward(ai_ctx *c)
 {
-    const q_attrs *a = c->node->params;
     aik_window p;
     ai_status st = window_setup(c, &p);
     if (st)
@@ -249,7 +316,7 @@ static ai_status window_forward(ai_ctx *c)
     const char *op = c->node->op_type;
     if (is_conv(c->node))
         aik_conv2d_i8(&p, x, c->in[1]->data, c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
-                      &a->rq, y);
+                      rq_per_channel(c, p.m), y);
     else if (strcmp(op, "QMaxPool") == 0)
         aik_maxpool2d_i8(&p, x, y);
     else
@@ -259,7 +326,7 @@ static ai_status window_forward(ai_ctx *c)
 
 static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
+    (void)state;
     const ai_node *n = c->node;
     const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
     ai_status st;
@@ -273,8 +340,9 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (b && (b->ndim != 1 || b->shape[0] != w->shape[0]))
         return ai_node_error(n, AI_ERR_VALUE, "bias must have shape (%lld,)",
                              (long long)w->shape[0]);
-    if ((st = check_accumulator(c, w->shape[1])))
+    if ((st = check_accumulator(c, w->shape[1])) || (st = check_rq_count(c, w->shape[0])))
         return st;
+    *ws = RQ_BYTES(w->shape[0]);
     out[0].dtype = AI_I8;
     out[0].ndim = 2;
     out[0].shape[0] = x->shape[0];
@@ -284,10 +352,11 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 static ai_status gemm_forward(ai_ctx *c)
 {
-    const q_attrs *a = c->node->params;
     const ai_tensor *x = c->in[0], *w = c->in[1];
     aik_fc_i8(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], x->data, w->data,
-              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL, &a->rq, c->out[0]->data);
+              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
+              rq_per_channel(c, (int32_t)w->shape[0]),
+              c->out[0]->data);
     return AI_OK;
 }
 
@@ -317,14 +386,15 @@ static ai_status add_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
     aik_add_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
-               ai_tensor_numel(c->in[1]), (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
+               ai_tensor_numel(c->in[1]), (int32_t)a->mb, a->rq_attr[0].shift, a->rq_attr[0].lo,
+               a->rq_attr[0].hi, c->out[0]->data);
     return AI_OK;
 }
 
 static ai_status requantize_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
-    aik_requant_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, &a->rq, c->out[0]->data);
+    aik_requant_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, a->rq_attr, c->out[0]->data);
     return AI_OK;
 }
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* One body for both types: ACC is the accumulator, OUT(v) the stored value. */
+/* One body for both types: TACC is the accumulator, OUT(acc, oc) the stored value. */
 #define AIK_CONV2D(TX, TACC, OUT)                                                        \
     const int32_t cg = p->c / p->group, mg = p->m / p->group;                            \
     for (int32_t n = 0; n < p->n; n++)                                                   \
@@ -37,12 +37,13 @@
                             }                                                            \
                         }                                                                \
                     }                                                                    \
-                    ym[(int64_t)oy * p->ow + ox] = OUT(acc);                             \
+                    ym[(int64_t)oy * p->ow + ox] = OUT(acc, m);                          \
                 }                                                                        \
         }
 
-#define AIK_RQ(acc) ((int8_t)aik_requant((acc), rq))
-#define AIK_CLAMPF(acc) ((acc) < lo ? lo : (acc) > hi ? hi : (acc))
+/* OUT(acc, oc): the value stored for output channel oc */
+#define AIK_RQ(acc, oc) ((int8_t)aik_requant((acc), &rq[oc]))
+#define AIK_CLAMPF(acc, oc) ((acc) < lo ? lo : (acc) > hi ? hi : (acc))
 
 void aik_conv2d_i8(const aik_window *p, const int8_t *x, const int8_t *w,
                    const int32_t *bias, const aik_rq *rq, int8_t *y)
@@ -63,7 +64,7 @@ void aik_conv2d_f32(const aik_window *p, const float *x, const float *w, const f
             TACC acc = bias ? (TACC)bias[j] : (TACC)0;                                   \
             for (int32_t t = 0; t < k; t++)                                              \
                 acc += (TACC)xi[t] * (TACC)wj[t];                                        \
-            y[i * m + j] = OUT(acc);                                                     \
+            y[i * m + j] = OUT(acc, j);                                                  \
         }
 
 void aik_fc_i8(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,

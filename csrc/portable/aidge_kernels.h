@@ -8,6 +8,9 @@
  *   acc    = bias + sum(x * w)                       int32 accumulator
  *   y      = clamp(round_shift(acc * multiplier, shift), lo, hi)
  *   round_shift(v, s) = floor(v / 2^s + 1/2)         rounding half up
+ * Convolutions and fully connected layers requantize each output channel
+ * with its own aik_rq (per-channel weight scales); a per-tensor layer
+ * passes m copies of one.
  * Average pools divide with the same rounding: floor(sum / count + 1/2).
  */
 #ifndef AIDGE_KERNELS_H
@@ -53,13 +56,15 @@ static inline int32_t aik_requant(int64_t acc, const aik_rq *r)
     return (int32_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
 }
 
-/* Convolutions: w is (m, c / group, kh, kw), bias (m) or NULL. */
+/* Convolutions: w is (m, c / group, kh, kw), bias (m) or NULL; rq is an
+ * array of m requantizations, rq[oc] for output channel oc. */
 void aik_conv2d_i8(const aik_window *p, const int8_t *x, const int8_t *w,
                    const int32_t *bias, const aik_rq *rq, int8_t *y);
 void aik_conv2d_f32(const aik_window *p, const float *x, const float *w, const float *bias,
                     float lo, float hi, float *y);
 
-/* Fully connected: y (n, m) = x (n, k) . w (m, k)^T + bias (m) or NULL. */
+/* Fully connected: y (n, m) = x (n, k) . w (m, k)^T + bias (m) or NULL;
+ * rq is an array of m requantizations, rq[j] for output column j. */
 void aik_fc_i8(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
                const int32_t *bias, const aik_rq *rq, int8_t *y);
 void aik_fc_f32(int64_t n, int32_t k, int32_t m, const float *x, const float *w,

@@ -53,12 +53,36 @@ TEST(depthwise_conv_i8_with_padding)
     for (int i = 0; i < 18; i++)
         w[i] = 1;
     int32_t bias[2] = {10, 0};
-    aik_rq r = {1, 0, -127, 127};
-    aik_conv2d_i8(&p, x, w, bias, &r, y);
+    aik_rq r[2] = {{1, 0, -127, 127}, {1, 0, -127, 127}};
+    aik_conv2d_i8(&p, x, w, bias, r, y);
     for (int i = 0; i < 4; i++) {
         CHECK(y[i] == 20);
         CHECK(y[4 + i] == -11);
     }
+    /* per channel: channel 0 times 3/2 (30), channel 1 halved (-5.5 -> -5), ReLU */
+    aik_rq pc[2] = {{3, 1, -127, 127}, {1, 1, 0, 127}};
+    aik_conv2d_i8(&p, x, w, bias, pc, y);
+    for (int i = 0; i < 4; i++) {
+        CHECK(y[i] == 30);
+        CHECK(y[4 + i] == 0);
+    }
+    pc[1].lo = -127;
+    aik_conv2d_i8(&p, x, w, bias, pc, y);
+    CHECK(y[4] == -5);
+}
+
+TEST(fc_i8_requantizes_each_output_column)
+{
+    /* x (2, 3), w (2, 3): column 0 sums x, column 1 sums -x */
+    const int8_t x[6] = {1, 2, 3, -4, -5, -7}, w[6] = {1, 1, 1, -1, -1, -1};
+    const int32_t bias[2] = {1, 0};
+    const aik_rq rq[2] = {{1, 1, -127, 127}, {5, 2, -127, 127}};
+    int8_t y[4];
+    aik_fc_i8(2, 3, 2, x, w, bias, rq, y);
+    CHECK(y[0] == 4);  /* (6 + 1) / 2 = 3.5 -> 4 */
+    CHECK(y[1] == -7); /* -6 * 5 / 4 = -7.5 -> -7 */
+    CHECK(y[2] == -7); /* (-16 + 1) / 2 = -7.5 -> -7 */
+    CHECK(y[3] == 20); /* 16 * 5 / 4 */
 }
 
 const ctest_case portable_cases[] = {
@@ -66,5 +90,6 @@ const ctest_case portable_cases[] = {
     CASE(requant_multiplies_shifts_and_clamps),
     CASE(avgpool_i8_rounds_half_up),
     CASE(depthwise_conv_i8_with_padding),
+    CASE(fc_i8_requantizes_each_output_column),
     {NULL, NULL},
 };
