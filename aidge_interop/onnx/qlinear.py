@@ -39,7 +39,7 @@ import numpy as np
 __all__ = ["CONTRIB", "expand_contrib", "fuse_qdq"]
 
 MS = "com.microsoft"
-# contrib operator -> (float operator, number of quantized inputs)
+# contrib operator of one quantized input -> its float operator
 _UNARY = {"QLinearSigmoid": "Sigmoid", "QLinearLeakyRelu": "LeakyRelu",
           "QLinearSoftmax": "Softmax", "QLinearAveragePool": "AveragePool"}
 CONTRIB = tuple(_UNARY) + ("QLinearMul", "QLinearConcat", "QuantizeLinear", "DequantizeLinear",
@@ -93,8 +93,8 @@ def _q(w, x, scale, zp, out):
     return w.op("QuantizeLinear", [x, scale] + ([zp] if zp else []), [out])
 
 
-def _expand_one(node, w, where):
-    """Writes ``node`` as ONNX operators with ``w``."""
+def _expand_one(node, w, opset, where):
+    """Writes ``node`` as ONNX operators with ``w`` (``opset``: the model's)."""
     op, a, out = node.op_type, _attrs(node), node.output[0]
     if op in ("QuantizeLinear", "DequantizeLinear"):
         w.op(op, node.input, list(node.output), **a)
@@ -109,10 +109,13 @@ def _expand_one(node, w, where):
             x = w.op("Transpose", [x], perm=[0, rank - 1] + list(range(1, rank - 1)))
         if op == "QLinearSoftmax":
             old, axis = a.pop("opset", 13) < 13, a.get("axis", -1)
+            if not old and opset < 13:
+                raise NotImplementedError(f"{where}: a Softmax of opset 13 (over one axis) "
+                                          f"in a model of opset {opset}")
             if old:  # Softmax before opset 13: over the dims from axis on, flattened
                 shape = w.op("Shape", [x])
                 x = w.op("Flatten", [x], axis=axis)
-                a["axis"] = -1
+                a["axis"] = 1  # (of the flattened matrix: the same in every opset)
             x = w.op("Softmax", [x], **a)
             if old:
                 x = w.op("Reshape", [x, shape])
@@ -154,28 +157,22 @@ def expand_contrib(proto, where: str):
     if not any(n.domain == MS and n.op_type in CONTRIB for n in graph.node):
         return proto
     nodes, inits = [], []
+    opset = max([o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] or [1])
     for n in graph.node:
         if n.domain == MS and n.op_type in CONTRIB:
-            _expand_one(n, _Writer(n, nodes, inits), f"{where}: {n.op_type} node '{n.name}'")
+            _expand_one(n, _Writer(n, nodes, inits), opset,
+                        f"{where}: {n.op_type} node '{n.name}'")
         else:
             nodes.append(n)
     return _rebuilt(proto, nodes, inits)
 
 
-def _rebuilt(proto, nodes, inits, drop_inits=()):
+def _rebuilt(proto, nodes, inits):
     out = _onnx().ModelProto()
     out.CopyFrom(proto)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
-    if drop_inits:
-        kept = [i for i in out.graph.initializer if i.name not in drop_inits]
-        del out.graph.initializer[:]
-        out.graph.initializer.extend(kept)
     out.graph.initializer.extend(inits)
-    if not any(o.domain in ("", "ai.onnx") and o.version >= 13 for o in out.opset_import):
-        for o in out.opset_import:  # the written nodes use opset 13's input forms
-            if o.domain in ("", "ai.onnx"):
-                o.version = 13
     return out
 
 
@@ -209,7 +206,7 @@ def fuse_qdq(proto):
         if n is None or n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx"):
             return None
         a = _attrs(n)
-        if "block_size" in a and a["block_size"] or "output_dtype" in a:
+        if a.get("block_size", 0) or "output_dtype" in a:
             return None
         s, zp = const(n.input[1]), const(_input(n, 2)) if _input(n, 2) else None
         if s is None or s.dtype != np.float32 or (_input(n, 2) and zp is None):
@@ -258,9 +255,8 @@ def fuse_qdq(proto):
                     inits[b[0].input[0]].data_type != 6:  # int32
                 continue
             want = np.float32(x[1].reshape(())) * wt[1].astype(np.float32)
-            if b[1].shape != want.shape and not (b[1].size == want.size):
-                continue
-            if not np.array_equal(b[1].reshape(-1), want.reshape(-1)) or \
+            if b[1].size != want.size or not np.array_equal(b[1].reshape(-1),
+                                                            want.reshape(-1)) or \
                     (b[2] is not None and np.any(b[2] != 0)):
                 continue
             if n.op_type == "Gemm" and a.get("beta", 1.0) != 1.0:
