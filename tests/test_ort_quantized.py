@@ -333,3 +333,24 @@ def test_to_onnx_qdq(tmp_path, single_shift):
     np.testing.assert_array_equal(by_ort, ref)
     (engine_qdq,) = aidge_interop.load_onnx(model).forward([x])
     np.testing.assert_array_equal(engine_qdq, by_ort)
+
+
+# ---------------------------------------------------------------- float32 and float64 products
+
+@pytest.mark.parametrize("k,edge", [(1024, 126), (256, 126), (1024, 0)])
+def test_integer_products_exact_in_float32_or_float64(k, edge):
+    """MatMulInteger and ConvInteger run on the float32 kernels where every partial sum
+    stays below 2^24 and on the float64 ones otherwise: 255 * 127 * 1024 plus an odd
+    change is past float32's integers (the float64 path), 256 taps are within (float32);
+    both exact against onnx.reference."""
+    from test_qlinear import check_reference
+
+    a = np.full((3, k), 255, np.uint8)
+    b = np.full((k, 5), 127, np.int8)
+    b[0, 0], a[1, 3] = edge, 254
+    (y,) = check_reference("MatMulInteger", {"a": a}, {"b": b, "azp": np.uint8(0),
+                                                        "bzp": np.int8(0)})
+    assert y[0, 0] == 255 * (127 * (k - 1) + edge)
+    x = a.reshape(3, k // 16, 4, 4)
+    w = np.ascontiguousarray(b.T.reshape(5, k // 16, 4, 4))
+    check_reference("ConvInteger", {"x": x}, {"w": w, "xzp": np.uint8(0), "wzp": np.int8(0)})
