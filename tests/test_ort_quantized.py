@@ -354,3 +354,19 @@ def test_integer_products_exact_in_float32_or_float64(k, edge):
     x = a.reshape(3, k // 16, 4, 4)
     w = np.ascontiguousarray(b.T.reshape(5, k // 16, 4, 4))
     check_reference("ConvInteger", {"x": x}, {"w": w, "xzp": np.uint8(0), "wzp": np.int8(0)})
+
+
+def test_compare_int8_rows(tmp_path):
+    """``aidge-interop compare --int8``: the engine's int8 model and ONNX Runtime on its QDQ
+    export, timed and compared with the float reference."""
+    import json
+
+    from aidge_interop.compare.cli import main
+
+    report = tmp_path / "r.json"
+    assert main(["compare", "lenet", "--int8", "--backends", "torch", "--repeat", "1",
+                 "--warmup", "0", "--json", str(report)]) == 0
+    rows = {e["name"]: e for e in json.loads(report.read_text())["engines"]}
+    for name in ("aidge_interop int8", "onnxruntime int8 (QDQ)"):
+        assert rows[name]["status"] == "ok", rows[name]
+        assert rows[name]["error"]["cosine"] > 0.999  # int8 of LeNet's float outputs
