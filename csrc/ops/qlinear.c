@@ -122,13 +122,14 @@ static double q_value(const ai_tensor *t, int64_t i)
     return t && q_small_float(t->dtype) ? ai_tensor_get_flat(t, i) : (double)q_get(t, i);
 }
 
-/* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. */
+/* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. (Saturating
+ * first is the same for integer bounds, and rint, unlike nearbyint, does
+ * not save and restore the floating-point environment: many times faster.) */
 static int64_t q_saturate(double v, int64_t lo, int64_t hi)
 {
-    v = nearbyint(v);
     if (!(v >= (double)lo))
         return lo;
-    return v > (double)hi ? hi : (int64_t)v;
+    return v > (double)hi ? hi : (int64_t)rint(v);
 }
 
 static bool is_float_dtype(ai_dtype dt)
@@ -400,7 +401,7 @@ static ai_status quantize_forward(ai_ctx *c)
                     ((uint8_t *)y->data)[e] =
                         ai_f64_to_small_float(q + q_value(zp, k), y->dtype, mode);
                 else
-                    q_set(y, e, q_saturate(nearbyint(q) + (double)q_get(zp, k), lo, hi));
+                    q_set(y, e, q_saturate(rint(q) + (double)q_get(zp, k), lo, hi));
             }
         }
     return AI_OK;
@@ -526,10 +527,10 @@ static ai_status dynamic_forward(ai_ctx *c)
         hi = x[i] > hi ? x[i] : hi;
     }
     const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-    const float zp = nearbyintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
+    const float zp = rintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
     uint8_t *y = c->out[0]->data;
     for (int64_t i = 0; i < count; i++)
-        y[i] = (uint8_t)q_saturate((double)nearbyintf(x[i] / scale) + zp, 0, 255);
+        y[i] = (uint8_t)q_saturate((double)rintf(x[i] / scale) + zp, 0, 255);
     *(float *)c->out[1]->data = scale;
     *(uint8_t *)c->out[2]->data = (uint8_t)zp;
     return AI_OK;
@@ -575,8 +576,10 @@ static void minus_zero_point(double *dst, const ai_tensor *src, const ai_tensor 
 static double max_abs(const double *v, int64_t n)
 {
     double m = 0;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs(v[i]));
+    for (int64_t i = 0; i < n; i++) {
+        const double a = fabs(v[i]);
+        m = a > m ? a : m;
+    }
     return m;
 }
 
@@ -590,7 +593,7 @@ static bool exact_in_f32(const double *a, int64_t na, const double *bt, int64_t 
         double s = 0;
         for (int64_t k = 0; k < len; k++)
             s += fabs(bt[r * len + k]);
-        l1 = fmax(l1, s);
+        l1 = s > l1 ? s : l1;
     }
     return max_abs(a, na) * l1 < F32_EXACT;
 }
@@ -767,11 +770,36 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
     const double zp = (double)q_get(yzp, 0);
     int64_t lo = 0, hi = 0, e = 0;
     q_range(y->dtype, &lo, &hi);
+    const double dlo = (double)lo, dhi = (double)hi;
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52: v + magic - magic = rint(v) */
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++) {
             const double mult = round_to(prec, round_to(prec, f_get(xs, 0) *
                                                                   f_get(ws, per ? k : 0)) /
                                                    f_get(ys, 0));
+            /* the common case in branch-free loops (a finite multiplier: no NaN) */
+            if ((y->dtype == AI_U8 || y->dtype == AI_I8) && isfinite(mult)) {
+                const int32_t *a = acc + e;
+                if (y->dtype == AI_U8) {
+                    uint8_t *u8 = (uint8_t *)y->data + e;
+                    for (int64_t i = 0; i < inner; i++) {
+                        double v = (double)a[i] * mult + zp;
+                        v = v < dlo ? dlo : v;
+                        v = v > dhi ? dhi : v;
+                        u8[i] = (uint8_t)(int)((v + magic) - magic);
+                    }
+                } else {
+                    int8_t *i8 = (int8_t *)y->data + e;
+                    for (int64_t i = 0; i < inner; i++) {
+                        double v = (double)a[i] * mult + zp;
+                        v = v < dlo ? dlo : v;
+                        v = v > dhi ? dhi : v;
+                        i8[i] = (int8_t)(int)((v + magic) - magic);
+                    }
+                }
+                e += inner;
+                continue;
+            }
             for (int64_t i = 0; i < inner; i++, e++)
                 q_set(y, e, q_saturate((double)acc[e] * mult + zp, lo, hi));
         }
@@ -884,9 +912,10 @@ static int32_t *conv_accumulate(const ai_ctx *c, conv_slots s, const ai_conv_par
                             NULL);
     else
         ai_conv_forward_f64(p, Yd, X, W, NULL, c->workspace, NULL);
-    for (int64_t i = 0; i < ny; i++) {
-        const int64_t bias = b ? q_get(b, i / plane % p->M) : 0;
-        Y[i] = (int32_t)(uint32_t)((f32 ? (int64_t)Yf[i] : (int64_t)Yd[i]) + bias);
+    for (int64_t i = 0, e = 0; i < p->N * p->M; i++) { /* planes (n, m) */
+        const int64_t bias = b ? q_get(b, i % p->M) : 0;
+        for (int64_t k = 0; k < plane; k++, e++)
+            Y[e] = (int32_t)(uint32_t)((f32 ? (int64_t)Yf[e] : (int64_t)Yd[e]) + bias);
     }
     return Y;
 }
@@ -1072,7 +1101,7 @@ static ai_status qgemm_forward(ai_ctx *c)
             }
             const float f = (float)v * m;
             if (yzp)
-                q_set(y, i * N + j, q_saturate(nearbyintf(f) + (double)q_get(yzp, 0), lo, hi));
+                q_set(y, i * N + j, q_saturate(rintf(f) + (double)q_get(yzp, 0), lo, hi));
             else
                 ((float *)y->data)[i * N + j] = f;
         }
@@ -1130,7 +1159,7 @@ static ai_status qlinear_add_forward(ai_ctx *c)
     const int64_t count = ai_tensor_numel(y);
     for (int64_t e = 0; e < count; e++) {
         double v = (ra * ((double)q_get(a, ia) - za) + rb * ((double)q_get(b, ib) - zb)) / cs;
-        q_set(y, e, q_saturate(nearbyint(v) + zc, lo, hi));
+        q_set(y, e, q_saturate(rint(v) + zc, lo, hi));
         for (int d = nd - 1; d >= 0; d--) { /* the next index, and its offsets in a, b */
             ia += sa[d], ib += sb[d];
             if (++idx[d] < y->shape[d])
@@ -1187,7 +1216,7 @@ static ai_status global_pool_forward(ai_ctx *c)
             int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
             for (int64_t k = 0; k < S; k++)
                 sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
-            q_set(y, i * C + ch, q_saturate(nearbyint(((double)sum - zx * (double)S) * m) + zy,
+            q_set(y, i * C + ch, q_saturate(rint(((double)sum - zx * (double)S) * m) + zy,
                                             lo, hi));
         }
     return AI_OK;
