@@ -169,12 +169,40 @@ def _train_case(key, target, x, repeat, warmup, progress, reference):
     return entry, (loss, grads)
 
 
+INT8_CALIBRATION = 64  # normal samples the --int8 rows calibrate on
+
+
+def _int8_runners(target: Target, seed: int) -> dict:
+    """The --int8 rows: ``target`` quantized by :func:`aidge_interop.quantize`
+    (calibrated on INT8_CALIBRATION normal samples) run by the engine, and its
+    QDQ export (``to_onnx_qdq``) by ONNX Runtime."""
+    from ..quant import quantize
+    from . import engines
+
+    shape = (INT8_CALIBRATION, *target.shape[1:])
+    calibration = np.random.default_rng(seed + 1).standard_normal(shape).astype(target.dtype)
+    q = quantize(target.model, [calibration])
+    runners = {"aidge_interop int8": lambda x: q(x)[0]}
+    if engines.available("onnxruntime")[0]:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = engines.THREADS, 1
+        session = ort.InferenceSession(q.to_onnx_qdq().SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        name = q.input_names[0]
+        runners["onnxruntime int8 (QDQ)"] = lambda x: session.run(None, {name: x})[0]
+    return runners
+
+
 def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 3,
-            train: bool = False, seed: int = 0, progress: Progress | None = None) -> dict:
+            train: bool = False, seed: int = 0, progress: Progress | None = None,
+            int8: bool = False) -> dict:
     """Runs ``target`` on the backends ``keys`` (the first one is the
     reference) and returns the report (what ``--json`` writes). An engine
     that is unavailable or fails gets ``status`` "unavailable" or "failed"
-    and a ``reason``; the others get latencies and errors."""
+    and a ``reason``; the others get latencies and errors. With ``int8``,
+    rows for the model quantized to int8 follow (:func:`_int8_runners`)."""
     from . import engines
 
     progress = progress or Progress(io.StringIO())
@@ -211,6 +239,23 @@ def compare(target: Target, keys: list[str], *, repeat: int = 20, warmup: int = 
                 ref_train = result if key == reference else ref_train
             except Exception as exc:
                 entry["train"] = {"status": "failed", "reason": one_line(exc)}
+    if int8:
+        try:
+            progress.update("int8: quantizing", force=True)
+            runners = _int8_runners(target, seed)
+        except Exception as exc:
+            entries.append({"backend": "int8", "name": "int8", "status": "failed",
+                            "reason": one_line(exc)})
+            runners = {}
+        for name, run in runners.items():
+            entry = {"backend": name, "name": name, "status": "ok", "reason": ""}
+            entries.append(entry)
+            try:
+                samples, out = _timed(lambda: run(x), repeat, warmup, progress, name)
+                entry.update(latency_ms=_latency(samples), samples_ms=samples,
+                             error=None if ref_out is None else output_errors(out, ref_out))
+            except Exception as exc:
+                entry.update(status="failed", reason=one_line(exc))
     progress.close()
     return {
         "model": target.label, "kind": target.kind, "input_shape": list(target.shape),
@@ -388,7 +433,7 @@ def _compare_command(args) -> int:
     saved, engines.THREADS = engines.THREADS, args.threads
     try:
         report = compare(target, keys, repeat=args.repeat, warmup=args.warmup,
-                         train=args.train, seed=args.seed, progress=Progress())
+                         train=args.train, seed=args.seed, progress=Progress(), int8=args.int8)
     finally:
         engines.THREADS = saved
     sys.stdout.write(render(report))
@@ -515,6 +560,10 @@ def _parser(prog: str, with_locate: bool, with_show: bool = False) -> argparse.A
                      help="also time a training step (forward, MSE loss, backward, SGD) on the "
                           "engines that train (torch, aidge_interop, aidge with aidge_learning) "
                           "and compare the loss and gradients of the first step")
+    cmp.add_argument("--int8", action="store_true",
+                     help="also quantize the model to int8 (aidge_interop.quantize, calibrated "
+                          f"on {INT8_CALIBRATION} normal samples) and time it on the engine and, "
+                          "exported to QDQ ONNX, on ONNX Runtime")
     cmp.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     cmp.add_argument("--plot", metavar="IMAGE",
                      help="draw latencies and errors (PNG, SVG, PDF...; needs matplotlib)")

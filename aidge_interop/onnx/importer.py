@@ -13,6 +13,7 @@ from .. import _C
 from .._C import Tensor
 from .functions import expand_functions
 from .optional import OPTIONAL_OPERATORS, rewrite_optionals
+from .qlinear import CONTRIB, expand_contrib, fuse_qdq
 from .sequences import SEQUENCE_OPERATORS, rewrite_sequences
 
 __all__ = ["load_onnx", "build_graph", "supported_operators", "ONNX_DTYPES", "EXPANDED"]
@@ -403,6 +404,8 @@ def supported_operators() -> dict[str, dict]:
         ops.setdefault(name, {"domain": dom, "backward": bwd})
     ops.update({name: {"domain": "", "backward": True}
                 for name in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
+    for name in CONTRIB:  # ONNX Runtime's, written as ONNX's at import
+        ops.setdefault(name, {"domain": "com.microsoft", "backward": False})
     return ops
 
 
@@ -422,7 +425,8 @@ def _add_expanded(g, node, attrs, opset, dims, where):
 
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
                 share_values: bool = False, where: str = "load_onnx", input_shapes=None,
-                free_batch: bool = True, grads=None, sequence_lengths=None):
+                free_batch: bool = True, grads=None, sequence_lengths=None,
+                integer_qdq: bool = True):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -443,7 +447,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     another). ``sequence_lengths`` (sequence graph input -> its length)
     makes each such input that many tensor inputs ``name[i]``, and each
     sequence graph output its items' outputs, named the same way
-    (``sequences.py``). Returns ``(graph, proto)``.
+    (``sequences.py``). ONNX Runtime's quantized contrib operators are
+    written as ONNX's, and with ``integer_qdq`` the QDQ patterns of Conv,
+    MatMul and Gemm become integer operators (``qlinear.py``). Returns
+    ``(graph, proto)``.
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -457,6 +464,9 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     # (domain, name) pairs: one name may be in two domains (QGemm)
     known = ({(d, n) for d, n, _ in _C.supported_operators()}
              | {("", n) for n in EXPANDED + SEQUENCE_OPERATORS + OPTIONAL_OPERATORS})
+    proto = expand_contrib(proto, where)
+    if integer_qdq:
+        proto = fuse_qdq(proto)
     # operators the engine lacks but ONNX defines by a function: their body
     proto, node_opsets = expand_functions(
         proto, opsets, lambda d, op: ("" if d == "ai.onnx" else d, op) in known, where)

@@ -24,6 +24,7 @@ The exact arithmetic is in docs/quantization.md; in short:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -334,6 +335,20 @@ class QuantizedModel:
     def accuracy(self, inputs, labels, batch_size: int = 256) -> float:
         """Top-1 accuracy (0..1) on float inputs with integer labels."""
         return accuracy(self, inputs, labels, batch_size)
+
+    def to_onnx_qdq(self, path=None):
+        """The model in ONNX's QDQ format (float in, float out), for ONNX Runtime
+        and other runtimes: an ``onnx.ModelProto``, also saved to ``path`` when
+        given. It computes the integer model but for rounding: QuantizeLinear
+        rounds half to even where the engine rounds half up (``quant/qdq.py``)."""
+        from .qdq import to_qdq_onnx
+
+        model = to_qdq_onnx(self)
+        if path is not None:
+            import onnx
+
+            onnx.save(model, os.fspath(path))
+        return model
 
     def summary(self) -> str:
         """One line per layer: op, scales, rescale, clamp (per channel: the

@@ -37,7 +37,10 @@
  * reference does.
  *
  * The integer products run on the float64 GEMM and convolution kernels:
- * on integers below 2^53 every sum is exact, in whatever order they add.
+ * on integers below 2^53 every sum is exact, in whatever order they add;
+ * on the float32 ones, twice as fast, where the operands' magnitudes keep
+ * every partial sum below 2^24 (8-bit products of up to a few hundred
+ * taps, the common case).
  *
  * Quantized tensors: int8, uint8, int16 (DequantizeLinear also int32),
  * dispatched by q_range, q_get and q_set: a new quantized storage type is a
@@ -119,13 +122,14 @@ static double q_value(const ai_tensor *t, int64_t i)
     return t && q_small_float(t->dtype) ? ai_tensor_get_flat(t, i) : (double)q_get(t, i);
 }
 
-/* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. */
+/* rint(v) (half to even) saturated to [lo, hi]; NaN gives lo. (Saturating
+ * first is the same for integer bounds, and rint, unlike nearbyint, does
+ * not save and restore the floating-point environment: many times faster.) */
 static int64_t q_saturate(double v, int64_t lo, int64_t hi)
 {
-    v = nearbyint(v);
     if (!(v >= (double)lo))
         return lo;
-    return v > (double)hi ? hi : (int64_t)v;
+    return v > (double)hi ? hi : (int64_t)rint(v);
 }
 
 static bool is_float_dtype(ai_dtype dt)
@@ -397,7 +401,7 @@ static ai_status quantize_forward(ai_ctx *c)
                     ((uint8_t *)y->data)[e] =
                         ai_f64_to_small_float(q + q_value(zp, k), y->dtype, mode);
                 else
-                    q_set(y, e, q_saturate(nearbyint(q) + (double)q_get(zp, k), lo, hi));
+                    q_set(y, e, q_saturate(rint(q) + (double)q_get(zp, k), lo, hi));
             }
         }
     return AI_OK;
@@ -523,10 +527,10 @@ static ai_status dynamic_forward(ai_ctx *c)
         hi = x[i] > hi ? x[i] : hi;
     }
     const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-    const float zp = nearbyintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
+    const float zp = rintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
     uint8_t *y = c->out[0]->data;
     for (int64_t i = 0; i < count; i++)
-        y[i] = (uint8_t)q_saturate((double)nearbyintf(x[i] / scale) + zp, 0, 255);
+        y[i] = (uint8_t)q_saturate((double)rintf(x[i] / scale) + zp, 0, 255);
     *(float *)c->out[1]->data = scale;
     *(uint8_t *)c->out[2]->data = (uint8_t)zp;
     return AI_OK;
@@ -563,6 +567,47 @@ static void minus_zero_point(double *dst, const ai_tensor *src, const ai_tensor 
         }
 }
 
+/* Float32 runs them twice as fast, exactly too where every partial sum is
+ * an integer below 2^24: a sum of products of row i of A and column j of B
+ * is at most max|a| * sum_k |b_kj| in magnitude, whatever the order. The
+ * operands are then converted in place (to_f32). */
+#define F32_EXACT 16777216.0 /* 2^24 */
+
+static double max_abs(const double *v, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double a = fabs(v[i]);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* Whether products of rows of a (na values) by the `rows` rows of `len`
+ * values of bt are exact in float32. */
+static bool exact_in_f32(const double *a, int64_t na, const double *bt, int64_t rows,
+                         int64_t len)
+{
+    double l1 = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t k = 0; k < len; k++)
+            s += fabs(bt[r * len + k]);
+        l1 = s > l1 ? s : l1;
+    }
+    return max_abs(a, na) * l1 < F32_EXACT;
+}
+
+/* The n doubles at v as floats at the same address (each float is written
+ * at or before the double it comes from, which has then been read). */
+static float *to_f32(double *v, int64_t n)
+{
+    float *f = (float *)v;
+    for (int64_t i = 0; i < n; i++)
+        f[i] = (float)v[i];
+    return f;
+}
+
 /* y (M, N) = a (M, K) @ bt (N, K)^T on integers held in float64: exact. */
 static void gemm_exact(int64_t M, int64_t N, int64_t K, const double *a, const double *bt,
                        double *y)
@@ -570,11 +615,13 @@ static void gemm_exact(int64_t M, int64_t N, int64_t K, const double *a, const d
     ai_gemm_f64(false, true, M, N, K, 1.0, a, K, bt, K, 0.0, y, N);
 }
 
-/* dst[i] = src[i] (an exact integer) wrapped to int32. */
-static void wrap_int32(int32_t *dst, const double *src, int64_t n)
+/* dst[i] = src[i] (an exact integer) wrapped to int32; from float32 (f32)
+ * or float64 values. */
+static void wrap_int32(int32_t *dst, const double *src, int64_t n, bool f32)
 {
+    const float *f = (const float *)src;
     for (int64_t i = 0; i < n; i++)
-        dst[i] = (int32_t)(uint32_t)(int64_t)src[i];
+        dst[i] = (int32_t)(uint32_t)(f32 ? (int64_t)f[i] : (int64_t)src[i]);
 }
 
 /* Input slots of the two matrix products. */
@@ -641,12 +688,19 @@ static int32_t *mm_accumulate(const ai_ctx *c, mm_slots s, const ai_mm_dims *d)
             for (int64_t j = 0; j < N; j++)
                 Bt[(m * N + j) * K + k] = (double)(q_get(b, (m * K + k) * N + j) -
                                                    q_get(bzp, per ? j : 0));
+    const bool f32 = exact_in_f32(A, na * M * K, Bt, nbm * N, K);
+    const float *A32 = f32 ? to_f32(A, na * M * K) : NULL;
+    const float *B32 = f32 ? to_f32(Bt, nbm * N * K) : NULL;
     for (int64_t i = 0; i < d->count; i++) {
         int64_t ia, ib;
         ai_matmul_batch(d, i, &ia, &ib);
-        gemm_exact(M, N, K, A + ia * M * K, Bt + ib * N * K, Yd + i * M * N);
+        if (f32)
+            ai_gemm_f32(false, true, M, N, K, 1.0f, A32 + ia * M * K, K, B32 + ib * N * K, K,
+                        0.0f, (float *)Yd + i * M * N, N);
+        else
+            gemm_exact(M, N, K, A + ia * M * K, Bt + ib * N * K, Yd + i * M * N);
     }
-    wrap_int32(Y, Yd, d->count * M * N);
+    wrap_int32(Y, Yd, d->count * M * N, f32);
     return Y;
 }
 
@@ -716,11 +770,36 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
     const double zp = (double)q_get(yzp, 0);
     int64_t lo = 0, hi = 0, e = 0;
     q_range(y->dtype, &lo, &hi);
+    const double dlo = (double)lo, dhi = (double)hi;
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52: v + magic - magic = rint(v) */
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++) {
             const double mult = round_to(prec, round_to(prec, f_get(xs, 0) *
                                                                   f_get(ws, per ? k : 0)) /
                                                    f_get(ys, 0));
+            /* the common case in branch-free loops (a finite multiplier: no NaN) */
+            if ((y->dtype == AI_U8 || y->dtype == AI_I8) && isfinite(mult)) {
+                const int32_t *a = acc + e;
+                if (y->dtype == AI_U8) {
+                    uint8_t *u8 = (uint8_t *)y->data + e;
+                    for (int64_t i = 0; i < inner; i++) {
+                        double v = (double)a[i] * mult + zp;
+                        v = v < dlo ? dlo : v;
+                        v = v > dhi ? dhi : v;
+                        u8[i] = (uint8_t)(int)((v + magic) - magic);
+                    }
+                } else {
+                    int8_t *i8 = (int8_t *)y->data + e;
+                    for (int64_t i = 0; i < inner; i++) {
+                        double v = (double)a[i] * mult + zp;
+                        v = v < dlo ? dlo : v;
+                        v = v > dhi ? dhi : v;
+                        i8[i] = (int8_t)(int)((v + magic) - magic);
+                    }
+                }
+                e += inner;
+                continue;
+            }
             for (int64_t i = 0; i < inner; i++, e++)
                 q_set(y, e, q_saturate((double)acc[e] * mult + zp, lo, hi));
         }
@@ -764,15 +843,18 @@ typedef struct {
 
 static const conv_slots CONV_INTEGER = {0, 2, 1, 3, -1}, QLINEAR_CONV = {0, 2, 3, 5, 8};
 
-/* The convolution runs in float64 on the inputs less their zero points,
- * with the float kernels (kernels/conv.h, whichever algorithm they pick):
- * every product and partial sum is an integer far below 2^53, so the sums
- * are exact in any order; the int32 bias is added after, wrapping as
- * ONNX's int32 does. The workspace: the kernels' scratch (aligned), x, w
- * and y in float64, then the int32 accumulator. */
+/* The convolution runs in float64 (or float32, where exact_in_f32) on the
+ * inputs less their zero points, with the float kernels (kernels/conv.h,
+ * whichever algorithm they pick): every product and partial sum is an
+ * exact integer, so the sums are exact in any order; the int32 bias is
+ * added after, wrapping as ONNX's int32 does. The workspace: the kernels'
+ * scratch (aligned, for either type), x, w and y in float64, then the
+ * int32 accumulator. */
 static size_t conv_scratch(const ai_conv_params *p)
 {
-    return (ai_conv_workspace_bytes(p, AI_F64) + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
+    const size_t f32 = ai_conv_workspace_bytes(p, AI_F32);
+    const size_t f64 = ai_conv_workspace_bytes(p, AI_F64);
+    return ((f32 > f64 ? f32 : f64) + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN;
 }
 
 static ai_status conv_check(const ai_ctx *c, conv_slots s, ai_conv_params *p, size_t *ws)
@@ -823,10 +905,17 @@ static int32_t *conv_accumulate(const ai_ctx *c, conv_slots s, const ai_conv_par
     int32_t *Y = (int32_t *)(Yd + ny);
     minus_zero_point(X, x, xzp, 1, 1, nx);
     minus_zero_point(W, w, wzp, 1, p->M, taps);
-    ai_conv_forward_f64(p, Yd, X, W, NULL, c->workspace, NULL);
-    for (int64_t i = 0; i < ny; i++) {
-        const int64_t bias = b ? q_get(b, i / plane % p->M) : 0;
-        Y[i] = (int32_t)(uint32_t)((int64_t)Yd[i] + bias);
+    const bool f32 = exact_in_f32(X, nx, W, p->M, taps);
+    const float *Yf = (const float *)Yd;
+    if (f32)
+        ai_conv_forward_f32(p, (float *)Yd, to_f32(X, nx), to_f32(W, nw), NULL, c->workspace,
+                            NULL);
+    else
+        ai_conv_forward_f64(p, Yd, X, W, NULL, c->workspace, NULL);
+    for (int64_t i = 0, e = 0; i < p->N * p->M; i++) { /* planes (n, m) */
+        const int64_t bias = b ? q_get(b, i % p->M) : 0;
+        for (int64_t k = 0; k < plane; k++, e++)
+            Y[e] = (int32_t)(uint32_t)((f32 ? (int64_t)Yf[e] : (int64_t)Yd[e]) + bias);
     }
     return Y;
 }
@@ -988,8 +1077,13 @@ static ai_status qgemm_forward(ai_ctx *c)
         for (int64_t k = 0; k < K; k++)
             Bt[j * K + k] = (double)(q_get(b, at->trans_b ? j * K + k : k * N + j) -
                                      q_get(bzp, b_per ? j : 0));
-    gemm_exact(M, N, K, A, Bt, accd);
-    wrap_int32(acc, accd, M * N);
+    const bool f32 = exact_in_f32(A, M * K, Bt, N, K);
+    if (f32)
+        ai_gemm_f32(false, true, M, N, K, 1.0f, to_f32(A, M * K), K, to_f32(Bt, N * K), K, 0.0f,
+                    (float *)accd, N);
+    else
+        gemm_exact(M, N, K, A, Bt, accd);
+    wrap_int32(acc, accd, M * N, f32);
     ai_tensor *y = c->out[0];
     int64_t lo = 0, hi = 0;
     q_range(y->dtype, &lo, &hi);
@@ -1007,7 +1101,7 @@ static ai_status qgemm_forward(ai_ctx *c)
             }
             const float f = (float)v * m;
             if (yzp)
-                q_set(y, i * N + j, q_saturate(nearbyintf(f) + (double)q_get(yzp, 0), lo, hi));
+                q_set(y, i * N + j, q_saturate(rintf(f) + (double)q_get(yzp, 0), lo, hi));
             else
                 ((float *)y->data)[i * N + j] = f;
         }
@@ -1065,7 +1159,7 @@ static ai_status qlinear_add_forward(ai_ctx *c)
     const int64_t count = ai_tensor_numel(y);
     for (int64_t e = 0; e < count; e++) {
         double v = (ra * ((double)q_get(a, ia) - za) + rb * ((double)q_get(b, ib) - zb)) / cs;
-        q_set(y, e, q_saturate(nearbyint(v) + zc, lo, hi));
+        q_set(y, e, q_saturate(rint(v) + zc, lo, hi));
         for (int d = nd - 1; d >= 0; d--) { /* the next index, and its offsets in a, b */
             ia += sa[d], ib += sb[d];
             if (++idx[d] < y->shape[d])
@@ -1122,7 +1216,7 @@ static ai_status global_pool_forward(ai_ctx *c)
             int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
             for (int64_t k = 0; k < S; k++)
                 sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
-            q_set(y, i * C + ch, q_saturate(nearbyint(((double)sum - zx * (double)S) * m) + zy,
+            q_set(y, i * C + ch, q_saturate(rint(((double)sum - zx * (double)S) * m) + zy,
                                             lo, hi));
         }
     return AI_OK;

@@ -1,0 +1,85 @@
+"""QDQ models (onnxruntime.quantization, static, per channel) on the engine:
+fused into integer operators at import (``integer_qdq=True``, the default)
+against the graph as written (float operators between QuantizeLinear and
+DequantizeLinear) and against ONNX Runtime; 1 thread, batch 8, forward.
+
+Columns: fused / as written (below 1: the fusion is faster), fused / ONNX
+Runtime (above 1: ONNX Runtime is faster).
+
+    python benchmarks/qdq.py [--budget 1.0] [--threads 1]
+"""
+import argparse
+import os
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_static)
+
+import aidge_interop
+from timing import interleaved_medians
+
+
+def _models():
+    torch.manual_seed(0)
+    lenet = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 6, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(6, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(256, 120), torch.nn.ReLU(), torch.nn.Linear(120, 10))
+    convs = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 32, 3, padding=1, groups=32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 1), torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 10))
+    return {"lenet": (lenet, (1, 28, 28)), "convs 32x32": (convs, (3, 32, 32)),
+            "mlp 256-512-512": (mlp, (256,))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    aidge_interop.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
+    print(f"{'model':<18} {'activations':<12} {'fused/written':>14} {'fused/ORT':>10}")
+    with tempfile.TemporaryDirectory() as d:
+        for name, (model, shape) in _models().items():
+            src = os.path.join(d, "float.onnx")
+            torch.onnx.export(model.eval(), torch.zeros(1, *shape), src, dynamo=False,
+                              input_names=["x"], dynamic_axes={"x": {0: "n"}})
+            for act in ("QUInt8", "QInt8"):
+                class Reader(CalibrationDataReader):
+                    def __init__(self):
+                        rng = np.random.default_rng(0)
+                        self.batches = iter([rng.standard_normal((8, *shape), np.float32)
+                                             for _ in range(4)])
+
+                    def get_next(self):
+                        x = next(self.batches, None)
+                        return None if x is None else {"x": x}
+                path = os.path.join(d, f"qdq_{act}.onnx")
+                quantize_static(src, path, Reader(), quant_format=QuantFormat.QDQ,
+                                per_channel=True, activation_type=getattr(QuantType, act),
+                                weight_type=QuantType.QInt8)
+                x = np.random.default_rng(1).standard_normal((8, *shape)).astype(np.float32)
+                fused = aidge_interop.load_onnx(path)
+                written = aidge_interop.load_onnx(path, integer_qdq=False)
+                session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+                t_fused, t_written, t_ort = interleaved_medians(
+                    [lambda: fused.forward([x]), lambda: written.forward([x]),
+                     lambda: session.run(None, {"x": x})], budget_s=args.budget)
+                print(f"{name:<18} {act:<12} {t_fused / t_written:>14.2f} "
+                      f"{t_fused / t_ort:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
