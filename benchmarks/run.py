@@ -18,7 +18,8 @@ engine and ONNX Runtime set to the same count):
   ``attention_mask``, ``ModelOutput`` results): a training step (forward,
   MSE loss on the main output, backward, SGD step), eval forward against
   torch and against ONNX Runtime on the same ONNX graph.
-- ``overhead``: one forward of a wrapped 16-feature Linear (per-call cost).
+- ``overhead``: per-call cost: one forward of a wrapped 16-feature Linear;
+  the backward, and a forward + backward, of a wrapped Relu on 16 floats.
 - ``memory`` (not with ``--quick``): the training step's peak resident
   memory growth, engine and torch, each in a fresh subprocess.
 
@@ -385,9 +386,27 @@ def bench_overhead(budget):
         return run
 
     t_eng, t_torch = interleaved_medians([fwd(am), fwd(lin)], budget, max_samples=500)
-    row = {"case": "Linear16", "engine_fwd": t_eng, "torch_fwd": t_torch}
-    _print_row("Linear16 (per call)", row, ("fwd",))
-    return [row]
+    rows = [{"case": "Linear16", "engine_fwd": t_eng, "torch_fwd": t_torch}]
+    _print_row("Linear16 (per call)", rows[0], ("fwd",))
+    # the autograd bridge: a wrapped Relu on 16 floats, its backward alone
+    # (repeated on one forward's graph) and a forward + backward
+    relu = torch.nn.ReLU()
+    am = aidge_interop.wrap(copy.deepcopy(relu), [(16,)])
+    x = torch.randn(16)
+    g = torch.randn(16)
+    backward, step = [], []
+    for m in (am, relu):
+        xg = x.clone().requires_grad_(True)
+        out = m(xg)
+        backward.append(lambda out=out: out.backward(g, retain_graph=True))
+        step.append(lambda m=m, xg=xg: m(xg).backward(g))
+    row = {"case": "Relu16"}
+    row["engine_bwd"], row["torch_bwd"] = interleaved_medians(backward, budget, max_samples=500)
+    row["engine_fwdbwd"], row["torch_fwdbwd"] = interleaved_medians(step, budget,
+                                                                    max_samples=500)
+    rows.append(row)
+    _print_row("Relu16 (per call)", row, ("fwd", "bwd", "fwdbwd"))
+    return rows
 
 
 # -- memory: a fresh process per (model, side) -------------------------------------
@@ -559,7 +578,7 @@ def main():
             _header("transformers (random weights)", ("train", "fwd"), ort=True)
             res["transformers"] = bench_transformers(budget * 5, threads, args.quick)
         if "overhead" in sections:
-            _header("per-call overhead", ("fwd",))
+            _header("per-call overhead", ("fwd", "bwd", "fwdbwd"))
             res["overhead"] = bench_overhead(budget)
         if "memory" in sections:
             print(f"\n== training-step peak RSS growth, batch {args.batch}\n"
