@@ -12,7 +12,14 @@ engine and ONNX Runtime set to the same count):
 - ``models``: every model of the model suite: eval forward (also against
   ONNX Runtime on the same ONNX graph) and a full training step (forward,
   MSE loss, backward, SGD step).
-- ``overhead``: one forward of a wrapped 16-feature Linear (per-call cost).
+- ``transformers``: transformer models built from configs with random
+  weights (ViT, ``nn.TransformerEncoder``, BERT with an attention mask,
+  GPT-2), called as users call them (keyword ``input_ids`` /
+  ``attention_mask``, ``ModelOutput`` results): a training step (forward,
+  MSE loss on the main output, backward, SGD step), eval forward against
+  torch and against ONNX Runtime on the same ONNX graph.
+- ``overhead``: per-call cost: one forward of a wrapped 16-feature Linear;
+  the backward, and a forward + backward, of a wrapped Relu on 16 floats.
 - ``memory`` (not with ``--quick``): the training step's peak resident
   memory growth, engine and torch, each in a fresh subprocess.
 
@@ -29,7 +36,7 @@ machine's speed changes between rounds more than within one). Ratios are
 engine / reference: below 1 the engine is faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
-                             [--sections ops,kernels,models,overhead,memory] [--batch 16]
+                             [--sections ops,kernels,models,transformers,overhead,memory] [--batch 16]
 """
 import argparse
 import copy
@@ -87,12 +94,12 @@ _THREADS = [1]
 BLOCK_ROUNDS = 16
 
 
-def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
+def interleaved_medians(fns, budget=0.3, settle=0.002, rounds=BLOCK_ROUNDS, **kw):
     if _THREADS[0] == 1:
         return _interleaved(fns, budget, **kw)
     n = len(fns)
-    blocks = [[0.0] * BLOCK_ROUNDS for _ in fns]  # block medians, by contender and round
-    for r in range(BLOCK_ROUNDS):
+    blocks = [[0.0] * rounds for _ in fns]  # block medians, by contender and round
+    for r in range(rounds):
         for i in range(n):
             k = (i + r) % n
             time.sleep(settle)
@@ -100,10 +107,10 @@ def interleaved_medians(fns, budget=0.3, settle=0.002, **kw):
             while time.perf_counter() < warm_end:
                 fns[k]()
             blocks[k][r] = statistics.median(
-                interleaved_samples([fns[k]], budget / (n * BLOCK_ROUNDS), **kw)[0])
+                interleaved_samples([fns[k]], budget / (n * rounds), **kw)[0])
     ref = blocks[0]
     scale = statistics.median(ref)
-    return [statistics.median(b[r] / ref[r] for r in range(BLOCK_ROUNDS)) * scale
+    return [statistics.median(b[r] / ref[r] for r in range(rounds)) * scale
             for b in blocks]
 
 MODELS = {  # name: (factory module, factory, input shape without the batch)
@@ -114,7 +121,7 @@ MODELS = {  # name: (factory module, factory, input shape without the batch)
     "MobileNet": ("mobilenet_model", "mobilenet_v1", (3, 96, 96)),
     "ResNet8": ("resnet_model", "resnet8", (3, 32, 32)),
 }
-SECTIONS = ("ops", "kernels", "models", "overhead", "memory")
+SECTIONS = ("ops", "kernels", "models", "transformers", "overhead", "memory")
 LR = 0.01
 
 
@@ -254,6 +261,119 @@ def bench_models(budget, batch, threads):
     return rows
 
 
+# -- transformers ---------------------------------------------------------------------
+
+def _vit(hidden, heads, image, batch):
+    from transformers import ViTConfig, ViTModel
+
+    def build():
+        return ViTModel(ViTConfig(hidden_size=hidden, num_hidden_layers=4,
+                                  num_attention_heads=heads, intermediate_size=4 * hidden,
+                                  image_size=image, patch_size=8), add_pooling_layer=False)
+    return build, lambda: ((torch.randn(batch, 3, image, image),), {})
+
+
+def _encoder():
+    def build():
+        layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, activation="gelu",
+                                                 batch_first=True, norm_first=True)
+        return torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+    return build, lambda: ((torch.randn(4, 128, 256),), {})
+
+
+def _token_ids(batch, tokens, vocab):
+    return torch.randint(0, vocab, (batch, tokens))
+
+
+def _bert():
+    from transformers import BertConfig, BertModel
+
+    def build():
+        return BertModel(BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                                    intermediate_size=1024), add_pooling_layer=False)
+
+    def inputs():
+        mask = torch.ones(8, 128, dtype=torch.int64)
+        for i in range(1, 8):  # padded rows: 128 - 12 i real tokens
+            mask[i, 128 - 12 * i:] = 0
+        return (), {"input_ids": _token_ids(8, 128, 30522), "attention_mask": mask}
+    return build, inputs
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2Model
+
+    def build():
+        return GPT2Model(GPT2Config(n_embd=256, n_layer=4, n_head=4))
+    return build, lambda: ((), {"input_ids": _token_ids(8, 128, 50257)})
+
+
+TRANSFORMERS = {  # name: (factory of (build, inputs)); random weights, never downloaded
+    "ViT-256 65 tok b8": lambda: _vit(256, 4, 64, 8),
+    "ViT-384 145 tok b4": lambda: _vit(384, 6, 96, 4),
+    "TransformerEncoder pre-norm b4": _encoder,
+    "BERT 128 tok mask b8": _bert,
+    "GPT-2 128 tok b8": _gpt2,
+}
+
+
+def _main_output(out):
+    return out if isinstance(out, torch.Tensor) else out[0]
+
+
+def bench_transformers(budget, threads, quick):
+    # calls of 0.05-0.5 s: at one thread at least 3 (quick) or 5 samples of each
+    # contender, in turn; at more, one sample per block and 4 or 16 rounds of blocks
+    kw = (dict(min_samples=3 if quick else 5) if threads == 1 else
+          dict(min_samples=1, rounds=4 if quick else BLOCK_ROUNDS))
+    rows = []
+    for name, factory in TRANSFORMERS.items():
+        build, inputs = factory()
+        torch.manual_seed(0)
+        args, kwargs = inputs()
+        row = {"case": name}
+        try:
+            tm = build().eval()
+            am = aidge_interop.wrap(copy.deepcopy(tm), args, kwargs=kwargs)
+        except Exception as exc:  # reported as it is: the benchmark does not work around it
+            print(f"  {name}: not wrapped ({type(exc).__name__}: {exc})")
+            continue
+        session = ort_session(am.onnx_model, threads)
+        names = [i.name for i in session.get_inputs()]
+        tensors = [*args, *kwargs.values()]
+        if len(names) != len(tensors):
+            print(f"  {name}: the ONNX graph takes {names}, the call {len(tensors)} tensors")
+            continue
+        feed = {n: t.numpy() for n, t in zip(names, tensors)}
+
+        def fwd(m):
+            def run():
+                with torch.no_grad():
+                    return m(*args, **kwargs)
+            return run
+
+        row["engine_fwd"], row["torch_fwd"], row["ort_fwd"] = interleaved_medians(
+            [fwd(am), fwd(tm), lambda: session.run(None, feed)], budget, settle=0.1, **kw)
+        tm = build().train()
+        am = aidge_interop.wrap(copy.deepcopy(tm), args, kwargs=kwargs)
+        with torch.no_grad():
+            y = torch.randn_like(_main_output(tm(*args, **kwargs)))
+
+        def train(model, optimizer):
+            def step():
+                optimizer.zero_grad()
+                F.mse_loss(_main_output(model(*args, **kwargs)), y).backward()
+                optimizer.step()
+            return step
+
+        row["engine_train"], row["torch_train"] = interleaved_medians(
+            [train(am, aidge_interop.SGD(am, lr=LR)),
+             train(tm, torch.optim.SGD(tm.parameters(), lr=LR))], budget, settle=0.1, **kw)
+        rows.append(row)
+        _print_row(name, row, ("train", "fwd"), ort=True)
+    return rows
+
+
 def bench_overhead(budget):
     lin = torch.nn.Linear(16, 16)
     am = aidge_interop.wrap(copy.deepcopy(lin), [(1, 16)])
@@ -266,9 +386,27 @@ def bench_overhead(budget):
         return run
 
     t_eng, t_torch = interleaved_medians([fwd(am), fwd(lin)], budget, max_samples=500)
-    row = {"case": "Linear16", "engine_fwd": t_eng, "torch_fwd": t_torch}
-    _print_row("Linear16 (per call)", row, ("fwd",))
-    return [row]
+    rows = [{"case": "Linear16", "engine_fwd": t_eng, "torch_fwd": t_torch}]
+    _print_row("Linear16 (per call)", rows[0], ("fwd",))
+    # the autograd bridge: a wrapped Relu on 16 floats, its backward alone
+    # (repeated on one forward's graph) and a forward + backward
+    relu = torch.nn.ReLU()
+    am = aidge_interop.wrap(copy.deepcopy(relu), [(16,)])
+    x = torch.randn(16)
+    g = torch.randn(16)
+    backward, step = [], []
+    for m in (am, relu):
+        xg = x.clone().requires_grad_(True)
+        out = m(xg)
+        backward.append(lambda out=out: out.backward(g, retain_graph=True))
+        step.append(lambda m=m, xg=xg: m(xg).backward(g))
+    row = {"case": "Relu16"}
+    row["engine_bwd"], row["torch_bwd"] = interleaved_medians(backward, budget, max_samples=500)
+    row["engine_fwdbwd"], row["torch_fwdbwd"] = interleaved_medians(step, budget,
+                                                                    max_samples=500)
+    rows.append(row)
+    _print_row("Relu16 (per call)", row, ("fwd", "bwd", "fwdbwd"))
+    return rows
 
 
 # -- memory: a fresh process per (model, side) -------------------------------------
@@ -436,8 +574,11 @@ def main():
             # per contender; at 2 threads the machine's speed still moves the
             # models' ratios by about 10% from run to run)
             res["models"] = bench_models(budget * 5, args.batch, threads)
+        if "transformers" in sections:
+            _header("transformers (random weights)", ("train", "fwd"), ort=True)
+            res["transformers"] = bench_transformers(budget * 5, threads, args.quick)
         if "overhead" in sections:
-            _header("per-call overhead", ("fwd",))
+            _header("per-call overhead", ("fwd", "bwd", "fwdbwd"))
             res["overhead"] = bench_overhead(budget)
         if "memory" in sections:
             print(f"\n== training-step peak RSS growth, batch {args.batch}\n"
@@ -453,10 +594,18 @@ def main():
                 for k, v in s.items():
                     print(f"{threads} thread(s) {sec:<8}{k:<6} geomean {v['geomean']:6.2f}  "
                           f"max {v['max']:6.2f} ({v['worst']})")
-        for r in res.get("models", []):
-            print(f"{threads} thread(s) {r['case']:<11} train {r['engine_train'] / r['torch_train']:5.2f}"
+        for r in res.get("models", []) + res.get("transformers", []):
+            print(f"{threads} thread(s) {r['case']:<31} train {r['engine_train'] / r['torch_train']:5.2f}"
                   f"  eval/torch {r['engine_fwd'] / r['torch_fwd']:5.2f}"
                   f"  eval/ort {r['engine_fwd'] / r['ort_fwd']:5.2f}")
+    one, two = results.get(1, {}).get("transformers"), results.get(2, {}).get("transformers")
+    if one and two:
+        print("\n== training step, 2 threads against 1 (speedup = time at 1 / time at 2)")
+        for a in one:
+            b = next((r for r in two if r["case"] == a["case"]), None)
+            if b:
+                print(f"{a['case']:<34}engine {a['engine_train'] / b['engine_train']:5.2f}"
+                      f"  torch {a['torch_train'] / b['torch_train']:5.2f}")
     if args.json:
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

@@ -625,6 +625,27 @@ def test_backward_takes_any_grad_output_layout(layout):
         torch.testing.assert_close(p.grad, q.grad)
 
 
+@pytest.mark.parametrize("layout", ["plain", "neg_view", "expanded", "transposed"])
+def test_parameter_free_autograd_takes_any_layout(layout):
+    # a model without parameters: its autograd Function calls the graph
+    # itself (the fast path inline); inputs and grad outputs the fast path
+    # cannot take go through the converter, with the same values
+    torch.manual_seed(0)
+    model = torch.nn.Tanh()
+    wrapped = wrap(copy.deepcopy(model), [(4, 4)])
+    make = {"plain": lambda t: t,
+            "neg_view": torch._neg_view,
+            "expanded": lambda t: t[:1].expand(4, 4),
+            "transposed": lambda t: t.t()}[layout]
+    base, g = torch.randn(4, 4), make(torch.randn(4, 4))
+    xs = [base.clone().requires_grad_(True) for _ in range(2)]
+    outs = [m(make(xi)) for m, xi in zip((wrapped, model), xs)]
+    torch.testing.assert_close(outs[0], outs[1])
+    for out in outs:
+        out.backward(g)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad)
+
+
 def test_graph_bridge_arguments():
     from aidge_interop.bridge.wrapping import _BRIDGE
 
