@@ -114,7 +114,7 @@ def test_layernorm_threads(shape):
 
 RED_CASES = [((L,), [0]) for L in SIZES] + [
     ((7, 33), [0]), ((7, 33), [1]), ((7, 33), [-1]), ((3, 33, 7), [1]), ((3, 33, 7), [0, 2]),
-    ((64, 33, 130), [1]), ((64, 33, 130), [-1]), ((1000, 7), [-2])]
+    ((64, 33, 130), [1]), ((64, 33, 130), [-1]), ((1000, 7), [-2]), ((600, 1000), [0])]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
@@ -128,7 +128,8 @@ def test_reduce(op, shape, axes, keepdims, dtype):
              attrs={"keepdims": keepdims}, consts={"axes": np.array(axes, np.int64)})
 
 
-@pytest.mark.parametrize("shape,axes", [((64, 64, 130), [1]), ((4096, 33), [-1])], ids=str)
+@pytest.mark.parametrize("shape,axes", [((64, 64, 130), [1]), ((4096, 33), [-1]),
+                                        ((600, 1000), [0]), ((5, 40, 999), [0, 1])], ids=str)
 def test_reduce_threads(shape, axes):
     _at_threads("ReduceSum", {"x": _x(shape, np.float32)}, {"keepdims": 0},
                 {"axes": np.array(axes, np.int64)})
