@@ -13,7 +13,9 @@
  * of float64 accumulate in double with Neumaier compensation, so the error
  * does not grow with the length of the reduction; sums of float32 accumulate
  * in plain double (8 partial sums along a row: vectorised), whose error stays
- * below float32's rounding for any row shorter than 2^26 or so.
+ * below float32's rounding for any row shorter than 2^26 or so; over an axis
+ * before a kept last axis, blocks of up to 16 rows are summed in float (as
+ * torch does) before they join the double sums.
  * Integers (int32, int64: shape arithmetic) are summed exactly in int64;
  * Max/Min of bool are any/all.
  *
