@@ -1174,8 +1174,8 @@ DEFINE_SM_KERNELS(f32, float, ai_expf)
 DEFINE_SM_KERNELS(f64, double, exp)
 
 /* The same along contiguous rows (inner == 1, the usual last axis), in loops
- * that vectorise: 16 lanes for the max, 8 double lanes for the sums
- * (SUM8_OF), whatever the thread count. A NaN is skipped by the max but
+ * that vectorise: 8 lanes for the max and for the double sums (SUM8_OF),
+ * whatever the thread count. A NaN is skipped by the max but
  * makes the sum, hence the whole row, NaN. The strided kernels above
  * compute the same with one chain per column (tests/test_ops_kernels_47.py
  * runs both against torch). */
@@ -1186,18 +1186,17 @@ DEFINE_SM_KERNELS(f64, double, exp)
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *xr = x + r * L;                                                       \
             T *yr = y + r * L;                                                             \
-            T m16[16];                                                                     \
-            for (int k = 0; k < 16; k++)                                                   \
-                m16[k] = -INFINITY;                                                        \
+            T m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,                         \
+                       -INFINITY, -INFINITY, -INFINITY, -INFINITY};                        \
             int64_t l = 0;                                                                 \
-            for (; l + 16 <= L; l += 16)                                                   \
-                for (int k = 0; k < 16; k++)                                               \
-                    m16[k] = xr[l + k] > m16[k] ? xr[l + k] : m16[k];                      \
+            for (; l + 8 <= L; l += 8)                                                     \
+                for (int k = 0; k < 8; k++)                                                \
+                    m8[k] = xr[l + k] > m8[k] ? xr[l + k] : m8[k];                         \
             for (; l < L; l++)                                                             \
-                m16[0] = xr[l] > m16[0] ? xr[l] : m16[0];                                  \
-            T m = m16[0];                                                                  \
-            for (int k = 1; k < 16; k++)                                                   \
-                m = m16[k] > m ? m16[k] : m;                                               \
+                m8[0] = xr[l] > m8[0] ? xr[l] : m8[0];                                     \
+            T m = m8[0];                                                                   \
+            for (int k = 1; k < 8; k++)                                                    \
+                m = m8[k] > m ? m8[k] : m;                                                 \
             for (l = 0; l < L; l++) /* y holds exp(x - max) until the last pass */         \
                 yr[l] = EXPF(xr[l] - m);                                                   \
             double sum;                                                                    \
