@@ -4,7 +4,7 @@ negative, float32 and float64; and the same values, bit for bit, at 1, 2 and
 3 engine threads (the split of the work never changes a sum's order).
 
 - Softmax, LogSoftmax: the row kernels (the axis last: contiguous rows,
-  16-lane max, 8 double lanes for the sums) and the strided ones (an inner
+  8 lanes for the max and the double sums) and the strided ones (an inner
   axis after it), forward and backward.
 - LayerNormalization: backward's rows in chunks that depend on the shape
   alone (each its own dScale, dB sums, added in order), forward and all
