@@ -125,7 +125,12 @@ def callables(name):
         gt = torch.ones(y.shape)
         out = torch_fn(*ts, *cs)
         fns["torch_fwd"] = torch_fwd
-        fns["torch_bwd"] = lambda: torch.autograd.grad(out, ts, gt, retain_graph=True)
+        # the engine writes every gradient out in full; torch's autograd may
+        # return a view of the output gradient instead (Transpose: a permuted
+        # view, Concat: slices, ReduceSum: an expand), which costs nothing:
+        # its gradients are made contiguous, as a consumer reading them would
+        fns["torch_bwd"] = lambda: [g.contiguous() for g in
+                                    torch.autograd.grad(out, ts, gt, retain_graph=True)]
     return fns
 
 

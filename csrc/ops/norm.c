@@ -632,6 +632,22 @@ static const ai_tensor *ln_bias(const ai_ctx *c)
     return c->n_in > 2 ? c->in[2] : NULL;
 }
 
+/* Backward splits the rows into this many chunks for the thread pool (a
+ * function of the shape alone: the same sums at any thread count), each at
+ * least AI_GRAIN_ELEMS values, at most LN_CHUNKS, and their workspace at most
+ * 2 LN_CHUNK_SUMS doubles (one chunk where a row is longer): each chunk sums
+ * its rows' dScale and dB terms in its own workspace, added in chunk order
+ * after. */
+#define LN_CHUNKS 16
+#define LN_CHUNK_SUMS (INT64_C(1) << 17)
+static int64_t ln_chunks(int64_t R, int64_t H)
+{
+    int64_t n = R * H / AI_GRAIN_ELEMS;
+    if (H > 0 && n > LN_CHUNK_SUMS / H)
+        n = LN_CHUNK_SUMS / H;
+    return n < 1 ? 1 : n > LN_CHUNKS ? LN_CHUNKS : n;
+}
+
 static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     const ln_params *p = c->node->params;
@@ -669,7 +685,7 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
             out[k].shape[i] = 1;
     }
     *state = 2 * (size_t)R * sizeof(double); /* mean, invstd per row */
-    *ws = 2 * (size_t)H * sizeof(double);    /* backward: dScale, dB sums */
+    *ws = 2 * (size_t)(H * ln_chunks(R, H)) * sizeof(double); /* backward: dScale, dB sums */
     return AI_OK;
 }
 
@@ -713,15 +729,15 @@ static ai_status ln_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
      *       + dmean / H - dinvstd * invstd^2 * xhat / H;                                  \
      * dscale[h] += dy * xhat, dbias[h] += dy (double sums, as the row sums; the           \
      * elementwise terms in T, as torch); dx = with assign. */                             \
-    AI_VECTOR_CLONES static void ln_backward_##SUF(T *dx, bool assign, double *dscale,     \
-                                                   double *dbias, const T *dy, const T *x, \
-                                                   const T *scale, const double *mean,     \
-                                                   const double *invstd,                   \
-                                                   const ai_tensor *dmean,                 \
-                                                   const ai_tensor *dinvstd, int64_t R,    \
-                                                   int64_t H)                              \
+    AI_WIDE_CLONES static void ln_backward_##SUF(T *dx, bool assign, double *dscale,       \
+                                                 double *dbias, const T *dy, const T *x,   \
+                                                 const T *scale, const double *mean,       \
+                                                 const double *invstd,                     \
+                                                 const ai_tensor *dmean,                   \
+                                                 const ai_tensor *dinvstd, int64_t r0,     \
+                                                 int64_t r1, int64_t H)                    \
     {                                                                                      \
-        for (int64_t r = 0; r < R; r++) {                                                  \
+        for (int64_t r = r0; r < r1; r++) {                                                \
             const T *xr = x + r * H, *dyr = dy + r * H;                                    \
             const double m = mean[r], is = invstd[r];                                      \
             const T mt = (T)m, dmt = (T)((double)mt - m), ist = (T)is;                     \
@@ -795,34 +811,65 @@ static ai_status ln_forward(ai_ctx *c)
     return AI_OK;
 }
 
+/* Backward's chunks [lo, hi) of rows on the pool (ln_chunks): dx of their
+ * rows, and their dScale, dB sums in the chunk's own workspace. */
+typedef struct {
+    void *dx;
+    bool assign, sums, f64;
+    double *ws; /* chunk k: dScale sums at 2 H k, dB sums at 2 H k + H */
+    const void *dy, *x, *scale;
+    const double *mean, *invstd;
+    const ai_tensor *dmean, *dinvstd;
+    int64_t R, H, rows; /* rows per chunk (the last: the rest) */
+} ln_back_job;
+
+static void ln_backward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const ln_back_job *j = ctx;
+    const int64_t H = j->H;
+    for (int64_t k = lo; k < hi; k++) {
+        const int64_t r0 = k * j->rows, r1 = r0 + j->rows < j->R ? r0 + j->rows : j->R;
+        double *gs = j->sums ? j->ws + 2 * H * k : NULL, *gb = gs ? gs + H : NULL;
+        if (gs)
+            memset(gs, 0, 2 * (size_t)H * sizeof(double));
+        if (j->f64)
+            ln_backward_f64(j->dx, j->assign, gs, gb, j->dy, j->x, j->scale, j->mean,
+                            j->invstd, j->dmean, j->dinvstd, r0, r1, H);
+        else
+            ln_backward_f32(j->dx, j->assign, gs, gb, j->dy, j->x, j->scale, j->mean,
+                            j->invstd, j->dmean, j->dinvstd, r0, r1, H);
+    }
+}
+
 static ai_status ln_backward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0];
     int axis;
     int64_t R, H;
     ln_dims(c, &axis, &R, &H);
-    const double *mean = c->state, *invstd = mean + R;
+    if (H == 0) /* nothing to compute, and no workspace */
+        return AI_OK;
     ai_tensor *dscale = c->din[1], *dbias = ln_bias(c) ? c->din[2] : NULL;
-    double *gs = NULL, *gb = NULL;
-    if ((dscale || dbias) && H > 0) { /* H = 0: no sums, and no workspace */
-        gs = c->workspace;
-        gb = gs + H;
-        memset(gs, 0, 2 * (size_t)H * sizeof(double));
-    }
-    const ai_tensor *dm = c->n_out > 1 ? c->dout[1] : NULL;
-    const ai_tensor *di = c->n_out > 2 ? c->dout[2] : NULL;
-    void *dx = c->din[0] ? c->din[0]->data : NULL;
-    if (x->dtype == AI_F32)
-        ln_backward_f32(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
-                        c->in[1]->data, mean, invstd, dm, di, R, H);
-    else
-        ln_backward_f64(dx, c->din_assign[0], gs, gb, c->dout[0]->data, x->data,
-                        c->in[1]->data, mean, invstd, dm, di, R, H);
-    for (int64_t h = 0; h < H; h++) {
+    const int64_t chunks = ln_chunks(R, H);
+    ln_back_job j = {.dx = c->din[0] ? c->din[0]->data : NULL, .assign = c->din_assign[0],
+                     .sums = dscale || dbias, .f64 = x->dtype == AI_F64, .ws = c->workspace,
+                     .dy = c->dout[0]->data, .x = x->data, .scale = c->in[1]->data,
+                     .mean = c->state, .invstd = (const double *)c->state + R,
+                     .dmean = c->n_out > 1 ? c->dout[1] : NULL,
+                     .dinvstd = c->n_out > 2 ? c->dout[2] : NULL, .R = R, .H = H,
+                     .rows = R ? (R + chunks - 1) / chunks : 1};
+    const int64_t used = (R + j.rows - 1) / j.rows; /* chunks with rows */
+    ai_parallel_for(used, 1, ln_backward_range, &j);
+    for (int64_t h = 0; j.sums && h < H; h++) {
+        double gs = 0, gb = 0;
+        for (int64_t k = 0; k < used; k++) { /* the chunks in order */
+            gs += j.ws[2 * H * k + h];
+            gb += j.ws[2 * H * k + H + h];
+        }
         if (dscale)
-            ai_float_set(dscale, h, (c->din_assign[1] ? 0 : ai_float_at(dscale, h)) + gs[h]);
+            ai_float_set(dscale, h, (c->din_assign[1] ? 0 : ai_float_at(dscale, h)) + gs);
         if (dbias)
-            ai_float_set(dbias, h, (c->din_assign[2] ? 0 : ai_float_at(dbias, h)) + gb[h]);
+            ai_float_set(dbias, h, (c->din_assign[2] ? 0 : ai_float_at(dbias, h)) + gb);
     }
     return AI_OK;
 }
@@ -1127,21 +1174,12 @@ DEFINE_SM_KERNELS(f32, float, ai_expf)
 DEFINE_SM_KERNELS(f64, double, exp)
 
 /* The same along contiguous rows (inner == 1, the usual last axis), in loops
- * that vectorise: 8 lanes for the max and for the double sums. A NaN is
- * skipped by the max but makes the sum, hence the whole row, NaN. */
+ * that vectorise: 8 lanes for the max and for the double sums (SUM8_OF),
+ * whatever the thread count. A NaN is skipped by the max but
+ * makes the sum, hence the whole row, NaN. The strided kernels above
+ * compute the same with one chain per column (tests/test_ops_kernels_47.py
+ * runs both against torch). */
 #define DEFINE_SM_ROW_KERNELS(SUF, T, EXPF)                                                \
-    /* sum of v[0, L) in 8 double lanes (an exp pass apart: both loops vectorise) */       \
-    static inline double sm_sum_##SUF(const T *v, int64_t L)                               \
-    {                                                                                      \
-        double s8[8] = {0};                                                                \
-        int64_t l = 0;                                                                     \
-        for (; l + 8 <= L; l += 8)                                                         \
-            for (int k = 0; k < 8; k++)                                                    \
-                s8[k] += v[l + k];                                                         \
-        for (; l < L; l++)                                                                 \
-            s8[0] += v[l];                                                                 \
-        return ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));  \
-    }                                                                                      \
     AI_WIDE_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,          \
                                                      int64_t R, int64_t L)                 \
     {                                                                                      \
@@ -1161,11 +1199,12 @@ DEFINE_SM_KERNELS(f64, double, exp)
                 m = m8[k] > m ? m8[k] : m;                                                 \
             for (l = 0; l < L; l++) /* y holds exp(x - max) until the last pass */         \
                 yr[l] = EXPF(xr[l] - m);                                                   \
-            const double sum = sm_sum_##SUF(yr, L);                                        \
-            if (log_) {                                                                    \
-                const double ls = log(sum);                                                \
+            double sum;                                                                    \
+            SUM8_OF(sum, L, i_, yr[i_]);                                                   \
+            if (log_) { /* (x - max) - log(sum) in T, like torch */                        \
+                const T ls = (T)log(sum);                                                  \
                 for (l = 0; l < L; l++)                                                    \
-                    yr[l] = (T)((double)xr[l] - (double)m - ls);                           \
+                    yr[l] = (xr[l] - m) - ls;                                              \
             } else { /* times the inverse, in T, like torch */                             \
                 const T inv = (T)(1.0 / sum);                                              \
                 for (l = 0; l < L; l++)                                                    \
@@ -1175,37 +1214,30 @@ DEFINE_SM_KERNELS(f64, double, exp)
     }                                                                                      \
     /* softmax: dx += y (dy - sum(dy y)); log: dx += dy - exp(y) sum(dy); the sums in      \
      * double, the rest in T, like torch */                                                \
-    AI_VECTOR_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,    \
-                                                        bool log_, bool assign, int64_t R, \
-                                                        int64_t L)                         \
+    AI_WIDE_CLONES static void sm_rows_backward_##SUF(T *dx, const T *dy, const T *y,      \
+                                                      bool log_, bool assign, int64_t R,   \
+                                                      int64_t L)                           \
     {                                                                                      \
         for (int64_t r = 0; r < R; r++) {                                                  \
             const T *dyr = dy + r * L, *yr = y + r * L;                                    \
             T *dxr = dx + r * L;                                                           \
-            if (log_) {                                                                    \
-                const T sum = (T)sm_sum_##SUF(dyr, L);                                     \
-                if (assign)                                                                \
-                    for (int64_t l = 0; l < L; l++)                                        \
-                        dxr[l] = dyr[l] - EXPF(yr[l]) * sum;                               \
-                else                                                                       \
-                    for (int64_t l = 0; l < L; l++)                                        \
-                        dxr[l] += dyr[l] - EXPF(yr[l]) * sum;                              \
-                continue;                                                                  \
-            }                                                                              \
-            double s8[8] = {0};                                                            \
-            int64_t l = 0;                                                                 \
-            for (; l + 8 <= L; l += 8)                                                     \
-                for (int k = 0; k < 8; k++)                                                \
-                    s8[k] += (double)dyr[l + k] * yr[l + k];                               \
-            for (; l < L; l++)                                                             \
-                s8[0] += (double)dyr[l] * yr[l];                                           \
-            const T sum = (T)(((s8[0] + s8[1]) + (s8[2] + s8[3])) +                        \
-                              ((s8[4] + s8[5]) + (s8[6] + s8[7])));                        \
-            if (assign)                                                                    \
-                for (l = 0; l < L; l++)                                                    \
+            double s;                                                                      \
+            if (log_)                                                                      \
+                SUM8_OF(s, L, i_, (double)dyr[i_]);                                        \
+            else                                                                           \
+                SUM8_OF(s, L, i_, (double)dyr[i_] * yr[i_]);                               \
+            const T sum = (T)s;                                                            \
+            if (log_ && assign)                                                            \
+                for (int64_t l = 0; l < L; l++)                                            \
+                    dxr[l] = dyr[l] - EXPF(yr[l]) * sum;                                   \
+            else if (log_)                                                                 \
+                for (int64_t l = 0; l < L; l++)                                            \
+                    dxr[l] += dyr[l] - EXPF(yr[l]) * sum;                                  \
+            else if (assign)                                                               \
+                for (int64_t l = 0; l < L; l++)                                            \
                     dxr[l] = yr[l] * (dyr[l] - sum);                                       \
             else                                                                           \
-                for (l = 0; l < L; l++)                                                    \
+                for (int64_t l = 0; l < L; l++)                                            \
                     dxr[l] += yr[l] * (dyr[l] - sum);                                      \
         }                                                                                  \
     }
