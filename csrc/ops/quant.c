@@ -4,8 +4,10 @@
  * activations and weights, int32 biases and accumulators; every output is
  * requantized with the attributes `multiplier`, `shift`, `out_min`,
  * `out_max` (see portable/aidge_kernels.h for the exact arithmetic). The
- * kernels are the portable ones that C exports run, so an export computes
- * what the engine computes, bit for bit. Inference only: no backward.
+ * fast kernels (kernels/qkernels.h) give the integers of the portable ones
+ * that C exports run, so an export computes what the engine computes, bit
+ * for bit; ai_q_set_path(AI_Q_REFERENCE) runs the portable ones themselves.
+ * Inference only: no backward.
  *
  *   QConv(x, w[, b])   Conv attributes strides, dilations, pads, group;
  *                      1 or 2 spatial dims; explicit pads (no auto_pad)
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/qkernels.h"
 #include "../portable/aidge_kernels.h"
 #include "spatial.h"
 
@@ -213,9 +216,29 @@ static ai_status check_windows(const ai_node *n, const aik_window *p)
     return AI_OK;
 }
 
+/* The workspace of the fast kernels starts with the requantization of each
+ * output channel (m entries). */
+#define RQ_BYTES(m) (((size_t)(m) * sizeof(aik_rq) + 63) & ~(size_t)63)
+
+/* Whether the weight (and bias) are constants of the plan: the fast kernels
+ * then pack them once, at the first forward. */
+static bool const_weights(const ai_ctx *c)
+{
+    return ai_ctx_const(c, 1) && (c->n_in < 3 || !c->in[2] || ai_ctx_const(c, 2));
+}
+
+/* m copies of the node's requantization */
+static aik_rq *rq_per_channel(const ai_ctx *c, int32_t m)
+{
+    const q_attrs *a = c->node->params;
+    aik_rq *rq = c->workspace;
+    for (int32_t i = 0; i < m; i++)
+        rq[i] = a->rq;
+    return rq;
+}
+
 static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
     aik_window p;
     ai_status st = window_setup(c, &p);
     if (st)
@@ -226,6 +249,10 @@ static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
         st = check_windows(c->node, &p);
     if (st)
         return st;
+    if (is_conv(c->node)) {
+        ai_qconv_sizes(&p, ws, state);
+        *ws += RQ_BYTES(p.m);
+    }
     const int nsp = c->in[0]->ndim - 2;
     out[0].dtype = AI_I8;
     out[0].ndim = c->in[0]->ndim;
@@ -246,19 +273,24 @@ static ai_status window_forward(ai_ctx *c)
     const int8_t *x = c->in[0]->data;
     int8_t *y = c->out[0]->data;
     const char *op = c->node->op_type;
-    if (is_conv(c->node))
-        aik_conv2d_i8(&p, x, c->in[1]->data, c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
-                      &a->rq, y);
-    else if (strcmp(op, "QMaxPool") == 0)
-        aik_maxpool2d_i8(&p, x, y);
-    else
-        aik_avgpool2d_i8(&p, x, y);
+    const bool fast = ai_q_path() != AI_Q_REFERENCE;
+    if (is_conv(c->node)) {
+        const int32_t *b = c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL;
+        if (fast)
+            ai_qconv(&p, x, c->in[1]->data, b, rq_per_channel(c, p.m), y, c->state,
+                     const_weights(c), (char *)c->workspace + RQ_BYTES(p.m));
+        else
+            aik_conv2d_i8(&p, x, c->in[1]->data, b, &a->rq, y);
+    } else if (strcmp(op, "QMaxPool") == 0) {
+        (fast ? ai_qmaxpool : aik_maxpool2d_i8)(&p, x, y);
+    } else {
+        (fast ? ai_qavgpool : aik_avgpool2d_i8)(&p, x, y);
+    }
     return AI_OK;
 }
 
 static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
     const ai_node *n = c->node;
     const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
     ai_status st;
@@ -278,6 +310,8 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     out[0].ndim = 2;
     out[0].shape[0] = x->shape[0];
     out[0].shape[1] = w->shape[0];
+    ai_qfc_sizes(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], ws, state);
+    *ws += RQ_BYTES(w->shape[0]);
     return AI_OK;
 }
 
@@ -285,8 +319,13 @@ static ai_status gemm_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
     const ai_tensor *x = c->in[0], *w = c->in[1];
-    aik_fc_i8(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], x->data, w->data,
-              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL, &a->rq, c->out[0]->data);
+    const int32_t k = (int32_t)w->shape[1], m = (int32_t)w->shape[0];
+    const int32_t *b = c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL;
+    if (ai_q_path() != AI_Q_REFERENCE)
+        ai_qfc(x->shape[0], k, m, x->data, w->data, b, rq_per_channel(c, m), c->out[0]->data,
+               c->state, const_weights(c), (char *)c->workspace + RQ_BYTES(m));
+    else
+        aik_fc_i8(x->shape[0], k, m, x->data, w->data, b, &a->rq, c->out[0]->data);
     return AI_OK;
 }
 
@@ -314,15 +353,17 @@ static ai_status elementwise_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *
 static ai_status add_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
-    aik_add_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
-               (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qadd : aik_add_i8)(
+        ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
+        (int32_t)a->mb, a->rq.shift, a->rq.lo, a->rq.hi, c->out[0]->data);
     return AI_OK;
 }
 
 static ai_status requantize_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
-    aik_requant_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, &a->rq, c->out[0]->data);
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qrequant : aik_requant_i8)(
+        ai_tensor_numel(c->in[0]), c->in[0]->data, &a->rq, c->out[0]->data);
     return AI_OK;
 }
 

@@ -1,0 +1,364 @@
+/*
+ * qconv.c — QConv and QGemm on the int8 GEMM (qgemm.c), threaded over
+ * jobs with a workspace slot per part.
+ *
+ *   depthwise (c = m = group), stride 1: direct, each plane padded once;
+ *       the taps run over the padded plane as one contiguous line (the
+ *       columns past each output row are computed and dropped), int32
+ *       accumulators, then the requantizing store row by row
+ *   pointwise (1x1, stride 1, no padding): the input's rows are the panel's
+ *   otherwise: im2col rows (0 in the padding) for a chunk of output
+ *       positions, packed into a panel
+ *   QGemm: x's rows packed as the panel's columns (4 bytes at a time), the
+ *       outputs stored transposed (y[j m + r])
+ * The weight pack (qgemm.c) is made at the first forward of a plan and kept
+ * in the node's state when the weights and bias are constants.
+ */
+#include <string.h>
+
+#include "../parallel.h"
+#include "qkernels.h"
+#include "simd.h"
+
+/* Parts of a job list: each has a workspace slot. */
+#define Q_SLOTS 8
+/* Output positions per im2col chunk: its panel stays within Q_CHUNK_BYTES. */
+#define Q_CHUNK_BYTES 32768
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+static bool is_depthwise(const aik_window *p)
+{
+    return p->group == p->c && p->m == p->c && p->sh == 1 && p->sw == 1;
+}
+
+static bool is_pointwise(const aik_window *p)
+{
+    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+           p->pl == 0 && p->oh == p->h && p->ow == p->w;
+}
+
+typedef struct {
+    int32_t k;     /* reduction: channels per group x taps */
+    int64_t chunk; /* output positions per job */
+    int64_t chunks;
+    size_t rows_bytes, panel_bytes, slot_bytes;
+} conv_geom;
+
+static conv_geom conv_geometry(const aik_window *p)
+{
+    conv_geom g;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    g.k = p->c / p->group * p->kh * p->kw;
+    const int64_t kp = (g.k + 3) & ~3;
+    g.chunk = Q_CHUNK_BYTES / kp / 64 * 64;
+    if (g.chunk < 64)
+        g.chunk = 64;
+    if (g.chunk > os)
+        g.chunk = os;
+    g.chunks = os ? (os + g.chunk - 1) / g.chunk : 0;
+    g.rows_bytes = is_pointwise(p) ? 0 : ALIGN64((size_t)g.k * (size_t)g.chunk);
+    g.panel_bytes = ALIGN64(ai_qpanel_bytes(g.k, g.chunk));
+    g.slot_bytes = g.rows_bytes + g.panel_bytes;
+    return g;
+}
+
+/* depthwise: the padded plane (int8) and the int32 accumulators */
+static void dw_geometry(const aik_window *p, int32_t *hp, int32_t *wp, size_t *slot)
+{
+    *hp = p->oh - 1 + p->dh * (p->kh - 1) + 1;
+    *wp = p->ow - 1 + p->dw * (p->kw - 1) + 1;
+    *slot = ALIGN64((size_t)*hp * *wp + 64) + ALIGN64(sizeof(int32_t) * (size_t)p->oh * *wp);
+}
+
+void ai_qconv_sizes(const aik_window *p, size_t *ws_bytes, size_t *state_bytes)
+{
+    if (is_depthwise(p)) {
+        int32_t hp, wp;
+        size_t slot;
+        dw_geometry(p, &hp, &wp, &slot);
+        *ws_bytes = Q_SLOTS * slot;
+        *state_bytes = 0;
+        return;
+    }
+    const conv_geom g = conv_geometry(p);
+    *ws_bytes = Q_SLOTS * g.slot_bytes;
+    *state_bytes = 64 + ai_qweights_bytes(p->m, g.k);
+}
+
+/* The weight pack in `state`: a header (whether it is made) then the pack. */
+static void weights_of(ai_qweights *q, void *state, bool const_weights, int32_t m, int32_t k,
+                       const int8_t *w, const int32_t *bias)
+{
+    int64_t *made = state;
+    if (const_weights && *made) {
+        memcpy(q, made + 1, sizeof *q);
+        return;
+    }
+    ai_qweights_pack(q, (char *)state + 64, m, k, w, bias);
+    if (const_weights) {
+        memcpy(made + 1, q, sizeof *q);
+        *made = 1;
+    }
+}
+
+static int64_t n_slots_of(int64_t jobs)
+{
+    int64_t s = ai_parallel_parts();
+    s = s > Q_SLOTS ? Q_SLOTS : s;
+    return jobs < s ? jobs : s;
+}
+
+/* ---------------------------------------------------------------- im2col + GEMM */
+
+typedef struct {
+    const aik_window *p;
+    conv_geom g;
+    const int8_t *x;
+    const ai_qweights *q;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    int64_t jobs, n_slots;
+} conv_job;
+
+/* rows (k, cols) of the chunk [p0, p0 + cols) of group input xg */
+AI_SHORT_LOOPS static void im2col_rows(const aik_window *p, const int8_t *xg, int64_t p0,
+                                       int64_t cols, int8_t *rows)
+{
+    const int32_t cg = p->c / p->group;
+    int8_t *dst = rows;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t ky = 0; ky < p->kh; ky++)
+            for (int32_t kx = 0; kx < p->kw; kx++, dst += cols) {
+                int32_t oy = (int32_t)(p0 / p->ow), ox = (int32_t)(p0 % p->ow);
+                for (int64_t j = 0; j < cols; ox = 0, oy++) {
+                    const int32_t run = (int32_t)(p->ow - ox < cols - j ? p->ow - ox : cols - j);
+                    const int32_t iy = oy * p->sh - p->pt + ky * p->dh;
+                    int8_t *d = dst + j;
+                    j += run;
+                    if (iy < 0 || iy >= p->h) {
+                        memset(d, 0, (size_t)run);
+                        continue;
+                    }
+                    const int8_t *xr = xc + (int64_t)iy * p->w;
+                    const int32_t ix0 = ox * p->sw - p->pl + kx * p->dw;
+                    if (p->sw == 1) {
+                        int32_t a = -ix0, b = p->w - ix0;
+                        a = a < 0 ? 0 : a > run ? run : a;
+                        b = b < a ? a : b > run ? run : b;
+                        memset(d, 0, (size_t)a);
+                        if (b > a)
+                            memcpy(d + a, xr + ix0 + a, (size_t)(b - a));
+                        memset(d + b, 0, (size_t)(run - b));
+                    } else {
+                        for (int32_t t = 0; t < run; t++) {
+                            const int32_t ix = ix0 + t * p->sw;
+                            d[t] = ix >= 0 && ix < p->w ? xr[ix] : 0;
+                        }
+                    }
+                }
+            }
+    }
+}
+
+static void conv_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const conv_job *j = ctx;
+    const aik_window *p = j->p;
+    const conv_geom *g = &j->g;
+    const int32_t cg = p->c / p->group, mg = p->m / p->group;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    for (int64_t s = lo; s < hi; s++) {
+        int8_t *rows = (int8_t *)j->ws + s * g->slot_bytes;
+        uint8_t *panel = (uint8_t *)rows + g->rows_bytes;
+        for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
+             job++) {
+            const int64_t chunk = job % g->chunks, ng = job / g->chunks;
+            const int32_t gi = (int32_t)(ng % p->group);
+            const int64_t n = ng / p->group;
+            const int64_t p0 = chunk * g->chunk;
+            const int64_t cols = os - p0 < g->chunk ? os - p0 : g->chunk;
+            const int8_t *xg = j->x + (n * p->c + (int64_t)gi * cg) * p->h * p->w;
+            if (is_pointwise(p)) {
+                ai_qpack_rows(g->k, cols, xg + p0, os, panel);
+            } else {
+                im2col_rows(p, xg, p0, cols, rows);
+                ai_qpack_rows(g->k, cols, rows, cols, panel);
+            }
+            ai_qweights qg = *j->q;
+            qg.m = mg;
+            qg.cb += (int64_t)gi * mg;
+            qg.w8 += (int64_t)gi * mg * qg.kp;
+            qg.w16 += (int64_t)gi * mg * qg.kp;
+            ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg,
+                     j->y + (n * p->m + (int64_t)gi * mg) * os + p0, os, 1);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- depthwise */
+
+typedef struct {
+    const aik_window *p;
+    const int8_t *x, *w;
+    const int32_t *bias;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    int32_t hp, wp;
+    size_t slot;
+    int64_t jobs, n_slots;
+} dw_job;
+
+AI_VECTOR_CLONES AI_SHORT_LOOPS
+static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
+{
+    const aik_window *p = j->p;
+    const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
+    const int8_t *xc = j->x + plane * p->h * p->w;
+    /* the padded plane: rows -pt .. hp - pt - 1, columns -pl .. wp - pl - 1 */
+    for (int32_t r = 0; r < hp; r++) {
+        const int32_t iy = r - p->pt;
+        int8_t *d = xpad + (int64_t)r * wp;
+        if (iy < 0 || iy >= p->h) {
+            memset(d, 0, (size_t)wp);
+            continue;
+        }
+        int32_t a = p->pl, b = p->pl + p->w;
+        b = b > wp ? wp : b;
+        memset(d, 0, (size_t)a);
+        memcpy(d + a, xc + (int64_t)iy * p->w, (size_t)(b - a));
+        memset(d + b, 0, (size_t)(wp - b));
+    }
+    const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
+    const int32_t b0 = j->bias ? j->bias[c] : 0;
+    for (int64_t i = 0; i < len; i++)
+        acc[i] = b0;
+    const int8_t *w = j->w + (int64_t)c * p->kh * p->kw;
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t kx = 0; kx < p->kw; kx++) {
+            const int32_t wv = w[ky * p->kw + kx];
+            const int8_t *src = xpad + (int64_t)ky * p->dh * wp + (int64_t)kx * p->dw;
+            for (int64_t i = 0; i < len; i++)
+                acc[i] += wv * src[i];
+        }
+    /* the output rows, packed, then requantized in one line */
+    for (int32_t oy = 1; oy < p->oh; oy++)
+        memmove(acc + (int64_t)oy * p->ow, acc + (int64_t)oy * wp, sizeof(int32_t) * p->ow);
+}
+
+static void dw_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dw_job *j = ctx;
+    const aik_window *p = j->p;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    for (int64_t s = lo; s < hi; s++) {
+        int8_t *xpad = (int8_t *)j->ws + s * j->slot;
+        int32_t *acc = (int32_t *)(xpad + ALIGN64((size_t)j->hp * j->wp + 64));
+        for (int64_t plane = s * j->jobs / j->n_slots;
+             plane < (s + 1) * j->jobs / j->n_slots; plane++) {
+            dw_plane(j, plane, xpad, acc);
+            ai_q_store_row(acc, os, &j->rq[plane % p->c], j->y + plane * os);
+        }
+    }
+}
+
+void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+{
+    const int64_t os = (int64_t)p->oh * p->ow;
+    if (os == 0 || p->n == 0 || p->m == 0)
+        return;
+    if (is_depthwise(p)) {
+        dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0};
+        dw_geometry(p, &j.hp, &j.wp, &j.slot);
+        j.n_slots = n_slots_of(j.jobs);
+        ai_parallel_for(j.n_slots, 1, dw_range, &j);
+        return;
+    }
+    ai_qweights q;
+    const conv_geom g = conv_geometry(p);
+    weights_of(&q, state, const_weights, p->m, g.k, w, bias);
+    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, conv_range, &j);
+}
+
+/* ---------------------------------------------------------------- QGemm */
+
+/* Rows of x per job: a multiple of 16 (whole panel blocks). */
+#define FC_ROWS 64
+
+void ai_qfc_sizes(int64_t n, int32_t k, int32_t m, size_t *ws_bytes, size_t *state_bytes)
+{
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    *ws_bytes = Q_SLOTS * ALIGN64(ai_qpanel_bytes(k, rows));
+    *state_bytes = 64 + ai_qweights_bytes(m, k);
+}
+
+typedef struct {
+    int64_t n;
+    const int8_t *x;
+    const ai_qweights *q;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    size_t slot;
+    int64_t jobs, n_slots;
+} fc_job;
+
+/* panel of x's rows [i0, i0 + cols) (k each) */
+AI_SHORT_LOOPS static void pack_x_rows(const int8_t *x, int32_t k, int64_t cols, uint8_t *xp)
+{
+    const int32_t kp = (k + 3) & ~3;
+    for (int64_t b = 0; b < (cols + 15) / 16; b++)
+        for (int j = 0; j < 16; j++) {
+            uint8_t *d = xp + b * 16 * kp + j * 4;
+            const int64_t i = b * 16 + j;
+            const int8_t *xr = x + i * k;
+            int32_t t = 0;
+            if (i < cols)
+                for (; t + 4 <= k; t += 4, d += 64) {
+                    uint32_t v;
+                    memcpy(&v, xr + t, 4);
+                    v ^= 0x80808080u;
+                    memcpy(d, &v, 4);
+                }
+            for (; t < kp; t += 4, d += 64)
+                for (int e = 0; e < 4; e++)
+                    d[e] = i < cols && t + e < k ? (uint8_t)(xr[t + e] ^ 0x80) : 0x80;
+        }
+}
+
+static void fc_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const fc_job *j = ctx;
+    const int32_t k = j->q->k, m = j->q->m;
+    for (int64_t s = lo; s < hi; s++) {
+        uint8_t *panel = (uint8_t *)j->ws + s * j->slot;
+        for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
+             job++) {
+            const int64_t i0 = job * FC_ROWS;
+            const int64_t cols = j->n - i0 < FC_ROWS ? j->n - i0 : FC_ROWS;
+            pack_x_rows(j->x + i0 * k, k, cols, panel);
+            ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+        }
+    }
+}
+
+void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+            const int32_t *bias, const aik_rq *rq, int8_t *y, void *state, bool const_weights,
+            void *ws)
+{
+    if (n == 0 || m == 0)
+        return;
+    ai_qweights q;
+    weights_of(&q, state, const_weights, m, k, w, bias);
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    fc_job j = {n, x, &q, rq, y, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
+                (n + FC_ROWS - 1) / FC_ROWS, 0};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, fc_range, &j);
+}
