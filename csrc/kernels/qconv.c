@@ -38,8 +38,23 @@ static bool is_pointwise(const aik_window *p)
            p->pl == 0 && p->oh == p->h && p->ow == p->w;
 }
 
+/* Row panels: the taps of a kernel row padded to kw4 (a multiple of 4), so
+ * that the 4 bytes of one output position at 4 consecutive k are 4
+ * consecutive bytes of a padded input row (stride in columns <= 4, no
+ * column dilation): the panel is copied from the padded input, 4 bytes per
+ * position, or 16 positions of one row by 4 byte shuffles, instead of an
+ * im2col. Taken where the padding of kw to kw4 adds at most as many
+ * products as there are (kw >= 2). */
+static bool is_rowpack(const aik_window *p)
+{
+    return p->dw == 1 && p->sw <= 4 && p->kw >= 2;
+}
+
 typedef struct {
-    int32_t k;     /* reduction: channels per group x taps */
+    bool rowpack;
+    int32_t k;     /* the panel's reduction: channels per group x taps (padded) */
+    int32_t kw4;   /* rowpack: kw rounded up to 4 */
+    int32_t hp, wp; /* rowpack: the padded input planes */
     int64_t chunk; /* output positions per job */
     int64_t chunks;
     size_t rows_bytes, panel_bytes, slot_bytes;
@@ -49,7 +64,12 @@ static conv_geom conv_geometry(const aik_window *p)
 {
     conv_geom g;
     const int64_t os = (int64_t)p->oh * p->ow;
-    g.k = p->c / p->group * p->kh * p->kw;
+    const int32_t cg = p->c / p->group;
+    g.rowpack = is_rowpack(p);
+    g.kw4 = (p->kw + 3) & ~3;
+    g.k = cg * p->kh * (g.rowpack ? g.kw4 : p->kw);
+    g.hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+    g.wp = (p->ow - 1) * p->sw + g.kw4;
     const int64_t kp = (g.k + 3) & ~3;
     g.chunk = Q_CHUNK_BYTES / kp / 64 * 64;
     if (g.chunk < 64)
@@ -57,7 +77,10 @@ static conv_geom conv_geometry(const aik_window *p)
     if (g.chunk > os)
         g.chunk = os;
     g.chunks = os ? (os + g.chunk - 1) / g.chunk : 0;
-    g.rows_bytes = is_pointwise(p) ? 0 : ALIGN64((size_t)g.k * (size_t)g.chunk);
+    /* rowpack: the padded planes, and 16 bytes for the shuffles' loads */
+    g.rows_bytes = g.rowpack ? ALIGN64((size_t)cg * g.hp * g.wp + 16)
+                   : is_pointwise(p) ? 0
+                                     : ALIGN64((size_t)g.k * (size_t)g.chunk);
     g.panel_bytes = ALIGN64(ai_qpanel_bytes(g.k, g.chunk));
     g.slot_bytes = g.rows_bytes + g.panel_bytes;
     return g;
@@ -88,14 +111,14 @@ void ai_qconv_sizes(const aik_window *p, size_t *ws_bytes, size_t *state_bytes)
 
 /* The weight pack in `state`: a header (whether it is made) then the pack. */
 static void weights_of(ai_qweights *q, void *state, bool const_weights, int32_t m, int32_t k,
-                       const int8_t *w, const int32_t *bias)
+                       int32_t seg, int32_t seg_pad, const int8_t *w, const int32_t *bias)
 {
     int64_t *made = state;
     if (const_weights && *made) {
         memcpy(q, made + 1, sizeof *q);
         return;
     }
-    ai_qweights_pack(q, (char *)state + 64, m, k, w, bias);
+    ai_qweights_pack(q, (char *)state + 64, m, k, seg, seg_pad, w, bias);
     if (const_weights) {
         memcpy(made + 1, q, sizeof *q);
         *made = 1;
@@ -139,19 +162,22 @@ AI_SHORT_LOOPS static void im2col_rows(const aik_window *p, const int8_t *xg, in
                     int8_t *d = dst + j;
                     j += run;
                     if (iy < 0 || iy >= p->h) {
-                        memset(d, 0, (size_t)run);
+                        for (int32_t t = 0; t < run; t++)
+                            d[t] = 0;
                         continue;
                     }
                     const int8_t *xr = xc + (int64_t)iy * p->w;
                     const int32_t ix0 = ox * p->sw - p->pl + kx * p->dw;
-                    if (p->sw == 1) {
+                    if (p->sw == 1) { /* loops, not calls: runs are a row or less */
                         int32_t a = -ix0, b = p->w - ix0;
                         a = a < 0 ? 0 : a > run ? run : a;
                         b = b < a ? a : b > run ? run : b;
-                        memset(d, 0, (size_t)a);
-                        if (b > a)
-                            memcpy(d + a, xr + ix0 + a, (size_t)(b - a));
-                        memset(d + b, 0, (size_t)(run - b));
+                        for (int32_t t = 0; t < a; t++)
+                            d[t] = 0;
+                        for (int32_t t = a; t < b; t++)
+                            d[t] = xr[ix0 + t];
+                        for (int32_t t = b; t < run; t++)
+                            d[t] = 0;
                     } else {
                         for (int32_t t = 0; t < run; t++) {
                             const int32_t ix = ix0 + t * p->sw;
@@ -159,6 +185,94 @@ AI_SHORT_LOOPS static void im2col_rows(const aik_window *p, const int8_t *xg, in
                         }
                     }
                 }
+            }
+    }
+}
+
+/* The cg input planes of a group as u = x ^ 0x80, padded (u = 128) to
+ * hp x wp: row r, column t hold input (r - pt, t - pl). */
+AI_SHORT_LOOPS static void pad_planes(const aik_window *p, const conv_geom *g, const int8_t *xg,
+                                      uint8_t *dst)
+{
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t r = 0; r < g->hp; r++, dst += g->wp) {
+            const int32_t iy = r - p->pt;
+            int32_t a = iy < 0 || iy >= p->h ? g->wp : p->pl, b = p->pl + p->w;
+            b = b > g->wp ? g->wp : b < a ? a : b;
+            const int64_t at = (int64_t)iy * p->w - p->pl;
+            for (int32_t t = 0; t < a; t++)
+                dst[t] = 0x80;
+            for (int32_t t = a; t < b; t++)
+                dst[t] = (uint8_t)(xc[at + t] ^ 0x80);
+            for (int32_t t = b; t < g->wp; t++)
+                dst[t] = 0x80;
+        }
+    }
+    for (int t = 0; t < 16; t++) /* what the shuffles load past the end */
+        dst[t] = 0x80;
+}
+
+#ifdef AI_AVX512_KERNEL
+#include <immintrin.h>
+/* 16 positions of one output row, stride sw <= 4 in columns: position i's
+ * 4 bytes at src + i sw, as 4 byte shuffles of 16-byte loads */
+__attribute__((target("arch=x86-64-v3"))) static void
+shuffle16(const aik_window *p, const conv_geom *g, int64_t at, const uint8_t *planes,
+          uint8_t *dst)
+{
+    int8_t m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (int8_t)(i / 4 * p->sw + i % 4);
+    const __m128i mask = _mm_loadu_si128((const __m128i *)m);
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++)
+        for (int32_t ky = 0; ky < p->kh; ky++) {
+            const uint8_t *row = planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp + at;
+            for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
+                for (int q = 0; q < 4; q++)
+                    _mm_storeu_si128((__m128i *)(dst + 16 * q),
+                                     _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(
+                                                          row + kx + 4 * q * p->sw)),
+                                                      mask));
+        }
+}
+#endif
+
+/* The panel of positions [p0, p0 + cols) from the padded planes. */
+AI_SHORT_LOOPS static void rowpack_panel(const aik_window *p, const conv_geom *g,
+                                         const uint8_t *planes, int64_t p0, int64_t cols,
+                                         uint8_t *panel)
+{
+    const int32_t cg = p->c / p->group, kp = (g->k + 3) & ~3;
+    for (int64_t b = 0; b < (cols + 15) / 16; b++) {
+        uint8_t *dst = panel + b * 16 * kp;
+        const int64_t j0 = p0 + b * 16;
+        const int n = cols - b * 16 < 16 ? (int)(cols - b * 16) : 16;
+#ifdef AI_AVX512_KERNEL
+        const int64_t oy = j0 / p->ow, ox = j0 % p->ow;
+        if (n == 16 && ox + 16 <= p->ow && ai_q_path() >= AI_Q_AVX2) {
+            shuffle16(p, g, oy * p->sh * g->wp + ox * p->sw, planes, dst);
+            continue;
+        }
+#endif
+        int64_t at[16]; /* each position's first byte in a plane; -1: past the end */
+        for (int i = 0; i < 16; i++) {
+            const int64_t jj = j0 + i;
+            at[i] = i < n ? jj / p->ow * p->sh * g->wp + jj % p->ow * p->sw : -1;
+        }
+        for (int32_t ci = 0; ci < cg; ci++)
+            for (int32_t ky = 0; ky < p->kh; ky++) {
+                const uint8_t *row =
+                    planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp;
+                for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
+                    for (int i = 0; i < 16; i++) {
+                        uint32_t v = 0x80808080u;
+                        if (at[i] >= 0)
+                            memcpy(&v, row + at[i] + kx, 4);
+                        memcpy(dst + 4 * i, &v, 4);
+                    }
             }
     }
 }
@@ -173,6 +287,7 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
     for (int64_t s = lo; s < hi; s++) {
         int8_t *rows = (int8_t *)j->ws + s * g->slot_bytes;
         uint8_t *panel = (uint8_t *)rows + g->rows_bytes;
+        int64_t padded = -1; /* rowpack: the image and group in `rows` */
         for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
              job++) {
             const int64_t chunk = job % g->chunks, ng = job / g->chunks;
@@ -181,7 +296,12 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t p0 = chunk * g->chunk;
             const int64_t cols = os - p0 < g->chunk ? os - p0 : g->chunk;
             const int8_t *xg = j->x + (n * p->c + (int64_t)gi * cg) * p->h * p->w;
-            if (is_pointwise(p)) {
+            if (g->rowpack) {
+                if (padded != ng)
+                    pad_planes(p, g, xg, (uint8_t *)rows);
+                padded = ng;
+                rowpack_panel(p, g, (const uint8_t *)rows, p0, cols, panel);
+            } else if (is_pointwise(p)) {
                 ai_qpack_rows(g->k, cols, xg + p0, os, panel);
             } else {
                 im2col_rows(p, xg, p0, cols, rows);
@@ -215,22 +335,23 @@ typedef struct {
 AI_VECTOR_CLONES AI_SHORT_LOOPS
 static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
 {
-    const aik_window *p = j->p;
+    /* locals: the int8 stores may alias any memory, not these */
+    const aik_window win = *j->p, *p = &win;
     const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
     const int8_t *xc = j->x + plane * p->h * p->w;
     /* the padded plane: rows -pt .. hp - pt - 1, columns -pl .. wp - pl - 1 */
     for (int32_t r = 0; r < hp; r++) {
         const int32_t iy = r - p->pt;
         int8_t *d = xpad + (int64_t)r * wp;
-        if (iy < 0 || iy >= p->h) {
-            memset(d, 0, (size_t)wp);
-            continue;
-        }
-        int32_t a = p->pl, b = p->pl + p->w;
-        b = b > wp ? wp : b;
-        memset(d, 0, (size_t)a);
-        memcpy(d + a, xc + (int64_t)iy * p->w, (size_t)(b - a));
-        memset(d + b, 0, (size_t)(wp - b));
+        const int64_t at = (int64_t)iy * p->w - p->pl;
+        int32_t a = iy < 0 || iy >= p->h ? wp : p->pl, b = p->pl + p->w;
+        b = b > wp ? wp : b < a ? a : b;
+        for (int32_t t = 0; t < a; t++)
+            d[t] = 0;
+        for (int32_t t = a; t < b; t++)
+            d[t] = xc[at + t];
+        for (int32_t t = b; t < wp; t++)
+            d[t] = 0;
     }
     const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
     const int32_t b0 = j->bias ? j->bias[c] : 0;
@@ -245,8 +366,10 @@ static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
                 acc[i] += wv * src[i];
         }
     /* the output rows, packed, then requantized in one line */
-    for (int32_t oy = 1; oy < p->oh; oy++)
-        memmove(acc + (int64_t)oy * p->ow, acc + (int64_t)oy * wp, sizeof(int32_t) * p->ow);
+    if (wp != p->ow)
+        for (int32_t oy = 1; oy < p->oh; oy++)
+            for (int32_t ox = 0; ox < p->ow; ox++) /* forward: ow < wp */
+                acc[(int64_t)oy * p->ow + ox] = acc[(int64_t)oy * wp + ox];
 }
 
 static void dw_range(void *ctx, int64_t lo, int64_t hi)
@@ -280,7 +403,11 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
     }
     ai_qweights q;
     const conv_geom g = conv_geometry(p);
-    weights_of(&q, state, const_weights, p->m, g.k, w, bias);
+    const int32_t k = p->c / p->group * p->kh * p->kw;
+    if (g.rowpack)
+        weights_of(&q, state, const_weights, p->m, k, p->kw, g.kw4, w, bias);
+    else
+        weights_of(&q, state, const_weights, p->m, k, k, k, w, bias);
     conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0};
     j.n_slots = n_slots_of(j.jobs);
     ai_parallel_for(j.n_slots, 1, conv_range, &j);
@@ -355,7 +482,7 @@ void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
     if (n == 0 || m == 0)
         return;
     ai_qweights q;
-    weights_of(&q, state, const_weights, m, k, w, bias);
+    weights_of(&q, state, const_weights, m, k, k, k, w, bias);
     const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
     fc_job j = {n, x, &q, rq, y, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
                 (n + FC_ROWS - 1) / FC_ROWS, 0};

@@ -71,12 +71,12 @@ size_t ai_qweights_bytes(int32_t m, int32_t k)
            ALIGN64(sizeof(int16_t) * (size_t)m * kp);
 }
 
-void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, const int8_t *w,
-                      const int32_t *bias)
+void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, int32_t seg,
+                      int32_t seg_pad, const int8_t *w, const int32_t *bias)
 {
-    const int32_t kp = (k + 3) & ~3;
+    const int32_t kq = k / seg * seg_pad, kp = (kq + 3) & ~3;
     char *b = mem;
-    q->m = m, q->k = k, q->kp = kp;
+    q->m = m, q->k = kq, q->kp = kp;
     q->cb = (int32_t *)b;
     q->w8 = (int8_t *)(b + ALIGN64(sizeof(int32_t) * (size_t)m));
     q->w16 = (int16_t *)(b + ALIGN64(sizeof(int32_t) * (size_t)m) + ALIGN64((size_t)m * kp));
@@ -84,7 +84,8 @@ void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, const int
         const int8_t *wr = w + (int64_t)r * k;
         uint32_t sum = 0;
         for (int32_t i = 0; i < kp; i++) {
-            const int8_t v = i < k ? wr[i] : 0;
+            const int32_t s = i / seg_pad, t = i % seg_pad;
+            const int8_t v = i < kq && t < seg ? wr[s * seg + t] : 0;
             q->w8[(int64_t)r * kp + i] = v;
             q->w16[(int64_t)r * kp + i] = v;
             sum += (uint32_t)(int32_t)v;

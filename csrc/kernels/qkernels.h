@@ -60,9 +60,12 @@ typedef struct {
 } ai_qweights;
 
 size_t ai_qweights_bytes(int32_t m, int32_t k);
-/* w (m, k), bias (m) or NULL; mem: ai_qweights_bytes, 64-byte aligned. */
-void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, const int8_t *w,
-                      const int32_t *bias);
+/* w (m, k), bias (m) or NULL; mem: ai_qweights_bytes(m, k / seg * seg_pad),
+ * 64-byte aligned. Each row's segments of seg weights are padded with zeros
+ * to seg_pad (the rows of taps of QConv's row panels); seg = seg_pad = k:
+ * the rows as they are. */
+void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, int32_t seg,
+                      int32_t seg_pad, const int8_t *w, const int32_t *bias);
 
 /* y[r ldr + j ldj] = requant(cb[r] + sum_k w[r][k] u[k][j], rq[r]) for the
  * rows r < q->m and columns j < cols of panel xp (ceil(cols / 16) blocks). */

@@ -20,10 +20,15 @@ static inline void taps_inside(int32_t o, int32_t s, int32_t pad, int32_t d, int
                                int32_t size, int32_t *k0, int32_t *k1)
 {
     const int64_t start = (int64_t)o * s - pad;
-    int64_t a = start < 0 ? (-start + d - 1) / d : 0;
-    int64_t b = start + (int64_t)(k - 1) * d < size ? k : (size - 1 - start) / d + 1;
-    if (size - 1 - start < 0)
-        b = 0;
+    int64_t a = 0, b = k;
+    if (d == 1) { /* no division */
+        a = start < 0 ? -start : 0;
+        b = size - start < k ? size - start : k;
+    } else {
+        a = start < 0 ? (-start + d - 1) / d : 0;
+        if (start + (int64_t)(k - 1) * d >= size)
+            b = size - 1 - start < 0 ? 0 : (size - 1 - start) / d + 1;
+    }
     *k0 = (int32_t)(a > k ? k : a);
     *k1 = (int32_t)(b < *k0 ? *k0 : b);
 }
@@ -47,38 +52,68 @@ static inline int8_t avg_round(int32_t sum, int32_t count)
     return (int8_t)q;
 }
 
+/* Output positions per row segment (their accumulators on the stack). */
+#define POOL_SEG 256
+
+/* First output position >= 0 whose tap at offset t (ox * s + t) is >= v. */
+static inline int64_t first_at_least(int64_t v, int64_t t, int32_t s)
+{
+    const int64_t u = v - t;
+    return u <= 0 ? 0 : (u + s - 1) / s;
+}
+
+/* Tap by tap over a segment of an output row (a division per row and tap,
+ * none per output): acc[ox] takes tap (ky, kx) for the ox whose input
+ * column is inside. */
 static void pool_range(void *ctx, int64_t lo, int64_t hi)
 {
     const pool_job *j = ctx;
-    const aik_window *p = j->p;
+    /* locals: the int8 stores may alias any memory, not these */
+    const aik_window win = *j->p, *p = &win;
+    const bool avg = j->avg;
+    int32_t acc[POOL_SEG], cnt[POOL_SEG];
     for (int64_t nc = lo; nc < hi; nc++) {
         const int8_t *xc = j->x + nc * p->h * p->w;
         int8_t *yc = j->y + nc * p->oh * p->ow;
         for (int32_t oy = 0; oy < p->oh; oy++) {
             int32_t ky0, ky1;
             taps_inside(oy, p->sh, p->pt, p->dh, p->kh, p->h, &ky0, &ky1);
-            const int32_t iy0 = oy * p->sh - p->pt;
-            for (int32_t ox = 0; ox < p->ow; ox++) {
-                int32_t kx0, kx1;
-                taps_inside(ox, p->sw, p->pl, p->dw, p->kw, p->w, &kx0, &kx1);
-                const int64_t at = (int64_t)iy0 * p->w + ((int64_t)ox * p->sw - p->pl);
-                int32_t acc = j->avg ? 0 : INT8_MIN;
-                for (int32_t ky = ky0; ky < ky1; ky++) {
-                    const int64_t r = at + (int64_t)ky * p->dh * p->w;
-                    if (j->avg)
-                        for (int32_t kx = kx0; kx < kx1; kx++)
-                            acc += xc[r + kx * p->dw];
-                    else
-                        for (int32_t kx = kx0; kx < kx1; kx++)
-                            acc = xc[r + kx * p->dw] > acc ? xc[r + kx * p->dw] : acc;
+            const int64_t iy0 = (int64_t)oy * p->sh - p->pt;
+            for (int32_t ox0 = 0; ox0 < p->ow; ox0 += POOL_SEG) {
+                const int32_t n = p->ow - ox0 < POOL_SEG ? p->ow - ox0 : POOL_SEG;
+                for (int32_t i = 0; i < n; i++)
+                    acc[i] = avg ? 0 : INT8_MIN, cnt[i] = 0;
+                /* the taps inside for some output of the segment */
+                int32_t a0, b0, a1, b1;
+                taps_inside(ox0, p->sw, p->pl, p->dw, p->kw, p->w, &a0, &b0);
+                taps_inside(ox0 + n - 1, p->sw, p->pl, p->dw, p->kw, p->w, &a1, &b1);
+                for (int32_t kx = a1; kx < b0; kx++) {
+                    const int64_t t = (int64_t)kx * p->dw - p->pl; /* column of ox: ox sw + t */
+                    int64_t l = first_at_least(0, t, p->sw), r = first_at_least(p->w, t, p->sw);
+                    l = l < ox0 ? 0 : l - ox0;
+                    r = r - ox0 > n ? n : r - ox0;
+                    for (int32_t ky = ky0; ky < ky1; ky++) {
+                        const int64_t at = (iy0 + (int64_t)ky * p->dh) * p->w + t +
+                                           (int64_t)ox0 * p->sw;
+                        if (avg)
+                            for (int64_t i = l; i < r; i++)
+                                acc[i] += xc[at + i * p->sw];
+                        else
+                            for (int64_t i = l; i < r; i++) {
+                                const int32_t v = xc[at + i * p->sw];
+                                acc[i] = v > acc[i] ? v : acc[i];
+                            }
+                    }
+                    for (int64_t i = l; i < r; i++)
+                        cnt[i] += ky1 - ky0;
                 }
-                if (j->avg) {
-                    const int32_t count = p->count_include_pad ? p->kh * p->kw
-                                                               : (ky1 - ky0) * (kx1 - kx0);
-                    yc[(int64_t)oy * p->ow + ox] = avg_round(acc, count);
-                } else {
-                    yc[(int64_t)oy * p->ow + ox] = (int8_t)acc;
-                }
+                int8_t *yr = yc + (int64_t)oy * p->ow + ox0;
+                if (avg)
+                    for (int32_t i = 0; i < n; i++)
+                        yr[i] = avg_round(acc[i], p->count_include_pad ? p->kh * p->kw : cnt[i]);
+                else
+                    for (int32_t i = 0; i < n; i++)
+                        yr[i] = (int8_t)acc[i];
             }
         }
     }
