@@ -87,11 +87,18 @@ static conv_geom conv_geometry(const aik_window *p)
 }
 
 /* depthwise: the padded plane (int8) and the int32 accumulators */
+/* depthwise: the padded plane (int8, or u8 on the VNNI path) with DW_SLACK
+ * bytes past its end, the VNNI path's 4-byte windows of it (as many
+ * positions), the int32 accumulators (16 past the last, the VNNI path's
+ * full vectors) */
+#define DW_SLACK 48
 static void dw_geometry(const aik_window *p, int32_t *hp, int32_t *wp, size_t *slot)
 {
     *hp = p->oh - 1 + p->dh * (p->kh - 1) + 1;
     *wp = p->ow - 1 + p->dw * (p->kw - 1) + 1;
-    *slot = ALIGN64((size_t)*hp * *wp + 64) + ALIGN64(sizeof(int32_t) * (size_t)p->oh * *wp);
+    const size_t plane = (size_t)*hp * *wp;
+    *slot = ALIGN64(plane + DW_SLACK) + ALIGN64(4 * (plane + DW_SLACK)) +
+            ALIGN64(sizeof(int32_t) * ((size_t)p->oh * *wp + 16));
 }
 
 void ai_qconv_sizes(const aik_window *p, size_t *ws_bytes, size_t *state_bytes)
@@ -330,6 +337,7 @@ typedef struct {
     int32_t hp, wp;
     size_t slot;
     int64_t jobs, n_slots;
+    bool vnni; /* dw_plane_vnni */
 } dw_job;
 
 AI_VECTOR_CLONES AI_SHORT_LOOPS
@@ -372,17 +380,98 @@ static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
                 acc[(int64_t)oy * p->ow + ox] = acc[(int64_t)oy * wp + ox];
 }
 
+#ifdef AI_AVX512_KERNEL
+/*
+ * The VNNI depthwise plane (no column dilation): u, the padded plane as
+ * u8 (x ^ 0x80); win[4 i + t] = u[i + t], the 4-byte window at each flat
+ * position (16 at a time by byte shuffles); the taps of a kernel row go 4
+ * at a time (kw padded to kw4 with zero weights): acc[i] = cb + sum over
+ * rows ky and groups g of dot4(win[i + ky dh wp + 4 g], w4[ky][g]), one
+ * vpdpbusd per 16 positions, row and group. cb = bias - 128 sum(w).
+ */
+__attribute__((target("arch=x86-64-v4,avx512vnni"))) static void
+dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t *acc)
+{
+    const aik_window win_p = *j->p, *p = &win_p;
+    const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
+    const int32_t kw4 = (p->kw + 3) & ~3;
+    const int8_t *xc = j->x + plane * p->h * p->w;
+    const int64_t n_u = (int64_t)hp * wp;
+    for (int32_t r = 0; r < hp; r++) {
+        const int32_t iy = r - p->pt;
+        uint8_t *d = u + (int64_t)r * wp;
+        int32_t a = iy < 0 || iy >= p->h ? wp : p->pl, b = p->pl + p->w;
+        b = b > wp ? wp : b < a ? a : b;
+        const int64_t at = (int64_t)iy * p->w - p->pl;
+        for (int32_t t = 0; t < a; t++)
+            d[t] = 0x80;
+        for (int32_t t = a; t < b; t++)
+            d[t] = (uint8_t)(xc[at + t] ^ 0x80);
+        for (int32_t t = b; t < wp; t++)
+            d[t] = 0x80;
+    }
+    for (int t = 0; t < DW_SLACK; t++)
+        u[n_u + t] = 0x80;
+    const __m128i mask = _mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+    for (int64_t i = 0; i < n_u + DW_SLACK - 16; i += 4) /* the loads stay in u */
+        _mm_storeu_si128((__m128i *)(win + 4 * i),
+                         _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(u + i)), mask));
+    const int8_t *w = j->w + (int64_t)c * p->kh * p->kw;
+    int32_t w4[64];
+    uint32_t sum = 0;
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t g = 0; g < kw4 / 4; g++) {
+            int8_t v[4];
+            for (int t = 0; t < 4; t++) {
+                const int32_t kx = 4 * g + t;
+                v[t] = kx < p->kw ? w[ky * p->kw + kx] : 0;
+                sum += (uint32_t)(int32_t)v[t];
+            }
+            memcpy(&w4[ky * (kw4 / 4) + g], v, 4);
+        }
+    const int32_t cb = (int32_t)((j->bias ? (uint32_t)j->bias[c] : 0u) - 128u * sum);
+    const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
+    for (int64_t i = 0; i < len; i += 16) {
+        __m512i a = _mm512_set1_epi32(cb);
+        for (int32_t ky = 0; ky < p->kh; ky++)
+            for (int32_t g = 0; g < kw4 / 4; g++)
+                a = _mm512_dpbusd_epi32(
+                    a, _mm512_loadu_si512(win + 4 * (i + (int64_t)ky * p->dh * wp + 4 * g)),
+                    _mm512_set1_epi32(w4[ky * (kw4 / 4) + g]));
+        _mm512_storeu_si512(acc + i, a);
+    }
+    /* the output rows, packed (forward, 16 at a time: each read before
+     * its place is written) */
+    if (wp != p->ow)
+        for (int32_t oy = 1; oy < p->oh; oy++)
+            for (int32_t ox = 0; ox < p->ow; ox += 16) {
+                const __mmask16 m = (__mmask16)(p->ow - ox < 16 ? (1u << (p->ow - ox)) - 1
+                                                                : 0xffffu);
+                _mm512_mask_storeu_epi32(
+                    acc + (int64_t)oy * p->ow + ox, m,
+                    _mm512_maskz_loadu_epi32(m, acc + (int64_t)oy * wp + ox));
+            }
+}
+#endif
+
 static void dw_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
     const aik_window *p = j->p;
     const int64_t os = (int64_t)p->oh * p->ow;
+    const size_t plane_bytes = (size_t)j->hp * j->wp;
     for (int64_t s = lo; s < hi; s++) {
         int8_t *xpad = (int8_t *)j->ws + s * j->slot;
-        int32_t *acc = (int32_t *)(xpad + ALIGN64((size_t)j->hp * j->wp + 64));
+        uint8_t *win = (uint8_t *)xpad + ALIGN64(plane_bytes + DW_SLACK);
+        int32_t *acc = (int32_t *)(win + ALIGN64(4 * (plane_bytes + DW_SLACK)));
         for (int64_t plane = s * j->jobs / j->n_slots;
              plane < (s + 1) * j->jobs / j->n_slots; plane++) {
-            dw_plane(j, plane, xpad, acc);
+#ifdef AI_AVX512_KERNEL
+            if (j->vnni)
+                dw_plane_vnni(j, plane, (uint8_t *)xpad, win, acc);
+            else
+#endif
+                dw_plane(j, plane, xpad, acc);
             ai_q_store_row(acc, os, &j->rq[plane % p->c], j->y + plane * os);
         }
     }
@@ -395,7 +484,8 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
     if (os == 0 || p->n == 0 || p->m == 0)
         return;
     if (is_depthwise(p)) {
-        dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0};
+        dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
+                    ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16};
         dw_geometry(p, &j.hp, &j.wp, &j.slot);
         j.n_slots = n_slots_of(j.jobs);
         ai_parallel_for(j.n_slots, 1, dw_range, &j);
