@@ -174,6 +174,21 @@ def test_qgemm_random(path):
 
 
 @pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kernel,size", [((2, 2), (28, 28)), ((2, 2), (13, 11)),
+                                         ((25, 5), (25, 5)), ((8, 8), (8, 8)),
+                                         ((3, 3), (40, 41))])
+def test_qpools_model_shapes(path, kernel, size):
+    """LeNet's 2x2 max pools (and an odd input), DS-CNN's and ResNet-8's
+    global average pools, a wide row."""
+    x = rand_i8(np.random.default_rng(5), (3, 4, *size))
+    s = list(kernel) if kernel != (3, 3) else [1, 2]
+    for kind, op in (("max", "QMaxPool"), ("avg", "QAveragePool")):
+        got, ref = run_paths(one_node(op, [x], kernel_shape=list(kernel), strides=s), [x], path)
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, ref_pool(x, kind, list(kernel), s))
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_qpools_random(path):
     rng = np.random.default_rng(300 + path)
     for _ in range(30):

@@ -52,8 +52,10 @@ static inline int8_t avg_round(int32_t sum, int32_t count)
     return (int8_t)q;
 }
 
-/* Output positions per row segment (their accumulators on the stack). */
+/* Output positions per row segment (their accumulators on the stack); rows
+ * shorter than POOL_WIDE go output by output. */
 #define POOL_SEG 256
+#define POOL_WIDE 16
 
 /* First output position >= 0 whose tap at offset t (ox * s + t) is >= v. */
 static inline int64_t first_at_least(int64_t v, int64_t t, int32_t s)
@@ -71,14 +73,52 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
     /* locals: the int8 stores may alias any memory, not these */
     const aik_window win = *j->p, *p = &win;
     const bool avg = j->avg;
+    const bool max2x2 = !avg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&
+                        p->dh == 1 && p->dw == 1 && p->pt == 0 && p->pl == 0 &&
+                        2 * p->oh <= p->h && 2 * p->ow <= p->w;
     int32_t acc[POOL_SEG], cnt[POOL_SEG];
     for (int64_t nc = lo; nc < hi; nc++) {
         const int8_t *xc = j->x + nc * p->h * p->w;
         int8_t *yc = j->y + nc * p->oh * p->ow;
+        if (max2x2) { /* 2x2 windows, stride 2, inside the input: the common max pool */
+            for (int32_t oy = 0; oy < p->oh; oy++) {
+                const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
+                int8_t *yr = yc + (int64_t)oy * p->ow;
+                for (int32_t ox = 0; ox < p->ow; ox++) {
+                    const int8_t a = x0[2 * ox] > x0[2 * ox + 1] ? x0[2 * ox] : x0[2 * ox + 1];
+                    const int8_t b = x1[2 * ox] > x1[2 * ox + 1] ? x1[2 * ox] : x1[2 * ox + 1];
+                    yr[ox] = a > b ? a : b;
+                }
+            }
+            continue;
+        }
         for (int32_t oy = 0; oy < p->oh; oy++) {
             int32_t ky0, ky1;
             taps_inside(oy, p->sh, p->pt, p->dh, p->kh, p->h, &ky0, &ky1);
             const int64_t iy0 = (int64_t)oy * p->sh - p->pt;
+            if (p->ow < POOL_WIDE) { /* output by output: rows too short for taps first */
+                for (int32_t ox = 0; ox < p->ow; ox++) {
+                    int32_t kx0, kx1;
+                    taps_inside(ox, p->sw, p->pl, p->dw, p->kw, p->w, &kx0, &kx1);
+                    const int64_t at = iy0 * p->w + (int64_t)ox * p->sw - p->pl;
+                    int32_t a = avg ? 0 : INT8_MIN;
+                    for (int32_t ky = ky0; ky < ky1; ky++) {
+                        const int64_t r = at + (int64_t)ky * p->dh * p->w;
+                        if (avg)
+                            for (int32_t kx = kx0; kx < kx1; kx++)
+                                a += xc[r + (int64_t)kx * p->dw];
+                        else
+                            for (int32_t kx = kx0; kx < kx1; kx++)
+                                a = xc[r + (int64_t)kx * p->dw] > a ? xc[r + (int64_t)kx * p->dw]
+                                                                    : a;
+                    }
+                    yc[(int64_t)oy * p->ow + ox] =
+                        avg ? avg_round(a, p->count_include_pad ? p->kh * p->kw
+                                                                : (ky1 - ky0) * (kx1 - kx0))
+                            : (int8_t)a;
+                }
+                continue;
+            }
             for (int32_t ox0 = 0; ox0 < p->ow; ox0 += POOL_SEG) {
                 const int32_t n = p->ow - ox0 < POOL_SEG ? p->ow - ox0 : POOL_SEG;
                 for (int32_t i = 0; i < n; i++)
