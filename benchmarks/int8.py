@@ -27,6 +27,10 @@ PATH_NAMES = {0: "reference", 1: "plain", 2: "avx2", 3: "vnni"}
 
 
 def bench(names, batch, budget, threads_list, reference):
+    import torch
+
+    # quantize runs the torch model: its OpenMP workers would spin beside ours
+    torch.set_num_threads(1)
     best = _C._set_quant_path(3)
     rows = []
     for name in names:

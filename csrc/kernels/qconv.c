@@ -373,11 +373,6 @@ static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
             for (int64_t i = 0; i < len; i++)
                 acc[i] += wv * src[i];
         }
-    /* the output rows, packed, then requantized in one line */
-    if (wp != p->ow)
-        for (int32_t oy = 1; oy < p->oh; oy++)
-            for (int32_t ox = 0; ox < p->ow; ox++) /* forward: ow < wp */
-                acc[(int64_t)oy * p->ow + ox] = acc[(int64_t)oy * wp + ox];
 }
 
 #ifdef AI_AVX512_KERNEL
@@ -397,7 +392,19 @@ dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t 
     const int32_t kw4 = (p->kw + 3) & ~3;
     const int8_t *xc = j->x + plane * p->h * p->w;
     const int64_t n_u = (int64_t)hp * wp;
-    for (int32_t r = 0; r < hp; r++) {
+    const __m128i f = _mm_set1_epi8((char)0x80);
+    for (int32_t r = 0; r < hp && wp <= 16; r++) { /* narrow planes: a row a store */
+        const int32_t iy = r - p->pt;
+        const int32_t nb = p->w < wp - p->pl ? p->w : wp - p->pl;
+        const __mmask16 mk = (__mmask16)((1u << nb) - 1);
+        uint8_t *d = u + (int64_t)r * wp; /* the 16 bytes spill into the next row */
+        _mm_storeu_si128((__m128i *)d, f);
+        if (iy >= 0 && iy < p->h)
+            _mm_mask_storeu_epi8(d + p->pl, mk,
+                                 _mm_xor_si128(_mm_maskz_loadu_epi8(mk, xc + (int64_t)iy * p->w),
+                                               f));
+    }
+    for (int32_t r = 0; r < hp && wp > 16; r++) {
         const int32_t iy = r - p->pt;
         uint8_t *d = u + (int64_t)r * wp;
         int32_t a = iy < 0 || iy >= p->h ? wp : p->pl, b = p->pl + p->w;
@@ -440,17 +447,6 @@ dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t 
                     _mm512_set1_epi32(w4[ky * (kw4 / 4) + g]));
         _mm512_storeu_si512(acc + i, a);
     }
-    /* the output rows, packed (forward, 16 at a time: each read before
-     * its place is written) */
-    if (wp != p->ow)
-        for (int32_t oy = 1; oy < p->oh; oy++)
-            for (int32_t ox = 0; ox < p->ow; ox += 16) {
-                const __mmask16 m = (__mmask16)(p->ow - ox < 16 ? (1u << (p->ow - ox)) - 1
-                                                                : 0xffffu);
-                _mm512_mask_storeu_epi32(
-                    acc + (int64_t)oy * p->ow + ox, m,
-                    _mm512_maskz_loadu_epi32(m, acc + (int64_t)oy * wp + ox));
-            }
 }
 #endif
 
@@ -472,7 +468,7 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
             else
 #endif
                 dw_plane(j, plane, xpad, acc);
-            ai_q_store_row(acc, os, &j->rq[plane % p->c], j->y + plane * os);
+            ai_q_store_rows(acc, p->oh, p->ow, j->wp, &j->rq[plane % p->c], j->y + plane * os);
         }
     }
 }

@@ -253,13 +253,16 @@ static Q_VNNI void gemm_vnni(const ai_qweights *q, int64_t cols, const uint8_t *
     }
 }
 
-static Q_VNNI void store_row_avx512(const int32_t *acc, int64_t n, const aik_rq *r, int8_t *y)
+static Q_VNNI void store_rows_avx512(const int32_t *acc, int64_t rows, int64_t cols,
+                                     int64_t lda, const aik_rq *r, int8_t *y)
 {
-    for (int64_t i = 0; i < n; i += 16) {
-        const int c = n - i < 16 ? (int)(n - i) : 16;
-        const __m512i v = _mm512_maskz_loadu_epi32((__mmask16)((1u << c) - 1), acc + i);
-        store16_avx512(v, r, y + i, 1, c);
-    }
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t i = 0; i < cols; i += 16) {
+            const int c = cols - i < 16 ? (int)(cols - i) : 16;
+            const __m512i v =
+                _mm512_maskz_loadu_epi32((__mmask16)((1u << c) - 1), acc + row * lda + i);
+            store16_avx512(v, r, y + row * cols + i, 1, c);
+        }
 }
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -330,14 +333,16 @@ void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_r
     gemm_plain(q, cols, xp, rq, y, ldr, ldj);
 }
 
-void ai_q_store_row(const int32_t *acc, int64_t n, const aik_rq *r, int8_t *y)
+void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
+                     const aik_rq *r, int8_t *y)
 {
 #ifdef AI_Q_X86
     if (ai_q_path() >= AI_Q_VNNI) {
-        store_row_avx512(acc, n, r, y);
+        store_rows_avx512(acc, rows, cols, lda, r, y);
         return;
     }
 #endif
-    for (int64_t i = 0; i < n; i++)
-        y[i] = ai_q_requant(acc[i], r);
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t i = 0; i < cols; i++)
+            y[row * cols + i] = ai_q_requant(acc[row * lda + i], r);
 }

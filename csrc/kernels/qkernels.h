@@ -72,8 +72,10 @@ void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, int32_t s
 void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
               int8_t *y, int64_t ldr, int64_t ldj);
 
-/* y[i] = requant(acc[i], r), i < n (AVX-512 on the VNNI path). */
-void ai_q_store_row(const int32_t *acc, int64_t n, const aik_rq *r, int8_t *y);
+/* y[i cols + j] = requant(acc[i lda + j], r), i < rows, j < cols (AVX-512
+ * on the VNNI path). */
+void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
+                     const aik_rq *r, int8_t *y);
 
 /* Bytes of the packed panel of `cols` columns of k rows. */
 static inline size_t ai_qpanel_bytes(int32_t k, int64_t cols)
