@@ -189,6 +189,23 @@ def test_qpools_model_shapes(path, kernel, size):
 
 
 @pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("multiplier", [1, 3, (1 << 31) - 1])
+def test_requantization_extremes(path, multiplier):
+    """Every shift (0, around 32, 62) with large accumulators of both signs
+    (the int32 epilogue of multiplier 1, the int64 one otherwise)."""
+    rng = np.random.default_rng(multiplier)
+    x, w = rand_i8(rng, (20, 300)), rand_i8(rng, (9, 300))
+    b = np.array([0, 1 << 30, -(1 << 30), 2_000_000_000 - 300 * 128 * 128,
+                  -2_000_000_000 + 300 * 128 * 128, 5, -5, 1 << 20, -(1 << 20)], np.int32)
+    acc = ref_gemm_acc(x, w, b)
+    for shift in (0, 1, 2, 15, 30, 31, 32, 33, 40, 61, 62):
+        rq = dict(multiplier=multiplier, shift=shift, out_min=-128, out_max=127)
+        got, ref = run_paths(one_node("QGemm", [x], [("w", w), ("b", b)], **rq), [x], path)
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, ref_requant(acc, multiplier, shift))
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_qpools_random(path):
     rng = np.random.default_rng(300 + path)
     for _ in range(30):

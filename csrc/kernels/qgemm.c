@@ -173,17 +173,33 @@ static inline __attribute__((always_inline)) Q_VNNI void store16_avx512(__m512i 
                                                                         int8_t *y, int64_t ldj,
                                                                         int n)
 {
-    const __m512i mul = _mm512_set1_epi64(r->multiplier);
-    const __m512i half = _mm512_set1_epi64(r->shift > 0 ? (int64_t)1 << (r->shift - 1) : 0);
-    const __m128i sh = _mm_cvtsi32_si128(r->shift);
-    const __m512i lo = _mm512_set1_epi64(r->lo), hi = _mm512_set1_epi64(r->hi);
-    __m512i a = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc));
-    __m512i b = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1));
-    a = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(a, mul), half), sh);
-    b = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(b, mul), half), sh);
-    a = _mm512_min_epi64(_mm512_max_epi64(a, lo), hi);
-    b = _mm512_min_epi64(_mm512_max_epi64(b, lo), hi);
-    const __m128i v = _mm_unpacklo_epi64(_mm512_cvtepi64_epi8(a), _mm512_cvtepi64_epi8(b));
+    __m128i v;
+    if (r->multiplier == 1) {
+        /* int32 lanes: floor(a / 2^s + 1/2) = (a >> s) + bit s - 1 of a, exact
+         * (no a + 2^(s-1) to overflow); counts past 31 shift in the sign */
+        __m512i a = acc;
+        if (r->shift > 0)
+            a = _mm512_add_epi32(_mm512_sra_epi32(acc, _mm_cvtsi32_si128(r->shift)),
+                                 _mm512_and_si512(_mm512_sra_epi32(
+                                                      acc, _mm_cvtsi32_si128(r->shift - 1)),
+                                                  _mm512_set1_epi32(1)));
+        a = _mm512_min_epi32(_mm512_max_epi32(a, _mm512_set1_epi32(r->lo)),
+                             _mm512_set1_epi32(r->hi));
+        v = _mm512_cvtepi32_epi8(a);
+    } else {
+        const __m512i mul = _mm512_set1_epi64(r->multiplier);
+        const __m512i half =
+            _mm512_set1_epi64(r->shift > 0 ? (int64_t)1 << (r->shift - 1) : 0);
+        const __m128i sh = _mm_cvtsi32_si128(r->shift);
+        const __m512i lo = _mm512_set1_epi64(r->lo), hi = _mm512_set1_epi64(r->hi);
+        __m512i a = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc));
+        __m512i b = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1));
+        a = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(a, mul), half), sh);
+        b = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(b, mul), half), sh);
+        a = _mm512_min_epi64(_mm512_max_epi64(a, lo), hi);
+        b = _mm512_min_epi64(_mm512_max_epi64(b, lo), hi);
+        v = _mm_unpacklo_epi64(_mm512_cvtepi64_epi8(a), _mm512_cvtepi64_epi8(b));
+    }
     if (ldj == 1) {
         _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1), v);
     } else {
@@ -256,6 +272,21 @@ static Q_VNNI void gemm_vnni(const ai_qweights *q, int64_t cols, const uint8_t *
 static Q_VNNI void store_rows_avx512(const int32_t *acc, int64_t rows, int64_t cols,
                                      int64_t lda, const aik_rq *r, int8_t *y)
 {
+    if (cols <= 16 && lda < 2 * cols && rows * lda <= 4096) {
+        /* short rows: the accumulators requantized as one line, then each
+         * row's bytes moved */
+        int8_t t[4096 + 16];
+        const int64_t len = (rows - 1) * lda + cols;
+        for (int64_t i = 0; i < len; i += 16) {
+            const int c = len - i < 16 ? (int)(len - i) : 16;
+            store16_avx512(_mm512_maskz_loadu_epi32((__mmask16)((1u << c) - 1), acc + i), r,
+                           t + i, 1, c);
+        }
+        const __mmask16 m = (__mmask16)((1u << cols) - 1);
+        for (int64_t row = 0; row < rows; row++)
+            _mm_mask_storeu_epi8(y + row * cols, m, _mm_maskz_loadu_epi8(m, t + row * lda));
+        return;
+    }
     for (int64_t row = 0; row < rows; row++)
         for (int64_t i = 0; i < cols; i += 16) {
             const int c = cols - i < 16 ? (int)(cols - i) : 16;
