@@ -264,22 +264,27 @@ AI_SHORT_LOOPS static void rowpack_panel(const aik_window *p, const conv_geom *g
             continue;
         }
 #endif
-        int64_t at[16]; /* each position's first byte in a plane; -1: past the end */
-        for (int i = 0; i < 16; i++) {
+        int64_t at[16] = {0}; /* each position's first byte in a plane */
+        for (int i = 0; i < n; i++) {
             const int64_t jj = j0 + i;
-            at[i] = i < n ? jj / p->ow * p->sh * g->wp + jj % p->ow * p->sw : -1;
+            at[i] = jj / p->ow * p->sh * g->wp + jj % p->ow * p->sw;
         }
         for (int32_t ci = 0; ci < cg; ci++)
             for (int32_t ky = 0; ky < p->kh; ky++) {
                 const uint8_t *row =
                     planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp;
-                for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
-                    for (int i = 0; i < 16; i++) {
-                        uint32_t v = 0x80808080u;
-                        if (at[i] >= 0)
-                            memcpy(&v, row + at[i] + kx, 4);
-                        memcpy(dst + 4 * i, &v, 4);
-                    }
+                for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64) {
+                    if (n == 16) /* (a loop the compiler unrolls) */
+                        for (int i = 0; i < 16; i++)
+                            memcpy(dst + 4 * i, row + at[i] + kx, 4);
+                    else
+                        for (int i = 0; i < 16; i++) {
+                            uint32_t v = 0x80808080u; /* past the end: x = 0 */
+                            if (i < n)
+                                memcpy(&v, row + at[i] + kx, 4);
+                            memcpy(dst + 4 * i, &v, 4);
+                        }
+                }
             }
     }
 }
