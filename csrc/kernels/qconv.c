@@ -443,15 +443,30 @@ dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t 
         }
     const int32_t cb = (int32_t)((j->bias ? (uint32_t)j->bias[c] : 0u) - 128u * sum);
     const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
-    for (int64_t i = 0; i < len; i += 16) {
-        __m512i a = _mm512_set1_epi32(cb);
-        for (int32_t ky = 0; ky < p->kh; ky++)
-            for (int32_t g = 0; g < kw4 / 4; g++)
-                a = _mm512_dpbusd_epi32(
-                    a, _mm512_loadu_si512(win + 4 * (i + (int64_t)ky * p->dh * wp + 4 * g)),
-                    _mm512_set1_epi32(w4[ky * (kw4 / 4) + g]));
-        _mm512_storeu_si512(acc + i, a);
-    }
+    const int n_taps = p->kh * (kw4 / 4); /* groups of 4 taps: their windows' offsets */
+    int64_t off[64];
+    __m512i wv[64];
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t g = 0; g < kw4 / 4; g++) {
+            off[ky * (kw4 / 4) + g] = 4 * ((int64_t)ky * p->dh * wp + 4 * g);
+            wv[ky * (kw4 / 4) + g] = _mm512_set1_epi32(w4[ky * (kw4 / 4) + g]);
+        }
+    if (n_taps == 3) /* 3 x 3 and 3 x 4 kernels, unrolled */
+        for (int64_t i = 0; i < len; i += 16) {
+            const uint8_t *s = win + 4 * i;
+            __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(cb),
+                                            _mm512_loadu_si512(s + off[0]), wv[0]);
+            a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(s + off[1]), wv[1]);
+            a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(s + off[2]), wv[2]);
+            _mm512_storeu_si512(acc + i, a);
+        }
+    else
+        for (int64_t i = 0; i < len; i += 16) {
+            __m512i a = _mm512_set1_epi32(cb);
+            for (int t = 0; t < n_taps; t++)
+                a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(win + 4 * i + off[t]), wv[t]);
+            _mm512_storeu_si512(acc + i, a);
+        }
 }
 #endif
 

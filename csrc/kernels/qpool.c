@@ -76,10 +76,23 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
     const bool max2x2 = !avg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&
                         p->dh == 1 && p->dw == 1 && p->pt == 0 && p->pl == 0 &&
                         2 * p->oh <= p->h && 2 * p->ow <= p->w;
+    const bool global = p->oh == 1 && p->ow == 1 && p->kh == p->h && p->kw == p->w &&
+                        p->pt == 0 && p->pl == 0 && p->dh == 1 && p->dw == 1;
     int32_t acc[POOL_SEG], cnt[POOL_SEG];
     for (int64_t nc = lo; nc < hi; nc++) {
         const int8_t *xc = j->x + nc * p->h * p->w;
         int8_t *yc = j->y + nc * p->oh * p->ow;
+        if (global) { /* one window over the whole plane: a sum or max of a line */
+            int32_t a = avg ? 0 : INT8_MIN;
+            if (avg)
+                for (int64_t i = 0; i < (int64_t)p->h * p->w; i++)
+                    a += xc[i];
+            else
+                for (int64_t i = 0; i < (int64_t)p->h * p->w; i++)
+                    a = xc[i] > a ? xc[i] : a;
+            yc[0] = avg ? avg_round(a, p->h * p->w) : (int8_t)a;
+            continue;
+        }
         if (max2x2) { /* 2x2 windows, stride 2, inside the input: the common max pool */
             for (int32_t oy = 0; oy < p->oh; oy++) {
                 const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
