@@ -245,6 +245,39 @@ shuffle16(const aik_window *p, const conv_geom *g, int64_t at, const uint8_t *pl
                                                       mask));
         }
 }
+
+/* A full block across output rows: each group of 4 positions in one row
+ * by a byte shuffle, the others 4 bytes at a time (at: each position's
+ * first byte in a plane). */
+__attribute__((target("arch=x86-64-v3"))) static void
+shuffle_groups(const aik_window *p, const conv_geom *g, const int64_t *at, int64_t j0,
+               const uint8_t *planes, uint8_t *dst)
+{
+    int8_t m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (int8_t)(i / 4 * p->sw + i % 4);
+    const __m128i mask = _mm_loadu_si128((const __m128i *)m);
+    bool one_row[4];
+    for (int q = 0; q < 4; q++)
+        one_row[q] = (j0 + 4 * q) / p->ow == (j0 + 4 * q + 3) / p->ow;
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++)
+        for (int32_t ky = 0; ky < p->kh; ky++) {
+            const uint8_t *row = planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp;
+            for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
+                for (int q = 0; q < 4; q++) {
+                    if (one_row[q]) {
+                        _mm_storeu_si128((__m128i *)(dst + 16 * q),
+                                         _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(
+                                                              row + at[4 * q] + kx)),
+                                                          mask));
+                        continue;
+                    }
+                    for (int i = 4 * q; i < 4 * q + 4; i++)
+                        memcpy(dst + 4 * i, row + at[i] + kx, 4);
+                }
+        }
+}
 #endif
 
 /* The panel of positions [p0, p0 + cols) from the padded planes. */
@@ -269,6 +302,12 @@ AI_SHORT_LOOPS static void rowpack_panel(const aik_window *p, const conv_geom *g
             const int64_t jj = j0 + i;
             at[i] = jj / p->ow * p->sh * g->wp + jj % p->ow * p->sw;
         }
+#ifdef AI_AVX512_KERNEL
+        if (n == 16 && ai_q_path() >= AI_Q_AVX2) {
+            shuffle_groups(p, g, at, j0, planes, dst);
+            continue;
+        }
+#endif
         for (int32_t ci = 0; ci < cg; ci++)
             for (int32_t ky = 0; ky < p->kh; ky++) {
                 const uint8_t *row =
