@@ -6,8 +6,10 @@
  * `out_max` (see portable/aidge_kernels.h for the exact arithmetic); QConv
  * and QGemm may give `multiplier` and `shift` as one int per output channel
  * (per-channel weight scales; a single int applies to every channel). The
- * kernels are the portable ones that C exports run, so an export computes
- * what the engine computes, bit for bit. Inference only: no backward.
+ * fast kernels (kernels/qkernels.h) give the integers of the portable ones
+ * that C exports run, so an export computes what the engine computes, bit
+ * for bit; ai_q_set_path(AI_Q_REFERENCE) runs the portable ones themselves.
+ * Inference only: no backward.
  *
  *   QConv(x, w[, b])   Conv attributes strides, dilations, pads, group;
  *                      1 or 2 spatial dims; explicit pads (no auto_pad)
@@ -22,6 +24,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/qkernels.h"
 #include "../portable/aidge_kernels.h"
 #include "spatial.h"
 
@@ -109,8 +112,15 @@ static ai_status q_init(ai_node *n)
 }
 
 /* The workspace of QConv and QGemm starts with the requantization of each
- * output channel (m entries). */
+ * output channel (m entries); the fast kernels' scratch follows. */
 #define RQ_BYTES(m) (((size_t)(m) * sizeof(aik_rq) + 63) & ~(size_t)63)
+
+/* Whether the weight (and bias) are constants of the plan: the fast kernels
+ * then pack them once, at the first forward. */
+static bool const_weights(const ai_ctx *c)
+{
+    return ai_ctx_const(c, 1) && (c->n_in < 3 || !c->in[2] || ai_ctx_const(c, 2));
+}
 
 /* QConv and QGemm with m output channels: per-channel attributes must have
  * m values. */
@@ -282,15 +292,16 @@ static ai_status check_windows(const ai_node *n, const aik_window *p)
 
 static ai_status window_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)state;
     aik_window p;
     ai_status st = window_setup(c, &p);
     if (st)
         return st;
     if (is_conv(c->node)) {
         if (!(st = check_accumulator(c, (int64_t)(p.c / p.group) * p.kh * p.kw)) &&
-            !(st = check_rq_count(c, p.m)))
-            *ws = RQ_BYTES(p.m);
+            !(st = check_rq_count(c, p.m))) {
+            ai_qconv_sizes(&p, ws, state);
+            *ws += RQ_BYTES(p.m);
+        }
     } else
         st = check_windows(c->node, &p);
     if (st)
@@ -314,19 +325,25 @@ static ai_status window_forward(ai_ctx *c)
     const int8_t *x = c->in[0]->data;
     int8_t *y = c->out[0]->data;
     const char *op = c->node->op_type;
-    if (is_conv(c->node))
-        aik_conv2d_i8(&p, x, c->in[1]->data, c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
-                      rq_per_channel(c, p.m), y);
-    else if (strcmp(op, "QMaxPool") == 0)
-        aik_maxpool2d_i8(&p, x, y);
-    else
-        aik_avgpool2d_i8(&p, x, y);
+    const bool fast = ai_q_path() != AI_Q_REFERENCE;
+    if (is_conv(c->node)) {
+        const int32_t *b = c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL;
+        const aik_rq *rq = rq_per_channel(c, p.m);
+        if (fast)
+            ai_qconv(&p, x, c->in[1]->data, b, rq, y, c->state, const_weights(c),
+                     (char *)c->workspace + RQ_BYTES(p.m));
+        else
+            aik_conv2d_i8(&p, x, c->in[1]->data, b, rq, y);
+    } else if (strcmp(op, "QMaxPool") == 0) {
+        (fast ? ai_qmaxpool : aik_maxpool2d_i8)(&p, x, y);
+    } else {
+        (fast ? ai_qavgpool : aik_avgpool2d_i8)(&p, x, y);
+    }
     return AI_OK;
 }
 
 static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)state;
     const ai_node *n = c->node;
     const ai_tensor *x = c->in[0], *w = c->in[1], *b = c->n_in > 2 ? c->in[2] : NULL;
     ai_status st;
@@ -342,7 +359,8 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
                              (long long)w->shape[0]);
     if ((st = check_accumulator(c, w->shape[1])) || (st = check_rq_count(c, w->shape[0])))
         return st;
-    *ws = RQ_BYTES(w->shape[0]);
+    ai_qfc_sizes(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], ws, state);
+    *ws += RQ_BYTES(w->shape[0]);
     out[0].dtype = AI_I8;
     out[0].ndim = 2;
     out[0].shape[0] = x->shape[0];
@@ -353,14 +371,17 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 static ai_status gemm_forward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *w = c->in[1];
-    aik_fc_i8(x->shape[0], (int32_t)w->shape[1], (int32_t)w->shape[0], x->data, w->data,
-              c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL,
-              rq_per_channel(c, (int32_t)w->shape[0]),
-              c->out[0]->data);
+    const int32_t k = (int32_t)w->shape[1], m = (int32_t)w->shape[0];
+    const int32_t *b = c->n_in > 2 && c->in[2] ? c->in[2]->data : NULL;
+    const aik_rq *rq = rq_per_channel(c, m);
+    if (ai_q_path() != AI_Q_REFERENCE)
+        ai_qfc(x->shape[0], k, m, x->data, w->data, b, rq, c->out[0]->data, c->state,
+               const_weights(c), (char *)c->workspace + RQ_BYTES(m));
+    else
+        aik_fc_i8(x->shape[0], k, m, x->data, w->data, b, rq, c->out[0]->data);
     return AI_OK;
 }
 
-/* QAdd and Requantize: int8 in, int8 out, same shape. */
 static ai_status elementwise_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws, (void)state;
@@ -385,16 +406,22 @@ static ai_status elementwise_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *
 static ai_status add_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
-    aik_add_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, (int32_t)a->ma, c->in[1]->data,
-               ai_tensor_numel(c->in[1]), (int32_t)a->mb, a->rq_attr[0].shift, a->rq_attr[0].lo,
-               a->rq_attr[0].hi, c->out[0]->data);
+    const int64_t n = ai_tensor_numel(c->in[0]), nb = ai_tensor_numel(c->in[1]);
+    const aik_rq *r = a->rq_attr;
+    if (ai_q_path() != AI_Q_REFERENCE && nb == n) /* (the fast one: same shapes only) */
+        ai_qadd(n, c->in[0]->data, (int32_t)a->ma, c->in[1]->data, (int32_t)a->mb, r->shift,
+                r->lo, r->hi, c->out[0]->data);
+    else
+        aik_add_i8(n, c->in[0]->data, (int32_t)a->ma, c->in[1]->data, nb, (int32_t)a->mb,
+                   r->shift, r->lo, r->hi, c->out[0]->data);
     return AI_OK;
 }
 
 static ai_status requantize_forward(ai_ctx *c)
 {
     const q_attrs *a = c->node->params;
-    aik_requant_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, a->rq_attr, c->out[0]->data);
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qrequant : aik_requant_i8)(
+        ai_tensor_numel(c->in[0]), c->in[0]->data, a->rq_attr, c->out[0]->data);
     return AI_OK;
 }
 

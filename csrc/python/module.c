@@ -13,6 +13,7 @@
 
 #include "graph.h"
 #include "kernels/gemm.h"
+#include "kernels/qkernels.h"
 #include "kernels/simd.h"
 #include "parallel.h"
 
@@ -201,6 +202,25 @@ static PyObject *py_set_avx512(PyObject *module, PyObject *arg)
         return NULL;
     ai_set_avx512(on);
     return PyBool_FromLong(ai_cpu_avx512());
+}
+
+/* _set_quant_path(path) -> the path of the int8 kernels now used (at most
+ * `path`: 0 the portable reference, 1 plain, 2 AVX2, 3 AVX-512 VNNI) */
+static PyObject *py_set_quant_path(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const long path = PyLong_AsLong(arg);
+    if (path == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong(ai_q_set_path(path < 0 ? 0 : path > AI_Q_VNNI ? AI_Q_VNNI
+                                                                          : (int)path));
+}
+
+static PyObject *py_quant_path(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(ai_q_path());
 }
 
 /* ------------------------------------------------------------ module functions */
@@ -422,6 +442,12 @@ static PyMethodDef module_methods[] = {
     {"_set_avx512", py_set_avx512, METH_O,
      "_set_avx512(on) -> bool: the engine's AVX-512 kernels on (where the CPU has AVX-512) or off "
      "(8-lane kernels); returns whether they now run. For tests and benchmarks."},
+    {"_set_quant_path", py_set_quant_path, METH_O,
+     "_set_quant_path(path) -> int: the int8 kernels of the quantized operators, at most "
+     "`path` (0 the portable reference kernels, 1 plain C, 2 AVX2, 3 AVX-512 VNNI; capped to "
+     "what the CPU has); returns the path now used. For tests and benchmarks."},
+    {"_quant_path", py_quant_path, METH_NOARGS,
+     "_quant_path() -> int: the path of the int8 kernels in use (see _set_quant_path)."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads of the engine."},
     {"set_memory_limit", py_set_memory_limit, METH_O,
      "The plans' memory limit in bytes (None: no limit)."},

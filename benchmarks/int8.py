@@ -1,0 +1,85 @@
+"""Engine int8 forward against the engine's own float32 forward.
+
+For each example model (LeNet, DS-CNN, ResNet-8): the float32 engine graph
+and its ``aidge_interop.quantize`` int8 graph, the same batch, timed
+interleaved in one process (benchmarks/timing.py: medians of samples taken
+turn by turn) at 1 and 2 engine threads; prints int8 / float32 per model
+with the fast int8 kernels (the best path of the CPU) and, with --reference,
+with the portable reference kernels too.
+
+    PYTHONPATH=. python benchmarks/int8.py [--batch 16] [--budget 2] [--reference]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import aidge_interop  # noqa: E402
+from aidge_interop import _C  # noqa: E402
+from aidge_interop.examples import EXAMPLES  # noqa: E402
+from aidge_interop.quant.quantization import _as_graph  # noqa: E402
+from timing import interleaved_medians  # noqa: E402
+
+PATH_NAMES = {0: "reference", 1: "plain", 2: "avx2", 3: "vnni"}
+
+
+def bench(names, batch, budget, threads_list, reference):
+    import torch
+
+    # quantize runs the torch model: its OpenMP workers would spin beside ours
+    torch.set_num_threads(1)
+    best = _C._set_quant_path(3)
+    rows = []
+    for name in names:
+        factory, shape, _ = EXAMPLES[name]
+        model = factory(seed=0).eval()
+        rng = np.random.default_rng(0)
+        calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+        q = aidge_interop.quantize(model, calib)
+        graph = _as_graph(model, [shape[1:]], "int8 benchmark")
+        graph.training = False
+        x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
+        xq = q.quantize_inputs(x)
+
+        def f32():
+            graph.forward([x])
+
+        def int8():
+            q.run(*xq)
+
+        def int8_ref():
+            _C._set_quant_path(0)
+            q.run(*xq)
+            _C._set_quant_path(best)
+
+        for threads in threads_list:
+            aidge_interop.set_num_threads(threads)
+            fns = [f32, int8] + ([int8_ref] if reference else [])
+            t = interleaved_medians(fns, budget_s=budget)
+            row = (name, threads, t[0], t[1], t[2] if reference else None)
+            rows.append(row)
+            ref = f"  reference {t[2] / t[0]:6.1f}x" if reference else ""
+            print(f"{name:8s} {threads} thread(s)  float32 {t[0] * 1e3:7.3f} ms  "
+                  f"int8 {t[1] * 1e3:7.3f} ms  int8/float32 {t[1] / t[0]:5.2f} "
+                  f"({PATH_NAMES[best]}){ref}", flush=True)
+    aidge_interop.set_num_threads(1)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--budget", type=float, default=2.0, help="seconds per measurement")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", default=["lenet", "ds_cnn", "resnet8"])
+    ap.add_argument("--reference", action="store_true",
+                    help="also time the portable reference kernels")
+    args = ap.parse_args()
+    bench(args.models, args.batch, args.budget, args.threads, args.reference)
+
+
+if __name__ == "__main__":
+    main()

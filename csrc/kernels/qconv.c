@@ -1,0 +1,636 @@
+/*
+ * qconv.c — QConv and QGemm on the int8 GEMM (qgemm.c), threaded over
+ * jobs with a workspace slot per part.
+ *
+ *   depthwise (c = m = group), stride 1: direct, each plane padded once;
+ *       the taps run over the padded plane as one contiguous line (the
+ *       columns past each output row are computed and dropped), int32
+ *       accumulators, then the requantizing store row by row
+ *   pointwise (1x1, stride 1, no padding): the input's rows are the panel's
+ *   otherwise: im2col rows (0 in the padding) for a chunk of output
+ *       positions, packed into a panel
+ *   QGemm: x's rows packed as the panel's columns (4 bytes at a time), the
+ *       outputs stored transposed (y[j m + r])
+ * The weight pack (qgemm.c) is made at the first forward of a plan and kept
+ * in the node's state when the weights and bias are constants.
+ */
+#include <string.h>
+
+#include "../parallel.h"
+#include "qkernels.h"
+#include "simd.h"
+
+/* Parts of a job list: each has a workspace slot. */
+#define Q_SLOTS 8
+/* Output positions per im2col chunk: its panel stays within Q_CHUNK_BYTES. */
+#define Q_CHUNK_BYTES 32768
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+static bool is_depthwise(const aik_window *p)
+{
+    return p->group == p->c && p->m == p->c && p->sh == 1 && p->sw == 1;
+}
+
+static bool is_pointwise(const aik_window *p)
+{
+    return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 &&
+           p->pl == 0 && p->oh == p->h && p->ow == p->w;
+}
+
+/* Row panels: the taps of a kernel row padded to kw4 (a multiple of 4), so
+ * that the 4 bytes of one output position at 4 consecutive k are 4
+ * consecutive bytes of a padded input row (stride in columns <= 4, no
+ * column dilation): the panel is copied from the padded input, 4 bytes per
+ * position, or 16 positions of one row by 4 byte shuffles, instead of an
+ * im2col. Taken where the padding of kw to kw4 adds at most as many
+ * products as there are (kw >= 2). */
+static bool is_rowpack(const aik_window *p)
+{
+    return p->dw == 1 && p->sw <= 4 && p->kw >= 2;
+}
+
+typedef struct {
+    bool rowpack;
+    int32_t k;     /* the panel's reduction: channels per group x taps (padded) */
+    int32_t kw4;   /* rowpack: kw rounded up to 4 */
+    int32_t hp, wp; /* rowpack: the padded input planes */
+    int64_t chunk; /* output positions per job */
+    int64_t chunks;
+    size_t rows_bytes, panel_bytes, slot_bytes;
+} conv_geom;
+
+static conv_geom conv_geometry(const aik_window *p)
+{
+    conv_geom g;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    const int32_t cg = p->c / p->group;
+    g.rowpack = is_rowpack(p);
+    g.kw4 = (p->kw + 3) & ~3;
+    g.k = cg * p->kh * (g.rowpack ? g.kw4 : p->kw);
+    g.hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
+    g.wp = (p->ow - 1) * p->sw + g.kw4;
+    const int64_t kp = (g.k + 3) & ~3;
+    g.chunk = Q_CHUNK_BYTES / kp / 64 * 64;
+    if (g.chunk < 64)
+        g.chunk = 64;
+    if (g.chunk > os)
+        g.chunk = os;
+    g.chunks = os ? (os + g.chunk - 1) / g.chunk : 0;
+    /* rowpack: the padded planes, and 16 bytes for the shuffles' loads */
+    g.rows_bytes = g.rowpack ? ALIGN64((size_t)cg * g.hp * g.wp + 16)
+                   : is_pointwise(p) ? 0
+                                     : ALIGN64((size_t)g.k * (size_t)g.chunk);
+    g.panel_bytes = ALIGN64(ai_qpanel_bytes(g.k, g.chunk));
+    g.slot_bytes = g.rows_bytes + g.panel_bytes;
+    return g;
+}
+
+/* depthwise: the padded plane (int8) and the int32 accumulators */
+/* depthwise: the padded plane (int8, or u8 on the VNNI path) with DW_SLACK
+ * bytes past its end, the VNNI path's 4-byte windows of it (as many
+ * positions), the int32 accumulators (16 past the last, the VNNI path's
+ * full vectors) */
+#define DW_SLACK 48
+static void dw_geometry(const aik_window *p, int32_t *hp, int32_t *wp, size_t *slot)
+{
+    *hp = p->oh - 1 + p->dh * (p->kh - 1) + 1;
+    *wp = p->ow - 1 + p->dw * (p->kw - 1) + 1;
+    const size_t plane = (size_t)*hp * *wp;
+    *slot = ALIGN64(plane + DW_SLACK) + ALIGN64(4 * (plane + DW_SLACK)) +
+            ALIGN64(sizeof(int32_t) * ((size_t)p->oh * *wp + 16));
+}
+
+void ai_qconv_sizes(const aik_window *p, size_t *ws_bytes, size_t *state_bytes)
+{
+    if (is_depthwise(p)) {
+        int32_t hp, wp;
+        size_t slot;
+        dw_geometry(p, &hp, &wp, &slot);
+        *ws_bytes = Q_SLOTS * slot;
+        *state_bytes = 0;
+        return;
+    }
+    const conv_geom g = conv_geometry(p);
+    *ws_bytes = Q_SLOTS * g.slot_bytes;
+    *state_bytes = 64 + ai_qweights_bytes(p->m, g.k);
+}
+
+/* The weight pack in `state`: a header (whether it is made) then the pack. */
+static void weights_of(ai_qweights *q, void *state, bool const_weights, int32_t m, int32_t k,
+                       int32_t seg, int32_t seg_pad, const int8_t *w, const int32_t *bias)
+{
+    int64_t *made = state;
+    if (const_weights && *made) {
+        memcpy(q, made + 1, sizeof *q);
+        return;
+    }
+    ai_qweights_pack(q, (char *)state + 64, m, k, seg, seg_pad, w, bias);
+    if (const_weights) {
+        memcpy(made + 1, q, sizeof *q);
+        *made = 1;
+    }
+}
+
+static int64_t n_slots_of(int64_t jobs)
+{
+    int64_t s = ai_parallel_parts();
+    s = s > Q_SLOTS ? Q_SLOTS : s;
+    return jobs < s ? jobs : s;
+}
+
+/* ---------------------------------------------------------------- im2col + GEMM */
+
+typedef struct {
+    const aik_window *p;
+    conv_geom g;
+    const int8_t *x;
+    const ai_qweights *q;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    int64_t jobs, n_slots;
+} conv_job;
+
+/* rows (k, cols) of the chunk [p0, p0 + cols) of group input xg */
+AI_SHORT_LOOPS static void im2col_rows(const aik_window *p, const int8_t *xg, int64_t p0,
+                                       int64_t cols, int8_t *rows)
+{
+    const int32_t cg = p->c / p->group;
+    int8_t *dst = rows;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t ky = 0; ky < p->kh; ky++)
+            for (int32_t kx = 0; kx < p->kw; kx++, dst += cols) {
+                int32_t oy = (int32_t)(p0 / p->ow), ox = (int32_t)(p0 % p->ow);
+                for (int64_t j = 0; j < cols; ox = 0, oy++) {
+                    const int32_t run = (int32_t)(p->ow - ox < cols - j ? p->ow - ox : cols - j);
+                    const int32_t iy = oy * p->sh - p->pt + ky * p->dh;
+                    int8_t *d = dst + j;
+                    j += run;
+                    if (iy < 0 || iy >= p->h) {
+                        for (int32_t t = 0; t < run; t++)
+                            d[t] = 0;
+                        continue;
+                    }
+                    const int8_t *xr = xc + (int64_t)iy * p->w;
+                    const int32_t ix0 = ox * p->sw - p->pl + kx * p->dw;
+                    if (p->sw == 1) { /* loops, not calls: runs are a row or less */
+                        int32_t a = -ix0, b = p->w - ix0;
+                        a = a < 0 ? 0 : a > run ? run : a;
+                        b = b < a ? a : b > run ? run : b;
+                        for (int32_t t = 0; t < a; t++)
+                            d[t] = 0;
+                        for (int32_t t = a; t < b; t++)
+                            d[t] = xr[ix0 + t];
+                        for (int32_t t = b; t < run; t++)
+                            d[t] = 0;
+                    } else {
+                        for (int32_t t = 0; t < run; t++) {
+                            const int32_t ix = ix0 + t * p->sw;
+                            d[t] = ix >= 0 && ix < p->w ? xr[ix] : 0;
+                        }
+                    }
+                }
+            }
+    }
+}
+
+/* The cg input planes of a group as u = x ^ 0x80, padded (u = 128) to
+ * hp x wp: row r, column t hold input (r - pt, t - pl). */
+AI_SHORT_LOOPS static void pad_planes(const aik_window *p, const conv_geom *g, const int8_t *xg,
+                                      uint8_t *dst)
+{
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t r = 0; r < g->hp; r++, dst += g->wp) {
+            const int32_t iy = r - p->pt;
+            int32_t a = iy < 0 || iy >= p->h ? g->wp : p->pl, b = p->pl + p->w;
+            b = b > g->wp ? g->wp : b < a ? a : b;
+            const int64_t at = (int64_t)iy * p->w - p->pl;
+            for (int32_t t = 0; t < a; t++)
+                dst[t] = 0x80;
+            for (int32_t t = a; t < b; t++)
+                dst[t] = (uint8_t)(xc[at + t] ^ 0x80);
+            for (int32_t t = b; t < g->wp; t++)
+                dst[t] = 0x80;
+        }
+    }
+    for (int t = 0; t < 16; t++) /* what the shuffles load past the end */
+        dst[t] = 0x80;
+}
+
+#ifdef AI_AVX512_KERNEL
+#include <immintrin.h>
+/* 16 positions of one output row, stride sw <= 4 in columns: position i's
+ * 4 bytes at src + i sw, as 4 byte shuffles of 16-byte loads */
+__attribute__((target("arch=x86-64-v3"))) static void
+shuffle16(const aik_window *p, const conv_geom *g, int64_t at, const uint8_t *planes,
+          uint8_t *dst)
+{
+    int8_t m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (int8_t)(i / 4 * p->sw + i % 4);
+    const __m128i mask = _mm_loadu_si128((const __m128i *)m);
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++)
+        for (int32_t ky = 0; ky < p->kh; ky++) {
+            const uint8_t *row = planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp + at;
+            for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
+                for (int q = 0; q < 4; q++)
+                    _mm_storeu_si128((__m128i *)(dst + 16 * q),
+                                     _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(
+                                                          row + kx + 4 * q * p->sw)),
+                                                      mask));
+        }
+}
+
+/* A full block across output rows: each group of 4 positions in one row
+ * by a byte shuffle, the others 4 bytes at a time (at: each position's
+ * first byte in a plane). */
+__attribute__((target("arch=x86-64-v3"))) static void
+shuffle_groups(const aik_window *p, const conv_geom *g, const int64_t *at, int64_t j0,
+               const uint8_t *planes, uint8_t *dst)
+{
+    int8_t m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (int8_t)(i / 4 * p->sw + i % 4);
+    const __m128i mask = _mm_loadu_si128((const __m128i *)m);
+    bool one_row[4];
+    for (int q = 0; q < 4; q++)
+        one_row[q] = (j0 + 4 * q) / p->ow == (j0 + 4 * q + 3) / p->ow;
+    const int32_t cg = p->c / p->group;
+    for (int32_t ci = 0; ci < cg; ci++)
+        for (int32_t ky = 0; ky < p->kh; ky++) {
+            const uint8_t *row = planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp;
+            for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64)
+                for (int q = 0; q < 4; q++) {
+                    if (one_row[q]) {
+                        _mm_storeu_si128((__m128i *)(dst + 16 * q),
+                                         _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(
+                                                              row + at[4 * q] + kx)),
+                                                          mask));
+                        continue;
+                    }
+                    for (int i = 4 * q; i < 4 * q + 4; i++)
+                        memcpy(dst + 4 * i, row + at[i] + kx, 4);
+                }
+        }
+}
+#endif
+
+/* The panel of positions [p0, p0 + cols) from the padded planes. */
+AI_SHORT_LOOPS static void rowpack_panel(const aik_window *p, const conv_geom *g,
+                                         const uint8_t *planes, int64_t p0, int64_t cols,
+                                         uint8_t *panel)
+{
+    const int32_t cg = p->c / p->group, kp = (g->k + 3) & ~3;
+    for (int64_t b = 0; b < (cols + 15) / 16; b++) {
+        uint8_t *dst = panel + b * 16 * kp;
+        const int64_t j0 = p0 + b * 16;
+        const int n = cols - b * 16 < 16 ? (int)(cols - b * 16) : 16;
+#ifdef AI_AVX512_KERNEL
+        const int64_t oy = j0 / p->ow, ox = j0 % p->ow;
+        if (n == 16 && ox + 16 <= p->ow && ai_q_path() >= AI_Q_AVX2) {
+            shuffle16(p, g, oy * p->sh * g->wp + ox * p->sw, planes, dst);
+            continue;
+        }
+#endif
+        int64_t at[16] = {0}; /* each position's first byte in a plane */
+        for (int i = 0; i < n; i++) {
+            const int64_t jj = j0 + i;
+            at[i] = jj / p->ow * p->sh * g->wp + jj % p->ow * p->sw;
+        }
+#ifdef AI_AVX512_KERNEL
+        if (n == 16 && ai_q_path() >= AI_Q_AVX2) {
+            shuffle_groups(p, g, at, j0, planes, dst);
+            continue;
+        }
+#endif
+        for (int32_t ci = 0; ci < cg; ci++)
+            for (int32_t ky = 0; ky < p->kh; ky++) {
+                const uint8_t *row =
+                    planes + ((int64_t)ci * g->hp + (int64_t)ky * p->dh) * g->wp;
+                for (int32_t kx = 0; kx < g->kw4; kx += 4, dst += 64) {
+                    if (n == 16) /* (a loop the compiler unrolls) */
+                        for (int i = 0; i < 16; i++)
+                            memcpy(dst + 4 * i, row + at[i] + kx, 4);
+                    else
+                        for (int i = 0; i < 16; i++) {
+                            uint32_t v = 0x80808080u; /* past the end: x = 0 */
+                            if (i < n)
+                                memcpy(&v, row + at[i] + kx, 4);
+                            memcpy(dst + 4 * i, &v, 4);
+                        }
+                }
+            }
+    }
+}
+
+static void conv_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const conv_job *j = ctx;
+    const aik_window *p = j->p;
+    const conv_geom *g = &j->g;
+    const int32_t cg = p->c / p->group, mg = p->m / p->group;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    for (int64_t s = lo; s < hi; s++) {
+        int8_t *rows = (int8_t *)j->ws + s * g->slot_bytes;
+        uint8_t *panel = (uint8_t *)rows + g->rows_bytes;
+        int64_t padded = -1; /* rowpack: the image and group in `rows` */
+        for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
+             job++) {
+            const int64_t chunk = job % g->chunks, ng = job / g->chunks;
+            const int32_t gi = (int32_t)(ng % p->group);
+            const int64_t n = ng / p->group;
+            const int64_t p0 = chunk * g->chunk;
+            const int64_t cols = os - p0 < g->chunk ? os - p0 : g->chunk;
+            const int8_t *xg = j->x + (n * p->c + (int64_t)gi * cg) * p->h * p->w;
+            if (g->rowpack) {
+                if (padded != ng)
+                    pad_planes(p, g, xg, (uint8_t *)rows);
+                padded = ng;
+                rowpack_panel(p, g, (const uint8_t *)rows, p0, cols, panel);
+            } else if (is_pointwise(p)) {
+                ai_qpack_rows(g->k, cols, xg + p0, os, panel);
+            } else {
+                im2col_rows(p, xg, p0, cols, rows);
+                ai_qpack_rows(g->k, cols, rows, cols, panel);
+            }
+            ai_qweights qg = *j->q;
+            qg.m = mg;
+            qg.cb += (int64_t)gi * mg;
+            qg.w8 += (int64_t)gi * mg * qg.kp;
+            qg.w16 += (int64_t)gi * mg * qg.kp;
+            ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg,
+                     j->y + (n * p->m + (int64_t)gi * mg) * os + p0, os, 1);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- depthwise */
+
+typedef struct {
+    const aik_window *p;
+    const int8_t *x, *w;
+    const int32_t *bias;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    int32_t hp, wp;
+    size_t slot;
+    int64_t jobs, n_slots;
+    bool vnni; /* dw_plane_vnni */
+} dw_job;
+
+AI_VECTOR_CLONES AI_SHORT_LOOPS
+static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
+{
+    /* locals: the int8 stores may alias any memory, not these */
+    const aik_window win = *j->p, *p = &win;
+    const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
+    const int8_t *xc = j->x + plane * p->h * p->w;
+    /* the padded plane: rows -pt .. hp - pt - 1, columns -pl .. wp - pl - 1 */
+    for (int32_t r = 0; r < hp; r++) {
+        const int32_t iy = r - p->pt;
+        int8_t *d = xpad + (int64_t)r * wp;
+        const int64_t at = (int64_t)iy * p->w - p->pl;
+        int32_t a = iy < 0 || iy >= p->h ? wp : p->pl, b = p->pl + p->w;
+        b = b > wp ? wp : b < a ? a : b;
+        for (int32_t t = 0; t < a; t++)
+            d[t] = 0;
+        for (int32_t t = a; t < b; t++)
+            d[t] = xc[at + t];
+        for (int32_t t = b; t < wp; t++)
+            d[t] = 0;
+    }
+    const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
+    const int32_t b0 = j->bias ? j->bias[c] : 0;
+    for (int64_t i = 0; i < len; i++)
+        acc[i] = b0;
+    const int8_t *w = j->w + (int64_t)c * p->kh * p->kw;
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t kx = 0; kx < p->kw; kx++) {
+            const int32_t wv = w[ky * p->kw + kx];
+            const int8_t *src = xpad + (int64_t)ky * p->dh * wp + (int64_t)kx * p->dw;
+            for (int64_t i = 0; i < len; i++)
+                acc[i] += wv * src[i];
+        }
+}
+
+#ifdef AI_AVX512_KERNEL
+/*
+ * The VNNI depthwise plane (no column dilation): u, the padded plane as
+ * u8 (x ^ 0x80); win[4 i + t] = u[i + t], the 4-byte window at each flat
+ * position (16 at a time by byte shuffles); the taps of a kernel row go 4
+ * at a time (kw padded to kw4 with zero weights): acc[i] = cb + sum over
+ * rows ky and groups g of dot4(win[i + ky dh wp + 4 g], w4[ky][g]), one
+ * vpdpbusd per 16 positions, row and group. cb = bias - 128 sum(w).
+ */
+__attribute__((target("arch=x86-64-v4,avx512vnni"))) static void
+dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t *acc)
+{
+    const aik_window win_p = *j->p, *p = &win_p;
+    const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
+    const int32_t kw4 = (p->kw + 3) & ~3;
+    const int8_t *xc = j->x + plane * p->h * p->w;
+    const int64_t n_u = (int64_t)hp * wp;
+    const __m128i f = _mm_set1_epi8((char)0x80);
+    for (int32_t r = 0; r < hp && wp <= 16; r++) { /* narrow planes: a row a store */
+        const int32_t iy = r - p->pt;
+        const int32_t nb = p->w < wp - p->pl ? p->w : wp - p->pl;
+        const __mmask16 mk = (__mmask16)((1u << nb) - 1);
+        uint8_t *d = u + (int64_t)r * wp; /* the 16 bytes spill into the next row */
+        _mm_storeu_si128((__m128i *)d, f);
+        if (iy >= 0 && iy < p->h)
+            _mm_mask_storeu_epi8(d + p->pl, mk,
+                                 _mm_xor_si128(_mm_maskz_loadu_epi8(mk, xc + (int64_t)iy * p->w),
+                                               f));
+    }
+    for (int32_t r = 0; r < hp && wp > 16; r++) {
+        const int32_t iy = r - p->pt;
+        uint8_t *d = u + (int64_t)r * wp;
+        int32_t a = iy < 0 || iy >= p->h ? wp : p->pl, b = p->pl + p->w;
+        b = b > wp ? wp : b < a ? a : b;
+        const int64_t at = (int64_t)iy * p->w - p->pl;
+        for (int32_t t = 0; t < a; t++)
+            d[t] = 0x80;
+        for (int32_t t = a; t < b; t++)
+            d[t] = (uint8_t)(xc[at + t] ^ 0x80);
+        for (int32_t t = b; t < wp; t++)
+            d[t] = 0x80;
+    }
+    for (int t = 0; t < DW_SLACK; t++)
+        u[n_u + t] = 0x80;
+    const __m128i mask = _mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+    for (int64_t i = 0; i < n_u + DW_SLACK - 16; i += 4) /* the loads stay in u */
+        _mm_storeu_si128((__m128i *)(win + 4 * i),
+                         _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(u + i)), mask));
+    const int8_t *w = j->w + (int64_t)c * p->kh * p->kw;
+    int32_t w4[64];
+    uint32_t sum = 0;
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t g = 0; g < kw4 / 4; g++) {
+            int8_t v[4];
+            for (int t = 0; t < 4; t++) {
+                const int32_t kx = 4 * g + t;
+                v[t] = kx < p->kw ? w[ky * p->kw + kx] : 0;
+                sum += (uint32_t)(int32_t)v[t];
+            }
+            memcpy(&w4[ky * (kw4 / 4) + g], v, 4);
+        }
+    const int32_t cb = (int32_t)((j->bias ? (uint32_t)j->bias[c] : 0u) - 128u * sum);
+    const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
+    const int n_taps = p->kh * (kw4 / 4); /* groups of 4 taps: their windows' offsets */
+    int64_t off[64];
+    __m512i wv[64];
+    for (int32_t ky = 0; ky < p->kh; ky++)
+        for (int32_t g = 0; g < kw4 / 4; g++) {
+            off[ky * (kw4 / 4) + g] = 4 * ((int64_t)ky * p->dh * wp + 4 * g);
+            wv[ky * (kw4 / 4) + g] = _mm512_set1_epi32(w4[ky * (kw4 / 4) + g]);
+        }
+    if (n_taps == 3) /* 3 x 3 and 3 x 4 kernels, unrolled */
+        for (int64_t i = 0; i < len; i += 16) {
+            const uint8_t *s = win + 4 * i;
+            __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(cb),
+                                            _mm512_loadu_si512(s + off[0]), wv[0]);
+            a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(s + off[1]), wv[1]);
+            a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(s + off[2]), wv[2]);
+            _mm512_storeu_si512(acc + i, a);
+        }
+    else
+        for (int64_t i = 0; i < len; i += 16) {
+            __m512i a = _mm512_set1_epi32(cb);
+            for (int t = 0; t < n_taps; t++)
+                a = _mm512_dpbusd_epi32(a, _mm512_loadu_si512(win + 4 * i + off[t]), wv[t]);
+            _mm512_storeu_si512(acc + i, a);
+        }
+}
+#endif
+
+static void dw_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const dw_job *j = ctx;
+    const aik_window *p = j->p;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    const size_t plane_bytes = (size_t)j->hp * j->wp;
+    for (int64_t s = lo; s < hi; s++) {
+        int8_t *xpad = (int8_t *)j->ws + s * j->slot;
+        uint8_t *win = (uint8_t *)xpad + ALIGN64(plane_bytes + DW_SLACK);
+        int32_t *acc = (int32_t *)(win + ALIGN64(4 * (plane_bytes + DW_SLACK)));
+        for (int64_t plane = s * j->jobs / j->n_slots;
+             plane < (s + 1) * j->jobs / j->n_slots; plane++) {
+#ifdef AI_AVX512_KERNEL
+            if (j->vnni)
+                dw_plane_vnni(j, plane, (uint8_t *)xpad, win, acc);
+            else
+#endif
+                dw_plane(j, plane, xpad, acc);
+            ai_q_store_rows(acc, p->oh, p->ow, j->wp, &j->rq[plane % p->c], j->y + plane * os);
+        }
+    }
+}
+
+void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+{
+    const int64_t os = (int64_t)p->oh * p->ow;
+    if (os == 0 || p->n == 0 || p->m == 0)
+        return;
+    if (is_depthwise(p)) {
+        dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
+                    ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16};
+        dw_geometry(p, &j.hp, &j.wp, &j.slot);
+        j.n_slots = n_slots_of(j.jobs);
+        ai_parallel_for(j.n_slots, 1, dw_range, &j);
+        return;
+    }
+    ai_qweights q;
+    const conv_geom g = conv_geometry(p);
+    const int32_t k = p->c / p->group * p->kh * p->kw;
+    if (g.rowpack)
+        weights_of(&q, state, const_weights, p->m, k, p->kw, g.kw4, w, bias);
+    else
+        weights_of(&q, state, const_weights, p->m, k, k, k, w, bias);
+    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, conv_range, &j);
+}
+
+/* ---------------------------------------------------------------- QGemm */
+
+/* Rows of x per job: a multiple of 16 (whole panel blocks). */
+#define FC_ROWS 64
+
+void ai_qfc_sizes(int64_t n, int32_t k, int32_t m, size_t *ws_bytes, size_t *state_bytes)
+{
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    *ws_bytes = Q_SLOTS * ALIGN64(ai_qpanel_bytes(k, rows));
+    *state_bytes = 64 + ai_qweights_bytes(m, k);
+}
+
+typedef struct {
+    int64_t n;
+    const int8_t *x;
+    const ai_qweights *q;
+    const aik_rq *rq;
+    int8_t *y;
+    char *ws;
+    size_t slot;
+    int64_t jobs, n_slots;
+} fc_job;
+
+/* panel of x's rows [i0, i0 + cols) (k each) */
+AI_SHORT_LOOPS static void pack_x_rows(const int8_t *x, int32_t k, int64_t cols, uint8_t *xp)
+{
+    const int32_t kp = (k + 3) & ~3;
+    for (int64_t b = 0; b < (cols + 15) / 16; b++)
+        for (int j = 0; j < 16; j++) {
+            uint8_t *d = xp + b * 16 * kp + j * 4;
+            const int64_t i = b * 16 + j;
+            const int8_t *xr = x + i * k;
+            int32_t t = 0;
+            if (i < cols)
+                for (; t + 4 <= k; t += 4, d += 64) {
+                    uint32_t v;
+                    memcpy(&v, xr + t, 4);
+                    v ^= 0x80808080u;
+                    memcpy(d, &v, 4);
+                }
+            for (; t < kp; t += 4, d += 64)
+                for (int e = 0; e < 4; e++)
+                    d[e] = i < cols && t + e < k ? (uint8_t)(xr[t + e] ^ 0x80) : 0x80;
+        }
+}
+
+static void fc_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const fc_job *j = ctx;
+    const int32_t k = j->q->k, m = j->q->m;
+    for (int64_t s = lo; s < hi; s++) {
+        uint8_t *panel = (uint8_t *)j->ws + s * j->slot;
+        for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
+             job++) {
+            const int64_t i0 = job * FC_ROWS;
+            const int64_t cols = j->n - i0 < FC_ROWS ? j->n - i0 : FC_ROWS;
+            pack_x_rows(j->x + i0 * k, k, cols, panel);
+            ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+        }
+    }
+}
+
+void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+            const int32_t *bias, const aik_rq *rq, int8_t *y, void *state, bool const_weights,
+            void *ws)
+{
+    if (n == 0 || m == 0)
+        return;
+    ai_qweights q;
+    weights_of(&q, state, const_weights, m, k, k, k, w, bias);
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    fc_job j = {n, x, &q, rq, y, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
+                (n + FC_ROWS - 1) / FC_ROWS, 0};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, fc_range, &j);
+}

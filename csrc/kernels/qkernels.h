@@ -1,0 +1,108 @@
+/*
+ * qkernels.h — the engine's fast int8 kernels (the quantized operators of
+ * ops/quant.c): the same integers, bit for bit, as the portable reference
+ * kernels of portable/aidge_kernels.h, which C exports ship.
+ *
+ * Products: int8 x int8 -> int32 as a GEMM with the CPU's integer dot
+ * products. The activations enter as unsigned bytes u = x + 128 (x ^ 0x80)
+ * and each output channel's bias absorbs the offset, cb = bias - 128 sum(w):
+ * cb + sum(u w) = bias + sum(x w), exact in wrapping int32 arithmetic since
+ * the true sum fits (ops/quant.c refuses accumulators that may overflow).
+ *
+ *   VNNI   AVX-512 vpdpbusd: 4 u8 x s8 products per int32 lane
+ *   AVX2   vpmaddwd on the bytes widened to int16 (vpmaddubsw's int16
+ *          pair sums would saturate at 255 * 127 * 2)
+ *   PLAIN  the same packed layout in C loops
+ * The requantization (ai_q_requant, the reference's aik_requant without its
+ * division) is fused into the store, per output channel (rq[m]).
+ *
+ * Packed activations ("panels"): blocks of 16 columns (output positions);
+ * a block holds, for each group of 4 reduction indices k (kp / 4 of them,
+ * kp = k rounded up to 4), 16 x 4 bytes: column j's u at k..k+3. Columns
+ * past the end and k past k hold u = 128 (x = 0).
+ */
+#ifndef AI_QKERNELS_H
+#define AI_QKERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../portable/aidge_kernels.h"
+
+/* The kernel paths, slowest first. AI_Q_REFERENCE: the portable kernels
+ * themselves (what ops/quant.c then calls). */
+enum { AI_Q_REFERENCE, AI_Q_PLAIN, AI_Q_AVX2, AI_Q_VNNI };
+
+/* The path in use: the best the CPU and the build have, or less after
+ * ai_q_set_path (tests and benchmarks compare the paths). */
+int ai_q_path(void);
+/* Uses at most `path` (clamped to what the CPU has); returns the path now used. */
+int ai_q_set_path(int path);
+
+/* floor(acc * multiplier / 2^shift + 1/2), clamped: aik_requant without
+ * its division (GCC's >> of a negative int64 is arithmetic, a floor). */
+static inline int8_t ai_q_requant(int32_t acc, const aik_rq *r)
+{
+    int64_t v = (int64_t)acc * r->multiplier;
+    if (r->shift > 0)
+        v = (v + ((int64_t)1 << (r->shift - 1))) >> r->shift;
+    return (int8_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
+}
+
+/* Weights packed once per plan: m rows of k int8, each padded to kp with
+ * zeros (w8, and widened w16 for the AVX2 path), and cb (above). */
+typedef struct {
+    int32_t m, k, kp;
+    int32_t *cb;
+    int8_t *w8;
+    int16_t *w16;
+} ai_qweights;
+
+size_t ai_qweights_bytes(int32_t m, int32_t k);
+/* w (m, k), bias (m) or NULL; mem: ai_qweights_bytes(m, k / seg * seg_pad),
+ * 64-byte aligned. Each row's segments of seg weights are padded with zeros
+ * to seg_pad (the rows of taps of QConv's row panels); seg = seg_pad = k:
+ * the rows as they are. */
+void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, int32_t seg,
+                      int32_t seg_pad, const int8_t *w, const int32_t *bias);
+
+/* y[r ldr + j ldj] = requant(cb[r] + sum_k w[r][k] u[k][j], rq[r]) for the
+ * rows r < q->m and columns j < cols of panel xp (ceil(cols / 16) blocks). */
+void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
+              int8_t *y, int64_t ldr, int64_t ldj);
+
+/* y[i cols + j] = requant(acc[i lda + j], r), i < rows, j < cols (AVX-512
+ * on the VNNI path). */
+void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
+                     const aik_rq *r, int8_t *y);
+
+/* Bytes of the packed panel of `cols` columns of k rows. */
+static inline size_t ai_qpanel_bytes(int32_t k, int64_t cols)
+{
+    return (size_t)((cols + 15) / 16) * 16 * (size_t)((k + 3) & ~3);
+}
+
+/* Panel of `cols` columns from k rows of int8 (row i at rows + i * ld). */
+void ai_qpack_rows(int32_t k, int64_t cols, const int8_t *rows, int64_t ld, uint8_t *xp);
+
+/* Workspace and state of the operators (ops/quant.c). The weight pack of
+ * QConv (not depthwise) and QGemm lives in the node's state: *state_bytes;
+ * scratch per call: *ws_bytes. */
+void ai_qconv_sizes(const aik_window *p, size_t *ws_bytes, size_t *state_bytes);
+void ai_qfc_sizes(int64_t n, int32_t k, int32_t m, size_t *ws_bytes, size_t *state_bytes);
+
+/* The operators. `state` (zeroed per plan) caches the weight pack when
+ * `const_weights` (weight and bias constants of the plan); rq: m entries. */
+void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws);
+void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+            const int32_t *bias, const aik_rq *rq, int8_t *y, void *state, bool const_weights,
+            void *ws);
+void ai_qmaxpool(const aik_window *p, const int8_t *x, int8_t *y);
+void ai_qavgpool(const aik_window *p, const int8_t *x, int8_t *y);
+void ai_qadd(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,
+             int32_t shift, int32_t lo, int32_t hi, int8_t *y);
+void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y);
+
+#endif

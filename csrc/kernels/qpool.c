@@ -1,0 +1,245 @@
+/*
+ * qpool.c — QMaxPool, QAveragePool, QAdd and Requantize (qkernels.h): the
+ * reference's integers without its per-tap bounds checks and divisions.
+ * Pools clip each window to the input once (the taps inside are those of
+ * [k0, k1) along each axis); QAdd and Requantize run 8 lanes of int64 with
+ * AVX-512 on the VNNI path, else the scalar loop.
+ */
+#include "../parallel.h"
+#include "qkernels.h"
+#include "simd.h"
+
+#if defined(AI_AVX512_KERNEL)
+#define AI_Q_X86 1
+#include <immintrin.h>
+#define Q_AVX512 __attribute__((target("arch=x86-64-v4")))
+#endif
+
+/* taps [*k0, *k1) of window o that fall inside [0, size) */
+static inline void taps_inside(int32_t o, int32_t s, int32_t pad, int32_t d, int32_t k,
+                               int32_t size, int32_t *k0, int32_t *k1)
+{
+    const int64_t start = (int64_t)o * s - pad;
+    int64_t a = 0, b = k;
+    if (d == 1) { /* no division */
+        a = start < 0 ? -start : 0;
+        b = size - start < k ? size - start : k;
+    } else {
+        a = start < 0 ? (-start + d - 1) / d : 0;
+        if (start + (int64_t)(k - 1) * d >= size)
+            b = size - 1 - start < 0 ? 0 : (size - 1 - start) / d + 1;
+    }
+    *k0 = (int32_t)(a > k ? k : a);
+    *k1 = (int32_t)(b < *k0 ? *k0 : b);
+}
+
+typedef struct {
+    const aik_window *p;
+    const int8_t *x;
+    int8_t *y;
+    bool avg;
+} pool_job;
+
+/* floor(sum / count + 1/2) as avg_i8 of the reference */
+static inline int8_t avg_round(int32_t sum, int32_t count)
+{
+    if (count <= 0)
+        return 0;
+    const int64_t num = 2 * (int64_t)sum + count, den = 2 * (int64_t)count;
+    int64_t q = num / den;
+    if (num % den != 0 && num < 0)
+        q -= 1;
+    return (int8_t)q;
+}
+
+/* Output positions per row segment (their accumulators on the stack); rows
+ * shorter than POOL_WIDE go output by output. */
+#define POOL_SEG 256
+#define POOL_WIDE 16
+
+/* First output position >= 0 whose tap at offset t (ox * s + t) is >= v. */
+static inline int64_t first_at_least(int64_t v, int64_t t, int32_t s)
+{
+    const int64_t u = v - t;
+    return u <= 0 ? 0 : (u + s - 1) / s;
+}
+
+/* Tap by tap over a segment of an output row (a division per row and tap,
+ * none per output): acc[ox] takes tap (ky, kx) for the ox whose input
+ * column is inside. */
+static void pool_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    /* locals: the int8 stores may alias any memory, not these */
+    const aik_window win = *j->p, *p = &win;
+    const bool avg = j->avg;
+    const bool max2x2 = !avg && p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 &&
+                        p->dh == 1 && p->dw == 1 && p->pt == 0 && p->pl == 0 &&
+                        2 * p->oh <= p->h && 2 * p->ow <= p->w;
+    const bool global = p->oh == 1 && p->ow == 1 && p->kh == p->h && p->kw == p->w &&
+                        p->pt == 0 && p->pl == 0 && p->dh == 1 && p->dw == 1;
+    int32_t acc[POOL_SEG], cnt[POOL_SEG];
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const int8_t *xc = j->x + nc * p->h * p->w;
+        int8_t *yc = j->y + nc * p->oh * p->ow;
+        if (global) { /* one window over the whole plane: a sum or max of a line */
+            int32_t a = avg ? 0 : INT8_MIN;
+            if (avg)
+                for (int64_t i = 0; i < (int64_t)p->h * p->w; i++)
+                    a += xc[i];
+            else
+                for (int64_t i = 0; i < (int64_t)p->h * p->w; i++)
+                    a = xc[i] > a ? xc[i] : a;
+            yc[0] = avg ? avg_round(a, p->h * p->w) : (int8_t)a;
+            continue;
+        }
+        if (max2x2) { /* 2x2 windows, stride 2, inside the input: the common max pool */
+            for (int32_t oy = 0; oy < p->oh; oy++) {
+                const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
+                int8_t *yr = yc + (int64_t)oy * p->ow;
+                for (int32_t ox = 0; ox < p->ow; ox++) {
+                    const int8_t a = x0[2 * ox] > x0[2 * ox + 1] ? x0[2 * ox] : x0[2 * ox + 1];
+                    const int8_t b = x1[2 * ox] > x1[2 * ox + 1] ? x1[2 * ox] : x1[2 * ox + 1];
+                    yr[ox] = a > b ? a : b;
+                }
+            }
+            continue;
+        }
+        for (int32_t oy = 0; oy < p->oh; oy++) {
+            int32_t ky0, ky1;
+            taps_inside(oy, p->sh, p->pt, p->dh, p->kh, p->h, &ky0, &ky1);
+            const int64_t iy0 = (int64_t)oy * p->sh - p->pt;
+            if (p->ow < POOL_WIDE) { /* output by output: rows too short for taps first */
+                for (int32_t ox = 0; ox < p->ow; ox++) {
+                    int32_t kx0, kx1;
+                    taps_inside(ox, p->sw, p->pl, p->dw, p->kw, p->w, &kx0, &kx1);
+                    const int64_t at = iy0 * p->w + (int64_t)ox * p->sw - p->pl;
+                    int32_t a = avg ? 0 : INT8_MIN;
+                    for (int32_t ky = ky0; ky < ky1; ky++) {
+                        const int64_t r = at + (int64_t)ky * p->dh * p->w;
+                        if (avg)
+                            for (int32_t kx = kx0; kx < kx1; kx++)
+                                a += xc[r + (int64_t)kx * p->dw];
+                        else
+                            for (int32_t kx = kx0; kx < kx1; kx++)
+                                a = xc[r + (int64_t)kx * p->dw] > a ? xc[r + (int64_t)kx * p->dw]
+                                                                    : a;
+                    }
+                    yc[(int64_t)oy * p->ow + ox] =
+                        avg ? avg_round(a, p->count_include_pad ? p->kh * p->kw
+                                                                : (ky1 - ky0) * (kx1 - kx0))
+                            : (int8_t)a;
+                }
+                continue;
+            }
+            for (int32_t ox0 = 0; ox0 < p->ow; ox0 += POOL_SEG) {
+                const int32_t n = p->ow - ox0 < POOL_SEG ? p->ow - ox0 : POOL_SEG;
+                for (int32_t i = 0; i < n; i++)
+                    acc[i] = avg ? 0 : INT8_MIN, cnt[i] = 0;
+                /* the taps inside for some output of the segment */
+                int32_t a0, b0, a1, b1;
+                taps_inside(ox0, p->sw, p->pl, p->dw, p->kw, p->w, &a0, &b0);
+                taps_inside(ox0 + n - 1, p->sw, p->pl, p->dw, p->kw, p->w, &a1, &b1);
+                for (int32_t kx = a1; kx < b0; kx++) {
+                    const int64_t t = (int64_t)kx * p->dw - p->pl; /* column of ox: ox sw + t */
+                    int64_t l = first_at_least(0, t, p->sw), r = first_at_least(p->w, t, p->sw);
+                    l = l < ox0 ? 0 : l - ox0;
+                    r = r - ox0 > n ? n : r - ox0;
+                    for (int32_t ky = ky0; ky < ky1; ky++) {
+                        const int64_t at = (iy0 + (int64_t)ky * p->dh) * p->w + t +
+                                           (int64_t)ox0 * p->sw;
+                        if (avg)
+                            for (int64_t i = l; i < r; i++)
+                                acc[i] += xc[at + i * p->sw];
+                        else
+                            for (int64_t i = l; i < r; i++) {
+                                const int32_t v = xc[at + i * p->sw];
+                                acc[i] = v > acc[i] ? v : acc[i];
+                            }
+                    }
+                    for (int64_t i = l; i < r; i++)
+                        cnt[i] += ky1 - ky0;
+                }
+                int8_t *yr = yc + (int64_t)oy * p->ow + ox0;
+                if (avg)
+                    for (int32_t i = 0; i < n; i++)
+                        yr[i] = avg_round(acc[i], p->count_include_pad ? p->kh * p->kw : cnt[i]);
+                else
+                    for (int32_t i = 0; i < n; i++)
+                        yr[i] = (int8_t)acc[i];
+            }
+        }
+    }
+}
+
+static void pool(const aik_window *p, const int8_t *x, int8_t *y, bool avg)
+{
+    pool_job j = {p, x, y, avg};
+    const int64_t planes = (int64_t)p->n * p->c;
+    ai_parallel_for(planes, ai_grain_of((int64_t)p->h * p->w), pool_range, &j);
+}
+
+void ai_qmaxpool(const aik_window *p, const int8_t *x, int8_t *y) { pool(p, x, y, false); }
+
+void ai_qavgpool(const aik_window *p, const int8_t *x, int8_t *y) { pool(p, x, y, true); }
+
+/* ---------------------------------------------------------------- QAdd, Requantize */
+
+typedef struct {
+    const int8_t *a, *b;
+    int32_t ma, mb; /* Requantize: b NULL, ma its multiplier */
+    int32_t shift, lo, hi;
+    int8_t *y;
+} ew_job;
+
+#ifdef AI_Q_X86
+static Q_AVX512 void ew_avx512(const ew_job *j, int64_t lo, int64_t hi)
+{
+    const __m512i ma = _mm512_set1_epi64(j->ma), mb = _mm512_set1_epi64(j->mb);
+    const __m512i half = _mm512_set1_epi64(j->shift > 0 ? (int64_t)1 << (j->shift - 1) : 0);
+    const __m128i sh = _mm_cvtsi32_si128(j->shift);
+    const __m512i vlo = _mm512_set1_epi64(j->lo), vhi = _mm512_set1_epi64(j->hi);
+    for (int64_t i = lo; i < hi; i += 8) {
+        const __mmask8 m = (__mmask8)(hi - i < 8 ? (1u << (hi - i)) - 1 : 0xff);
+        __m512i v = _mm512_mullo_epi64(
+            _mm512_cvtepi8_epi64(_mm_maskz_loadu_epi8(m, j->a + i)), ma);
+        if (j->b)
+            v = _mm512_add_epi64(v, _mm512_mullo_epi64(
+                                        _mm512_cvtepi8_epi64(_mm_maskz_loadu_epi8(m, j->b + i)),
+                                        mb));
+        v = _mm512_sra_epi64(_mm512_add_epi64(v, half), sh);
+        v = _mm512_min_epi64(_mm512_max_epi64(v, vlo), vhi);
+        _mm512_mask_cvtepi64_storeu_epi8(j->y + i, m, v);
+    }
+}
+#endif
+
+static void ew_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const ew_job *j = ctx;
+#ifdef AI_Q_X86
+    if (ai_q_path() >= AI_Q_VNNI) {
+        ew_avx512(j, lo, hi);
+        return;
+    }
+#endif
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t v = (int64_t)j->a[i] * j->ma + (j->b ? (int64_t)j->b[i] * j->mb : 0);
+        if (j->shift > 0)
+            v = (v + ((int64_t)1 << (j->shift - 1))) >> j->shift;
+        j->y[i] = (int8_t)(v < j->lo ? j->lo : v > j->hi ? j->hi : v);
+    }
+}
+
+void ai_qadd(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,
+             int32_t shift, int32_t lo, int32_t hi, int8_t *y)
+{
+    ew_job j = {a, b, ma, mb, shift, lo, hi, y};
+    ai_parallel_for(n, AI_GRAIN_ELEMS, ew_range, &j);
+}
+
+void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y)
+{
+    ew_job j = {x, NULL, rq->multiplier, 0, rq->shift, rq->lo, rq->hi, y};
+    ai_parallel_for(n, AI_GRAIN_ELEMS, ew_range, &j);
+}
