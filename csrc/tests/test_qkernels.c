@@ -71,15 +71,15 @@ TEST(qconv_matches_reference_on_every_path)
             int8_t *y = malloc((size_t)ny), *yr = malloc((size_t)ny);
             int32_t *b = malloc(sizeof(int32_t) * (size_t)p.m);
             aik_rq *rq = malloc(sizeof(aik_rq) * (size_t)p.m);
-            const aik_rq r = rand_rq();
+            const aik_rq r = rand_rq(); /* per tensor, or one per channel (odd t) */
             for (int32_t i = 0; i < p.m; i++)
-                b[i] = rnd(-100000, 100000), rq[i] = r;
+                b[i] = rnd(-100000, 100000), rq[i] = t % 2 ? rand_rq() : r;
             size_t ws, st;
             ai_qconv_sizes(&p, &ws, &st);
             void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
             void *stp = aligned_alloc(64, (st + 63) / 64 * 64 + 64);
             memset(stp, 0, st + 64);
-            aik_conv2d_i8(&p, x, w, b, &r, yr);
+            aik_conv2d_i8(&p, x, w, b, rq, yr);
             for (int again = 0; again < 2; again++) { /* the second from the cached pack */
                 memset(y, 0x55, (size_t)ny);
                 ai_qconv(&p, x, w, b, rq, y, stp, true, wsp);
@@ -103,14 +103,14 @@ TEST(qfc_matches_reference_on_every_path)
             int8_t *y = malloc((size_t)(n * m)), *yr = malloc((size_t)(n * m));
             int32_t *b = malloc(sizeof(int32_t) * (size_t)m);
             aik_rq *rq = malloc(sizeof(aik_rq) * (size_t)m);
-            const aik_rq r = rand_rq();
+            const aik_rq r = rand_rq(); /* per tensor, or one per channel (odd t) */
             for (int32_t i = 0; i < m; i++)
-                b[i] = rnd(-100000, 100000), rq[i] = r;
+                b[i] = rnd(-100000, 100000), rq[i] = t % 2 ? rand_rq() : r;
             size_t ws, st;
             ai_qfc_sizes(n, k, m, &ws, &st);
             void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
             void *stp = aligned_alloc(64, (st + 63) / 64 * 64 + 64);
-            aik_fc_i8(n, k, m, x, w, b, &r, yr);
+            aik_fc_i8(n, k, m, x, w, b, rq, yr);
             ai_qfc(n, k, m, x, w, b, rq, y, stp, false, wsp);
             CHECK(memcmp(y, yr, (size_t)(n * m)) == 0);
             free(x), free(w), free(y), free(yr), free(b), free(rq), free(wsp), free(stp);
@@ -147,7 +147,7 @@ TEST(qpools_and_elementwise_match_reference)
             const int32_t ma = rnd(-INT32_MAX, INT32_MAX), mb = rnd(-INT32_MAX, INT32_MAX);
             const int32_t sh = rnd(25, 40);
             ai_qadd(n, a, ma, b, mb, sh, -128, 127, y);
-            aik_add_i8(n, a, ma, b, mb, sh, -128, 127, yr);
+            aik_add_i8(n, a, ma, b, n, mb, sh, -128, 127, yr);
             CHECK(memcmp(y, yr, (size_t)n) == 0);
             const aik_rq r = rand_rq();
             ai_qrequant(n, a, &r, y);
