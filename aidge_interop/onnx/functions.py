@@ -49,6 +49,20 @@ def _has_body(schema, opset) -> bool:
     return any(v <= opset for v in versions)
 
 
+def _native_form(node) -> bool:
+    """Whether the engine's own operator takes this node's form: its
+    ``Attention`` (csrc/ops/attention.c) takes the 4-D inputs with the
+    attributes scale, is_causal and softmax_precision, without past_key,
+    past_value or later inputs, outputs beyond Y or any other attribute
+    (softcap, windows, the 3-D form's head counts); another form is
+    imported as the function body."""
+    if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
+        return True
+    native = {"scale", "is_causal", "softmax_precision", "qk_matmul_output_mode"}
+    return (not any(node.input[4:]) and not any(node.output[1:])
+            and all(a.name in native for a in node.attribute))
+
+
 def _graphs(graph):
     """``graph`` and the subgraphs of its nodes, at any depth."""
     from onnx import AttributeProto
@@ -216,7 +230,8 @@ def expand_functions(proto, opsets: dict, known, where: str):
         return opsets.get(domain, opsets["ai.onnx"])
 
     def expandable(node):
-        if known(node.domain or "", node.op_type) or node.op_type == "Constant":
+        if (known(node.domain or "", node.op_type) and _native_form(node)) \
+                or node.op_type == "Constant":
             return False
         opset = opset_of(node)
         if _has_body(_schema(node, opset), opset):
