@@ -152,3 +152,88 @@ def test_attention_native_or_body():
     assert [n["op_type"] for n in g.nodes()] == ["Attention"]
     g = aidge_interop.load_onnx(make_model("Attention", inputs, {"softcap": 2.0}, opset=23))
     assert "Attention" not in [n["op_type"] for n in g.nodes()]
+
+
+# ---------------------------------------------------------------- the import-time rewrite
+
+def _transformers():
+    """(name, model, inputs, attention blocks) for the models whose exports the
+    rewrite must recognise: nn.TransformerEncoder, and transformers' ViT,
+    BERT (with a padding mask) and GPT-2 (causal) in eager and sdpa
+    attention, small and with random weights, dropout 0."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+    yield "encoder", torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), \
+        (torch.randn(2, 9, 32),), 2
+    ids = torch.randint(0, 100, (2, 10))
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 6:] = 0
+    for impl in ("eager", "sdpa"):
+        yield f"vit-{impl}", tf.ViTModel(tf.ViTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            image_size=16, patch_size=4, attn_implementation=impl)), \
+            (torch.randn(2, 3, 16, 16),), 2
+        yield f"bert-{impl}", tf.BertModel(tf.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            vocab_size=100, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            attn_implementation=impl)), (ids, mask), 2
+        yield f"gpt2-{impl}", tf.GPT2Model(tf.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, vocab_size=100, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, attn_implementation=impl)), (ids,), 2
+
+
+def _step(module, x, g):
+    """The first output and the parameters' gradients of sum(out * g)."""
+    module.zero_grad()
+    out = module(*x)
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    (out * g).sum().backward()
+    return out.detach(), [p.grad.clone() for p in module.parameters() if p.grad is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("case", list(_transformers()), ids=lambda c: c[0])
+def test_attention_rewrite(case, dtype, monkeypatch):
+    """Each attention block of the exported model becomes one FusedAttention
+    (no Softmax left), and a training step (the output, every parameter's
+    gradient) matches the unrewritten graph's and torch's. In float64 within
+    torch.testing.assert_close's defaults (rtol 1e-7, atol 1e-7): the math
+    is the same. In float32 within the tolerances of every wrapped training
+    step (op_harness.check_wrapped_step: outputs 1e-5, gradients rtol 1e-4,
+    atol 1e-5), not the float32 defaults (rtol 1.3e-6, atol 1e-5): the fused
+    node sums in another order (the scale in the GEMM, row blocks, the
+    softmax's sums) and a parameter gradient summed over every position
+    (a bias, a LayerNorm weight) carries the difference of thousands of
+    roundings: up to 1.5e-5 on a gradient of 2.8 (GPT-2), as the unrewritten
+    graph differs from torch."""
+    import aidge_interop.onnx.importer as importer
+
+    name, model, x, blocks = case
+    model = model.to(dtype).train()
+    x = tuple(v.to(dtype) if v.is_floating_point() else v for v in x)
+    fused = aidge_interop.wrap(model, x)
+    ops = [n["op_type"] for n in fused._graph.nodes()]
+    if name == "vit-eager" and dtype == torch.float64:
+        # softmax(dtype=float32).to(float64): a Softmax in float32 between two
+        # Casts that change the type, not an attention block in float64
+        assert ops.count("Softmax") == blocks and "FusedAttention" not in ops
+    else:
+        assert ops.count("FusedAttention") == blocks and "Softmax" not in ops, name
+    monkeypatch.setattr(importer, "fuse_attention", lambda proto, opset: (proto, []))
+    plain = aidge_interop.wrap(model, x)
+    assert "FusedAttention" not in [n["op_type"] for n in plain._graph.nodes()]
+    out = model(*x)
+    g = torch.randn_like(out if isinstance(out, torch.Tensor) else out[0])
+    y_t, g_t = _step(model, x, g)
+    y_p, g_p = _step(plain, x, g)
+    y_f, g_f = _step(fused, x, g)
+    tol = {} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    gtol = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    for y in (y_p, y_t):
+        torch.testing.assert_close(y_f, y, **tol)
+    assert len(g_f) == len(g_p) == len(g_t)
+    for a, b, c in zip(g_f, g_p, g_t):
+        torch.testing.assert_close(a, b, **gtol)
+        torch.testing.assert_close(a, c, **gtol)

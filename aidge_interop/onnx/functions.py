@@ -77,11 +77,12 @@ def _graphs(graph):
                     yield from _graphs(g)
 
 
-def _types(proto) -> dict:
+def _types(proto, data_prop: bool = False) -> dict:
     """Value name -> TypeProto, by ONNX shape inference (as declared where it
     fails) on the graph with its initializers as typed inputs: types need
     no weights, and a model's weights may be gigabytes (over protobuf's 2 GB
-    that inference serialises)."""
+    that inference serialises). ``data_prop``: shapes computed in the graph
+    (Shape, Concat, Reshape) propagated too."""
     import onnx
 
     light = onnx.ModelProto(ir_version=proto.ir_version, opset_import=proto.opset_import)
@@ -94,7 +95,7 @@ def _types(proto) -> dict:
     graph.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, i.dims)
                        for i in proto.graph.initializer if i.name not in declared)
     try:
-        light = onnx.shape_inference.infer_shapes(light)
+        light = onnx.shape_inference.infer_shapes(light, data_prop=data_prop)
     except Exception:  # the engine reports what is wrong with the model
         pass
     types = {}

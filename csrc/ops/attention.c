@@ -16,14 +16,15 @@
  *                   such a node as its ONNX function body
  *                   (aidge_interop/onnx/functions.py).
  *   FusedAttention  domain "aidge_interop", written by the recipe
- *                   fuse_attention (recipes.c) for MatMul(Q, Kt) [-> Mul or
+ *                   fuse_attention (onnx/attention.py) for MatMul(Q, Kt) [-> Mul or
  *                   Div by a scalar] [-> Add(mask)] -> Softmax(-1) ->
  *                   MatMul(., V): the same computation, with
  *                   k_transposed (K given as Kt (B, H, D, Tk)), rank 3
  *                   (N, T, D) or 4, the mask broadcast like Add's (last
  *                   dim 1 or Tk) and a fully masked row NaN, as Softmax
- *                   gives. Attributes scale (default 1 / sqrt(D)),
- *                   k_transposed, is_causal.
+ *                   gives, or 0 with masked_zero. Attributes scale
+ *                   (default 1 / sqrt(D)), k_transposed, is_causal,
+ *                   masked_zero.
  *
  * Y = softmax(scale Q K^T + bias) V row block by row block: a block's
  * scores (rows x Tk) are one GEMM (kernels/gemm.h) and stay in cache, its
@@ -51,7 +52,7 @@
 
 typedef struct {
     double scale; /* 0: 1 / sqrt(D) */
-    bool causal, kt, fused;
+    bool causal, kt, fused, masked_zero;
 } att_params;
 
 /* One node's sizes and operands, the batch folded into (B, H) planes. */
@@ -112,14 +113,16 @@ static ai_status att_init(ai_node *n)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
     p->fused = strcmp(n->op_type, "FusedAttention") == 0;
-    int64_t causal, kt = 0;
+    int64_t causal, kt = 0, masked_zero = 0;
     ai_status st;
     if ((st = ai_attr_float(n, "scale", 0, &p->scale)) ||
         (st = ai_attr_int(n, "is_causal", 0, &causal)) ||
-        (p->fused && (st = ai_attr_int(n, "k_transposed", 0, &kt))))
+        (p->fused && ((st = ai_attr_int(n, "k_transposed", 0, &kt)) ||
+                      (st = ai_attr_int(n, "masked_zero", 0, &masked_zero)))))
         return st;
     p->causal = causal != 0;
     p->kt = kt != 0;
+    p->masked_zero = !p->fused || masked_zero != 0;
     if (p->fused)
         return AI_OK;
     for (int i = 0; i < n->n_attrs; i++) {
@@ -196,7 +199,7 @@ static ai_status att_sizes(const ai_ctx *c, att_info *a)
     a->scale = p->scale != 0 ? p->scale : 1 / sqrt((double)a->D);
     a->causal = p->causal;
     a->kt = p->kt;
-    a->masked_zero = !p->fused;
+    a->masked_zero = p->masked_zero;
     a->f64 = q->dtype == AI_F64;
     return AI_OK;
 }
