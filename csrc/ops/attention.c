@@ -29,10 +29,12 @@
  * Y = softmax(scale Q K^T + bias) V row block by row block: a block's
  * scores (rows x Tk) are one GEMM (kernels/gemm.h) and stay in cache, its
  * softmax runs in place and one GEMM multiplies it by V. Under is_causal a
- * block stops at the last key its last row sees. The forward saves only
- * each row's log-sum-exp (state: B Hq Tq doubles); the backward recomputes
- * P from it (one GEMM more than saving P, but no (B, H, Tq, Tk) tensor):
- * dP = dY V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
+ * block stops at the last key its last row sees. When a backward follows
+ * the forward keeps P in the node's state (B Hq Tq Tk elements, what the
+ * unfused graph keeps of its Softmax): recomputing it from the rows'
+ * log-sum-exp instead cost a GEMM and an exp per score more, a training
+ * step 10% slower than the unfused graph's (BERT, TransformerEncoder).
+ * The backward: dP = dY V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
  * dK = scale dS^T Q, dV = P^T dY; a float mask's gradient is dS, summed
  * over its broadcast axes. A bool mask has none.
  *
@@ -48,6 +50,7 @@
 #include "../graph.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/gemm.h"
+#include "../kernels/simd.h"
 #include "../parallel.h"
 
 typedef struct {
@@ -63,7 +66,7 @@ typedef struct {
     const void *q, *k, *v, *mask;
     int64_t mask_st[4]; /* the mask's strides over (B, Hq, Tq, Lm), 0 where broadcast */
     void *y;
-    double *lse;
+    void *p; /* the probabilities (B, Hq, Tq, Tk), kept when a backward follows */
     /* backward */
     const void *dy;
     void *dq, *dk, *dv, *dmask;
@@ -74,9 +77,8 @@ typedef struct {
 /* The operands of one (batch, query head) plane. */
 typedef struct {
     const void *q, *k, *v, *dy;
-    void *y, *dq, *dk, *dv, *dmask;
+    void *y, *p, *dq, *dk, *dv, *dmask;
     int64_t mask_off;
-    const double *lse;
 } att_plane;
 
 static inline int64_t att_kmax(const att_info *a, int64_t row_end)
@@ -216,7 +218,8 @@ static ai_status att_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     out[0].ndim = q->ndim;
     memcpy(out[0].shape, q->shape, sizeof(int64_t) * (size_t)q->ndim);
     out[0].shape[q->ndim - 1] = a.Dv;
-    *state = (size_t)(a.B * a.Hq * a.Tq) * sizeof(double); /* the rows' log-sum-exp */
+    if (c->g->need_backward) /* P */
+        *state = (size_t)(a.B * a.Hq * a.Tq * a.Tk) * ai_dtype_size(q->dtype);
     return AI_OK;
 }
 
@@ -238,7 +241,7 @@ static ai_status att_bind(ai_ctx *c, att_info *a)
         const int64_t target[4] = {a->B, a->Hq, a->Tq, a->Lm};
         ai_broadcast_strides(m->ndim, m->shape, 4, target, a->mask_st);
     }
-    a->lse = c->state;
+    a->p = c->g->need_backward ? c->state : NULL;
     const int64_t per = 65536 / (a->f64 ? 8 : 4) / (a->Tk > 0 ? a->Tk : 1);
     a->rows = per < 16 ? 16 : per > 128 ? 128 : per;
     if (a->rows > a->Tq)
@@ -256,7 +259,7 @@ static att_plane att_plane_of(const att_info *a, int64_t b, int64_t h)
         .k = (const char *)a->k + (size_t)(kp * a->Tk * a->D) * es,
         .v = (const char *)a->v + (size_t)(kp * a->Tk * a->Dv) * es,
         .y = a->y ? (char *)a->y + (size_t)(qp * a->Tq * a->Dv) * es : NULL,
-        .lse = a->lse + qp * a->Tq,
+        .p = a->p ? (char *)a->p + (size_t)(qp * a->Tq * a->Tk) * es : NULL,
         .mask_off = b * a->mask_st[0] + h * a->mask_st[1],
     };
     if (a->dy) {
@@ -292,11 +295,10 @@ static void att_forward_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t blk = it % nb, plane = it / nb;
             const att_plane pl = att_plane_of(a, plane / a->Hq, plane % a->Hq);
             const int64_t r0 = blk * a->rows, n = r0 + a->rows < a->Tq ? a->rows : a->Tq - r0;
-            double *lse = a->lse + plane * a->Tq; /* (the plane's rows) */
             if (a->f64)
-                att_forward_block_f64(a, &pl, r0, n, S, lse);
+                att_forward_block_f64(a, &pl, r0, n, S);
             else
-                att_forward_block_f32(a, &pl, r0, n, S, lse);
+                att_forward_block_f32(a, &pl, r0, n, S);
         }
     free(S);
 }
@@ -330,12 +332,11 @@ static void att_backward_range(void *ctx, int64_t lo, int64_t hi)
     const att_job *j = ctx;
     att_info *a = j->a;
     const size_t es = a->f64 ? 8 : 4;
-    char *S = malloc(2 * (size_t)(a->rows * a->Tk) * es + 1);
-    if (!S) {
+    void *dP = malloc((size_t)(a->rows * a->Tk) * es + 1);
+    if (!dP) {
         atomic_store(&a->nomem, true);
         return;
     }
-    char *dP = S + (size_t)(a->rows * a->Tk) * es;
     const int64_t group = a->Hq / a->Hk;
     for (int64_t p = lo; p < hi; p++)
         for (int64_t it = p * j->items / j->parts; it < (p + 1) * j->items / j->parts; it++) {
@@ -345,13 +346,13 @@ static void att_backward_range(void *ctx, int64_t lo, int64_t hi)
                 for (int64_t r0 = 0; r0 < a->Tq; r0 += a->rows) {
                     const int64_t n = r0 + a->rows < a->Tq ? a->rows : a->Tq - r0;
                     if (a->f64)
-                        att_backward_block_f64(a, &pl, r0, n, (double *)S, (double *)dP);
+                        att_backward_block_f64(a, &pl, r0, n, dP);
                     else
-                        att_backward_block_f32(a, &pl, r0, n, (float *)S, (float *)dP);
+                        att_backward_block_f32(a, &pl, r0, n, dP);
                 }
             }
         }
-    free(S);
+    free(dP);
 }
 
 static ai_status att_backward(ai_ctx *c)
@@ -360,6 +361,9 @@ static ai_status att_backward(ai_ctx *c)
     ai_status st = att_bind(c, &a);
     if (st)
         return st;
+    if (!a.p)
+        return ai_node_error(c->node, AI_ERR_RUNTIME, "backward without a forward that kept "
+                             "the probabilities (need_backward)");
     a.dy = c->dout[0]->data;
     a.dq = c->din[0] ? c->din[0]->data : NULL;
     a.dk = c->din[1] ? c->din[1]->data : NULL;
