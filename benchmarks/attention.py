@@ -54,7 +54,8 @@ def main():
     torch.set_num_threads(args.threads)
     aidge_interop.set_num_threads(args.threads)
     rewrite = importer.fuse_attention
-    print(f"{'model':24} {'mode':6} {'unfused/torch':>14} {'fused/torch':>12} {'fused/unfused':>14}")
+    print(f"{'model':24} {'mode':6} {'unfused/torch':>14} {'fused/torch':>12} "
+          f"{'fused/unfused':>14}")
     for attn in ("eager", "sdpa"):
         for name, model, x in models(attn):
             if name == "TransformerEncoder" and attn == "sdpa":

@@ -152,6 +152,17 @@ def test_attention_native_or_body():
     assert [n["op_type"] for n in g.nodes()] == ["Attention"]
     g = aidge_interop.load_onnx(make_model("Attention", inputs, {"softcap": 2.0}, opset=23))
     assert "Attention" not in [n["op_type"] for n in g.nodes()]
+    # absent optional inputs (empty names): still the native node; unnamed
+    # extra outputs: the body
+    model = make_model("Attention", inputs, opset=23, input_order=["Q", "K", "V", "", "", ""])
+    g = aidge_interop.load_onnx(model)
+    assert [n["op_type"] for n in g.nodes()] == ["Attention"]
+    ref = ReferenceEvaluator(model).run(None, inputs)[0]
+    np.testing.assert_allclose(g.forward(list(inputs.values()))[0], ref, rtol=1e-5, atol=1e-6)
+    model.graph.node[0].output.extend(["", ""])
+    g = aidge_interop.load_onnx(model)
+    assert "Attention" not in [n["op_type"] for n in g.nodes()]
+    np.testing.assert_allclose(g.forward(list(inputs.values()))[0], ref, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- the import-time rewrite

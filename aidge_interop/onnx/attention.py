@@ -20,16 +20,16 @@ GPT-2 with its causal mask as an additive one).
 
 A candidate is rewritten only when every intermediate value has no other
 reader and is no graph output, and ONNX shape inference (with data
-propagation) gives Q, Kt and V one rank, 3 or 4, with no batch dim known
-to differ (MatMul's broadcasting), and the mask a rank at most theirs
-with each dim 1 or not known to differ from the scores'. A dim
-inference leaves symbolic is checked when the graph is planned: the fused
-node then refuses shapes that do not fit, naming itself. A Dropout between Softmax and the MatMul (a model
-exported for training with attention dropout) is not a candidate. The
-fused node computes the same sums in another order (row blocks of
-GEMMs): values within float rounding of the unfused graph's. One
-difference: a NaN that the Where would have zeroed because an input held
-NaN or inf stays NaN in the fused node.
+propagation) gives Q, Kt and V one rank, 3 or 4, with no batch dim known to
+differ (MatMul's broadcasting), and the mask a rank at most theirs with each
+dim 1 or not known to differ from the scores'. A dim inference leaves
+symbolic is checked when the graph is planned: the fused node then refuses
+shapes that do not fit, naming itself. A Dropout between Softmax and the
+MatMul (a model exported for training with attention dropout) is not a
+candidate. The fused node computes the same sums in another order (row
+blocks of GEMMs): values within float rounding of the unfused graph's. One
+difference: a NaN that the Where would have zeroed because an input held NaN
+or inf stays NaN in the fused node.
 """
 from __future__ import annotations
 

@@ -53,13 +53,14 @@ def _native_form(node) -> bool:
     """Whether the engine's own operator takes this node's form: its
     ``Attention`` (csrc/ops/attention.c) takes the 4-D inputs with the
     attributes scale, is_causal and softmax_precision, without past_key,
-    past_value or later inputs, outputs beyond Y or any other attribute
+    past_value or later inputs, outputs beyond Y (even unnamed: the engine
+    would make them values) or any other attribute
     (softcap, windows, the 3-D form's head counts); another form is
     imported as the function body."""
     if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
         return True
     native = {"scale", "is_causal", "softmax_precision", "qk_matmul_output_mode"}
-    return (not any(node.input[4:]) and not any(node.output[1:])
+    return (not any(node.input[4:]) and len(node.output) == 1
             and all(a.name in native for a in node.attribute))
 
 

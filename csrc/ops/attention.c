@@ -125,6 +125,11 @@ static ai_status att_init(ai_node *n)
     p->causal = causal != 0;
     p->kt = kt != 0;
     p->masked_zero = !p->fused || masked_zero != 0;
+    for (int k = 4; k < n->n_in; k++) /* ONNX's past_key, past_value, nonpad_kv_seqlen */
+        if (n->in[k] >= 0)
+            return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "input %d (past key/value or "
+                                 "nonpad_kv_seqlen) is not supported natively (the importer "
+                                 "writes such a node as its ONNX function body)", k);
     if (p->fused)
         return AI_OK;
     for (int i = 0; i < n->n_attrs; i++) {
@@ -391,7 +396,7 @@ static ai_status att_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_attention = {"Attention", "", 3, 4, 1, 1, AI_OP_BWD_NO_Y, att_init,
+static const ai_op_def op_attention = {"Attention", "", 3, 7, 1, 1, AI_OP_BWD_NO_Y, att_init,
                                        att_shape, att_forward, att_backward};
 static const ai_op_def op_fused_attention = {"FusedAttention", "aidge_interop", 3, 4, 1, 1,
                                              AI_OP_BWD_NO_Y, att_init, att_shape, att_forward,
