@@ -49,6 +49,21 @@ def _has_body(schema, opset) -> bool:
     return any(v <= opset for v in versions)
 
 
+def _native_form(node) -> bool:
+    """Whether the engine's own operator takes this node's form: its
+    ``Attention`` (csrc/ops/attention.c) takes the 4-D inputs with the
+    attributes scale, is_causal and softmax_precision, without past_key,
+    past_value or later inputs, outputs beyond Y (even unnamed: the engine
+    would make them values) or any other attribute
+    (softcap, windows, the 3-D form's head counts); another form is
+    imported as the function body."""
+    if node.op_type != "Attention" or node.domain not in ("", "ai.onnx"):
+        return True
+    native = {"scale", "is_causal", "softmax_precision", "qk_matmul_output_mode"}
+    return (not any(node.input[4:]) and len(node.output) == 1
+            and all(a.name in native for a in node.attribute))
+
+
 def _graphs(graph):
     """``graph`` and the subgraphs of its nodes, at any depth."""
     from onnx import AttributeProto
@@ -63,11 +78,12 @@ def _graphs(graph):
                     yield from _graphs(g)
 
 
-def _types(proto) -> dict:
+def _types(proto, data_prop: bool = False) -> dict:
     """Value name -> TypeProto, by ONNX shape inference (as declared where it
     fails) on the graph with its initializers as typed inputs: types need
     no weights, and a model's weights may be gigabytes (over protobuf's 2 GB
-    that inference serialises)."""
+    that inference serialises). ``data_prop``: shapes computed in the graph
+    (Shape, Concat, Reshape) propagated too."""
     import onnx
 
     light = onnx.ModelProto(ir_version=proto.ir_version, opset_import=proto.opset_import)
@@ -80,7 +96,7 @@ def _types(proto) -> dict:
     graph.input.extend(onnx.helper.make_tensor_value_info(i.name, i.data_type, i.dims)
                        for i in proto.graph.initializer if i.name not in declared)
     try:
-        light = onnx.shape_inference.infer_shapes(light)
+        light = onnx.shape_inference.infer_shapes(light, data_prop=data_prop)
     except Exception:  # the engine reports what is wrong with the model
         pass
     types = {}
@@ -216,7 +232,8 @@ def expand_functions(proto, opsets: dict, known, where: str):
         return opsets.get(domain, opsets["ai.onnx"])
 
     def expandable(node):
-        if known(node.domain or "", node.op_type) or node.op_type == "Constant":
+        if (known(node.domain or "", node.op_type) and _native_form(node)) \
+                or node.op_type == "Constant":
             return False
         opset = opset_of(node)
         if _has_body(_schema(node, opset), opset):

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _C
 from .._C import Tensor
+from .attention import fuse_attention
 from .functions import expand_functions
 from .optional import OPTIONAL_OPERATORS, rewrite_optionals
 from .qlinear import CONTRIB, expand_contrib, fuse_qdq
@@ -477,6 +478,7 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
         proto = _with_nodes(proto, scanned)
     proto = rewrite_sequences(proto, _value_dims, where,  # static sequences: tensors
                               sequence_lengths)
+    proto, _ = fuse_attention(proto, opsets["ai.onnx"])  # attention blocks: one node each
     graph = proto.graph
     g = _C.Graph()
     init_names = {i.name for i in graph.initializer}

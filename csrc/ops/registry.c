@@ -13,7 +13,7 @@
     X(shift) X(fused) X(quant) X(qlinear) X(layout) X(resize) X(generate) X(control)      \
     X(loss) X(text) X(ml) X(random) X(signal) X(rnn) X(scatter) X(linalg)                \
     X(sequence) X(select) X(detection) X(deform_conv) X(training)                      \
-    X(grid_sample) X(fold) X(quant_nonlinear)
+    X(grid_sample) X(fold) X(quant_nonlinear) X(attention)
 
 #define DECLARE(f) extern const ai_op_def *const ai_ops_##f[];
 AI_FAMILIES(DECLARE)
