@@ -1389,7 +1389,7 @@ static const char *transpose_obstacle(const ai_graph *g, const ai_node *t)
     const int64_t *perm;
     int64_t n_perm;
     if (!has_data(g, t->in[0]))
-        return "it transposes a computed value, not a weight";
+        return "it transposes a graph input or a computed value, not a weight";
     if (g->values[t->in[0]].data->ndim != 2)
         return "its weight is not 2-D";
     if (ai_attr_ints(t, "perm", &perm, &n_perm) ||
@@ -1398,15 +1398,13 @@ static const char *transpose_obstacle(const ai_graph *g, const ai_node *t)
     return NULL;
 }
 
-/* Why Add node a, reading product y with N columns of dtype dt, cannot
- * become the product's bias epilogue (NULL when it can); *bias: its other
- * input. */
+/* Why Add node a, reading product y (its only reader, once) with N columns
+ * of dtype dt, cannot become the product's bias epilogue (NULL when it
+ * can); *bias: its other input. */
 static const char *bias_obstacle(const ai_graph *g, const ai_node *a, int y, int64_t N,
                                  ai_dtype dt, int *bias)
 {
     *bias = a->in[0] == y ? a->in[1] : a->in[0];
-    if (*bias == y)
-        return "it adds the product to itself";
     if (!has_data(g, *bias))
         return "its other input is computed, not a bias initializer";
     const ai_tensor *b = g->values[*bias].data;

@@ -186,7 +186,7 @@ def test_product_read_elsewhere_keeps_its_add():
 @pytest.mark.parametrize("kind,why", [
     ("3d_weight", "its weight is not 2-D"),
     ("identity_perm", "its perm is not [1, 0]"),
-    ("computed", "it transposes a computed value, not a weight"),
+    ("computed", "it transposes a graph input or a computed value, not a weight"),
 ])
 def test_transposes_left_alone_say_why(kind, why):
     if kind == "3d_weight":  # a batched weight (2, N, K), its last two axes swapped
