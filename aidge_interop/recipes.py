@@ -39,8 +39,8 @@ backward are exact (the same kernels as the unfused nodes). ``FusedMatMul``
 from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
-           "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "fuse_linear", "RecipeReport",
-           "RECIPES"]
+           "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "fuse_linear",
+           "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -187,14 +187,17 @@ def fuse_linear(graph) -> RecipeReport:
     ``Transpose(W) -> MatMul(x, W^T) [-> Add(b)]``. The MatMul reads the
     weight in place (``transB=1``), so neither the Transpose nor its backward
     runs, and adds the bias of the Add that is its only reader (a vector of
-    one value per output column) after its product, as the Add did. Exact:
-    outputs and gradients are bit for bit those of the unrewritten graph;
-    the weight and bias stay the same values (parameters keep their names,
-    layouts and gradients). A Transpose that something else also reads is
-    kept for it; a Transpose that is not a swap of a 2-D initializer's axes,
-    and an Add whose other input is not such a bias, are left alone (see
-    ``report.skipped``). Applied by :func:`aidge_interop.wrap` to the graphs
-    it builds."""
+    one value per output column) after its product, as the Add did. The
+    same products and sums: outputs, gradients and SGD steps are bit for
+    bit those of the unrewritten graph where OpenBLAS runs its packed
+    kernels (products beyond about 64^3 multiply-adds: a transformer's),
+    within float32 rounding below that (its small-matrix kernels sum in an
+    order that depends on the layout). The weight and bias stay the same
+    values (parameters keep their names, layouts and gradients). A
+    Transpose that something else also reads is kept for it; a Transpose
+    that is not a swap of a 2-D initializer's axes, and an Add whose other
+    input is not such a bias, are left alone (see ``report.skipped``).
+    Applied by :func:`aidge_interop.wrap` to the graphs it builds."""
     return _apply("fuse_linear", graph)
 
 

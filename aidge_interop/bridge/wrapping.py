@@ -556,11 +556,12 @@ def _apply_engine_function(module, anchor, inputs):
 
 
 # The recipes of every graph wrap builds, training and inference alike:
-# exact (outputs and gradients bit for bit those of the exported graph) and
-# the parameters untouched. fuse_linear: an nn.Linear on 3-D inputs, which
-# the exporter writes as Transpose(W) -> MatMul -> Add(b), is one FusedMatMul
-# reading W in place (a transformer's training step ran a Transpose and its
-# slow backward per Linear: benchmarks/results/fuse-linear.md).
+# the same arithmetic as the exported graph (outputs and gradients bit for
+# bit at a transformer's sizes, docs/graphs.md), the parameters untouched.
+# fuse_linear: an nn.Linear on 3-D inputs, which the exporter writes as
+# Transpose(W) -> MatMul -> Add(b), is one FusedMatMul reading W in place
+# (a transformer's training step ran a Transpose and its slow backward per
+# Linear: benchmarks/results/fuse-linear.md).
 _GRAPH_RECIPES = ("fuse_linear",)
 
 
@@ -572,10 +573,10 @@ def _build_graph(model, **kwargs):
     return graph, proto
 
 
-# The recipes of the fused inference graph (after _GRAPH_RECIPES); the graph is kept only when
-# batchnorm_epilogue (after constant_fold, which prepares: shape subgraphs ->
-# constants) changed it: without a BatchNorm the second graph would gain
-# little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
+# The recipes of the fused inference graph (after _GRAPH_RECIPES); the graph
+# is kept only when batchnorm_epilogue (after constant_fold, which prepares:
+# shape subgraphs -> constants) changed it: without a BatchNorm the second
+# graph would gain little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
 # on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
 # applies both as it writes each output plane): no pass over the output of
 # its own. remove_flatten is left out: it gains nothing measurable.
