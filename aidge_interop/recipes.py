@@ -12,6 +12,7 @@
     recipes.restore_flatten(graph)    # FusedGemm(flatten_axis) -> Flatten, Gemm
     recipes.fuse_pad(graph)           # zero Pad + Conv -> Conv with the pads
     recipes.block_channels(graph)     # conv chains in blocked channels (inference)
+    recipes.fuse_linear(graph)        # [Transpose(W) ->] MatMul [-> Add(b)] -> FusedMatMul
 
 Each recipe is one C call (``csrc/recipes.c``) that edits the graph in
 place: weights are rewritten in the engine's own parameter storage (BatchNorm
@@ -32,12 +33,14 @@ The fused operators live in domain ``aidge_interop`` (``csrc/ops/fused.c``):
 ``FusedConv`` and ``FusedGemm`` carry their base operator's attributes plus
 ``activation`` (``"Relu"``, ``"Clip"`` or none), ``activation_params``
 (Clip's min and max) and, for FusedGemm, ``flatten_axis``; forward and
-backward are exact (the same kernels as the unfused nodes).
+backward are exact (the same kernels as the unfused nodes). ``FusedMatMul``
+(``csrc/ops/matmul.c``) is a Linear: ``A @ op(B) [+ bias]`` with ``transB``.
 """
 from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
-           "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "RecipeReport", "RECIPES"]
+           "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "fuse_linear",
+           "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -178,6 +181,26 @@ def block_channels(graph) -> RecipeReport:
     return _apply("block_channels", graph)
 
 
+def fuse_linear(graph) -> RecipeReport:
+    """Makes each product of a 2-D weight one ``FusedMatMul`` node, the form
+    in which torch's exporter writes ``nn.Linear`` on 3-D inputs:
+    ``Transpose(W) -> MatMul(x, W^T) [-> Add(b)]``. The MatMul reads the
+    weight in place (``transB=1``), so neither the Transpose nor its backward
+    runs, and adds the bias of the Add that is its only reader (a vector of
+    one value per output column) after its product, as the Add did. The
+    same products and sums: outputs, gradients and SGD steps are bit for
+    bit those of the unrewritten graph where OpenBLAS runs its packed
+    kernels (products beyond about 64^3 multiply-adds: a transformer's),
+    within float32 rounding below that (its small-matrix kernels sum in an
+    order that depends on the layout). The weight and bias stay the same
+    values (parameters keep their names, layouts and gradients). A
+    Transpose that something else also reads is kept for it; a Transpose
+    that is not a swap of a 2-D initializer's axes, and an Add whose other
+    input is not such a bias, are left alone (see ``report.skipped``).
+    Applied by :func:`aidge_interop.wrap` to the graphs it builds."""
+    return _apply("fuse_linear", graph)
+
+
 #: name -> recipe, in the order ``aidge-interop show --recipes all`` applies them
 RECIPES = {
     "constant_fold": constant_fold,
@@ -189,4 +212,5 @@ RECIPES = {
     "restore_flatten": restore_flatten,
     "fuse_pad": fuse_pad,
     "block_channels": block_channels,
+    "fuse_linear": fuse_linear,
 }

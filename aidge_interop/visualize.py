@@ -61,7 +61,8 @@ MARGIN = 16
 
 _CATEGORIES = [  # (category, fill, stroke, op types)
     ("conv", "#dbeafe", "#2563eb", {"Conv", "ConvTranspose", "FusedConv", "QConv"}),
-    ("matmul", "#e0e7ff", "#4f46e5", {"Gemm", "MatMul", "FusedGemm", "QGemm", "QMatMul"}),
+    ("matmul", "#e0e7ff", "#4f46e5", {"Gemm", "MatMul", "FusedGemm", "FusedMatMul", "QGemm",
+                                          "QMatMul"}),
     ("activation", "#fef3c7", "#d97706", {
         "Relu", "Clip", "Sigmoid", "Tanh", "Gelu", "LeakyRelu", "Softmax", "LogSoftmax",
         "Softplus", "Erf", "ShiftGELU", "ShiftMax", "HardSigmoid", "HardSwish", "Elu"}),

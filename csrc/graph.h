@@ -486,7 +486,10 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *                    the conv before it when the planned shapes are equal;
  *                    inference only (no backward)
  *   fuse_pad         a zero Pad of the spatial axes read only by Convs (as
- *                    their input): the Convs pad it themselves (pads) */
+ *                    their input): the Convs pad it themselves (pads)
+ *   fuse_linear      MatMul of a 2-D weight, or of its Transpose, and the
+ *                    Add of a bias vector after it -> aidge_interop.FusedMatMul
+ *                    (transB, bias): exact, with backward */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
@@ -496,6 +499,7 @@ ai_status ai_recipe_restore_flatten(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_pad(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_fuse_linear(ai_graph *g, ai_recipe_report *report);
 
 /* ---------------------------------------------------------------- SGD */
 

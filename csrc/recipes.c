@@ -1,7 +1,8 @@
 /*
  * recipes.c — graph rewrites: fold BatchNorm into Conv/Gemm, drop Flatten
  * before Gemm, fuse Conv/Gemm with their activation, undo those fusions,
- * fold constant subgraphs, run conv chains in blocked channels. See graph.h
+ * fold constant subgraphs, run conv chains in blocked channels, read a
+ * Linear's weight in place and add its bias in its product. See graph.h
  * for the list and ops/fused.c for the fused operators.
  *
  * Every recipe first decides, node by node, what it can rewrite (reasons
@@ -1361,6 +1362,150 @@ ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *r)
     free(plan.folded);
     for (int i = 0; i < g->n_nodes; i++)
         editing |= remove[i];
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}
+
+/* ---------------------------------------------------------------- fuse_linear */
+
+/* "(256, 1024)": the shape of t. */
+static const char *shape_text(const ai_tensor *t, char *buf, size_t size)
+{
+    int len = snprintf(buf, size, "(");
+    for (int d = 0; d < t->ndim && len < (int)size - 24; d++)
+        len += snprintf(buf + len, size - (size_t)len, "%s%lld", d ? ", " : "",
+                        (long long)t->shape[d]);
+    snprintf(buf + len, size - (size_t)len, "%s)", t->ndim == 1 ? "," : "");
+    return buf;
+}
+
+/* Why Transpose node t cannot be read by a product as its weight in place,
+ * transposed (transB), or NULL when it can: a 2-D initializer, its axes
+ * swapped. */
+static const char *transpose_obstacle(const ai_graph *g, const ai_node *t)
+{
+    const int64_t *perm;
+    int64_t n_perm;
+    if (!has_data(g, t->in[0]))
+        return "it transposes a graph input or a computed value, not a weight";
+    if (g->values[t->in[0]].data->ndim != 2)
+        return "its weight is not 2-D";
+    if (ai_attr_ints(t, "perm", &perm, &n_perm) ||
+        (n_perm >= 0 && !(n_perm == 2 && perm[0] == 1 && perm[1] == 0)))
+        return "its perm is not [1, 0]";
+    return NULL;
+}
+
+/* Why Add node a, reading product y (its only reader, once) with N columns
+ * of dtype dt, cannot become the product's bias epilogue (NULL when it
+ * can); *bias: its other input. */
+static const char *bias_obstacle(const ai_graph *g, const ai_node *a, int y, int64_t N,
+                                 ai_dtype dt, int *bias)
+{
+    *bias = a->in[0] == y ? a->in[1] : a->in[0];
+    if (!has_data(g, *bias))
+        return "its other input is computed, not a bias initializer";
+    const ai_tensor *b = g->values[*bias].data;
+    if (b->ndim != 1 || b->shape[0] != N)
+        return "its other input is not a vector of one value per output column";
+    if (b->dtype != dt)
+        return "its bias and the weight differ in dtype";
+    return NULL;
+}
+
+ai_status ai_recipe_fuse_linear(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_linear", &remove);
+    if (st)
+        return st;
+    bool *folded = calloc((size_t)g->n_nodes + 1, sizeof(bool)); /* Transposes read in place */
+    if (!folded) {
+        free(remove);
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    }
+    char shape[200];
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        ai_node *n = &g->nodes[i];
+        if (!is_op(n, "", "MatMul"))
+            continue;
+        const int b = n->in[1], t = g->values[b].producer;
+        int w = -1; /* the weight the product reads in place */
+        if (t >= 0 && is_op(&g->nodes[t], "", "Transpose")) {
+            const char *why = transpose_obstacle(g, &g->nodes[t]);
+            if (why) {
+                st = report(r, false, n->name, "MatMul '%s': Transpose '%s' not folded: %s",
+                            n->name, g->nodes[t].name, why);
+                continue;
+            }
+            w = g->nodes[t].in[0];
+        } else if (has_data(g, b) && g->values[b].data->ndim == 2) {
+            w = b;
+        }
+        if (w < 0)
+            continue; /* a product of computed values: not a candidate */
+        const bool tb = w != b;
+        const ai_tensor *W = g->values[w].data;
+        const int64_t N = W->shape[tb ? 0 : 1];
+        /* an Add of a bias, the product's only reader */
+        bool out;
+        int add = -1, bias = -1;
+        if (uses(g, n->out[0], &out) == 1 && !out)
+            for (int j = i + 1; j < g->n_nodes && add < 0; j++)
+                for (int k = 0; k < g->nodes[j].n_in; k++)
+                    if (g->nodes[j].in[k] == n->out[0] && is_op(&g->nodes[j], "", "Add"))
+                        add = j;
+        const char *why = add >= 0 ? bias_obstacle(g, &g->nodes[add], n->out[0], N, W->dtype,
+                                                   &bias)
+                                   : NULL;
+        if (why) {
+            st = report(r, false, g->nodes[add].name, "Add '%s' not fused into MatMul '%s': "
+                        "%s (%s %s, the product has %lld columns)", g->nodes[add].name,
+                        n->name, why, g->values[bias].name,
+                        has_data(g, bias) ? shape_text(g->values[bias].data, shape, sizeof shape)
+                                          : "computed",
+                        (long long)N);
+            bias = -1;
+        }
+        if (!tb && bias < 0)
+            continue; /* nothing to fuse */
+        editing = true;
+        n->in[1] = w;
+        if ((st = ai_node_set_op(n, FUSED_DOMAIN, "FusedMatMul")) ||
+            (tb && (st = set_number(n, "transB", AI_ATTR_INT, 1))))
+            break;
+        if (bias >= 0) {
+            n->in[2] = bias;
+            n->n_in = 3;
+            take_output(g, i, g->nodes[add].out[0]);
+            remove[add] = true;
+        }
+        if (tb)
+            folded[t] = true;
+        char what[1300] = "";
+        if (tb)
+            snprintf(what, sizeof what, "reads weight '%s' %s transposed in place (Transpose "
+                     "'%s')", g->values[w].name, shape_text(W, shape, sizeof shape),
+                     g->nodes[t].name);
+        if (bias >= 0)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "%sadds bias '%s' (Add "
+                     "'%s')", tb ? ", " : "", g->values[bias].name, g->nodes[add].name);
+        st = report(r, true, n->name, "MatMul '%s' -> FusedMatMul: %s", n->name, what);
+    }
+    /* a Transpose whose output something else still reads stays, for it */
+    for (int t = 0; t < g->n_nodes && !st; t++) {
+        bool out;
+        if (!folded[t])
+            continue;
+        if (uses(g, g->nodes[t].out[0], &out) || out)
+            st = report(r, false, g->nodes[t].name, "Transpose '%s' kept: its output is also "
+                        "read elsewhere", g->nodes[t].name);
+        else
+            remove[t] = true;
+    }
+    free(folded);
     if (!st)
         st = end_edit(g, editing, remove);
     free(remove);

@@ -341,8 +341,8 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), opset_version: int | None 
     buffers = dict(torch_model.named_buffers(remove_duplicate=False))
     kinds = {n: ("param" if p.requires_grad else "buffer") for n, p in params.items()}
     kinds.update({n: "buffer" for n in buffers})
-    graph, proto = build_graph(export.onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
-                               input_shapes=export.shapes, free_batch=False)
+    graph, proto = _build_graph(export.onnx_bytes, param_kinds=kinds, where=f"wrap({name})",
+                                input_shapes=export.shapes, free_batch=False)
 
     # check the name mapping by shape and value, and that nothing was lost
     from onnx import numpy_helper
@@ -555,10 +555,28 @@ def _apply_engine_function(module, anchor, inputs):
     return _C_APPLY(module, anchor, *map(_UNWRAP_IF_DEAD, inputs))
 
 
-# The recipes of the fused inference graph; the graph is kept only when
-# batchnorm_epilogue (after constant_fold, which prepares: shape subgraphs ->
-# constants) changed it: without a BatchNorm the second graph would gain
-# little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
+# The recipes of every graph wrap builds, training and inference alike:
+# the same arithmetic as the exported graph (outputs and gradients bit for
+# bit at a transformer's sizes, docs/graphs.md), the parameters untouched.
+# fuse_linear: an nn.Linear on 3-D inputs, which the exporter writes as
+# Transpose(W) -> MatMul -> Add(b), is one FusedMatMul reading W in place
+# (a transformer's training step ran a Transpose and its slow backward per
+# Linear: benchmarks/results/fuse-linear.md).
+_GRAPH_RECIPES = ("fuse_linear",)
+
+
+def _build_graph(model, **kwargs):
+    """build_graph, then _GRAPH_RECIPES on the graph."""
+    graph, proto = build_graph(model, **kwargs)
+    for name in _GRAPH_RECIPES:
+        graph.apply_recipe(name)
+    return graph, proto
+
+
+# The recipes of the fused inference graph (after _GRAPH_RECIPES); the graph
+# is kept only when batchnorm_epilogue (after constant_fold, which prepares:
+# shape subgraphs -> constants) changed it: without a BatchNorm the second
+# graph would gain little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
 # on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
 # applies both as it writes each output plane): no pass over the output of
 # its own. remove_flatten is left out: it gains nothing measurable.
@@ -797,10 +815,10 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         except Exception as exc:
             raise RuntimeError(f"AidgeModule({name}): torch could not export {name} for "
                                f"this call: {exc}") from exc
-        graph, proto = build_graph(export.onnx_bytes, param_kinds=self._kinds,
-                                   values=self._sources, share_values=True,
-                                   grads=self._grads, where=f"AidgeModule({name})",
-                                   input_shapes=export.shapes, free_batch=False)
+        graph, proto = _build_graph(export.onnx_bytes, param_kinds=self._kinds,
+                                    values=self._sources, share_values=True,
+                                    grads=self._grads, where=f"AidgeModule({name})",
+                                    input_shapes=export.shapes, free_batch=False)
         names = {i.name for i in proto.graph.initializer}
         missing = [n for n in self._sources if n not in names]
         if missing:
@@ -958,11 +976,11 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         try:
             # the module's parameters and buffers: shared, never folded
             # ("buffer"); the graph's other initializers: constants
-            g, _ = build_graph(self.onnx_model, values=self._sources, share_values=True,
-                               where=where, input_shapes=self.input_dims,
-                               param_kinds={i.name: "buffer" if i.name in self._sources
-                                            else "const"
-                                            for i in self.onnx_model.graph.initializer})
+            g, _ = _build_graph(self.onnx_model, values=self._sources, share_values=True,
+                                where=where, input_shapes=self.input_dims,
+                                param_kinds={i.name: "buffer" if i.name in self._sources
+                                             else "const"
+                                             for i in self.onnx_model.graph.initializer})
             graph = Graph(g, self.onnx_model)
             reports = {}
             for name in _INFERENCE_RECIPES:

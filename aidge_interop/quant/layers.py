@@ -192,6 +192,10 @@ def extract_layers(graph, where: str = "extract_layers"):
         nwhere = f"{where}: {op} node '{name}'"
         x = val(n["inputs"][0]) if n["inputs"] else ""
         y = n["outputs"][0]
+        if n["domain"] == "aidge_interop" and op == "FusedMatMul":
+            # recipe fuse_linear: on a 2-D input, a Gemm (transB, bias as C)
+            extract(dict(n, op_type="Gemm", domain=""))
+            return
         if n["domain"] == "aidge_interop" and op in ("FusedConv", "FusedGemm"):
             # a recipe's fusion (aidge_interop.recipes): the base operator, an
             # optional flatten before it and an activation after it

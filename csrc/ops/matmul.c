@@ -13,6 +13,13 @@
  *         promoted axis is dropped from Y; batch dimensions broadcast.
  *         dA_b += dY_b @ B_b^T, dB_b += A_b^T @ dY_b; a matrix shared by
  *         several batches (broadcast) accumulates all their gradients.
+ * FusedMatMul (domain aidge_interop, recipe fuse_linear) a Linear as one
+ *         node: Y = A @ op(B) [+ bias], B a 2-D weight, op(B) = B^T when
+ *         transB (the weight read in place: no Transpose node, forward or
+ *         backward), A of any rank with its leading axes folded into rows
+ *         (Y: A's shape with N last), bias (N,) added after the product as
+ *         the Add it replaces did. dA += dY @ op(B)^T, dB += op(A)^T @ dY in
+ *         B's own layout, dbias = dY summed over its rows (as Add's backward).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -336,4 +343,116 @@ static const ai_op_def op_matmul = {"MatMul", "", 2, 2, 1, 1,
                                     AI_OP_GRAD_ASSIGN(2) | AI_OP_BWD_NO_Y, NULL,
                                     matmul_shape, matmul_forward, matmul_backward};
 
-const ai_op_def *const ai_ops_matmul[] = {&op_gemm, &op_matmul, NULL};
+/* ---------------------------------------------------------------- FusedMatMul */
+
+static ai_status fused_matmul_init(ai_node *n)
+{
+    int64_t tb;
+    ai_status st = ai_attr_int(n, "transB", 0, &tb);
+    if (st)
+        return st;
+    if (tb != 0 && tb != 1)
+        return ai_node_error(n, AI_ERR_VALUE, "transB must be 0 or 1, got %lld", (long long)tb);
+    bool *p = malloc(sizeof *p);
+    if (!p)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    *p = tb != 0;
+    n->params = p;
+    return AI_OK;
+}
+
+/* A's rows (its leading axes folded), K, N. */
+static void fused_matmul_sizes(const ai_ctx *c, int64_t *R, int64_t *K, int64_t *N)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[1];
+    const bool tb = *(const bool *)c->node->params;
+    *R = 1;
+    for (int d = 0; d + 1 < a->ndim; d++)
+        *R *= a->shape[d];
+    *K = a->shape[a->ndim - 1];
+    *N = b->shape[tb ? 0 : 1];
+}
+
+static ai_status fused_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    (void)ws;
+    (void)state;
+    ai_status st = float_operands(c, c->n_in);
+    if (st)
+        return st;
+    const ai_tensor *a = c->in[0], *b = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+    const bool tb = *(const bool *)c->node->params;
+    if (a->ndim < 1 || b->ndim != 2)
+        return ai_node_error(c->node, AI_ERR_VALUE, "A must have rank >= 1 and B rank 2, got "
+                             "ranks %d and %d", a->ndim, b->ndim);
+    int64_t R, K, N;
+    fused_matmul_sizes(c, &R, &K, &N);
+    if (b->shape[tb ? 1 : 0] != K)
+        return ai_node_error(c->node, AI_ERR_VALUE, "inner dimensions differ: A has %lld "
+                             "columns, op(B) has %lld rows", (long long)K,
+                             (long long)b->shape[tb ? 1 : 0]);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != N))
+        return ai_node_error(c->node, AI_ERR_VALUE, "the bias must have shape (%lld,), one "
+                             "value per output column", (long long)N);
+    out[0].dtype = a->dtype;
+    out[0].ndim = a->ndim;
+    memcpy(out[0].shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+    out[0].shape[a->ndim - 1] = N;
+    return AI_OK;
+}
+
+#define DEFINE_ADD_BIAS(NAME, T)                                       \
+    /* y (R,N) += bias (N,) on every row */                            \
+    static void NAME(T *y, const T *bias, int64_t R, int64_t N)        \
+    {                                                                  \
+        for (int64_t r = 0; r < R; r++)                                \
+            for (int64_t j = 0; j < N; j++)                            \
+                y[r * N + j] += bias[j];                               \
+    }
+
+DEFINE_ADD_BIAS(add_bias_f32, float)
+DEFINE_ADD_BIAS(add_bias_f64, double)
+
+static ai_status fused_matmul_forward(ai_ctx *c)
+{
+    const bool tb = *(const bool *)c->node->params;
+    const ai_tensor *a = c->in[0], *b = c->in[1], *bias = c->n_in > 2 ? c->in[2] : NULL;
+    ai_tensor *y = c->out[0];
+    int64_t R, K, N;
+    fused_matmul_sizes(c, &R, &K, &N);
+    gemm(y->dtype, false, tb, R, N, K, 1.0, a->data, K, b->data, b->shape[1], 0.0, y->data, N);
+    if (bias && y->dtype == AI_F32)
+        add_bias_f32(y->data, bias->data, R, N);
+    else if (bias)
+        add_bias_f64(y->data, bias->data, R, N);
+    return AI_OK;
+}
+
+static ai_status fused_matmul_backward(ai_ctx *c)
+{
+    const bool tb = *(const bool *)c->node->params;
+    const ai_tensor *a = c->in[0], *b = c->in[1], *dy = c->dout[0];
+    const ai_dtype dt = a->dtype;
+    int64_t R, K, N;
+    fused_matmul_sizes(c, &R, &K, &N);
+    /* GEMM beta 0 on a first write (assign), 1 to accumulate */
+    const double beta_a = c->din_assign[0] ? 0.0 : 1.0, beta_b = c->din_assign[1] ? 0.0 : 1.0;
+    if (c->din[0]) /* dA (R,K) += dY (R,N) @ op(B)^T */
+        gemm(dt, false, !tb, R, K, N, 1.0, dy->data, N, b->data, b->shape[1], beta_a,
+             c->din[0]->data, K);
+    if (c->din[1] && tb) /* dB (N,K) += dY^T @ A */
+        gemm(dt, true, false, N, K, R, 1.0, dy->data, N, a->data, K, beta_b, c->din[1]->data, K);
+    else if (c->din[1]) /* dB (K,N) += A^T @ dY */
+        gemm(dt, true, false, K, N, R, 1.0, a->data, K, dy->data, N, beta_b, c->din[1]->data, N);
+    if (c->n_in > 2 && c->din[2])
+        ai_reduce_to(c->din[2], dy, c->din_assign[2]);
+    return AI_OK;
+}
+
+/* backward reads the operands, not the output */
+static const ai_op_def op_fused_matmul = {"FusedMatMul", "aidge_interop", 2, 3, 1, 1,
+                                          AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y,
+                                          fused_matmul_init, fused_matmul_shape,
+                                          fused_matmul_forward, fused_matmul_backward};
+
+const ai_op_def *const ai_ops_matmul[] = {&op_gemm, &op_matmul, &op_fused_matmul, NULL};

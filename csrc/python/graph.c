@@ -703,6 +703,7 @@ static const struct {
     {"constant_fold", ai_recipe_constant_fold},
     {"block_channels", ai_recipe_block_channels},
     {"fuse_pad", ai_recipe_fuse_pad},
+    {"fuse_linear", ai_recipe_fuse_linear},
 };
 
 static PyObject *entry_list(const ai_recipe_entry *e, int n)

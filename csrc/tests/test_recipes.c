@@ -3,7 +3,8 @@
  * x -> Conv -> BatchNormalization -> Relu -> Flatten -> Gemm -> y.
  * Outputs before and after each recipe agree (BatchNorm folding: up to
  * float rounding; fusions and their undoing: exactly, same kernels), and
- * nothing leaks. fuse_pad on x -> Pad -> Conv.
+ * nothing leaks. fuse_pad on x -> Pad -> Conv; fuse_linear on
+ * x -> Transpose(W) -> MatMul -> Add(b).
  */
 #include <math.h>
 #include <string.h>
@@ -219,8 +220,55 @@ TEST(fuse_pad_moves_zero_padding_into_the_conv)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* x (2, 3, 6) -> MatMul(x, Transpose(W (5, 6))) -> Add(b (5,)) -> y (2, 3, 5) */
+static ai_graph *build_linear(void)
+{
+    ai_graph *g;
+    if (ai_graph_new(&g))
+        return NULL;
+    const int64_t w[2] = {5, 6}, b[1] = {5};
+    const char *t_in[1] = {"w"}, *t_out[1] = {"wt"}, *mm_in[2] = {"x", "wt"}, *mm_out[1] = {"m"};
+    const char *add_in[2] = {"m", "b"}, *add_out[1] = {"y"};
+    ai_status st = ai_graph_add_input(g, "x", AI_F32);
+    st = st ? st : ai_graph_add_initializer(g, "w", AI_VAL_PARAM, filled(2, w, 21, -1, 1));
+    st = st ? st : ai_graph_add_initializer(g, "b", AI_VAL_PARAM, filled(1, b, 22, -1, 1));
+    st = st ? st : ai_graph_add_node(g, "t", "", "Transpose", 17, 1, t_in, 1, t_out, 0, NULL);
+    st = st ? st : ai_graph_add_node(g, "mm", "", "MatMul", 17, 2, mm_in, 1, mm_out, 0, NULL);
+    st = st ? st : ai_graph_add_node(g, "add", "", "Add", 17, 2, add_in, 1, add_out, 0, NULL);
+    st = st ? st : ai_graph_set_outputs(g, 1, add_out);
+    st = st ? st : ai_graph_finalize(g);
+    if (st) {
+        ai_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+TEST(fuse_linear_reads_the_weight_in_place)
+{
+    int64_t live = ai_debug_live_tensors();
+    const int64_t xs[3] = {2, 3, 6};
+    ai_tensor *x = filled(3, xs, 23, -2, 2);
+    ai_graph *g = build_linear();
+    CHECK(g != NULL && x != NULL);
+    if (!g || !x)
+        return;
+    ai_tensor *y0 = run(g, x);
+    CHECK(apply(ai_recipe_fuse_linear, g) == 1);
+    CHECK(g->n_nodes == 1 && !strcmp(g->nodes[0].op_type, "FusedMatMul") &&
+          ai_graph_find_value(g, "wt") < 0 && ai_graph_find_value(g, "m") < 0);
+    ai_tensor *y1 = run(g, x);
+    CHECK(y0 && y1 && y1->ndim == 3 && y1->shape[2] == 5 && max_diff(y0, y1) < 1e-5);
+    ai_tensor_free(y0);
+    ai_tensor_free(y1);
+    ai_graph_free(g);
+    ai_tensor_free(x);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case recipe_cases[] = {
     CASE(recipes_keep_outputs_and_undo),
     CASE(fuse_pad_moves_zero_padding_into_the_conv),
+    CASE(fuse_linear_reads_the_weight_in_place),
     {NULL, NULL},
 };
