@@ -18,6 +18,12 @@ engine and ONNX Runtime set to the same count):
   ``attention_mask``, ``ModelOutput`` results): a training step (forward,
   MSE loss on the main output, backward, SGD step), eval forward against
   torch and against ONNX Runtime on the same ONNX graph.
+- ``int8``: the example models (LeNet, DS-CNN, ResNet-8) quantized by
+  ``aidge_interop.quantize`` (per-channel): the engine's int8 forward
+  against its own float32 forward of the same model, and against ONNX
+  Runtime running the same quantized model exported as QDQ ONNX
+  (``QuantizedModel.to_onnx_qdq``; its time includes quantizing the
+  input and dequantizing the output), eval, batch ``--batch``.
 - ``overhead``: per-call cost: one forward of a wrapped 16-feature Linear;
   the backward, and a forward + backward, of a wrapped Relu on 16 floats.
 - ``memory`` (not with ``--quick``): the training step's peak resident
@@ -36,7 +42,7 @@ machine's speed changes between rounds more than within one). Ratios are
 engine / reference: below 1 the engine is faster.
 
     python benchmarks/run.py [--quick] [--threads 1,2] [--json out.json] [--plot out.png]
-                             [--sections ops,kernels,models,transformers,overhead,memory] [--batch 16]
+                             [--sections ops,kernels,models,transformers,int8,overhead,memory] [--batch 16]
 """
 import argparse
 import copy
@@ -121,7 +127,7 @@ MODELS = {  # name: (factory module, factory, input shape without the batch)
     "MobileNet": ("mobilenet_model", "mobilenet_v1", (3, 96, 96)),
     "ResNet8": ("resnet_model", "resnet8", (3, 32, 32)),
 }
-SECTIONS = ("ops", "kernels", "models", "transformers", "overhead", "memory")
+SECTIONS = ("ops", "kernels", "models", "transformers", "int8", "overhead", "memory")
 LR = 0.01
 
 
@@ -258,6 +264,39 @@ def bench_models(budget, batch, threads):
         row["engine_plan_peak_bytes"] = stats.get("peak_bytes", stats.get("peak"))
         rows.append(row)
         _print_row(name, row, ("fwd", "train"), ort=True)
+    return rows
+
+
+# -- int8 -----------------------------------------------------------------------------
+
+def bench_int8(budget, batch, threads):
+    """Engine int8 / engine float32 and engine int8 / ONNX Runtime on the
+    QDQ export of the same quantized model."""
+    import numpy as np
+
+    from aidge_interop.examples import EXAMPLES
+    from aidge_interop.quant.quantization import _as_graph
+
+    rows = []
+    for name in ("lenet", "ds_cnn", "resnet8"):
+        factory, shape, _ = EXAMPLES[name]
+        model = factory(seed=0).eval()
+        rng = np.random.default_rng(0)
+        calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+        q = aidge_interop.quantize(model, calib)
+        graph = _as_graph(model, [shape[1:]], "int8 benchmark")
+        graph.training = False
+        x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
+        xq = q.quantize_inputs(x)
+        session = ort_session(q.to_onnx_qdq(), threads)
+        feed = {session.get_inputs()[0].name: x}
+        f32, i8, ort = interleaved_medians(
+            [lambda: graph.forward([x]), lambda: q.run(*xq), lambda: session.run(None, feed)],
+            budget, settle=0.1)
+        rows.append({"case": name, "batch": batch, "engine_int8": i8, "engine_f32": f32,
+                     "ort_qdq": ort})
+        print(f"{name:<34}{f32 * 1e3:12.4f}{i8 * 1e3:12.4f}{i8 / f32:9.2f}"
+              f"{ort * 1e3:12.4f}{i8 / ort:9.2f}", flush=True)
     return rows
 
 
@@ -577,6 +616,10 @@ def main():
         if "transformers" in sections:
             _header("transformers (random weights)", ("train", "fwd"), ort=True)
             res["transformers"] = bench_transformers(budget * 5, threads, args.quick)
+        if "int8" in sections:
+            print(f"\n== int8, batch {args.batch} (ms, medians)\n{'model':<34}{'eng f32':>12}"
+                  f"{'eng int8':>12}{'int8/f32':>9}{'ort qdq':>12}{'int8/ort':>9}")
+            res["int8"] = bench_int8(budget * 5, args.batch, threads)
         if "overhead" in sections:
             _header("per-call overhead", ("fwd", "bwd", "fwdbwd"))
             res["overhead"] = bench_overhead(budget)

@@ -309,8 +309,9 @@ class _QNet(torch.nn.Module):
         return self.fc(z.flatten(1))
 
 
+@pytest.mark.parametrize("per_channel", [True, False])
 @pytest.mark.parametrize("single_shift", [True, False])
-def test_to_onnx_qdq(tmp_path, single_shift):
+def test_to_onnx_qdq(tmp_path, single_shift, per_channel):
     """The QDQ export computes the integer model: with QuantizeLinear rounding half up
     (onnx.reference with that one operator replaced) it equals the engine's int8 model bit
     for bit; ONNX Runtime runs it as ONNX defines it (equal to onnx.reference), and so does
@@ -320,7 +321,8 @@ def test_to_onnx_qdq(tmp_path, single_shift):
     net = _QNet().eval()
     cal = np.random.default_rng(0).standard_normal((32, 3, 16, 16)).astype(np.float32)
     x = np.random.default_rng(1).standard_normal((16, 3, 16, 16)).astype(np.float32)
-    qm = aidge_interop.quantize(net, [cal], single_shift=single_shift)
+    qm = aidge_interop.quantize(net, [cal], single_shift=single_shift, per_channel=per_channel)
+    assert np.ndim(qm.layers[0].multiplier) == int(per_channel)
     path = tmp_path / "q.onnx"
     model = qm.to_onnx_qdq(path)
     assert path.exists()
@@ -333,6 +335,16 @@ def test_to_onnx_qdq(tmp_path, single_shift):
     np.testing.assert_array_equal(by_ort, ref)
     (engine_qdq,) = aidge_interop.load_onnx(model).forward([x])
     np.testing.assert_array_equal(engine_qdq, by_ort)
+
+
+def test_to_onnx_qdq_refuses_a_layer_without_qdq_form():
+    """A transformer layer (here a Sigmoid's lookup table) has no QDQ form: a clear error
+    naming the layer, not a wrong model."""
+    net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Sigmoid()).eval()
+    cal = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    qm = aidge_interop.quantize(net, [cal])
+    with pytest.raises(NotImplementedError, match=r"layer '.*' \(\w+\) has no QDQ form"):
+        qm.to_onnx_qdq()
 
 
 # ---------------------------------------------------------------- float32 and float64 products

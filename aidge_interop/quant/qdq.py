@@ -59,10 +59,14 @@ def to_qdq_onnx(qm):
         return out
 
     def dq(x, scale, name, zp_type=np.int8):
-        """x (integers) -> x * scale (float32)."""
-        return node("DequantizeLinear", [x, const(f"{name}.scale", np.float32(scale)),
-                                         const(f"{name}.zero_point", zp_type(0))],
-                    fresh(f"{name}.dq"), f"{name}.DequantizeLinear")
+        """x (integers) -> x * scale (float32); a scale per channel (1-D)
+        along axis 0 (weights (M, ...), biases (M,))."""
+        scale = np.asarray(scale, np.float32)
+        axis = {"axis": 0} if scale.ndim else {}
+        return node("DequantizeLinear", [x, const(f"{name}.scale", scale),
+                                         const(f"{name}.zero_point",
+                                               np.zeros(scale.shape, zp_type))],
+                    fresh(f"{name}.dq"), f"{name}.DequantizeLinear", **axis)
 
     def q(v, scale, lo, hi, out, name):
         """float v -> clamp(rint(v / scale), lo, hi) in int8, as ``out``."""
@@ -90,8 +94,9 @@ def to_qdq_onnx(qm):
         ints[layer.output] = out
         if layer.op in ("Conv", "Gemm"):
             s_x, s_y = layer.in_scales[0], layer.out_scale
-            m = layer.multiplier / 2.0 ** layer.shift
-            w_scale = np.float32(m * s_y / s_x)
+            # (per channel: one rescale, so one weight scale, per output channel)
+            m = np.asarray(layer.multiplier, np.float64) / 2.0 ** np.asarray(layer.shift)
+            w_scale = (m * s_y / s_x).astype(np.float32)
             args = [dq(ins[0], s_x, f"{name}.x"),
                     dq(const(f"{name}.weight", layer.weight), w_scale, f"{name}.w")]
             if layer.bias is not None:
@@ -129,8 +134,11 @@ def to_qdq_onnx(qm):
         elif layer.op == "Clip":
             node("Clip", [ins[0], const(f"{name}.min", np.int8(layer.lo)),
                           const(f"{name}.max", np.int8(layer.hi))], out, name)
-        else:  # pragma: no cover - every layer op is handled above
-            raise AssertionError(layer.op)
+        else:
+            raise NotImplementedError(
+                f"to_onnx_qdq: layer '{name}' ({layer.op}) has no QDQ form; the QDQ export "
+                "covers Conv, Gemm, Add, Requantize, MaxPool, AveragePool, Reshape, Concat "
+                "and Clip (the transformer layers export to C only)")
     outs = []
     for n in qm.output_names:
         node("DequantizeLinear", [ints[n], const(f"{n}.scale", np.float32(qm.scales[n])),
