@@ -427,7 +427,7 @@ def _add_expanded(g, node, attrs, opset, dims, where):
 def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None,
                 share_values: bool = False, where: str = "load_onnx", input_shapes=None,
                 free_batch: bool = True, grads=None, sequence_lengths=None,
-                integer_qdq: bool = True):
+                integer_qdq: bool = True, fuse_attention_blocks: bool = True):
     """Builds and finalizes a ``_C.Graph`` from an ONNX model.
 
     ``param_kinds`` maps initializer names to ``"param"``, ``"buffer"`` or
@@ -450,8 +450,11 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
     sequence graph output its items' outputs, named the same way
     (``sequences.py``). ONNX Runtime's quantized contrib operators are
     written as ONNX's, and with ``integer_qdq`` the QDQ patterns of Conv,
-    MatMul and Gemm become integer operators (``qlinear.py``). Returns
-    ``(graph, proto)``.
+    MatMul and Gemm become integer operators (``qlinear.py``). With
+    ``fuse_attention_blocks`` each attention block is one FusedAttention node
+    of the graph (``attention.py``; the quantizer reads the blocks unfused).
+    Returns ``(graph, proto)``: the proto as rewritten, but for the attention
+    fusion (ONNX's operators only).
     """
     proto, base_dir = _read_model(model, where)
     graph = proto.graph
@@ -478,8 +481,10 @@ def build_graph(model, *, param_kinds: dict[str, str] | None = None, values=None
         proto = _with_nodes(proto, scanned)
     proto = rewrite_sequences(proto, _value_dims, where,  # static sequences: tensors
                               sequence_lengths)
-    proto, _ = fuse_attention(proto, opsets["ai.onnx"])  # attention blocks: one node each
     graph = proto.graph
+    if fuse_attention_blocks:  # attention blocks: one node each, in the engine's graph
+        graph = fuse_attention(proto, opsets["ai.onnx"])[0].graph  # (the proto returned:
+        # ONNX's operators, which ONNX Runtime and `locate` run)
     g = _C.Graph()
     init_names = {i.name for i in graph.initializer}
     for inp in graph.input:

@@ -193,8 +193,9 @@ def extract_layers(graph, where: str = "extract_layers"):
         x = val(n["inputs"][0]) if n["inputs"] else ""
         y = n["outputs"][0]
         if n["domain"] == "aidge_interop" and op == "FusedMatMul":
-            # recipe fuse_linear: on a 2-D input, a Gemm (transB, bias as C)
-            extract(dict(n, op_type="Gemm", domain=""))
+            # recipe fuse_linear: a Gemm (transB, bias as C) over the rows of an
+            # input of any rank, as a MatMul by a constant
+            extract(dict(n, op_type="Gemm", domain="", any_rank=True))
             return
         if n["domain"] == "aidge_interop" and op in ("FusedConv", "FusedGemm"):
             # a recipe's fusion (aidge_interop.recipes): the base operator, an
@@ -267,7 +268,8 @@ def extract_layers(graph, where: str = "extract_layers"):
         elif op in ("Gemm", "MatMul"):
             a = n["attrs"]
             b_const = const(n, 1, "weight")
-            if (len(shape[x]) != 2 and op == "Gemm") or len(shape[x]) < 2 or b_const.ndim != 2:
+            if (len(shape[x]) != 2 and op == "Gemm" and not n.get("any_rank")) or \
+                    len(shape[x]) < 2 or b_const.ndim != 2:
                 raise NotImplementedError(f"{nwhere}: only (..., K) inputs times a constant "
                                           "matrix can be exported")
             if a.get("transA", 0):

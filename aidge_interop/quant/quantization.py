@@ -60,10 +60,19 @@ def _as_graph(model, sample_shapes, where):
         if not isinstance(model, AidgeModule):
             _check_arity(model, len(sample_shapes), where)
             model = wrap(model.eval(), [(1, *s) for s in sample_shapes])
-        return Graph(model._graph, model.onnx_model)
+        # the module's graph again, its values shared, with the attention
+        # blocks unfused: the quantizer reads their MatMuls and Softmax
+        from ..bridge.wrapping import _build_graph
+
+        g, _ = _build_graph(model.onnx_model, values=model._sources, share_values=True,
+                            where=where, input_shapes=model.input_dims,
+                            param_kinds={i.name: "buffer" if i.name in model._sources
+                                         else "const" for i in model.onnx_model.graph.initializer},
+                            fuse_attention_blocks=False)
+        return Graph(g, model.onnx_model)
     from ..onnx import load_onnx
 
-    return load_onnx(model, where=where)
+    return load_onnx(model, where=where, fuse_attention_blocks=False)
 
 
 def _check_arity(module, n, where):

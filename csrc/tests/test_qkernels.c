@@ -14,7 +14,7 @@ static uint64_t rng_state = 88172645463325252u;
 static int32_t rnd(int32_t lo, int32_t hi) /* in [lo, hi] */
 {
     rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
-    return lo + (int32_t)(rng_state % (uint64_t)(hi - lo + 1));
+    return (int32_t)(lo + (int64_t)(rng_state % (uint64_t)((int64_t)hi - lo + 1)));
 }
 
 static int8_t *rand_i8(int64_t n)
