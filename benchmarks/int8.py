@@ -26,6 +26,21 @@ from timing import interleaved_medians  # noqa: E402
 PATH_NAMES = {0: "reference", 1: "plain", 2: "avx2", 3: "vnni"}
 
 
+def prepare(name, batch):
+    """Example model `name` quantized (per-channel, the default): the
+    QuantizedModel, the float32 engine graph in eval mode, a float batch and
+    its int8 inputs."""
+    factory, shape, _ = EXAMPLES[name]
+    model = factory(seed=0).eval()
+    rng = np.random.default_rng(0)
+    calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+    q = aidge_interop.quantize(model, calib)
+    graph = _as_graph(model, [shape[1:]], "int8 benchmark")
+    graph.training = False
+    x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
+    return q, graph, x, q.quantize_inputs(x)
+
+
 def bench(names, batch, budget, threads_list, reference):
     import torch
 
@@ -34,15 +49,7 @@ def bench(names, batch, budget, threads_list, reference):
     best = _C._set_quant_path(3)
     rows = []
     for name in names:
-        factory, shape, _ = EXAMPLES[name]
-        model = factory(seed=0).eval()
-        rng = np.random.default_rng(0)
-        calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
-        q = aidge_interop.quantize(model, calib)
-        graph = _as_graph(model, [shape[1:]], "int8 benchmark")
-        graph.training = False
-        x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
-        xq = q.quantize_inputs(x)
+        q, graph, x, xq = prepare(name, batch)
 
         def f32():
             graph.forward([x])

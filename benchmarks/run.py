@@ -272,22 +272,11 @@ def bench_models(budget, batch, threads):
 def bench_int8(budget, batch, threads):
     """Engine int8 / engine float32 and engine int8 / ONNX Runtime on the
     QDQ export of the same quantized model."""
-    import numpy as np
-
-    from aidge_interop.examples import EXAMPLES
-    from aidge_interop.quant.quantization import _as_graph
+    from int8 import prepare
 
     rows = []
     for name in ("lenet", "ds_cnn", "resnet8"):
-        factory, shape, _ = EXAMPLES[name]
-        model = factory(seed=0).eval()
-        rng = np.random.default_rng(0)
-        calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
-        q = aidge_interop.quantize(model, calib)
-        graph = _as_graph(model, [shape[1:]], "int8 benchmark")
-        graph.training = False
-        x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
-        xq = q.quantize_inputs(x)
+        q, graph, x, xq = prepare(name, batch)
         session = ort_session(q.to_onnx_qdq(), threads)
         feed = {session.get_inputs()[0].name: x}
         f32, i8, ort = interleaved_medians(
