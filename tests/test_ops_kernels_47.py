@@ -178,3 +178,21 @@ def test_gelu(n, dtype):
 def test_movement_threads(op, shape, attrs):
     consts = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)} if op == "Pad" else None
     _at_threads(op, {"x": _x(shape, np.float32)}, attrs, consts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5, -1.0])
+def test_pow_by_a_constant_as_torch(exponent, dtype):
+    """Pow by a constant exponent: 2 and 3 are products (GPT-2's tanh GELU
+    computes x^3; torch and ONNX Runtime multiply), equal to torch bit for
+    bit; the others powf/pow, within torch's rounding."""
+    x = _x((33, 1000), dtype, lo=0.1, hi=4) * np.where(np.arange(1000) % 2, 1, -1).astype(dtype)
+    if exponent == 2.5:
+        x = np.abs(x)
+    model = make_model("Pow", {"x": x}, None, {"e": np.array(exponent, dtype)})
+    (y,) = aidge_interop.load_onnx(model).forward([x])
+    expected = torch.from_numpy(x).pow(exponent).numpy()
+    if exponent in (2.0, 3.0):
+        np.testing.assert_array_equal(y, expected)
+    else:
+        torch.testing.assert_close(torch.from_numpy(y), torch.from_numpy(expected))

@@ -191,7 +191,17 @@ DEFINE_PY_MOD(py_mod, double, fmod, copysign)
             case DIV:                                                                \
                 BINARY_ROW(T, po[j] = a_ / b_);                                       \
                 break;                                                               \
-            case POW:                                                                \
+            case POW: /* exponent 2 or 3 along the row: products, as torch and   \
+                         * ONNX Runtime compute them (GPT-2's tanh GELU: x^3) */      \
+                if (sb == 0 && (pb[0] == 2 || pb[0] == 3)) {                         \
+                    if (pb[0] == 2)                                                  \
+                        for (int64_t j = 0; j < inner; j++)                          \
+                            po[j] = pa[j * sa] * pa[j * sa];                         \
+                    else                                                             \
+                        for (int64_t j = 0; j < inner; j++)                          \
+                            po[j] = pa[j * sa] * pa[j * sa] * pa[j * sa];            \
+                    break;                                                           \
+                }                                                                    \
                 for (int64_t j = 0; j < inner; j++)                                  \
                     po[j] = POWF(pa[j * sa], pb[j * sb]);                            \
                 break;                                                               \
