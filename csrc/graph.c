@@ -522,6 +522,16 @@ ai_status ai_attr_int(const ai_node *n, const char *name, int64_t dflt, int64_t 
     return st;
 }
 
+ai_status ai_attr_int_in(const ai_node *n, const char *name, int64_t dflt, int64_t lo, int64_t hi,
+                         int64_t *out)
+{
+    ai_status st = ai_attr_int(n, name, dflt, out);
+    if (!st && (*out < lo || *out > hi))
+        st = ai_node_error(n, AI_ERR_VALUE, "%s is %lld; must be in [%lld, %lld]", name,
+                           (long long)*out, (long long)lo, (long long)hi);
+    return st;
+}
+
 ai_status ai_attr_float(const ai_node *n, const char *name, double dflt, double *out)
 {
     const ai_attr *a = ai_node_attr(n, name);

@@ -241,6 +241,9 @@ bool ai_dtype_from_onnx(int64_t code, ai_dtype *out);
  * the node and attribute when present with the wrong type. */
 const ai_attr *ai_node_attr(const ai_node *n, const char *name);
 ai_status ai_attr_int(const ai_node *n, const char *name, int64_t dflt, int64_t *out);
+/* ai_attr_int, and AI_ERR_VALUE naming the attribute outside [lo, hi] */
+ai_status ai_attr_int_in(const ai_node *n, const char *name, int64_t dflt, int64_t lo, int64_t hi,
+                         int64_t *out);
 ai_status ai_attr_float(const ai_node *n, const char *name, double dflt, double *out);
 /* *out points into the node (do not free); *len = -1 when absent. */
 ai_status ai_attr_ints(const ai_node *n, const char *name, const int64_t **out, int64_t *len);

@@ -36,18 +36,6 @@ typedef struct {
     aik_rq rq_attr[]; /* n_rq entries, as the attributes give them */
 } q_attrs;
 
-static ai_status read_range(const ai_node *n, const char *name, int64_t dflt, int64_t lo,
-                            int64_t hi, int64_t *out)
-{
-    ai_status st = ai_attr_int(n, name, dflt, out);
-    if (st)
-        return st;
-    if (*out < lo || *out > hi)
-        return ai_node_error(n, AI_ERR_VALUE, "%s is %lld; must be in [%lld, %lld]", name,
-                             (long long)*out, (long long)lo, (long long)hi);
-    return AI_OK;
-}
-
 /* `multiplier` or `shift`: one int, or (QConv, QGemm) a list of one int per
  * output channel: *v points to *len values (*len = 1 for an int). */
 static ai_status read_rq_values(const ai_node *n, const char *name, int64_t dflt, int64_t lo,
@@ -56,7 +44,7 @@ static ai_status read_rq_values(const ai_node *n, const char *name, int64_t dflt
     const ai_attr *at = ai_node_attr(n, name);
     if (!at || at->type != AI_ATTR_INTS) {
         *v = one, *len = 1;
-        return read_range(n, name, dflt, lo, hi, one);
+        return ai_attr_int_in(n, name, dflt, lo, hi, one);
     }
     if (strcmp(n->op_type, "QConv") != 0 && strcmp(n->op_type, "QGemm") != 0)
         return ai_node_error(n, AI_ERR_VALUE, "%s must be one int (only QConv and QGemm take "
@@ -78,7 +66,7 @@ static ai_status q_init(ai_node *n)
     int64_t bits, mult1, shift1, lo, hi, n_mult, n_shift;
     const int64_t *mult, *shift;
     ai_status st;
-    if ((st = read_range(n, "nb_bits", 8, 2, 8, &bits)) ||
+    if ((st = ai_attr_int_in(n, "nb_bits", 8, 2, 8, &bits)) ||
         (st = read_rq_values(n, "multiplier", 1, 1, INT32_MAX, &mult1, &mult, &n_mult)) ||
         (st = read_rq_values(n, "shift", 0, 0, 62, &shift1, &shift, &n_shift)))
         return st;
@@ -91,14 +79,14 @@ static ai_status q_init(ai_node *n)
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    if ((st = read_range(n, "out_min", -(INT64_C(1) << (bits - 1)), -(INT64_C(1) << (bits - 1)),
+    if ((st = ai_attr_int_in(n, "out_min", -(INT64_C(1) << (bits - 1)), -(INT64_C(1) << (bits - 1)),
                          (INT64_C(1) << (bits - 1)) - 1, &lo)) ||
-        (st = read_range(n, "out_max", (INT64_C(1) << (bits - 1)) - 1, lo,
+        (st = ai_attr_int_in(n, "out_max", (INT64_C(1) << (bits - 1)) - 1, lo,
                          (INT64_C(1) << (bits - 1)) - 1, &hi)) ||
-        (st = read_range(n, "multiplier_a", 1, -INT32_MAX, INT32_MAX, &a->ma)) ||
-        (st = read_range(n, "multiplier_b", 1, -INT32_MAX, INT32_MAX, &a->mb)) ||
-        (st = read_range(n, "group", 1, 1, INT32_MAX, &a->group)) ||
-        (st = read_range(n, "count_include_pad", 0, 0, 1, &a->count_include_pad)) ||
+        (st = ai_attr_int_in(n, "multiplier_a", 1, -INT32_MAX, INT32_MAX, &a->ma)) ||
+        (st = ai_attr_int_in(n, "multiplier_b", 1, -INT32_MAX, INT32_MAX, &a->mb)) ||
+        (st = ai_attr_int_in(n, "group", 1, 1, INT32_MAX, &a->group)) ||
+        (st = ai_attr_int_in(n, "count_include_pad", 0, 0, 1, &a->count_include_pad)) ||
         (st = ai_read_int_list(n, "kernel_shape", 2, 1, &a->kernel_shape)) ||
         (st = ai_read_int_list(n, "strides", 2, 1, &a->strides)) ||
         (st = ai_read_int_list(n, "dilations", 2, 1, &a->dilations)) ||

@@ -26,18 +26,6 @@ typedef struct {
     int64_t q, eps, pre;
 } qn_attrs;
 
-static ai_status get(const ai_node *n, const char *name, int64_t dflt, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    ai_status st = ai_attr_int(n, name, dflt, out);
-    if (st)
-        return st;
-    if (*out < lo || *out > hi)
-        return ai_node_error(n, AI_ERR_VALUE, "%s is %lld; must be in [%lld, %lld]", name,
-                             (long long)*out, (long long)lo, (long long)hi);
-    return AI_OK;
-}
-
 static ai_status qn_init(ai_node *n)
 {
     qn_attrs *a = calloc(1, sizeof *a);
@@ -46,13 +34,13 @@ static ai_status qn_init(ai_node *n)
     n->params = a;
     int64_t mult, shift, lo, hi;
     ai_status st;
-    if ((st = get(n, "multiplier", 1, 1, INT32_MAX, &mult)) ||
-        (st = get(n, "shift", 0, 0, 62, &shift)) ||
-        (st = get(n, "out_min", -128, -128, 127, &lo)) ||
-        (st = get(n, "out_max", 127, lo, 127, &hi)) ||
-        (st = get(n, "q", 127, 1, 128, &a->q)) ||
-        (st = get(n, "eps", 0, 0, INT64_C(1) << 61, &a->eps)) ||
-        (st = get(n, "pre_shift", 0, 0, 30, &a->pre)))
+    if ((st = ai_attr_int_in(n, "multiplier", 1, 1, INT32_MAX, &mult)) ||
+        (st = ai_attr_int_in(n, "shift", 0, 0, 62, &shift)) ||
+        (st = ai_attr_int_in(n, "out_min", -128, -128, 127, &lo)) ||
+        (st = ai_attr_int_in(n, "out_max", 127, lo, 127, &hi)) ||
+        (st = ai_attr_int_in(n, "q", 127, 1, 128, &a->q)) ||
+        (st = ai_attr_int_in(n, "eps", 0, 0, INT64_C(1) << 61, &a->eps)) ||
+        (st = ai_attr_int_in(n, "pre_shift", 0, 0, 30, &a->pre)))
         return st;
     a->rq = (aik_rq){(int32_t)mult, (int32_t)shift, (int32_t)lo, (int32_t)hi};
     return AI_OK;
