@@ -532,6 +532,27 @@ ai_status ai_attr_int_in(const ai_node *n, const char *name, int64_t dflt, int64
     return st;
 }
 
+ai_status ai_attr_choice(const ai_node *n, const char *name, const char *dflt,
+                         const char *const *names, int count, int *out)
+{
+    const char *s;
+    ai_status st = ai_attr_string(n, name, dflt, &s);
+    if (st)
+        return st;
+    char choices[256] = "";
+    size_t used = 0;
+    for (int k = 0; k < count; k++) {
+        if (strcmp(s, names[k]) == 0) {
+            *out = k;
+            return AI_OK;
+        }
+        int w = snprintf(choices + used, sizeof choices - used, "%s'%s'", k ? ", " : "", names[k]);
+        if (w > 0 && (size_t)w < sizeof choices - used)
+            used += (size_t)w;
+    }
+    return ai_node_error(n, AI_ERR_VALUE, "%s '%s'; one of %s expected", name, s, choices);
+}
+
 ai_status ai_attr_float(const ai_node *n, const char *name, double dflt, double *out)
 {
     const ai_attr *a = ai_node_attr(n, name);

@@ -244,6 +244,10 @@ ai_status ai_attr_int(const ai_node *n, const char *name, int64_t dflt, int64_t 
 /* ai_attr_int, and AI_ERR_VALUE naming the attribute outside [lo, hi] */
 ai_status ai_attr_int_in(const ai_node *n, const char *name, int64_t dflt, int64_t lo, int64_t hi,
                          int64_t *out);
+/* A string attribute that must be one of names[0..count): *out = its index.
+   The error names the node, the attribute, its value and the choices. */
+ai_status ai_attr_choice(const ai_node *n, const char *name, const char *dflt,
+                         const char *const *names, int count, int *out);
 ai_status ai_attr_float(const ai_node *n, const char *name, double dflt, double *out);
 /* *out points into the node (do not free); *len = -1 when absent. */
 ai_status ai_attr_ints(const ai_node *n, const char *name, const int64_t **out, int64_t *len);

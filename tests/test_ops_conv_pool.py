@@ -752,6 +752,27 @@ def _resize_model(attrs, scales=None, sizes=None, shape=(1, 1, 2, 3), dtype=np.f
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 0.5, 0.7], [1, 1, 1.5, 2.5]])
+def test_resize11_tf_half_pixel_for_nn_equals_onnxruntime(scales):
+    """Resize-11's tf_half_pixel_for_nn (source = (x + 0.5) / scale), against ORT."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper, numpy_helper
+
+    x = _x((1, 2, 4, 5), np.float32)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="tf_half_pixel_for_nn")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+        [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+         numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (got,) = aidge_interop.load_onnx(model).forward([x])
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "align_corners"])
 def test_resize_linear_finite_differences(coord):
     x = _x((1, 2, 3, 4), np.float64)
@@ -772,11 +793,9 @@ def test_resize_linear_finite_differences(coord):
 
 def test_resize_refusals_name_the_node_and_value():
     x = _x((1, 1, 2, 3), np.float32)
-    for attrs, match in [({"mode": "bicubic"}, "mode 'bicubic'"),
-                         ({"coordinate_transformation_mode": "tf_half_pixel_for_nn"},
-                          "tf_half_pixel_for_nn")]:
-        with pytest.raises(NotImplementedError, match=f"Resize node.*{match}"):
-            aidge_interop.load_onnx(_resize_model(attrs, scales=[1, 1, 2, 2])).forward([x])
+    with pytest.raises(ValueError, match="Resize node.*mode 'bicubic'; one of 'nearest'"):
+        aidge_interop.load_onnx(_resize_model({"mode": "bicubic"}, scales=[1, 1, 2, 2])) \
+            .forward([x])
     with pytest.raises(ValueError, match="Resize node.*both scales and sizes"):
         aidge_interop.load_onnx(_resize_model({}, scales=[1, 1, 2, 2], sizes=[1, 1, 4, 6])) \
             .forward([x])

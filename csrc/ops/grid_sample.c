@@ -46,22 +46,6 @@ typedef struct {
     int64_t align_corners;
 } gs_params;
 
-static ai_status gs_pick(const ai_node *n, const char *attr, const char *dflt,
-                         const char *const *names, int count, int *out)
-{
-    const char *s;
-    ai_status st = ai_attr_string(n, attr, dflt, &s);
-    if (st)
-        return st;
-    for (int k = 0; k < count; k++)
-        if (strcmp(s, names[k]) == 0) {
-            *out = k;
-            return AI_OK;
-        }
-    return ai_node_error(n, AI_ERR_VALUE, "%s '%s'; %s, %s or %s expected", attr, s, names[0],
-                         names[1], names[2]);
-}
-
 static ai_status gs_init(ai_node *n)
 {
     static const char *const modes16[] = {"bilinear", "nearest", "bicubic"};
@@ -73,9 +57,9 @@ static ai_status gs_init(ai_node *n)
     n->params = p;
     const bool old = n->opset < 20;
     ai_status st;
-    if ((st = gs_pick(n, "mode", old ? "bilinear" : "linear", old ? modes16 : modes20, 3,
-                      &p->mode)) ||
-        (st = gs_pick(n, "padding_mode", "zeros", pads, 3, &p->padding)) ||
+    if ((st = ai_attr_choice(n, "mode", old ? "bilinear" : "linear", old ? modes16 : modes20, 3,
+                             &p->mode)) ||
+        (st = ai_attr_choice(n, "padding_mode", "zeros", pads, 3, &p->padding)) ||
         (st = ai_attr_int(n, "align_corners", 0, &p->align_corners)))
         return st;
     if (p->align_corners != 0 && p->align_corners != 1)

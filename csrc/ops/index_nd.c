@@ -168,19 +168,14 @@ const char *const ai_scatter_red_names[] = {"none", "add", "mul", "max", "min"};
 ai_status ai_scatter_reduction(const ai_ctx *c, int *red)
 {
     const ai_tensor *x = c->in[0];
-    const char *s;
-    ai_status st = ai_attr_string(c->node, "reduction", "none", &s);
+    ai_status st = ai_attr_choice(c->node, "reduction", "none", ai_scatter_red_names,
+                                  RED_MIN + 1, red);
     if (st)
         return st;
-    for (*red = RED_NONE; *red <= RED_MIN && strcmp(s, ai_scatter_red_names[*red]); ++*red)
-        ;
-    if (*red > RED_MIN)
-        return ai_node_error(c->node, AI_ERR_VALUE,
-                             "reduction is '%s'; none, add, mul, max or min expected", s);
     if (*red != RED_NONE && (ai_dtype_is_half(x->dtype) || x->dtype == AI_BOOL))
         return ai_node_error(c->node, AI_ERR_TYPE,
                              "reduction '%s' of %s is not supported (float32, float64 and "
-                             "integers)", s, ai_dtype_name(x->dtype));
+                             "integers)", ai_scatter_red_names[*red], ai_dtype_name(x->dtype));
     return AI_OK;
 }
 

@@ -39,19 +39,12 @@ static ai_status loss_init(ai_node *n)
     if (!p)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
-    const char *r;
-    ai_status st = ai_attr_string(n, "reduction", "mean", &r);
+    static const char *const reductions[] = {"none", "sum", "mean"}; /* loss_reduction */
+    int r;
+    ai_status st = ai_attr_choice(n, "reduction", "mean", reductions, 3, &r);
     if (st)
         return st;
-    if (strcmp(r, "none") == 0)
-        p->reduction = LOSS_NONE;
-    else if (strcmp(r, "sum") == 0)
-        p->reduction = LOSS_SUM;
-    else if (strcmp(r, "mean") == 0)
-        p->reduction = LOSS_MEAN;
-    else
-        return ai_node_error(n, AI_ERR_VALUE,
-                             "reduction '%s' is not one of 'none', 'sum', 'mean'", r);
+    p->reduction = (loss_reduction)r;
     p->has_ignore = ai_node_attr(n, "ignore_index") != NULL;
     return ai_attr_int(n, "ignore_index", 0, &p->ignore_index);
 }

@@ -47,7 +47,7 @@
 
 enum { M_NEAREST, M_LINEAR, M_CUBIC };
 enum { C_HALF_PIXEL, C_PYTORCH_HALF_PIXEL, C_ALIGN_CORNERS, C_ASYMMETRIC, C_HALF_SYMMETRIC,
-       C_CROP };
+       C_CROP, C_TF_HALF_PIXEL_FOR_NN };
 /* N_SIMPLE: Upsample's and Resize-10's floor, ceil when downsampling (as
  * ONNX Runtime) */
 enum { N_ROUND_FLOOR, N_ROUND_CEIL, N_FLOOR, N_CEIL, N_SIMPLE };
@@ -63,27 +63,12 @@ typedef struct {
     int64_t n_scales_attr;
 } resize_params;
 
-static ai_status pick(const ai_node *n, const char *attr, const char *dflt,
-                      const char *const *names, int count, int *out)
-{
-    const char *s;
-    ai_status st = ai_attr_string(n, attr, dflt, &s);
-    if (st)
-        return st;
-    for (int k = 0; k < count; k++)
-        if (strcmp(s, names[k]) == 0) {
-            *out = k;
-            return AI_OK;
-        }
-    return ai_node_error(n, AI_ERR_NOT_IMPLEMENTED, "%s '%s' is not supported", attr, s);
-}
-
 static ai_status resize_init(ai_node *n)
 {
     static const char *const modes[] = {"nearest", "linear", "cubic"};
     static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
                                          "asymmetric", "half_pixel_symmetric",
-                                         "tf_crop_and_resize"};
+                                         "tf_crop_and_resize", "tf_half_pixel_for_nn"};
     static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                            "ceil"};
     static const char *const policies[] = {"stretch", "not_larger", "not_smaller"};
@@ -95,7 +80,7 @@ static ai_status resize_init(ai_node *n)
     p->legacy = strcmp(n->op_type, "Upsample") == 0 || n->opset < 11;
     if (p->legacy) {
         /* nearest or linear, asymmetric */
-        if ((st = pick(n, "mode", "nearest", modes, 2, &p->mode)))
+        if ((st = ai_attr_choice(n, "mode", "nearest", modes, 2, &p->mode)))
             return st;
         p->coord = C_ASYMMETRIC;
         p->nearest = N_SIMPLE;
@@ -107,10 +92,13 @@ static ai_status resize_init(ai_node *n)
         }
         return AI_OK;
     }
-    if ((st = pick(n, "mode", "nearest", modes, 3, &p->mode)) ||
-        (st = pick(n, "coordinate_transformation_mode", "half_pixel", coords, 6, &p->coord)) ||
-        (st = pick(n, "nearest_mode", "round_prefer_floor", nearests, 4, &p->nearest)) ||
-        (st = pick(n, "keep_aspect_ratio_policy", "stretch", policies, 3, &p->policy)) ||
+    if ((st = ai_attr_choice(n, "mode", "nearest", modes, 3, &p->mode)) ||
+        (st = ai_attr_choice(n, "coordinate_transformation_mode", "half_pixel", coords, 7,
+                             &p->coord)) ||
+        (st = ai_attr_choice(n, "nearest_mode", "round_prefer_floor", nearests, 4,
+                             &p->nearest)) ||
+        (st = ai_attr_choice(n, "keep_aspect_ratio_policy", "stretch", policies, 3,
+                             &p->policy)) ||
         (st = ai_attr_int(n, "antialias", 0, &p->antialias)) ||
         (st = ai_attr_int(n, "exclude_outside", 0, &p->exclude_outside)) ||
         (st = ai_attr_float(n, "cubic_coeff_a", -0.75, &p->cubic_a)) ||
@@ -300,6 +288,8 @@ static double source_coord(const resize_params *p, const resize_plan *rp, int d,
         return out > 1 ? x * (double)(in - 1) / (double)(out - 1) : 0.0;
     case C_ASYMMETRIC:
         return x / scale;
+    case C_TF_HALF_PIXEL_FOR_NN: /* Resize-11 */
+        return (x + 0.5) / scale;
     case C_HALF_SYMMETRIC: {
         const double adj = (double)out / length, centre = (double)in / 2;
         return centre * (1 - adj) + (x + 0.5) / scale - 0.5;

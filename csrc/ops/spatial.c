@@ -24,18 +24,8 @@ ai_status ai_read_int_list(const ai_node *n, const char *name, int max, int64_t 
 
 ai_status ai_read_auto_pad(const ai_node *n, int *mode)
 {
-    static const char *modes[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
-    const char *s;
-    ai_status st = ai_attr_string(n, "auto_pad", "NOTSET", &s);
-    if (st)
-        return st;
-    for (int k = 0; k < 4; k++)
-        if (strcmp(s, modes[k]) == 0) {
-            *mode = k;
-            return AI_OK;
-        }
-    return ai_node_error(n, AI_ERR_VALUE,
-                         "auto_pad '%s'; NOTSET, SAME_UPPER, SAME_LOWER or VALID expected", s);
+    static const char *const modes[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
+    return ai_attr_choice(n, "auto_pad", "NOTSET", modes, 4, mode);
 }
 
 ai_status ai_spatial_list(const ai_node *n, const char *name, const ai_int_list *l, int nsp,
