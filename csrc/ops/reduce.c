@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/rows.h"
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
@@ -205,7 +206,10 @@ typedef struct {
 
 /* x[0] + ... + x[L - 1] in 8 double lanes (a reduced last axis). Blocks of
  * 32 float lanes, as torch sums, and the wide clone measured slower here on
- * rows of 128 (1.08 and 1.16 times). */
+ * rows of 128 (1.08 and 1.16 times). Where AVX-512 runs, the rows of an
+ * input whose reduced last axis is its only one or follows its only kept
+ * one run kernels/rows.c's ai_sum_rows_v16 (16-lane float blocks: 0.43 of
+ * the time), and this is its reference. */
 static inline double sum_row_f32(const float *x, int64_t L)
 {
     double part[8] = {0};
@@ -273,6 +277,9 @@ AI_VECTOR_CLONES static void sum_f32_range(void *ctx, int64_t lo, int64_t hi)
         xo += idx[d] * xs[d];
         oo += idx[d] * p->ostride[d];
     }
+    /* a reduced last axis after at most one kept axis: rows and outputs in a row */
+    if (os == 0 && nd <= 2 && ai_sum_rows_v16(j->acc + oo, j->x + xo, rows, L))
+        return;
     for (int64_t r = 0; r < rows && L > 0; r++) {
         const float *xr = j->x + xo;
         if (columns) {
