@@ -26,6 +26,8 @@ typedef double v4_f64 __attribute__((vector_size(32)));
 typedef double v2_f64 __attribute__((vector_size(16)));
 typedef ai_vec16_f32 v16;
 
+/* helpers inlined into the kernels (compiled for the same target) */
+#define V16_INLINE AI_AVX512_KERNEL static inline __attribute__((always_inline))
 #define V16_LOAD(p) (*(const v16 *)(p))
 #define V16_STORE(p, v) (*(v16 *)(p) = (v))
 #define V16_SET1(s) ((v16){0} + (s))
@@ -35,7 +37,7 @@ typedef ai_vec16_f32 v16;
 /* exp(x) for x <= 0 (x - max, a log-softmax output) or NaN: ai_expf's
  * reduction and polynomial with its products and sums fused (FMA);
  * below -86.64, 0; NaN stays NaN */
-AI_AVX512_KERNEL static inline __attribute__((always_inline)) v16 v16_exp_nonpositive(v16 x)
+V16_INLINE v16 v16_exp_nonpositive(v16 x)
 {
     const v16_i32 under = x < -86.64f;
     const v16 xc = V16_SELECT(under, V16_SET1(-86.64f), x);
@@ -54,14 +56,14 @@ AI_AVX512_KERNEL static inline __attribute__((always_inline)) v16 v16_exp_nonpos
 }
 
 /* the 16 lanes as two vectors of 8 doubles, added */
-AI_AVX512_KERNEL static inline __attribute__((always_inline)) v8_f64 v16_to_f64(v16 v)
+V16_INLINE v8_f64 v16_to_f64(v16 v)
 {
     const v8_f32 lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
     const v8_f32 hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     return __builtin_convertvector(lo, v8_f64) + __builtin_convertvector(hi, v8_f64);
 }
 
-AI_AVX512_KERNEL static inline __attribute__((always_inline)) double v8_f64_sum(v8_f64 d)
+V16_INLINE double v8_f64_sum(v8_f64 d)
 {
     const v4_f64 a = __builtin_shufflevector(d, d, 0, 1, 2, 3) +
                      __builtin_shufflevector(d, d, 4, 5, 6, 7);
@@ -72,7 +74,7 @@ AI_AVX512_KERNEL static inline __attribute__((always_inline)) double v8_f64_sum(
 #define ROW_BLOCK 256 /* values per float block of a sum: 16 terms a lane */
 
 /* the maximum of x[0, L), NaN skipped (-inf if all are NaN) */
-AI_AVX512_KERNEL static inline __attribute__((always_inline)) float row_max(const float *x, int64_t L)
+V16_INLINE float row_max(const float *x, int64_t L)
 {
     v16 m16 = V16_SET1(-INFINITY);
     int64_t l = 0;
@@ -129,7 +131,7 @@ AI_AVX512_KERNEL static void softmax_rows(float *y, const float *x, bool log_, i
 }
 
 /* the sum of x[0, L) */
-AI_AVX512_KERNEL static inline __attribute__((always_inline)) double row_sum(const float *x, int64_t L)
+V16_INLINE double row_sum(const float *x, int64_t L)
 {
     v8_f64 s8 = {0};
     int64_t l = 0;

@@ -21,8 +21,9 @@
  *
  * Backward: Sum/Mean broadcast the output gradient (scaled by 1/count for
  * Mean), written over a fresh gradient buffer rather than added to a
- * zeroed one (AI_OP_GRAD_ASSIGN). Max/Min follow torch.amax/amin: the gradient is split evenly among
- * the elements equal to the result, dx = dy / count * (x == y).
+ * zeroed one (AI_OP_GRAD_ASSIGN). Max/Min follow torch.amax/amin: the
+ * gradient is split evenly among the elements equal to the result,
+ * dx = dy / count * (x == y).
  */
 #include <math.h>
 #include <stdlib.h>
