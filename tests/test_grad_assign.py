@@ -83,7 +83,7 @@ def threads(request):
 
 
 def test_fanout_to_assigning_and_accumulating_ops():
-    """h feeds Relu, Tanh (assign), ReduceMean, Slice (accumulate) and a
+    """h feeds Relu, Tanh, ReduceMean (assign), Slice (accumulate) and a
     broadcast Mul; x (an input) feeds Sigmoid and Pad."""
     nodes = [
         _node("Sigmoid", ["x"], ["h"]),

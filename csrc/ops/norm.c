@@ -22,6 +22,7 @@
 
 #include "../graph.h"
 #include "../kernels/fastmath.h"
+#include "../kernels/rows.h"
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
@@ -1178,7 +1179,9 @@ DEFINE_SM_KERNELS(f64, double, exp)
  * whatever the thread count. A NaN is skipped by the max but
  * makes the sum, hence the whole row, NaN. The strided kernels above
  * compute the same with one chain per column (tests/test_ops_kernels_47.py
- * runs both against torch). */
+ * runs both against torch). Where AVX-512 runs, float32's forward and
+ * LogSoftmax's backward run kernels/rows.c's 16-lane kernels instead, and
+ * these are their reference. */
 #define DEFINE_SM_ROW_KERNELS(SUF, T, EXPF)                                                \
     AI_WIDE_CLONES static void sm_rows_forward_##SUF(T *y, const T *x, bool log_,          \
                                                      int64_t R, int64_t L)                 \
@@ -1266,15 +1269,20 @@ static void sm_range(void *ctx, int64_t lo, int64_t hi)
     const int64_t L = j->d.L;
     const bool rows = j->d.inner == 1;
     const size_t off = rows ? (size_t)(lo * L) : 0;
-    if (rows && !j->f64 && !j->backward)
-        sm_rows_forward_f32((float *)j->out + off, (const float *)j->x + off, j->log_, hi - lo, L);
-    else if (rows && !j->backward)
+    if (rows && !j->f64 && !j->backward) {
+        float *y = (float *)j->out + off;
+        const float *x = (const float *)j->x + off;
+        if (!ai_softmax_rows_v16(y, x, j->log_, hi - lo, L))
+            sm_rows_forward_f32(y, x, j->log_, hi - lo, L);
+    } else if (rows && !j->backward)
         sm_rows_forward_f64((double *)j->out + off, (const double *)j->x + off, j->log_, hi - lo,
                             L);
-    else if (rows && !j->f64)
-        sm_rows_backward_f32((float *)j->out + off, (const float *)j->dy + off,
-                             (const float *)j->x + off, j->log_, j->assign, hi - lo, L);
-    else if (rows)
+    else if (rows && !j->f64) {
+        float *dx = (float *)j->out + off;
+        const float *dy = (const float *)j->dy + off, *y = (const float *)j->x + off;
+        if (!(j->log_ && ai_logsoftmax_backward_rows_v16(dx, dy, y, j->assign, hi - lo, L)))
+            sm_rows_backward_f32(dx, dy, y, j->log_, j->assign, hi - lo, L);
+    } else if (rows)
         sm_rows_backward_f64((double *)j->out + off, (const double *)j->dy + off,
                              (const double *)j->x + off, j->log_, j->assign, hi - lo, L);
     else if (!j->f64 && !j->backward)

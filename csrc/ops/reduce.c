@@ -20,14 +20,17 @@
  * Max/Min of bool are any/all.
  *
  * Backward: Sum/Mean broadcast the output gradient (scaled by 1/count for
- * Mean). Max/Min follow torch.amax/amin: the gradient is split evenly among
- * the elements equal to the result, dx = dy / count * (x == y).
+ * Mean), written over a fresh gradient buffer rather than added to a
+ * zeroed one (AI_OP_GRAD_ASSIGN). Max/Min follow torch.amax/amin: the
+ * gradient is split evenly among the elements equal to the result,
+ * dx = dy / count * (x == y).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/rows.h"
 #include "../kernels/simd.h"
 #include "../parallel.h"
 
@@ -205,7 +208,10 @@ typedef struct {
 
 /* x[0] + ... + x[L - 1] in 8 double lanes (a reduced last axis). Blocks of
  * 32 float lanes, as torch sums, and the wide clone measured slower here on
- * rows of 128 (1.08 and 1.16 times). */
+ * rows of 128 (1.08 and 1.16 times). Where AVX-512 runs, the rows of an
+ * input whose reduced last axis is its only one or follows its only kept
+ * one run kernels/rows.c's ai_sum_rows_v16 (16-lane float blocks: 0.43 of
+ * the time), and this is its reference. */
 static inline double sum_row_f32(const float *x, int64_t L)
 {
     double part[8] = {0};
@@ -273,6 +279,9 @@ AI_VECTOR_CLONES static void sum_f32_range(void *ctx, int64_t lo, int64_t hi)
         xo += idx[d] * xs[d];
         oo += idx[d] * p->ostride[d];
     }
+    /* a reduced last axis after at most one kept axis: rows and outputs in a row */
+    if (os == 0 && nd <= 2 && ai_sum_rows_v16(j->acc + oo, j->x + xo, rows, L))
+        return;
     for (int64_t r = 0; r < rows && L > 0; r++) {
         const float *xr = j->x + xo;
         if (columns) {
@@ -464,12 +473,12 @@ typedef struct {
     void *dx;
     const void *dy;
     double scale;
-    bool f64;
+    bool f64, assign; /* assign: dx = (Sum, Mean only), not += */
 } sum_back_job;
 
 #define DEFINE_SUM_BACK(NAME, T)                                                       \
     AI_VECTOR_CLONES static void NAME(const reduce_plan *p, T *dx, const T *dy,        \
-                                      T scale, int64_t r0, int64_t r1)                 \
+                                      T scale, bool assign, int64_t r0, int64_t r1)    \
     {                                                                                  \
         const int nd = p->nd;                                                          \
         const int64_t L = nd ? p->shape[nd - 1] : 1, os = nd ? p->ostride[nd - 1] : 0; \
@@ -481,16 +490,22 @@ typedef struct {
         for (int64_t r = r0; r < r1; r++) {                                            \
             T *g = dx + r * L;                                                         \
             const T *d = dy + oo;                                                      \
-            if (os == 0 && scale == 1) {                                               \
-                for (int64_t j = 0; j < L; j++)                                        \
-                    g[j] += d[0];                                                      \
-            } else if (os == 0) {                                                      \
-                const T v = d[0] * scale;                                              \
-                for (int64_t j = 0; j < L; j++)                                        \
-                    g[j] += v;                                                         \
+            if (os == 0) {                                                             \
+                const T v = scale == 1 ? d[0] : d[0] * scale;                          \
+                if (assign)                                                            \
+                    for (int64_t j = 0; j < L; j++)                                    \
+                        g[j] = v;                                                      \
+                else                                                                   \
+                    for (int64_t j = 0; j < L; j++)                                    \
+                        g[j] += v;                                                     \
+            } else if (scale == 1 && assign) {                                         \
+                memcpy(g, d, sizeof(T) * (size_t)L);                                   \
             } else if (scale == 1) {                                                   \
                 for (int64_t j = 0; j < L; j++)                                        \
                     g[j] += d[j];                                                      \
+            } else if (assign) {                                                       \
+                for (int64_t j = 0; j < L; j++)                                        \
+                    g[j] = d[j] * scale;                                               \
             } else {                                                                   \
                 for (int64_t j = 0; j < L; j++)                                        \
                     g[j] += d[j] * scale;                                              \
@@ -512,9 +527,9 @@ static void sum_back_range(void *ctx, int64_t r0, int64_t r1)
 {
     const sum_back_job *j = ctx;
     if (j->f64)
-        sum_back_f64(j->p, j->dx, j->dy, j->scale, r0, r1);
+        sum_back_f64(j->p, j->dx, j->dy, j->scale, j->assign, r0, r1);
     else
-        sum_back_f32(j->p, j->dx, j->dy, (float)j->scale, r0, r1);
+        sum_back_f32(j->p, j->dx, j->dy, (float)j->scale, j->assign, r0, r1);
 }
 
 /* torch.amax/amin: dx += dy / count * (x == y), count = #(x == y) per output
@@ -604,12 +619,13 @@ static ai_status reduce_backward(ai_ctx *c)
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED,
                              "gradient for %s data is not supported", ai_dtype_name(dx->dtype));
     if (p.noop) {
-        ai_accumulate(dx, dy, false);
+        ai_accumulate(dx, dy, c->din_assign[0]);
         return AI_OK;
     }
     if (kind == R_SUM || kind == R_MEAN) {
         sum_back_job j = {&p, dx->data, dy->data,
-                          kind == R_MEAN ? 1.0 / (double)p.count : 1.0, dx->dtype == AI_F64};
+                          kind == R_MEAN ? 1.0 / (double)p.count : 1.0, dx->dtype == AI_F64,
+                          c->din_assign[0]};
         const int64_t L = p.nd ? p.shape[p.nd - 1] : 1;
         if (L > 0)
             ai_parallel_for(ai_tensor_numel(dx) / L, ai_grain_of(L), sum_back_range, &j);
@@ -1048,21 +1064,22 @@ static const ai_op_def op_cumprod = {"CumProd", "", 2, 2, 1, 1,
                                      AI_OP_GRAD_ASSIGN(1) | AI_OP_BWD_NO_Y, NULL, cum_shape,
                                      cum_forward, cum_backward};
 
-#define REDUCE_OP(VAR, NAME)                                                           \
-    static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, AI_OP_UNSIGNED, reduce_init,   \
-                                  reduce_shape,                                        \
-                                  reduce_forward, reduce_backward};
+/* Sum and Mean write a fresh gradient without zeroing it first (din_assign) */
+#define REDUCE_OP(VAR, NAME, FLAGS)                                                    \
+    static const ai_op_def VAR = {NAME, "", 1, 2, 1, 1, AI_OP_UNSIGNED | (FLAGS),       \
+                                  reduce_init, reduce_shape, reduce_forward,            \
+                                  reduce_backward};
 
-REDUCE_OP(op_reduce_sum, "ReduceSum")
-REDUCE_OP(op_reduce_mean, "ReduceMean")
-REDUCE_OP(op_reduce_max, "ReduceMax")
-REDUCE_OP(op_reduce_min, "ReduceMin")
-REDUCE_OP(op_reduce_prod, "ReduceProd")
-REDUCE_OP(op_reduce_l1, "ReduceL1")
-REDUCE_OP(op_reduce_l2, "ReduceL2")
-REDUCE_OP(op_reduce_sum_square, "ReduceSumSquare")
-REDUCE_OP(op_reduce_log_sum, "ReduceLogSum")
-REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp")
+REDUCE_OP(op_reduce_sum, "ReduceSum", AI_OP_GRAD_ASSIGN(1))
+REDUCE_OP(op_reduce_mean, "ReduceMean", AI_OP_GRAD_ASSIGN(1))
+REDUCE_OP(op_reduce_max, "ReduceMax", 0)
+REDUCE_OP(op_reduce_min, "ReduceMin", 0)
+REDUCE_OP(op_reduce_prod, "ReduceProd", 0)
+REDUCE_OP(op_reduce_l1, "ReduceL1", 0)
+REDUCE_OP(op_reduce_l2, "ReduceL2", 0)
+REDUCE_OP(op_reduce_sum_square, "ReduceSumSquare", 0)
+REDUCE_OP(op_reduce_log_sum, "ReduceLogSum", 0)
+REDUCE_OP(op_reduce_log_sum_exp, "ReduceLogSumExp", 0)
 
 const ai_op_def *const ai_ops_reduce[] = {
     &op_reduce_sum, &op_reduce_mean, &op_reduce_max, &op_reduce_min, &op_reduce_prod,

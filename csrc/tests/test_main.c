@@ -21,11 +21,12 @@ extern const ctest_case control_cases[];
 extern const ctest_case rnn_cases[];
 extern const ctest_case select_cases[];
 extern const ctest_case qkernel_cases[];
+extern const ctest_case rows_cases[];
 
 static const ctest_case *const suites[] = {tensor_cases,  kernel_cases,   compare_cases,
                                              portable_cases, recipe_cases,  backward_cases,
                                              fastmath_cases, parallel_cases, control_cases,
-                                             rnn_cases, select_cases, qkernel_cases};
+                                             rnn_cases, select_cases, qkernel_cases, rows_cases};
 
 int main(int argc, char **argv)
 {
