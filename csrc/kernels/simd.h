@@ -51,6 +51,12 @@ typedef float ai_vec16_f32 __attribute__((vector_size(64), aligned(sizeof(float)
 bool ai_cpu_avx512(void);
 void ai_set_avx512(bool on);
 
+/* Whether the fast row kernels run (float32 LayerNormalization backward's
+ * fused pass, ...) or their portable reference twins: on unless
+ * ai_set_fast_kernels(false) (tests compare the two). */
+bool ai_fast_kernels(void);
+void ai_set_fast_kernels(bool on);
+
 /* AI_SHORT_LOOPS: copy and fill loops of a few elements stay loops (GCC
  * would turn each into a memcpy/memset call, which costs more than the few
  * elements it moves). */

@@ -1,0 +1,118 @@
+"""The fast row kernels against their portable reference twins
+(``_C._set_fast_kernels``): the same one-node graph run with the fast
+kernels on and off gives the same outputs and gradients within float32's
+tolerance (tests/op_harness.py's), on sizes that leave partial vectors,
+blocks of rows and blocks of a long row; and the same values, bit for bit,
+at 1, 2 and 3 engine threads.
+
+- LayerNormalization backward (float32): one pass for the row sums and the
+  column sums of dScale, dB in float blocks of rows, then dx; with the Mean
+  and InvStdDev outputs (their gradients enter dx), without B, and with X a
+  constant (no dx: the column sums alone).
+"""
+import numpy as np
+import pytest
+
+import aidge_interop
+from aidge_interop import _C
+from op_harness import TOL, make_model
+
+
+def _x(shape, seed=0, lo=-3, hi=3, dtype=np.float32):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+def _run(model, inputs, consts):
+    """Outputs and input gradients of ``model`` (random output gradients)."""
+    g = aidge_interop.load_onnx(model, param_kinds={k: "const" for k in consts})
+    outs = g.forward(list(inputs.values()), need_backward=True, input_grads=True)
+    gos = [np.random.default_rng(3).standard_normal(o.shape).astype(o.dtype) for o in outs]
+    return [np.array(a) for a in list(outs) + list(g.backward(gos))]
+
+
+@pytest.fixture
+def fast_and_reference():
+    """fn(model, inputs, consts) -> (results with the fast kernels, with their
+    reference twins); the fast kernels are on again after the test."""
+    def both(model, inputs, consts):
+        try:
+            assert _C._set_fast_kernels(False) is False
+            ref = _run(model, inputs, consts)
+        finally:
+            assert _C._set_fast_kernels(True) is True
+        return _run(model, inputs, consts), ref
+    return both
+
+
+def _assert_close(fast, ref, what):
+    rtol, atol = TOL[np.dtype(np.float32)]
+    assert len(fast) == len(ref)
+    for i, (a, b) in enumerate(zip(fast, ref)):
+        scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol * scale,
+                                   err_msg=f"{what}: result {i}, fast kernel against reference")
+
+
+def _at_threads(model, inputs, consts, threads=(1, 2, 3)):
+    saved = aidge_interop.get_num_threads()
+    try:
+        results = []
+        for n in threads:
+            aidge_interop.set_num_threads(n)
+            results.append(_run(model, inputs, consts))
+    finally:
+        aidge_interop.set_num_threads(saved)
+    for n, res in zip(threads[1:], results[1:]):
+        for i, (a, b) in enumerate(zip(results[0], res)):
+            assert np.array_equal(a, b), f"result {i} at {n} threads differs from 1 thread"
+
+
+# ---------------------------------------------------------------- LayerNormalization
+
+# H: under one vector, partial vectors, several LN_ROW_BLOCK blocks of a
+# row; R: under and over the 16-row blocks of the column sums
+LN_SHAPES = [(3, 1), (5, 7), (17, 8), (33, 33), (40, 128), (3, 1100), (2, 3, 5, 37)]
+
+
+def _ln_model(shape, bias, outputs, x_const):
+    ins = {"x": _x(shape), "s": _x(shape[-1:], 1)}
+    if bias:
+        ins["b"] = _x(shape[-1:], 2)
+    consts = {"x": ins.pop("x")} if x_const else {}
+    order = ["x", "s"] + (["b"] if bias else [])
+    model = make_model("LayerNormalization", ins, {"axis": -1}, consts, n_outputs=outputs,
+                       input_order=order)
+    return model, ins, consts
+
+
+@pytest.mark.parametrize("shape", LN_SHAPES, ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("outputs", [1, 3])
+def test_layernorm_backward_against_reference(fast_and_reference, shape, bias, outputs):
+    model, ins, consts = _ln_model(shape, bias, outputs, x_const=False)
+    fast, ref = fast_and_reference(model, ins, consts)
+    _assert_close(fast, ref, f"LayerNormalization {shape}")
+
+
+@pytest.mark.parametrize("shape", [(33, 37), (40, 128)], ids=str)
+def test_layernorm_backward_column_sums_alone(fast_and_reference, shape):
+    """X a constant: no dx, dScale and dB from the column sums alone."""
+    model, ins, consts = _ln_model(shape, True, 1, x_const=True)
+    fast, ref = fast_and_reference(model, ins, consts)
+    assert len(fast) == 3  # y, dScale, dB
+    _assert_close(fast, ref, f"LayerNormalization {shape}, X constant")
+
+
+def test_layernorm_backward_offset_rows(fast_and_reference):
+    """Rows far from 0 (mean 1000, spread 1): the rows' d = x - mean stays
+    exact, as in the reference."""
+    model, ins, consts = _ln_model((64, 96), True, 3, x_const=False)
+    ins = {"x": _x((64, 96), lo=999, hi=1001), **{k: v for k, v in ins.items() if k != "x"}}
+    fast, ref = fast_and_reference(model, ins, consts)
+    _assert_close(fast, ref, "LayerNormalization, offset rows")
+
+
+@pytest.mark.parametrize("shape", [(600, 128), (300, 1000), (4096, 33)], ids=str)
+def test_layernorm_backward_threads(shape):
+    model, ins, consts = _ln_model(shape, True, 1, x_const=False)
+    _at_threads(model, ins, consts)
