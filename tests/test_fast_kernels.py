@@ -116,3 +116,41 @@ def test_layernorm_backward_offset_rows(fast_and_reference):
 def test_layernorm_backward_threads(shape):
     model, ins, consts = _ln_model(shape, True, 1, x_const=False)
     _at_threads(model, ins, consts)
+
+
+# ---------------------------------------------------------------- Pad
+
+def _forward(model, inputs, consts):
+    g = aidge_interop.load_onnx(model, param_kinds={k: "const" for k in consts})
+    return [np.array(a) for a in g.forward(list(inputs.values()))]
+
+
+PAD_CASES = [
+    # shape, pads (begins then ends)
+    ((7, 33), [1, 2, 2, 1]),
+    ((2, 3, 7, 33), [0, 0, 1, 2, 0, 0, 2, 1]),
+    ((2, 3, 5, 200), [0, 1, 3, 5, 1, 0, 2, 130]),  # long rows (memcpy), pads past the axis
+    ((2, 2, 3, 4, 5), [0, 1, 0, 2, 1, 1, 0, 1, 2, 2]),
+    ((3, 6, 9), [0, -1, 2, 0, -2, -3]),  # negative pads crop
+    ((4, 5), [0, 0, 0, 0]),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("shape,pads", PAD_CASES, ids=str)
+def test_pad_forward_against_reference(shape, pads, mode, dtype):
+    """The plane kernel gives the row kernel's values, bit for bit, for every
+    element size and mode (the constant 7: rows and planes of it; reflect and
+    wrap past the axis repeat, as numpy's)."""
+    x = (_x(shape, lo=0, hi=100)).astype(dtype)
+    consts = {"pads": np.array(pads, np.int64), "value": np.array(7, dtype)}
+    model = make_model("Pad", {"x": x}, {"mode": mode}, consts)
+    try:
+        assert _C._set_fast_kernels(False) is False
+        ref = _forward(model, {"x": x}, consts)
+    finally:
+        assert _C._set_fast_kernels(True) is True
+    fast = _forward(model, {"x": x}, consts)
+    np.testing.assert_array_equal(fast[0], ref[0])
