@@ -9,6 +9,9 @@ at 1, 2 and 3 engine threads.
   column sums of dScale, dB in float blocks of rows, then dx; with the Mean
   and InvStdDev outputs (their gradients enter dx), without B, and with X a
   constant (no dx: the column sums alone).
+- Pad forward of rank 2 and more (plane by plane): bit for bit, every mode
+  and element size.
+- Gelu (erf) forward in float32 (ai_gelu_erff, FMA polynomials).
 """
 import numpy as np
 import pytest
@@ -154,3 +157,23 @@ def test_pad_forward_against_reference(shape, pads, mode, dtype):
         assert _C._set_fast_kernels(True) is True
     fast = _forward(model, {"x": x}, consts)
     np.testing.assert_array_equal(fast[0], ref[0])
+
+
+# ---------------------------------------------------------------- Gelu
+
+@pytest.mark.parametrize("n", [1, 7, 33, 1000, 70000])
+def test_gelu_forward_against_reference(n):
+    """Gelu (erf) in float32 by ai_gelu_erff against torch's formula with
+    ai_erff: values over [-8, 8] (past the clamp at 5.54 either way), zeros,
+    infinities and NaN."""
+    x = _x((n,), lo=-8, hi=8)
+    x[: min(n, 6)] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -6.0], np.float32)[: min(n, 6)]
+    model = make_model("Gelu", {"x": x})
+    try:
+        assert _C._set_fast_kernels(False) is False
+        ref = _forward(model, {"x": x}, {})
+    finally:
+        assert _C._set_fast_kernels(True) is True
+    fast = _forward(model, {"x": x}, {})
+    rtol, atol = TOL[np.dtype(np.float32)]
+    np.testing.assert_allclose(fast[0], ref[0], rtol=rtol, atol=atol, equal_nan=True)

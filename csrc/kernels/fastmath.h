@@ -16,6 +16,14 @@
  * here for relative error, 7e-8 in exact arithmetic), +-1 beyond, where
  * float32 erf rounds to +-1. Measured against double erf over [-10, 10] in
  * steps of 1e-5: within 7 ulp (4e-7 relative); NaN stays NaN.
+ *
+ * ai_gelu_erff: Gelu(x) = x/2 (1 + erf(x / sqrt 2)) as h + h r, h = x/2,
+ * r = x A(x^2) / B(x^2): ai_erff's fraction with 1/sqrt 2 folded into its
+ * coefficients, |x| clamped at 3.92 sqrt 2 and r at +-1 (exactly +-1 there),
+ * by fmaf() (for AI_WIDE_FMA_CLONES: 16 operations a value, torch's formula
+ * with ai_erff 21). Over [-12, 12] in steps of 1e-5 its error is within
+ * 1e-6 max(|Gelu(x)|, 1) (torch's formula with ai_erff: 1.2e-6); NaN stays
+ * NaN, -inf gives NaN as torch's formula does, x below -5.55 gives +0.
  */
 #ifndef AI_FASTMATH_H
 #define AI_FASTMATH_H
@@ -89,6 +97,31 @@ static inline float ai_erff(float x)
     r = x < 3.92f ? r : 1.0f; /* float32 erf is 1 there */
     r = x > -3.92f ? r : -1.0f;
     return x == x ? r : x;
+}
+
+static inline float ai_gelu_erff(float x)
+{
+    /* the comparisons keep a NaN x (it is their second operand: maxps, minps) */
+    float c = x > 5.54371738f ? 5.54371738f : x;
+    c = c < -5.54371738f ? -5.54371738f : c;
+    const float y = c * c;
+    float a = 2.220823664e-10f;
+    a = fmaf(a, y, -4.314939162e-08f);
+    a = fmaf(a, y, 6.141622634e-06f);
+    a = fmaf(a, y, 3.157666943e-04f);
+    a = fmaf(a, y, 8.866944350e-03f);
+    a = fmaf(a, y, 6.959375739e-02f);
+    a = fmaf(a, y, 7.978845239e-01f);
+    float b = 5.784235327e-05f;
+    b = fmaf(b, y, 1.761040767e-03f);
+    b = fmaf(b, y, 2.842968144e-02f);
+    b = fmaf(b, y, 2.538888752e-01f);
+    b = fmaf(b, y, 1.0f);
+    float r = c * a / b;
+    r = r > 1.0f ? 1.0f : r;
+    r = r < -1.0f ? -1.0f : r;
+    const float h = 0.5f * x;
+    return fmaf(h, r, h);
 }
 
 #endif
