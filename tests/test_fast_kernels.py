@@ -12,13 +12,15 @@ at 1, 2 and 3 engine threads.
 - Pad forward of rank 2 and more (plane by plane): bit for bit, every mode
   and element size.
 - Gelu (erf) forward in float32 (ai_gelu_erff, FMA polynomials).
+- Clip backward, now branch free, against torch.
 """
 import numpy as np
 import pytest
+import torch
 
 import aidge_interop
 from aidge_interop import _C
-from op_harness import TOL, make_model
+from op_harness import TOL, check_op, make_model
 
 
 def _x(shape, seed=0, lo=-3, hi=3, dtype=np.float32):
@@ -177,3 +179,15 @@ def test_gelu_forward_against_reference(n):
     fast = _forward(model, {"x": x}, {})
     rtol, atol = TOL[np.dtype(np.float32)]
     np.testing.assert_allclose(fast[0], ref[0], rtol=rtol, atol=atol, equal_nan=True)
+
+
+# ---------------------------------------------------------------- Clip
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_clip_backward_branch_free_as_torch(dtype):
+    """Clip's backward (a select, no branch per value): the gradient passes
+    inside the bounds, at them (torch.clamp), not outside nor at NaN."""
+    x = _x((1000,), lo=-2, hi=2, dtype=dtype)
+    x[:5] = np.array([-1, 1, np.nan, -np.inf, np.inf], dtype)
+    check_op("Clip", {"x": x}, lambda t, lo, hi: torch.clamp(t, lo, hi),
+             consts={"lo": np.array(-1, dtype), "hi": np.array(1, dtype)})

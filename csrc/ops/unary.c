@@ -516,19 +516,22 @@ static void clip_forward_range(void *ctx, int64_t a, int64_t b)
     }
 }
 
-static void clip_backward_range(void *ctx, int64_t a, int64_t b)
+/* dy read whatever x, the two tests joined by & (not &&): a select without
+ * branches, which vectorises (a branch per value, mispredicted on half of
+ * them where x straddles the bounds, took 5 ns a value) */
+AI_VECTOR_CLONES static void clip_backward_range(void *ctx, int64_t a, int64_t b)
 {
     const clip_job *j = ctx;
     if (j->f64) {
         const double *x = (const double *)j->x + a, *dy = (const double *)j->dy + a;
         double *dx = (double *)j->out + a;
         const double l = j->lo, h = j->hi;
-        GRAD_LOOP(j->assign, b - a, dx, (x[i] >= l && x[i] <= h) ? dy[i] : 0.0);
+        GRAD_LOOP(j->assign, b - a, dx, ((x[i] >= l) & (x[i] <= h)) ? dy[i] : 0.0);
     } else {
         const float *x = (const float *)j->x + a, *dy = (const float *)j->dy + a;
         float *dx = (float *)j->out + a;
         const float l = (float)j->lo, h = (float)j->hi;
-        GRAD_LOOP(j->assign, b - a, dx, (x[i] >= l && x[i] <= h) ? dy[i] : 0.0f);
+        GRAD_LOOP(j->assign, b - a, dx, ((x[i] >= l) & (x[i] <= h)) ? dy[i] : 0.0f);
     }
 }
 
