@@ -12,6 +12,7 @@ at 1, 2 and 3 engine threads.
 - Pad forward of rank 2 and more (plane by plane): bit for bit, every mode
   and element size.
 - Gelu (erf) forward in float32 (ai_gelu_erff, FMA polynomials).
+- Sigmoid forward in float32 (ai_expf_fma).
 - Clip backward, now branch free, against torch.
 """
 import numpy as np
@@ -191,3 +192,23 @@ def test_clip_backward_branch_free_as_torch(dtype):
     x[:5] = np.array([-1, 1, np.nan, -np.inf, np.inf], dtype)
     check_op("Clip", {"x": x}, lambda t, lo, hi: torch.clamp(t, lo, hi),
              consts={"lo": np.array(-1, dtype), "hi": np.array(1, dtype)})
+
+
+# ---------------------------------------------------------------- Sigmoid
+
+@pytest.mark.parametrize("n", [1, 7, 33, 70000])
+def test_sigmoid_forward_against_reference(n):
+    """Sigmoid in float32 with ai_expf_fma against ai_expf's kernel: values
+    over [-100, 100] (exp's saturation either way), infinities and NaN."""
+    x = _x((n,), lo=-100, hi=100)
+    x[: min(n, 4)] = np.array([0.0, np.inf, -np.inf, np.nan], np.float32)[: min(n, 4)]
+    model = make_model("Sigmoid", {"x": x})
+    try:
+        assert _C._set_fast_kernels(False) is False
+        ref = _forward(model, {"x": x}, {})
+    finally:
+        assert _C._set_fast_kernels(True) is True
+    fast = _forward(model, {"x": x}, {})
+    rtol, atol = TOL[np.dtype(np.float32)]
+    np.testing.assert_allclose(fast[0], ref[0], rtol=rtol, atol=atol, equal_nan=True)
+    check_op("Sigmoid", {"x": x[4:] if n > 4 else x}, torch.sigmoid)

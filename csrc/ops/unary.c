@@ -189,8 +189,37 @@ UNARY_KERNELS2_PASS(relu, (xf > 0 || xf != xf) ? xf : 0.0f, 1.0f, (x > 0 || x !=
 /* float32 LeakyRelu as torch computes it: the slope rounded to float, one product */
 UNARY_KERNELS2(leaky_relu, xf > 0 ? xf : (float)P->alpha * xf, xf > 0 ? 1.0f : (float)P->alpha,
                x > 0 ? x : P->alpha * x, x > 0 ? 1.0 : P->alpha)
-UNARY_KERNELS2(sigmoid, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
+UNARY_KERNELS2(sigmoid_ref, 1.0f / (1.0f + ai_expf(-xf)), yf * (1.0f - yf),
                1.0 / (1.0 + exp(-x)), y * (1.0 - y))
+
+/* float32 Sigmoid's forward with ai_expf_fma: 131072 values, 1 thread, about
+ * 1.0 -> 0.8 of torch's time. Its reference twin: sigmoid_ref's kernel
+ * (ai_expf), run where ai_fast_kernels() is false and on CPUs without FMA. */
+AI_WIDE_FMA_CLONES static void sigmoid_f32_fast(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + ai_expf_fma(-x[i]));
+}
+
+static void sigmoid_fast_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const unary_job *j = ctx;
+    sigmoid_f32_fast((float *)j->y + lo, (const float *)j->x + lo, hi - lo);
+}
+
+static ai_status sigmoid_forward(ai_ctx *c)
+{
+    if (c->in[0]->dtype != AI_F32 || !ai_fast_kernels() || !ai_cpu_fma())
+        return sigmoid_ref_forward(c);
+    unary_job j = unary_job_of(c, false);
+    ai_parallel_for(ai_tensor_numel(c->in[0]), AI_GRAIN_ELEMS, sigmoid_fast_range, &j);
+    return AI_OK;
+}
+
+static ai_status sigmoid_backward(ai_ctx *c)
+{
+    return sigmoid_ref_backward(c);
+}
 UNARY_KERNELS2(tanh, ai_tanhf(xf), 1.0f - yf * yf, tanh(x), 1.0 - y * y)
 /* Gelu: two kernels, chosen per node (approximate "tanh" or "none"). */
 UNARY_KERNELS2(gelu_tanh, xf * gelu_tanh_sf(xf), gelu_tanh_deriv_f(xf),

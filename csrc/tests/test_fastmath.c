@@ -1,6 +1,6 @@
 /*
- * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf within
- * 2 ulp over its whole normal range (a strided sweep of every float bit
+ * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf (and
+ * ai_expf_fma) within 2 ulp over its whole normal range (a strided sweep of every float bit
  * pattern there), its saturation and special values; ai_tanhf and ai_erff
  * likewise; ai_gelu_erff against Gelu in double.
  */
@@ -37,6 +37,17 @@ TEST(expf_within_2_ulp_and_saturates)
         worst = u > worst ? u : worst;
     }
     CHECK(worst <= 2.0);
+    worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) { /* the same by fmaf() */
+        const float x = from_bits((uint32_t)b);
+        if (!(x >= -86.64f && x <= 88.72283f))
+            continue;
+        const double u = ulps(ai_expf_fma(x), exp((double)x));
+        worst = u > worst ? u : worst;
+    }
+    CHECK(worst <= 2.0);
+    CHECK(ai_expf_fma(0.0f) == 1.0f && ai_expf_fma(INFINITY) == INFINITY &&
+          ai_expf_fma(-INFINITY) == 0.0f && isnan(ai_expf_fma(NAN)));
     CHECK(ai_expf(0.0f) == 1.0f && ai_expf(-0.0f) == 1.0f);
     CHECK(ai_expf(88.8f) == INFINITY && ai_expf(INFINITY) == INFINITY);
     CHECK(ai_expf(-86.7f) == 0.0f && ai_expf(-INFINITY) == 0.0f && ai_expf(-1e30f) == 0.0f);
