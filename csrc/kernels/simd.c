@@ -1,5 +1,6 @@
 /*
- * simd.c — whether the AVX-512 kernels run (simd.h).
+ * simd.c — whether the AVX-512 kernels and the fast row kernels run, whether
+ * the CPU has FMA (simd.h).
  */
 #include "simd.h"
 
@@ -34,4 +35,25 @@ bool ai_cpu_avx512(void)
 void ai_set_avx512(bool on)
 {
     atomic_store_explicit(&avx512_on, on && cpu_has_avx512(), memory_order_relaxed);
+}
+
+bool ai_cpu_fma(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    return __builtin_cpu_supports("fma");
+#else
+    return true;
+#endif
+}
+
+static atomic_bool fast_on = true;
+
+bool ai_fast_kernels(void)
+{
+    return atomic_load_explicit(&fast_on, memory_order_relaxed);
+}
+
+void ai_set_fast_kernels(bool on)
+{
+    atomic_store_explicit(&fast_on, on, memory_order_relaxed);
 }

@@ -34,6 +34,11 @@ typedef float ai_vec16_f32 __attribute__((vector_size(64), aligned(sizeof(float)
  * Xeon, time against torch: Tanh 4.6 -> 2.7, Exp 3.5 -> 2.5, Sigmoid 2.1
  * -> 1.4, Gelu 2.7 -> 1.4, Softmax 1.8 -> 1.6 */
 #define AI_WIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+/* AI_WIDE_FMA_CLONES: the same for loops written with explicit fmaf() calls
+ * (polynomials): x86-64-v4 and x86-64-v3 (AVX2 with FMA) run them on the FMA
+ * unit; the same values in every clone (the default calls libm's fmaf) */
+#define AI_WIDE_FMA_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
 #else
 #define AI_VECTOR_CLONES
@@ -42,6 +47,7 @@ typedef float ai_vec16_f32 __attribute__((vector_size(64), aligned(sizeof(float)
 #endif
 #ifndef AI_WIDE_CLONES
 #define AI_WIDE_CLONES AI_VECTOR_CLONES
+#define AI_WIDE_FMA_CLONES AI_FMA_CLONES
 #endif
 
 /* Whether the AI_AVX512_KERNEL kernels run: where they are compiled, the
@@ -50,6 +56,17 @@ typedef float ai_vec16_f32 __attribute__((vector_size(64), aligned(sizeof(float)
 #include <stdbool.h>
 bool ai_cpu_avx512(void);
 void ai_set_avx512(bool on);
+
+/* Whether the CPU has FMA (x86; elsewhere true): kernels of
+ * AI_WIDE_FMA_CLONES run on the FMA unit there, and call libm's fmaf per
+ * value without it, where their callers take another kernel. */
+bool ai_cpu_fma(void);
+
+/* Whether the fast row kernels run (float32 LayerNormalization backward's
+ * fused pass, ...) or their portable reference twins: on unless
+ * ai_set_fast_kernels(false) (tests compare the two). */
+bool ai_fast_kernels(void);
+void ai_set_fast_kernels(bool on);
 
 /* AI_SHORT_LOOPS: copy and fill loops of a few elements stay loops (GCC
  * would turn each into a memcpy/memset call, which costs more than the few

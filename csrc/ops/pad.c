@@ -1,12 +1,14 @@
 /*
  * pad.c — Pad: constant, reflect, edge and wrap modes, negative pads
  * cropping. Forward fills output rows on the thread pool (the interior with
- * one copy, the edges from a table of source columns); backward adds each
+ * one copy, the edges from a table of source columns; rank 2 and more plane
+ * by plane, the rows' sources from a table too); backward adds each
  * output gradient element to the input element it came from (a
  * data-movement family: movement.h).
  */
 #include <string.h>
 
+#include "../kernels/simd.h"
 #include "../parallel.h"
 #include "movement.h"
 
@@ -139,18 +141,25 @@ static int64_t pad_src(int mode, int64_t j, int64_t before, int64_t after, int64
 }
 
 /* Offset (elements) of the input row feeding the output row at idx (the
- * last axis excluded), or -1 when the row is all constant. */
-static int64_t pad_row(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
-                       const int64_t *idx)
+ * last axis excluded), or -1 when the row is all constant; pad_offset: of
+ * the input block at the output index idx of the first nd axes. */
+static int64_t pad_offset(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
+                          const int64_t *idx, int nd)
 {
     int64_t off = 0;
-    for (int d = 0; d < x->ndim - 1; d++) {
+    for (int d = 0; d < nd; d++) {
         int64_t s = pad_src(p->mode, idx[d], p->before[d], p->after[d], x->shape[d]);
         if (s < 0)
             return -1;
         off += s * xs[d];
     }
     return off;
+}
+
+static int64_t pad_row(const pad_plan *p, const ai_tensor *x, const int64_t *xs,
+                       const int64_t *idx)
+{
+    return pad_offset(p, x, xs, idx, x->ndim - 1);
 }
 
 /* Calls the body for each output row: yo (its offset) and xo (pad_row). */
@@ -187,11 +196,18 @@ static pad_cols pad_cols_of(const pad_plan *p, const ai_tensor *x, const int64_t
     return (pad_cols){W, lo, b + n < lo ? lo : (b + n > W ? W : b + n), b};
 }
 
-/* Workspace: the source column of each edge column (not for the constant). */
+/* Workspace: the source column of each edge column (not for the constant),
+ * then the source row (pad_src, -1 for the constant) of each output row of
+ * a plane (the second last axis; rank 2 and more). */
 static size_t pad_edge_bytes(const pad_plan *p, const pad_cols *pc)
 {
     return p->mode == PAD_CONSTANT ? 0
                                    : (size_t)(pc->W - (pc->hi - pc->lo)) * sizeof(int64_t);
+}
+
+static size_t pad_ws_bytes(const pad_plan *p, const pad_cols *pc, int nd, const int64_t *yshape)
+{
+    return pad_edge_bytes(p, pc) + (nd >= 2 ? (size_t)yshape[nd - 2] * sizeof(int64_t) : 0);
 }
 
 static ai_status pad_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
@@ -203,7 +219,7 @@ static ai_status pad_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     if (st)
         return st;
     const pad_cols pc = pad_cols_of(&p, c->in[0], shape);
-    *ws = pad_edge_bytes(&p, &pc);
+    *ws = pad_ws_bytes(&p, &pc, c->in[0]->ndim, shape);
     return ai_set_meta(&out[0], c->in[0]->dtype, c->in[0]->ndim, shape);
 }
 
@@ -214,11 +230,14 @@ typedef struct {
     ai_tensor *y;
     pad_cols pc;
     const int64_t *edge; /* source columns of [0, lo) then [hi, W); NULL: the constant */
+    const int64_t *rows; /* source row of each output row of a plane (rank >= 2) */
+    bool reference;      /* the row by row twin (ai_fast_kernels() false) */
 } pad_job;
 
 /* Output rows [r0, r1): the interior with one memcpy, the edges from the
  * column table; all-constant rows filled. T: an unsigned type of the
- * element's size (the bits are copied). */
+ * element's size (the bits are copied). Rank 1, and the reference twin of
+ * the plane kernel below (ai_fast_kernels() false). */
 #define DEFINE_PAD_ROWS(NAME, T)                                                       \
     static void NAME(const pad_job *j, int64_t r0, int64_t r1)                         \
     {                                                                                  \
@@ -260,10 +279,83 @@ DEFINE_PAD_ROWS(pad_rows_2, uint16_t)
 DEFINE_PAD_ROWS(pad_rows_4, uint32_t)
 DEFINE_PAD_ROWS(pad_rows_8, uint64_t)
 
+/* The same rows (rank >= 2) plane by plane: the input plane's offset once
+ * per plane (pad_offset), each row's from the table of source rows; rows of
+ * at most PAD_SHORT_ROW bytes copied by a loop (GCC's vectors), not a
+ * memcpy call. Reflect-padding (8, 32, 32, 32) by 1 on the last two axes,
+ * 1 thread: 1.3 -> 0.8 of torch's time. */
+#define PAD_SHORT_ROW 512
+#define DEFINE_PAD_PLANES(NAME, T)                                                     \
+    AI_SHORT_LOOPS static void NAME(const pad_job *j, int64_t r0, int64_t r1)          \
+    {                                                                                  \
+        const ai_tensor *x = j->x, *y = j->y;                                          \
+        const int nd = y->ndim;                                                        \
+        const int64_t W = j->pc.W, lo = j->pc.lo, hi = j->pc.hi, mid = hi - lo;        \
+        const int64_t *edge = j->edge, *rows = j->rows, Hy = y->shape[nd - 2];         \
+        const bool short_row = mid * (int64_t)sizeof(T) <= PAD_SHORT_ROW;              \
+        int64_t xs[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0};                               \
+        ai_contiguous_strides(x->ndim, x->shape, xs);                                  \
+        for (int64_t d = nd - 3, rest = r0 / Hy; d >= 0; rest /= y->shape[d--])       \
+            idx[d] = rest % y->shape[d];                                               \
+        T value;                                                                       \
+        memcpy(&value, j->p->value, sizeof value);                                     \
+        for (int64_t r = r0; r < r1;) {                                                \
+            const int64_t po = pad_offset(j->p, x, xs, idx, nd - 2);                   \
+            const int64_t i1 = r - r % Hy + Hy < r1 ? Hy : r1 - (r - r % Hy);          \
+            for (int64_t i = r % Hy; i < i1; i++, r++) {                               \
+                T *yr = (T *)y->data + r * W;                                          \
+                if (po < 0 || rows[i] < 0) {                                           \
+                    for (int64_t k = 0; k < W; k++)                                    \
+                        yr[k] = value;                                                 \
+                    continue;                                                          \
+                }                                                                      \
+                const T *xr = (const T *)x->data + po + rows[i] * xs[nd - 2];          \
+                if (edge) {                                                            \
+                    for (int64_t k = 0; k < lo; k++)                                   \
+                        yr[k] = xr[edge[k]];                                           \
+                    for (int64_t k = hi; k < W; k++)                                   \
+                        yr[k] = xr[edge[k - mid]];                                     \
+                } else {                                                               \
+                    for (int64_t k = 0; k < lo; k++)                                   \
+                        yr[k] = value;                                                 \
+                    for (int64_t k = hi; k < W; k++)                                   \
+                        yr[k] = value;                                                 \
+                }                                                                      \
+                T *yi = yr + lo;                                                       \
+                const T *xi = xr + lo - j->pc.b;                                       \
+                if (short_row)                                                         \
+                    for (int64_t k = 0; k < mid; k++)                                  \
+                        yi[k] = xi[k];                                                 \
+                else if (mid > 0)                                                      \
+                    memcpy(yi, xi, (size_t)mid * sizeof(T));                           \
+            }                                                                          \
+            for (int d = nd - 3; d >= 0; d--) {                                        \
+                if (++idx[d] < y->shape[d])                                            \
+                    break;                                                             \
+                idx[d] = 0;                                                            \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_PAD_PLANES(pad_planes_1, uint8_t)
+DEFINE_PAD_PLANES(pad_planes_2, uint16_t)
+DEFINE_PAD_PLANES(pad_planes_4, uint32_t)
+DEFINE_PAD_PLANES(pad_planes_8, uint64_t)
+
 static void pad_range(void *ctx, int64_t r0, int64_t r1)
 {
     const pad_job *j = ctx;
-    switch (ai_dtype_size(j->x->dtype)) {
+    const size_t es = ai_dtype_size(j->x->dtype);
+    if (j->rows && !j->reference) {
+        switch (es) {
+        case 1: pad_planes_1(j, r0, r1); break;
+        case 2: pad_planes_2(j, r0, r1); break;
+        case 4: pad_planes_4(j, r0, r1); break;
+        default: pad_planes_8(j, r0, r1); break;
+        }
+        return;
+    }
+    switch (es) {
     case 1: pad_rows_1(j, r0, r1); break;
     case 2: pad_rows_2(j, r0, r1); break;
     case 4: pad_rows_4(j, r0, r1); break;
@@ -284,14 +376,20 @@ static ai_status pad_forward(ai_ctx *c)
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "%s data is not supported",
                              ai_dtype_name(x->dtype));
     const int nd = y->ndim;
-    pad_job j = {&p, x, y, pad_cols_of(&p, x, y->shape), NULL};
+    pad_job j = {&p, x, y, pad_cols_of(&p, x, y->shape), NULL, NULL, !ai_fast_kernels()};
+    int64_t *ws = c->workspace;
     if (p.mode != PAD_CONSTANT) {
-        int64_t *edge = c->workspace;
         const int64_t n = nd ? x->shape[nd - 1] : 1, e = nd ? p.after[nd - 1] : 0;
         for (int64_t k = 0, i = 0; k < j.pc.W; k++)
             if (k < j.pc.lo || k >= j.pc.hi)
-                edge[i++] = pad_src(p.mode, k, j.pc.b, e, n);
-        j.edge = edge;
+                ws[i++] = pad_src(p.mode, k, j.pc.b, e, n);
+        j.edge = ws;
+        ws += pad_edge_bytes(&p, &j.pc) / sizeof *ws;
+    }
+    if (nd >= 2) {
+        for (int64_t i = 0; i < y->shape[nd - 2]; i++)
+            ws[i] = pad_src(p.mode, i, p.before[nd - 2], p.after[nd - 2], x->shape[nd - 2]);
+        j.rows = ws;
     }
     const int64_t rows = nd ? ai_shape_prod(y->shape, 0, nd - 1) : 1;
     ai_parallel_for(rows, ai_grain_of(j.pc.W), pad_range, &j);

@@ -204,6 +204,17 @@ static PyObject *py_set_avx512(PyObject *module, PyObject *arg)
     return PyBool_FromLong(ai_cpu_avx512());
 }
 
+/* _set_fast_kernels(on) -> on: the fast row kernels, or their reference twins */
+static PyObject *py_set_fast_kernels(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    const int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    ai_set_fast_kernels(on);
+    return PyBool_FromLong(ai_fast_kernels());
+}
+
 /* _set_quant_path(path) -> the path of the int8 kernels now used (at most
  * `path`: 0 the portable reference, 1 plain, 2 AVX2, 3 AVX-512 VNNI) */
 static PyObject *py_set_quant_path(PyObject *module, PyObject *arg)
@@ -442,6 +453,10 @@ static PyMethodDef module_methods[] = {
     {"_set_avx512", py_set_avx512, METH_O,
      "_set_avx512(on) -> bool: the engine's AVX-512 kernels on (where the CPU has AVX-512) or off "
      "(8-lane kernels); returns whether they now run. For tests and benchmarks."},
+    {"_set_fast_kernels", py_set_fast_kernels, METH_O,
+     "_set_fast_kernels(on) -> bool: the fast row kernels (float32 LayerNormalization "
+     "backward, ...) on, or off (their portable reference twins); returns the setting. "
+     "For tests."},
     {"_set_quant_path", py_set_quant_path, METH_O,
      "_set_quant_path(path) -> int: the int8 kernels of the quantized operators, at most "
      "`path` (0 the portable reference kernels, 1 plain C, 2 AVX2, 3 AVX-512 VNNI; capped to "

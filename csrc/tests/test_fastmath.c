@@ -1,8 +1,8 @@
 /*
- * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf within
- * 2 ulp over its whole normal range (a strided sweep of every float bit
+ * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf (and
+ * ai_expf_fma) within 2 ulp over its whole normal range (a strided sweep of every float bit
  * pattern there), its saturation and special values; ai_tanhf and ai_erff
- * likewise.
+ * likewise; ai_gelu_erff against Gelu in double.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +37,17 @@ TEST(expf_within_2_ulp_and_saturates)
         worst = u > worst ? u : worst;
     }
     CHECK(worst <= 2.0);
+    worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) { /* the same by fmaf() */
+        const float x = from_bits((uint32_t)b);
+        if (!(x >= -86.64f && x <= 88.72283f))
+            continue;
+        const double u = ulps(ai_expf_fma(x), exp((double)x));
+        worst = u > worst ? u : worst;
+    }
+    CHECK(worst <= 2.0);
+    CHECK(ai_expf_fma(0.0f) == 1.0f && ai_expf_fma(INFINITY) == INFINITY &&
+          ai_expf_fma(-INFINITY) == 0.0f && isnan(ai_expf_fma(NAN)));
     CHECK(ai_expf(0.0f) == 1.0f && ai_expf(-0.0f) == 1.0f);
     CHECK(ai_expf(88.8f) == INFINITY && ai_expf(INFINITY) == INFINITY);
     CHECK(ai_expf(-86.7f) == 0.0f && ai_expf(-INFINITY) == 0.0f && ai_expf(-1e30f) == 0.0f);
@@ -73,9 +84,30 @@ TEST(erff_within_8_ulp)
     CHECK(ai_erff(INFINITY) == 1.0f && ai_erff(-INFINITY) == -1.0f && isnan(ai_erff(NAN)));
 }
 
+/* against x/2 (1 + erf(x / sqrt 2)) in double: within 1.5e-6 max(|Gelu|, 1)
+ * (its bound: 1e-6, where torch's formula with ai_erff is 1.2e-6) */
+TEST(gelu_erff_against_double)
+{
+    double worst = 0;
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) {
+        const float x = from_bits((uint32_t)b);
+        if (!isfinite(x) || fabsf(x) > 1e30f)
+            continue;
+        const double ref = 0.5 * (double)x * (1 + erf((double)x * 0.70710678118654752440));
+        const double e = fabs(ai_gelu_erff(x) - ref) / fmax(fabs(ref), 1.0);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst <= 1.5e-6);
+    CHECK(ai_gelu_erff(0.0f) == 0.0f && ai_gelu_erff(-6.0f) == 0.0f &&
+          ai_gelu_erff(-1e30f) == 0.0f && ai_gelu_erff(1e30f) == 1e30f);
+    CHECK(ai_gelu_erff(INFINITY) == INFINITY && isnan(ai_gelu_erff(-INFINITY)) &&
+          isnan(ai_gelu_erff(NAN)));
+}
+
 const ctest_case fastmath_cases[] = {
     CASE(expf_within_2_ulp_and_saturates),
     CASE(tanhf_within_a_few_ulp),
     CASE(erff_within_8_ulp),
+    CASE(gelu_erff_against_double),
     {NULL, NULL},
 };
