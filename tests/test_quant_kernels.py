@@ -180,11 +180,11 @@ def test_qgemm_random(path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kernel,size", [((2, 2), (28, 28)), ((2, 2), (13, 11)),
-                                         ((25, 5), (25, 5)), ((8, 8), (8, 8)),
-                                         ((3, 3), (40, 41))])
+                                         ((2, 2), (5, 131)), ((25, 5), (25, 5)),
+                                         ((8, 8), (8, 8)), ((3, 3), (40, 41))])
 def test_qpools_model_shapes(path, kernel, size):
-    """LeNet's 2x2 max pools (and an odd input), DS-CNN's and ResNet-8's
-    global average pools, a wide row."""
+    """LeNet's 2x2 max pools (and an odd input, and rows of more than 32
+    outputs), DS-CNN's and ResNet-8's global average pools, a wide row."""
     x = rand_i8(np.random.default_rng(5), (3, 4, *size))
     s = list(kernel) if kernel != (3, 3) else [1, 2]
     for kind, op in (("max", "QMaxPool"), ("avg", "QAveragePool")):

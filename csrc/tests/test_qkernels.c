@@ -142,6 +142,18 @@ TEST(qpools_and_elementwise_match_reference)
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             free(x), free(y), free(yr);
         }
+        for (int32_t w = 2; w <= 70; w += 17) { /* 2x2 max pools of stride 2 (LeNet's) */
+            aik_window p;
+            memset(&p, 0, sizeof p);
+            p.n = 2, p.c = p.m = 3, p.group = 1, p.h = 13, p.w = w, p.kh = p.kw = 2;
+            p.sh = p.sw = 2, p.dh = p.dw = 1, p.oh = 6, p.ow = w / 2;
+            const int64_t nx = (int64_t)p.n * p.c * p.h * p.w, ny = (int64_t)p.n * p.c * p.oh * p.ow;
+            int8_t *x = rand_i8(nx), *y = malloc((size_t)ny), *yr = malloc((size_t)ny);
+            ai_qmaxpool(&p, x, y);
+            aik_maxpool2d_i8(&p, x, yr);
+            CHECK(memcmp(y, yr, (size_t)ny) == 0);
+            free(x), free(y), free(yr);
+        }
         for (int64_t n = 1; n < 40; n += 3) {
             int8_t *a = rand_i8(n), *b = rand_i8(n), *y = malloc((size_t)n), *yr = malloc((size_t)n);
             const int32_t ma = rnd(-INT32_MAX, INT32_MAX), mb = rnd(-INT32_MAX, INT32_MAX);
