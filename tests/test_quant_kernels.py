@@ -101,10 +101,15 @@ def test_qconv_random(path):
 # input size): the example models' layers and the kernels' edges
 CONV_CASES = {
     "lenet_conv1": (2, 1, 1, 6, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (32, 32)),
+    "lenet_conv2": (2, 1, 6, 16, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), (14, 14)),
+    "shifted_col_stride": (2, 1, 3, 5, (4, 3), (1, 3), (2, 2), (2, 1, 0, 3), (11, 23)),
+    "shifted_tall": (1, 1, 4, 6, (5, 1), (1, 2), (1, 1), (2, 0, 2, 0), (9, 70)),
+    "shifted_grouped": (2, 3, 5, 4, (3, 5), (1, 1), (1, 2), (1, 4, 1, 4), (6, 17)),
     "ds_cnn_conv1": (2, 1, 1, 64, (10, 4), (2, 2), (1, 1), (4, 1, 5, 1), (49, 10)),
     "depthwise_3x3": (2, 64, 1, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (25, 5)),
     "depthwise_dilated": (1, 7, 1, 1, (3, 2), (1, 1), (2, 3), (2, 0, 1, 3), (9, 11)),
     "depthwise_wide": (2, 6, 1, 1, (5, 7), (1, 1), (2, 1), (3, 2, 1, 6), (11, 20)),
+    "depthwise_small_edge": (2, 4, 1, 1, (3, 6), (1, 1), (1, 1), (1, 2, 1, 3), (8, 16)),
     "depthwise_strided": (1, 5, 1, 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (9, 8)),
     "pointwise_64": (2, 1, 64, 64, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (25, 5)),
     "resnet_3x3_s2": (2, 1, 16, 32, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (32, 32)),
@@ -175,11 +180,11 @@ def test_qgemm_random(path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("kernel,size", [((2, 2), (28, 28)), ((2, 2), (13, 11)),
-                                         ((25, 5), (25, 5)), ((8, 8), (8, 8)),
-                                         ((3, 3), (40, 41))])
+                                         ((2, 2), (5, 131)), ((25, 5), (25, 5)),
+                                         ((8, 8), (8, 8)), ((3, 3), (40, 41))])
 def test_qpools_model_shapes(path, kernel, size):
-    """LeNet's 2x2 max pools (and an odd input), DS-CNN's and ResNet-8's
-    global average pools, a wide row."""
+    """LeNet's 2x2 max pools (and an odd input, and rows of more than 32
+    outputs), DS-CNN's and ResNet-8's global average pools, a wide row."""
     x = rand_i8(np.random.default_rng(5), (3, 4, *size))
     s = list(kernel) if kernel != (3, 3) else [1, 2]
     for kind, op in (("max", "QMaxPool"), ("avg", "QAveragePool")):

@@ -5,8 +5,18 @@
  *   depthwise (c = m = group), stride 1: direct, each plane padded once;
  *       the taps run over the padded plane as one contiguous line (the
  *       columns past each output row are computed and dropped), int32
- *       accumulators, then the requantizing store row by row
+ *       accumulators, then the requantizing store row by row; small
+ *       planes on VNNI with VBMI: from registers by byte permutations
  *   pointwise (1x1, stride 1, no padding): the input's rows are the panel's
+ *   row stride 1: "shifted planes", one per input channel and kernel column
+ *       kx, made once per image: S[ci][kx][r][ox] = u(row r - pt, column
+ *       ox sw + kx dw - pl), the padded rows cut to the ow positions that
+ *       column kx reads. Tap (ci, ky, kx) of output position j = oy ow + ox
+ *       is then S[ci][kx] at j + ky dh ow: every tap is a contiguous run of
+ *       positions, so the panel takes the c kh kw taps densely (k rounded up
+ *       to 4 once, not each kernel row), 16 positions of 4 taps at a time
+ *       by a 4 x 16 byte transpose
+ *   larger row strides, kw >= 2, column stride <= 4: row panels (below)
  *   otherwise: im2col rows (0 in the padding) for a chunk of output
  *       positions, packed into a panel
  *   QGemm: x's rows packed as the panel's columns (4 bytes at a time), the
@@ -19,6 +29,11 @@
 #include "../parallel.h"
 #include "qkernels.h"
 #include "simd.h"
+#ifdef AI_AVX512_KERNEL
+#include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Parts of a job list: each has a workspace slot. */
 #define Q_SLOTS 8
@@ -50,11 +65,22 @@ static bool is_rowpack(const aik_window *p)
     return p->dw == 1 && p->sw <= 4 && p->kw >= 2;
 }
 
+/* Shifted planes (above): any kernel with row stride 1 that is not
+ * pointwise; kw planes per channel of hp x ow bytes instead of an im2col's
+ * kh kw. Preferred to the row panels: the same packing work per 4 taps,
+ * but no taps of padding and no blocks split across output rows (LeNet's
+ * 5x5 convolutions: 0.6x the time, ResNet-8's 3x3 of stride 1: 0.75x). */
+static bool is_shifted(const aik_window *p)
+{
+    return p->sh == 1 && !is_pointwise(p);
+}
+
 typedef struct {
+    bool shifted;
     bool rowpack;
     int32_t k;     /* the panel's reduction: channels per group x taps (padded) */
     int32_t kw4;   /* rowpack: kw rounded up to 4 */
-    int32_t hp, wp; /* rowpack: the padded input planes */
+    int32_t hp, wp; /* rowpack: the padded input planes; shifted: hp x ow each */
     int64_t chunk; /* output positions per job */
     int64_t chunks;
     size_t rows_bytes, panel_bytes, slot_bytes;
@@ -65,11 +91,12 @@ static conv_geom conv_geometry(const aik_window *p)
     conv_geom g;
     const int64_t os = (int64_t)p->oh * p->ow;
     const int32_t cg = p->c / p->group;
-    g.rowpack = is_rowpack(p);
+    g.shifted = is_shifted(p);
+    g.rowpack = !g.shifted && is_rowpack(p);
     g.kw4 = (p->kw + 3) & ~3;
     g.k = cg * p->kh * (g.rowpack ? g.kw4 : p->kw);
     g.hp = (p->oh - 1) * p->sh + (p->kh - 1) * p->dh + 1;
-    g.wp = (p->ow - 1) * p->sw + g.kw4;
+    g.wp = g.shifted ? p->ow : (p->ow - 1) * p->sw + g.kw4;
     const int64_t kp = (g.k + 3) & ~3;
     g.chunk = Q_CHUNK_BYTES / kp / 64 * 64;
     if (g.chunk < 64)
@@ -77,8 +104,12 @@ static conv_geom conv_geometry(const aik_window *p)
     if (g.chunk > os)
         g.chunk = os;
     g.chunks = os ? (os + g.chunk - 1) / g.chunk : 0;
-    /* rowpack: the padded planes, and 16 bytes for the shuffles' loads */
-    g.rows_bytes = g.rowpack ? ALIGN64((size_t)cg * g.hp * g.wp + 16)
+    /* rowpack: the padded planes, and 16 bytes for the shuffles' loads;
+     * shifted: the planes, 16 bytes for the loads of a last partial block,
+     * then each tap's offset (k rounded up to 4) */
+    g.rows_bytes = g.shifted ? ALIGN64((size_t)cg * p->kw * g.hp * g.wp + 16) +
+                                   ALIGN64(sizeof(int64_t) * (size_t)kp)
+                   : g.rowpack ? ALIGN64((size_t)cg * g.hp * g.wp + 16)
                    : is_pointwise(p) ? 0
                                      : ALIGN64((size_t)g.k * (size_t)g.chunk);
     g.panel_bytes = ALIGN64(ai_qpanel_bytes(g.k, g.chunk));
@@ -196,6 +227,136 @@ AI_SHORT_LOOPS static void im2col_rows(const aik_window *p, const int8_t *xg, in
     }
 }
 
+/* ---------------------------------------------------------------- shifted planes */
+
+/* The shifted planes of the cg input channels of group input xg (u = x ^
+ * 0x80, 128 in the padding) and 16 bytes of 128 after them. */
+AI_SHORT_LOOPS static void shifted_planes(const aik_window *p, const conv_geom *g,
+                                          const int8_t *xg, uint8_t *dst)
+{
+    const int32_t cg = p->c / p->group, ow = p->ow;
+    uint8_t *d = dst;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t kx = 0; kx < p->kw; kx++) {
+            /* positions [a, b) read columns inside the input */
+            const int32_t ix0 = kx * p->dw - p->pl;
+            int32_t a = 0, b = ow;
+            while (a < ow && ix0 + (int64_t)a * p->sw < 0)
+                a++;
+            while (b > a && ix0 + (int64_t)(b - 1) * p->sw >= p->w)
+                b--;
+            for (int32_t r = 0; r < g->hp; r++, d += ow) {
+                const int32_t iy = r - p->pt;
+                if (iy < 0 || iy >= p->h) {
+                    for (int32_t t = 0; t < ow; t++)
+                        d[t] = 0x80;
+                    continue;
+                }
+                const int8_t *xr = xc + (int64_t)iy * p->w + ix0;
+                for (int32_t t = 0; t < a; t++)
+                    d[t] = 0x80;
+                if (p->sw == 1)
+                    for (int32_t t = a; t < b; t++)
+                        d[t] = (uint8_t)(xr[t] ^ 0x80);
+                else
+                    for (int32_t t = a; t < b; t++)
+                        d[t] = (uint8_t)(xr[(int64_t)t * p->sw] ^ 0x80);
+                for (int32_t t = b; t < ow; t++)
+                    d[t] = 0x80;
+            }
+        }
+    }
+    for (int t = 0; t < 16; t++) /* what a last partial block loads past the end */
+        d[t] = 0x80;
+}
+
+#ifdef AI_AVX512_KERNEL
+/* shifted_planes for column stride 1 and ow <= 64: a row by one masked
+ * load and one or two masked stores */
+__attribute__((target("arch=x86-64-v4"))) static void
+shifted_planes_avx512(const aik_window *p, const conv_geom *g, const int8_t *xg, uint8_t *dst)
+{
+    const int32_t cg = p->c / p->group, ow = p->ow;
+    const __m512i f = _mm512_set1_epi8((char)0x80);
+    const __mmask64 all = ow == 64 ? ~(__mmask64)0 : ((__mmask64)1 << ow) - 1;
+    uint8_t *d = dst;
+    for (int32_t ci = 0; ci < cg; ci++) {
+        const int8_t *xc = xg + (int64_t)ci * p->h * p->w;
+        for (int32_t kx = 0; kx < p->kw; kx++) {
+            const int32_t ix0 = kx * p->dw - p->pl;
+            const int32_t a = ix0 < 0 ? (-ix0 < ow ? -ix0 : ow) : 0;
+            const int32_t b = p->w - ix0 < a ? a : p->w - ix0 > ow ? ow : p->w - ix0;
+            const __mmask64 in = b - a == 64 ? ~(__mmask64)0 : ((__mmask64)1 << (b - a)) - 1;
+            for (int32_t r = 0; r < g->hp; r++, d += ow) {
+                const int32_t iy = r - p->pt;
+                if (iy < 0 || iy >= p->h || a == b) {
+                    _mm512_mask_storeu_epi8(d, all, f);
+                    continue;
+                }
+                /* 128 in the lanes past b - a */
+                const __m512i v = _mm512_xor_si512(
+                    _mm512_maskz_loadu_epi8(in, xc + (int64_t)iy * p->w + ix0 + a), f);
+                if (a == 0) {
+                    _mm512_mask_storeu_epi8(d, all, v);
+                    continue;
+                }
+                _mm512_mask_storeu_epi8(d, all, f);
+                _mm512_mask_storeu_epi8(d + a, in, v);
+            }
+        }
+    }
+    _mm_storeu_si128((__m128i *)d, _mm512_castsi512_si128(f));
+}
+#endif
+
+/* off[k]: where tap k (ci, ky, kx, the weights' order) reads position 0 of
+ * the shifted planes; -1 for the taps past k (u = 128). */
+static void shifted_offsets(const aik_window *p, const conv_geom *g, int64_t *off)
+{
+    const int32_t cg = p->c / p->group, ow = p->ow;
+    const int64_t plane = (int64_t)g->hp * ow;
+    int32_t k = 0;
+    for (int32_t ci = 0; ci < cg; ci++)
+        for (int32_t ky = 0; ky < p->kh; ky++)
+            for (int32_t kx = 0; kx < p->kw; kx++)
+                off[k++] = ((int64_t)ci * p->kw + kx) * plane + (int64_t)ky * p->dh * ow;
+    for (; k < ((g->k + 3) & ~3); k++)
+        off[k] = -1;
+}
+
+/* The panel of positions [p0, p0 + cols) from the shifted planes: per
+ * block and 4 taps, 16 bytes of each tap's run, transposed to 4 bytes per
+ * position (the columns past cols read what follows: computed, not stored). */
+static void shifted_panel(const conv_geom *g, const uint8_t *planes, const int64_t *off,
+                          int64_t p0, int64_t cols, uint8_t *panel)
+{
+    const int32_t kp = (g->k + 3) & ~3;
+    for (int64_t b = 0; b < (cols + 15) / 16; b++) {
+        uint8_t *dst = panel + b * 16 * kp;
+        const uint8_t *src = planes + p0 + b * 16;
+        for (int32_t kb = 0; kb < kp; kb += 4, dst += 64) {
+#ifdef __SSE2__
+            __m128i r[4];
+            for (int t = 0; t < 4; t++)
+                r[t] = off[kb + t] >= 0
+                           ? _mm_loadu_si128((const __m128i *)(src + off[kb + t]))
+                           : _mm_set1_epi8((char)0x80);
+            const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpackhi_epi8(r[0], r[1]);
+            const __m128i b0 = _mm_unpacklo_epi8(r[2], r[3]), b1 = _mm_unpackhi_epi8(r[2], r[3]);
+            _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(a0, b0));
+            _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(a0, b0));
+            _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(a1, b1));
+            _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(a1, b1));
+#else
+            for (int j = 0; j < 16; j++)
+                for (int t = 0; t < 4; t++)
+                    dst[4 * j + t] = off[kb + t] >= 0 ? src[off[kb + t] + j] : 0x80;
+#endif
+        }
+    }
+}
+
 /* The cg input planes of a group as u = x ^ 0x80, padded (u = 128) to
  * hp x wp: row r, column t hold input (r - pt, t - pl). */
 AI_SHORT_LOOPS static void pad_planes(const aik_window *p, const conv_geom *g, const int8_t *xg,
@@ -222,7 +383,6 @@ AI_SHORT_LOOPS static void pad_planes(const aik_window *p, const conv_geom *g, c
 }
 
 #ifdef AI_AVX512_KERNEL
-#include <immintrin.h>
 /* 16 positions of one output row, stride sw <= 4 in columns: position i's
  * 4 bytes at src + i sw, as 4 byte shuffles of 16-byte loads */
 __attribute__((target("arch=x86-64-v3"))) static void
@@ -338,7 +498,7 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
     for (int64_t s = lo; s < hi; s++) {
         int8_t *rows = (int8_t *)j->ws + s * g->slot_bytes;
         uint8_t *panel = (uint8_t *)rows + g->rows_bytes;
-        int64_t padded = -1; /* rowpack: the image and group in `rows` */
+        int64_t padded = -1; /* shifted, rowpack: the image and group in `rows` */
         for (int64_t job = s * j->jobs / j->n_slots; job < (s + 1) * j->jobs / j->n_slots;
              job++) {
             const int64_t chunk = job % g->chunks, ng = job / g->chunks;
@@ -347,7 +507,21 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t p0 = chunk * g->chunk;
             const int64_t cols = os - p0 < g->chunk ? os - p0 : g->chunk;
             const int8_t *xg = j->x + (n * p->c + (int64_t)gi * cg) * p->h * p->w;
-            if (g->rowpack) {
+            if (g->shifted) {
+                int64_t *off = (int64_t *)(rows + g->rows_bytes) - ((g->k + 3) & ~3);
+                if (padded != ng) {
+#ifdef AI_AVX512_KERNEL
+                    if (p->sw == 1 && p->ow <= 64 && ai_q_path() >= AI_Q_VNNI)
+                        shifted_planes_avx512(p, g, xg, (uint8_t *)rows);
+                    else
+#endif
+                        shifted_planes(p, g, xg, (uint8_t *)rows);
+                    if (padded < 0)
+                        shifted_offsets(p, g, off);
+                }
+                padded = ng;
+                shifted_panel(g, (const uint8_t *)rows, off, p0, cols, panel);
+            } else if (g->rowpack) {
                 if (padded != ng)
                     pad_planes(p, g, xg, (uint8_t *)rows);
                 padded = ng;
@@ -382,7 +556,55 @@ typedef struct {
     size_t slot;
     int64_t jobs, n_slots;
     bool vnni; /* dw_plane_vnni */
+    const struct dw_small *small; /* dw_plane_small */
 } dw_job;
+
+/*
+ * Small planes (VNNI and VBMI, h w <= 128, oh ow <= 128): no padded plane,
+ * no windows in memory. The input plane sits in two registers and every
+ * 16 outputs and 4 taps of a kernel row take their 64 bytes from it by
+ * one two-register byte permutation (vpermi2b), zeroed in the padding
+ * (then u = 128), then one vpdpbusd; outputs in their own order, stored
+ * 16 at a time. The permutations depend on the geometry only: made once
+ * per call. DS-CNN's depthwise layers (25 x 5) are of this kind.
+ */
+#ifdef AI_AVX512_KERNEL
+#define DW_SMALL_BLOCKS 8 /* 128 outputs */
+#define DW_SMALL_TAPS 16  /* kernel rows x groups of 4 taps */
+struct dw_small {
+    int32_t n_taps, kw4;
+    uint8_t idx[DW_SMALL_BLOCKS][DW_SMALL_TAPS][64]; /* byte of the input plane */
+    uint64_t keep[DW_SMALL_BLOCKS][DW_SMALL_TAPS];   /* 0: padding, tap past kw */
+};
+
+static bool dw_small_fits(const aik_window *p)
+{
+    return (int64_t)p->h * p->w <= 128 && (int64_t)p->oh * p->ow <= 16 * DW_SMALL_BLOCKS &&
+           p->kh * ((p->kw + 3) / 4) <= DW_SMALL_TAPS;
+}
+
+static void dw_small_tables(const aik_window *p, struct dw_small *t)
+{
+    const int64_t os = (int64_t)p->oh * p->ow;
+    t->kw4 = (p->kw + 3) & ~3;
+    t->n_taps = p->kh * (t->kw4 / 4);
+    memset(t->keep, 0, sizeof t->keep);
+    for (int64_t b = 0; b < (os + 15) / 16; b++)
+        for (int32_t tp = 0; tp < t->n_taps; tp++) {
+            const int32_t ky = tp / (t->kw4 / 4), g = tp % (t->kw4 / 4);
+            for (int l = 0; l < 64; l++) {
+                const int64_t j = 16 * b + l / 4;
+                const int32_t kx = 4 * g + l % 4;
+                const int32_t iy = (int32_t)(j / p->ow) + ky * p->dh - p->pt;
+                const int32_t ix = (int32_t)(j % p->ow) + kx * p->dw - p->pl;
+                const bool in = j < os && kx < p->kw && iy >= 0 && iy < p->h && ix >= 0 &&
+                                ix < p->w;
+                t->idx[b][tp][l] = in ? (uint8_t)(iy * p->w + ix) : 0;
+                t->keep[b][tp] |= (uint64_t)in << l;
+            }
+        }
+}
+#endif
 
 AI_VECTOR_CLONES AI_SHORT_LOOPS
 static void dw_plane(const dw_job *j, int64_t plane, int8_t *xpad, int32_t *acc)
@@ -509,6 +731,52 @@ dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t 
 }
 #endif
 
+#ifdef AI_AVX512_KERNEL
+__attribute__((target("arch=x86-64-v4,avx512vnni,avx512vbmi"))) static void
+dw_plane_small(const dw_job *j, int64_t plane, int32_t *acc)
+{
+    const aik_window *p = j->p;
+    const struct dw_small *t = j->small;
+    const int32_t c = (int32_t)(plane % p->c), hw = p->h * p->w;
+    const int64_t os = (int64_t)p->oh * p->ow;
+    const int8_t *xc = j->x + plane * hw;
+    const __m512i lo = _mm512_maskz_loadu_epi8(hw >= 64 ? ~(__mmask64)0
+                                                        : ((__mmask64)1 << hw) - 1, xc);
+    const __m512i hi = hw > 64 ? _mm512_maskz_loadu_epi8(hw == 128 ? ~(__mmask64)0
+                                                                   : ((__mmask64)1 << (hw - 64)) - 1,
+                                                         xc + 64)
+                               : _mm512_setzero_si512();
+    const int8_t *w = j->w + (int64_t)c * p->kh * p->kw;
+    __m512i wv[DW_SMALL_TAPS];
+    uint32_t sum = 0;
+    for (int32_t tp = 0; tp < t->n_taps; tp++) {
+        const int32_t ky = tp / (t->kw4 / 4), g = tp % (t->kw4 / 4);
+        int8_t v[4];
+        for (int e = 0; e < 4; e++) {
+            const int32_t kx = 4 * g + e;
+            v[e] = kx < p->kw ? w[ky * p->kw + kx] : 0;
+            sum += (uint32_t)(int32_t)v[e];
+        }
+        int32_t w4;
+        memcpy(&w4, v, 4);
+        wv[tp] = _mm512_set1_epi32(w4);
+    }
+    const int32_t cb = (int32_t)((j->bias ? (uint32_t)j->bias[c] : 0u) - 128u * sum);
+    const __m512i f = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < (os + 15) / 16; b++) {
+        __m512i a = _mm512_set1_epi32(cb);
+        for (int32_t tp = 0; tp < t->n_taps; tp++) {
+            const __m512i u = _mm512_xor_si512(
+                _mm512_maskz_permutex2var_epi8(t->keep[b][tp], lo,
+                                               _mm512_loadu_si512(t->idx[b][tp]), hi),
+                f);
+            a = _mm512_dpbusd_epi32(a, u, wv[tp]);
+        }
+        _mm512_storeu_si512(acc + 16 * b, a);
+    }
+}
+#endif
+
 static void dw_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
@@ -522,6 +790,11 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
         for (int64_t plane = s * j->jobs / j->n_slots;
              plane < (s + 1) * j->jobs / j->n_slots; plane++) {
 #ifdef AI_AVX512_KERNEL
+            if (j->small) {
+                dw_plane_small(j, plane, acc);
+                ai_q_store_rows(acc, 1, os, os, &j->rq[plane % p->c], j->y + plane * os);
+                continue;
+            }
             if (j->vnni)
                 dw_plane_vnni(j, plane, (uint8_t *)xpad, win, acc);
             else
@@ -540,7 +813,16 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
         return;
     if (is_depthwise(p)) {
         dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
-                    ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16};
+                    ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16,
+                    NULL};
+#ifdef AI_AVX512_KERNEL
+        struct dw_small small;
+        if (ai_q_path() >= AI_Q_VNNI && __builtin_cpu_supports("avx512vbmi") &&
+            dw_small_fits(p)) {
+            dw_small_tables(p, &small);
+            j.small = &small;
+        }
+#endif
         dw_geometry(p, &j.hp, &j.wp, &j.slot);
         j.n_slots = n_slots_of(j.jobs);
         ai_parallel_for(j.n_slots, 1, dw_range, &j);

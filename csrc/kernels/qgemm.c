@@ -192,13 +192,16 @@ static inline __attribute__((always_inline)) Q_VNNI void store16_avx512(__m512i 
             _mm512_set1_epi64(r->shift > 0 ? (int64_t)1 << (r->shift - 1) : 0);
         const __m128i sh = _mm_cvtsi32_si128(r->shift);
         const __m512i lo = _mm512_set1_epi64(r->lo), hi = _mm512_set1_epi64(r->hi);
-        __m512i a = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc));
-        __m512i b = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1));
-        a = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(a, mul), half), sh);
-        b = _mm512_sra_epi64(_mm512_add_epi64(_mm512_mullo_epi64(b, mul), half), sh);
+        /* the even lanes' and the odd lanes' int64 products (vpmuldq),
+         * requantized, then the odd ones' low halves moved up beside them */
+        __m512i a = _mm512_mul_epi32(acc, mul);
+        __m512i b = _mm512_mul_epi32(_mm512_srli_epi64(acc, 32), mul);
+        a = _mm512_sra_epi64(_mm512_add_epi64(a, half), sh);
+        b = _mm512_sra_epi64(_mm512_add_epi64(b, half), sh);
         a = _mm512_min_epi64(_mm512_max_epi64(a, lo), hi);
         b = _mm512_min_epi64(_mm512_max_epi64(b, lo), hi);
-        v = _mm_unpacklo_epi64(_mm512_cvtepi64_epi8(a), _mm512_cvtepi64_epi8(b));
+        v = _mm512_cvtepi32_epi8(
+            _mm512_mask_blend_epi32((__mmask16)0xAAAA, a, _mm512_slli_epi64(b, 32)));
     }
     if (ldj == 1) {
         _mm_mask_storeu_epi8(y, (__mmask16)((1u << n) - 1), v);

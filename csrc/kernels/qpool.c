@@ -2,8 +2,8 @@
  * qpool.c — QMaxPool, QAveragePool, QAdd and Requantize (qkernels.h): the
  * reference's integers without its per-tap bounds checks and divisions.
  * Pools clip each window to the input once (the taps inside are those of
- * [k0, k1) along each axis); QAdd and Requantize run 8 lanes of int64 with
- * AVX-512 on the VNNI path, else the scalar loop.
+ * [k0, k1) along each axis); the 2x2 max pool of stride 2, QAdd and
+ * Requantize run AVX-512 on the VNNI path, else the scalar loop.
  */
 #include "../parallel.h"
 #include "qkernels.h"
@@ -38,7 +38,30 @@ typedef struct {
     const int8_t *x;
     int8_t *y;
     bool avg;
+    bool avx512; /* max2x2_avx512 */
 } pool_job;
+
+#ifdef AI_Q_X86
+/* The 2x2 max pool of stride 2 of one plane: 32 outputs per step, the max
+ * of the two input rows, then of each byte pair (as int16 lanes: the high
+ * byte shifted onto the low one), the low bytes kept (vpmovwb). */
+static Q_AVX512 void max2x2_avx512(const aik_window *p, const int8_t *xc, int8_t *yc)
+{
+    for (int32_t oy = 0; oy < p->oh; oy++) {
+        const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
+        int8_t *yr = yc + (int64_t)oy * p->ow;
+        for (int32_t ox = 0; ox < p->ow; ox += 32) {
+            const int n = p->ow - ox < 32 ? p->ow - ox : 32;
+            const __mmask64 in = n == 32 ? ~(__mmask64)0 : ((__mmask64)1 << (2 * n)) - 1;
+            const __m512i m = _mm512_max_epi8(_mm512_maskz_loadu_epi8(in, x0 + 2 * ox),
+                                              _mm512_maskz_loadu_epi8(in, x1 + 2 * ox));
+            const __m512i t = _mm512_max_epi8(m, _mm512_srli_epi16(m, 8));
+            _mm256_mask_storeu_epi8(yr + ox, (__mmask32)(((uint64_t)1 << n) - 1),
+                                    _mm512_cvtepi16_epi8(t));
+        }
+    }
+}
+#endif
 
 /* floor(sum / count + 1/2) as avg_i8 of the reference */
 static inline int8_t avg_round(int32_t sum, int32_t count)
@@ -94,6 +117,12 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
             continue;
         }
         if (max2x2) { /* 2x2 windows, stride 2, inside the input: the common max pool */
+#ifdef AI_Q_X86
+            if (j->avx512) {
+                max2x2_avx512(p, xc, yc);
+                continue;
+            }
+#endif
             for (int32_t oy = 0; oy < p->oh; oy++) {
                 const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
                 int8_t *yr = yc + (int64_t)oy * p->ow;
@@ -174,7 +203,10 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
 
 static void pool(const aik_window *p, const int8_t *x, int8_t *y, bool avg)
 {
-    pool_job j = {p, x, y, avg};
+    pool_job j = {p, x, y, avg, false};
+#ifdef AI_Q_X86
+    j.avx512 = ai_q_path() >= AI_Q_VNNI;
+#endif
     const int64_t planes = (int64_t)p->n * p->c;
     ai_parallel_for(planes, ai_grain_of((int64_t)p->h * p->w), pool_range, &j);
 }

@@ -42,10 +42,10 @@ static bool rand_window(aik_window *p, int kind)
     const int32_t cg = kind == 1 ? 1 : rnd(1, 12), mg = kind == 1 ? 1 : rnd(1, 21);
     p->c = p->group * cg, p->m = p->group * mg;
     const bool pw = kind == 3;
-    p->kh = pw ? 1 : rnd(1, 4), p->kw = pw ? 1 : rnd(1, 4);
-    p->sh = pw ? 1 : rnd(1, 2), p->sw = pw ? 1 : rnd(1, 2);
+    p->kh = pw ? 1 : rnd(1, 6), p->kw = pw ? 1 : rnd(1, 6);
+    p->sh = pw ? 1 : rnd(1, 2), p->sw = pw ? 1 : rnd(1, 3);
     p->dh = pw ? 1 : rnd(1, 2), p->dw = pw ? 1 : rnd(1, 2);
-    p->h = rnd(1, 12), p->w = rnd(1, 12);
+    p->h = rnd(1, 14), p->w = rnd(1, 20);
     const int32_t sph = p->dh * (p->kh - 1) + 1, spw = p->dw * (p->kw - 1) + 1;
     p->pt = pw ? 0 : rnd(0, sph - 1), p->pl = pw ? 0 : rnd(0, spw - 1);
     const int32_t pb = pw ? 0 : rnd(0, sph - 1), pr = pw ? 0 : rnd(0, spw - 1);
@@ -61,7 +61,7 @@ TEST(qconv_matches_reference_on_every_path)
     for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
         if (ai_q_set_path(path) != path)
             continue;
-        for (int t = 0; t < 60; t++) {
+        for (int t = 0; t < 120; t++) {
             aik_window p;
             if (!rand_window(&p, t % 4))
                 continue;
@@ -139,6 +139,18 @@ TEST(qpools_and_elementwise_match_reference)
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             ai_qavgpool(&p, x, y);
             aik_avgpool2d_i8(&p, x, yr);
+            CHECK(memcmp(y, yr, (size_t)ny) == 0);
+            free(x), free(y), free(yr);
+        }
+        for (int32_t w = 2; w <= 70; w += 17) { /* 2x2 max pools of stride 2 (LeNet's) */
+            aik_window p;
+            memset(&p, 0, sizeof p);
+            p.n = 2, p.c = p.m = 3, p.group = 1, p.h = 13, p.w = w, p.kh = p.kw = 2;
+            p.sh = p.sw = 2, p.dh = p.dw = 1, p.oh = 6, p.ow = w / 2;
+            const int64_t nx = (int64_t)p.n * p.c * p.h * p.w, ny = (int64_t)p.n * p.c * p.oh * p.ow;
+            int8_t *x = rand_i8(nx), *y = malloc((size_t)ny), *yr = malloc((size_t)ny);
+            ai_qmaxpool(&p, x, y);
+            aik_maxpool2d_i8(&p, x, yr);
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             free(x), free(y), free(yr);
         }
