@@ -205,9 +205,14 @@ typedef int64_t mp_lvec __attribute__((vector_size(64))); /* MP_LANES flat indic
  * maxpool_inside's scan order with its tie and NaN rule (the same maxima
  * and positions). The generic kernel ran these (LeNet's pools) at 1.4-4.8
  * ns an output: one tap at a time through its loops, 8 lanes, the short
- * rows' tails one by one. */
+ * rows' tails one by one. Rows of at most 8 outputs go two at a time (the
+ * two rows' outputs are consecutive in y: one vector, lanes [0, n2) the
+ * first row's, [n2, 2 n2) the second's), and every vector is stored under
+ * a mask: one row of 5 outputs a vector and 5 scalar stores took LeNet's
+ * second pool (16 x 16 planes of 10 x 10) 3 times ONNX Runtime's. */
 #if defined(AI_AVX512_KERNEL) && defined(MP_LANES)
 #define HAVE_MAXPOOL2X2_V16
+#include <immintrin.h>
 typedef int32_t mp16_ivec __attribute__((vector_size(64)));
 
 static bool maxpool2x2_case(const pool_geom *g)
@@ -224,26 +229,74 @@ static bool maxpool2x2_case(const pool_geom *g)
         at = (((mp16_ivec){0} + (off)) & take) | (at & ~take);                            \
     }
 
+/* The four taps of 16 outputs, in scan order: the even and odd lanes of
+ * the top rows' values (a, c) and of the bottom rows' (b, d) that sel and
+ * sel + 1 pick; their maxima stored under the mask of the first n lanes,
+ * and their positions (row0 + 2 o2 on lanes before split, row1 + 2 (o2 - split)
+ * after) */
+AI_AVX512_KERNEL static inline void maxpool2x2_taps(ai_vec16_f32 a, ai_vec16_f32 b,
+                                                    ai_vec16_f32 c, ai_vec16_f32 d,
+                                                    mp16_ivec sel, int32_t w, int64_t n,
+                                                    float *y, int64_t *idx, int64_t row0,
+                                                    int64_t row1, int64_t split)
+{
+    const ai_vec16_f32 t00 = __builtin_shuffle(a, c, sel), t01 = __builtin_shuffle(a, c, sel + 1),
+                       t10 = __builtin_shuffle(b, d, sel), t11 = __builtin_shuffle(b, d, sel + 1);
+    /* the first tap against -inf: taken unless it is -inf, which leaves the
+     * same value and position */
+    ai_vec16_f32 best = t00;
+    mp16_ivec at = {0};
+    MP16_TAKE(t01, 1)
+    MP16_TAKE(t10, w)
+    MP16_TAKE(t11, w + 1)
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << n) - 1), (__m512)best);
+    if (idx)
+        for (int64_t l = 0; l < n; l++)
+            idx[l] = (l < split ? row0 + 2 * l : row1 + 2 * (l - split)) + at[l];
+}
+
 AI_AVX512_KERNEL AI_SHORT_LOOPS static void maxpool2x2_v16(const pool_geom *g, int64_t nc0,
                                                            int64_t nc1, int64_t NC, float *y,
                                                            int64_t *idx, const float *x)
 {
     const mp16_ivec ev = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const mp16_ivec od = ev + 1;
     const int64_t in2 = g->in[2], n2 = g->out[2];
     const int32_t w = (int32_t)in2;
     const int64_t xn = NC * g->in_size; /* x's floats */
+    /* two rows at once: the first n2 even lanes of the first row's values,
+     * then of the second's (the lanes past 2 n2 are not stored) */
+    const bool pairs = n2 <= 8;
+    mp16_ivec sel2 = ev;
+    for (int l = 0; l < 16; l++)
+        sel2[l] = l < n2 ? 2 * l : 16 + 2 * (l - (int)n2);
     for (int64_t nc = nc0; nc < nc1; nc++)
         for (int64_t o0 = 0; o0 < g->out[0]; o0++)
             for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
                 const int64_t row = (o0 * g->s[0] * g->in[1] + 2 * o1) * in2;
                 const int64_t o = (nc * g->out[0] + o0) * g->out[1] * n2 + o1 * n2;
+                const int64_t at0 = nc * g->in_size + row; /* the row's first tap */
+                _Alignas(64) float pad[4][32];
+                if (pairs && o1 + 1 < g->out[1]) { /* rows o1 and o1 + 1 */
+                    const float *p[4];
+                    for (int r = 0; r < 4; r++)
+                        p[r] = x + at0 + r * in2;
+                    if (at0 + 3 * in2 + 16 > xn) /* the end of x: the rows' values alone */
+                        for (int r = 0; r < 4; r++) {
+                            for (int64_t i = 0; i < 16; i++)
+                                pad[r][i] = i < 2 * n2 ? p[r][i] : 0.0f;
+                            p[r] = pad[r];
+                        }
+                    maxpool2x2_taps(*(const ai_vec16_f32 *)p[0], *(const ai_vec16_f32 *)p[1],
+                                    *(const ai_vec16_f32 *)p[2], *(const ai_vec16_f32 *)p[3],
+                                    sel2, w, 2 * n2, y + o, idx ? idx + o : NULL, row,
+                                    row + 2 * in2, n2);
+                    o1++;
+                    continue;
+                }
                 for (int64_t o2 = 0; o2 < n2; o2 += 16) {
                     const int64_t n = n2 - o2 < 16 ? n2 - o2 : 16;
-                    const int64_t at0 = nc * g->in_size + row + 2 * o2; /* the first tap's */
-                    const float *p0 = x + at0, *p1 = p0 + in2;
-                    _Alignas(64) float pad[2][32];
-                    if (at0 + in2 + 32 > xn) { /* the end of x: the rows' last values alone */
+                    const float *p0 = x + at0 + 2 * o2, *p1 = p0 + in2;
+                    if (at0 + 2 * o2 + in2 + 32 > xn) { /* the end of x: the rows' last values */
                         for (int64_t i = 0; i < 32; i++) {
                             pad[0][i] = i < 2 * n ? p0[i] : 0.0f;
                             pad[1][i] = i < 2 * n ? p1[i] : 0.0f;
@@ -251,28 +304,10 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void maxpool2x2_v16(const pool_geom *g, i
                         p0 = pad[0];
                         p1 = pad[1];
                     }
-                    const ai_vec16_f32 a0 = *(const ai_vec16_f32 *)p0,
-                                       a1 = *(const ai_vec16_f32 *)(p0 + 16),
-                                       b0 = *(const ai_vec16_f32 *)p1,
-                                       b1 = *(const ai_vec16_f32 *)(p1 + 16);
-                    const ai_vec16_f32 t00 = __builtin_shuffle(a0, a1, ev),
-                                       t01 = __builtin_shuffle(a0, a1, od),
-                                       t10 = __builtin_shuffle(b0, b1, ev),
-                                       t11 = __builtin_shuffle(b0, b1, od);
-                    /* the first tap against -inf: taken unless it is -inf,
-                     * which leaves the same value and position */
-                    ai_vec16_f32 best = t00;
-                    mp16_ivec at = {0};
-                    MP16_TAKE(t01, 1)
-                    MP16_TAKE(t10, w)
-                    MP16_TAKE(t11, w + 1)
-                    float v[16];
-                    memcpy(v, &best, sizeof v);
-                    for (int64_t l = 0; l < n; l++)
-                        y[o + o2 + l] = v[l];
-                    if (idx)
-                        for (int64_t l = 0; l < n; l++)
-                            idx[o + o2 + l] = row + 2 * (o2 + l) + at[l];
+                    maxpool2x2_taps(*(const ai_vec16_f32 *)p0, *(const ai_vec16_f32 *)p1,
+                                    *(const ai_vec16_f32 *)(p0 + 16),
+                                    *(const ai_vec16_f32 *)(p1 + 16), ev, w, n, y + o + o2,
+                                    idx ? idx + o + o2 : NULL, row + 2 * o2, 0, 16);
                 }
             }
 }

@@ -729,6 +729,11 @@ static const pool_case pool_cases[] = {
     /* 2 x 2 at stride 2 (its AVX-512 kernel): rows of 17 outputs (a whole
      * vector and a partial one), odd sizes, the last plane read to its end */
     {.nsp = 2, .N = 2, .C = 3, .in = {7, 35}, .kernel = {2, 2}, .stride = {2, 2}},
+    /* rows of at most 8 outputs, two at a time: an odd count of them (the
+     * last alone), odd widths, 8 outputs (the whole vector) */
+    {.nsp = 2, .N = 2, .C = 3, .in = {10, 10}, .kernel = {2, 2}, .stride = {2, 2}},
+    {.nsp = 2, .N = 1, .C = 2, .in = {7, 3}, .kernel = {2, 2}, .stride = {2, 2}},
+    {.nsp = 2, .N = 1, .C = 3, .in = {9, 16}, .kernel = {2, 2}, .stride = {2, 2}},
     {.nsp = 3, .N = 1, .C = 2, .in = {3, 5, 6}, .kernel = {1, 2, 2}, .stride = {2, 2, 2}},
     {.nsp = 2, .N = 1, .C = 2, .in = {6, 7}, .kernel = {3, 2}, .dilation = {2, 2},
      .pb = {1, 1}, .pe = {1, 1}},
