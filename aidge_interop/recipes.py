@@ -13,6 +13,7 @@
     recipes.fuse_pad(graph)           # zero Pad + Conv -> Conv with the pads
     recipes.block_channels(graph)     # conv chains in blocked channels (inference)
     recipes.fuse_linear(graph)        # [Transpose(W) ->] MatMul [-> Add(b)] -> FusedMatMul
+    recipes.fuse_gelu(graph)          # tanh GELU written out in Mul/Add/Pow/Tanh -> Gelu
 
 Each recipe is one C call (``csrc/recipes.c``) that edits the graph in
 place: weights are rewritten in the engine's own parameter storage (BatchNorm
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 __all__ = ["fuse_batchnorm", "remove_flatten", "fuse_activation", "expand_metaops",
            "restore_flatten", "constant_fold", "fuse_pad", "block_channels", "fuse_linear",
-           "RecipeReport", "RECIPES"]
+           "fuse_gelu", "RecipeReport", "RECIPES"]
 
 
 class RecipeReport(list):
@@ -201,6 +202,21 @@ def fuse_linear(graph) -> RecipeReport:
     return _apply("fuse_linear", graph)
 
 
+def fuse_gelu(graph) -> RecipeReport:
+    """Makes each GELU of the tanh approximation that the graph writes out
+    element by element, ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``
+    (transformers' ``gelu_new``, GPT-2's activation: eight Mul, Add, Pow and
+    Tanh nodes, ``x^3`` as ``Pow(x, 3)`` or ``x x x``, the factors in either
+    order), one ``Gelu`` node with ``approximate="tanh"``: one pass over the
+    activations instead of eight. The same function, not the same float32
+    operations: the outputs differ from the unrewritten graph's within float32
+    rounding (about 1e-7 relative; Gelu's backward is its exact derivative).
+    Only a chain whose intermediate values nothing else reads is rewritten.
+    Applied by :func:`aidge_interop.wrap` to the graph of eval forwards
+    (``fuse_inference``)."""
+    return _apply("fuse_gelu", graph)
+
+
 #: name -> recipe, in the order ``aidge-interop show --recipes all`` applies them
 RECIPES = {
     "constant_fold": constant_fold,
@@ -213,4 +229,5 @@ RECIPES = {
     "fuse_pad": fuse_pad,
     "block_channels": block_channels,
     "fuse_linear": fuse_linear,
+    "fuse_gelu": fuse_gelu,
 }

@@ -496,7 +496,11 @@ void ai_recipe_report_free(ai_recipe_report *r);
  *                    their input): the Convs pad it themselves (pads)
  *   fuse_linear      MatMul of a 2-D weight, or of its Transpose, and the
  *                    Add of a bias vector after it -> aidge_interop.FusedMatMul
- *                    (transB, bias): exact, with backward */
+ *                    (transB, bias): exact, with backward
+ *   fuse_gelu        0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) written
+ *                    out in Mul, Add, Pow and Tanh nodes -> Gelu (approximate
+ *                    "tanh"): one pass instead of eight, the same function
+ *                    within float32 rounding (not bit for bit) */
 ai_status ai_recipe_fuse_batchnorm(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_batchnorm_epilogue(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_remove_flatten(ai_graph *g, ai_recipe_report *report);
@@ -507,6 +511,7 @@ ai_status ai_recipe_constant_fold(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_block_channels(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_pad(ai_graph *g, ai_recipe_report *report);
 ai_status ai_recipe_fuse_linear(ai_graph *g, ai_recipe_report *report);
+ai_status ai_recipe_fuse_gelu(ai_graph *g, ai_recipe_report *report);
 
 /* ---------------------------------------------------------------- SGD */
 

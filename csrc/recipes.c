@@ -1511,3 +1511,172 @@ ai_status ai_recipe_fuse_linear(ai_graph *g, ai_recipe_report *r)
     free(remove);
     return st;
 }
+
+/* ---------------------------------------------------------------- fuse_gelu */
+
+#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2 / pi) */
+
+/* The nodes of one matched subgraph (removed but for its last). */
+typedef struct {
+    int node[8];
+    int n;
+} node_set;
+
+/* The value of scalar constant v (one element), or NAN. */
+static double scalar_const(const ai_graph *g, int v)
+{
+    return is_constant(g, v) && ai_tensor_numel(g->values[v].data) == 1
+               ? ai_tensor_get_flat(g->values[v].data, 0)
+               : NAN;
+}
+
+/* Whether x is c to float32 precision (the exporter's constants are
+ * float32 roundings of the formula's). */
+static bool near(double x, double c)
+{
+    return fabs(x - c) <= 1e-6 * fabs(c);
+}
+
+/* The single node reading value v (v not a graph output), or -1. */
+static int sole_reader(const ai_graph *g, int v)
+{
+    bool out;
+    if (v < 0 || uses(g, v, &out) != 1 || out)
+        return -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == v)
+                return i;
+    return -1;
+}
+
+/* The producer of v when it is a binary `op_type` node that nothing else
+ * reads (v read once, not a graph output), added to s; else -1. */
+static int sole_producer(const ai_graph *g, int v, const char *op_type, node_set *s)
+{
+    const int p = v >= 0 ? g->values[v].producer : -1;
+    if (p < 0 || !is_op(&g->nodes[p], "", op_type) || g->nodes[p].n_in != 2 ||
+        sole_reader(g, v) < 0)
+        return -1;
+    s->node[s->n++] = p;
+    return p;
+}
+
+/* The operand of binary node n other than a scalar constant near c, or -1. */
+static int scaled(const ai_graph *g, int n, double c)
+{
+    if (n < 0)
+        return -1;
+    const int *in = g->nodes[n].in;
+    return near(scalar_const(g, in[1]), c) ? in[0] : near(scalar_const(g, in[0]), c) ? in[1] : -1;
+}
+
+/* Whether value v is x^3 computed from x alone: Pow(x, 3), x (x x) or (x x) x. */
+static bool is_cube(const ai_graph *g, int v, int x, node_set *s)
+{
+    const int n0 = s->n, pw = sole_producer(g, v, "Pow", s);
+    if (pw >= 0)
+        return g->nodes[pw].in[0] == x && scalar_const(g, g->nodes[pw].in[1]) == 3;
+    const int m = sole_producer(g, v, "Mul", s);
+    for (int k = 0; m >= 0 && k < 2; k++) {
+        s->n = n0 + 1;
+        const int sq = g->nodes[m].in[k] == x ? sole_producer(g, g->nodes[m].in[1 - k], "Mul", s)
+                                              : -1;
+        if (sq >= 0 && g->nodes[sq].in[0] == x && g->nodes[sq].in[1] == x)
+            return true;
+    }
+    return false;
+}
+
+/* The x of 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), whose
+ * Tanh is node t: Tanh's input Mul(x + Mul(x^3, 0.044715), sqrt(2/pi))
+ * (operands in either order), every node between read only by the next
+ * (added to s); -1 when t is not one. */
+static int gelu_tanh_input(const ai_graph *g, const ai_node *t, node_set *s)
+{
+    const int inner = scaled(g, sole_producer(g, t->in[0], "Mul", s), SQRT_2_PI);
+    const int add = sole_producer(g, inner, "Add", s), n0 = s->n;
+    for (int k = 0; add >= 0 && k < 2; k++) {
+        s->n = n0;
+        const int x = g->nodes[add].in[k];
+        const int cube = scaled(g, sole_producer(g, g->nodes[add].in[1 - k], "Mul", s),
+                                0.044715);
+        if (cube >= 0 && is_cube(g, cube, x, s))
+            return x;
+    }
+    return -1;
+}
+
+/* Whether node m is a binary Mul. */
+static bool is_mul(const ai_graph *g, int m)
+{
+    return m >= 0 && is_op(&g->nodes[m], "", "Mul") && g->nodes[m].n_in == 2;
+}
+
+/* The node that ends 0.5 x (1 + tanh(u)) given h = 1 + tanh(u):
+ * Mul(Mul(x, 0.5), h), Mul(x, Mul(h, 0.5)) or Mul(Mul(x, h), 0.5) (either
+ * order in each product; the inner Mul added to s), or -1. */
+static int gelu_tanh_output(const ai_graph *g, int h, int x, node_set *s)
+{
+    const int m = sole_reader(g, h);
+    if (!is_mul(g, m))
+        return -1;
+    const int o = g->nodes[m].in[0] == h ? g->nodes[m].in[1] : g->nodes[m].in[0];
+    const int n0 = s->n;
+    if (scaled(g, sole_producer(g, o, "Mul", s), 0.5) == x) /* (x 0.5) h */
+        return m;
+    s->n = n0;
+    const int last = sole_reader(g, g->nodes[m].out[0]);
+    if (!is_mul(g, last))
+        return -1;
+    s->node[s->n++] = m;
+    const int *in = g->nodes[last].in;
+    if (scaled(g, m, 0.5) == h && (in[0] == x || in[1] == x)) /* x (h 0.5) */
+        return last;
+    if (o == x && scaled(g, last, 0.5) == g->nodes[m].out[0]) /* (x h) 0.5 */
+        return last;
+    s->n = n0;
+    return -1;
+}
+
+ai_status ai_recipe_fuse_gelu(ai_graph *g, ai_recipe_report *r)
+{
+    bool *remove, editing = false;
+    ai_status st = start(g, "fuse_gelu", &remove);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const ai_node *t = &g->nodes[i];
+        if (!is_op(t, "", "Tanh") || remove[i])
+            continue;
+        node_set s = {.n = 0};
+        const int x = gelu_tanh_input(g, t, &s), a = sole_reader(g, t->out[0]);
+        if (x < 0 || a < 0 || !is_op(&g->nodes[a], "", "Add") || g->nodes[a].n_in != 2 ||
+            scaled(g, a, 1.0) != t->out[0])
+            continue; /* not a GELU: nothing to report */
+        const int last = gelu_tanh_output(g, g->nodes[a].out[0], x, &s);
+        if (last < 0)
+            continue;
+        s.node[s.n++] = i;
+        s.node[s.n++] = a;
+        for (int k = 0; k < s.n; k++)
+            remove[s.node[k]] = true;
+        editing = true;
+        ai_node *n = &g->nodes[last];
+        if ((st = report(r, true, n->name, "Tanh '%s' and the %d products and sums around it "
+                         "(0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x '%s') -> Gelu "
+                         "'%s' (approximate 'tanh')", t->name, s.n - 1, g->values[x].name,
+                         n->name)) ||
+            (st = ai_node_set_op(n, "", "Gelu")) || (st = set_string(n, "approximate", "tanh")))
+            break;
+        n->in[0] = x;
+        n->in[1] = -1;
+        n->n_in = 1;
+        if (n->opset < 20) /* Gelu's first opset */
+            n->opset = 20;
+    }
+    if (!st)
+        st = end_edit(g, editing, remove);
+    free(remove);
+    return st;
+}

@@ -574,9 +574,11 @@ def _build_graph(model, **kwargs):
 
 
 # The recipes of the fused inference graph (after _GRAPH_RECIPES); the graph
-# is kept only when batchnorm_epilogue (after constant_fold, which prepares:
-# shape subgraphs -> constants) changed it: without a BatchNorm the second
-# graph would gain little. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
+# is kept only when batchnorm_epilogue or fuse_gelu (after constant_fold,
+# which prepares: shape subgraphs -> constants) changed it: without a
+# BatchNorm or a written-out GELU the second graph would gain little.
+# fuse_gelu: a tanh GELU written out in eight nodes (GPT-2) as one Gelu,
+# the same function within float32 rounding, so for eval forwards only. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
 # on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
 # applies both as it writes each output plane): no pass over the output of
 # its own. remove_flatten is left out: it gains nothing measurable.
@@ -585,8 +587,8 @@ def _build_graph(model, **kwargs):
 # fuse_pad before it gives a zero Pad's padding to the Convs that read it
 # (KWS's ZeroPad2d: one node and one activation buffer fewer).
 # Measurements: benchmarks/results/fused-inference.md.
-_INFERENCE_RECIPES = ("constant_fold", "batchnorm_epilogue", "fuse_activation", "fuse_pad",
-                      "block_channels")
+_INFERENCE_RECIPES = ("constant_fold", "fuse_gelu", "batchnorm_epilogue", "fuse_activation",
+                      "fuse_pad", "block_channels")
 
 
 class _Variant:
@@ -632,11 +634,12 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     Fused inference (``fuse_inference``, default True): a forward in eval
     mode that needs no backward (grad disabled, or neither the inputs nor
     any parameter require grad) runs a second graph, built on first use
-    from ``onnx_model``, with the recipes ``constant_fold``,
+    from ``onnx_model``, with the recipes ``constant_fold``, ``fuse_gelu``
+    (a tanh GELU written out node by node -> one Gelu),
     ``batchnorm_epilogue`` (each Conv/Gemm applies the BatchNormalization
     after it to its output) and ``fuse_activation`` (Conv/Gemm + Relu/Clip,
-    see ``_INFERENCE_RECIPES``). A model without a BatchNorm to move keeps
-    one graph: the first such forward finds nothing and the module never
+    see ``_INFERENCE_RECIPES``). A model with neither a BatchNorm to move
+    nor a GELU to fuse keeps one graph: the first such forward finds nothing and the module never
     tries again.
 
     The fused graph shares the main graph's memory for every parameter and
@@ -994,7 +997,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
             warnings.warn(f"{where}: disabled, the graph could not be fused: {exc}",
                           RuntimeWarning, stacklevel=4)
             return False
-        if not reports["batchnorm_epilogue"]:  # no BatchNorm moved
+        if not (reports["batchnorm_epilogue"] or reports["fuse_gelu"]):  # nothing fused
             return False
         graph._g.profile = self._graph.profile  # inside aidge_interop.profile()
         return graph._g

@@ -704,6 +704,7 @@ static const struct {
     {"block_channels", ai_recipe_block_channels},
     {"fuse_pad", ai_recipe_fuse_pad},
     {"fuse_linear", ai_recipe_fuse_linear},
+    {"fuse_gelu", ai_recipe_fuse_gelu},
 };
 
 static PyObject *entry_list(const ai_recipe_entry *e, int n)
