@@ -167,3 +167,79 @@ def test_bias_gradient_at_every_thread_count(x_shape, b_shape, dtype):
     (torch.from_numpy(x) + bt).backward(go)
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else {}
     torch.testing.assert_close(torch.from_numpy(results[0]), bt.grad, **tol)
+
+
+# ---------------------------------------------------------------- whole models
+
+def _unseen_transformers():
+    """(name, model, args, kwargs): transformer configurations other than
+    the benchmark's, random weights, dropout 0: DistilBERT with a padding
+    mask, a Llama-style decoder (RMSNorm, rotary positions, SiLU gate,
+    grouped-query attention: 4 query heads, 2 key/value heads; eager attention:
+    torch's TorchScript exporter does not convert scaled_dot_product_attention
+    with enable_gqa)."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ids = torch.randint(0, 200, (3, 12))
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    yield "distilbert", tf.DistilBertModel(tf.DistilBertConfig(
+        vocab_size=200, dim=48, n_layers=2, n_heads=4, hidden_dim=96, dropout=0.0,
+        attention_dropout=0.0, max_position_embeddings=64)), (), \
+        {"input_ids": ids, "attention_mask": mask}
+    yield "llama", tf.LlamaModel(tf.LlamaConfig(
+        vocab_size=200, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attn_implementation="eager")), (), {"input_ids": ids}
+
+
+def _train_steps(model, optimizer, args, kwargs, target, steps):
+    """The main output and every parameter's gradient at each of `steps` SGD
+    steps on the MSE against `target`."""
+    seen = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        out = model(*args, **kwargs)
+        out = out if isinstance(out, torch.Tensor) else out[0]
+        torch.nn.functional.mse_loss(out, target).backward()
+        seen.append((out.detach().clone(),
+                     [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+        optimizer.step()
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("case", list(_unseen_transformers()), ids=lambda c: c[0])
+def test_unseen_transformers_train_like_torch(case, dtype):
+    """Three SGD steps (forward, MSE loss, backward, aidge_interop.SGD) of the
+    wrapped model against torch.optim.SGD on the torch model: outputs and
+    every parameter's gradient at each step, float64 within assert_close's
+    defaults (rtol 1e-7), float32 (and Llama's float32 softmax) within the
+    wrapped-step tolerances (op_harness.check_wrapped_step)."""
+    import copy
+
+    name, model, args, kwargs = case
+    model = model.to(dtype).train()
+    wrapped = aidge_interop.wrap(copy.deepcopy(model), args, kwargs=kwargs)
+    ops = [n["op_type"] for n in wrapped._graph.nodes()]
+    # Llama's eager attention computes its softmax in float32 (between two
+    # Casts in float64: no float64 attention block, and float32 roundings)
+    softmax32 = name == "llama" and dtype == torch.float64
+    assert "FusedMatMul" in ops and ("FusedAttention" in ops or softmax32), name
+    with torch.no_grad():
+        out = model(*args, **kwargs)
+        target = torch.randn_like(out if isinstance(out, torch.Tensor) else out[0])
+    ours = _train_steps(wrapped, aidge_interop.SGD(wrapped, lr=0.05), args, kwargs, target, 3)
+    ref = _train_steps(model, torch.optim.SGD(model.parameters(), lr=0.05), args, kwargs,
+                       target, 3)
+    exact = dtype == torch.float64 and not softmax32
+    tol = {} if exact else {"rtol": 1e-5, "atol": 1e-5}
+    gtol = {} if exact else {"rtol": 1e-4, "atol": 1e-5}
+    names = [n for n, p in model.named_parameters()]
+    for step, ((y_a, g_a), (y_t, g_t)) in enumerate(zip(ours, ref)):
+        torch.testing.assert_close(y_a, y_t, **tol, msg=lambda m: f"step {step} output: {m}")
+        assert len(g_a) == len(g_t) == len(names)
+        for n, a, t in zip(names, g_a, g_t):
+            torch.testing.assert_close(a, t, **gtol, msg=lambda m, n=n: f"step {step} {n}: {m}")
