@@ -243,3 +243,41 @@ def test_unseen_transformers_train_like_torch(case, dtype):
         assert len(g_a) == len(g_t) == len(names)
         for n, a, t in zip(names, g_a, g_t):
             torch.testing.assert_close(a, t, **gtol, msg=lambda m, n=n: f"step {step} {n}: {m}")
+
+
+def test_pow_base_gradient_written_first_or_added():
+    """Pow assigns its base's gradient on the first write (AI_OP_GRAD_ASSIGN(1)):
+    an activation that is Pow's base and another node's input (both orders),
+    Pow(h, h) (the exponent's gradient adds onto the base's), a broadcast
+    base (its gradient a sum), in float64 against torch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def node(op, ins, out):
+        return helper.make_node(op, ins, [out], name=out)
+    nodes = [node("Sigmoid", ["x"], "h"), node("Pow", ["h", "three"], "p"),
+             node("Relu", ["h"], "r"), node("Add", ["p", "r"], "y1"),
+             node("Sigmoid", ["x"], "h2"), node("Relu", ["h2"], "r2"),
+             node("Pow", ["h2", "two"], "p2"), node("Sub", ["r2", "p2"], "y2"),
+             node("Sigmoid", ["x"], "h3"), node("Pow", ["h3", "h3"], "y3"),
+             node("ReduceMean", ["x", "ax"], "m"), node("Exp", ["m"], "b"),
+             node("Pow", ["b", "x"], "y4")]
+    inits = [numpy_helper.from_array(np.array(3.0), "three"),
+             numpy_helper.from_array(np.array(2.0), "two"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    graph = helper.make_graph(nodes, "pow", [helper.make_tensor_value_info(
+        "x", TensorProto.DOUBLE, [3, 4])], [helper.make_tensor_value_info(
+            n, TensorProto.UNDEFINED, None) for n in ("y1", "y2", "y3", "y4")], inits)
+    g = aidge_interop.load_onnx(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 20)]))
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    outs = g.forward([x], need_backward=True, input_grads=True)
+    gos = [np.random.default_rng(i).standard_normal(o.shape) for i, o in enumerate(outs)]
+    (dx,) = g.backward(gos)
+    xt = torch.tensor(x, requires_grad=True)
+    h = torch.sigmoid(xt)
+    ys = [h.pow(3.0) + torch.relu(h), torch.relu(h) - h.pow(2.0), h.pow(h),
+          torch.exp(xt.mean(1, keepdim=True)).pow(xt)]
+    for o, t in zip(outs, ys):
+        torch.testing.assert_close(torch.from_numpy(np.array(o)), t.detach())
+    torch.autograd.backward(ys, [torch.from_numpy(go) for go in gos])
+    torch.testing.assert_close(torch.from_numpy(np.array(dx)), xt.grad)

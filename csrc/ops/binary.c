@@ -915,15 +915,16 @@ static ai_status binary_init(ai_node *n)
     static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, FLAGS, binary_init,           \
                                   binary_shape, binary_forward, BWD};
 
-/* Pow does not assign: an exponent of another dtype gets no gradient. The
- * gradients of Add and Sub are dy and -dy: their backward reads no value. */
+/* Pow assigns its base's gradient only: an exponent of another dtype gets
+ * none. The gradients of Add and Sub are dy and -dy: their backward reads
+ * no value. */
 #define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
 #define UNS AI_OP_UNSIGNED
 BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
 BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
 BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
-BINARY_OP(op_pow, "Pow", 2, UNS, binary_backward)
+BINARY_OP(op_pow, "Pow", 2, AI_OP_GRAD_ASSIGN(1) | UNS, binary_backward)
 BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_prelu, "PRelu", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
