@@ -70,6 +70,7 @@ typedef struct {
     /* backward */
     const void *dy;
     void *dq, *dk, *dv, *dmask;
+    bool assign[3]; /* dQ, dK, dV written, not added to (AI_OP_GRAD_ASSIGN) */
     int64_t rows; /* rows per block */
     atomic_bool nomem;
 } att_info;
@@ -355,10 +356,11 @@ static void att_backward_range(void *ctx, int64_t lo, int64_t hi)
                 const att_plane pl = att_plane_of(a, b, h);
                 for (int64_t r0 = 0; r0 < a->Tq; r0 += a->rows) {
                     const int64_t n = r0 + a->rows < a->Tq ? a->rows : a->Tq - r0;
+                    const bool first = h == hk * group && r0 == 0;
                     if (a->f64)
-                        att_backward_block_f64(a, &pl, r0, n, dP);
+                        att_backward_block_f64(a, &pl, r0, n, first, dP);
                     else
-                        att_backward_block_f32(a, &pl, r0, n, dP);
+                        att_backward_block_f32(a, &pl, r0, n, first, dP);
                 }
             }
         }
@@ -378,6 +380,19 @@ static ai_status att_backward(ai_ctx *c)
     a.dq = c->din[0] ? c->din[0]->data : NULL;
     a.dk = c->din[1] ? c->din[1]->data : NULL;
     a.dv = c->din[2] ? c->din[2]->data : NULL;
+    /* a gradient the kernel writes (first write, AI_OP_GRAD_ASSIGN) unless
+     * it is another slot's too (Q and K one value: both add to it) or no
+     * block runs: then zeroed here and added to */
+    const bool runs = a.B * a.Hk > 0 && a.Tq > 0 && a.Tk > 0;
+    for (int k = 0; k < 3; k++) {
+        ai_tensor *d = c->din[k];
+        bool shared = false;
+        for (int o = 0; d && o < 3; o++)
+            shared |= o != k && c->din[o] && c->din[o]->data == d->data;
+        a.assign[k] = d && c->din_assign[k] && runs && !shared;
+        if (d && c->din_assign[k] && !a.assign[k])
+            memset(d->data, 0, ai_tensor_nbytes(d));
+    }
     ai_tensor *dmask = NULL;
     if (c->n_in > 3 && c->din[3]) {
         const int64_t shape[4] = {a.B, a.Hq, a.Tq, a.Lm};
@@ -386,7 +401,7 @@ static ai_status att_backward(ai_ctx *c)
         a.dmask = dmask->data;
     }
     const int64_t items = a.B * a.Hk;
-    if (items > 0 && a.Tq > 0 && a.Tk > 0) {
+    if (runs) {
         att_job j = {&a, items, items < ai_parallel_parts() ? items : ai_parallel_parts()};
         ai_parallel_for(j.parts, 1, att_backward_range, &j);
     }
@@ -401,10 +416,12 @@ static ai_status att_backward(ai_ctx *c)
     return AI_OK;
 }
 
-static const ai_op_def op_attention = {"Attention", "", 3, 7, 1, 1, AI_OP_BWD_NO_Y, att_init,
+/* dQ, dK, dV assigned on their first write; the mask's gradient added */
+static const ai_op_def op_attention = {"Attention", "", 3, 7, 1, 1,
+                                       AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y, att_init,
                                        att_shape, att_forward, att_backward};
 static const ai_op_def op_fused_attention = {"FusedAttention", "aidge_interop", 3, 4, 1, 1,
-                                             AI_OP_BWD_NO_Y, att_init, att_shape, att_forward,
-                                             att_backward};
+                                             AI_OP_GRAD_ASSIGN(3) | AI_OP_BWD_NO_Y, att_init,
+                                             att_shape, att_forward, att_backward};
 
 const ai_op_def *const ai_ops_attention[] = {&op_attention, &op_fused_attention, NULL};

@@ -114,18 +114,33 @@ static void SFX(att_forward_block)(const att_info *a, const att_plane *pl, int64
 
 /* The gradients of one row block from the P the forward kept: dP = dY V^T,
  * dS = P (dP - rowsum(P dP)), dV += P^T dY, dQ += scale dS K,
- * dK += scale dS^T Q, the mask's dS into pl->dmask. dP: n x Tk scratch. */
+ * dK += scale dS^T Q, the mask's dS into pl->dmask. dP: n x Tk scratch.
+ * With a->assign[0] dQ's rows are written, not added to; with
+ * a->assign[1..2] dK and dV are written by the first block of their
+ * group's first head (`first_kv`), keys past its kmax set to 0. */
 AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_plane *pl,
-                                                   int64_t r0, int64_t n, REAL *dP)
+                                                   int64_t r0, int64_t n, bool first_kv,
+                                                   REAL *dP)
 {
     const int64_t Tk = a->Tk, D = a->D, Dv = a->Dv;
     const int64_t kmax = att_kmax(a, r0 + n);
     const REAL scale = (REAL)a->scale;
     const REAL *q = (const REAL *)pl->q + r0 * D, *dy = (const REAL *)pl->dy + r0 * Dv;
     const REAL *P = (const REAL *)pl->p + r0 * Tk;
+    const REAL beta_q = a->assign[0] ? 0 : 1;
+    const REAL beta_k = a->assign[1] && first_kv ? 0 : 1, beta_v = a->assign[2] && first_kv ? 0 : 1;
+    if (beta_k == 0 && kmax < Tk) {
+        if (a->kt) /* dK (D, Tk) */
+            for (int64_t d = 0; d < D; d++)
+                memset((REAL *)pl->dk + d * Tk + kmax, 0, (size_t)(Tk - kmax) * sizeof(REAL));
+        else
+            memset((REAL *)pl->dk + kmax * D, 0, (size_t)((Tk - kmax) * D) * sizeof(REAL));
+    }
+    if (beta_v == 0 && kmax < Tk)
+        memset((REAL *)pl->dv + kmax * Dv, 0, (size_t)((Tk - kmax) * Dv) * sizeof(REAL));
     GEMM(false, true, n, kmax, Dv, 1, dy, Dv, pl->v, Dv, 0, dP, Tk);
     if (pl->dv)
-        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, Dv, 1, pl->dv, Dv);
+        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, Dv, beta_v, pl->dv, Dv);
     for (int64_t i = 0; i < n; i++) {
         const REAL *p = P + i * Tk;
         REAL *dp = dP + i * Tk;
@@ -154,14 +169,14 @@ AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_
     if (pl->dq) {
         REAL *dq = (REAL *)pl->dq + r0 * D;
         if (a->kt)
-            GEMM(false, true, n, D, kmax, scale, dP, Tk, pl->k, Tk, 1, dq, D);
+            GEMM(false, true, n, D, kmax, scale, dP, Tk, pl->k, Tk, beta_q, dq, D);
         else
-            GEMM(false, false, n, D, kmax, scale, dP, Tk, pl->k, D, 1, dq, D);
+            GEMM(false, false, n, D, kmax, scale, dP, Tk, pl->k, D, beta_q, dq, D);
     }
     if (pl->dk) {
         if (a->kt)
-            GEMM(true, false, D, kmax, n, scale, q, D, dP, Tk, 1, pl->dk, Tk);
+            GEMM(true, false, D, kmax, n, scale, q, D, dP, Tk, beta_k, pl->dk, Tk);
         else
-            GEMM(true, false, kmax, D, n, scale, dP, Tk, q, D, 1, pl->dk, D);
+            GEMM(true, false, kmax, D, n, scale, dP, Tk, q, D, beta_k, pl->dk, D);
     }
 }

@@ -421,7 +421,11 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
 }
 
 /* g[i] = dy * d(out)/d(input `which`), in the output's shape. Mul, Div and
- * Sub's second input: rows of BINARY_ROW (the same products, vectorised). */
+ * Sub's second input: rows of BINARY_ROW (the same products, vectorised).
+ * Pow's base: dy * (e * x^(e - 1)) in torch's order; an exponent of 2 or 3
+ * along the row as products (torch's x.pow(1) and x.pow(2): x and x * x),
+ * vectorised: powf per element made GPT-2's tanh GELU (x^3) backward 40 ms
+ * of 1M elements, a fifth of its training step's backward. */
 #define DEFINE_GRAD(NAME, T, POWF, LOGF)                                             \
     AI_VECTOR_CLONES static void NAME(const bcast *b, int kind, int which, T *g,     \
                                       const T *dy, const T *x0, const T *x1,         \
@@ -443,6 +447,12 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
             else if (kind == SUB && which)                                           \
                 for (int64_t j = 0; j < inner; j++)                                  \
                     po[j] = -pd[j];                                                  \
+            else if (kind == POW && !which && sb == 0 && pb[0] == 2)                 \
+                for (int64_t j = 0; j < inner; j++) /* torch: dy * (2 * x) */        \
+                    po[j] = pd[j] * (pb[0] * pa[j * sa]);                            \
+            else if (kind == POW && !which && sb == 0 && pb[0] == 3)                 \
+                for (int64_t j = 0; j < inner; j++) /* torch: dy * (3 * (x * x)) */  \
+                    po[j] = pd[j] * (pb[0] * (pa[j * sa] * pa[j * sa]));             \
             else                                                                     \
             for (int64_t j = 0; j < inner; j++) {                                    \
                 T d = dy[ro + j], r;                                                 \
@@ -468,7 +478,7 @@ static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
                     break;                                                           \
                 case POW:                                                            \
                     if (!which)                                                      \
-                        r = bb == 0 ? (T)0 : d * bb * POWF(a, bb - 1);               \
+                        r = bb == 0 ? (T)0 : d * (bb * POWF(a, bb - 1));             \
                     else                                                             \
                         r = (a == 0 && bb >= 0) ? (T)0 : d * y[ro + j] * LOGF(a);    \
                     break;                                                           \
@@ -905,15 +915,16 @@ static ai_status binary_init(ai_node *n)
     static const ai_op_def VAR = {NAME, "", NIN, NIN, 1, 1, FLAGS, binary_init,           \
                                   binary_shape, binary_forward, BWD};
 
-/* Pow does not assign: an exponent of another dtype gets no gradient. The
- * gradients of Add and Sub are dy and -dy: their backward reads no value. */
+/* Pow assigns its base's gradient only: an exponent of another dtype gets
+ * none. The gradients of Add and Sub are dy and -dy: their backward reads
+ * no value. */
 #define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
 #define UNS AI_OP_UNSIGNED
 BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
 BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
 BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
-BINARY_OP(op_pow, "Pow", 2, UNS, binary_backward)
+BINARY_OP(op_pow, "Pow", 2, AI_OP_GRAD_ASSIGN(1) | UNS, binary_backward)
 BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_prelu, "PRelu", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
 static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,

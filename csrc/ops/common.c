@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/simd.h"
 #include "../parallel.h"
 
 ai_status ai_broadcast_shape(const ai_node *n, int na, const int64_t *a, int nb,
@@ -76,6 +77,39 @@ void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *o
 DEFINE_REDUCE_TO(reduce_to_f32, float)
 DEFINE_REDUCE_TO(reduce_to_f64, double)
 
+/* dst (N) += the R rows of src (R, N) (a bias's gradient): column blocks on
+ * the pool, each column added row after row as reduce_to_* adds it (the same
+ * sums at any thread count). */
+typedef struct {
+    bool f64;
+    void *dst;
+    const void *src;
+    int64_t R, N;
+} sum_rows_job;
+
+#define DEFINE_SUM_ROWS(NAME, T)                                                    \
+    AI_VECTOR_CLONES static void NAME(T *dst, const T *src, int64_t R, int64_t N,   \
+                                      int64_t lo, int64_t hi)                       \
+    {                                                                               \
+        for (int64_t r = 0; r < R; r++) {                                           \
+            const T *row = src + r * N;                                             \
+            for (int64_t j = lo; j < hi; j++)                                       \
+                dst[j] += row[j];                                                   \
+        }                                                                           \
+    }
+
+DEFINE_SUM_ROWS(sum_rows_f32, float)
+DEFINE_SUM_ROWS(sum_rows_f64, double)
+
+static void sum_rows_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const sum_rows_job *j = ctx;
+    if (j->f64)
+        sum_rows_f64(j->dst, j->src, j->R, j->N, lo, hi);
+    else
+        sum_rows_f32(j->dst, j->src, j->R, j->N, lo, hi);
+}
+
 void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign)
 {
     int64_t strides[AI_MAX_DIMS];
@@ -84,6 +118,16 @@ void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign)
     if (ai_tensor_numel(src) == 0)
         return;
     ai_broadcast_strides(dst->ndim, dst->shape, src->ndim, src->shape, strides);
+    const int64_t N = src->ndim ? src->shape[src->ndim - 1] : 1;
+    bool rows = src->ndim >= 2 && strides[src->ndim - 1] == 1 && N > 1 &&
+                (src->dtype == AI_F32 || src->dtype == AI_F64);
+    for (int d = 0; rows && d + 1 < src->ndim; d++)
+        rows = strides[d] == 0;
+    if (rows) { /* dst is src's last axis: the columns' sums */
+        sum_rows_job j = {src->dtype == AI_F64, dst->data, src->data, ai_tensor_numel(src) / N, N};
+        ai_parallel_for(N, ai_grain_of(j.R), sum_rows_range, &j);
+        return;
+    }
     if (src->dtype == AI_F32)
         reduce_to_f32(dst->data, strides, src->data, src->ndim, src->shape);
     else if (src->dtype == AI_F64)

@@ -189,7 +189,9 @@ static ai_status gemm_backward(ai_ctx *c)
             gemm(dt, true, p->ta, N, K, M, p->alpha, dy->data, N, a->data, lda, beta_b,
                  c->din[1]->data, K);
     }
-    if (c->n_in > 2 && c->din[2]) {
+    if (c->n_in > 2 && c->din[2] && p->beta == 1) { /* dC: dY summed (a Linear's bias) */
+        ai_reduce_to(c->din[2], dy, c->din_assign[2]);
+    } else if (c->n_in > 2 && c->din[2]) {
         ai_tensor g = *dy;
         g.data = c->workspace;
         int64_t n = M * N;
