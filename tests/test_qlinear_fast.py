@@ -61,7 +61,7 @@ def test_qlinear_conv(path, case, xt, ties):
     consts = {"xs": _scale(rng, 1, ties)[0], "xzp": _ints(rng, (), xt),
               "w": w, "wsc": _scale(rng, m if per else 1, ties).reshape(-1 if per else ()),
               "wzp": np.zeros(m if per else (), np.int8), "ys": np.float32(1.0 if ties else 0.4),
-              "yzp": _ints(rng, (), xt), "b": _ints(rng, (m,), np.int32, -3000, 3000)}
+              "yzp": xt(_ints(rng, (), xt) | 1), "b": _ints(rng, (m,), np.int32, -3000, 3000)}
     check_reference("QLinearConv", {"x": x}, consts, attrs,
                     order=["x", "xs", "xzp", "w", "wsc", "wzp", "ys", "yzp", "b"])
 
@@ -88,9 +88,22 @@ def test_qlinear_matmul(path, at, ties, a_shape):
     consts = {"as": _scale(rng, 1, ties)[0], "azp": _ints(rng, (), at),
               "b": _ints(rng, (33, n), np.int8), "bs": _scale(rng, n, ties),
               "bzp": np.zeros(n, np.int8), "ys": np.float32(1.0 if ties else 0.3),
-              "yzp": _ints(rng, (), at)}
+              "yzp": at(_ints(rng, (), at) | 1)}  # odd: a tie of the sum goes elsewhere
     check_reference("QLinearMatMul", {"a": _ints(rng, a_shape, at)}, consts,
                     order=["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"])
+
+
+def test_qlinear_matmul_rounds_the_sum_with_the_zero_point(path):
+    """onnx.reference rounds acc * mult + y_zp: with an odd zero point a tie goes to the
+    even sum (4.5 -> 4), not to the even product plus the zero point (rint(1.5) + 3 = 5,
+    ONNX Runtime's order; docs/quantization.md)."""
+    a = np.array([[1], [3], [5], [7]], np.int8)
+    consts = {"as": np.float32(0.5), "azp": np.int8(0), "b": np.array([[1]], np.int8),
+              "bs": np.float32(1.0), "bzp": np.int8(0), "ys": np.float32(1.0),
+              "yzp": np.int8(3)}
+    (y,) = check_reference("QLinearMatMul", {"a": a}, consts,
+                           order=["a", "as", "azp", "b", "bs", "bzp", "ys", "yzp"])
+    assert y.ravel().tolist() == [4, 4, 6, 6]
 
 
 def _qgemm(trans_b, bias_shape, at, ties, rng):
@@ -116,7 +129,7 @@ def _qgemm(trans_b, bias_shape, at, ties, rng):
 @pytest.mark.parametrize("at", [np.uint8, np.int8], ids=["u8", "i8"])
 @pytest.mark.parametrize("ties", [False, True], ids=["scales", "ties"])
 def test_qgemm_against_the_float_path(path, trans_b, bias_shape, at, ties):
-    """QGemm: y = saturate(rint(acc alpha as bs / ys) + yzp), acc = (A - azp)(B - bzp) + C;
+    """QGemm: y = saturate(rint(acc alpha as bs / ys + yzp)), acc = (A - azp)(B - bzp) + C;
     the float path (also checked here against NumPy) is the kernels' twin."""
     rng = np.random.default_rng(3)
     model = _qgemm(trans_b, bias_shape, at, ties, rng)
@@ -127,5 +140,28 @@ def test_qgemm_against_the_float_path(path, trans_b, bias_shape, at, ties):
     acc = (a.astype(np.int64) - v["azp"]) @ (bm.astype(np.int64) - v["bzp"]) + v["c"]
     mult = (np.float32(0.75) * v["as"] * v["bs"]) / v["ys"]  # float32, as ONNX Runtime
     info = np.iinfo(at)
-    want = np.clip(np.rint(acc * mult.astype(np.float64)) + v["yzp"], info.min, info.max)
+    want = np.clip(np.rint(acc * mult.astype(np.float64) + v["yzp"]), info.min, info.max)
     np.testing.assert_array_equal(ours, want.astype(at))
+
+
+def test_qlinear_conv_follows_its_scales(path):
+    """The float scales are parameters of a loaded graph (the integers are constants): the
+    operands kept from one forward are made again when a scale changes."""
+    from onnx.reference import ReferenceEvaluator
+    from test_qlinear import _model
+
+    rng = np.random.default_rng(11)
+    x = _ints(rng, (2, 3, 7, 7), np.uint8)
+    consts = {"xs": np.float32(0.02), "xzp": np.uint8(90), "w": _ints(rng, (4, 3, 3, 3), np.int8),
+              "wsc": np.full(4, 0.01, np.float32), "wzp": np.zeros(4, np.int8),
+              "ys": np.float32(0.25), "yzp": np.uint8(128)}
+    order = ["x", "xs", "xzp", "w", "wsc", "wzp", "ys", "yzp"]
+    model = _model("QLinearConv", {"x": x}, consts, {"pads": [1, 1, 1, 1]}, order=order)
+    g = aidge_interop.load_onnx(model)
+    assert "ys" in g.parameters()
+    for ys in (0.25, 0.0625, 0.25):
+        g.parameters()["ys"][...] = ys
+        consts["ys"] = np.float32(ys)
+        ref = ReferenceEvaluator(_model("QLinearConv", {"x": x}, consts, {"pads": [1, 1, 1, 1]},
+                                        order=order)).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(g.forward([x])[0], ref)

@@ -355,7 +355,8 @@ class QuantizedModel:
         """The model in ONNX's QDQ format (float in, float out), for ONNX Runtime
         and other runtimes: an ``onnx.ModelProto``, also saved to ``path`` when
         given. It computes the integer model but for rounding: QuantizeLinear
-        rounds half to even where the engine rounds half up (``quant/qdq.py``)."""
+        rounds half to even where the engine rounds half up, unless quantized with
+        ``rounding="half_even"`` (``quant/qdq.py``)."""
         from .qdq import to_qdq_onnx
 
         model = to_qdq_onnx(self)

@@ -375,6 +375,29 @@ static ai_status quantize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *sta
     return AI_OK;
 }
 
+/* The common case in a branch-free loop: float32 x and scale, per
+ * tensor, 8-bit y: the float32 quotient q (as the general loop), then
+ * rint(q) + zp, saturated (q clamped to [lo - zp, hi - zp] first: the same
+ * for integer bounds), NaN to the minimum. */
+static void quantize_f32_to_8bit(const ai_tensor *x, float scale, double zp, ai_tensor *y)
+{
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    const double dlo = (double)lo - zp, dhi = (double)hi - zp;
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52: v + magic - magic = rint(v) */
+    const float *xv = x->data;
+    const int64_t n = ai_tensor_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)(xv[i] / scale);
+        v = !(v >= dlo) ? dlo : v > dhi ? dhi : v;
+        const int q = (int)((v + magic) - magic + zp);
+        if (y->dtype == AI_U8)
+            ((uint8_t *)y->data)[i] = (uint8_t)q;
+        else
+            ((int8_t *)y->data)[i] = (int8_t)q;
+    }
+}
+
 static ai_status quantize_forward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *s = c->in[1], *zp = c->n_in > 2 ? c->in[2] : NULL;
@@ -389,6 +412,11 @@ static ai_status quantize_forward(ai_ctx *c)
     const qdq_attrs *qa = c->node->params;
     const ai_convert_mode mode = {qa->saturate != 0, AI_ROUND_UP};
     q_range(y->dtype, &lo, &hi);
+    if (x->dtype == AI_F32 && s->dtype == AI_F32 && prec == AI_F32 && ai_tensor_numel(s) == 1 &&
+        (y->dtype == AI_I8 || y->dtype == AI_U8)) {
+        quantize_f32_to_8bit(x, *(const float *)s->data, (double)q_get(zp, 0), y);
+        return AI_OK;
+    }
     int64_t e = 0;
     for (int64_t o = 0; o < l.outer; o++)
         for (int64_t a = 0; a < l.dim; a++) {
@@ -459,6 +487,19 @@ static ai_status dequantize_forward(ai_ctx *c)
     /* (x - zp) * scale in float32, then y's type; in float64 for a float64
      * scale or an int32 x (numpy's promotions in the reference) */
     const ai_dtype prec = s->dtype == AI_F64 || x->dtype == AI_I32 ? AI_F64 : AI_F32;
+    if ((x->dtype == AI_I8 || x->dtype == AI_U8) && s->dtype == AI_F32 && y->dtype == AI_F32 &&
+        ai_tensor_numel(s) == 1) { /* the common case, per tensor: one float32 product */
+        const float sc = *(const float *)s->data, z = (float)q_get(zp, 0);
+        float *yv = y->data;
+        const int64_t n = ai_tensor_numel(x);
+        if (x->dtype == AI_I8)
+            for (int64_t i = 0; i < n; i++)
+                yv[i] = ((float)((const int8_t *)x->data)[i] - z) * sc;
+        else
+            for (int64_t i = 0; i < n; i++)
+                yv[i] = ((float)((const uint8_t *)x->data)[i] - z) * sc;
+        return AI_OK;
+    }
     int64_t e = 0;
     for (int64_t o = 0; o < l.outer; o++)
         for (int64_t a = 0; a < l.dim; a++) {
@@ -820,11 +861,12 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
  *     is then copied into planes padded with z8 (unless z8 = 0 for int8).
  *   - the multiplier (xs ws / ys in the scales' type, as `requantize`) is
  *     M / 2^e, M an int32, 0 <= e <= 43: the reference's float64
- *     rint(acc mult + zp) is then rint(acc M / 2^e) + zp, the kernels'
- *     integer rounding of ties to even (aik_rq.half_even) plus the zero
- *     point: acc M is exact in float64 where |acc| M < 2^53 (checked with
- *     |acc| <= |B| + max|x8 - z8| sum|w'|, or 2^31 as wrapped), and adding
- *     zp is exact within the output's range where e <= 43.
+ *     rint(acc mult + zp) (the sum rounds, ties to even) is then the
+ *     kernels' integer rounding of (acc M + zp 2^e) / 2^e (aik_rq.half_even
+ *     and zero_point): acc M is exact in float64 where |acc| M < 2^53
+ *     (checked with |acc| <= |B| + max|x8 - z8| sum|w'|, or 2^31 as
+ *     wrapped), and adding zp is exact within the output's range where
+ *     e <= 43.
  *   - the output: int8 with zero point zp, or uint8 as int8 y - 128 (zero
  *     point zp - 128), turned to uint8 after (^ 0x80).
  * Taken on the VNNI path only: with AVX2 or plain C the int8 kernels are
@@ -929,38 +971,43 @@ static void fast_multipliers(const ai_ctx *c, rq_slots s, int64_t m, double *out
 }
 
 /* The node state of the fast path: a header (FAST_* below), the operands
- * (fast_rows), the kernels' weight pack. Operands made from constants are
- * kept; a node whose constants do not fit is marked once. */
+ * (fast_rows), the multipliers of this forward and those the operands were
+ * made with, the kernels' weight pack. Operands made from constant
+ * integers (weights, biases, zero points) are kept while the multipliers
+ * stay the same (the float scales are parameters of the graph, which a
+ * forward may change); a node they do not fit is marked until then. */
 enum { FAST_UNKNOWN, FAST_KEPT, FAST_REFUSED };
 #define FAST_HEAD 64
 
 static size_t fast_state_bytes(int64_t m, int64_t k, size_t kernel_state)
 {
-    return FAST_HEAD + fast_rows_bytes(m, k) + sizeof(double) * (size_t)m + kernel_state;
+    return FAST_HEAD + fast_rows_bytes(m, k) + 2 * sizeof(double) * (size_t)m + kernel_state;
 }
 
-/* Where the m multipliers go in the state (fast_view.mult). */
+/* Where this forward's m multipliers go in the state (fast_view.mult). */
 static double *fast_mult_area(const ai_ctx *c, int64_t m, int64_t k)
 {
     return (double *)((char *)c->state + FAST_HEAD + fast_rows_bytes(m, k));
 }
 
 /* The operands in the state, made now or kept; false: the float path.
- * `consts`: whether every input they come from is a constant of the plan. */
+ * `consts`: whether the integers they come from are constants of the plan. */
 static bool fast_operands(const ai_ctx *c, const fast_view *v, bool consts, fast_rows *f,
                           void **kernel_state)
 {
     int64_t *head = c->state;
     char *mem = (char *)c->state + FAST_HEAD;
+    const size_t mb = sizeof(double) * (size_t)v->m;
+    double *kept = (double *)(mem + fast_rows_bytes(v->m, v->k)) + v->m;
     *f = fast_rows_at(mem, v->m, v->k);
-    *kernel_state = mem + fast_rows_bytes(v->m, v->k) + sizeof(double) * (size_t)v->m;
-    if (*head == FAST_REFUSED)
-        return false;
-    if (*head == FAST_KEPT)
-        return true;
+    *kernel_state = (char *)kept + mb;
+    if (consts && *head != FAST_UNKNOWN && !memcmp(kept, v->mult, mb))
+        return *head == FAST_KEPT;
     const bool ok = fast_prepare(v, f);
-    if (consts)
+    if (consts) {
         *head = ok ? FAST_KEPT : FAST_REFUSED;
+        memcpy(kept, v->mult, mb);
+    }
     return ok;
 }
 
@@ -985,11 +1032,11 @@ static const int8_t *fast_x8(const ai_tensor *x, int8_t *dst)
     return dst;
 }
 
-/* whether inputs [from, to) of the node are constants of the plan (or absent) */
-static bool consts_in(const ai_ctx *c, int from, int to)
+/* whether the node's inputs of the n slots are constants of the plan (or absent) */
+static bool consts_in(const ai_ctx *c, const int *slots, int n)
 {
-    for (int i = from; i < to && i < c->n_in; i++)
-        if (c->in[i] && !ai_ctx_const(c, i))
+    for (int i = 0; i < n; i++)
+        if (slots[i] < c->n_in && c->in[slots[i]] && !ai_ctx_const(c, slots[i]))
             return false;
     return true;
 }
@@ -1033,7 +1080,8 @@ static bool fast_matmul(ai_ctx *c, const ai_mm_dims *d)
     fast_multipliers(c, QLINEAR_RQ, d->N, mult);
     const fast_view v = {a, in_or_null(c, 2), b, in_or_null(c, 5), NULL, c->out[0],
                          in_or_null(c, 7), d->N, d->K, 1, d->N, mult};
-    return fast_fc(c, &v, d->K ? ai_tensor_numel(a) / d->K : 0, consts_in(c, 1, 8),
+    static const int ints[] = {2, 3, 5, 7}; /* the zero points, B */
+    return fast_fc(c, &v, d->K ? ai_tensor_numel(a) / d->K : 0, consts_in(c, ints, 4),
                    c->workspace);
 }
 
@@ -1097,7 +1145,8 @@ static bool fast_conv(ai_ctx *c, const ai_conv_params *p)
     fast_multipliers(c, QLINEAR_RQ, p->M, mult);
     const fast_view v = {x, xzp, c->in[3], in_or_null(c, 5), in_or_null(c, 8), c->out[0],
                          in_or_null(c, 7), p->M, k, k, 1, mult};
-    const bool consts = consts_in(c, 1, 9);
+    static const int ints[] = {2, 3, 5, 7, 8}; /* the zero points, w, B */
+    const bool consts = consts_in(c, ints, 5);
     fast_rows f;
     void *kstate;
     if (!fast_operands(c, &v, consts, &f, &kstate))
@@ -1304,14 +1353,15 @@ static ai_status qlinear_conv_forward(ai_ctx *c)
 /* ONNX Runtime's QGemm, which its quantizer writes for Gemm (QOperator
  * format): A (M, K) or transA, B (K, N) or transB, int8/uint8;
  *   acc = (A - a_zp) (B - b_zp) + C        int32; C broadcast to (M, N)
- *   y   = saturate(rint(acc * m_j) + y_zp)  with y_scale and y_zp, else
+ *   y   = saturate(rint(acc * m_j + y_zp))  with y_scale and y_zp, else
  *   y   = acc * m_j                         float32
  * m_j = alpha a_scale b_scale[j] (/ y_scale) in float32, as ONNX Runtime;
  * b_scale, b_zp per tensor or per column. There is no ONNX definition: the
  * float output is ONNX Runtime's float32 product; the quantized one rounds
- * the exact product acc m_j, as QLinearMatMul (and so the int8 kernels,
- * fast_gemm), where ONNX Runtime rounds its float32 product: the two
- * differ by one where that product rounds across (or onto) a tie. */
+ * the exact acc m_j + y_zp, as QLinearMatMul (and so the int8 kernels,
+ * fast_gemm), where ONNX Runtime rounds its float32 product, then adds
+ * y_zp: the two differ by one where that product rounds across (or onto)
+ * a tie, and on ties with an odd y_zp. */
 
 typedef struct {
     double alpha;
@@ -1403,7 +1453,8 @@ static bool fast_gemm(ai_ctx *c, int64_t M, int64_t N, int64_t K)
     const fast_view v = {c->in[0], c->in[2], c->in[3], c->in[5], bias, c->out[0],
                          in_or_null(c, 8), N, K, at->trans_b ? K : 1, at->trans_b ? 1 : N,
                          mult};
-    return fast_fc(c, &v, M, consts_in(c, 1, 9), c->workspace);
+    static const int ints[] = {2, 3, 5, 6, 8}; /* the zero points, B, C */
+    return fast_fc(c, &v, M, consts_in(c, ints, 5), c->workspace);
 }
 
 static ai_status qgemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)

@@ -6,7 +6,7 @@
  *
  * Integer semantics (the same everywhere, documented in docs/quantization.md):
  *   acc    = bias + sum(x * w)                       int32 accumulator
- *   y      = clamp(round_shift(acc * multiplier, shift) + zero_point, lo, hi)
+ *   y      = clamp(round_shift(acc * multiplier + zero_point * 2^shift, shift), lo, hi)
  *   round_shift(v, s) = floor(v / 2^s + 1/2)         rounding half up, or
  *                       half to even (half_even: ONNX's rounding)
  * Convolutions and fully connected layers requantize each output channel
@@ -25,7 +25,8 @@ typedef struct {
     int32_t multiplier; /* 1 (or a power of two) with single-shift scaling */
     int16_t shift;      /* right shift, 0..62 */
     int16_t lo, hi;     /* output clamp: the int range, or [0, hi] for a fused ReLU */
-    int16_t zero_point; /* added after the rounding (ONNX's QLinear operators; else 0) */
+    int16_t zero_point; /* added before the rounding, as onnx.reference's QLinearConv and
+                         * QLinearMatMul round (acc m + zp); 0 in quantize's graphs */
     int16_t half_even;  /* ties: 0 up, 1 to the even neighbour */
 } aik_rq;
 
@@ -70,9 +71,9 @@ static inline int64_t aik_round_shift_even(int64_t v, int32_t s)
 
 static inline int32_t aik_requant(int64_t acc, const aik_rq *r)
 {
-    const int64_t p = acc * (int64_t)r->multiplier;
-    const int64_t v = (r->half_even ? aik_round_shift_even(p, r->shift)
-                                    : aik_round_shift(p, r->shift)) + r->zero_point;
+    const int64_t p = acc * (int64_t)r->multiplier + r->zero_point * ((int64_t)1 << r->shift);
+    const int64_t v = r->half_even ? aik_round_shift_even(p, r->shift)
+                                   : aik_round_shift(p, r->shift);
     return (int32_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
 }
 

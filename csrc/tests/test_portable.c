@@ -51,7 +51,7 @@ TEST(round_shift_even_sends_ties_to_even)
 
 TEST(requant_adds_the_zero_point_and_may_round_ties_to_even)
 {
-    aik_rq r = {3, 1, -128, 127, 10, 1}; /* y = rint(acc * 3 / 2) + 10 */
+    aik_rq r = {3, 1, -128, 127, 10, 1}; /* y = rint(acc * 3 / 2 + 10) */
     CHECK(aik_requant(1, &r) == 12);     /* 1.5 -> 2 */
     CHECK(aik_requant(-1, &r) == 8);     /* -1.5 -> -2 */
     CHECK(aik_requant(5, &r) == 18);     /* 7.5 -> 8 */
@@ -59,6 +59,9 @@ TEST(requant_adds_the_zero_point_and_may_round_ties_to_even)
     CHECK(aik_requant(100, &r) == 127);  /* 160 clamped */
     r.half_even = 0;
     CHECK(aik_requant(3, &r) == 15);     /* 4.5 -> 5 */
+    r = (aik_rq){3, 1, -128, 127, 3, 1}; /* the sum rounds: rint(acc * 3 / 2 + 3) */
+    CHECK(aik_requant(1, &r) == 4);      /* 4.5 -> 4 (not rint(1.5) + 3 = 5) */
+    CHECK(aik_requant(-3, &r) == -2);    /* -1.5 -> -2 */
 }
 
 TEST(avgpool_i8_rounds_half_up)
