@@ -2,11 +2,14 @@
 fused into integer operators at import (``integer_qdq=True``, the default)
 against the graph as written (float operators between QuantizeLinear and
 DequantizeLinear) and against ONNX Runtime; 1 thread, batch 8, forward.
+The fused operators run on the int8 kernels (VNNI) or, with
+``_C._set_quant_path(0)``, on the float ones (their twin).
 
-Columns: fused / as written (below 1: the fusion is faster), fused / ONNX
-Runtime (above 1: ONNX Runtime is faster).
+Columns: fused / fused on the float kernels, fused / as written (below 1:
+the fused int8 graph is faster), fused / ONNX Runtime (above 1: ONNX
+Runtime is faster).
 
-    python benchmarks/qdq.py [--budget 1.0] [--threads 1]
+    python benchmarks/qdq.py [--budget 1.0] [--threads 1] [--models lenet ...]
 """
 import argparse
 import os
@@ -19,6 +22,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
                                       quantize_static)
 
 import aidge_interop
+from aidge_interop import _C, examples
 from timing import interleaved_medians
 
 
@@ -38,21 +42,26 @@ def _models():
                               torch.nn.Linear(512, 512), torch.nn.ReLU(),
                               torch.nn.Linear(512, 10))
     return {"lenet": (lenet, (1, 28, 28)), "convs 32x32": (convs, (3, 32, 32)),
-            "mlp 256-512-512": (mlp, (256,))}
+            "mlp 256-512-512": (mlp, (256,)), "resnet8": (examples.resnet8(), (3, 32, 32))}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--models", nargs="+", default=None)
     args = parser.parse_args()
+    best = _C._set_quant_path(3)
     aidge_interop.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-    print(f"{'model':<18} {'activations':<12} {'fused/written':>14} {'fused/ORT':>10}")
+    print(f"{'model':<18} {'activations':<12} {'int8/float kernels':>19} "
+          f"{'fused/written':>14} {'fused/ORT':>10}")
     with tempfile.TemporaryDirectory() as d:
         for name, (model, shape) in _models().items():
+            if args.models and name not in args.models:
+                continue
             src = os.path.join(d, "float.onnx")
             torch.onnx.export(model.eval(), torch.zeros(1, *shape), src, dynamo=False,
                               input_names=["x"], dynamic_axes={"x": {0: "n"}})
@@ -74,11 +83,14 @@ def main():
                 fused = aidge_interop.load_onnx(path)
                 written = aidge_interop.load_onnx(path, integer_qdq=False)
                 session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-                t_fused, t_written, t_ort = interleaved_medians(
-                    [lambda: fused.forward([x]), lambda: written.forward([x]),
+                def on(path, g):
+                    return lambda: (_C._set_quant_path(path), g.forward([x]))
+                t_fused, t_float, t_written, t_ort = interleaved_medians(
+                    [on(best, fused), on(0, fused), on(best, written),
                      lambda: session.run(None, {"x": x})], budget_s=args.budget)
-                print(f"{name:<18} {act:<12} {t_fused / t_written:>14.2f} "
-                      f"{t_fused / t_ort:>10.1f}")
+                print(f"{name:<18} {act:<12} {t_fused / t_float:>19.2f} "
+                      f"{t_fused / t_written:>14.2f} {t_fused / t_ort:>10.2f}")
+    _C._set_quant_path(best)
 
 
 if __name__ == "__main__":

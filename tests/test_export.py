@@ -118,6 +118,22 @@ def _case(name, rng):
 def test_int8_export_is_bit_exact(name, single_shift, calibration, tmp_path):
     model, x = _case(name, calibration)
     q = quantize(model, x, single_shift=single_shift)
+    _bit_exact(q, x, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["residual_add_relu", "concat_requantize",
+                                  "avgpool_count_include_pad",
+                                  "conv1d_avgpool", "linear_relu_linear"])
+def test_int8_export_rounding_ties_to_even(name, calibration, tmp_path):
+    """quantize(rounding="half_even"): the portable kernels round the requantizations,
+    QAdd and the average pools' ties to even as the engine does, layer by layer."""
+    model, x = _case(name, calibration)
+    q = quantize(model, x, rounding="half_even")
+    assert all(lay.half_even for lay in q.layers if lay.op in ("Conv", "Gemm", "Add"))
+    _bit_exact(q, x, tmp_path)
+
+
+def _bit_exact(q, x, tmp_path):
     result = export_c(q, tmp_path / "out", inputs=[x[:1]], verbose=False)
     assert result.quantized and result.layers == len(q.layers)
     # embedded input: the program checks every layer against the engine

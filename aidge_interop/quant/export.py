@@ -303,16 +303,18 @@ class _Writer:
                 self.rom += layer.bias.size * 4
         if q:
             lines += self.nonlinear_constants(cid, layer)
+        even = int(getattr(layer, "half_even", False))  # ties to even (a quantized layer's)
         if q and layer.op in ("Conv", "Gemm"):  # one requantization per output channel
             m = layer.weight.shape[0]
             mult, shift = (np.broadcast_to(v, (m,)) for v in (layer.multiplier, layer.shift))
-            rows = [f"{{{int(a)}, {int(b)}, {layer.lo}, {layer.hi}}}" for a, b in zip(mult, shift)]
+            rows = [f"{{{int(a)}, {int(b)}, {layer.lo}, {layer.hi}, 0, {even}}}"
+                    for a, b in zip(mult, shift)]
             lines.append(f"static const aik_rq {cid}_rq[{m}] = {{\n    " +
                          ",\n    ".join(rows) + "\n};")
-            self.rom += m * 16  # four int32 each
+            self.rom += m * 16  # sizeof(aik_rq)
         if q and layer.op in ("Requantize", "MatMul"):
             lines.append(f"static const aik_rq {cid}_rq = {{{layer.multiplier}, {layer.shift}, "
-                         f"{layer.lo}, {layer.hi}}};")
+                         f"{layer.lo}, {layer.hi}, 0, {even}}};")
         if not q and layer.op in ("Conv", "Gemm", "Add", "Clip"):
             lines.append(f"#define {cid}_LO ({_float_literal(layer.lo)})")
             lines.append(f"#define {cid}_HI ({_float_literal(layer.hi)})")
@@ -367,7 +369,8 @@ class _Writer:
                     f"{cid}_weight, {b}, {tail}, {y});")
         if layer.op in ("MaxPool", "AveragePool"):
             kind = "max" if layer.op == "MaxPool" else "avg"
-            return f"aik_{kind}pool2d_{suffix}(&{cid}_window, {x[0]}, {y});"
+            even = f"{int(layer.half_even)}, " if q and kind == "avg" else ""
+            return f"aik_{kind}pool2d_{suffix}(&{cid}_window, {x[0]}, {even}{y});"
         n = self.values[layer.output].numel
         if q and layer.op in ("MatMul", "Lookup", "Softmax", "LayerNorm", "Transpose",
                               "Gather", "Scale"):
@@ -378,7 +381,7 @@ class _Writer:
                 b, nb = (x[1], n) if layer.weight is None else \
                     (f"{cid}_constant", layer.weight.size)
                 return (f"aik_add_i8({n}, {x[0]}, {ma}, {b}, {nb}, {mb}, {layer.shift}, "
-                        f"{layer.lo}, {layer.hi}, {y});")
+                        f"{layer.lo}, {layer.hi}, {int(layer.half_even)}, {y});")
             add = f"aik_add_f32({n}, {x[0]}, {x[1]}, {y});"
             if layer.lo == -math.inf and layer.hi == math.inf:
                 return add

@@ -16,7 +16,9 @@ dequantized with scale 1 (the integers: ``sum / count`` is then exact in
 float32, ties included, whatever the real scale).
 
 Differences with the engine: QuantizeLinear rounds half to even on a
-float32 value, the engine half up on integers. With ``single_shift`` every
+float32 value, the engine half up on integers unless the model was
+quantized with ``rounding="half_even"`` (then, with ``single_shift``, the
+export computes the engine's integers exactly). With ``single_shift`` every
 scale is a power of two and a Conv or Gemm's float32 sums are exact while
 they stay below 2**24, so the two differ exactly on ties (``acc M`` an odd
 multiple of 1/2: half up goes up, half to even to the even neighbour), by

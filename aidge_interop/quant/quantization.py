@@ -291,6 +291,7 @@ class QLayer:
     out_scale: float = 1.0
     weight_scale: float | np.ndarray | None = None  # per channel: an array
     sources: list[str] = field(default_factory=list)
+    half_even: bool = False  # its requantization rounds ties to even (rounding="half_even")
 
 
 class QuantizedModel:
@@ -299,13 +300,13 @@ class QuantizedModel:
     :meth:`run` on int8 inputs; :meth:`accuracy` on a labelled set."""
 
     def __init__(self, layers, inputs, outputs, shapes, scales, nb_bits, single_shift,
-                 clipping, sample_inputs, per_channel=False):
+                 clipping, sample_inputs, per_channel=False, rounding="half_up"):
         self.layers: list[QLayer] = layers
         self.input_names, self.output_names = inputs, outputs
         self.shapes = shapes  # value -> shape at the calibration batch
         self.scales: dict[str, float] = scales
         self.nb_bits, self.single_shift, self.clipping = nb_bits, single_shift, clipping
-        self.per_channel = per_channel
+        self.per_channel, self.rounding = per_channel, rounding
         self.qmax = 2 ** (nb_bits - 1) - 1
         self.sample_inputs = sample_inputs  # one calibration sample per input (float)
         self.onnx_model = self._build_onnx()
@@ -322,11 +323,16 @@ class QuantizedModel:
         return [self.scales[n] for n in self.output_names]
 
     def quantize_inputs(self, *inputs):
-        """Float inputs -> int8: clamp(round_half_up(x / scale), -qmax, qmax)."""
+        """Float inputs -> int8: clamp(round_half_up(x / scale), -qmax, qmax); with
+        rounding="half_even" ONNX's QuantizeLinear, rint(x / scale) in float32."""
         out = []
         for x, name in zip(inputs, self.input_names):
             x = np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x)
-            q = np.clip(round_half_up(x / self.scales[name]), -self.qmax, self.qmax)
+            if self.rounding == "half_even":
+                q = np.rint(x.astype(np.float32) / np.float32(self.scales[name]))
+            else:
+                q = round_half_up(x / self.scales[name])
+            q = np.clip(q, -self.qmax, self.qmax)
             out.append(q.astype(np.int8))
         return out
 
@@ -349,7 +355,8 @@ class QuantizedModel:
         """The model in ONNX's QDQ format (float in, float out), for ONNX Runtime
         and other runtimes: an ``onnx.ModelProto``, also saved to ``path`` when
         given. It computes the integer model but for rounding: QuantizeLinear
-        rounds half to even where the engine rounds half up (``quant/qdq.py``)."""
+        rounds half to even where the engine rounds half up, unless quantized with
+        ``rounding="half_even"`` (``quant/qdq.py``)."""
         from .qdq import to_qdq_onnx
 
         model = to_qdq_onnx(self)
@@ -394,7 +401,8 @@ class QuantizedModel:
 
         ints = lambda v: [int(i) for i in v] if np.ndim(v) else int(v)  # noqa: E731
         rq = lambda q: {"multiplier": ints(q.multiplier), "shift": ints(q.shift),  # noqa
-                        "out_min": q.lo, "out_max": q.hi, "nb_bits": self.nb_bits}
+                        "out_min": q.lo, "out_max": q.hi, "nb_bits": self.nb_bits,
+                        **({"half_even": 1} if q.half_even else {})}
         qnode = lambda op, ins, layer, **at: nodes.append(helper.make_node(  # noqa: E731
             op, ins, [layer.output], name=name, domain=QUANT_DOMAIN, **at))
         window = lambda a: {k: a[k] for k in ("strides", "dilations", "pads")}  # noqa
@@ -461,6 +469,8 @@ class QuantizedModel:
                 attrs = dict(window(q.attrs), kernel_shape=q.attrs["kernel_shape"])
                 if q.op == "AveragePool":
                     attrs["count_include_pad"] = q.attrs["count_include_pad"]
+                    if q.half_even:
+                        attrs["half_even"] = 1
                 nodes.append(helper.make_node("Q" + q.op, q.inputs, [q.output], name=name,
                                               domain=QUANT_DOMAIN, **attrs))
             elif q.op == "Reshape":
@@ -527,7 +537,7 @@ def _calibrate(graph, arrays, names, clipping, batch_size):
 
 def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = True,
              clipping: str = "max", batch_size: int = 256,
-             per_channel: bool = True) -> QuantizedModel:
+             per_channel: bool = True, rounding: str = "half_up") -> QuantizedModel:
     """Post-training quantization of a float model to ``nb_bits`` integers.
 
     ``model``: an engine :class:`Graph`, an :class:`AidgeModule`, a torch
@@ -539,7 +549,11 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     stacked; a model whose declared batch dimension is static (exported for
     batch 1) is calibrated a batch of that size at a time. ``per_channel``:
     one weight scale per output channel of every Conv and Gemm (else one
-    per layer). Returns a :class:`QuantizedModel`.
+    per layer). ``rounding``: how the run-time requantizations (Conv, Gemm,
+    Add, Requantize, AveragePool, MatMul) and the input quantization round a
+    tie: ``"half_up"`` (floor(v + 1/2)) or ``"half_even"`` (ONNX's
+    QuantizeLinear: the QDQ export then computes the same integers in ONNX
+    Runtime). Returns a :class:`QuantizedModel`.
     """
     where = "quantize"
     if not isinstance(nb_bits, int) or not 2 <= nb_bits <= 8:
@@ -548,6 +562,8 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
         raise ValueError(f"{where}: clipping={clipping!r}; 'max' or 'mse' expected")
     if not isinstance(per_channel, bool):
         raise ValueError(f"{where}: per_channel={per_channel!r}; True or False expected")
+    if rounding not in ("half_up", "half_even"):
+        raise ValueError(f"{where}: rounding={rounding!r}; 'half_up' or 'half_even' expected")
     probe = calibration_inputs if isinstance(calibration_inputs, (list, tuple)) \
         else [calibration_inputs]
     try:
@@ -575,9 +591,15 @@ def quantize(model, calibration_inputs, nb_bits: int = 8, single_shift: bool = T
     for layer in layers:
         qlayers += _quantize_layer(layer, scales, qmax, single_shift, per_channel,
                                    f"{where}: layer '{layer.name}' ({layer.op})")
+    for q in qlayers:
+        q.half_even = rounding == "half_even" and q.op in _ROUNDED
     samples = [a[:1].copy() for a in arrays]
     return QuantizedModel(qlayers, inputs, outputs, shapes, scales, nb_bits, single_shift,
-                          clipping, samples, per_channel)
+                          clipping, samples, per_channel, rounding)
+
+
+# the layers whose run-time requantization takes quantize's `rounding`
+_ROUNDED = ("Conv", "Gemm", "Add", "Requantize", "AveragePool", "MatMul")
 
 
 def _batch_axes(graph, layers, arrays, batch_size):

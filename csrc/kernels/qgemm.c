@@ -167,6 +167,32 @@ static void gemm_plain(const ai_qweights *q, int64_t cols, const uint8_t *xp, co
 /* ---------------------------------------------------------------- AVX-512 VNNI */
 
 #ifdef AI_Q_X86
+/* The requantization with a zero point or ties to even (ONNX's QLinear
+ * operators, quantize(rounding="half_even")): int64 lanes, p = acc * mul +
+ * zero point 2^s, (p + 2^(s-1) - 1 + bit s of p) >> s for ties to even,
+ * clamped; 16 int8 in the result. */
+static Q_VNNI __m128i requant16_zp_even(__m512i acc, const aik_rq *r)
+{
+    const __m512i mul = _mm512_set1_epi64(r->multiplier);
+    const __m512i half = _mm512_set1_epi64(r->shift > 0 ? ((int64_t)1 << (r->shift - 1)) -
+                                                              (r->half_even ? 1 : 0)
+                                                        : 0);
+    const __m512i odd = _mm512_set1_epi64(r->half_even && r->shift > 0 ? 1 : 0);
+    const __m128i sh = _mm_cvtsi32_si128(r->shift);
+    const __m512i zp = _mm512_set1_epi64(r->zero_point * ((int64_t)1 << r->shift));
+    const __m512i lo = _mm512_set1_epi64(r->lo), hi = _mm512_set1_epi64(r->hi);
+    __m512i h[2] = {_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)),
+                    _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1))};
+    for (int i = 0; i < 2; i++) {
+        const __m512i p = _mm512_add_epi64(_mm512_mullo_epi64(h[i], mul), zp);
+        const __m512i t = _mm512_add_epi64(p, _mm512_add_epi64(
+                                                  half, _mm512_and_si512(_mm512_sra_epi64(p, sh),
+                                                                         odd)));
+        h[i] = _mm512_min_epi64(_mm512_max_epi64(_mm512_sra_epi64(t, sh), lo), hi);
+    }
+    return _mm_unpacklo_epi64(_mm512_cvtepi64_epi8(h[0]), _mm512_cvtepi64_epi8(h[1]));
+}
+
 /* 16 int32 accumulators -> requantized int8 at y[j ldj], j < n */
 static inline __attribute__((always_inline)) Q_VNNI void store16_avx512(__m512i acc,
                                                                         const aik_rq *r,
@@ -174,7 +200,9 @@ static inline __attribute__((always_inline)) Q_VNNI void store16_avx512(__m512i 
                                                                         int n)
 {
     __m128i v;
-    if (r->multiplier == 1) {
+    if (r->zero_point || r->half_even) {
+        v = requant16_zp_even(acc, r);
+    } else if (r->multiplier == 1) {
         /* int32 lanes: floor(a / 2^s + 1/2) = (a >> s) + bit s - 1 of a, exact
          * (no a + 2^(s-1) to overflow); counts past 31 shift in the sign */
         __m512i a = acc;

@@ -40,13 +40,16 @@ int ai_q_path(void);
 /* Uses at most `path` (clamped to what the CPU has); returns the path now used. */
 int ai_q_set_path(int path);
 
-/* floor(acc * multiplier / 2^shift + 1/2), clamped: aik_requant without
- * its division (GCC's >> of a negative int64 is arithmetic, a floor). */
+/* aik_requant without its division (GCC's >> of a negative int64 is
+ * arithmetic, a floor): p = acc multiplier + zero point 2^s, then
+ * floor(p / 2^s + 1/2), or half to even floor((p + 2^(s-1) - 1 + bit s of
+ * p) / 2^s), clamped. */
 static inline int8_t ai_q_requant(int32_t acc, const aik_rq *r)
 {
-    int64_t v = (int64_t)acc * r->multiplier;
+    int64_t v = (int64_t)acc * r->multiplier + r->zero_point * ((int64_t)1 << r->shift);
     if (r->shift > 0)
-        v = (v + ((int64_t)1 << (r->shift - 1))) >> r->shift;
+        v = (v + ((int64_t)1 << (r->shift - 1)) - (r->half_even ? 1 - ((v >> r->shift) & 1) : 0))
+            >> r->shift;
     return (int8_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
 }
 

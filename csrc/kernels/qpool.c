@@ -272,6 +272,10 @@ void ai_qadd(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb
 
 void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y)
 {
+    if (rq->zero_point || rq->half_even) { /* (the lanes below round half up) */
+        aik_requant_i8(n, x, rq, y);
+        return;
+    }
     ew_job j = {x, NULL, rq->multiplier, 0, rq->shift, rq->lo, rq->hi, y};
     ai_parallel_for(n, AI_GRAIN_ELEMS, ew_range, &j);
 }

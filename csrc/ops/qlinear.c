@@ -56,6 +56,7 @@
 #include "../graph.h"
 #include "../kernels/conv.h"
 #include "../kernels/gemm.h"
+#include "../kernels/qkernels.h"
 #include "matmul.h"
 #include "spatial.h"
 
@@ -374,6 +375,29 @@ static ai_status quantize_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *sta
     return AI_OK;
 }
 
+/* The common case in a branch-free loop: float32 x and scale, per
+ * tensor, 8-bit y: the float32 quotient q (as the general loop), then
+ * rint(q) + zp, saturated (q clamped to [lo - zp, hi - zp] first: the same
+ * for integer bounds), NaN to the minimum. */
+static void quantize_f32_to_8bit(const ai_tensor *x, float scale, double zp, ai_tensor *y)
+{
+    int64_t lo = 0, hi = 0;
+    q_range(y->dtype, &lo, &hi);
+    const double dlo = (double)lo - zp, dhi = (double)hi - zp;
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52: v + magic - magic = rint(v) */
+    const float *xv = x->data;
+    const int64_t n = ai_tensor_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)(xv[i] / scale);
+        v = !(v >= dlo) ? dlo : v > dhi ? dhi : v;
+        const int q = (int)((v + magic) - magic + zp);
+        if (y->dtype == AI_U8)
+            ((uint8_t *)y->data)[i] = (uint8_t)q;
+        else
+            ((int8_t *)y->data)[i] = (int8_t)q;
+    }
+}
+
 static ai_status quantize_forward(ai_ctx *c)
 {
     const ai_tensor *x = c->in[0], *s = c->in[1], *zp = c->n_in > 2 ? c->in[2] : NULL;
@@ -388,6 +412,11 @@ static ai_status quantize_forward(ai_ctx *c)
     const qdq_attrs *qa = c->node->params;
     const ai_convert_mode mode = {qa->saturate != 0, AI_ROUND_UP};
     q_range(y->dtype, &lo, &hi);
+    if (x->dtype == AI_F32 && s->dtype == AI_F32 && prec == AI_F32 && ai_tensor_numel(s) == 1 &&
+        (y->dtype == AI_I8 || y->dtype == AI_U8)) {
+        quantize_f32_to_8bit(x, *(const float *)s->data, (double)q_get(zp, 0), y);
+        return AI_OK;
+    }
     int64_t e = 0;
     for (int64_t o = 0; o < l.outer; o++)
         for (int64_t a = 0; a < l.dim; a++) {
@@ -458,6 +487,19 @@ static ai_status dequantize_forward(ai_ctx *c)
     /* (x - zp) * scale in float32, then y's type; in float64 for a float64
      * scale or an int32 x (numpy's promotions in the reference) */
     const ai_dtype prec = s->dtype == AI_F64 || x->dtype == AI_I32 ? AI_F64 : AI_F32;
+    if ((x->dtype == AI_I8 || x->dtype == AI_U8) && s->dtype == AI_F32 && y->dtype == AI_F32 &&
+        ai_tensor_numel(s) == 1) { /* the common case, per tensor: one float32 product */
+        const float sc = *(const float *)s->data, z = (float)q_get(zp, 0);
+        float *yv = y->data;
+        const int64_t n = ai_tensor_numel(x);
+        if (x->dtype == AI_I8)
+            for (int64_t i = 0; i < n; i++)
+                yv[i] = ((float)((const int8_t *)x->data)[i] - z) * sc;
+        else
+            for (int64_t i = 0; i < n; i++)
+                yv[i] = ((float)((const uint8_t *)x->data)[i] - z) * sc;
+        return AI_OK;
+    }
     int64_t e = 0;
     for (int64_t o = 0; o < l.outer; o++)
         for (int64_t a = 0; a < l.dim; a++) {
@@ -805,9 +847,336 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
         }
 }
 
+/* ---------------------------------------------------------------- on the int8 kernels */
+
+/* QLinearConv, QLinearMatMul (by a constant matrix) and QGemm run on the
+ * int8 kernels of the quantized operators (kernels/qkernels.h: VNNI, AVX2
+ * or plain C, as QConv and QGemm of ops/quant.c) wherever they give the
+ * reference's integers exactly:
+ *   - the weight less its zero point is int8 (w' = w - wzp in [-128, 127]);
+ *     x enters as int8 x8 (x, or x - 128 = x ^ 0x80 for uint8) and its zero
+ *     point z8 alike; the bias absorbs it: acc = B + sum (x8 - z8) w' =
+ *     (B - z8 sum w') + sum x8 w', in wrapping int32 arithmetic as the
+ *     reference's int32. A padded convolution pads with x's zero point: x8
+ *     is then copied into planes padded with z8 (unless z8 = 0 for int8).
+ *   - the multiplier (xs ws / ys in the scales' type, as `requantize`) is
+ *     M / 2^e, M an int32, 0 <= e <= 43: the reference's float64
+ *     rint(acc mult + zp) (the sum rounds, ties to even) is then the
+ *     kernels' integer rounding of (acc M + zp 2^e) / 2^e (aik_rq.half_even
+ *     and zero_point): acc M is exact in float64 where |acc| M < 2^53
+ *     (checked with |acc| <= |B| + max|x8 - z8| sum|w'|, or 2^31 as
+ *     wrapped), and adding zp is exact within the output's range where
+ *     e <= 43.
+ *   - the output: int8 with zero point zp, or uint8 as int8 y - 128 (zero
+ *     point zp - 128), turned to uint8 after (^ 0x80).
+ * Taken on the VNNI path only: with AVX2 or plain C the int8 kernels are
+ * slower than the float path above (a 3x3 conv of 32 -> 64 channels on
+ * 32x32 uint8, batch 8, 1 thread: VNNI 6-7 ms, float path 20 ms, AVX2 28 ms,
+ * plain C 435 ms). Elsewhere, and on ai_q_set_path below AI_Q_VNNI, the
+ * float path (their twin, tests/test_qlinear_fast.py). */
+#define FAST_PATH AI_Q_VNNI
+
+#define FAST_ALIGN(b) (((b) + 63) & ~(size_t)63)
+
+/* The kernels' operands: w' (m, k) int8, the biases, the requantizations. */
+typedef struct {
+    int8_t *w;
+    int32_t *bias;
+    aik_rq *rq;
+} fast_rows;
+
+static size_t fast_rows_bytes(int64_t m, int64_t k)
+{
+    return FAST_ALIGN((size_t)(m * k)) + FAST_ALIGN(sizeof(int32_t) * (size_t)m) +
+           FAST_ALIGN(sizeof(aik_rq) * (size_t)m);
+}
+
+static fast_rows fast_rows_at(void *mem, int64_t m, int64_t k)
+{
+    char *b = mem;
+    fast_rows f = {(int8_t *)b, (int32_t *)(b + FAST_ALIGN((size_t)(m * k))), NULL};
+    f.rq = (aik_rq *)((char *)f.bias + FAST_ALIGN(sizeof(int32_t) * (size_t)m));
+    return f;
+}
+
+/* mult = M / 2^e with M an int32 > 0 and 0 <= e <= 43 (module comment). */
+static bool split_multiplier(double mult, int32_t *M, int32_t *e)
+{
+    if (!(mult > 0) || !isfinite(mult))
+        return false;
+    int ex;
+    int64_t m = (int64_t)ldexp(frexp(mult, &ex), 53); /* mult = m / 2^(53 - ex), exactly */
+    int64_t s = 53 - (int64_t)ex;
+    while (!(m & 1) && s > 0)
+        m >>= 1, s--;
+    if (m > INT32_MAX || s < 0 || s > 43)
+        return false;
+    *M = (int32_t)m, *e = (int32_t)s;
+    return true;
+}
+
+/* The 8-bit x enters as int8: x8 = x (int8) or x ^ 0x80 (uint8). */
+static int64_t to_x8(const ai_tensor *t, int64_t v) { return t->dtype == AI_U8 ? v - 128 : v; }
+
+/* A QLinear operator's view for the kernels: w' row r, column j at
+ * w[r sr + j sk] (less wzp[r] or wzp), the bias of row r at bias[r] (or
+ * bias[0], one value; NULL: none), the multipliers mult[r]. */
+typedef struct {
+    const ai_tensor *x, *xzp, *w, *wzp, *bias;
+    ai_tensor *y;
+    const ai_tensor *yzp;
+    int64_t m, k, sr, sk;
+    const double *mult;
+} fast_view;
+
+/* Fills f (fast_rows_at) from v; false where the kernels are not exact. */
+static bool fast_prepare(const fast_view *v, fast_rows *f)
+{
+    const int64_t z8 = to_x8(v->x, q_get(v->xzp, 0));
+    const int64_t xmax = 127 - z8 > z8 + 128 ? 127 - z8 : z8 + 128; /* max |x8 - z8| */
+    const bool w_per = v->wzp && ai_tensor_numel(v->wzp) > 1;
+    const bool b_per = v->bias && ai_tensor_numel(v->bias) > 1;
+    const int64_t yzp8 = v->y->dtype == AI_U8 ? q_get(v->yzp, 0) - 128 : q_get(v->yzp, 0);
+    for (int64_t r = 0; r < v->m; r++) {
+        const int64_t z = q_get(v->wzp, w_per ? r : 0);
+        int64_t sum = 0, l1 = 0;
+        for (int64_t j = 0; j < v->k; j++) {
+            const int64_t wv = q_get(v->w, r * v->sr + j * v->sk) - z;
+            if (wv < INT8_MIN || wv > INT8_MAX)
+                return false;
+            f->w[r * v->k + j] = (int8_t)wv;
+            sum += wv, l1 += wv < 0 ? -wv : wv;
+        }
+        const int64_t b = v->bias ? q_get(v->bias, b_per ? r : 0) : 0;
+        double bound = (double)(b < 0 ? -b : b) + (double)xmax * (double)l1;
+        bound = bound < 2147483648.0 ? bound : 2147483648.0;
+        int32_t M, e;
+        if (!split_multiplier(v->mult[r], &M, &e) || bound * (double)M >= 9007199254740992.0)
+            return false;
+        f->bias[r] = (int32_t)(uint32_t)(uint64_t)(b - z8 * sum); /* wrapping, as the sums */
+        f->rq[r] = (aik_rq){M, (int16_t)e, INT8_MIN, INT8_MAX, (int16_t)yzp8, 1};
+    }
+    return true;
+}
+
+/* The multipliers of `requantize` (the scales' type), m of them, into out. */
+static void fast_multipliers(const ai_ctx *c, rq_slots s, int64_t m, double *out)
+{
+    const ai_tensor *xs = c->in[s.xs], *ws = c->in[s.ws], *ys = c->in[s.ys];
+    const ai_dtype prec = promote(promote(xs->dtype, ws->dtype), ys->dtype);
+    const bool per = ai_tensor_numel(ws) > 1;
+    for (int64_t k = 0; k < m; k++)
+        out[k] = round_to(prec, round_to(prec, f_get(xs, 0) * f_get(ws, per ? k : 0)) /
+                                    f_get(ys, 0));
+}
+
+/* The node state of the fast path: a header (FAST_* below), the operands
+ * (fast_rows), the multipliers of this forward and those the operands were
+ * made with, the kernels' weight pack. Operands made from constant
+ * integers (weights, biases, zero points) are kept while the multipliers
+ * stay the same (the float scales are parameters of the graph, which a
+ * forward may change); a node they do not fit is marked until then. */
+enum { FAST_UNKNOWN, FAST_KEPT, FAST_REFUSED };
+#define FAST_HEAD 64
+
+static size_t fast_state_bytes(int64_t m, int64_t k, size_t kernel_state)
+{
+    return FAST_HEAD + fast_rows_bytes(m, k) + 2 * sizeof(double) * (size_t)m + kernel_state;
+}
+
+/* Where this forward's m multipliers go in the state (fast_view.mult). */
+static double *fast_mult_area(const ai_ctx *c, int64_t m, int64_t k)
+{
+    return (double *)((char *)c->state + FAST_HEAD + fast_rows_bytes(m, k));
+}
+
+/* The operands in the state, made now or kept; false: the float path.
+ * `consts`: whether the integers they come from are constants of the plan. */
+static bool fast_operands(const ai_ctx *c, const fast_view *v, bool consts, fast_rows *f,
+                          void **kernel_state)
+{
+    int64_t *head = c->state;
+    char *mem = (char *)c->state + FAST_HEAD;
+    const size_t mb = sizeof(double) * (size_t)v->m;
+    double *kept = (double *)(mem + fast_rows_bytes(v->m, v->k)) + v->m;
+    *f = fast_rows_at(mem, v->m, v->k);
+    *kernel_state = (char *)kept + mb;
+    if (consts && *head != FAST_UNKNOWN && !memcmp(kept, v->mult, mb))
+        return *head == FAST_KEPT;
+    const bool ok = fast_prepare(v, f);
+    if (consts) {
+        *head = ok ? FAST_KEPT : FAST_REFUSED;
+        memcpy(kept, v->mult, mb);
+    }
+    return ok;
+}
+
+/* u8 output: the int8 y - 128 the kernels wrote, as uint8 */
+static void fast_flip(ai_tensor *y)
+{
+    if (y->dtype != AI_U8)
+        return;
+    uint8_t *u = y->data;
+    for (int64_t i = 0, n = ai_tensor_numel(y); i < n; i++)
+        u[i] ^= 0x80;
+}
+
+/* x as int8 (x8) at dst: a copy ^ 0x80 of a uint8 x */
+static const int8_t *fast_x8(const ai_tensor *x, int8_t *dst)
+{
+    if (x->dtype == AI_I8)
+        return x->data;
+    const uint8_t *u = x->data;
+    for (int64_t i = 0, n = ai_tensor_numel(x); i < n; i++)
+        dst[i] = (int8_t)(u[i] ^ 0x80);
+    return dst;
+}
+
+/* whether the node's inputs of the n slots are constants of the plan (or absent) */
+static bool consts_in(const ai_ctx *c, const int *slots, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (slots[i] < c->n_in && c->in[slots[i]] && !ai_ctx_const(c, slots[i]))
+            return false;
+    return true;
+}
+
+/* A matrix product y (n, m) = x8 (n, k) w'^T on ai_qfc; false: not taken. */
+static bool fast_fc(ai_ctx *c, const fast_view *v, int64_t n, bool consts, void *ws)
+{
+    if (ai_q_path() < FAST_PATH || v->m > INT32_MAX || v->k > INT32_MAX ||
+        (v->y->dtype != AI_I8 && v->y->dtype != AI_U8))
+        return false;
+    fast_rows f;
+    void *kstate;
+    if (!fast_operands(c, v, consts, &f, &kstate))
+        return false;
+    int8_t *copy = ws;
+    const int8_t *x8 = fast_x8(v->x, copy);
+    size_t kws, kst;
+    ai_qfc_sizes(n, (int32_t)v->k, (int32_t)v->m, &kws, &kst);
+    ai_qfc(n, (int32_t)v->k, (int32_t)v->m, x8, f.w, f.bias, f.rq, v->y->data, kstate, consts,
+           (char *)ws + FAST_ALIGN((size_t)ai_tensor_numel(v->x)));
+    fast_flip(v->y);
+    return true;
+}
+
+static size_t fast_fc_ws(int64_t n, int64_t k, int64_t m, size_t *state)
+{
+    size_t kws = 0, kst = 0;
+    if (k <= INT32_MAX && m <= INT32_MAX)
+        ai_qfc_sizes(n, (int32_t)k, (int32_t)m, &kws, &kst);
+    *state = fast_state_bytes(m, k, kst);
+    return FAST_ALIGN((size_t)(n * k)) + kws;
+}
+
+/* QLinearMatMul by a 2-D B: a's rows (n = numel / K) times B's columns. */
+static bool fast_matmul(ai_ctx *c, const ai_mm_dims *d)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    if (b->ndim != 2 || ai_q_path() < FAST_PATH)
+        return false;
+    double *mult = fast_mult_area(c, d->N, d->K);
+    fast_multipliers(c, QLINEAR_RQ, d->N, mult);
+    const fast_view v = {a, in_or_null(c, 2), b, in_or_null(c, 5), NULL, c->out[0],
+                         in_or_null(c, 7), d->N, d->K, 1, d->N, mult};
+    static const int ints[] = {2, 3, 5, 7}; /* the zero points, B */
+    return fast_fc(c, &v, d->K ? ai_tensor_numel(a) / d->K : 0, consts_in(c, ints, 4),
+                   c->workspace);
+}
+
+/* The 2-D window of a Conv of 1 or 2 spatial dims; false: past int32. */
+static bool fast_window(const ai_conv_params *p, aik_window *w)
+{
+    if (p->nsp > 2)
+        return false;
+    const int o = p->nsp - 1; /* the last spatial dim: the window's columns */
+    const int64_t v[] = {p->N, p->C, p->nsp == 2 ? p->in[0] : 1, p->in[o], p->M,
+                         p->nsp == 2 ? p->out[0] : 1, p->out[o],
+                         p->nsp == 2 ? p->kernel[0] : 1, p->kernel[o],
+                         p->nsp == 2 ? p->stride[0] : 1, p->stride[o],
+                         p->nsp == 2 ? p->dilation[0] : 1, p->dilation[o],
+                         p->nsp == 2 ? p->pad_begin[0] : 0, p->pad_begin[o], p->group,
+                         (p->nsp == 2 ? p->in[0] + p->pad_begin[0] + p->pad_end[0] : 1) *
+                             (p->in[o] + p->pad_begin[o] + p->pad_end[o]) * p->N * p->C};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i] < 0 || v[i] > INT32_MAX)
+            return false;
+    *w = (aik_window){(int32_t)v[0], (int32_t)v[1], (int32_t)v[2], (int32_t)v[3],
+                      (int32_t)v[4], (int32_t)v[5], (int32_t)v[6], (int32_t)v[7],
+                      (int32_t)v[8], (int32_t)v[9], (int32_t)v[10], (int32_t)v[11],
+                      (int32_t)v[12], (int32_t)v[13], (int32_t)v[14], (int32_t)v[15], 0};
+    return true;
+}
+
+/* The window over x padded explicitly (its planes hp x wp, no padding left). */
+static aik_window fast_padded(const ai_conv_params *p, const aik_window *w)
+{
+    aik_window q = *w;
+    q.h = w->h + (p->nsp == 2 ? (int32_t)(p->pad_begin[0] + p->pad_end[0]) : 0);
+    q.w = w->w + (int32_t)(p->pad_begin[p->nsp - 1] + p->pad_end[p->nsp - 1]);
+    q.pt = q.pl = 0;
+    return q;
+}
+
+/* The workspace (and *state) of QLinearConv's fast path, either window. */
+static size_t fast_conv_ws(const ai_conv_params *p, size_t *state)
+{
+    aik_window w;
+    *state = 0;
+    if (!fast_window(p, &w))
+        return 0;
+    const aik_window q = fast_padded(p, &w);
+    size_t ws0, st0, ws1, st1;
+    ai_qconv_sizes(&w, &ws0, &st0);
+    ai_qconv_sizes(&q, &ws1, &st1);
+    *state = fast_state_bytes(p->M, p->C / p->group * w.kh * w.kw, st0 > st1 ? st0 : st1);
+    return FAST_ALIGN((size_t)q.n * q.c * q.h * q.w) + (ws0 > ws1 ? ws0 : ws1);
+}
+
+static bool fast_conv(ai_ctx *c, const ai_conv_params *p)
+{
+    const ai_tensor *x = c->in[0], *xzp = in_or_null(c, 2);
+    aik_window win;
+    if (ai_q_path() < FAST_PATH || !fast_window(p, &win))
+        return false;
+    const int64_t k = (int64_t)(win.c / win.group) * win.kh * win.kw;
+    double *mult = fast_mult_area(c, p->M, k);
+    fast_multipliers(c, QLINEAR_RQ, p->M, mult);
+    const fast_view v = {x, xzp, c->in[3], in_or_null(c, 5), in_or_null(c, 8), c->out[0],
+                         in_or_null(c, 7), p->M, k, k, 1, mult};
+    static const int ints[] = {2, 3, 5, 7, 8}; /* the zero points, w, B */
+    const bool consts = consts_in(c, ints, 5);
+    fast_rows f;
+    void *kstate;
+    if (!fast_operands(c, &v, consts, &f, &kstate))
+        return false;
+    const int8_t z8 = (int8_t)to_x8(x, q_get(xzp, 0));
+    const int8_t *x8 = x->data;
+    char *ws = c->workspace;
+    if (x->dtype != AI_I8 || z8 != 0) { /* x8 in planes padded with z8 */
+        const aik_window q = fast_padded(p, &win);
+        int8_t *d = (int8_t *)ws;
+        const int8_t flip = x->dtype == AI_U8 ? (int8_t)0x80 : 0;
+        memset(d, z8, (size_t)q.n * q.c * q.h * q.w);
+        for (int64_t plane = 0; plane < (int64_t)q.n * q.c; plane++)
+            for (int32_t r = 0; r < win.h; r++) {
+                const int8_t *src = (const int8_t *)x->data + (plane * win.h + r) * win.w;
+                int8_t *dst = d + (plane * q.h + r + win.pt) * q.w + win.pl;
+                for (int32_t t = 0; t < win.w; t++)
+                    dst[t] = (int8_t)(src[t] ^ flip);
+            }
+        x8 = d;
+        win = q;
+        ws += FAST_ALIGN((size_t)q.n * q.c * q.h * q.w);
+    }
+    ai_qconv(&win, x8, f.w, f.bias, f.rq, c->out[0]->data, kstate, consts, ws);
+    fast_flip(c->out[0]);
+    return true;
+}
+
 static ai_status qlinear_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)state;
     ai_mm_dims d;
     ai_dtype dt;
     ai_status st;
@@ -818,6 +1187,11 @@ static ai_status qlinear_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "a per-row zero point of A is "
                              "not supported (its scale is per tensor)");
     mm_meta(c, QLINEAR_MATMUL, &d, dt, out);
+    if (c->in[3]->ndim == 2) { /* the int8 kernels' (fast_matmul) */
+        const size_t fast = fast_fc_ws(d.K ? ai_tensor_numel(c->in[0]) / d.K : 0, d.K, d.N,
+                                       state);
+        *ws = fast > *ws ? fast : *ws;
+    }
     return AI_OK;
 }
 
@@ -828,6 +1202,8 @@ static ai_status qlinear_matmul_forward(ai_ctx *c)
     ai_status st = mm_check(c, QLINEAR_MATMUL, &d, &ws);
     if (st)
         return st;
+    if (fast_matmul(c, &d))
+        return AI_OK;
     const int32_t *acc = mm_accumulate(c, QLINEAR_MATMUL, &d);
     requantize(c, QLINEAR_RQ, acc, d.count * d.M, d.N, 1);
     return AI_OK;
@@ -945,7 +1321,6 @@ static ai_status conv_integer_forward(ai_ctx *c)
 
 static ai_status qlinear_conv_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)state;
     ai_conv_params p;
     ai_dtype dt;
     ai_status st;
@@ -953,6 +1328,8 @@ static ai_status qlinear_conv_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t 
         (st = rq_check(c, QLINEAR_RQ, p.M, "output channel", &dt)))
         return st;
     conv_meta(&p, dt, out);
+    const size_t fast = fast_conv_ws(&p, state); /* the int8 kernels' (fast_conv) */
+    *ws = fast > *ws ? fast : *ws;
     return AI_OK;
 }
 
@@ -963,6 +1340,8 @@ static ai_status qlinear_conv_forward(ai_ctx *c)
     ai_status st = conv_check(c, QLINEAR_CONV, &p, &ws);
     if (st)
         return st;
+    if (fast_conv(c, &p))
+        return AI_OK;
     const int32_t *acc = conv_accumulate(c, QLINEAR_CONV, &p);
     const int64_t planes = p.N * p.M;
     requantize(c, QLINEAR_RQ, acc, p.N, p.M, planes ? ai_tensor_numel(c->out[0]) / planes : 0);
@@ -974,11 +1353,15 @@ static ai_status qlinear_conv_forward(ai_ctx *c)
 /* ONNX Runtime's QGemm, which its quantizer writes for Gemm (QOperator
  * format): A (M, K) or transA, B (K, N) or transB, int8/uint8;
  *   acc = (A - a_zp) (B - b_zp) + C        int32; C broadcast to (M, N)
- *   y   = saturate(rint(acc * m_j) + y_zp)  with y_scale and y_zp, else
+ *   y   = saturate(rint(acc * m_j + y_zp))  with y_scale and y_zp, else
  *   y   = acc * m_j                         float32
- * m_j = alpha a_scale b_scale[j] (/ y_scale); b_scale, b_zp per tensor or
- * per column. There is no ONNX definition: the arithmetic is ONNX
- * Runtime's, in float32 (MLAS's requantization). */
+ * m_j = alpha a_scale b_scale[j] (/ y_scale) in float32, as ONNX Runtime;
+ * b_scale, b_zp per tensor or per column. There is no ONNX definition: the
+ * float output is ONNX Runtime's float32 product; the quantized one rounds
+ * the exact acc m_j + y_zp, as QLinearMatMul (and so the int8 kernels,
+ * fast_gemm), where ONNX Runtime rounds its float32 product, then adds
+ * y_zp: the two differ by one where that product rounds across (or onto)
+ * a tie, and on ties with an odd y_zp. */
 
 typedef struct {
     double alpha;
@@ -1043,15 +1426,47 @@ static ai_status qgemm_check(const ai_ctx *c, int64_t *M, int64_t *N, int64_t *K
     return AI_OK;
 }
 
+/* m_j into m (N values) */
+static void qgemm_multipliers(const ai_ctx *c, int64_t N, double *m)
+{
+    const qgemm_attrs *at = c->node->params;
+    const ai_tensor *as = c->in[1], *bs = c->in[4], *ys = in_or_null(c, 7);
+    const bool s_per = ai_tensor_numel(bs) > 1;
+    for (int64_t j = 0; j < N; j++) {
+        float v = (float)at->alpha * (float)f_get(as, 0) * (float)f_get(bs, s_per ? j : 0);
+        m[j] = ys ? v / (float)f_get(ys, 0) : v;
+    }
+}
+
+/* The int8 kernels (fast_fc) for A not transposed, an 8-bit output and C
+ * one value per column (or none). */
+static bool fast_gemm(ai_ctx *c, int64_t M, int64_t N, int64_t K)
+{
+    const qgemm_attrs *at = c->node->params;
+    const ai_tensor *bias = in_or_null(c, 6);
+    if (at->trans_a || !in_or_null(c, 8) ||
+        (bias && ai_tensor_numel(bias) != 1 &&
+         (bias->shape[bias->ndim - 1] != N || (bias->ndim == 2 && bias->shape[0] != 1))))
+        return false;
+    double *mult = fast_mult_area(c, N, K);
+    qgemm_multipliers(c, N, mult);
+    const fast_view v = {c->in[0], c->in[2], c->in[3], c->in[5], bias, c->out[0],
+                         in_or_null(c, 8), N, K, at->trans_b ? K : 1, at->trans_b ? 1 : N,
+                         mult};
+    static const int ints[] = {2, 3, 5, 6, 8}; /* the zero points, B, C */
+    return fast_fc(c, &v, M, consts_in(c, ints, 5), c->workspace);
+}
+
 static ai_status qgemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)state;
     int64_t M, N, K;
     ai_status st = qgemm_check(c, &M, &N, &K, ws);
     if (st)
         return st;
     const ai_tensor *yzp = in_or_null(c, 8);
     out[0] = (ai_meta){.dtype = yzp ? yzp->dtype : AI_F32, .ndim = 2, .shape = {M, N}};
+    const size_t fast = fast_fc_ws(M, K, N, state);
+    *ws = fast > *ws ? fast : *ws;
     return AI_OK;
 }
 
@@ -1063,12 +1478,13 @@ static ai_status qgemm_forward(ai_ctx *c)
     ai_status st = qgemm_check(c, &M, &N, &K, &ws);
     if (st)
         return st;
+    if (fast_gemm(c, M, N, K))
+        return AI_OK;
     const ai_tensor *a = c->in[0], *b = c->in[3], *azp = c->in[2], *bzp = c->in[5];
-    const ai_tensor *as = c->in[1], *bs = c->in[4], *bias = in_or_null(c, 6);
-    const ai_tensor *ys = in_or_null(c, 7), *yzp = in_or_null(c, 8);
+    const ai_tensor *bias = in_or_null(c, 6), *yzp = in_or_null(c, 8);
     double *A = c->workspace, *Bt = A + M * K, *accd = Bt + N * K;
     int32_t *acc = (int32_t *)(accd + M * N);
-    const bool b_per = ai_tensor_numel(bzp) > 1, s_per = ai_tensor_numel(bs) > 1;
+    const bool b_per = ai_tensor_numel(bzp) > 1;
     for (int64_t i = 0; i < M; i++)
         for (int64_t k = 0; k < K; k++)
             A[i * K + k] = (double)(q_get(a, at->trans_a ? k * M + i : i * K + k) -
@@ -1087,10 +1503,10 @@ static ai_status qgemm_forward(ai_ctx *c)
     ai_tensor *y = c->out[0];
     int64_t lo = 0, hi = 0;
     q_range(y->dtype, &lo, &hi);
+    double *mult = fast_mult_area(c, N, K);
+    qgemm_multipliers(c, N, mult);
     for (int64_t j = 0; j < N; j++) {
-        float m = (float)at->alpha * (float)f_get(as, 0) * (float)f_get(bs, s_per ? j : 0);
-        if (ys)
-            m /= (float)f_get(ys, 0);
+        const float m = (float)mult[j];
         for (int64_t i = 0; i < M; i++) {
             int32_t v = acc[i * N + j];
             if (bias) { /* C is (), (N,), (1, N), (M, 1) or (M, N) */
@@ -1099,11 +1515,10 @@ static ai_status qgemm_forward(ai_ctx *c)
                 const int64_t k = (rows > 1 ? i : 0) * cols + (cols > 1 ? j : 0);
                 v = (int32_t)((uint32_t)v + (uint32_t)q_get(bias, k));
             }
-            const float f = (float)v * m;
             if (yzp)
-                q_set(y, i * N + j, q_saturate(rintf(f) + (double)q_get(yzp, 0), lo, hi));
+                q_set(y, i * N + j, q_saturate((double)v * m + (double)q_get(yzp, 0), lo, hi));
             else
-                ((float *)y->data)[i * N + j] = f;
+                ((float *)y->data)[i * N + j] = (float)v * m;
         }
     }
     return AI_OK;

@@ -19,6 +19,9 @@
  *   Requantize(x)      int8 -> int8 with another scale or clamp
  *   QMaxPool(x), QAveragePool(x)   kernel_shape, strides, dilations, pads;
  *                      QAveragePool: count_include_pad, rounding half up
+ * `half_even` = 1 (quantize(rounding="half_even")) on QConv, QGemm, QAdd,
+ * Requantize and QAveragePool rounds ties to the even neighbour instead, as
+ * ONNX's QuantizeLinear (QAdd and QAveragePool then on the portable loops).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,7 @@
 
 typedef struct {
     int64_t ma, mb; /* QAdd */
+    int64_t half_even; /* ties to even (quantize(rounding="half_even")), else up */
     int64_t group, count_include_pad;
     ai_int_list kernel_shape, strides, dilations, pads;
     int32_t n_rq;   /* 1 (per tensor) or one per output channel (QConv, QGemm) */
@@ -87,6 +91,7 @@ static ai_status q_init(ai_node *n)
         (st = ai_attr_int_in(n, "multiplier_b", 1, -INT32_MAX, INT32_MAX, &a->mb)) ||
         (st = ai_attr_int_in(n, "group", 1, 1, INT32_MAX, &a->group)) ||
         (st = ai_attr_int_in(n, "count_include_pad", 0, 0, 1, &a->count_include_pad)) ||
+        (st = ai_attr_int_in(n, "half_even", 0, 0, 1, &a->half_even)) ||
         (st = ai_read_int_list(n, "kernel_shape", 2, 1, &a->kernel_shape)) ||
         (st = ai_read_int_list(n, "strides", 2, 1, &a->strides)) ||
         (st = ai_read_int_list(n, "dilations", 2, 1, &a->dilations)) ||
@@ -95,7 +100,8 @@ static ai_status q_init(ai_node *n)
     a->n_rq = (int32_t)n_rq;
     for (int64_t i = 0; i < n_rq; i++)
         a->rq_attr[i] = (aik_rq){(int32_t)mult[n_mult > 1 ? i : 0],
-                                 (int32_t)shift[n_shift > 1 ? i : 0], (int32_t)lo, (int32_t)hi};
+                                 (int16_t)shift[n_shift > 1 ? i : 0], (int16_t)lo, (int16_t)hi, 0,
+                                 (int16_t)a->half_even};
     return AI_OK;
 }
 
@@ -325,7 +331,11 @@ static ai_status window_forward(ai_ctx *c)
     } else if (strcmp(op, "QMaxPool") == 0) {
         (fast ? ai_qmaxpool : aik_maxpool2d_i8)(&p, x, y);
     } else {
-        (fast ? ai_qavgpool : aik_avgpool2d_i8)(&p, x, y);
+        const q_attrs *a = c->node->params;
+        if (fast && !a->half_even) /* (ties to even: the portable kernel) */
+            ai_qavgpool(&p, x, y);
+        else
+            aik_avgpool2d_i8(&p, x, (int32_t)a->half_even, y);
     }
     return AI_OK;
 }
@@ -396,12 +406,13 @@ static ai_status add_forward(ai_ctx *c)
     const q_attrs *a = c->node->params;
     const int64_t n = ai_tensor_numel(c->in[0]), nb = ai_tensor_numel(c->in[1]);
     const aik_rq *r = a->rq_attr;
-    if (ai_q_path() != AI_Q_REFERENCE && nb == n) /* (the fast one: same shapes only) */
+    if (ai_q_path() != AI_Q_REFERENCE && nb == n && !a->half_even) /* (the fast one: same
+                                                                     * shapes, ties up) */
         ai_qadd(n, c->in[0]->data, (int32_t)a->ma, c->in[1]->data, (int32_t)a->mb, r->shift,
                 r->lo, r->hi, c->out[0]->data);
     else
         aik_add_i8(n, c->in[0]->data, (int32_t)a->ma, c->in[1]->data, nb, (int32_t)a->mb,
-                   r->shift, r->lo, r->hi, c->out[0]->data);
+                   r->shift, r->lo, r->hi, (int32_t)a->half_even, c->out[0]->data);
     return AI_OK;
 }
 

@@ -13,7 +13,8 @@
  *                                beta int64 (d,); attributes eps, pre_shift,
  *                                out_min, out_max
  *   QMatMul(a, b)                (..., m, k) x (..., k, n), same leading
- *                                dims; multiplier, shift, out_min, out_max
+ *                                dims; multiplier, shift, out_min, out_max,
+ *                                half_even (ties to even, else up)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static ai_status qn_init(ai_node *n)
     if (!a)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = a;
-    int64_t mult, shift, lo, hi;
+    int64_t mult, shift, lo, hi, even;
     ai_status st;
     if ((st = ai_attr_int_in(n, "multiplier", 1, 1, INT32_MAX, &mult)) ||
         (st = ai_attr_int_in(n, "shift", 0, 0, 62, &shift)) ||
@@ -40,9 +41,10 @@ static ai_status qn_init(ai_node *n)
         (st = ai_attr_int_in(n, "out_max", 127, lo, 127, &hi)) ||
         (st = ai_attr_int_in(n, "q", 127, 1, 128, &a->q)) ||
         (st = ai_attr_int_in(n, "eps", 0, 0, INT64_C(1) << 61, &a->eps)) ||
-        (st = ai_attr_int_in(n, "pre_shift", 0, 0, 30, &a->pre)))
+        (st = ai_attr_int_in(n, "pre_shift", 0, 0, 30, &a->pre)) ||
+        (st = ai_attr_int_in(n, "half_even", 0, 0, 1, &even)))
         return st;
-    a->rq = (aik_rq){(int32_t)mult, (int32_t)shift, (int32_t)lo, (int32_t)hi};
+    a->rq = (aik_rq){(int32_t)mult, (int16_t)shift, (int16_t)lo, (int16_t)hi, 0, (int16_t)even};
     return AI_OK;
 }
 

@@ -116,21 +116,23 @@ void aik_maxpool2d_f32(const aik_window *p, const float *x, float *y)
     AIK_POOL2D(float, float, -INFINITY, if (v > acc || v != v) acc = v, acc)
 }
 
-/* floor(sum / count + 1/2) = floor((2 sum + count) / (2 count)) */
-static int8_t avg_i8(int32_t sum, int32_t count)
+/* floor(sum / count + 1/2) = floor((2 sum + count) / (2 count)); with
+ * half_even a tie goes to the even neighbour */
+static int8_t avg_i8(int32_t sum, int32_t count, int32_t half_even)
 {
     if (count <= 0)
         return 0;
-    int64_t num = 2 * (int64_t)sum + count, den = 2 * (int64_t)count;
-    int64_t q = num / den;
-    if (num % den != 0 && num < 0)
-        q -= 1;
+    int64_t q = sum / count, r = sum % count; /* to floor: r in [0, count) */
+    if (r < 0)
+        q -= 1, r += count;
+    if (2 * r > count || (2 * r == count && (!half_even || q % 2 != 0)))
+        q += 1;
     return (int8_t)q;
 }
 
-void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y)
+void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int32_t half_even, int8_t *y)
 {
-    AIK_POOL2D(int8_t, int32_t, 0, acc += v, avg_i8(acc, count))
+    AIK_POOL2D(int8_t, int32_t, 0, acc += v, avg_i8(acc, count, half_even))
 }
 
 void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y)
@@ -139,10 +141,11 @@ void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y)
 }
 
 void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int64_t nb,
-                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int8_t *y)
+                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int32_t half_even, int8_t *y)
 {
     for (int64_t i = 0, j = 0; i < n; i++, j = j + 1 == nb ? 0 : j + 1) {
-        int64_t v = aik_round_shift((int64_t)a[i] * ma + (int64_t)b[j] * mb, shift);
+        const int64_t s = (int64_t)a[i] * ma + (int64_t)b[j] * mb;
+        const int64_t v = half_even ? aik_round_shift_even(s, shift) : aik_round_shift(s, shift);
         y[i] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
     }
 }

@@ -6,12 +6,14 @@
  *
  * Integer semantics (the same everywhere, documented in docs/quantization.md):
  *   acc    = bias + sum(x * w)                       int32 accumulator
- *   y      = clamp(round_shift(acc * multiplier, shift), lo, hi)
- *   round_shift(v, s) = floor(v / 2^s + 1/2)         rounding half up
+ *   y      = clamp(round_shift(acc * multiplier + zero_point * 2^shift, shift), lo, hi)
+ *   round_shift(v, s) = floor(v / 2^s + 1/2)         rounding half up, or
+ *                       half to even (half_even: ONNX's rounding)
  * Convolutions and fully connected layers requantize each output channel
  * with its own aik_rq (per-channel weight scales); a per-tensor layer
  * passes m copies of one.
- * Average pools divide with the same rounding: floor(sum / count + 1/2).
+ * Average pools divide with the same rounding: floor(sum / count + 1/2)
+ * (or ties to even).
  */
 #ifndef AIDGE_KERNELS_H
 #define AIDGE_KERNELS_H
@@ -21,8 +23,11 @@
 /* Requantization of an accumulator to the output's integer range. */
 typedef struct {
     int32_t multiplier; /* 1 (or a power of two) with single-shift scaling */
-    int32_t shift;      /* right shift, 0..62 */
-    int32_t lo, hi;     /* output clamp: the int range, or [0, hi] for a fused ReLU */
+    int16_t shift;      /* right shift, 0..62 */
+    int16_t lo, hi;     /* output clamp: the int range, or [0, hi] for a fused ReLU */
+    int16_t zero_point; /* added before the rounding, as onnx.reference's QLinearConv and
+                         * QLinearMatMul round (acc m + zp); 0 in quantize's graphs */
+    int16_t half_even;  /* ties: 0 up, 1 to the even neighbour */
 } aik_rq;
 
 /* A 2-D window over NCHW (1-D layers use h = kh = 1). */
@@ -50,9 +55,25 @@ static inline int64_t aik_round_shift(int64_t v, int32_t s)
     return q;
 }
 
+/* v / 2^s rounded half to even, for any sign, 0 <= s <= 62 (s == 0: v). */
+static inline int64_t aik_round_shift_even(int64_t v, int32_t s)
+{
+    if (s <= 0)
+        return v;
+    const int64_t d = (int64_t)1 << s;
+    int64_t q = v / d, r = v % d; /* C truncates toward zero: to floor, r in [0, d) */
+    if (r < 0)
+        q -= 1, r += d;
+    if (r > d / 2 || (r == d / 2 && q % 2 != 0))
+        q += 1;
+    return q;
+}
+
 static inline int32_t aik_requant(int64_t acc, const aik_rq *r)
 {
-    int64_t v = aik_round_shift(acc * (int64_t)r->multiplier, r->shift);
+    const int64_t p = acc * (int64_t)r->multiplier + r->zero_point * ((int64_t)1 << r->shift);
+    const int64_t v = r->half_even ? aik_round_shift_even(p, r->shift)
+                                   : aik_round_shift(p, r->shift);
     return (int32_t)(v < r->lo ? r->lo : v > r->hi ? r->hi : v);
 }
 
@@ -73,14 +94,15 @@ void aik_fc_f32(int64_t n, int32_t k, int32_t m, const float *x, const float *w,
 /* Pools (p->m unused). Max pools ignore padding. */
 void aik_maxpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y);
 void aik_maxpool2d_f32(const aik_window *p, const float *x, float *y);
-void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int8_t *y);
+void aik_avgpool2d_i8(const aik_window *p, const int8_t *x, int32_t half_even, int8_t *y);
 void aik_avgpool2d_f32(const aik_window *p, const float *x, float *y);
 
 /* Elementwise over n values. add_i8: y = clamp(round_shift(a*ma + b*mb, shift)); b
  * holds nb values repeated over a (nb == n: same shapes; a constant that
- * broadcasts over the leading axes otherwise). */
+ * broadcasts over the leading axes otherwise). half_even (here and in
+ * avgpool2d_i8): ties to the even neighbour, else up. */
 void aik_add_i8(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int64_t nb,
-                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int8_t *y);
+                int32_t mb, int32_t shift, int32_t lo, int32_t hi, int32_t half_even, int8_t *y);
 void aik_add_f32(int64_t n, const float *a, const float *b, float *y);
 void aik_requant_i8(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y);
 void aik_clip_i8(int64_t n, const int8_t *x, int32_t lo, int32_t hi, int8_t *y);

@@ -30,7 +30,10 @@ static aik_rq rand_rq(void)
     const int32_t mults[3] = {1, rnd(1, 1 << 20), INT32_MAX};
     const int32_t m = mults[rnd(0, 2)];
     const int32_t shift = m == 1 ? rnd(0, 12) : m == INT32_MAX ? rnd(38, 44) : rnd(20, 32);
-    return (aik_rq){m, shift, rnd(0, 1) ? 0 : -128, 127};
+    /* also a zero point (ONNX's QLinear operators) and ties to even */
+    const int16_t zp = (int16_t)(rnd(0, 2) ? 0 : rnd(-100, 100));
+    return (aik_rq){m, (int16_t)shift, (int16_t)(rnd(0, 1) ? 0 : -128), 127, zp,
+                    (int16_t)rnd(0, 1)};
 }
 
 /* a window of random geometry; false when a dimension comes out empty */
@@ -138,7 +141,7 @@ TEST(qpools_and_elementwise_match_reference)
             aik_maxpool2d_i8(&p, x, yr);
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             ai_qavgpool(&p, x, y);
-            aik_avgpool2d_i8(&p, x, yr);
+            aik_avgpool2d_i8(&p, x, 0, yr);
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             free(x), free(y), free(yr);
         }
@@ -159,7 +162,7 @@ TEST(qpools_and_elementwise_match_reference)
             const int32_t ma = rnd(-INT32_MAX, INT32_MAX), mb = rnd(-INT32_MAX, INT32_MAX);
             const int32_t sh = rnd(25, 40);
             ai_qadd(n, a, ma, b, mb, sh, -128, 127, y);
-            aik_add_i8(n, a, ma, b, n, mb, sh, -128, 127, yr);
+            aik_add_i8(n, a, ma, b, n, mb, sh, -128, 127, 0, yr);
             CHECK(memcmp(y, yr, (size_t)n) == 0);
             const aik_rq r = rand_rq();
             ai_qrequant(n, a, &r, y);
