@@ -1,6 +1,7 @@
 """wrap(): an AidgeModule must behave like the torch model it came from —
 outputs, gradients, parameters, buffers, modes, optimiser steps."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -699,3 +700,21 @@ def test_batchnorm_counters_count_like_torch():
     wrapped.load_state_dict(model.state_dict())
     assert dict(wrapped.named_buffers())["4.num_batches_tracked"].item() == 42
     assert dict(wrapped.named_buffers())["1.num_batches_tracked"].item() == 10
+
+
+def test_dropout_is_named_in_a_warning_and_runs_as_the_identity():
+    """The exported graph is the inference graph: no Dropout node, so the
+    wrapped module's train() output is the eval output; wrap says so."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5),
+                                torch.nn.ReLU(), torch.nn.Dropout(0.0), torch.nn.Linear(16, 2))
+    with pytest.warns(UserWarning, match=r"1 dropout layer\(s\) with p > 0 \('1'\)"):
+        wrapped = wrap(model, [(4, 8)])
+    x = torch.randn(4, 8)
+    wrapped.train()
+    model.eval()
+    torch.testing.assert_close(wrapped(x), model(x), rtol=1e-6, atol=1e-6)
+    quiet = torch.nn.Sequential(torch.nn.Linear(8, 2), torch.nn.Dropout(0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrap(quiet, [(4, 8)])

@@ -149,8 +149,8 @@ def _export(model: torch.nn.Module, arguments: dict, *, opset: int,
     optimizations off: they fold BatchNorm into Conv and rename weights,
     which would leave the parameters unmappable). Parameters stay
     initializers under their torch names (no constant folding); the graph
-    is the inference graph, the engine switches BatchNorm/Dropout semantics
-    with ``train()``.
+    is the inference graph, the engine switches BatchNorm semantics with
+    ``train()``; dropout is not exported (see :func:`_warn_dropout`).
 
     Every parameter and buffer keeps an initializer of its own: exported
     for inference, torch merges initializers of equal *values* (two fresh
@@ -276,6 +276,22 @@ def _example_call(model: torch.nn.Module, input_dims, kwargs) -> tuple[tuple, di
         f"model input, e.g. [(1, 16)]; got {input_dims!r}")
 
 
+def _warn_dropout(model: torch.nn.Module, name: str) -> None:
+    """Warns when ``model`` has dropout that torch applies in ``train()``: the
+    export is the inference graph, which has no Dropout node, so the engine
+    runs those layers as the identity in training too."""
+    layers = [repr(n or name) for n, m in model.named_modules()
+              if (isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0)
+              or (isinstance(m, torch.nn.MultiheadAttention) and m.dropout > 0)]
+    if layers:
+        shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+        warnings.warn(
+            f"wrap({name}): {len(layers)} dropout layer(s) with p > 0 ({shown}) run as the "
+            "identity in the engine, in train() as in eval(): the exported graph is the "
+            "inference graph. Set their p to 0 to train and compare like for like",
+            stacklevel=3)
+
+
 def wrap(torch_model: torch.nn.Module, input_dims=(), opset_version: int | None = None,
          save_onnx_model=False, in_names: Sequence[str] | None = None,
          out_names: Sequence[str] | None = None, verbose: bool = False, *, input_size=None,
@@ -373,6 +389,7 @@ def wrap(torch_model: torch.nn.Module, input_dims=(), opset_version: int | None 
             f"wrap({name}): parameter(s) {unused} are not in the exported graph: the model's "
             "forward does not use them for this call; they stay in the module, unchanged by "
             "the engine, and get no gradient (None), as in torch", stacklevel=2)
+    _warn_dropout(torch_model, name)
     return AidgeModule(graph, proto, torch_model, in_graph, export,
                        fuse_inference=fuse_inference, kinds=kinds,
                        export_options={"opset": opset, "dynamic_batch": dynamic_batch,
@@ -629,7 +646,8 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
       given by replacing a tensor (``module.weight = t``, or ``p.data = t``,
       seen at the next forward) are copied into that memory; a new shape or
       dtype is refused (wrap the model again).
-    - ``train()`` / ``eval()`` switch BatchNorm and Dropout like torch.
+    - ``train()`` / ``eval()`` switch BatchNorm like torch; dropout runs as the
+      identity (``wrap`` warns).
 
     Fused inference (``fuse_inference``, default True): a forward in eval
     mode that needs no backward (grad disabled, or neither the inputs nor
