@@ -160,7 +160,7 @@ def bench_operator_cases(budget):
             if case.expected_failure:
                 continue
             try:
-                inst = _instantiate(cfg, case)
+                inst = _instantiate(cfg, case, "aidge_interop")
             except Exception as exc:  # a case the engine cannot build: reported, not timed
                 print(f"  {case.id}: not built ({type(exc).__name__}: {str(exc)[:80]})")
                 continue

@@ -284,9 +284,25 @@ int64_t ai_debug_live_tensors(void) { return (int64_t)atomic_load(&live_tensors)
 int64_t ai_debug_live_storages(void) { return (int64_t)atomic_load(&live_storages); }
 int64_t ai_debug_owned_bytes(void) { return (int64_t)atomic_load(&owned_bytes); }
 
+/* A zeroed header. malloc + memset, not calloc: glibc's calloc bypasses its
+ * per-thread cache (tcache) while free fills it, so headers allocated per
+ * call (a wrapped module's every forward and backward allocates and frees
+ * a few) always took _int_malloc's slow path, and the cache chunks they left
+ * were consolidated at torch's next large request (malloc_consolidate):
+ * about 1 us of a small wrapped backward (benchmarks/results/overhead.md). */
+static void *(*volatile zero_fill)(void *, int, size_t) = memset; /* (a plain memset
+                                      after malloc is compiled into calloc again) */
+static void *zalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p)
+        zero_fill(p, 0, n);
+    return p;
+}
+
 static ai_storage *storage_new_owned(size_t nbytes, bool zero)
 {
-    ai_storage *s = calloc(1, sizeof *s);
+    ai_storage *s = zalloc(sizeof *s);
     if (!s)
         return NULL;
     if (nbytes > 0) {
@@ -425,7 +441,7 @@ bool ai_tensor_overlaps(const ai_tensor *t)
 
 static ai_tensor *tensor_alloc(void)
 {
-    ai_tensor *t = calloc(1, sizeof *t);
+    ai_tensor *t = zalloc(sizeof *t);
     if (t)
         atomic_fetch_add(&live_tensors, 1);
     return t;
@@ -502,7 +518,7 @@ ai_status ai_tensor_borrow(ai_tensor **out, void *data, ai_dtype dtype,
         st = ai_error(AI_ERR_VALUE, "NULL data for a non-empty tensor");
         goto error;
     }
-    if (!(t = tensor_alloc()) || !(s = calloc(1, sizeof *s))) {
+    if (!(t = tensor_alloc()) || !(s = zalloc(sizeof *s))) {
         st = ai_error(AI_ERR_NOMEM, "out of memory for a tensor header");
         goto error;
     }

@@ -866,11 +866,12 @@ PyObject *result_capsule(ai_tensor *t)
         ai_tensor_free(t);
         return NULL;
     }
-    dl_result *e = PyMem_RawCalloc(1, sizeof *e);
+    dl_result *e = PyMem_RawMalloc(sizeof *e); /* (not calloc: see zalloc, tensor.c) */
     if (!e) {
         ai_tensor_free(t);
         return PyErr_NoMemory();
     }
+    memset(e, 0, sizeof *e);
     e->t = t; /* t outlives the DLTensor: the deleter frees both */
     dl_describe(&e->m.dl_tensor, t, t->shape, t->strides);
     e->m.manager_ctx = NULL;
