@@ -36,18 +36,28 @@ def _run(model, inputs, consts):
     return [np.array(a) for a in list(outs) + list(g.backward(gos))]
 
 
+def _forward(model, inputs, consts):
+    """Outputs of ``model``, forward only."""
+    g = aidge_interop.load_onnx(model, param_kinds={k: "const" for k in consts})
+    return [np.array(a) for a in g.forward(list(inputs.values()))]
+
+
+def _both(model, inputs, consts, run=_run):
+    """(``run``'s results with the fast kernels, with their reference twins);
+    the fast kernels are on again afterwards."""
+    try:
+        assert _C._set_fast_kernels(False) is False
+        ref = run(model, inputs, consts)
+    finally:
+        assert _C._set_fast_kernels(True) is True
+    return run(model, inputs, consts), ref
+
+
 @pytest.fixture
 def fast_and_reference():
-    """fn(model, inputs, consts) -> (results with the fast kernels, with their
-    reference twins); the fast kernels are on again after the test."""
-    def both(model, inputs, consts):
-        try:
-            assert _C._set_fast_kernels(False) is False
-            ref = _run(model, inputs, consts)
-        finally:
-            assert _C._set_fast_kernels(True) is True
-        return _run(model, inputs, consts), ref
-    return both
+    """fn(model, inputs, consts) -> (outputs and input gradients with the fast
+    kernels, with their reference twins)."""
+    return _both
 
 
 def _assert_close(fast, ref, what):
@@ -126,11 +136,6 @@ def test_layernorm_backward_threads(shape):
 
 # ---------------------------------------------------------------- Pad
 
-def _forward(model, inputs, consts):
-    g = aidge_interop.load_onnx(model, param_kinds={k: "const" for k in consts})
-    return [np.array(a) for a in g.forward(list(inputs.values()))]
-
-
 PAD_CASES = [
     # shape, pads (begins then ends)
     ((7, 33), [1, 2, 2, 1]),
@@ -153,12 +158,7 @@ def test_pad_forward_against_reference(shape, pads, mode, dtype):
     x = (_x(shape, lo=0, hi=100)).astype(dtype)
     consts = {"pads": np.array(pads, np.int64), "value": np.array(7, dtype)}
     model = make_model("Pad", {"x": x}, {"mode": mode}, consts)
-    try:
-        assert _C._set_fast_kernels(False) is False
-        ref = _forward(model, {"x": x}, consts)
-    finally:
-        assert _C._set_fast_kernels(True) is True
-    fast = _forward(model, {"x": x}, consts)
+    fast, ref = _both(model, {"x": x}, consts, run=_forward)
     np.testing.assert_array_equal(fast[0], ref[0])
 
 
@@ -172,12 +172,7 @@ def test_gelu_forward_against_reference(n):
     x = _x((n,), lo=-8, hi=8)
     x[: min(n, 6)] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -6.0], np.float32)[: min(n, 6)]
     model = make_model("Gelu", {"x": x})
-    try:
-        assert _C._set_fast_kernels(False) is False
-        ref = _forward(model, {"x": x}, {})
-    finally:
-        assert _C._set_fast_kernels(True) is True
-    fast = _forward(model, {"x": x}, {})
+    fast, ref = _both(model, {"x": x}, {}, run=_forward)
     rtol, atol = TOL[np.dtype(np.float32)]
     np.testing.assert_allclose(fast[0], ref[0], rtol=rtol, atol=atol, equal_nan=True)
 
@@ -203,12 +198,7 @@ def test_sigmoid_forward_against_reference(n):
     x = _x((n,), lo=-100, hi=100)
     x[: min(n, 4)] = np.array([0.0, np.inf, -np.inf, np.nan], np.float32)[: min(n, 4)]
     model = make_model("Sigmoid", {"x": x})
-    try:
-        assert _C._set_fast_kernels(False) is False
-        ref = _forward(model, {"x": x}, {})
-    finally:
-        assert _C._set_fast_kernels(True) is True
-    fast = _forward(model, {"x": x}, {})
+    fast, ref = _both(model, {"x": x}, {}, run=_forward)
     rtol, atol = TOL[np.dtype(np.float32)]
     np.testing.assert_allclose(fast[0], ref[0], rtol=rtol, atol=atol, equal_nan=True)
     check_op("Sigmoid", {"x": x[4:] if n > 4 else x}, torch.sigmoid)

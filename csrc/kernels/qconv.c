@@ -342,12 +342,7 @@ static void shifted_panel(const conv_geom *g, const uint8_t *planes, const int64
                 r[t] = off[kb + t] >= 0
                            ? _mm_loadu_si128((const __m128i *)(src + off[kb + t]))
                            : _mm_set1_epi8((char)0x80);
-            const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpackhi_epi8(r[0], r[1]);
-            const __m128i b0 = _mm_unpacklo_epi8(r[2], r[3]), b1 = _mm_unpackhi_epi8(r[2], r[3]);
-            _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(a0, b0));
-            _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(a0, b0));
-            _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(a1, b1));
-            _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(a1, b1));
+            ai_qpanel_block(dst, r);
 #else
             for (int j = 0; j < 16; j++)
                 for (int t = 0; t < 4; t++)

@@ -113,12 +113,7 @@ void ai_qpack_rows(int32_t k, int64_t cols, const int8_t *rows, int64_t ld, uint
                 const __m128i s = _mm_set1_epi8((char)0x80);
                 for (int t = 0; t < 4; t++)
                     r[t] = _mm_xor_si128(r[t], s);
-                const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpackhi_epi8(r[0], r[1]);
-                const __m128i b0 = _mm_unpacklo_epi8(r[2], r[3]), b1 = _mm_unpackhi_epi8(r[2], r[3]);
-                _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(a0, b0));
-                _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(a0, b0));
-                _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(a1, b1));
-                _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(a1, b1));
+                ai_qpanel_block(dst, r);
                 continue;
             }
 #endif

@@ -86,6 +86,21 @@ static inline size_t ai_qpanel_bytes(int32_t k, int64_t cols)
     return (size_t)((cols + 15) / 16) * 16 * (size_t)((k + 3) & ~3);
 }
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+/* One 64-byte block of a panel: 16 columns of 4 rows r[0..3], each column's
+ * 4 bytes together (the order vpdpbusd reads). */
+static inline void ai_qpanel_block(uint8_t *dst, const __m128i r[4])
+{
+    const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpackhi_epi8(r[0], r[1]);
+    const __m128i b0 = _mm_unpacklo_epi8(r[2], r[3]), b1 = _mm_unpackhi_epi8(r[2], r[3]);
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(a0, b0));
+    _mm_storeu_si128((__m128i *)(dst + 16), _mm_unpackhi_epi16(a0, b0));
+    _mm_storeu_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(a1, b1));
+    _mm_storeu_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(a1, b1));
+}
+#endif
+
 /* Panel of `cols` columns from k rows of int8 (row i at rows + i * ld). */
 void ai_qpack_rows(int32_t k, int64_t cols, const int8_t *rows, int64_t ld, uint8_t *xp);
 
