@@ -3,6 +3,8 @@ scaled_dot_product_attention: values and the gradients of Q, K, V and a
 float mask, float32 and float64, bool and float masks, causal, Tq != Tk,
 grouped-query heads, long rows over several row blocks; the ONNX corner
 cases (a fully masked row, a mask shorter than Tk) against onnx.reference."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -211,14 +213,12 @@ def test_attention_rewrite(case, dtype, monkeypatch):
     (no Softmax left), and a training step (the output, every parameter's
     gradient) matches the unrewritten graph's and torch's. In float64 within
     torch.testing.assert_close's defaults (rtol 1e-7, atol 1e-7): the math
-    is the same. In float32 within the tolerances of every wrapped training
-    step (op_harness.check_wrapped_step: outputs 1e-5, gradients rtol 1e-4,
-    atol 1e-5), not the float32 defaults (rtol 1.3e-6, atol 1e-5): the fused
-    node sums in another order (the scale in the GEMM, row blocks, the
-    softmax's sums) and a parameter gradient summed over every position
-    (a bias, a LayerNorm weight) carries the difference of thousands of
-    roundings: up to 1.5e-5 on a gradient of 2.8 (GPT-2), as the unrewritten
-    graph differs from torch."""
+    is the same. In float32 the outputs within 1e-5 (op_harness's wrapped
+    training step), and the gradients against the same step in float64,
+    each at most a few times as far from it as torch's float32 gradient
+    (see below): the fused node sums in another order (the scale in the
+    GEMM, row blocks, the softmax's sums) and a parameter gradient summed
+    over every position carries the difference of thousands of roundings."""
     import aidge_interop.onnx.importer as importer
 
     name, model, x, blocks = case
@@ -247,6 +247,30 @@ def test_attention_rewrite(case, dtype, monkeypatch):
     for y in (y_p, y_t):
         torch.testing.assert_close(y_f, y, **tol)
     assert len(g_f) == len(g_p) == len(g_t)
-    for a, b, c in zip(g_f, g_p, g_t):
-        torch.testing.assert_close(a, b, **gtol)
-        torch.testing.assert_close(a, c, **gtol)
+    if exact:
+        for a, b, c in zip(g_f, g_p, g_t):
+            torch.testing.assert_close(a, b)
+            torch.testing.assert_close(a, c)
+        return
+    if softmax32:  # (no float64 truth: torch's own softmax is in float32)
+        for a, b, c in zip(g_f, g_p, g_t):
+            torch.testing.assert_close(a, b, **gtol)
+            torch.testing.assert_close(a, c, **gtol)
+        return
+    # float32: element by element, the fused, the unrewritten and torch's
+    # gradients differ by more than any fixed tolerance now and then (an
+    # element summed over every position with cancellation, e.g. a position
+    # embedding's, carries ~1e-7 of the tensor's largest value, whatever
+    # its own size). So each is measured against the truth, the same step in
+    # float64: the fused graph's gradient may be at most 4x as far from it
+    # as torch's (the sums' roundings are a random walk: torch's own error
+    # is sometimes lucky), with a floor of 1e-6 of the tensor's largest value
+    # and 1e-8 (a gradient 0 in exact arithmetic, a key bias's: softmax does
+    # not change when a row is shifted, is rounding noise in both).
+    _, g_64 = _step(copy.deepcopy(model).double(), tuple(
+        v.double() if v.is_floating_point() else v for v in x), g.double())
+    for a, b, c, d in zip(g_f, g_p, g_t, g_64):
+        bound = 4 * (c.double() - d).abs().max() + 1e-6 * d.abs().max() + 1e-8
+        for what, v in (("fused", a), ("unrewritten", b)):
+            err = (v.double() - d).abs().max()
+            assert err <= bound, (name, what, err.item(), bound.item())
