@@ -595,12 +595,14 @@ def _build_graph(model, **kwargs):
 # which prepares: shape subgraphs -> constants) changed it: without a
 # BatchNorm or a written-out GELU the second graph would gain little.
 # fuse_gelu: a tanh GELU written out in eight nodes (GPT-2) as one Gelu,
-# the same function within float32 rounding, so for eval forwards only. fuse_activation then runs the Relu/Clip after a Conv/Gemm in place
-# on the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
+# the same function within float32 rounding, so for eval forwards only.
+# fuse_activation then runs the Relu/Clip after a Conv/Gemm in place on
+# the pool, in the BatchNorm epilogue's pass (csrc/ops/fused.c; a Conv
 # applies both as it writes each output plane): no pass over the output of
 # its own. remove_flatten is left out: it gains nothing measurable.
 # block_channels last runs the conv chains in blocked channels
-# (docs/engine.md); its residual fusion needs planned shapes, so the graph runs once before it.
+# (docs/engine.md); its residual fusion needs planned shapes, so the graph
+# runs once before it.
 # fuse_pad before it gives a zero Pad's padding to the Convs that read it
 # (KWS's ZeroPad2d: one node and one activation buffer fewer).
 # Measurements: benchmarks/results/fused-inference.md.
@@ -657,8 +659,8 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
     ``batchnorm_epilogue`` (each Conv/Gemm applies the BatchNormalization
     after it to its output) and ``fuse_activation`` (Conv/Gemm + Relu/Clip,
     see ``_INFERENCE_RECIPES``). A model with neither a BatchNorm to move
-    nor a GELU to fuse keeps one graph: the first such forward finds nothing and the module never
-    tries again.
+    nor a GELU to fuse keeps one graph: the first such forward finds
+    nothing and the module never tries again.
 
     The fused graph shares the main graph's memory for every parameter and
     buffer (as non-constant values: nothing is folded from them), and its
