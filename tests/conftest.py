@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
@@ -33,3 +35,15 @@ def pytest_configure(config):
 
         torch.set_num_threads(1)
         aidge_interop.set_num_threads(1)
+
+
+@pytest.fixture
+def avx512():
+    """The AVX-512 kernels on (a test may turn them off), on again after it;
+    skips where the CPU or the build has none: one path only there."""
+    from aidge_interop import _C
+
+    if not _C._set_avx512(True):
+        pytest.skip("no AVX-512 on this CPU or in this build: one path only")
+    yield
+    _C._set_avx512(True)

@@ -33,14 +33,6 @@ def wide(request):
     _C._set_avx512(True)
 
 
-@pytest.fixture
-def both_paths():
-    if not _C._set_avx512(True):
-        pytest.skip("no AVX-512 on this CPU or in this build: one path only")
-    yield
-    _C._set_avx512(True)
-
-
 def _x(shape, seed=0, lo=-3.0, hi=3.0):
     return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
 
@@ -80,7 +72,7 @@ def test_sum_rows_against_torch(wide, op, shape, keepdims):
 
 @pytest.mark.parametrize("L", LENGTHS)
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "ReduceSum", "ReduceMean"])
-def test_v16_within_a_few_ulp_of_the_reference(both_paths, op, L):
+def test_v16_within_a_few_ulp_of_the_reference(avx512, op, L):
     x = _x((29, L))
     reduce = op.startswith("Reduce")
     attrs = {"keepdims": 1} if reduce else {"axis": -1}

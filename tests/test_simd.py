@@ -45,14 +45,6 @@ def at_threads():
     ai.set_num_threads(saved)
 
 
-@pytest.fixture
-def avx512():
-    if not _C._set_avx512(True):
-        pytest.skip("no AVX-512 on this CPU or in this build")
-    yield
-    _C._set_avx512(True)
-
-
 class _Mixed(nn.Module):
     """Channel counts of 16, 24 (not a multiple of 16), 48 (a 32-wide and a
     16-wide block of packed weights), a strided conv, a pointwise conv and a
