@@ -123,4 +123,40 @@ void ai_qadd(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb
              int32_t shift, int32_t lo, int32_t hi, int8_t *y);
 void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y);
 
+/* ONNX Runtime's QLinearAdd (ops/qlinear.c) in integers, bit for bit its
+ * float64 definition c = clamp(rint(v) + cz), v = (as (a - az) + bs (b -
+ * bz)) / cs, on uint8 (u8) or int8 operands and output:
+ *   P = A a + B b + C0 (int64), A = round(as / cs 2^K), B = round(bs / cs
+ *   2^K), C0 = cz 2^K + 2^(K-1) - A az - B bz, K = 30 - the exponent of
+ *   the greater ratio (A, B < 2^30), in [16, 52];
+ *   then P = 2^K (v + cz + 1/2) within 256 (the rounding of A and B, 1/2
+ *   each per unit of |a - az| <= 255) and the float64 v within 2^-50 255
+ *   (as + bs) / cs of the exact one: where the remainder r = P mod 2^K is
+ *   in [D, 2^K - D], D = 512 + that error in units of 2^-K, both sit
+ *   strictly between the same two integers and c = clamp(P >> K). Other
+ *   values (r near 0: v within about 2^-21 of a tie k + 1/2, exact ties
+ *   included) take the definition itself (`ai_qladd_exact`).
+ * Paths: VNNI (AVX-512), AVX2 (4 int64 lanes, vpmuldq), plain C; the
+ * reference is the definition on every element (ops/qlinear.c). */
+typedef struct {
+    int64_t A, B, C0, D;
+    int32_t K, lo, hi;
+    bool u8;
+    double as, az, bs, bz, cs, cz; /* the definition's, for values near a tie */
+} ai_qladd;
+
+/* false where the integers do not apply (a scale not positive and finite,
+ * K outside [16, 52]) */
+bool ai_qladd_init(ai_qladd *p, double as, double az, double bs, double bz, double cs,
+                   double cz, bool u8);
+/* y[i] = c(a[i sa], b[i sb]), i < n; sa, sb: 1, or 0 (one value for all) */
+void ai_qladd_run(const ai_qladd *p, int64_t n, const void *a, int64_t sa, const void *b,
+                  int64_t sb, void *y);
+
+/* sums[i c + ch] = the sum of the s values x[i][ch][...] (channels first)
+ * or x[i][...][ch] (last), x (n, c, s) or (n, s, c) of uint8 (u8) or int8:
+ * QLinearGlobalAveragePool's (ops/qlinear.c requantizes them). */
+void ai_qsums(int64_t n, int64_t c, int64_t s, bool last, bool u8, const void *x,
+              int64_t *sums);
+
 #endif

@@ -3,8 +3,13 @@
  * reference's integers without its per-tap bounds checks and divisions.
  * Pools clip each window to the input once (the taps inside are those of
  * [k0, k1) along each axis); the 2x2 max pool of stride 2, QAdd and
- * Requantize run AVX-512 on the VNNI path, else the scalar loop.
+ * Requantize run AVX-512 on the VNNI path, else the scalar loop. Then ONNX
+ * Runtime's QLinearAdd in integers and QLinearGlobalAveragePool's sums
+ * (ops/qlinear.c): AVX-512 on the VNNI path, AVX2, plain C.
  */
+#include <math.h>
+#include <string.h>
+
 #include "../parallel.h"
 #include "qkernels.h"
 #include "simd.h"
@@ -13,6 +18,7 @@
 #define AI_Q_X86 1
 #include <immintrin.h>
 #define Q_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define Q_AVX2 __attribute__((target("arch=x86-64-v3")))
 #endif
 
 /* taps [*k0, *k1) of window o that fall inside [0, size) */
@@ -278,4 +284,278 @@ void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y)
     }
     ew_job j = {x, NULL, rq->multiplier, 0, rq->shift, rq->lo, rq->hi, y};
     ai_parallel_for(n, AI_GRAIN_ELEMS, ew_range, &j);
+}
+
+/* ---------------------------------------------------------------- QLinearAdd (qkernels.h) */
+
+bool ai_qladd_init(ai_qladd *p, double as, double az, double bs, double bz, double cs,
+                   double cz, bool u8)
+{
+    if (!(as > 0 && bs > 0 && cs > 0) || !isfinite(as) || !isfinite(bs) || !isfinite(cs))
+        return false;
+    const double fa = as / cs, fb = bs / cs;
+    if (!isfinite(fa) || !isfinite(fb))
+        return false;
+    int ex;
+    frexp(fa > fb ? fa : fb, &ex); /* the greater = m 2^ex, m in [1/2, 1): A, B < 2^30 */
+    const int K = 30 - ex;
+    if (K < 16 || K > 52)
+        return false;
+    *p = (ai_qladd){.K = K, .lo = u8 ? 0 : INT8_MIN, .hi = u8 ? UINT8_MAX : INT8_MAX, .u8 = u8,
+                    .as = as, .az = az, .bs = bs, .bz = bz, .cs = cs, .cz = cz};
+    p->A = llround(ldexp(fa, K)), p->B = llround(ldexp(fb, K));
+    p->C0 = (int64_t)cz * ((int64_t)1 << K) + ((int64_t)1 << (K - 1)) - p->A * (int64_t)az -
+            p->B * (int64_t)bz;
+    p->D = 512 + (int64_t)ceil(ldexp(255.0 * (fa + fb), K - 50));
+    return true;
+}
+
+/* the definition (ops/qlinear.c's reference), for the values near a tie */
+static int32_t qladd_exact(const ai_qladd *p, int32_t a, int32_t b)
+{
+    const double v = rint((p->as * ((double)a - p->az) + p->bs * ((double)b - p->bz)) / p->cs) +
+                     p->cz;
+    return v < p->lo ? p->lo : v > p->hi ? p->hi : (int32_t)v;
+}
+
+static inline int32_t qladd_at(const void *x, int64_t i, bool u8)
+{
+    return u8 ? ((const uint8_t *)x)[i] : ((const int8_t *)x)[i];
+}
+
+/* elements [lo, hi) in plain C */
+static void qladd_plain(const ai_qladd *p, const void *a, int64_t sa, const void *b, int64_t sb,
+                        uint8_t *y, int64_t lo, int64_t hi)
+{
+    const int64_t mask = ((int64_t)1 << p->K) - 1, span = mask + 1 - 2 * p->D;
+    for (int64_t i = lo; i < hi; i++) {
+        const int32_t va = qladd_at(a, i * sa, p->u8), vb = qladd_at(b, i * sb, p->u8);
+        const int64_t P = p->A * va + p->B * vb + p->C0;
+        int32_t c;
+        if ((uint64_t)((P & mask) - p->D) > (uint64_t)span) /* near a tie */
+            c = qladd_exact(p, va, vb);
+        else {
+            const int64_t q = P >> p->K;
+            c = (int32_t)(q < p->lo ? p->lo : q > p->hi ? p->hi : q);
+        }
+        y[i] = (uint8_t)c;
+    }
+}
+
+#ifdef AI_Q_X86
+/* 8 elements per step in int64 lanes (vpmuldq: the low 32 bits, signed) */
+static Q_AVX512 void qladd_avx512(const ai_qladd *p, const void *a, int64_t sa, const void *b,
+                                  int64_t sb, uint8_t *y, int64_t lo, int64_t hi)
+{
+    const __m512i A = _mm512_set1_epi64(p->A), B = _mm512_set1_epi64(p->B);
+    const __m512i C0 = _mm512_set1_epi64(p->C0), D = _mm512_set1_epi64(p->D);
+    const __m512i mask = _mm512_set1_epi64(((int64_t)1 << p->K) - 1);
+    const __m512i span = _mm512_set1_epi64(((int64_t)1 << p->K) - 2 * p->D);
+    const __m512i vlo = _mm512_set1_epi64(p->lo), vhi = _mm512_set1_epi64(p->hi);
+    const __m128i K = _mm_cvtsi32_si128(p->K);
+    const __m512i a1 = _mm512_set1_epi64(qladd_at(a, 0, p->u8));
+    const __m512i b1 = _mm512_set1_epi64(qladd_at(b, 0, p->u8));
+    for (int64_t i = lo; i < hi; i += 8) {
+        const int n = hi - i < 8 ? (int)(hi - i) : 8;
+        const __mmask8 m = (__mmask8)((1u << n) - 1);
+        __m512i va = a1, vb = b1;
+        if (sa) {
+            const __m128i r = _mm_maskz_loadu_epi8(m, (const uint8_t *)a + i);
+            va = p->u8 ? _mm512_cvtepu8_epi64(r) : _mm512_cvtepi8_epi64(r);
+        }
+        if (sb) {
+            const __m128i r = _mm_maskz_loadu_epi8(m, (const uint8_t *)b + i);
+            vb = p->u8 ? _mm512_cvtepu8_epi64(r) : _mm512_cvtepi8_epi64(r);
+        }
+        const __m512i P = _mm512_add_epi64(
+            _mm512_add_epi64(_mm512_mul_epi32(va, A), _mm512_mul_epi32(vb, B)), C0);
+        const __m512i q = _mm512_min_epi64(_mm512_max_epi64(_mm512_sra_epi64(P, K), vlo), vhi);
+        _mm512_mask_cvtepi64_storeu_epi8(y + i, m, q);
+        __mmask8 near = _mm512_mask_cmpgt_epu64_mask(
+            m, _mm512_sub_epi64(_mm512_and_si512(P, mask), D), span);
+        while (near) { /* near a tie: the definition */
+            const int k = __builtin_ctz(near);
+            near &= (__mmask8)(near - 1);
+            y[i + k] = (uint8_t)qladd_exact(p, qladd_at(a, (i + k) * sa, p->u8),
+                                            qladd_at(b, (i + k) * sb, p->u8));
+        }
+    }
+}
+
+/* 4 int64 lanes (vpmuldq); the quotient of P clamped first, so that a
+ * logical shift of P - lo 2^K >= 0 gives it (AVX2 has no arithmetic one) */
+static Q_AVX2 void qladd_avx2(const ai_qladd *p, const void *a, int64_t sa, const void *b,
+                              int64_t sb, uint8_t *y, int64_t lo, int64_t hi)
+{
+    const int64_t one = (int64_t)1 << p->K;
+    const __m256i A = _mm256_set1_epi64x(p->A), B = _mm256_set1_epi64x(p->B);
+    const __m256i C0 = _mm256_set1_epi64x(p->C0), mask = _mm256_set1_epi64x(one - 1);
+    const __m256i D = _mm256_set1_epi64x(p->D), top = _mm256_set1_epi64x(one - p->D);
+    const __m256i plo = _mm256_set1_epi64x((int64_t)p->lo * one);
+    const __m256i phi = _mm256_set1_epi64x(((int64_t)p->hi + 1) * one - 1);
+    const __m256i vlo = _mm256_set1_epi64x(p->lo);
+    const __m128i K = _mm_cvtsi32_si128(p->K);
+    const __m256i a1 = _mm256_set1_epi64x(qladd_at(a, 0, p->u8));
+    const __m256i b1 = _mm256_set1_epi64x(qladd_at(b, 0, p->u8));
+    int64_t i = lo;
+    for (; i + 4 <= hi; i += 4) {
+        __m256i va = a1, vb = b1;
+        if (sa) {
+            int32_t w;
+            memcpy(&w, (const uint8_t *)a + i, 4);
+            const __m128i r = _mm_cvtsi32_si128(w);
+            va = p->u8 ? _mm256_cvtepu8_epi64(r) : _mm256_cvtepi8_epi64(r);
+        }
+        if (sb) {
+            int32_t w;
+            memcpy(&w, (const uint8_t *)b + i, 4);
+            const __m128i r = _mm_cvtsi32_si128(w);
+            vb = p->u8 ? _mm256_cvtepu8_epi64(r) : _mm256_cvtepi8_epi64(r);
+        }
+        __m256i P = _mm256_add_epi64(
+            _mm256_add_epi64(_mm256_mul_epi32(va, A), _mm256_mul_epi32(vb, B)), C0);
+        const __m256i r = _mm256_and_si256(P, mask);
+        const int near = _mm256_movemask_pd(_mm256_castsi256_pd(
+            _mm256_or_si256(_mm256_cmpgt_epi64(r, top), _mm256_cmpgt_epi64(D, r))));
+        P = _mm256_blendv_epi8(P, plo, _mm256_cmpgt_epi64(plo, P));
+        P = _mm256_blendv_epi8(P, phi, _mm256_cmpgt_epi64(P, phi));
+        const __m256i q = _mm256_add_epi64(_mm256_srl_epi64(_mm256_sub_epi64(P, plo), K), vlo);
+        /* byte 0 of each lane to bytes 0..3 */
+        const __m256i t = _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 2, 4, 6, 0, 0, 0, 0));
+        const int32_t w = _mm_cvtsi128_si32(
+            _mm_shuffle_epi8(_mm256_castsi256_si128(t), _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1,
+                                                                      -1, -1, -1, -1, -1, -1, -1,
+                                                                      -1)));
+        memcpy(y + i, &w, 4);
+        for (int k = 0; k < 4; k++) /* near a tie: the definition */
+            if (near >> k & 1)
+                y[i + k] = (uint8_t)qladd_exact(p, qladd_at(a, (i + k) * sa, p->u8),
+                                                qladd_at(b, (i + k) * sb, p->u8));
+    }
+    qladd_plain(p, a, sa, b, sb, y, i, hi);
+}
+#endif
+
+typedef struct {
+    const ai_qladd *p;
+    const void *a, *b;
+    int64_t sa, sb;
+    uint8_t *y;
+    int path;
+} qladd_job;
+
+static void qladd_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const qladd_job *j = ctx;
+#ifdef AI_Q_X86
+    if (j->path >= AI_Q_VNNI) {
+        qladd_avx512(j->p, j->a, j->sa, j->b, j->sb, j->y, lo, hi);
+        return;
+    }
+    if (j->path == AI_Q_AVX2) {
+        qladd_avx2(j->p, j->a, j->sa, j->b, j->sb, j->y, lo, hi);
+        return;
+    }
+#endif
+    qladd_plain(j->p, j->a, j->sa, j->b, j->sb, j->y, lo, hi);
+}
+
+void ai_qladd_run(const ai_qladd *p, int64_t n, const void *a, int64_t sa, const void *b,
+                  int64_t sb, void *y)
+{
+    qladd_job j = {p, a, b, sa, sb, y, ai_q_path()};
+    ai_parallel_for(n, AI_GRAIN_ELEMS, qladd_range, &j);
+}
+
+/* ---------------------------------------------------------------- QLinearGlobalAveragePool's sums */
+
+typedef struct {
+    int64_t c, s;
+    bool last, u8;
+    const uint8_t *x;
+    int64_t *sums;
+    int path;
+} qsums_job;
+
+#ifdef AI_Q_X86
+/* the sum of n bytes: vpsadbw against 0 (int8: as x + 128, x ^ 0x80) */
+static Q_AVX512 int64_t row_sum_avx512(const uint8_t *x, int64_t n, bool u8)
+{
+    const __m512i flip = _mm512_set1_epi8(u8 ? 0 : (char)0x80), zero = _mm512_setzero_si512();
+    __m512i acc = zero;
+    for (int64_t i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i < 64 ? ((__mmask64)1 << (n - i)) - 1 : ~(__mmask64)0;
+        const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + i), flip);
+        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_maskz_mov_epi8(m, v), zero));
+    }
+    return _mm512_reduce_add_epi64(acc) - (u8 ? 0 : 128 * n);
+}
+
+static Q_AVX2 int64_t row_sum_avx2(const uint8_t *x, int64_t n, bool u8)
+{
+    const __m256i flip = _mm256_set1_epi8(u8 ? 0 : (char)0x80), zero = _mm256_setzero_si256();
+    __m256i acc = zero;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        acc = _mm256_add_epi64(
+            acc, _mm256_sad_epu8(
+                     _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + i)), flip), zero));
+    int64_t sum = _mm256_extract_epi64(acc, 0) + _mm256_extract_epi64(acc, 1) +
+                  _mm256_extract_epi64(acc, 2) + _mm256_extract_epi64(acc, 3) -
+                  (u8 ? 0 : 128 * i);
+    for (; i < n; i++)
+        sum += u8 ? x[i] : (int8_t)x[i];
+    return sum;
+}
+#endif
+
+static void qsums_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const qsums_job *j = ctx;
+    if (j->last) { /* items: images; each position's c values added to the c sums */
+        for (int64_t i = lo; i < hi; i++) {
+            int64_t *sum = j->sums + i * j->c;
+            const uint8_t *x = j->x + i * j->s * j->c;
+            memset(sum, 0, sizeof(int64_t) * (size_t)j->c);
+            for (int64_t k = 0; k < j->s; k++, x += j->c)
+                if (j->u8)
+                    for (int64_t ch = 0; ch < j->c; ch++)
+                        sum[ch] += x[ch];
+                else
+                    for (int64_t ch = 0; ch < j->c; ch++)
+                        sum[ch] += (int8_t)x[ch];
+        }
+        return;
+    }
+    for (int64_t r = lo; r < hi; r++) { /* items: (image, channel) rows of s values */
+        const uint8_t *x = j->x + r * j->s;
+#ifdef AI_Q_X86
+        if (j->path >= AI_Q_VNNI) {
+            j->sums[r] = row_sum_avx512(x, j->s, j->u8);
+            continue;
+        }
+        if (j->path == AI_Q_AVX2) {
+            j->sums[r] = row_sum_avx2(x, j->s, j->u8);
+            continue;
+        }
+#endif
+        int64_t sum = 0;
+        if (j->u8)
+            for (int64_t k = 0; k < j->s; k++)
+                sum += x[k];
+        else
+            for (int64_t k = 0; k < j->s; k++)
+                sum += (int8_t)x[k];
+        j->sums[r] = sum;
+    }
+}
+
+void ai_qsums(int64_t n, int64_t c, int64_t s, bool last, bool u8, const void *x,
+              int64_t *sums)
+{
+    qsums_job j = {c, s, last, u8, x, sums, ai_q_path()};
+    if (last)
+        ai_parallel_for(n, ai_grain_of(s * c), qsums_range, &j);
+    else
+        ai_parallel_for(n * c, ai_grain_of(s), qsums_range, &j);
 }

@@ -1527,14 +1527,21 @@ static ai_status qgemm_forward(ai_ctx *c)
 /* ------------------------------------------------ QLinearAdd, QLinearGlobalAveragePool */
 
 /* ONNX Runtime's com.microsoft QLinearAdd and QLinearGlobalAveragePool
- * (its QOperator format: residual additions, global pools), computed on
- * their definition in float64:
+ * (its QOperator format: residual additions, global pools), defined in
+ * float64 (the reference, ai_q_set_path(AI_Q_REFERENCE)):
  *   QLinearAdd(a, as, azp, b, bs, bzp, cs, czp)   numpy broadcasting
  *       c = saturate(rint((as (a - azp) + bs (b - bzp)) / cs) + czp)
  *   QLinearGlobalAveragePool(x, xs, xzp, ys, yzp), channels_last 0 or 1
- *       y = saturate(rint(sum(x - xzp) xs / (ys count)) + yzp)
- * ONNX Runtime computes them in float32, its rounding depending on the
- * CPU's kernel (fused multiply-adds on AVX2): within one quantum. */
+ *       y = saturate(rint((sum(x) - xzp count) (xs / ys / count)) + yzp)
+ * and, on the other paths, the same integers on the int8 kernels
+ * (kernels/qkernels.h): QLinearAdd as P = A a + B b + C0 in int64 with
+ * the definition itself for the values within about 2^-21 of a tie
+ * (ai_qladd: where it applies, positive finite scales of ratio as / cs,
+ * bs / cs in [2^-22, 2^14]), over runs of the output where a and b are
+ * each contiguous or one value; the pool's sums in integers (exact), then
+ * the same float64 requantization. ONNX Runtime computes them in float32
+ * or fixed point (MLAS: 22-bit multipliers of as / cs and bs / cs rounded
+ * to float32 first, fused multiply-adds on AVX2): within one quantum. */
 
 static ai_status qlinear_add_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
@@ -1558,6 +1565,54 @@ static ai_status qlinear_add_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *
                               out[0].shape);
 }
 
+/* The output in runs of `inner` elements along which a and b each step by
+ * 1 or stay (their trailing dims from some dim on: all of the output's, or
+ * all broadcast), on ai_qladd_run; false where the integers do not apply. */
+static bool fast_add(ai_ctx *c, const int64_t *sa, const int64_t *sb)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[3];
+    ai_tensor *y = c->out[0];
+    ai_qladd p;
+    if (ai_q_path() < AI_Q_PLAIN ||
+        !ai_qladd_init(&p, f_get(c->in[1], 0), (double)q_get(in_or_null(c, 2), 0),
+                       f_get(c->in[4], 0), (double)q_get(in_or_null(c, 5), 0),
+                       f_get(c->in[6], 0), (double)q_get(in_or_null(c, 7), 0),
+                       y->dtype == AI_U8))
+        return false;
+    const int nd = y->ndim;
+    int t = nd;       /* the run: dims t.. */
+    bool fa = true, fb = true, za = true, zb = true; /* a, b: contiguous / broadcast there */
+    for (int64_t step = 1; t > 0; t--) {
+        const int d = t - 1;
+        const bool ca = fa && (y->shape[d] == 1 || sa[d] == step);
+        const bool ca0 = za && (y->shape[d] == 1 || sa[d] == 0);
+        const bool cb = fb && (y->shape[d] == 1 || sb[d] == step);
+        const bool cb0 = zb && (y->shape[d] == 1 || sb[d] == 0);
+        if (!(ca || ca0) || !(cb || cb0))
+            break;
+        fa = ca, za = ca0, fb = cb, zb = cb0;
+        step *= y->shape[d];
+    }
+    int64_t inner = 1;
+    for (int d = t; d < nd; d++)
+        inner *= y->shape[d];
+    const int64_t count = ai_tensor_numel(y);
+    const int64_t ia_step = fa ? 1 : 0, ib_step = fb ? 1 : 0; /* (a dim of 1: both) */
+    int64_t idx[AI_MAX_DIMS] = {0}, ia = 0, ib = 0;
+    const uint8_t *pa = a->data, *pb = b->data;
+    for (int64_t e = 0; e < count && inner > 0; e += inner) {
+        ai_qladd_run(&p, inner, pa + ia, ia_step, pb + ib, ib_step, (uint8_t *)y->data + e);
+        for (int d = t - 1; d >= 0; d--) { /* the next run, and its offsets in a, b */
+            ia += sa[d], ib += sb[d];
+            if (++idx[d] < y->shape[d])
+                break;
+            ia -= sa[d] * idx[d], ib -= sb[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+    return true;
+}
+
 static ai_status qlinear_add_forward(ai_ctx *c)
 {
     const ai_tensor *a = c->in[0], *b = c->in[3];
@@ -1566,6 +1621,8 @@ static ai_status qlinear_add_forward(ai_ctx *c)
     int64_t sa[AI_MAX_DIMS], sb[AI_MAX_DIMS], idx[AI_MAX_DIMS] = {0}, ia = 0, ib = 0;
     ai_broadcast_strides(a->ndim, a->shape, nd, y->shape, sa);
     ai_broadcast_strides(b->ndim, b->shape, nd, y->shape, sb);
+    if (fast_add(c, sa, sb))
+        return AI_OK;
     const double ra = f_get(c->in[1], 0), za = (double)q_get(in_or_null(c, 2), 0);
     const double rb = f_get(c->in[4], 0), zb = (double)q_get(in_or_null(c, 5), 0);
     const double cs = f_get(c->in[6], 0), zc = (double)q_get(in_or_null(c, 7), 0);
@@ -1588,7 +1645,7 @@ static ai_status qlinear_add_forward(ai_ctx *c)
 
 static ai_status global_pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
+    (void)state;
     const ai_node *n = c->node;
     const ai_tensor *x = c->in[0];
     int64_t last;
@@ -1607,6 +1664,7 @@ static ai_status global_pool_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *
                              x->ndim);
     out[0].dtype = x->dtype;
     out[0].ndim = x->ndim;
+    *ws = sizeof(int64_t) * (size_t)(x->shape[0] * x->shape[last ? x->ndim - 1 : 1]); /* sums */
     for (int d = 0; d < x->ndim; d++) /* the spatial dims become 1 */
         out[0].shape[d] = d == 0 || d == (last ? x->ndim - 1 : 1) ? x->shape[d] : 1;
     return AI_OK;
@@ -1624,16 +1682,20 @@ static ai_status global_pool_forward(ai_ctx *c)
     const int64_t S = N > 0 && C > 0 ? ai_tensor_numel(x) / (N * C) : 0;
     const double zx = (double)q_get(in_or_null(c, 2), 0), zy = (double)q_get(in_or_null(c, 4), 0);
     const double m = f_get(c->in[1], 0) / f_get(c->in[3], 0) / (double)S;
-    int64_t lo = 0, hi = 0;
+    int64_t lo = 0, hi = 0, *sums = c->workspace;
     q_range(y->dtype, &lo, &hi);
-    for (int64_t i = 0; i < N; i++)
-        for (int64_t ch = 0; ch < C; ch++) {
-            int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
-            for (int64_t k = 0; k < S; k++)
-                sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
-            q_set(y, i * C + ch, q_saturate(rint(((double)sum - zx * (double)S) * m) + zy,
-                                            lo, hi));
-        }
+    if (ai_q_path() >= AI_Q_PLAIN) /* the sums on the kernels */
+        ai_qsums(N, C, S, last, x->dtype == AI_U8, x->data, sums);
+    else
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t ch = 0; ch < C; ch++) {
+                int64_t sum = 0; /* over x[i][ch][...] or x[i][...][ch] */
+                for (int64_t k = 0; k < S; k++)
+                    sum += q_get(x, last ? (i * S + k) * C + ch : (i * C + ch) * S + k);
+                sums[i * C + ch] = sum;
+            }
+    for (int64_t i = 0; i < N * C; i++)
+        q_set(y, i, q_saturate(rint(((double)sums[i] - zx * (double)S) * m) + zy, lo, hi));
     return AI_OK;
 }
 

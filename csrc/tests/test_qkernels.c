@@ -1,7 +1,10 @@
 /* test_qkernels.c — the fast int8 kernels (kernels/qkernels.h) against the
  * portable reference kernels, bit for bit, on every path the CPU has:
  * random convolutions (dense, grouped, depthwise, pointwise, strided,
- * dilated, padded), fully connected layers, pools, QAdd and Requantize. */
+ * dilated, padded), fully connected layers, pools, QAdd and Requantize;
+ * ONNX Runtime's QLinearAdd against its float64 definition on every pair
+ * of bytes, QLinearGlobalAveragePool's sums against plain ones. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,9 +177,89 @@ TEST(qpools_and_elementwise_match_reference)
     ai_q_set_path(AI_Q_VNNI);
 }
 
+/* ops/qlinear.c's definition of QLinearAdd */
+static int32_t qladd_definition(double as, double az, double bs, double bz, double cs,
+                                double cz, bool u8, int32_t a, int32_t b)
+{
+    const double v = rint((as * ((double)a - az) + bs * ((double)b - bz)) / cs) + cz;
+    const double lo = u8 ? 0 : -128, hi = u8 ? 255 : 127;
+    return v < lo ? (int32_t)lo : v > hi ? (int32_t)hi : (int32_t)v;
+}
+
+TEST(qlinear_add_matches_its_definition_on_every_path)
+{
+    /* all 65536 (a, b) of random scales and zero points, and of scales whose
+     * ratios land on ties (powers of two: c = (a - az + b - bz) / 2 ...) */
+    uint8_t *a = malloc(65536), *b = malloc(65536), *y = malloc(65536);
+    for (int32_t i = 0; i < 65536; i++)
+        a[i] = (uint8_t)(i >> 8), b[i] = (uint8_t)i;
+    for (int t = 0; t < 12; t++) {
+        const bool u8 = t & 1, ties = t % 4 >= 2;
+        const double as = ties ? ldexp(1, rnd(-8, -4)) : (float)(rnd(1000, 1000000) * 1e-7);
+        const double bs = ties ? ldexp(1, rnd(-8, -4)) : (float)(rnd(1000, 1000000) * 1e-7);
+        const double cs = ties ? ldexp(1, rnd(-7, -3)) : (float)(rnd(1000, 1000000) * 1e-7);
+        const double az = u8 ? rnd(0, 255) : rnd(-128, 127), bz = u8 ? rnd(0, 255) : rnd(-128, 127);
+        const double cz = u8 ? rnd(0, 255) : rnd(-128, 127);
+        ai_qladd p;
+        if (!ai_qladd_init(&p, as, az, bs, bz, cs, cz, u8))
+            continue; /* (ratios past [2^-22, 2^14]: ops/qlinear.c's loop) */
+        for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+            if (ai_q_set_path(path) != path)
+                continue;
+            for (int sa = 0; sa <= 1; sa++) { /* a one value (the first) or all */
+                memset(y, 0xa5, 65536);
+                ai_qladd_run(&p, 65536 - t, a, sa, b, 1, y);
+                for (int32_t i = 0; i < 65536 - t; i++) {
+                    const int32_t va = u8 ? a[i * sa] : (int8_t)a[i * sa];
+                    const int32_t vb = u8 ? b[i] : (int8_t)b[i];
+                    const int32_t want = qladd_definition(as, az, bs, bz, cs, cz, u8, va, vb);
+                    if ((u8 ? (int32_t)y[i] : (int32_t)(int8_t)y[i]) != want) {
+                        CHECK(false);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    ai_q_set_path(AI_Q_VNNI);
+    ai_qladd p;
+    CHECK(ai_qladd_init(&p, 0.02, 0, 0.03, 0, 0.04, 0, false)); /* ratios 1/2, 3/4 */
+    CHECK(!ai_qladd_init(&p, 0.02, 0, 0.03, 0, 0, 0, false));   /* cs = 0 */
+    CHECK(!ai_qladd_init(&p, 1e5, 0, 1, 0, 1, 0, false));        /* ratio past 2^14 */
+    free(a), free(b), free(y);
+}
+
+TEST(qlinear_global_pool_sums_match_plain_ones)
+{
+    for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+        if (ai_q_set_path(path) != path)
+            continue;
+        for (int t = 0; t < 30; t++) {
+            const int64_t n = rnd(1, 3), c = rnd(1, 9), s = rnd(1, 300);
+            const bool last = t & 1, u8 = t & 2;
+            int8_t *x = rand_i8(n * c * s);
+            int64_t *sums = malloc(sizeof(int64_t) * (size_t)(n * c));
+            ai_qsums(n, c, s, last, u8, x, sums);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t ch = 0; ch < c; ch++) {
+                    int64_t want = 0;
+                    for (int64_t k = 0; k < s; k++) {
+                        const int8_t v = x[last ? (i * s + k) * c + ch : (i * c + ch) * s + k];
+                        want += u8 ? (uint8_t)v : v;
+                    }
+                    CHECK(sums[i * c + ch] == want);
+                }
+            free(x), free(sums);
+        }
+    }
+    ai_q_set_path(AI_Q_VNNI);
+}
+
 const ctest_case qkernel_cases[] = {
     CASE(qconv_matches_reference_on_every_path),
     CASE(qfc_matches_reference_on_every_path),
     CASE(qpools_and_elementwise_match_reference),
+    CASE(qlinear_add_matches_its_definition_on_every_path),
+    CASE(qlinear_global_pool_sums_match_plain_ones),
     {NULL, NULL},
 };
