@@ -31,6 +31,18 @@ rounds every product and partial sum to float32 first: the two agree but
 where the float sum lands within a float32 rounding of a tie of the final
 QuantizeLinear, where they can differ by one quantum. ONNX Runtime fuses
 the same patterns at its default optimization level.
+
+Likewise ``QuantizeLinear(Add(DequantizeLinear(a), DequantizeLinear(b)))``
+(the residual additions) and ``QuantizeLinear(GlobalAveragePool(
+DequantizeLinear(x)))``, all per tensor with constant scales and zero
+points of one 8-bit type, become ONNX Runtime's QLinearAdd and
+QLinearGlobalAveragePool (com.microsoft, engine operators on the int8
+kernels), computed in float64 (the pool's sum exact): the graph as written
+rounds each dequantized value, the sum and the quotient to float32, and
+the two differ by one quantum where that float32 value rounds onto or
+across a tie k + 1/2 (2 sums in 10^6 of random scales,
+tests/test_qlinear_add.py). ONNX Runtime fuses them too, into its fixed
+point kernels, which round exact ties their own way.
 """
 from __future__ import annotations
 
@@ -182,8 +194,9 @@ _INT8 = (2, 3)  # uint8, int8
 
 
 def fuse_qdq(proto):
-    """``proto`` with its QDQ Conv, MatMul and Gemm fused into QLinearConv,
-    QLinearMatMul and QGemm (module docstring); ``proto`` itself when none
+    """``proto`` with its QDQ Conv, MatMul, Gemm, Add and GlobalAveragePool
+    fused into QLinearConv, QLinearMatMul, QGemm, QLinearAdd and
+    QLinearGlobalAveragePool (module docstring); ``proto`` itself when none
     fits."""
     onnx = _onnx()
     h = onnx.helper
@@ -217,20 +230,52 @@ def fuse_qdq(proto):
         dt = inits[name].data_type if name in inits else None
         return (zp is not None and zp.dtype in (np.int8, np.uint8)) or dt in _INT8
 
-    fused, dropped = {}, set()  # id(op node) -> replacement; consumed DQ/Q nodes
-    for n in graph.node:
-        if n.op_type not in ("Conv", "MatMul", "Gemm") or n.domain not in ("", "ai.onnx"):
-            continue
+    def q_after(n):
+        """(the QuantizeLinear, its zero point) alone reading ``n``'s output, per tensor
+        to 8 bits with constants, else None."""
         users = consumers.get(n.output[0], [])
-        if len(users) != 1 or n.output[0] in outputs or users[0].op_type != "QuantizeLinear":
-            continue
+        if len(users) != 1 or n.output[0] in outputs or users[0].op_type != "QuantizeLinear" \
+                or users[0].domain not in ("", "ai.onnx"):
+            return None
         q = users[0]
         qa = _attrs(q)
         qs, qzp = const(q.input[1]), const(_input(q, 2)) if _input(q, 2) else None
         if (qs is None or qs.size != 1 or qs.dtype != np.float32 or qzp is None or
                 qzp.size != 1 or qzp.dtype not in (np.int8, np.uint8) or
                 "output_dtype" in qa or qa.get("block_size", 0)):
+            return None
+        return q, qzp
+
+    def dq_per_tensor(name, dtype):
+        """the DequantizeLinear giving ``name``, per tensor with a zero point of ``dtype``"""
+        d = dq_of(name)
+        return d[0] if d and d[1].size == 1 and d[2] is not None and d[2].size == 1 and \
+            d[2].dtype == dtype else None
+
+    fused, dropped = {}, set()  # id(op node) -> replacement; consumed DQ/Q nodes
+    for n in graph.node:
+        if n.domain not in ("", "ai.onnx"):
             continue
+        if n.op_type in ("Add", "GlobalAveragePool"):  # (elementwise: one type throughout)
+            qz = q_after(n)
+            if qz is None or len(n.input) != (2 if n.op_type == "Add" else 1):
+                continue
+            q, qzp = qz
+            dqs = [dq_per_tensor(i, qzp.dtype) for i in n.input]
+            if None in dqs:
+                continue
+            name = (n.name or n.output[0]) + "/qdq"
+            ins = [i for d in dqs for i in d.input[:3]] + list(q.input[1:3])
+            fused[id(n)] = h.make_node("QLinear" + n.op_type, ins, [q.output[0]], name=name,
+                                       domain=MS)
+            dropped.add(id(q))
+            continue
+        if n.op_type not in ("Conv", "MatMul", "Gemm"):
+            continue
+        qz = q_after(n)
+        if qz is None:
+            continue
+        q = qz[0]
         x, wt = dq_of(n.input[0]), dq_of(n.input[1])
         if x is None or wt is None or x[1].size != 1 or wt[0].input[0] not in inits:
             continue
