@@ -7,9 +7,11 @@ The fused operators run on the int8 kernels (VNNI) or, with
 
 Columns: fused / fused on the float kernels, fused / as written (below 1:
 the fused int8 graph is faster), fused / ONNX Runtime (above 1: ONNX
-Runtime is faster).
+Runtime is faster). ``--format QOperator``: the QOperator files instead
+(QLinearConv, QLinearAdd, ... as written; no "as written" column).
 
     python benchmarks/qdq.py [--budget 1.0] [--threads 1] [--models lenet ...]
+                             [--format QDQ|QOperator]
 """
 import argparse
 import os
@@ -50,6 +52,7 @@ def main():
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", nargs="+", default=None)
+    parser.add_argument("--format", choices=("QDQ", "QOperator"), default="QDQ")
     args = parser.parse_args()
     best = _C._set_quant_path(3)
     aidge_interop.set_num_threads(args.threads)
@@ -76,7 +79,7 @@ def main():
                         x = next(self.batches, None)
                         return None if x is None else {"x": x}
                 path = os.path.join(d, f"qdq_{act}.onnx")
-                quantize_static(src, path, Reader(), quant_format=QuantFormat.QDQ,
+                quantize_static(src, path, Reader(), quant_format=getattr(QuantFormat, args.format),
                                 per_channel=True, activation_type=getattr(QuantType, act),
                                 weight_type=QuantType.QInt8)
                 x = np.random.default_rng(1).standard_normal((8, *shape)).astype(np.float32)
@@ -88,8 +91,9 @@ def main():
                 t_fused, t_float, t_written, t_ort = interleaved_medians(
                     [on(best, fused), on(0, fused), on(best, written),
                      lambda: session.run(None, {"x": x})], budget_s=args.budget)
+                written = f"{t_fused / t_written:.2f}" if args.format == "QDQ" else "-"
                 print(f"{name:<18} {act:<12} {t_fused / t_float:>19.2f} "
-                      f"{t_fused / t_written:>14.2f} {t_fused / t_ort:>10.2f}")
+                      f"{written:>14} {t_fused / t_ort:>10.2f}")
     _C._set_quant_path(best)
 
 

@@ -286,7 +286,7 @@ void ai_qrequant(int64_t n, const int8_t *x, const aik_rq *rq, int8_t *y)
     ai_parallel_for(n, AI_GRAIN_ELEMS, ew_range, &j);
 }
 
-/* ---------------------------------------------------------------- QLinearAdd (qkernels.h) */
+/* ---------------------------------------------------------------- QLinearAdd */
 
 bool ai_qladd_init(ai_qladd *p, double as, double az, double bs, double bz, double cs,
                    double cz, bool u8)
@@ -467,7 +467,7 @@ void ai_qladd_run(const ai_qladd *p, int64_t n, const void *a, int64_t sa, const
     ai_parallel_for(n, AI_GRAIN_ELEMS, qladd_range, &j);
 }
 
-/* ---------------------------------------------------------------- QLinearGlobalAveragePool's sums */
+/* ------------------------------------------------ QLinearGlobalAveragePool's sums */
 
 typedef struct {
     int64_t c, s;
