@@ -327,18 +327,16 @@ static inline int32_t qladd_at(const void *x, int64_t i, bool u8)
 static void qladd_plain(const ai_qladd *p, const void *a, int64_t sa, const void *b, int64_t sb,
                         uint8_t *y, int64_t lo, int64_t hi)
 {
-    const int64_t mask = ((int64_t)1 << p->K) - 1, span = mask + 1 - 2 * p->D;
+    const ai_qladd q = *p; /* (a local: the byte stores may alias *p, not it) */
+    const int64_t mask = ((int64_t)1 << q.K) - 1, span = mask + 1 - 2 * q.D;
     for (int64_t i = lo; i < hi; i++) {
-        const int32_t va = qladd_at(a, i * sa, p->u8), vb = qladd_at(b, i * sb, p->u8);
-        const int64_t P = p->A * va + p->B * vb + p->C0;
-        int32_t c;
-        if ((uint64_t)((P & mask) - p->D) > (uint64_t)span) /* near a tie */
-            c = qladd_exact(p, va, vb);
-        else {
-            const int64_t q = P >> p->K;
-            c = (int32_t)(q < p->lo ? p->lo : q > p->hi ? p->hi : q);
-        }
-        y[i] = (uint8_t)c;
+        const int32_t va = qladd_at(a, i * sa, q.u8), vb = qladd_at(b, i * sb, q.u8);
+        const int64_t P = q.A * va + q.B * vb + q.C0;
+        const int64_t c = P >> q.K;
+        if ((uint64_t)((P & mask) - q.D) > (uint64_t)span) /* near a tie */
+            y[i] = (uint8_t)qladd_exact(&q, va, vb);
+        else
+            y[i] = (uint8_t)(c < q.lo ? q.lo : c > q.hi ? q.hi : c);
     }
 }
 
