@@ -856,6 +856,8 @@ typedef struct {
     char *ws;
     size_t slot;
     int64_t jobs, n_slots;
+    int32_t *y32; /* ai_qfc_i32's (then u, v) */
+    const int32_t *u, *v;
 } fc_job;
 
 /* panel of x's rows [i0, i0 + cols) (k each) */
@@ -892,7 +894,12 @@ static void fc_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t i0 = job * FC_ROWS;
             const int64_t cols = j->n - i0 < FC_ROWS ? j->n - i0 : FC_ROWS;
             pack_x_rows(j->x + i0 * k, k, cols, panel);
-            ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+            if (j->y32) {
+                const ai_qi32 o = {j->y32 + i0 * m, 1, m, j->u ? j->u + i0 : NULL, j->v};
+                ai_qgemm_i32(j->q, cols, panel, &o);
+            } else {
+                ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+            }
         }
     }
 }
@@ -907,7 +914,22 @@ void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
     weights_of(&q, state, const_weights, m, k, k, k, w, bias);
     const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
     fc_job j = {n, x, &q, rq, y, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
-                (n + FC_ROWS - 1) / FC_ROWS, 0};
+                (n + FC_ROWS - 1) / FC_ROWS, 0, NULL, NULL, NULL};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, fc_range, &j);
+}
+
+void ai_qfc_i32(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+                const int32_t *bias, const int32_t *u, const int32_t *v, int32_t *y, void *state,
+                bool const_weights, void *ws)
+{
+    if (n == 0 || m == 0)
+        return;
+    ai_qweights q;
+    weights_of(&q, state, const_weights, m, k, k, k, w, bias);
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    fc_job j = {n, x, &q, NULL, NULL, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
+                (n + FC_ROWS - 1) / FC_ROWS, 0, y, u, v};
     j.n_slots = n_slots_of(j.jobs);
     ai_parallel_for(j.n_slots, 1, fc_range, &j);
 }

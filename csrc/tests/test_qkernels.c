@@ -122,6 +122,46 @@ TEST(qfc_matches_reference_on_every_path)
     ai_q_set_path(AI_Q_VNNI);
 }
 
+/* the int32 store (MatMulInteger's): bias + x w^T + u v^T in wrapping int32,
+ * against the sums in int64 (large biases and u v wrap) */
+TEST(qfc_i32_matches_reference_on_every_path)
+{
+    for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+        if (ai_q_set_path(path) != path)
+            continue;
+        for (int t = 0; t < 20; t++) {
+            const int64_t n = rnd(1, 140);
+            const int32_t k = rnd(1, 200), m = rnd(1, 40);
+            int8_t *x = rand_i8(n * k), *w = rand_i8((int64_t)m * k);
+            int32_t *y = malloc(sizeof(int32_t) * (size_t)(n * m));
+            int32_t *b = malloc(sizeof(int32_t) * (size_t)m);
+            int32_t *v = malloc(sizeof(int32_t) * (size_t)m);
+            int32_t *u = malloc(sizeof(int32_t) * (size_t)n);
+            for (int32_t i = 0; i < m; i++)
+                b[i] = rnd(-INT32_MAX, INT32_MAX), v[i] = rnd(-100000, 100000);
+            for (int64_t i = 0; i < n; i++)
+                u[i] = rnd(-100000, 100000);
+            const bool with_u = t % 2;
+            size_t ws, st;
+            ai_qfc_sizes(n, k, m, &ws, &st);
+            void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
+            void *stp = aligned_alloc(64, (st + 63) / 64 * 64 + 64);
+            ai_qfc_i32(n, k, m, x, w, b, with_u ? u : NULL, v, y, stp, false, wsp);
+            bool same = true;
+            for (int64_t i = 0; i < n; i++)
+                for (int32_t r = 0; r < m; r++) {
+                    int64_t s = b[r] + (with_u ? (int64_t)u[i] * v[r] : 0);
+                    for (int32_t e = 0; e < k; e++)
+                        s += (int64_t)x[i * k + e] * w[(int64_t)r * k + e];
+                    same &= y[i * m + r] == (int32_t)(uint32_t)(uint64_t)s;
+                }
+            CHECK(same);
+            free(x), free(w), free(y), free(b), free(v), free(u), free(wsp), free(stp);
+        }
+    }
+    ai_q_set_path(AI_Q_VNNI);
+}
+
 TEST(qpools_and_elementwise_match_reference)
 {
     for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
@@ -177,6 +217,7 @@ TEST(qpools_and_elementwise_match_reference)
 const ctest_case qkernel_cases[] = {
     CASE(qconv_matches_reference_on_every_path),
     CASE(qfc_matches_reference_on_every_path),
+    CASE(qfc_i32_matches_reference_on_every_path),
     CASE(qpools_and_elementwise_match_reference),
     {NULL, NULL},
 };
