@@ -746,30 +746,6 @@ static int32_t *mm_accumulate(const ai_ctx *c, mm_slots s, const ai_mm_dims *d)
     return Y;
 }
 
-static ai_status matmul_integer_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
-{
-    (void)state;
-    ai_mm_dims d;
-    ai_status st = mm_check(c, MATMUL_INTEGER, &d, ws);
-    if (st)
-        return st;
-    mm_meta(c, MATMUL_INTEGER, &d, AI_I32, out);
-    return AI_OK;
-}
-
-static ai_status matmul_integer_forward(ai_ctx *c)
-{
-    ai_mm_dims d;
-    size_t ws;
-    ai_status st = mm_check(c, MATMUL_INTEGER, &d, &ws);
-    if (st)
-        return st;
-    const int32_t *acc = mm_accumulate(c, MATMUL_INTEGER, &d);
-    if (ai_tensor_numel(c->out[0])) /* (an empty product: no data to copy) */
-        memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
-    return AI_OK;
-}
-
 /* The requantization of QLinearMatMul / QLinearConv: the inputs at
  * (x_scale, x_zp, w_scale, w_zp, y_scale, y_zp); w's per `per` (columns
  * of B, output channels of W: `count`). */
@@ -1070,19 +1046,201 @@ static size_t fast_fc_ws(int64_t n, int64_t k, int64_t m, size_t *state)
     return FAST_ALIGN((size_t)(n * k)) + kws;
 }
 
-/* QLinearMatMul by a 2-D B: a's rows (n = numel / K) times B's columns. */
+/* Matrix `i` of t's batch as a (rows, cols) tensor (a view of its data). */
+static ai_tensor mm_slice(const ai_tensor *t, int64_t i, int64_t rows, int64_t cols)
+{
+    ai_tensor s = *t;
+    s.ndim = 2;
+    s.shape[0] = rows, s.shape[1] = cols;
+    s.data = (char *)t->data + (size_t)(i * rows * cols) * ai_dtype_size(t->dtype);
+    return s;
+}
+
+/* QLinearMatMul: by a B without batch (a constant weight), a's rows
+ * (n = numel / K) times B's columns; with batches of B (a product of two
+ * activations, attention's), each output matrix on its own, B packed at
+ * run time (on VNNI that is still faster than the float path: the
+ * benchmark of docs/quantization.md). */
 static bool fast_matmul(ai_ctx *c, const ai_mm_dims *d)
 {
     const ai_tensor *a = c->in[0], *b = c->in[3];
-    if (b->ndim != 2 || ai_q_path() < FAST_PATH)
+    if (ai_q_path() < FAST_PATH || !d->M || !d->K)
         return false;
     double *mult = fast_mult_area(c, d->N, d->K);
     fast_multipliers(c, QLINEAR_RQ, d->N, mult);
-    const fast_view v = {a, in_or_null(c, 2), b, in_or_null(c, 5), NULL, c->out[0],
-                         in_or_null(c, 7), d->N, d->K, 1, d->N, mult};
-    static const int ints[] = {2, 3, 5, 7}; /* the zero points, B */
-    return fast_fc(c, &v, d->K ? ai_tensor_numel(a) / d->K : 0, consts_in(c, ints, 4),
-                   c->workspace);
+    if (d->b_shared) {
+        const fast_view v = {a, in_or_null(c, 2), b, in_or_null(c, 5), NULL, c->out[0],
+                             in_or_null(c, 7), d->N, d->K, 1, d->N, mult};
+        static const int ints[] = {2, 3, 5, 7}; /* the zero points, B */
+        return fast_fc(c, &v, ai_tensor_numel(a) / d->K, consts_in(c, ints, 4), c->workspace);
+    }
+    for (int64_t i = 0; i < d->count; i++) {
+        int64_t ia, ib;
+        ai_matmul_batch(d, i, &ia, &ib);
+        const ai_tensor as = mm_slice(a, ia, d->M, d->K), bs = mm_slice(b, ib, d->K, d->N);
+        ai_tensor ys = mm_slice(c->out[0], i, d->M, d->N);
+        const fast_view v = {&as, in_or_null(c, 2), &bs, in_or_null(c, 5), NULL, &ys,
+                             in_or_null(c, 7), d->N, d->K, 1, d->N, mult};
+        if (!fast_fc(c, &v, d->M, false, c->workspace))
+            return false; /* (the float path then writes every matrix) */
+    }
+    return true;
+}
+
+/* The rows of A the int8 kernels take at once: all of them by a B without
+ * batch, else one matrix's. */
+static int64_t fast_mm_rows(const ai_tensor *a, const ai_mm_dims *d)
+{
+    return !d->K ? 0 : d->b_shared ? ai_tensor_numel(a) / d->K : d->M;
+}
+
+/* ---------------------------------------------------------------- MatMulInteger on the int8 kernels */
+
+/* MatMulInteger on the int8 kernels' int32 store (ai_qfc_i32): exact
+ * integers, wrapping as the reference's int32, for every operand type:
+ *   - B's column r enters as int8 w'[r] = B[:, r] - o_r, the offset o_r its
+ *     zero point where every value then fits int8, else 128 for uint8 B
+ *     (B - 128 always fits) or 0 for int8 B; d_r = o_r - bzp_r.
+ *   - A enters as x8 (a, or a - 128 for uint8) and the kernels' store adds
+ *     u_i W_r, u_i = -(azp_i as x8), W_r = sum_k w'[r][k]: then
+ *     sum_k x8 w' - z8_i W_r = sum_k (a - azp_i) w'[r].
+ *   - a d_r != 0 (an offset that is not the zero point) adds
+ *     d_r (sum_k a_ik - K azp_i) after (a pass over y).
+ * ONNX Runtime's dynamic quantization (uint8 A, int8 B with zero point 0,
+ * or per-channel) needs no pass after. Taken from INT_PATH on: on VNNI, and
+ * on AVX2, where the int8 kernels beat the float path for an int32 result
+ * (no requantization to make them slower; docs/quantization.md); on plain
+ * C and ai_q_set_path below, the float path. */
+#define INT_PATH AI_Q_AVX2
+
+/* The state: a header (made: 1), w' (N, K), W, d, the kernels' pack. */
+typedef struct {
+    int8_t *w;
+    int32_t *sum, *d;
+    void *kernel;
+} int_rows;
+
+static int_rows int_rows_at(void *state, int64_t n, int64_t k)
+{
+    char *b = (char *)state + FAST_HEAD;
+    int_rows r = {(int8_t *)b, NULL, NULL, NULL};
+    r.sum = (int32_t *)(b + FAST_ALIGN((size_t)(n * k)));
+    r.d = (int32_t *)((char *)r.sum + FAST_ALIGN(sizeof(int32_t) * (size_t)n));
+    r.kernel = (char *)r.d + FAST_ALIGN(sizeof(int32_t) * (size_t)n);
+    return r;
+}
+
+/* w', W and d (above) of matrix b (K, N); true where some d_r != 0. */
+static bool int_weights(const ai_tensor *b, const ai_tensor *bzp, int64_t K, int64_t N,
+                        const int_rows *f)
+{
+    const bool per = bzp && ai_tensor_numel(bzp) > 1;
+    bool any_d = false;
+    for (int64_t r = 0; r < N; r++) {
+        const int64_t z = q_get(bzp, per ? r : 0);
+        int64_t off = z;
+        for (int64_t k = 0; k < K && off == z; k++) {
+            const int64_t v = q_get(b, k * N + r) - z;
+            if (v < INT8_MIN || v > INT8_MAX)
+                off = b->dtype == AI_U8 ? 128 : 0;
+        }
+        uint32_t sum = 0;
+        for (int64_t k = 0; k < K; k++) {
+            const int8_t v = (int8_t)(q_get(b, k * N + r) - off);
+            f->w[r * K + k] = v;
+            sum += (uint32_t)(int32_t)v;
+        }
+        f->sum[r] = (int32_t)sum;
+        f->d[r] = (int32_t)(off - z);
+        any_d |= off != z;
+    }
+    return any_d;
+}
+
+static size_t int_state_bytes(int64_t n, int64_t k)
+{
+    size_t kws = 0, kst = 0;
+    if (k <= INT32_MAX && n <= INT32_MAX)
+        ai_qfc_sizes(1, (int32_t)k, (int32_t)n, &kws, &kst);
+    return FAST_HEAD + FAST_ALIGN((size_t)(n * k)) + 2 * FAST_ALIGN(sizeof(int32_t) * (size_t)n) +
+           kst;
+}
+
+/* The workspace: A as x8, u, then the kernels'. */
+static size_t int_ws_bytes(const ai_tensor *a, const ai_mm_dims *d)
+{
+    const int64_t rows = d->K ? ai_tensor_numel(a) / d->K : 0, n = fast_mm_rows(a, d);
+    size_t kws = 0, kst = 0;
+    if (d->K <= INT32_MAX && d->N <= INT32_MAX)
+        ai_qfc_sizes(n, (int32_t)d->K, (int32_t)d->N, &kws, &kst);
+    return FAST_ALIGN((size_t)ai_tensor_numel(a)) + FAST_ALIGN(sizeof(int32_t) * (size_t)rows) +
+           kws;
+}
+
+static bool fast_matmul_integer(ai_ctx *c, const ai_mm_dims *d)
+{
+    const ai_tensor *a = c->in[0], *b = c->in[1], *azp = in_or_null(c, 2);
+    const ai_tensor *bzp = in_or_null(c, 3);
+    const int64_t M = d->M, N = d->N, K = d->K;
+    if (ai_q_path() < INT_PATH || !M || !N || !K || K > INT32_MAX || N > INT32_MAX)
+        return false;
+    static const int ints[] = {1, 3}; /* B, its zero point */
+    const bool consts = d->b_shared && consts_in(c, ints, 2);
+    int64_t *made = c->state;
+    const int_rows f = int_rows_at(c->state, N, K);
+    bool any_d = consts && *made ? *made == 2 : false;
+    if (d->b_shared && !(consts && *made)) {
+        any_d = int_weights(b, bzp, K, N, &f);
+        *made = consts ? 1 + any_d : 0;
+    }
+    /* x8, and u_i = -z8_i (NULL: all 0) */
+    const int64_t rows = ai_tensor_numel(a) / K;
+    char *ws = c->workspace;
+    const int8_t *x8 = fast_x8(a, (int8_t *)ws);
+    ws += FAST_ALIGN((size_t)ai_tensor_numel(a));
+    int32_t *u = (int32_t *)ws;
+    ws += FAST_ALIGN(sizeof(int32_t) * (size_t)rows);
+    const bool a_per = azp && ai_tensor_numel(azp) > 1;
+    bool any_u = false;
+    for (int64_t i = 0; i < rows; i++) {
+        u[i] = (int32_t)-to_x8(a, q_get(azp, a_per ? i % M : 0));
+        any_u |= u[i] != 0;
+    }
+    int32_t *y = c->out[0]->data;
+    if (d->b_shared) {
+        ai_qfc_i32(rows, (int32_t)K, (int32_t)N, x8, f.w, NULL, any_u ? u : NULL, f.sum, y,
+                   f.kernel, consts, ws);
+    } else {
+        for (int64_t i = 0; i < d->count; i++) {
+            int64_t ia, ib;
+            ai_matmul_batch(d, i, &ia, &ib);
+            const ai_tensor bs = mm_slice(b, ib, K, N);
+            any_d = int_weights(&bs, bzp, K, N, &f);
+            ai_qfc_i32(M, (int32_t)K, (int32_t)N, x8 + ia * M * K, f.w, NULL,
+                       any_u ? u : NULL, f.sum, y + i * M * N, f.kernel, false, ws);
+            if (any_d) /* d_r (sum_k a_ik - K azp_i), rows of matrix ia */
+                for (int64_t r = 0; r < M; r++) {
+                    uint32_t t = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        t += (uint32_t)q_get(a, (ia * M + r) * K + k);
+                    t -= (uint32_t)K * (uint32_t)q_get(azp, a_per ? r : 0);
+                    int32_t *yr = y + (i * M + r) * N;
+                    for (int64_t j = 0; j < N; j++)
+                        yr[j] = (int32_t)((uint32_t)yr[j] + t * (uint32_t)f.d[j]);
+                }
+        }
+        return true;
+    }
+    if (any_d)
+        for (int64_t r = 0; r < rows; r++) {
+            uint32_t t = 0;
+            for (int64_t k = 0; k < K; k++)
+                t += (uint32_t)q_get(a, r * K + k);
+            t -= (uint32_t)K * (uint32_t)q_get(azp, a_per ? r % M : 0);
+            for (int64_t j = 0; j < N; j++)
+                y[r * N + j] = (int32_t)((uint32_t)y[r * N + j] + t * (uint32_t)f.d[j]);
+        }
+    return true;
 }
 
 /* The 2-D window of a Conv of 1 or 2 spatial dims; false: past int32. */
@@ -1175,6 +1333,34 @@ static bool fast_conv(ai_ctx *c, const ai_conv_params *p)
     return true;
 }
 
+static ai_status matmul_integer_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
+{
+    ai_mm_dims d;
+    ai_status st = mm_check(c, MATMUL_INTEGER, &d, ws);
+    if (st)
+        return st;
+    mm_meta(c, MATMUL_INTEGER, &d, AI_I32, out);
+    const size_t fast = int_ws_bytes(c->in[0], &d); /* the int8 kernels' */
+    *ws = fast > *ws ? fast : *ws;
+    *state = int_state_bytes(d.N, d.K);
+    return AI_OK;
+}
+
+static ai_status matmul_integer_forward(ai_ctx *c)
+{
+    ai_mm_dims d;
+    size_t ws;
+    ai_status st = mm_check(c, MATMUL_INTEGER, &d, &ws);
+    if (st)
+        return st;
+    if (fast_matmul_integer(c, &d))
+        return AI_OK;
+    const int32_t *acc = mm_accumulate(c, MATMUL_INTEGER, &d);
+    if (ai_tensor_numel(c->out[0])) /* (an empty product: no data to copy) */
+        memcpy(c->out[0]->data, acc, sizeof(int32_t) * (size_t)ai_tensor_numel(c->out[0]));
+    return AI_OK;
+}
+
 static ai_status qlinear_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     ai_mm_dims d;
@@ -1187,11 +1373,9 @@ static ai_status qlinear_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_
         return ai_node_error(c->node, AI_ERR_NOT_IMPLEMENTED, "a per-row zero point of A is "
                              "not supported (its scale is per tensor)");
     mm_meta(c, QLINEAR_MATMUL, &d, dt, out);
-    if (c->in[3]->ndim == 2) { /* the int8 kernels' (fast_matmul) */
-        const size_t fast = fast_fc_ws(d.K ? ai_tensor_numel(c->in[0]) / d.K : 0, d.K, d.N,
-                                       state);
-        *ws = fast > *ws ? fast : *ws;
-    }
+    /* the int8 kernels' (fast_matmul) */
+    const size_t fast = fast_fc_ws(fast_mm_rows(c->in[0], &d), d.K, d.N, state);
+    *ws = fast > *ws ? fast : *ws;
     return AI_OK;
 }
 
