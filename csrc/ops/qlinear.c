@@ -57,6 +57,7 @@
 #include "../kernels/conv.h"
 #include "../kernels/gemm.h"
 #include "../kernels/qkernels.h"
+#include "../kernels/simd.h"
 #include "matmul.h"
 #include "spatial.h"
 
@@ -557,22 +558,111 @@ static ai_status dynamic_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *stat
     return AI_OK;
 }
 
+/* The range of x extended to 0: NaNs skipped (no comparison holds); the
+ * same minimum and maximum in any order (a -0 never replaces the starting
+ * +0), so the AVX2 lanes' (vminps / vmaxps: v < lo ? v : lo and
+ * v > hi ? v : hi, the scalar loop's) are the scalar loop's. */
+static void range_plain(const float *x, int64_t n, float *lo, float *hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        *lo = x[i] < *lo ? x[i] : *lo;
+        *hi = x[i] > *hi ? x[i] : *hi;
+    }
+}
+
+/* y = saturate(rint(x / scale) + zp) in float32 (every value an integer of
+ * magnitude below 2^24 or infinite: the sum is exact), NaN to 0. */
+static void quantize_plain(const float *x, int64_t n, float scale, float zp, uint8_t *y)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = rintf(x[i] / scale) + zp;
+        v = v > 0.0f ? v : 0.0f;
+        y[i] = (uint8_t)(int32_t)(v < 255.0f ? v : 255.0f);
+    }
+}
+
+#if defined(AI_AVX512_KERNEL)
+#include <immintrin.h>
+#define DQ_AVX2 __attribute__((target("arch=x86-64-v3")))
+
+/* the AVX2 lanes, on the int8 kernels' AVX2 path and up (ai_q_set_path: the
+ * tests compare both) */
+static DQ_AVX2 void range_avx2(const float *x, int64_t n, float *lo, float *hi)
+{
+    __m256 l[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, h[2] = {l[0], l[1]};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int t = 0; t < 2; t++) {
+            const __m256 v = _mm256_loadu_ps(x + i + 8 * t);
+            l[t] = _mm256_min_ps(v, l[t]);
+            h[t] = _mm256_max_ps(v, h[t]);
+        }
+    float lanes[16];
+    _mm256_storeu_ps(lanes, _mm256_min_ps(l[0], l[1]));
+    _mm256_storeu_ps(lanes + 8, _mm256_max_ps(h[0], h[1]));
+    *lo = 0.0f, *hi = 0.0f;
+    range_plain(lanes, 16, lo, hi);
+    range_plain(x + i, n - i, lo, hi);
+}
+
+/* quantize_plain's: vroundps of the current mode (rint), vmaxps(v, 0) (NaN
+ * to 0), vminps(v, 255), then packed */
+static DQ_AVX2 void quantize_avx2(const float *x, int64_t n, float scale, float zp,
+                                   uint8_t *y)
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
+    const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i q[2];
+        for (int t = 0; t < 2; t++) {
+            __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8 * t), s),
+                                       _MM_FROUND_CUR_DIRECTION);
+            v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), zero), top);
+            q[t] = _mm256_cvttps_epi32(v);
+        }
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(q[0], q[1]), 0xd8);
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm_packus_epi16(_mm256_castsi256_si128(w),
+                                          _mm256_extracti128_si256(w, 1)));
+    }
+    quantize_plain(x + i, n - i, scale, zp, y + i);
+}
+#endif
+
+static void dynamic_range(const float *x, int64_t n, float *lo, float *hi)
+{
+#if defined(AI_AVX512_KERNEL)
+    if (ai_q_path() >= AI_Q_AVX2) {
+        range_avx2(x, n, lo, hi);
+        return;
+    }
+#endif
+    *lo = 0.0f, *hi = 0.0f;
+    range_plain(x, n, lo, hi);
+}
+
+static void dynamic_quantize(const float *x, int64_t n, float scale, float zp, uint8_t *y)
+{
+#if defined(AI_AVX512_KERNEL)
+    if (ai_q_path() >= AI_Q_AVX2) {
+        quantize_avx2(x, n, scale, zp, y);
+        return;
+    }
+#endif
+    quantize_plain(x, n, scale, zp, y);
+}
+
 /* All in float32, as ONNX's function body: scale = (max - min) / 255 over
  * x's range extended to 0, zp = rint(clamp(-min / scale, 0, 255)). */
 static ai_status dynamic_forward(ai_ctx *c)
 {
     const int64_t count = ai_tensor_numel(c->in[0]);
-    const float *x = c->in[0]->data;
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t i = 0; i < count; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
+    float lo, hi;
+    dynamic_range(c->in[0]->data, count, &lo, &hi);
     const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
     const float zp = rintf(fminf(fmaxf(0.0f - lo / scale, 0.0f), 255.0f));
-    uint8_t *y = c->out[0]->data;
-    for (int64_t i = 0; i < count; i++)
-        y[i] = (uint8_t)q_saturate((double)rintf(x[i] / scale) + zp, 0, 255);
+    dynamic_quantize(c->in[0]->data, count, scale, zp, c->out[0]->data);
     *(float *)c->out[1]->data = scale;
     *(uint8_t *)c->out[2]->data = (uint8_t)zp;
     return AI_OK;
