@@ -130,6 +130,16 @@ def test_dynamic_quantize_linear(path, shape, kind):
     check_reference("DynamicQuantizeLinear", {"x": x}, n_outputs=3, opset=11)
 
 
+def test_cast_int32_to_float32():
+    """The Cast after MatMulInteger (its own loop, tensor.c): NumPy's rounding to nearest,
+    past 2^24 too."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2**31, 2**31, 1000, dtype=np.int64).astype(np.int32)
+    x[:6] = [2**24 + 1, 2**24 + 3, -2**31, 2**31 - 1, 0, -(2**25) - 3]
+    (y,) = check_reference("Cast", {"x": x}, attrs={"to": 1})
+    np.testing.assert_array_equal(y, x.astype(np.float32))
+
+
 # ---------------------------------------------------------------- models quantized by ORT
 
 torch = pytest.importorskip("torch")
