@@ -1,20 +1,20 @@
 """ONNX Runtime's dynamic quantization on the int8 kernels (ops/qlinear.c, "MatMulInteger on
-the int8 kernels"; QLinearMatMul of two activations, "on the int8 kernels"): MatMulInteger
-bit for bit against NumPy's int64 product wrapped to int32 (onnx.reference broadcasts a
-per-row a_zero_point along the columns, so NumPy of ONNX's definition) and onnx.reference,
-on the int8 kernels' paths the CPU has (``_C._set_quant_path``: 3 VNNI, 2 AVX2; 1 plain C
-and 0 take the float path, their twin; the kernels' int32 store on every path against
-plain C sums: csrc/tests/test_qkernels.c); DynamicQuantizeLinear against onnx.reference;
-an MLP and a transformer encoder layer quantized by onnxruntime.quantization.quantize_dynamic
-against ONNX Runtime and against the engine's float path."""
+the int8 kernels", ConvInteger's, QLinearMatMul of two activations): MatMulInteger bit for bit
+against NumPy's int64 product wrapped to int32 (onnx.reference broadcasts a per-row
+a_zero_point along the columns, so NumPy of ONNX's definition) and onnx.reference, ConvInteger
+against onnx.reference, on the kernels' paths the CPU has (``_C._set_quant_path``: 3 VNNI;
+2 AVX2 for MatMulInteger and DynamicQuantizeLinear; below, the float path, their twin; the
+kernels' int32 store on every path against plain C sums: csrc/tests/test_qkernels.c);
+DynamicQuantizeLinear against onnx.reference; an MLP and a transformer encoder quantized by
+onnxruntime.quantization.quantize_dynamic against ONNX Runtime and the engine's float path."""
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import aidge_interop
 from aidge_interop import _C
 from test_qlinear import _model, check_reference
+from test_qlinear_fast import CONVS
 
 BEST = _C._set_quant_path(3)
 PATHS = sorted({0, 1, 2, BEST} & set(range(BEST + 1)))
@@ -83,6 +83,42 @@ def test_matmul_integer(path, at, bt, zps, case):
             np.testing.assert_array_equal(y, want)
         if "azp" not in consts or consts["azp"].ndim == 0:
             check_reference("MatMulInteger", inputs, cs, opset=10, order=order)
+
+
+@pytest.mark.parametrize("xt", [np.uint8, np.int8], ids=["x_u8", "x_i8"])
+@pytest.mark.parametrize("wt", [np.uint8, np.int8], ids=["w_u8", "w_i8"])
+@pytest.mark.parametrize("zps", ["none", "tensor", "per", "wide"])
+@pytest.mark.parametrize("case", range(len(CONVS)))
+def test_conv_integer(path, xt, wt, zps, case):
+    """Dense, grouped, depthwise, pointwise, dilated, 1-D; padding with x's zero point. On
+    the int8 kernels where w - w_zp fits int8 (else, "wide" and most uint8 weights with a
+    zero point, the float path), compared with onnx.reference either way."""
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(case)
+    x, w = _ints(rng, xs, xt), _ints(rng, ws, wt)
+    m = ws[0]
+    consts = {"w": w}
+    if zps == "tensor":
+        consts.update(xzp=_ints(rng, (), xt), wzp=_ints(rng, (), wt))
+        if wt == np.uint8:  # (values within 127 of the zero point: the int8 kernels)
+            consts["wzp"] = np.uint8(128)
+    elif zps == "per" and len(ws) == 4:  # (onnx.reference: per-channel of 2-D convs only)
+        consts.update(xzp=_ints(rng, (), xt), wzp=_ints(rng, (m,), wt, -20, 20)
+                      if wt == np.int8 else _ints(rng, (m,), wt, 120, 135))
+        consts["w"] = (w.astype(np.int64) // 2 + (0 if wt == np.int8 else 64)).astype(wt)
+    elif zps == "wide":
+        consts.update(xzp=_ints(rng, (), xt), wzp=np.array(np.iinfo(wt).max, wt))
+    order = ["x", "w"] + (["xzp", "wzp"] if len(consts) > 1 else [])
+    for w_const in (True, False):
+        inputs = {"x": x} if w_const else {"x": x, "w": consts["w"]}
+        cs = consts if w_const else {k: v for k, v in consts.items() if k != "w"}
+        model = _model("ConvInteger", inputs, cs, attrs=attrs, opset=10, order=order)
+        (want,) = ReferenceEvaluator(model).run(None, inputs)
+        g = aidge_interop.load_onnx(model, param_kinds={n: "const" for n in cs})
+        for _ in range(2):  # (the second forward: the kept pack where constant)
+            (y,) = g.forward(list(inputs.values()))
+            assert y.dtype == np.int32 and y.shape == want.shape
+            np.testing.assert_array_equal(y, want)
 
 
 def test_matmul_integer_wraps_as_int32(path):

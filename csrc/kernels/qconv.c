@@ -181,6 +181,7 @@ typedef struct {
     int8_t *y;
     char *ws;
     int64_t jobs, n_slots;
+    int32_t *y32; /* ai_qconv_i32's */
 } conv_job;
 
 /* rows (k, cols) of the chunk [p0, p0 + cols) of group input xg */
@@ -532,8 +533,13 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
             qg.cb += (int64_t)gi * mg;
             qg.w8 += (int64_t)gi * mg * qg.kp;
             qg.w16 += (int64_t)gi * mg * qg.kp;
-            ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg,
-                     j->y + (n * p->m + (int64_t)gi * mg) * os + p0, os, 1);
+            const int64_t at = (n * p->m + (int64_t)gi * mg) * os + p0;
+            if (j->y32) {
+                const ai_qi32 o = {j->y32 + at, os, 1, NULL, NULL};
+                ai_qgemm_i32(&qg, cols, panel, &o);
+            } else {
+                ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg, j->y + at, os, 1);
+            }
         }
     }
 }
@@ -552,6 +558,7 @@ typedef struct {
     int64_t jobs, n_slots;
     bool vnni; /* dw_plane_vnni */
     const struct dw_small *small; /* dw_plane_small */
+    int32_t *y32; /* ai_qconv_i32's */
 } dw_job;
 
 /*
@@ -772,6 +779,19 @@ dw_plane_small(const dw_job *j, int64_t plane, int32_t *acc)
 }
 #endif
 
+/* the plane's accumulators (rows of lda) requantized, or as they are */
+static void dw_store(const dw_job *j, int64_t plane, const int32_t *acc, int64_t rows,
+                     int64_t cols, int64_t lda)
+{
+    const int64_t os = (int64_t)j->p->oh * j->p->ow;
+    if (!j->y32) {
+        ai_q_store_rows(acc, rows, cols, lda, &j->rq[plane % j->p->c], j->y + plane * os);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(j->y32 + plane * os + r * cols, acc + r * lda, sizeof(int32_t) * (size_t)cols);
+}
+
 static void dw_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
@@ -787,7 +807,7 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_AVX512_KERNEL
             if (j->small) {
                 dw_plane_small(j, plane, acc);
-                ai_q_store_rows(acc, 1, os, os, &j->rq[plane % p->c], j->y + plane * os);
+                dw_store(j, plane, acc, 1, os, os);
                 continue;
             }
             if (j->vnni)
@@ -795,13 +815,15 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
             else
 #endif
                 dw_plane(j, plane, xpad, acc);
-            ai_q_store_rows(acc, p->oh, p->ow, j->wp, &j->rq[plane % p->c], j->y + plane * os);
+            dw_store(j, plane, acc, p->oh, p->ow, j->wp);
         }
     }
 }
 
-void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
-              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+/* ai_qconv (y32 NULL) or ai_qconv_i32 */
+static void qconv_any(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                      const aik_rq *rq, int8_t *y, int32_t *y32, void *state, bool const_weights,
+                      void *ws)
 {
     const int64_t os = (int64_t)p->oh * p->ow;
     if (os == 0 || p->n == 0 || p->m == 0)
@@ -809,7 +831,7 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
     if (is_depthwise(p)) {
         dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
                     ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16,
-                    NULL};
+                    NULL, y32};
 #ifdef AI_AVX512_KERNEL
         struct dw_small small;
         if (ai_q_path() >= AI_Q_VNNI && __builtin_cpu_supports("avx512vbmi") &&
@@ -830,9 +852,21 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
         weights_of(&q, state, const_weights, p->m, k, p->kw, g.kw4, w, bias);
     else
         weights_of(&q, state, const_weights, p->m, k, k, k, w, bias);
-    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0};
+    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0, y32};
     j.n_slots = n_slots_of(j.jobs);
     ai_parallel_for(j.n_slots, 1, conv_range, &j);
+}
+
+void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+{
+    qconv_any(p, x, w, bias, rq, y, NULL, state, const_weights, ws);
+}
+
+void ai_qconv_i32(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                  int32_t *y, void *state, bool const_weights, void *ws)
+{
+    qconv_any(p, x, w, bias, NULL, NULL, y, state, const_weights, ws);
 }
 
 /* ---------------------------------------------------------------- QGemm */

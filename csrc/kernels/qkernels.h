@@ -128,6 +128,9 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
 void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
             const int32_t *bias, const aik_rq *rq, int8_t *y, void *state, bool const_weights,
             void *ws);
+/* ai_qconv with the int32 store: y = the accumulators (bias included), no rq. */
+void ai_qconv_i32(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                  int32_t *y, void *state, bool const_weights, void *ws);
 /* ai_qfc with the int32 store: y[i m + r] = acc[i][r] + u[i] v[r] (u NULL:
  * acc; v: m values), acc = bias[r] + sum_k x[i][k] w[r][k] wrapping. */
 void ai_qfc_i32(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
