@@ -21,6 +21,8 @@
  *       positions, packed into a panel
  *   QGemm: x's rows packed as the panel's columns (4 bytes at a time), the
  *       outputs stored transposed (y[j m + r])
+ * ai_qconv_i32 and ai_qfc_i32 (ConvInteger, MatMulInteger) store the int32
+ * accumulators instead of requantizing them.
  * The weight pack (qgemm.c) is made at the first forward of a plan and kept
  * in the node's state when the weights and bias are constants.
  */
@@ -796,7 +798,6 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
     const aik_window *p = j->p;
-    const int64_t os = (int64_t)p->oh * p->ow;
     const size_t plane_bytes = (size_t)j->hp * j->wp;
     for (int64_t s = lo; s < hi; s++) {
         int8_t *xpad = (int8_t *)j->ws + s * j->slot;
@@ -807,7 +808,7 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_AVX512_KERNEL
             if (j->small) {
                 dw_plane_small(j, plane, acc);
-                dw_store(j, plane, acc, 1, os, os);
+                dw_store(j, plane, acc, 1, (int64_t)p->oh * p->ow, (int64_t)p->oh * p->ow);
                 continue;
             }
             if (j->vnni)

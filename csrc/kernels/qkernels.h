@@ -14,7 +14,9 @@
  *          pair sums would saturate at 255 * 127 * 2)
  *   PLAIN  the same packed layout in C loops
  * The requantization (ai_q_requant, the reference's aik_requant without its
- * division) is fused into the store, per output channel (rq[m]).
+ * division) is fused into the store, per output channel (rq[m]); the _i32
+ * variants store the int32 accumulators instead (ONNX's MatMulInteger and
+ * ConvInteger), the same inner loops.
  *
  * Packed activations ("panels"): blocks of 16 columns (output positions);
  * a block holds, for each group of 4 reduction indices k (kp / 4 of them,
