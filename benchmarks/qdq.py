@@ -10,8 +10,16 @@ the fused int8 graph is faster), fused / ONNX Runtime (above 1: ONNX
 Runtime is faster). ``--format QOperator``: the QOperator files instead
 (QLinearConv, QLinearAdd, ... as written; no "as written" column).
 
+Then dynamic quantization (``quantize_dynamic``, per tensor and per
+channel: DynamicQuantizeLinear, MatMulInteger; batch 8) of an MLP and a
+transformer encoder (2 layers, width 128, 64 tokens): int8 kernels / float
+kernels (``_set_quant_path(0)``: MatMulInteger on the float GEMM, the scalar
+DynamicQuantizeLinear), dynamic int8 / the engine's float32 model, and
+dynamic int8 / ONNX Runtime on the same dynamic model (its default graph
+optimizations: MatMulIntegerToFloat fused).
+
     python benchmarks/qdq.py [--budget 1.0] [--threads 1] [--models lenet ...]
-                             [--format QDQ|QOperator]
+                             [--format QDQ|QOperator] [--formats static dynamic]
 """
 import argparse
 import os
@@ -21,7 +29,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                      quantize_static)
+                                      quantize_dynamic, quantize_static)
 
 import aidge_interop
 from aidge_interop import _C, examples
@@ -47,23 +55,63 @@ def _models():
             "mlp 256-512-512": (mlp, (256,)), "resnet8": (examples.resnet8(), (3, 32, 32))}
 
 
+def _dynamic_models():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 10))
+    layer = torch.nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    return {"mlp 256-512-512": (mlp, (256,)), "encoder 2x128": (encoder, (64, 128))}
+
+
+def dynamic(args, d, best, options):
+    """The dynamic-quantization table (module docstring)."""
+    print(f"\n{'dynamic':<18} {'weights':<12} {'int8/float kernels':>19} "
+          f"{'int8/float32':>13} {'int8/ORT':>9}")
+    for name, (model, shape) in _dynamic_models().items():
+        if args.models and name not in args.models:
+            continue
+        src = os.path.join(d, "float.onnx")
+        torch.onnx.export(model.eval(), torch.zeros(1, *shape), src, dynamo=False,
+                          input_names=["x"], dynamic_axes={"x": {0: "n"}})
+        x = np.random.default_rng(1).standard_normal((8, *shape)).astype(np.float32)
+        f32 = aidge_interop.load_onnx(src)
+        for per_channel in (False, True):
+            path = os.path.join(d, f"dynamic_{per_channel}.onnx")
+            quantize_dynamic(src, path, per_channel=per_channel)
+            g = aidge_interop.load_onnx(path)
+            session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+            def on(p, graph):
+                return lambda: (_C._set_quant_path(p), graph.forward([x]))
+            t_int, t_float, t_f32, t_ort = interleaved_medians(
+                [on(best, g), on(0, g), on(best, f32), lambda: session.run(None, {"x": x})],
+                budget_s=args.budget)
+            print(f"{name:<18} {'per channel' if per_channel else 'per tensor':<12} "
+                  f"{t_int / t_float:>19.2f} {t_int / t_f32:>13.2f} {t_int / t_ort:>9.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--models", nargs="+", default=None)
     parser.add_argument("--format", choices=("QDQ", "QOperator"), default="QDQ")
+    parser.add_argument("--formats", nargs="+", default=["static", "dynamic"],
+                        choices=["static", "dynamic"])
     args = parser.parse_args()
     best = _C._set_quant_path(3)
     aidge_interop.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-    print(f"{'model':<18} {'activations':<12} {'int8/float kernels':>19} "
-          f"{'fused/written':>14} {'fused/ORT':>10}")
     with tempfile.TemporaryDirectory() as d:
+        if "static" in args.formats:
+            print(f"{'model':<18} {'activations':<12} {'int8/float kernels':>19} "
+                  f"{'fused/written':>14} {'fused/ORT':>10}")
         for name, (model, shape) in _models().items():
-            if args.models and name not in args.models:
+            if "static" not in args.formats or args.models and name not in args.models:
                 continue
             src = os.path.join(d, "float.onnx")
             torch.onnx.export(model.eval(), torch.zeros(1, *shape), src, dynamo=False,
@@ -94,6 +142,8 @@ def main():
                 written = f"{t_fused / t_written:.2f}" if args.format == "QDQ" else "-"
                 print(f"{name:<18} {act:<12} {t_fused / t_float:>19.2f} "
                       f"{written:>14} {t_fused / t_ort:>10.2f}")
+        if "dynamic" in args.formats:
+            dynamic(args, d, best, options)
     _C._set_quant_path(best)
 
 

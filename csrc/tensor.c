@@ -808,6 +808,14 @@ ai_status ai_tensor_copy(ai_tensor *dst, const ai_tensor *src)
     return ai_tensor_convert(dst, src, AI_CONVERT_DEFAULT);
 }
 
+/* int32 to float32, rounded to nearest as the element loop's int64 (one
+ * rounding of the same integer); SSE2's cvtdq2ps, vectorised */
+static void i32_to_f32(const int32_t *src, float *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (float)src[i];
+}
+
 ai_status ai_tensor_convert(ai_tensor *dst, const ai_tensor *src, ai_convert_mode mode)
 {
     if (dst->ndim != src->ndim)
@@ -838,6 +846,10 @@ ai_status ai_tensor_convert(ai_tensor *dst, const ai_tensor *src, ai_convert_mod
         }
         if (src->dtype == AI_F32 && ai_dtype_is_half(dst->dtype)) {
             ai_f32_to_half(dst->dtype, src->data, dst->data, n);
+            return AI_OK;
+        }
+        if (src->dtype == AI_I32 && dst->dtype == AI_F32) { /* MatMulInteger's, dynamic */
+            i32_to_f32(src->data, dst->data, n);
             return AI_OK;
         }
     }

@@ -21,6 +21,8 @@
  *       positions, packed into a panel
  *   QGemm: x's rows packed as the panel's columns (4 bytes at a time), the
  *       outputs stored transposed (y[j m + r])
+ * ai_qconv_i32 and ai_qfc_i32 (ConvInteger, MatMulInteger) store the int32
+ * accumulators instead of requantizing them.
  * The weight pack (qgemm.c) is made at the first forward of a plan and kept
  * in the node's state when the weights and bias are constants.
  */
@@ -181,6 +183,7 @@ typedef struct {
     int8_t *y;
     char *ws;
     int64_t jobs, n_slots;
+    int32_t *y32; /* ai_qconv_i32's */
 } conv_job;
 
 /* rows (k, cols) of the chunk [p0, p0 + cols) of group input xg */
@@ -532,8 +535,13 @@ static void conv_range(void *ctx, int64_t lo, int64_t hi)
             qg.cb += (int64_t)gi * mg;
             qg.w8 += (int64_t)gi * mg * qg.kp;
             qg.w16 += (int64_t)gi * mg * qg.kp;
-            ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg,
-                     j->y + (n * p->m + (int64_t)gi * mg) * os + p0, os, 1);
+            const int64_t at = (n * p->m + (int64_t)gi * mg) * os + p0;
+            if (j->y32) {
+                const ai_qi32 o = {j->y32 + at, os, 1, NULL, NULL};
+                ai_qgemm_i32(&qg, cols, panel, &o);
+            } else {
+                ai_qgemm(&qg, cols, panel, j->rq + (int64_t)gi * mg, j->y + at, os, 1);
+            }
         }
     }
 }
@@ -552,6 +560,7 @@ typedef struct {
     int64_t jobs, n_slots;
     bool vnni; /* dw_plane_vnni */
     const struct dw_small *small; /* dw_plane_small */
+    int32_t *y32; /* ai_qconv_i32's */
 } dw_job;
 
 /*
@@ -772,11 +781,23 @@ dw_plane_small(const dw_job *j, int64_t plane, int32_t *acc)
 }
 #endif
 
+/* the plane's accumulators (rows of lda) requantized, or as they are */
+static void dw_store(const dw_job *j, int64_t plane, const int32_t *acc, int64_t rows,
+                     int64_t cols, int64_t lda)
+{
+    const int64_t os = (int64_t)j->p->oh * j->p->ow;
+    if (!j->y32) {
+        ai_q_store_rows(acc, rows, cols, lda, &j->rq[plane % j->p->c], j->y + plane * os);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(j->y32 + plane * os + r * cols, acc + r * lda, sizeof(int32_t) * (size_t)cols);
+}
+
 static void dw_range(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
     const aik_window *p = j->p;
-    const int64_t os = (int64_t)p->oh * p->ow;
     const size_t plane_bytes = (size_t)j->hp * j->wp;
     for (int64_t s = lo; s < hi; s++) {
         int8_t *xpad = (int8_t *)j->ws + s * j->slot;
@@ -787,7 +808,7 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_AVX512_KERNEL
             if (j->small) {
                 dw_plane_small(j, plane, acc);
-                ai_q_store_rows(acc, 1, os, os, &j->rq[plane % p->c], j->y + plane * os);
+                dw_store(j, plane, acc, 1, (int64_t)p->oh * p->ow, (int64_t)p->oh * p->ow);
                 continue;
             }
             if (j->vnni)
@@ -795,13 +816,15 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
             else
 #endif
                 dw_plane(j, plane, xpad, acc);
-            ai_q_store_rows(acc, p->oh, p->ow, j->wp, &j->rq[plane % p->c], j->y + plane * os);
+            dw_store(j, plane, acc, p->oh, p->ow, j->wp);
         }
     }
 }
 
-void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
-              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+/* ai_qconv (y32 NULL) or ai_qconv_i32 */
+static void qconv_any(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                      const aik_rq *rq, int8_t *y, int32_t *y32, void *state, bool const_weights,
+                      void *ws)
 {
     const int64_t os = (int64_t)p->oh * p->ow;
     if (os == 0 || p->n == 0 || p->m == 0)
@@ -809,7 +832,7 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
     if (is_depthwise(p)) {
         dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
                     ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16,
-                    NULL};
+                    NULL, y32};
 #ifdef AI_AVX512_KERNEL
         struct dw_small small;
         if (ai_q_path() >= AI_Q_VNNI && __builtin_cpu_supports("avx512vbmi") &&
@@ -830,9 +853,21 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
         weights_of(&q, state, const_weights, p->m, k, p->kw, g.kw4, w, bias);
     else
         weights_of(&q, state, const_weights, p->m, k, k, k, w, bias);
-    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0};
+    conv_job j = {p, g, x, &q, rq, y, ws, (int64_t)p->n * p->group * g.chunks, 0, y32};
     j.n_slots = n_slots_of(j.jobs);
     ai_parallel_for(j.n_slots, 1, conv_range, &j);
+}
+
+void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+              const aik_rq *rq, int8_t *y, void *state, bool const_weights, void *ws)
+{
+    qconv_any(p, x, w, bias, rq, y, NULL, state, const_weights, ws);
+}
+
+void ai_qconv_i32(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                  int32_t *y, void *state, bool const_weights, void *ws)
+{
+    qconv_any(p, x, w, bias, NULL, NULL, y, state, const_weights, ws);
 }
 
 /* ---------------------------------------------------------------- QGemm */
@@ -856,6 +891,8 @@ typedef struct {
     char *ws;
     size_t slot;
     int64_t jobs, n_slots;
+    int32_t *y32; /* ai_qfc_i32's (then u, v) */
+    const int32_t *u, *v;
 } fc_job;
 
 /* panel of x's rows [i0, i0 + cols) (k each) */
@@ -892,7 +929,12 @@ static void fc_range(void *ctx, int64_t lo, int64_t hi)
             const int64_t i0 = job * FC_ROWS;
             const int64_t cols = j->n - i0 < FC_ROWS ? j->n - i0 : FC_ROWS;
             pack_x_rows(j->x + i0 * k, k, cols, panel);
-            ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+            if (j->y32) {
+                const ai_qi32 o = {j->y32 + i0 * m, 1, m, j->u ? j->u + i0 : NULL, j->v};
+                ai_qgemm_i32(j->q, cols, panel, &o);
+            } else {
+                ai_qgemm(j->q, cols, panel, j->rq, j->y + i0 * m, 1, m);
+            }
         }
     }
 }
@@ -907,7 +949,22 @@ void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
     weights_of(&q, state, const_weights, m, k, k, k, w, bias);
     const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
     fc_job j = {n, x, &q, rq, y, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
-                (n + FC_ROWS - 1) / FC_ROWS, 0};
+                (n + FC_ROWS - 1) / FC_ROWS, 0, NULL, NULL, NULL};
+    j.n_slots = n_slots_of(j.jobs);
+    ai_parallel_for(j.n_slots, 1, fc_range, &j);
+}
+
+void ai_qfc_i32(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+                const int32_t *bias, const int32_t *u, const int32_t *v, int32_t *y, void *state,
+                bool const_weights, void *ws)
+{
+    if (n == 0 || m == 0)
+        return;
+    ai_qweights q;
+    weights_of(&q, state, const_weights, m, k, k, k, w, bias);
+    const int64_t rows = n < FC_ROWS ? n : FC_ROWS;
+    fc_job j = {n, x, &q, NULL, NULL, ws, ALIGN64(ai_qpanel_bytes(k, rows)),
+                (n + FC_ROWS - 1) / FC_ROWS, 0, y, u, v};
     j.n_slots = n_slots_of(j.jobs);
     ai_parallel_for(j.n_slots, 1, fc_range, &j);
 }

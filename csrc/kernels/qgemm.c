@@ -1,7 +1,8 @@
 /*
  * qgemm.c — the int8 GEMM of the quantized operators (qkernels.h): weight
  * and panel packing, the three paths (VNNI, AVX2, plain) and the fused
- * requantizing store.
+ * requantizing store, or the int32 store (ai_qgemm_i32: the accumulators
+ * plus u[j] v[r], MatMulInteger's zero-point correction).
  *
  * VNNI tiles: 4 rows x 4 blocks (64 columns), 16 zmm accumulators, one
  * vpdpbusd per row and block per 4 k (a broadcast of the row's 4 weights).
@@ -134,9 +135,19 @@ static void store16_plain(const int32_t *acc, const aik_rq *r, int8_t *y, int64_
         y[j * ldj] = ai_q_requant(acc[j], r);
 }
 
+/* The int32 store: y[j ldj] = acc[j] + u[j] v (u NULL: none), wrapping. */
+static void store16_i32_plain(const int32_t *acc, const ai_qi32 *o, int32_t r, int64_t c,
+                              int n)
+{
+    int32_t *y = o->y + r * o->ldr + c * o->ldj;
+    for (int j = 0; j < n; j++)
+        y[j * o->ldj] = (int32_t)((uint32_t)acc[j] +
+                                  (o->u ? (uint32_t)o->u[c + j] * (uint32_t)o->v[r] : 0u));
+}
+
 AI_VECTOR_CLONES
 static void gemm_plain(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
-                       int8_t *y, int64_t ldr, int64_t ldj)
+                       int8_t *y, int64_t ldr, int64_t ldj, const ai_qi32 *o)
 {
     const int32_t kp = q->kp;
     for (int64_t b = 0; b < (cols + 15) / 16; b++) {
@@ -154,7 +165,10 @@ static void gemm_plain(const ai_qweights *q, int64_t cols, const uint8_t *xp, co
             int32_t s[16];
             for (int j = 0; j < 16; j++)
                 s[j] = (int32_t)acc[j];
-            store16_plain(s, &rq[r], y + r * ldr + b * 16 * ldj, ldj, n);
+            if (o)
+                store16_i32_plain(s, o, r, b * 16, n);
+            else
+                store16_plain(s, &rq[r], y + r * ldr + b * 16 * ldj, ldj, n);
         }
     }
 }
@@ -236,9 +250,29 @@ static inline __attribute__((always_inline)) Q_VNNI void store16_avx512(__m512i 
     }
 }
 
+/* The int32 store of 16 accumulators (store16_i32_plain). */
+static inline __attribute__((always_inline)) Q_VNNI void
+store16_i32_avx512(__m512i acc, const ai_qi32 *o, int32_t r, int64_t c, int n)
+{
+    const __mmask16 m = (__mmask16)((1u << n) - 1);
+    if (o->u)
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(m, o->u + c),
+                                                       _mm512_set1_epi32(o->v[r])));
+    int32_t *y = o->y + r * o->ldr + c * o->ldj;
+    if (o->ldj == 1) {
+        _mm512_mask_storeu_epi32(y, m, acc);
+    } else {
+        int32_t t[16];
+        _mm512_storeu_si512(t, acc);
+        for (int j = 0; j < n; j++)
+            y[j * o->ldj] = t[j];
+    }
+}
+
 static inline __attribute__((always_inline)) Q_VNNI void
 vnni_tile(const int mr, const int nr, const ai_qweights *q, int32_t r0, const uint8_t *xb,
-          int64_t j0, int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
+          int64_t j0, int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj,
+          const ai_qi32 *o)
 {
     const int32_t kp = q->kp;
     const size_t bs = (size_t)16 * kp;
@@ -263,7 +297,10 @@ vnni_tile(const int mr, const int nr, const ai_qweights *q, int32_t r0, const ui
         for (int j = 0; j < nr; j++) {
             const int64_t c = j0 + 16 * j;
             const int n = cols - c < 16 ? (int)(cols - c) : 16;
-            store16_avx512(acc[i][j], &rq[r0 + i], y + (r0 + i) * ldr + c * ldj, ldj, n);
+            if (o)
+                store16_i32_avx512(acc[i][j], o, r0 + i, c, n);
+            else
+                store16_avx512(acc[i][j], &rq[r0 + i], y + (r0 + i) * ldr + c * ldj, ldj, n);
         }
 }
 
@@ -280,7 +317,8 @@ vnni_tile(const int mr, const int nr, const ai_qweights *q, int32_t r0, const ui
     }
 
 static Q_VNNI void gemm_vnni(const ai_qweights *q, int64_t cols, const uint8_t *xp,
-                             const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
+                             const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj,
+                             const ai_qi32 *o)
 {
     const int64_t blocks = (cols + 15) / 16;
     for (int64_t b = 0; b < blocks; b += 4) {
@@ -288,7 +326,7 @@ static Q_VNNI void gemm_vnni(const ai_qweights *q, int64_t cols, const uint8_t *
         const uint8_t *xb = xp + b * 16 * q->kp;
         for (int32_t r0 = 0; r0 < q->m; r0 += 4) {
             const int mr = q->m - r0 < 4 ? q->m - r0 : 4;
-#define VNNI_TILE(MR, NR) vnni_tile(MR, NR, q, r0, xb, b * 16, cols, rq, y, ldr, ldj)
+#define VNNI_TILE(MR, NR) vnni_tile(MR, NR, q, r0, xb, b * 16, cols, rq, y, ldr, ldj, o)
             Q_TILE_SWITCH(mr * 8 + nr, VNNI_TILE)
 #undef VNNI_TILE
         }
@@ -326,7 +364,7 @@ static Q_VNNI void store_rows_avx512(const int32_t *acc, int64_t rows, int64_t c
 
 static inline __attribute__((always_inline)) Q_AVX2 void
 avx2_tile(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int64_t j0,
-          int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
+          int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj, const ai_qi32 *o)
 {
     const int32_t kp = q->kp;
     __m256i acc[2][4];
@@ -355,39 +393,55 @@ avx2_tile(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int
                             _mm256_add_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), cb));
         _mm256_storeu_si256((__m256i *)(s + 8),
                             _mm256_add_epi32(_mm256_hadd_epi32(acc[i][2], acc[i][3]), cb));
-        store16_plain(s, &rq[r0 + i], y + (r0 + i) * ldr + j0 * ldj, ldj, n);
+        if (o)
+            store16_i32_plain(s, o, r0 + i, j0, n);
+        else
+            store16_plain(s, &rq[r0 + i], y + (r0 + i) * ldr + j0 * ldj, ldj, n);
     }
 }
 
 static Q_AVX2 void gemm_avx2(const ai_qweights *q, int64_t cols, const uint8_t *xp,
-                             const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
+                             const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj,
+                             const ai_qi32 *o)
 {
     for (int64_t b = 0; b < (cols + 15) / 16; b++) {
         const uint8_t *xb = xp + b * 16 * q->kp;
         int32_t r0 = 0;
         for (; r0 + 2 <= q->m; r0 += 2)
-            avx2_tile(2, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
+            avx2_tile(2, q, r0, xb, b * 16, cols, rq, y, ldr, ldj, o);
         if (r0 < q->m)
-            avx2_tile(1, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
+            avx2_tile(1, q, r0, xb, b * 16, cols, rq, y, ldr, ldj, o);
     }
 }
 #endif
 
-void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
-              int8_t *y, int64_t ldr, int64_t ldj)
+/* the requantizing store (o NULL) or the int32 one */
+static void qgemm_any(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
+                      int8_t *y, int64_t ldr, int64_t ldj, const ai_qi32 *o)
 {
 #ifdef AI_Q_X86
     const int path = ai_q_path();
     if (path >= AI_Q_VNNI) {
-        gemm_vnni(q, cols, xp, rq, y, ldr, ldj);
+        gemm_vnni(q, cols, xp, rq, y, ldr, ldj, o);
         return;
     }
     if (path == AI_Q_AVX2) {
-        gemm_avx2(q, cols, xp, rq, y, ldr, ldj);
+        gemm_avx2(q, cols, xp, rq, y, ldr, ldj, o);
         return;
     }
 #endif
-    gemm_plain(q, cols, xp, rq, y, ldr, ldj);
+    gemm_plain(q, cols, xp, rq, y, ldr, ldj, o);
+}
+
+void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
+              int8_t *y, int64_t ldr, int64_t ldj)
+{
+    qgemm_any(q, cols, xp, rq, y, ldr, ldj, NULL);
+}
+
+void ai_qgemm_i32(const ai_qweights *q, int64_t cols, const uint8_t *xp, const ai_qi32 *o)
+{
+    qgemm_any(q, cols, xp, NULL, NULL, 0, 0, o);
 }
 
 void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,

@@ -14,7 +14,9 @@
  *          pair sums would saturate at 255 * 127 * 2)
  *   PLAIN  the same packed layout in C loops
  * The requantization (ai_q_requant, the reference's aik_requant without its
- * division) is fused into the store, per output channel (rq[m]).
+ * division) is fused into the store, per output channel (rq[m]); the _i32
+ * variants store the int32 accumulators instead (ONNX's MatMulInteger and
+ * ConvInteger), the same inner loops.
  *
  * Packed activations ("panels"): blocks of 16 columns (output positions);
  * a block holds, for each group of 4 reduction indices k (kp / 4 of them,
@@ -75,6 +77,17 @@ void ai_qweights_pack(ai_qweights *q, void *mem, int32_t m, int32_t k, int32_t s
 void ai_qgemm(const ai_qweights *q, int64_t cols, const uint8_t *xp, const aik_rq *rq,
               int8_t *y, int64_t ldr, int64_t ldj);
 
+/* The int32 store of ai_qgemm_i32: y[r ldr + j ldj] = acc + u[j] v[r] (u
+ * NULL: acc), wrapping, for the panel's columns j (u indexed from its first). */
+typedef struct {
+    int32_t *y;
+    int64_t ldr, ldj;
+    const int32_t *u, *v;
+} ai_qi32;
+
+/* ai_qgemm with the int32 store instead of the requantization: no rq. */
+void ai_qgemm_i32(const ai_qweights *q, int64_t cols, const uint8_t *xp, const ai_qi32 *o);
+
 /* y[i cols + j] = requant(acc[i lda + j], r), i < rows, j < cols (AVX-512
  * on the VNNI path). */
 void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
@@ -117,6 +130,14 @@ void ai_qconv(const aik_window *p, const int8_t *x, const int8_t *w, const int32
 void ai_qfc(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
             const int32_t *bias, const aik_rq *rq, int8_t *y, void *state, bool const_weights,
             void *ws);
+/* ai_qconv with the int32 store: y = the accumulators (bias included), no rq. */
+void ai_qconv_i32(const aik_window *p, const int8_t *x, const int8_t *w, const int32_t *bias,
+                  int32_t *y, void *state, bool const_weights, void *ws);
+/* ai_qfc with the int32 store: y[i m + r] = acc[i][r] + u[i] v[r] (u NULL:
+ * acc; v: m values), acc = bias[r] + sum_k x[i][k] w[r][k] wrapping. */
+void ai_qfc_i32(int64_t n, int32_t k, int32_t m, const int8_t *x, const int8_t *w,
+                const int32_t *bias, const int32_t *u, const int32_t *v, int32_t *y, void *state,
+                bool const_weights, void *ws);
 void ai_qmaxpool(const aik_window *p, const int8_t *x, int8_t *y);
 void ai_qavgpool(const aik_window *p, const int8_t *x, int8_t *y);
 void ai_qadd(int64_t n, const int8_t *a, int32_t ma, const int8_t *b, int32_t mb,

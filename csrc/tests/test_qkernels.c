@@ -125,6 +125,95 @@ TEST(qfc_matches_reference_on_every_path)
     ai_q_set_path(AI_Q_VNNI);
 }
 
+/* the int32 store of the convolutions (ConvInteger's): bias + the window
+ * sums (x = 0 in the padding), against a direct loop */
+TEST(qconv_i32_matches_direct_sums_on_every_path)
+{
+    for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+        if (ai_q_set_path(path) != path)
+            continue;
+        for (int t = 0; t < 80; t++) {
+            aik_window p;
+            if (!rand_window(&p, t % 4))
+                continue;
+            const int32_t cg = p.c / p.group, mg = p.m / p.group, k = cg * p.kh * p.kw;
+            const int64_t nx = (int64_t)p.n * p.c * p.h * p.w, os = (int64_t)p.oh * p.ow;
+            const int64_t ny = (int64_t)p.n * p.m * os;
+            int8_t *x = rand_i8(nx), *w = rand_i8((int64_t)p.m * k);
+            int32_t *y = malloc(sizeof(int32_t) * (size_t)ny);
+            int32_t *b = malloc(sizeof(int32_t) * (size_t)p.m);
+            for (int32_t i = 0; i < p.m; i++)
+                b[i] = rnd(-INT32_MAX, INT32_MAX);
+            size_t ws, st;
+            ai_qconv_sizes(&p, &ws, &st);
+            void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
+            void *stp = aligned_alloc(64, (st + 63) / 64 * 64 + 64);
+            memset(stp, 0, st + 64);
+            ai_qconv_i32(&p, x, w, b, y, stp, false, wsp);
+            bool same = true;
+            for (int64_t e = 0; e < ny; e++) {
+                const int64_t n = e / (p.m * os), m = e / os % p.m, oy = e % os / p.ow,
+                              ox = e % p.ow, g = m / mg;
+                int64_t sum = b[m];
+                for (int32_t ci = 0; ci < cg; ci++)
+                    for (int32_t ky = 0; ky < p.kh; ky++)
+                        for (int32_t kx = 0; kx < p.kw; kx++) {
+                            const int64_t iy = oy * p.sh - p.pt + ky * p.dh;
+                            const int64_t ix = ox * p.sw - p.pl + kx * p.dw;
+                            if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
+                                continue;
+                            sum += (int64_t)x[((n * p.c + g * cg + ci) * p.h + iy) * p.w + ix] *
+                                   w[((m * cg + ci) * p.kh + ky) * p.kw + kx];
+                        }
+                same &= y[e] == (int32_t)(uint32_t)(uint64_t)sum;
+            }
+            CHECK(same);
+            free(x), free(w), free(y), free(b), free(wsp), free(stp);
+        }
+    }
+    ai_q_set_path(AI_Q_VNNI);
+}
+
+/* the int32 store (MatMulInteger's): bias + x w^T + u v^T in wrapping int32,
+ * against the sums in int64 (large biases and u v wrap) */
+TEST(qfc_i32_matches_reference_on_every_path)
+{
+    for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+        if (ai_q_set_path(path) != path)
+            continue;
+        for (int t = 0; t < 20; t++) {
+            const int64_t n = rnd(1, 140);
+            const int32_t k = rnd(1, 200), m = rnd(1, 40);
+            int8_t *x = rand_i8(n * k), *w = rand_i8((int64_t)m * k);
+            int32_t *y = malloc(sizeof(int32_t) * (size_t)(n * m));
+            int32_t *b = malloc(sizeof(int32_t) * (size_t)m);
+            int32_t *v = malloc(sizeof(int32_t) * (size_t)m);
+            int32_t *u = malloc(sizeof(int32_t) * (size_t)n);
+            for (int32_t i = 0; i < m; i++)
+                b[i] = rnd(-INT32_MAX, INT32_MAX), v[i] = rnd(-100000, 100000);
+            for (int64_t i = 0; i < n; i++)
+                u[i] = rnd(-100000, 100000);
+            const bool with_u = t % 2;
+            size_t ws, st;
+            ai_qfc_sizes(n, k, m, &ws, &st);
+            void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
+            void *stp = aligned_alloc(64, (st + 63) / 64 * 64 + 64);
+            ai_qfc_i32(n, k, m, x, w, b, with_u ? u : NULL, v, y, stp, false, wsp);
+            bool same = true;
+            for (int64_t i = 0; i < n; i++)
+                for (int32_t r = 0; r < m; r++) {
+                    int64_t s = b[r] + (with_u ? (int64_t)u[i] * v[r] : 0);
+                    for (int32_t e = 0; e < k; e++)
+                        s += (int64_t)x[i * k + e] * w[(int64_t)r * k + e];
+                    same &= y[i * m + r] == (int32_t)(uint32_t)(uint64_t)s;
+                }
+            CHECK(same);
+            free(x), free(w), free(y), free(b), free(v), free(u), free(wsp), free(stp);
+        }
+    }
+    ai_q_set_path(AI_Q_VNNI);
+}
+
 TEST(qpools_and_elementwise_match_reference)
 {
     for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
@@ -258,6 +347,8 @@ TEST(qlinear_global_pool_sums_match_plain_ones)
 const ctest_case qkernel_cases[] = {
     CASE(qconv_matches_reference_on_every_path),
     CASE(qfc_matches_reference_on_every_path),
+    CASE(qfc_i32_matches_reference_on_every_path),
+    CASE(qconv_i32_matches_direct_sums_on_every_path),
     CASE(qpools_and_elementwise_match_reference),
     CASE(qlinear_add_matches_its_definition_on_every_path),
     CASE(qlinear_global_pool_sums_match_plain_ones),
