@@ -13,6 +13,7 @@
  * parameters too, but rounds after each of the operations above.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph.h"
@@ -49,24 +50,30 @@
 DEFINE_SGD(sgd_f32, float, fmaf)
 DEFINE_SGD(sgd_f64, double, fma)
 
-/* One parameter's update, split by element ranges on the thread pool. */
+/* The update of all parameters as one job on the thread pool, split by
+ * ranges of their elements counted end to end (a part may span several
+ * parameters): one job per step rather than one per parameter, and the
+ * small ones (biases, norms) are spread too. Elements are independent, so
+ * the values never depend on the split. */
 typedef struct {
     const ai_sgd_config *cfg;
-    ai_tensor *p, *buf;
-    const ai_tensor *g;
+    ai_tensor *const *p, *const *buf;
+    const ai_tensor *const *g;
+    const int64_t *start; /* start[i]: parameter i's first element; start[n]: total */
+    int n;
     bool first;
 } sgd_job;
 
-static void sgd_half(const sgd_job *j, int64_t lo, int64_t hi)
+static void sgd_half(const sgd_job *j, int i, int64_t lo, int64_t hi)
 {
-    const ai_dtype dt = j->p->dtype;
+    const ai_dtype dt = j->p[i]->dtype;
     float p[256], g[256], buf[256];
-    for (int64_t i = lo; i < hi; i += 256) {
-        const int64_t m = hi - i < 256 ? hi - i : 256;
-        uint16_t *hp = (uint16_t *)j->p->data + i, *hb = j->buf ? (uint16_t *)j->buf->data + i
-                                                                 : NULL;
+    for (int64_t k = lo; k < hi; k += 256) {
+        const int64_t m = hi - k < 256 ? hi - k : 256;
+        uint16_t *hp = (uint16_t *)j->p[i]->data + k;
+        uint16_t *hb = j->buf && j->buf[i] ? (uint16_t *)j->buf[i]->data + k : NULL;
         ai_half_to_f32(dt, hp, p, m);
-        ai_half_to_f32(dt, (const uint16_t *)j->g->data + i, g, m);
+        ai_half_to_f32(dt, (const uint16_t *)j->g[i]->data + k, g, m);
         if (hb)
             ai_half_to_f32(dt, hb, buf, m);
         sgd_f32(j->cfg, m, p, g, hb ? buf : NULL, j->first);
@@ -76,17 +83,38 @@ static void sgd_half(const sgd_job *j, int64_t lo, int64_t hi)
     }
 }
 
+/* The first parameter whose elements reach past `at` (start is increasing). */
+static int first_param(const int64_t *start, int n, int64_t at)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (start[mid + 1] <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static void sgd_range(void *ctx, int64_t lo, int64_t hi)
 {
     const sgd_job *j = ctx;
-    if (ai_dtype_is_half(j->p->dtype))
-        sgd_half(j, lo, hi);
-    else if (j->p->dtype == AI_F32)
-        sgd_f32(j->cfg, hi - lo, (float *)j->p->data + lo, (const float *)j->g->data + lo,
-                j->buf ? (float *)j->buf->data + lo : NULL, j->first);
-    else
-        sgd_f64(j->cfg, hi - lo, (double *)j->p->data + lo, (const double *)j->g->data + lo,
-                j->buf ? (double *)j->buf->data + lo : NULL, j->first);
+    for (int i = first_param(j->start, j->n, lo); i < j->n && j->start[i] < hi; i++) {
+        const int64_t a = (lo > j->start[i] ? lo : j->start[i]) - j->start[i];
+        const int64_t b = (hi < j->start[i + 1] ? hi : j->start[i + 1]) - j->start[i];
+        ai_tensor *p = j->p[i], *buf = j->buf ? j->buf[i] : NULL;
+        if (a >= b)
+            continue;
+        if (ai_dtype_is_half(p->dtype))
+            sgd_half(j, i, a, b);
+        else if (p->dtype == AI_F32)
+            sgd_f32(j->cfg, b - a, (float *)p->data + a, (const float *)j->g[i]->data + a,
+                    buf ? (float *)buf->data + a : NULL, j->first);
+        else
+            sgd_f64(j->cfg, b - a, (double *)p->data + a, (const double *)j->g[i]->data + a,
+                    buf ? (double *)buf->data + a : NULL, j->first);
+    }
 }
 
 ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
@@ -114,12 +142,36 @@ ai_status ai_sgd_step(const ai_sgd_config *cfg, int n, ai_tensor *const *p,
         if (p[i]->flags & AI_TENSOR_READONLY)
             return ai_error(AI_ERR_VALUE, "parameter %d is read-only", i);
     }
-    for (int i = 0; i < n; i++) {
-        sgd_job j = {cfg, p[i], buf ? buf[i] : NULL, g[i], !*started};
-        ai_parallel_for(ai_tensor_numel(p[i]), AI_GRAIN_ELEMS, sgd_range, &j);
-    }
+    int64_t *start = malloc(sizeof *start * (size_t)(n + 1));
+    if (!start)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    start[0] = 0;
+    for (int i = 0; i < n; i++)
+        start[i + 1] = start[i] + ai_tensor_numel(p[i]);
+    sgd_job j = {cfg, p, buf, g, start, n, !*started};
+    ai_parallel_for(start[n], AI_GRAIN_ELEMS, sgd_range, &j);
+    free(start);
     *started = true;
     return AI_OK;
+}
+
+/* Zeroing, as one job over the tensors' bytes counted end to end (the same
+ * split as the update above). */
+typedef struct {
+    ai_tensor *const *t;
+    const int64_t *start; /* in bytes */
+    int n;
+} zero_job;
+
+static void zero_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const zero_job *j = ctx;
+    for (int i = first_param(j->start, j->n, lo); i < j->n && j->start[i] < hi; i++) {
+        const int64_t a = (lo > j->start[i] ? lo : j->start[i]) - j->start[i];
+        const int64_t b = (hi < j->start[i + 1] ? hi : j->start[i + 1]) - j->start[i];
+        if (a < b)
+            memset((char *)j->t[i]->data + a, 0, (size_t)(b - a));
+    }
 }
 
 ai_status ai_zero_tensors(int n, ai_tensor *const *t)
@@ -127,8 +179,16 @@ ai_status ai_zero_tensors(int n, ai_tensor *const *t)
     for (int i = 0; i < n; i++)
         if (!ai_tensor_is_contiguous(t[i]) || (t[i]->flags & AI_TENSOR_READONLY))
             return ai_error(AI_ERR_VALUE, "tensor %d is not contiguous and writable", i);
-    for (int i = 0; i < n; i++)
-        if (t[i]->data)
-            memset(t[i]->data, 0, ai_tensor_nbytes(t[i]));
+    if (n <= 0)
+        return AI_OK;
+    int64_t *start = malloc(sizeof *start * (size_t)(n + 1));
+    if (!start)
+        return ai_error(AI_ERR_NOMEM, "out of memory");
+    start[0] = 0;
+    for (int i = 0; i < n; i++) /* a tensor without data has no bytes */
+        start[i + 1] = start[i] + (t[i]->data ? (int64_t)ai_tensor_nbytes(t[i]) : 0);
+    zero_job j = {t, start, n};
+    ai_parallel_for(start[n], AI_GRAIN_ELEMS * (int64_t)sizeof(float), zero_range, &j);
+    free(start);
     return AI_OK;
 }

@@ -402,21 +402,53 @@ static ai_status compare_fwd(const bcast *b, int kind, ai_tensor *y, const ai_te
     return AI_OK;
 }
 
+/* Where's forward on output elements [lo, hi), ISZ bytes each (a constant
+ * in the 4- and 8-byte instances: each copy is one move). */
+#define DEFINE_WHERE(NAME, ISZ)                                                      \
+    static void NAME(const bcast *b, char *o, const uint8_t *pc, const char *pa,    \
+                     const char *pb, size_t isz, int64_t lo, int64_t hi)            \
+    {                                                                                \
+        (void)isz;                                                                   \
+        /* operands: st[0] = condition, st[1] = x, st[2] = y */                      \
+        BCAST_LOOP(b, lo, hi, {                                                      \
+            for (int64_t j = 0; j < inner; j++) {                                    \
+                const char *src = pc[ra + j * sa] ? pa + (rb + j * sb) * (int64_t)(ISZ) \
+                                                  : pb + (rc + j * sc) * (int64_t)(ISZ); \
+                memcpy(o + (ro + j) * (int64_t)(ISZ), src, ISZ);                     \
+            }                                                                        \
+        });                                                                          \
+    }
+
+DEFINE_WHERE(where_4, 4)
+DEFINE_WHERE(where_8, 8)
+DEFINE_WHERE(where_n, isz)
+
+/* Where's forward on the thread pool, split by output element ranges (each
+ * element a copy: the same values at any thread count). */
+typedef struct {
+    const bcast *b;
+    char *o;
+    const uint8_t *pc;
+    const char *pa, *pb;
+    size_t isz;
+} where_job;
+
+static void where_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const where_job *j = ctx;
+    if (j->isz == 4)
+        where_4(j->b, j->o, j->pc, j->pa, j->pb, j->isz, lo, hi);
+    else if (j->isz == 8)
+        where_8(j->b, j->o, j->pc, j->pa, j->pb, j->isz, lo, hi);
+    else
+        where_n(j->b, j->o, j->pc, j->pa, j->pb, j->isz, lo, hi);
+}
+
 static ai_status where_fwd(const bcast *b, ai_tensor *y, const ai_tensor *cnd,
                            const ai_tensor *x0, const ai_tensor *x1)
 {
-    const uint8_t *pc = cnd->data;
-    const size_t isz = ai_dtype_size(y->dtype);
-    char *o = y->data;
-    const char *pa = x0->data, *pb = x1->data;
-    /* operands: st[0] = condition, st[1] = x, st[2] = y */
-    BCAST_LOOP(b, 0, bcast_total(b), {
-        for (int64_t j = 0; j < inner; j++) {
-            const char *src = pc[ra + j * sa] ? pa + (rb + j * sb) * (int64_t)isz
-                                              : pb + (rc + j * sc) * (int64_t)isz;
-            memcpy(o + (ro + j) * (int64_t)isz, src, isz);
-        }
-    });
+    where_job j = {b, y->data, cnd->data, x0->data, x1->data, ai_dtype_size(y->dtype)};
+    ai_parallel_for(bcast_total(b), AI_GRAIN_ELEMS, where_range, &j);
     return AI_OK;
 }
 

@@ -26,6 +26,7 @@
 
 #include "../graph.h"
 #include "../kernels/gemm.h"
+#include "../parallel.h"
 #include "matmul.h"
 
 /* One GEMM on float32 or float64 pointers (dtype of the operands). */
@@ -127,10 +128,11 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 }
 
 #define DEFINE_FILL_C(NAME, T)                                                       \
-    /* y (M,N) = C read with strides s0, s1 (0 on broadcast axes) */                 \
-    static void NAME(T *y, const T *C, int64_t M, int64_t N, int64_t s0, int64_t s1) \
+    /* rows [r0, r1) of y (M,N) = C read with strides s0, s1 (0 on broadcast axes) */ \
+    static void NAME(T *y, const T *C, int64_t r0, int64_t r1, int64_t N, int64_t s0, \
+                     int64_t s1)                                                     \
     {                                                                                \
-        for (int64_t i = 0; i < M; i++)                                              \
+        for (int64_t i = r0; i < r1; i++)                                            \
             if (s1 == 1) /* rows in place (a bias: s0 = 0): copies, vectorised */    \
                 memcpy(y + i * N, C + i * s0, (size_t)N * sizeof(T));                \
             else                                                                     \
@@ -140,6 +142,25 @@ static ai_status gemm_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 
 DEFINE_FILL_C(fill_c_f32, float)
 DEFINE_FILL_C(fill_c_f64, double)
+
+/* A row-wise pass over an (R,N) output on the thread pool: Gemm's fill of
+ * C, FusedMatMul's bias (rows are independent: the same values at any
+ * thread count). */
+typedef struct {
+    bool f64;
+    void *y;
+    const void *src;
+    int64_t N, s0, s1;
+} rows_job;
+
+static void fill_c_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const rows_job *j = ctx;
+    if (j->f64)
+        fill_c_f64(j->y, j->src, lo, hi, j->N, j->s0, j->s1);
+    else
+        fill_c_f32(j->y, j->src, lo, hi, j->N, j->s0, j->s1);
+}
 
 static ai_status gemm_forward(ai_ctx *c)
 {
@@ -152,10 +173,8 @@ static ai_status gemm_forward(ai_ctx *c)
     if (C && p->beta != 0) {
         int64_t s[2];
         ai_broadcast_strides(C->ndim, C->shape, 2, y->shape, s);
-        if (y->dtype == AI_F32)
-            fill_c_f32(y->data, C->data, M, N, s[0], s[1]);
-        else
-            fill_c_f64(y->data, C->data, M, N, s[0], s[1]);
+        rows_job j = {y->dtype == AI_F64, y->data, C->data, N, s[0], s[1]};
+        ai_parallel_for(M, ai_grain_of(N), fill_c_range, &j);
         beta = p->beta;
     }
     gemm(y->dtype, p->ta, p->tb, M, N, K, p->alpha, a->data, a->shape[1], b->data, b->shape[1],
@@ -404,16 +423,25 @@ static ai_status fused_matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t 
 }
 
 #define DEFINE_ADD_BIAS(NAME, T)                                       \
-    /* y (R,N) += bias (N,) on every row */                            \
-    static void NAME(T *y, const T *bias, int64_t R, int64_t N)        \
+    /* rows [r0, r1) of y (R,N) += bias (N,) */                        \
+    static void NAME(T *y, const T *bias, int64_t r0, int64_t r1, int64_t N) \
     {                                                                  \
-        for (int64_t r = 0; r < R; r++)                                \
+        for (int64_t r = r0; r < r1; r++)                              \
             for (int64_t j = 0; j < N; j++)                            \
                 y[r * N + j] += bias[j];                               \
     }
 
 DEFINE_ADD_BIAS(add_bias_f32, float)
 DEFINE_ADD_BIAS(add_bias_f64, double)
+
+static void add_bias_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const rows_job *j = ctx;
+    if (j->f64)
+        add_bias_f64(j->y, j->src, lo, hi, j->N);
+    else
+        add_bias_f32(j->y, j->src, lo, hi, j->N);
+}
 
 static ai_status fused_matmul_forward(ai_ctx *c)
 {
@@ -423,10 +451,10 @@ static ai_status fused_matmul_forward(ai_ctx *c)
     int64_t R, K, N;
     fused_matmul_sizes(c, &R, &K, &N);
     gemm(y->dtype, false, tb, R, N, K, 1.0, a->data, K, b->data, b->shape[1], 0.0, y->data, N);
-    if (bias && y->dtype == AI_F32)
-        add_bias_f32(y->data, bias->data, R, N);
-    else if (bias)
-        add_bias_f64(y->data, bias->data, R, N);
+    if (bias) {
+        rows_job j = {y->dtype == AI_F64, y->data, bias->data, N, 0, 1};
+        ai_parallel_for(R, ai_grain_of(N), add_bias_range, &j);
+    }
     return AI_OK;
 }
 
