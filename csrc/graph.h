@@ -201,6 +201,11 @@ enum {
      * uint8 and bool, checked before its shape function runs: */
     AI_OP_ANY_DTYPE = 1 << 19, /* every dtype: it moves or converts elements */
     AI_OP_UNSIGNED = 1 << 20,  /* uint16, uint32 and uint64 too */
+    /* output 0 holds input 0's bytes as they are, under another shape
+     * (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the memory plan may
+     * make it a view of the input's buffer, and the input's gradient a view
+     * of the output's, instead of running the copies (plan.c, "views") */
+    AI_OP_VIEW = 1 << 21,
 };
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and

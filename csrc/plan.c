@@ -109,6 +109,10 @@ void ai_plan_free(ai_plan *p)
     free(p->def_step);
     free(p->last_step);
     free(p->kept);
+    free(p->view_of);
+    free(p->grad_view_of);
+    free(p->view_node);
+    free(p->poison_at);
     free(p->sched);
     free(p->state);
     free(p->state_size);
@@ -709,6 +713,72 @@ static ai_status check_dtypes(const ai_ctx *c)
     return AI_OK;
 }
 
+enum { VIEW_FORWARD = 1, VIEW_BACKWARD = 2 }; /* p->view_node's bits */
+
+/* Whether value v is a computed value with a buffer in the arena (not
+ * folded, not a graph output given a fresh tensor). */
+static bool in_arena(const ai_graph *g, const ai_plan *p, int v)
+{
+    return g->values[v].kind == AI_VAL_ACT && !p->folded[v] && p->def_step[v] >= 0 &&
+           !p->fresh[v];
+}
+
+static bool is_graph_output(const ai_graph *g, int v)
+{
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v)
+            return true;
+    return false;
+}
+
+/* Whether values a and b have the same dtype and bytes (not none). */
+static bool same_bytes(const ai_plan *p, int a, int b)
+{
+    return p->meta[a].dtype == p->meta[b].dtype && meta_bytes(&p->meta[a]) &&
+           meta_bytes(&p->meta[a]) == meta_bytes(&p->meta[b]);
+}
+
+/* Views: a node of an AI_OP_VIEW operator (Reshape, Flatten, Squeeze,
+ * Unsqueeze, Identity) whose input and output both live in the arena copies
+ * nothing: its output is a view of its input's buffer (view_of: the owner
+ * of the buffer, through chains of views), whose lifetime then extends to
+ * the view's (the memory plan merges them). Nodes write only their own
+ * outputs and a buffer is written only by its producer before anyone reads
+ * it, so the view holds what the copy would. In backward, the input's
+ * gradient is a view of the output's when the node is the input's last
+ * reader: its backward, the first to write that gradient, would copy the
+ * output's gradient (which dies there) into it, and the other readers'
+ * backwards add to it afterwards. Graph outputs keep their copies: the
+ * caller receives their tensors and seeds (or lends) their gradients. */
+static void plan_views(const ai_graph *g, ai_plan *p)
+{
+    const int S = p->n_sched;
+    for (int s = 0; s < S; s++) {
+        const int ni = p->sched[s];
+        const ai_node *n = &g->nodes[ni];
+        if (!(n->op->flags & AI_OP_VIEW))
+            continue;
+        const int i = n->in[0], o = n->out[0];
+        if (in_arena(g, p, i) && in_arena(g, p, o) && same_bytes(p, i, o)) {
+            p->view_of[o] = p->view_of[i] >= 0 ? p->view_of[i] : i;
+            p->view_node[ni] |= VIEW_FORWARD;
+        }
+    }
+    for (int s = S - 1; s >= 0 && p->need_backward; s--) { /* owners first: later values */
+        const int ni = p->sched[s];
+        const ai_node *n = &g->nodes[ni];
+        if (!(n->op->flags & AI_OP_VIEW) || !backward_runs(p, n))
+            continue;
+        const int i = n->in[0], o = n->out[0];
+        if (p->needs_grad[i] && p->needs_grad[o] && g->values[i].kind == AI_VAL_ACT &&
+            g->values[o].kind == AI_VAL_ACT && p->last_step[i] == s &&
+            !is_graph_output(g, i) && !is_graph_output(g, o) && same_bytes(p, i, o)) {
+            p->grad_view_of[i] = p->grad_view_of[o] >= 0 ? p->grad_view_of[o] : o;
+            p->view_node[ni] |= VIEW_BACKWARD;
+        }
+    }
+}
+
 static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool ints,
                             bool shapes_only,
                             ai_plan **out)
@@ -717,6 +787,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ai_plan *p = calloc(1, sizeof *p);
     ai_tensor *shape_t = NULL;
     item *items = NULL;
+    int *item_at = NULL;
     bool *to_data = NULL;
     size_t *ws_of = NULL;
     size_t limit = ai_memory_limit();
@@ -746,6 +817,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(p->def_step, V);
     ALLOC(p->last_step, V);
     ALLOC(p->kept, V);
+    ALLOC(p->view_of, V);
+    ALLOC(p->grad_view_of, V);
+    ALLOC(p->view_node, N);
+    ALLOC(p->poison_at, V);
     ALLOC(p->sched, N);
     ALLOC(p->state, N);
     ALLOC(p->state_size, N);
@@ -781,6 +856,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             goto fail;
         p->def_step[v] = -1;
         p->last_step[v] = -1;
+        p->view_of[v] = p->grad_view_of[v] = p->poison_at[v] = -1;
     }
 
     /* shape inference in topological order, folding constant nodes */
@@ -926,8 +1002,10 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     }
     for (int i = 0; i < g->n_outputs; i++)
         p->outputs_read |= p->fresh[g->outputs[i]] && p->kept[g->outputs[i]];
+    plan_views(g, p);
 
     ALLOC(items, 2 * V);
+    ALLOC(item_at, 2 * V); /* value v's item: v for its data, V + v for its gradient */
     int n_items = 0;
     size_t zeros_bytes = 0;
     int zeros_value = -1;
@@ -936,6 +1014,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             p->fresh[v])
             continue;
         int last = p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v];
+        item_at[v] = n_items;
         items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
                                   .start = p->def_step[v],
                                   .end = p->kept[v] ? 2 * S + 1 : last,
@@ -958,10 +1037,31 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             int end = val->kind == AI_VAL_INPUT ? 2 * S + 1 : 2 * S - 1 - p->def_step[v];
             if (end < start)
                 end = start;
+            item_at[V + v] = n_items;
             items[n_items++] = (item){.size = ALIGN_UP(meta_bytes(&p->meta[v])),
                                       .start = start, .end = end, .value = v, .grad = true};
         }
     }
+    /* a view has no buffer of its own: its lifetime extends its owner's */
+    for (int k = 0; k < n_items; k++) {
+        const int owner = items[k].grad ? p->grad_view_of[items[k].value]
+                                        : p->view_of[items[k].value];
+        if (owner < 0)
+            continue;
+        item *o = &items[item_at[(items[k].grad ? V : 0) + owner]];
+        o->start = items[k].start < o->start ? items[k].start : o->start;
+        o->end = items[k].end > o->end ? items[k].end : o->end;
+    }
+    int n_owners = 0;
+    for (int k = 0; k < n_items; k++) {
+        const int v = items[k].value;
+        if ((items[k].grad ? p->grad_view_of[v] : p->view_of[v]) >= 0)
+            continue;
+        if (p->poison_dead && !items[k].grad && items[k].end < S)
+            p->poison_at[v] = items[k].end; /* (S and later: kept, or a graph output) */
+        items[n_owners++] = items[k];
+    }
+    n_items = n_owners;
     if ((st = place(g, items, n_items, limit, &p->arena_bytes)))
         goto fail;
 
@@ -1008,6 +1108,18 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
         if ((st = arena_view(slot, p->arena, items[i].offset, &p->meta[items[i].value])))
             goto fail;
     }
+    for (int v = 0; v < V; v++) { /* the views, at their owners' offsets */
+        const char *base = p->arena->data;
+        if (p->view_of[v] >= 0 &&
+            (st = arena_view(&p->act[v], p->arena,
+                             (size_t)((char *)p->act[p->view_of[v]]->data - base), &p->meta[v])))
+            goto fail;
+        if (p->grad_view_of[v] >= 0 &&
+            (st = arena_view(&p->gradv[v], p->arena,
+                             (size_t)((char *)p->gradv[p->grad_view_of[v]]->data - base),
+                             &p->meta[v])))
+            goto fail;
+    }
     if (zeros_bytes) {
         int64_t zshape[1] = {(int64_t)zeros_bytes};
         if ((st = ai_tensor_new(&p->zeros, AI_U8, 1, zshape)))
@@ -1037,6 +1149,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     }
 done:
     free(items);
+    free(item_at);
     free(shape_t);
     free(ws_of);
     free(to_data);
@@ -1044,6 +1157,7 @@ done:
     return AI_OK;
 fail:
     free(items);
+    free(item_at);
     free(shape_t);
     free(ws_of);
     free(to_data);
@@ -1148,15 +1262,10 @@ static void ctx_bind(ai_ctx *c, ai_graph *g, ai_plan *p, int node_index)
  * there although backward runs are filled with NaN (bytes 0x5a for other
  * types), so that a backward that reads one after all gives NaN gradients
  * instead of reading whatever reused the buffer (tests/test_engine.py). */
-static void poison_dead(const ai_graph *g, const ai_plan *p, int s)
+static void poison_dead(const ai_plan *p, int s)
 {
-    const ai_node *n = &g->nodes[p->sched[s]];
-    for (int k = 0; k < n->n_in + n->n_out; k++) {
-        const int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
-        if (v < 0 || p->kept[v] || !p->act[v] || p->fresh[v] || p->folded[v] ||
-            g->values[v].kind != AI_VAL_ACT)
-            continue;
-        if ((p->last_step[v] < p->def_step[v] ? p->def_step[v] : p->last_step[v]) != s)
+    for (int v = 0; v < p->n_values; v++) { /* (poison_at: buffers, views' lifetimes included) */
+        if (p->poison_at[v] != s)
             continue;
         ai_tensor *t = p->act[v];
         const int64_t numel = ai_tensor_numel(t);
@@ -1305,17 +1414,19 @@ ai_status ai_graph_forward(ai_graph *g, int n_in, const ai_tensor *const *inputs
             return st;
     }
     for (int s = 0; s < p->n_sched; s++) {
-        ai_ctx c;
-        ctx_bind(&c, g, p, p->sched[s]);
-        double t0 = g->profile ? ai_seconds() : 0;
-        if ((st = node_forward(&c)))
-            return st;
-        if (g->profile) {
-            g->nodes[p->sched[s]].prof_fwd_s += ai_seconds() - t0;
-            g->nodes[p->sched[s]].prof_fwd_n++;
+        if (!(p->view_node[p->sched[s]] & VIEW_FORWARD)) { /* (a view: nothing to run) */
+            ai_ctx c;
+            ctx_bind(&c, g, p, p->sched[s]);
+            double t0 = g->profile ? ai_seconds() : 0;
+            if ((st = node_forward(&c)))
+                return st;
+            if (g->profile) {
+                g->nodes[p->sched[s]].prof_fwd_s += ai_seconds() - t0;
+                g->nodes[p->sched[s]].prof_fwd_n++;
+            }
         }
         if (p->poison_dead)
-            poison_dead(g, p, s);
+            poison_dead(p, s);
     }
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
@@ -1442,6 +1553,13 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
         const ai_node *n = &g->nodes[ni];
         if (!backward_runs(p, n))
             continue;
+        if (p->view_node[ni] & VIEW_BACKWARD) {
+            /* the input's gradient is the output's buffer: what the copy
+             * would assign (zero if nobody wrote it) */
+            grad_of(g, p, n->out[0], false, NULL);
+            p->grad_ready[n->in[0]] = true;
+            continue;
+        }
         ai_ctx c;
         ctx_bind(&c, g, p, ni);
         ai_tensor zero_views[AI_MAX_IO];

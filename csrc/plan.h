@@ -38,6 +38,13 @@ struct ai_plan {
     bool outputs_read;    /* a backward that runs reads a fresh output's memory */
     bool poison_dead;     /* AIDGE_INTEROP_POISON_DEAD: NaN into the values that die */
 
+    /* views (plan.c): per value, the value whose arena buffer it shares, its
+     * own and its gradient's (-1: a buffer of its own); per node, which
+     * passes are views and do not run (VIEW_FORWARD, VIEW_BACKWARD) */
+    int *view_of, *grad_view_of;
+    unsigned char *view_node;
+    int *poison_at;       /* per value with poison_dead: the forward step its buffer dies at */
+
     int n_sched;
     int *sched;           /* node indices run by forward */
     void **state;         /* per node */

@@ -40,12 +40,15 @@ def test_training_steps_count_every_node_forward_and_backward():
     assert sorted(rows) == sorted(names)
     for r in prof.rows:
         assert r["graph"] == "main"
+        if r["op_type"] == "Flatten":  # a view of the Relu's output: nothing runs
+            assert r["fwd_calls"] == r["bwd_calls"] == 0, r
+            continue
         assert r["fwd_calls"] == 3 and r["fwd_s"] > 0, r
         # every node of this chain is differentiable and on the path to the loss
         assert r["bwd_calls"] == 3 and r["bwd_s"] > 0, r
     assert not model._graph.profile
     assert prof.total_s == pytest.approx(sum(prof.by_op_type().values()))
-    assert {"Conv", "BatchNormalization", "Relu", "Flatten", "Gemm"} <= set(prof.by_op_type())
+    assert {"Conv", "BatchNormalization", "Relu", "Gemm"} <= set(prof.by_op_type())
     table = prof.table()
     assert "/conv/Conv" in table and "BatchNormalization" in table and "total" in table
     assert len(prof.table(top=2).splitlines()) == 1 + 2 + 2  # header, 2 rows, more, total

@@ -1,7 +1,8 @@
 /*
  * reshape.c — Reshape, Flatten, Squeeze, Unsqueeze: the same bytes under
  * another shape. Forward copies them, backward passes the gradient through
- * (a data-movement family: movement.h).
+ * (a data-movement family: movement.h); where the memory plan makes the
+ * output a view of the input (AI_OP_VIEW, plan.c), neither runs.
  */
 #include <string.h>
 
@@ -164,8 +165,9 @@ static ai_status unsqueeze_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *st
 
 /* ---------------------------------------------------------------- registry */
 
-/* a copy: backward passes dy through and reads no value */
-#define FLAT (ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
+/* a copy, or a view where the memory plan can (AI_OP_VIEW): backward
+ * passes dy through and reads no value */
+#define FLAT (ASSIGN1 | AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y | AI_OP_VIEW)
 OP(op_reshape, "Reshape", 2, 2, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, reshape_shape,
    flat_forward, flat_backward)
 OP(op_flatten, "Flatten", 1, 1, 1, FLAT | AI_OP_HALF | AI_OP_ANY_DTYPE, flatten_shape,

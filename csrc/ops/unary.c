@@ -489,7 +489,8 @@ static const ai_op_def op_abs = {"Abs", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1) | A
 static const ai_op_def op_neg = {"Neg", "", 1, 1, 1, 1, AI_OP_GRAD_ASSIGN(1), unary_init,
                                  numeric_shape, neg_forward, neg_backward};
 static const ai_op_def op_identity = {"Identity", "", 1, 1, 1, 1,
-                                      AI_OP_GRAD_ASSIGN(1) | AI_OP_HALF | AI_OP_ANY_DTYPE, NULL,
+                                      AI_OP_GRAD_ASSIGN(1) | AI_OP_HALF | AI_OP_ANY_DTYPE |
+                                          AI_OP_VIEW, NULL,
                                       same_shape, identity_forward, identity_backward};
 
 /* ---------------------------------------------------------------- Clip */

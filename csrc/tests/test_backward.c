@@ -182,10 +182,74 @@ TEST(backward_memory_limit_refuses_the_plan)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* Views (plan.c): x (3, 4, 5) -> Tanh -> h -> Flatten -> f (3, 20) -> Exp ->
+ * y. f is h's buffer (one buffer in the arena at inference), and in
+ * backward h's gradient is f's: the Flatten never runs, forward or backward,
+ * and dx = dy exp(h) (1 - h^2). */
+TEST(backward_views)
+{
+    int64_t live = ai_debug_live_tensors();
+    ai_graph *g;
+    CHECK_OK(ai_graph_new(&g));
+    const char *x[1] = {"x"}, *h[1] = {"h"}, *f[1] = {"f"}, *y[1] = {"y"};
+    ai_status st = ai_graph_add_input(g, "x", AI_F64);
+    st = st ? st : ai_graph_add_node(g, "tanh", "", "Tanh", 17, 1, x, 1, h, 0, NULL);
+    st = st ? st : ai_graph_add_node(g, "flatten", "", "Flatten", 17, 1, h, 1, f, 0, NULL);
+    st = st ? st : ai_graph_add_node(g, "exp", "", "Exp", 17, 1, f, 1, y, 0, NULL);
+    st = st ? st : ai_graph_set_outputs(g, 1, y);
+    st = st ? st : ai_graph_finalize(g);
+    CHECK_OK(st);
+    if (st) {
+        ai_graph_free(g);
+        return;
+    }
+    const ai_node *flatten = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, "flatten"))
+            flatten = &g->nodes[i];
+    const int64_t shape[3] = {3, 4, 5};
+    ai_tensor *xt, *dy, *yt = NULL;
+    CHECK_OK(ai_tensor_new(&xt, AI_F64, 3, shape));
+    CHECK_OK(ai_tensor_new(&dy, AI_F64, 2, (const int64_t[]){3, 20}));
+    for (int64_t i = 0; i < 60; i++) {
+        AI_F64P(xt)[i] = -1.5 + 3.0 * (double)i / 59.0;
+        AI_F64P(dy)[i] = 1.0 + 0.1 * (double)i;
+    }
+    g->profile = true;
+    CHECK_OK(ai_graph_forward(g, 1, (const ai_tensor *const *)&xt, 1, &yt));
+    ai_memory_stats ms;
+    CHECK_OK(ai_graph_memory_stats(g, &ms));
+    CHECK(ms.arena_bytes == ((60 * sizeof(double) + AI_ALIGN - 1) / AI_ALIGN * AI_ALIGN));
+    for (int64_t i = 0; yt && i < 60; i++)
+        CHECK_CLOSE(AI_F64P(yt)[i], exp(tanh(AI_F64P(xt)[i])), 1e-14);
+    ai_tensor_free(yt);
+    yt = NULL;
+    g->need_backward = g->input_grads = true;
+    for (int pass = 0; pass < 2; pass++) {
+        ai_tensor *dx = NULL;
+        CHECK_OK(ai_graph_forward(g, 1, (const ai_tensor *const *)&xt, 1, &yt));
+        CHECK_OK(ai_graph_backward(g, 1, (const ai_tensor *const *)&dy, 1, &dx));
+        for (int64_t i = 0; dx && i < 60; i++) {
+            const double hv = tanh(AI_F64P(xt)[i]);
+            CHECK_CLOSE(AI_F64P(dx)[i], AI_F64P(dy)[i] * exp(hv) * (1 - hv * hv), 1e-12);
+        }
+        ai_tensor_free(dx);
+        ai_tensor_free(yt);
+        yt = NULL;
+    }
+    CHECK(flatten && flatten->prof_fwd_n == 0 && flatten->prof_bwd_n == 0);
+    CHECK(g->nodes[0].prof_fwd_n + g->nodes[1].prof_fwd_n + g->nodes[2].prof_fwd_n == 6);
+    ai_tensor_free(dy);
+    ai_tensor_free(xt);
+    ai_graph_free(g);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case backward_cases[] = {
     CASE(backward_first_writer_assigns),
     CASE(backward_float16_per_node_rounding),
     CASE(backward_input_grads_replans),
     CASE(backward_memory_limit_refuses_the_plan),
+    CASE(backward_views),
     {NULL, NULL},
 };
