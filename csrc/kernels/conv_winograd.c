@@ -131,8 +131,8 @@ static void winograd_weights_range(void *ctx, int64_t lo, int64_t hi)
  * WINOGRAD_ROWS + 8 i) (a product's tiles 8 floats apart), the input
  * outside the plane zero; tiles from nt to the next multiple of
  * WINOGRAD_PX_MAX zeros (the last register tile reads them). */
-AI_VECTOR_CLONES static void winograd_inputs(const winograd_geom *q, const float *xn, int64_t t0,
-                                             int64_t nt, float *vt)
+AI_WIDE_CLONES static void winograd_inputs(const winograd_geom *q, const float *xn, int64_t t0,
+                                           int64_t nt, float *vt)
 {
     const int64_t C8 = q->C8, ld = C8 * WINOGRAD_ROWS; /* V[e] to V[e + 1] */
     for (int64_t i = 0; i < nt; i++) {
@@ -143,33 +143,38 @@ AI_VECTOR_CLONES static void winograd_inputs(const winograd_geom *q, const float
             for (int b = 0; b < 4; b++)
                 in[a][b] = r0 + a >= 0 && r0 + a < q->H && c0 + b >= 0 && c0 + b < q->W;
         const int64_t at = (r0 * q->W + c0) * 8; /* the window's first value, maybe outside */
-        for (int64_t cb = 0; cb < C8; cb += 8) {
-            const float *xc = xn + cb * q->H * q->W;
-            conv_vec8 d[4][4], t[4][4];
-            if (inside) {
-                for (int a = 0; a < 4; a++)
-                    for (int b = 0; b < 4; b++)
-                        d[a][b] = *(const conv_vec8 *)(xc + at + (a * q->W + b) * 8);
-            } else {
-                for (int a = 0; a < 4; a++)
-                    for (int b = 0; b < 4; b++)
-                        d[a][b] = in[a][b] ? *(const conv_vec8 *)(xc + at + (a * q->W + b) * 8)
-                                           : (conv_vec8){0};
-            }
-            for (int b = 0; b < 4; b++) { /* B^T d */
-                t[0][b] = d[0][b] - d[2][b];
-                t[1][b] = d[1][b] + d[2][b];
-                t[2][b] = d[2][b] - d[1][b];
-                t[3][b] = d[1][b] - d[3][b];
-            }
-            float *v = vt + cb * WINOGRAD_ROWS + 8 * i;
-            for (int a = 0; a < 4; a++) { /* (B^T d) B */
-                *(conv_vec8 *)(v + (4 * a) * ld) = t[a][0] - t[a][2];
-                *(conv_vec8 *)(v + (4 * a + 1) * ld) = t[a][1] + t[a][2];
-                *(conv_vec8 *)(v + (4 * a + 2) * ld) = t[a][2] - t[a][1];
-                *(conv_vec8 *)(v + (4 * a + 3) * ld) = t[a][1] - t[a][3];
-            }
-        }
+/* row a of B^T d from the two input rows it reads (loaded again per row,
+ * from L1: the 16 inputs and 16 sums would not fit the registers), then
+ * row a of (B^T d) B; D(r, b) the input at row r, column b of the window */
+#define WINOGRAD_ROW(D, a, r0, op, r1)                           \
+    {                                                            \
+        conv_vec8 t[4];                                          \
+        for (int b = 0; b < 4; b++)                              \
+            t[b] = D(r0, b) op D(r1, b);                         \
+        *(conv_vec8 *)(v + (4 * (a)) * ld) = t[0] - t[2];        \
+        *(conv_vec8 *)(v + (4 * (a) + 1) * ld) = t[1] + t[2];    \
+        *(conv_vec8 *)(v + (4 * (a) + 2) * ld) = t[2] - t[1];    \
+        *(conv_vec8 *)(v + (4 * (a) + 3) * ld) = t[1] - t[3];    \
+    }
+#define WINOGRAD_BLOCKS(D)                                                    \
+    for (int64_t cb = 0; cb < C8; cb += 8) {                                  \
+        const float *xc = xn + cb * q->H * q->W + at;                         \
+        float *v = vt + cb * WINOGRAD_ROWS + 8 * i;                           \
+        WINOGRAD_ROW(D, 0, 0, -, 2)                                           \
+        WINOGRAD_ROW(D, 1, 1, +, 2)                                           \
+        WINOGRAD_ROW(D, 2, 2, -, 1)                                           \
+        WINOGRAD_ROW(D, 3, 1, -, 3)                                           \
+    }
+#define WINOGRAD_IN(r, b) (*(const conv_vec8 *)(xc + ((r) * q->W + (b)) * 8))
+#define WINOGRAD_EDGE(r, b) (in[r][b] ? WINOGRAD_IN(r, b) : (conv_vec8){0})
+        if (inside)
+            WINOGRAD_BLOCKS(WINOGRAD_IN)
+        else
+            WINOGRAD_BLOCKS(WINOGRAD_EDGE)
+#undef WINOGRAD_EDGE
+#undef WINOGRAD_IN
+#undef WINOGRAD_BLOCKS
+#undef WINOGRAD_ROW
     }
     const int64_t end = (nt + WINOGRAD_PX_MAX - 1) / WINOGRAD_PX_MAX * WINOGRAD_PX_MAX;
     for (int64_t eb = 0; eb < 16 * C8 && end > nt; eb += 8)
