@@ -7,6 +7,7 @@
  * decline the others:
  *   conv_pointwise.c     1x1 convolutions
  *   conv_blocked.c       direct, output channels in vector lanes (and NCHWc chains)
+ *   conv_winograd.c      NCHWc chains: 3x3 stride 1 by Winograd F(2x2, 3x3)
  *   conv_direct.c        direct, on zero-padded stride-phase planes
  *   conv_shifted_gemm.c  stride 1, one GEMM per kernel tap
  *   conv_depthwise.c     one input channel per group
@@ -363,13 +364,19 @@ bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize)
 
 /* The blocked forward's kernel for p, in this order: */
 typedef enum {
+    BLOCKED_WINOGRAD,  /* conv_winograd.c: 3x3 stride 1, blocked x, >= 16 channels in and out */
     BLOCKED_TILES,     /* conv_blocked.c: one group, at most 640 taps, planes that fit */
     BLOCKED_DEPTHWISE, /* conv_depthwise.c: depthwise, M = C, padded planes that fit */
     BLOCKED_FALLBACK,  /* the NCHW forward between reorders: any other 2-D conv */
 } blocked_kernel;
 
-static blocked_kernel blocked_kernel_of(const ai_conv_params *p, const conv_geom *g, bool xb)
+/* With `winograd` false (ai_set_fast_kernels(false): its reference, the
+ * direct sums) the Winograd kernel is passed over. */
+static blocked_kernel blocked_kernel_of(const ai_conv_params *p, const conv_geom *g, bool xb,
+                                        bool winograd)
 {
+    if (winograd && winograd_chain_accepts(p, g, xb))
+        return BLOCKED_WINOGRAD;
     if (p->nsp == 2 && blocked_chain_accepts(p, g, xb))
         return BLOCKED_TILES;
     if (p->nsp == 2 && depthwise_blocked_accepts(p, g))
@@ -377,18 +384,25 @@ static blocked_kernel blocked_kernel_of(const ai_conv_params *p, const conv_geom
     return BLOCKED_FALLBACK;
 }
 
+/* the larger of the Winograd kernel's workspace and the other one's: the
+ * fast kernels may be switched off between a plan and its forward */
 size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
 {
     const conv_geom g = conv_geom_of(p, false);
-    switch (blocked_kernel_of(p, &g, x_blocked)) {
+    const size_t winograd = (size_t)winograd_chain_workspace(p, &g, x_blocked) * sizeof(float);
+    size_t other;
+    switch (blocked_kernel_of(p, &g, x_blocked, false)) {
     case BLOCKED_TILES:
-        return (size_t)blocked_chain_workspace(p, &g, x_blocked) * sizeof(float);
+        other = (size_t)blocked_chain_workspace(p, &g, x_blocked) * sizeof(float);
+        break;
     case BLOCKED_DEPTHWISE:
-        return (size_t)depthwise_blocked_workspace(p, &g) * sizeof(float);
+        other = (size_t)depthwise_blocked_workspace(p, &g) * sizeof(float);
+        break;
     default: /* x and y as NCHW, then the NCHW conv's */
-        return (size_t)(p->N * (p->C * g.img_size + p->M * g.grid_size)) * sizeof(float) +
-               ai_conv_workspace_bytes(p, AI_F32);
+        other = (size_t)(p->N * (p->C * g.img_size + p->M * g.grid_size)) * sizeof(float) +
+                ai_conv_workspace_bytes(p, AI_F32);
     }
+    return winograd > other ? winograd : other;
 }
 
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
@@ -396,7 +410,11 @@ void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float 
                                  const ai_conv_epilogue *ep, bool x_blocked, const float *r)
 {
     const conv_geom g = conv_geom_of(p, false);
-    const blocked_kernel k = blocked_kernel_of(p, &g, x_blocked);
+    const blocked_kernel k = blocked_kernel_of(p, &g, x_blocked, ai_fast_kernels());
+    if (k == BLOCKED_WINOGRAD) {
+        winograd_chain_forward(p, y, x, w, b, ws, ep, r); /* r in registers */
+        return;
+    }
     if (k == BLOCKED_TILES) {
         blocked_chain_forward(p, y, x, w, b, ws, ep, x_blocked, r); /* r in registers */
         return;

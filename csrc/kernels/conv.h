@@ -84,13 +84,15 @@ void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw
  * way. float32, 2-D, forward only, x blocked or NCHW (`x_blocked`), y
  * always blocked; the epilogue is applied before the store, as for the
  * other forwards. Fast kernels: convs of one group (the direct tiles, at
- * most 640 taps: channel-kernel positions) and depthwise ones (channel
- * multiplier 1), ai_conv_blocked_fast; any other 2-D conv (or planes too
- * large for the tiles' slots) runs the NCHW forward between reorders. The
- * workspace is ai_conv_blocked_workspace_bytes long. `r` (or NULL): a
- * residual blocked like y, added after the epilogue's affine and before its
- * Relu (a ResNet block's Add and Relu; the direct tiles add it in registers,
- * the other paths in a pass after the conv).
+ * most 640 taps: channel-kernel positions; 3x3 stride-1 ones on blocked x
+ * with 16 channels or more in and out by Winograd, conv_winograd.c) and
+ * depthwise ones (channel multiplier 1), ai_conv_blocked_fast; any other
+ * 2-D conv (or planes too large for the tiles' slots) runs the NCHW
+ * forward between reorders. The workspace is ai_conv_blocked_workspace_bytes
+ * long. `r` (or NULL): a residual blocked like y, added after the
+ * epilogue's affine and before its Relu (a ResNet block's Add and Relu; the
+ * direct tiles and Winograd add it in registers, the other paths in a pass
+ * after the conv).
  */
 #define AI_CONV_BLOCK 8
 bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize);

@@ -825,7 +825,7 @@ static void depthwise_blocked_pack_v16(const depthwise_channels_last_job_f32 *j)
 
 /*
  * depthwise_blocked with 16-lane vectors (AVX-512), where x is blocked and the units
- * pair up (strided convs too: depthwise_blocked_direct runs at 8 lanes only): a job is two
+ * pair up, but for the strided convs depthwise_blocked_direct takes: a job is two
  * units of one image (blocks u and u + 1, 16 channels), copied into one
  * padded xt (Hp, Wp, 16) with their lanes side by side; each output
  * position is then one vector product per tap, its result stored as two
@@ -1023,10 +1023,12 @@ void depthwise_blocked_forward(const ai_conv_params *p, float *y, const float *x
     const int64_t per_slot =
         l.jobs / l.slots * DEPTHWISE_CHANNELS_LAST_UNIT * (g.img_size + g.grid_size * g.ksize);
 #if defined(AI_AVX512_KERNEL)
-    /* 16 lanes where the units pair up, strided convs included: there the
-     * copy and 16-lane sums beat depthwise_blocked_direct's in-place 8-lane
-     * reads (benchmarks/results/fused-inference.md) */
-    if (x_blocked && l.units % 2 == 0 && ai_cpu_avx512()) {
+    /* 16 lanes where the units pair up, but for the strided convs that
+     * depthwise_blocked_direct reads in place: its 8-lane reads beat the
+     * copy (of an input 4 times the output) and 16-lane sums, 0.76 of their
+     * time on 16 channels of 48x48 at stride 2, 0.94 on 32 of 24x24
+     * (benchmarks/results/suite-ort.md) */
+    if (x_blocked && l.units % 2 == 0 && ai_cpu_avx512() && !direct) {
         depthwise_blocked_pack_v16(&j);
         ai_parallel_for(l.slots, ai_grain_of(per_slot), depthwise_blocked_range_v16, &j);
         return;
