@@ -1,18 +1,20 @@
 /*
  * gemm_tiles.c — gemm.c's float32 products of op(A) = A (not transposed)
  * on AVX-512 CPUs, at the sizes of a transformer's Linear layers and
- * their input gradients (M, N, K >= 128); gemm.c's comment says when it
- * is taken.
+ * their input gradients (M, N, K >= 128: ai_gemm_tiles_take, which gemm.c
+ * asks once for the whole product).
  *
  * A register tile of TL_MR = 6 rows by TL_NR = 64 columns of C (24 of the
  * 32 vector registers): per k, four vectors of the packed B and a
- * broadcast of A per row, 24 FMAs. A is read in place (rows of a
- * row-major matrix); B, which OpenBLAS packs at every call too, is packed
- * here per block of TL_NC columns by the K chunk, TL_NR-wide panels a row
- * of 64 floats per k (B^T, torch's Linear weight: 16 x 16 transposes in
- * registers), zero past N. K runs in chunks of at most TL_KC, all of the
- * same length but the last (ceil(K / chunks)): a panel of B (the block, <=
- * 640 KB) stays in the 1 MB L2 while the tiles of A's rows go by.
+ * broadcast of A per row, 24 FMAs (6 x 64 and 8 x 32 ran best of the
+ * tiles of 6 to 14 rows by 32 to 64 columns a prototype tried). A is read
+ * in place (rows of a row-major matrix); B, which OpenBLAS packs at every
+ * call too, is packed here per block of TL_NC columns by the K chunk,
+ * TL_NR-wide panels a row of 64 floats per k (B^T, torch's Linear weight:
+ * 16 x 16 transposes in registers), zero past N. K runs in chunks of at
+ * most TL_KC, all of the same length but the last (ceil(K / chunks)): a
+ * block of B (<= 640 KB) stays in the 1 MB L2 while the tiles of A's rows
+ * go by.
  *
  * Each element of C is the sum, chunk after chunk, of its chunk's terms in
  * k order, by FMAs: the same sum whatever part of C a call computes, so
@@ -20,10 +22,13 @@
  * change a bit. alpha scales each chunk's sum as it is added to C.
  *
  * Measured against OpenBLAS (SkylakeX kernels) on an AMD EPYC (Zen 4),
- * one thread, thread CPU time: x W^T and dY W at the Linear shapes of
- * benchmarks/run.py's transformers (M 520-1024 rows, K and N 256-1536)
- * 1.02-1.13 of its speed; dY^T X (op(A) transposed, the weight gradient)
- * 0.85-1.02, so it stays with the library.
+ * one thread, thread CPU time, one-node Gemm graphs at the Linear shapes
+ * of benchmarks/run.py's transformers (M 512-1024 rows, K and N 256-1536):
+ * x W^T at 1.00-1.11 of its speed (B^T packed through the transposes;
+ * 0.98-1.06 when they were a loop over stages), dY W at 1.05-1.10. A
+ * prototype of dY^T X (op(A) transposed, the weight gradient; A packed)
+ * ran at 0.85-1.02, so it stays with the library. MLAS (ONNX Runtime)
+ * packs a constant weight once per session; this packs at every call.
  */
 #include "gemm.h"
 
