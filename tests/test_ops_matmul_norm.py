@@ -94,6 +94,30 @@ def test_gemm_float32_register_tiles(ta, tb, alpha, beta, m, k, n):
              attrs={"transA": ta, "transB": tb, "alpha": alpha, "beta": beta})
 
 
+@pytest.mark.parametrize("wide", [True, False], ids=["avx512", "library"])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 1.0), (0.5, 0.0)], ids=str)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0)], ids=str)
+def test_gemm_float32_avx512_tiles(avx512, wide, ta, tb, alpha, beta):
+    """float32 at sizes that take gemm_tiles.c's kernel (op(A) = A; M, N, K
+    >= 128) with AVX-512, the GEMM library without: a last tile of 4 rows
+    (130), a partial panel and a second block of columns (300), two chunks of
+    K (700), forward and the gradients (their products transposed or not),
+    against torch."""
+    from aidge_interop import _C
+
+    assert _C._set_avx512(wide) is wide
+    m, k, n = 130, 700, 300
+    a = _x((k, m) if ta else (m, k), np.float32, 1)
+    b = _x((n, k) if tb else (k, n), np.float32, 2)
+    c = _x((m, n), np.float32, 3)
+
+    def ref(a, b, c):
+        return alpha * ((a.T if ta else a) @ (b.T if tb else b)) + beta * c
+
+    check_op("Gemm", {"a": a, "b": b, "c": c}, ref,
+             attrs={"transA": ta, "transB": tb, "alpha": alpha, "beta": beta})
+
+
 def test_gemm_defaults_and_odd_sizes():
     a, b, c = _x((7, 1), np.float64, 1), _x((1, 9), np.float64, 2), _x((9,), np.float64, 3)
     check_op("Gemm", {"a": a, "b": b, "c": c}, lambda a, b, c: a @ b + c)

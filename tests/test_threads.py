@@ -90,6 +90,31 @@ def test_skinny_gemm_split_between_threads(threads, rows):
     check_threads("Gemm", inputs, lambda a, b: a @ b.T, attrs={"transB": 1})
 
 
+@pytest.mark.parametrize("transb", [0, 1])
+def test_tiled_gemm_split_between_threads(threads, transb):
+    """Products that take the AVX-512 kernel of csrc/kernels/gemm_tiles.c
+    (x W^T, dY W at transformer sizes; the library without AVX-512): each
+    element the same sum at any split, so bit-identical at 1, 2 and 3
+    threads where it runs; float32 rounding of the float64 product."""
+    from aidge_interop import _C
+
+    wide = _C._set_avx512(True)  # on unless the CPU or the build has none
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((260, 384), dtype=np.float32)
+    b = rng.standard_normal((320, 384) if transb else (384, 320), dtype=np.float32)
+    graph = ai.load_onnx(make_model("Gemm", {"a": a, "b": b}, {"transB": transb}))._g
+    outs = []
+    for n in (1, 2, 3):
+        ai.set_num_threads(n)
+        outs.append(graph.forward([ai.Tensor(a), ai.Tensor(b)])[0].numpy().copy())
+    ref = a.astype(np.float64) @ (b.T if transb else b)  # entries ~ sqrt(384)
+    for o in outs:
+        np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
+    if wide:
+        for o in outs[1:]:
+            np.testing.assert_array_equal(o, outs[0])
+
+
 def test_two_graphs_share_the_pool_from_two_python_threads(threads):
     """One Python thread gets the pool, the other computes alone meanwhile:
     both results equal the sequential ones."""

@@ -141,8 +141,8 @@ static bool skinny_of(int64_t M, int64_t N, int64_t K)
     return K >= 64 && M <= SK_MR && N >= SK_NR && N * K >= 4096;
 }
 
-static void gemm_serial_f32(bool skinny, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                            float alpha, const float *A, int64_t lda, const float *B,
+static void gemm_serial_f32(bool skinny, bool tiles, bool ta, bool tb, int64_t M, int64_t N,
+                            int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                             int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (skinny) {
@@ -155,6 +155,8 @@ static void gemm_serial_f32(bool skinny, bool ta, bool tb, int64_t M, int64_t N,
         skinny_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    if (tiles && ai_gemm_tiles_f32(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return;
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
         FITS_INT(ldb) && FITS_INT(ldc)) {
@@ -205,7 +207,9 @@ static void gemm_serial_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
  * step 0.76 against 0.59 (AVX-512 Xeon, same build with the threshold from
  * the environment; 0.25 MFLOP: 0.100 and 0.65; LeNet, KWS, MobileNet and
  * ResNet-8 unchanged at 0.5). The library's kernels may change with the
- * panel's size, so its products keep the 2 MFLOP rule.
+ * panel's size, so its products keep the 2 MFLOP rule, and so do those of
+ * gemm_tiles.c (whose sums do not depend on the panel either: it is
+ * decided on the whole product, as the skinny kernel is).
  */
 #define SPLIT_N_UNIT 16
 #define SPLIT_M_UNIT 8
@@ -213,7 +217,7 @@ static void gemm_serial_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
 #define SKINNY_MIN_FLOPS_PER_THREAD (INT64_C(1) << 19)
 
 typedef struct {
-    bool ta, tb, f64, split_n, skinny;
+    bool ta, tb, f64, split_n, skinny, tiles;
     int64_t M, N, K, lda, ldb, ldc;
     double alpha, beta;
     const void *A, *B;
@@ -242,7 +246,7 @@ static void gemm_range(void *ctx, int64_t lo, int64_t hi)
         gemm_serial_f64(j->ta, j->tb, M, N, j->K, j->alpha, (const double *)A, j->lda,
                         (const double *)B, j->ldb, j->beta, (double *)C, j->ldc);
     else
-        gemm_serial_f32(j->skinny, j->ta, j->tb, M, N, j->K, (float)j->alpha,
+        gemm_serial_f32(j->skinny, j->tiles, j->ta, j->tb, M, N, j->K, (float)j->alpha,
                         (const float *)A, j->lda,
                         (const float *)B, j->ldb, (float)j->beta, (float *)C, j->ldc);
 }
@@ -272,7 +276,8 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 {
     if (M == 0 || N == 0)
         return;
-    gemm_job j = {.ta = ta, .tb = tb, .f64 = false, .skinny = skinny_of(M, N, K), .M = M,
+    gemm_job j = {.ta = ta, .tb = tb, .f64 = false, .skinny = skinny_of(M, N, K),
+                  .tiles = ai_gemm_tiles_take(ta, M, N, K), .M = M,
                   .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
                   .beta = beta, .A = A, .B = B, .C = C};
     gemm_parallel(&j);

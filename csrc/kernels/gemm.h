@@ -5,7 +5,8 @@
  *
  * ai_gemm_* goes to OpenBLAS when the build has it (AI_HAVE_OPENBLAS), else
  * to the portable reference kernel ai_gemm_ref_*, which is also what the C
- * export ships. beta == 0 overwrites C without reading it (NaN-safe).
+ * export ships; float32 products of a few rows, and on AVX-512 CPUs those
+ * of gemm_tiles.c, to kernels of the engine's own (gemm.c says which). beta == 0 overwrites C without reading it (NaN-safe).
  */
 #ifndef AI_GEMM_H
 #define AI_GEMM_H
@@ -26,6 +27,14 @@ void ai_gemm_ref_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 void ai_gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                      double alpha, const double *A, int64_t lda, const double *B,
                      int64_t ldb, double beta, double *C, int64_t ldc);
+
+/* gemm_tiles.c, for gemm.c: whether a float32 product takes its AVX-512
+ * kernel (decided on the whole product), and the product itself, false
+ * (nothing written) where it could not allocate its packing buffer. */
+bool ai_gemm_tiles_take(bool trans_a, int64_t M, int64_t N, int64_t K);
+bool ai_gemm_tiles_f32(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                       float *C, int64_t ldc);
 
 /* Name of the GEMM backend in use ("openblas" or "reference"). */
 const char *ai_gemm_backend(void);

@@ -13,6 +13,7 @@
 #include "../kernels/conv.h"
 #include "../kernels/gemm.h"
 #include "../kernels/pool.h"
+#include "../kernels/simd.h"
 #include "../parallel.h"
 #include "ctest.h"
 
@@ -963,8 +964,57 @@ TEST(gemm_f32_single_rows)
     ai_set_num_threads(threads);
 }
 
+/* Products of op(A) = A with M, N, K >= 128: gemm_tiles.c's AVX-512 kernel
+ * where the CPU has it, the library where not (and with the wide kernels
+ * off), against the float64 sum: a last tile of 1 row (133 = 22 x 6 + 1),
+ * a second block of columns of 44 (a partial panel), 3 chunks of K of 434
+ * (not a multiple of the 16 x 16 transposes), B and B^T, beta 0 over NaN
+ * and beta 0.5. Then the kernel's sums at 1, 2 and 3 threads: the same
+ * bits (the pool splits C into panels of rows or columns). */
+static void tiles_product(bool tb, float *C, const float *A, const float *B)
+{
+    for (int64_t i = 0; i < 133 * 301; i++)
+        C[i] = 0.25f;
+    ai_gemm_f32(false, tb, 133, 300, 1300, 0.5f, A, 1303, B, tb ? 1302 : 302, 0.5f, C, 301);
+}
+
+TEST(gemm_f32_tiles)
+{
+    const bool wide = ai_cpu_avx512();
+    for (int on = 0; on < 2; on++) {
+        ai_set_avx512(on);
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm_f32(false, tb, 133, 300, 1300, 0.5f, 0.0f);
+            check_gemm_f32(false, tb, 133, 300, 1300, 1.0f, 0.5f);
+        }
+    }
+    ai_set_avx512(wide);
+    float *A = malloc(sizeof(float) * 133 * 1303), *B = malloc(sizeof(float) * 1300 * 1303);
+    float *C1 = malloc(sizeof(float) * 133 * 301), *Cn = malloc(sizeof(float) * 133 * 301);
+    for (int64_t i = 0; i < 133 * 1303; i++)
+        A[i] = (float)urand();
+    for (int64_t i = 0; i < 1300 * 1303; i++)
+        B[i] = (float)urand();
+    const int threads = ai_get_num_threads();
+    for (int tb = 0; tb < 2; tb++) {
+        ai_set_num_threads(1);
+        tiles_product(tb, C1, A, B);
+        for (int n = 2; n <= 3; n++) {
+            ai_set_num_threads(n);
+            tiles_product(tb, Cn, A, B);
+            CHECK(!wide || memcmp(C1, Cn, sizeof(float) * 133 * 301) == 0);
+        }
+    }
+    ai_set_num_threads(threads);
+    free(A);
+    free(B);
+    free(C1);
+    free(Cn);
+}
+
 const ctest_case kernel_cases[] = {
     CASE(gemm_f32_single_rows),
+    CASE(gemm_f32_tiles),
     CASE(conv_forward_backward_against_naive_and_finite_differences),
     CASE(convtranspose_forward_backward_against_naive_and_finite_differences),
     CASE(conv_output_sizes_and_workspace),

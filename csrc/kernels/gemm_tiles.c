@@ -1,0 +1,224 @@
+/*
+ * gemm_tiles.c — gemm.c's float32 products of op(A) = A (not transposed)
+ * on AVX-512 CPUs, at the sizes of a transformer's Linear layers and
+ * their input gradients (M, N, K >= 128: ai_gemm_tiles_take, which gemm.c
+ * asks once for the whole product).
+ *
+ * A register tile of TL_MR = 6 rows by TL_NR = 64 columns of C (24 of the
+ * 32 vector registers): per k, four vectors of the packed B and a
+ * broadcast of A per row, 24 FMAs (6 x 64 and 8 x 32 ran best of the
+ * tiles of 6 to 14 rows by 32 to 64 columns a prototype tried). A is read
+ * in place (rows of a row-major matrix); B, which OpenBLAS packs at every
+ * call too, is packed here per block of TL_NC columns by the K chunk,
+ * TL_NR-wide panels a row of 64 floats per k (B^T, torch's Linear weight:
+ * 16 x 16 transposes in registers), zero past N. K runs in chunks of at
+ * most TL_KC, all of the same length but the last (ceil(K / chunks)): a
+ * block of B (<= 640 KB) stays in the 1 MB L2 while the tiles of A's rows
+ * go by.
+ *
+ * Each element of C is the sum, chunk after chunk, of its chunk's terms in
+ * k order, by FMAs: the same sum whatever part of C a call computes, so
+ * the engine's split of a product between threads (gemm.c) does not
+ * change a bit. alpha scales each chunk's sum as it is added to C.
+ *
+ * Measured against OpenBLAS (SkylakeX kernels) on an AMD EPYC (Zen 4),
+ * one thread, thread CPU time, one-node Gemm graphs at the Linear shapes
+ * of benchmarks/run.py's transformers (M 512-1024 rows, K and N 256-1536):
+ * x W^T at 1.00-1.11 of its speed (B^T packed through the transposes;
+ * 0.98-1.06 when they were a loop over stages), dY W at 1.05-1.10. A
+ * prototype of dY^T X (op(A) transposed, the weight gradient; A packed)
+ * ran at 0.85-1.02, so it stays with the library. MLAS (ONNX Runtime)
+ * packs a constant weight once per session; this packs at every call.
+ */
+#include "gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd.h"
+
+#define TL_MR 6
+#define TL_NV 4 /* vectors of 16 per row of the tile */
+#define TL_NR (16 * TL_NV)
+#define TL_KC 640
+#define TL_NC 256
+
+bool ai_gemm_tiles_take(bool ta, int64_t M, int64_t N, int64_t K)
+{
+#ifdef AI_AVX512_KERNEL
+    return !ta && M >= 128 && N >= 128 && K >= 128 && ai_cpu_avx512();
+#else
+    (void)ta, (void)M, (void)N, (void)K;
+    return false;
+#endif
+}
+
+#ifdef AI_AVX512_KERNEL
+typedef int32_t tl_idx16 __attribute__((vector_size(64)));
+
+/* r[i] becomes column i of the 16 x 16 block whose rows are r[] (exact):
+ * stage d pairs rows d apart, exchanging blocks of d lanes (written out
+ * stage by stage: as a loop over the stages GCC kept the rows in memory,
+ * and B^T products ran 3-7% slower) */
+AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_transpose16(
+    ai_vec16_f32 r[16])
+{
+    const tl_idx16 lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+    const tl_idx16 hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+    const tl_idx16 lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+    const tl_idx16 hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+    const tl_idx16 lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+    const tl_idx16 hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+    const tl_idx16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const tl_idx16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    ai_vec16_f32 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], lo1);
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi1);
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int h = 0; h < 2; h++) {
+            r[i + h] = __builtin_shuffle(t[i + h], t[i + h + 2], lo2);
+            r[i + h + 2] = __builtin_shuffle(t[i + h], t[i + h + 2], hi2);
+        }
+    for (int i = 0; i < 16; i += 8)
+        for (int h = 0; h < 4; h++) {
+            t[i + h] = __builtin_shuffle(r[i + h], r[i + h + 4], lo4);
+            t[i + h + 4] = __builtin_shuffle(r[i + h], r[i + h + 4], hi4);
+        }
+    for (int h = 0; h < 8; h++) {
+        r[h] = __builtin_shuffle(t[h], t[h + 8], lo8);
+        r[h + 8] = __builtin_shuffle(t[h], t[h + 8], hi8);
+    }
+}
+
+/* Columns n0 .. n0 + nb of op(B), rows k0 .. k0 + kc, as panels of TL_NR:
+ * bp[p kc TL_NR + k TL_NR + j] = op(B)[k0 + k, n0 + p TL_NR + j], 0 past nb */
+AI_AVX512_KERNEL static void tl_pack_b(bool tb, int64_t n0, int64_t nb, int64_t k0, int64_t kc,
+                                       const float *B, int64_t ldb, float *bp)
+{
+    for (int64_t p = 0; p * TL_NR < nb; p++) {
+        float *dst = bp + p * kc * TL_NR;
+        const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
+        int64_t k = 0;
+        if (!tb) { /* op(B)[k, n] = B[k ldb + n]: rows of 64 copied */
+            const float *src = B + k0 * ldb + n0 + p * TL_NR;
+            if (nc == TL_NR)
+                for (; k < kc; k++)
+                    for (int v = 0; v < TL_NV; v++)
+                        *(ai_vec16_f32 *)(dst + k * TL_NR + 16 * v) =
+                            *(const ai_vec16_f32 *)(src + k * ldb + 16 * v);
+            for (; k < kc; k++)
+                for (int j = 0; j < TL_NR; j++)
+                    dst[k * TL_NR + j] = j < nc ? src[k * ldb + j] : 0.0f;
+            continue;
+        }
+        /* op(B)[k, n] = B[n ldb + k]: 16 x 16 blocks transposed */
+        const float *src = B + (n0 + p * TL_NR) * ldb + k0;
+        if (nc == TL_NR)
+            for (; k + 16 <= kc; k += 16)
+                for (int v = 0; v < TL_NV; v++) {
+                    ai_vec16_f32 r[16];
+                    for (int j = 0; j < 16; j++)
+                        r[j] = *(const ai_vec16_f32 *)(src + (16 * v + j) * ldb + k);
+                    tl_transpose16(r);
+                    for (int j = 0; j < 16; j++)
+                        *(ai_vec16_f32 *)(dst + (k + j) * TL_NR + 16 * v) = r[j];
+                }
+        for (; k < kc; k++)
+            for (int j = 0; j < TL_NR; j++)
+                dst[k * TL_NR + j] = j < nc ? src[j * ldb + k] : 0.0f;
+    }
+}
+
+/* C[0..mr, 0..nc] = cb C + alpha (A[0..mr, 0..kc] bp) over one panel, cb 0
+ * not reading C (beta 0: C may hold NaN) */
+AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile(
+    int mr, int64_t kc, const float *A, int64_t lda, const float *bp, float *C, int64_t ldc,
+    int64_t nc, float alpha, float cb)
+{
+    ai_vec16_f32 acc[TL_MR][TL_NV];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < TL_NV; v++)
+            acc[i][v] = (ai_vec16_f32){0};
+    for (int64_t k = 0; k < kc; k++) {
+        ai_vec16_f32 b[TL_NV];
+        for (int v = 0; v < TL_NV; v++)
+            b[v] = *(const ai_vec16_f32 *)(bp + k * TL_NR + 16 * v);
+        for (int i = 0; i < mr; i++) {
+            const float a = A[i * lda + k];
+            for (int v = 0; v < TL_NV; v++)
+                acc[i][v] += a * b[v];
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        float *c = C + i * ldc;
+        if (nc == TL_NR) {
+            for (int v = 0; v < TL_NV; v++) {
+                ai_vec16_f32 *cv = (ai_vec16_f32 *)(c + 16 * v);
+                if (cb == 0)
+                    *cv = alpha * acc[i][v];
+                else
+                    *cv = alpha * acc[i][v] + cb * *cv;
+            }
+        } else {
+            float t[TL_NR];
+            memcpy(t, acc[i], sizeof t);
+            for (int64_t j = 0; j < nc; j++)
+                c[j] = cb == 0 ? alpha * t[j] : alpha * t[j] + cb * c[j];
+        }
+    }
+}
+
+/* the tile for mr = 1 .. TL_MR rows, each with its accumulators in registers */
+AI_AVX512_KERNEL static void tl_tile_rows(int mr, int64_t kc, const float *A, int64_t lda,
+                                          const float *bp, float *C, int64_t ldc, int64_t nc,
+                                          float alpha, float cb)
+{
+    switch (mr) {
+#define TL_ROWS(r)                                                                        \
+    case r:                                                                               \
+        tl_tile(r, kc, A, lda, bp, C, ldc, nc, alpha, cb);                                \
+        break;
+        TL_ROWS(1) TL_ROWS(2) TL_ROWS(3) TL_ROWS(4) TL_ROWS(5) TL_ROWS(6)
+#undef TL_ROWS
+    }
+}
+
+AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                        const float *A, int64_t lda, const float *B,
+                                        int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    const int64_t chunks = (K + TL_KC - 1) / TL_KC, kcm = (K + chunks - 1) / chunks;
+    float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
+    if (!bp)
+        return false;
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        const float cb = k0 ? 1.0f : beta;
+        for (int64_t n0 = 0; n0 < N; n0 += TL_NC) {
+            const int64_t nb = N - n0 < TL_NC ? N - n0 : TL_NC;
+            tl_pack_b(tb, n0, nb, k0, kc, B, ldb, bp);
+            for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
+                const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
+                for (int64_t p = 0; p * TL_NR < nb; p++) {
+                    const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
+                    tl_tile_rows(mr, kc, A + m0 * lda + k0, lda, bp + p * kc * TL_NR,
+                                 C + m0 * ldc + n0 + p * TL_NR, ldc, nc, alpha, cb);
+                }
+            }
+        }
+    }
+    free(bp);
+    return true;
+}
+#else
+bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                       int64_t ldc)
+{
+    (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+        (void)beta, (void)C, (void)ldc;
+    return false;
+}
+#endif
