@@ -324,6 +324,63 @@ static Q_VNNI void store_rows_avx512(const int32_t *acc, int64_t rows, int64_t c
 
 /* ---------------------------------------------------------------- AVX2 */
 
+/* ai_q_requant of 8 int32 lanes, clamped, as int32 lanes. Multiplier 1
+ * without zero point or ties to even: int32 lanes, as store16_avx512.
+ * Otherwise the int64 products of the even and of the odd lanes (vpmuldq),
+ * AVX2 lacking 64-bit arithmetic shifts and min/max: x >> s as
+ * ((x >>> s) ^ 2^(63-s)) - 2^(63-s), the clamp by compares and blends. */
+static inline __attribute__((always_inline)) Q_AVX2 __m256i requant8_avx2(__m256i acc,
+                                                                         const aik_rq *r)
+{
+    const int s = r->shift;
+    if (!r->zero_point && !r->half_even && r->multiplier == 1) {
+        __m256i a = acc;
+        if (s > 0)
+            a = _mm256_add_epi32(_mm256_sra_epi32(acc, _mm_cvtsi32_si128(s)),
+                                 _mm256_and_si256(_mm256_sra_epi32(acc, _mm_cvtsi32_si128(s - 1)),
+                                                  _mm256_set1_epi32(1)));
+        return _mm256_min_epi32(_mm256_max_epi32(a, _mm256_set1_epi32(r->lo)),
+                                _mm256_set1_epi32(r->hi));
+    }
+    const __m256i mul = _mm256_set1_epi64x(r->multiplier);
+    const __m256i zp = _mm256_set1_epi64x(r->zero_point * ((int64_t)1 << s));
+    const __m256i half =
+        _mm256_set1_epi64x(s > 0 ? ((int64_t)1 << (s - 1)) - (r->half_even ? 1 : 0) : 0);
+    const __m256i odd = _mm256_set1_epi64x(r->half_even && s > 0 ? 1 : 0);
+    const __m256i top = _mm256_set1_epi64x((int64_t)((uint64_t)1 << (63 - s)));
+    const __m256i lo = _mm256_set1_epi64x(r->lo), hi = _mm256_set1_epi64x(r->hi);
+    const __m128i sh = _mm_cvtsi32_si128(s);
+    __m256i h[2] = {_mm256_mul_epi32(acc, mul), _mm256_mul_epi32(_mm256_srli_epi64(acc, 32), mul)};
+    for (int i = 0; i < 2; i++) {
+        const __m256i p = _mm256_add_epi64(h[i], zp);
+        const __m256i t = _mm256_add_epi64(
+            p, _mm256_add_epi64(half, _mm256_and_si256(_mm256_srl_epi64(p, sh), odd)));
+        __m256i v = _mm256_sub_epi64(_mm256_xor_si256(_mm256_srl_epi64(t, sh), top), top);
+        v = _mm256_blendv_epi8(v, hi, _mm256_cmpgt_epi64(v, hi));
+        h[i] = _mm256_blendv_epi8(v, lo, _mm256_cmpgt_epi64(lo, v));
+    }
+    return _mm256_blend_epi32(h[0], _mm256_slli_epi64(h[1], 32), 0xAA);
+}
+
+/* 16 int32 accumulators (a: columns 0-7, b: 8-15) -> requantized int8 at
+ * y[j ldj], j < n */
+static inline __attribute__((always_inline)) Q_AVX2 void
+store16_avx2(__m256i a, __m256i b, const aik_rq *r, int8_t *y, int64_t ldj, int n)
+{
+    /* clamped: the saturating packs are exact */
+    const __m256i t = _mm256_permute4x64_epi64(
+        _mm256_packs_epi32(requant8_avx2(a, r), requant8_avx2(b, r)), 0xD8);
+    const __m128i v = _mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    if (ldj == 1 && n == 16) {
+        _mm_storeu_si128((__m128i *)y, v);
+        return;
+    }
+    int8_t o[16];
+    _mm_storeu_si128((__m128i *)o, v);
+    for (int j = 0; j < n; j++)
+        y[j * ldj] = o[j];
+}
+
 static inline __attribute__((always_inline)) Q_AVX2 void
 avx2_tile(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int64_t j0,
           int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
@@ -350,12 +407,9 @@ avx2_tile(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int
     const int n = cols - j0 < 16 ? (int)(cols - j0) : 16;
     for (int i = 0; i < mr; i++) {
         const __m256i cb = _mm256_set1_epi32(q->cb[r0 + i]);
-        int32_t s[16];
-        _mm256_storeu_si256((__m256i *)s,
-                            _mm256_add_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), cb));
-        _mm256_storeu_si256((__m256i *)(s + 8),
-                            _mm256_add_epi32(_mm256_hadd_epi32(acc[i][2], acc[i][3]), cb));
-        store16_plain(s, &rq[r0 + i], y + (r0 + i) * ldr + j0 * ldj, ldj, n);
+        store16_avx2(_mm256_add_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), cb),
+                     _mm256_add_epi32(_mm256_hadd_epi32(acc[i][2], acc[i][3]), cb), &rq[r0 + i],
+                     y + (r0 + i) * ldr + j0 * ldj, ldj, n);
     }
 }
 
@@ -369,6 +423,25 @@ static Q_AVX2 void gemm_avx2(const ai_qweights *q, int64_t cols, const uint8_t *
             avx2_tile(2, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
         if (r0 < q->m)
             avx2_tile(1, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
+    }
+}
+
+static Q_AVX2 void store_rows_avx2(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
+                                   const aik_rq *r, int8_t *y)
+{
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t i = 0;
+        for (; i + 16 <= cols; i += 16)
+            store16_avx2(_mm256_loadu_si256((const __m256i *)(acc + row * lda + i)),
+                         _mm256_loadu_si256((const __m256i *)(acc + row * lda + i + 8)), r,
+                         y + row * cols + i, 1, 16);
+        if (i < cols) {
+            int32_t t[16] = {0};
+            memcpy(t, acc + row * lda + i, sizeof(int32_t) * (size_t)(cols - i));
+            store16_avx2(_mm256_loadu_si256((const __m256i *)t),
+                         _mm256_loadu_si256((const __m256i *)(t + 8)), r, y + row * cols + i, 1,
+                         (int)(cols - i));
+        }
     }
 }
 #endif
@@ -396,6 +469,10 @@ void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda
 #ifdef AI_Q_X86
     if (ai_q_path() >= AI_Q_VNNI) {
         store_rows_avx512(acc, rows, cols, lda, r, y);
+        return;
+    }
+    if (ai_q_path() == AI_Q_AVX2) {
+        store_rows_avx2(acc, rows, cols, lda, r, y);
         return;
     }
 #endif
