@@ -429,6 +429,16 @@ static Q_AVX2 void gemm_avx2(const ai_qweights *q, int64_t cols, const uint8_t *
 static Q_AVX2 void store_rows_avx2(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
                                    const aik_rq *r, int8_t *y)
 {
+    if (rows > 1 && cols < 16 && lda < 2 * cols && rows * lda <= 4096) {
+        /* short rows: the accumulators requantized as one line, then each
+         * row's bytes moved */
+        int8_t t[4096 + 16];
+        const int64_t len = (rows - 1) * lda + cols;
+        store_rows_avx2(acc, 1, len, len, r, t);
+        for (int64_t row = 0; row < rows; row++)
+            memcpy(y + row * cols, t + row * lda, (size_t)cols);
+        return;
+    }
     for (int64_t row = 0; row < rows; row++) {
         int64_t i = 0;
         for (; i + 16 <= cols; i += 16)

@@ -3,8 +3,11 @@
  * reference's integers without its per-tap bounds checks and divisions.
  * Pools clip each window to the input once (the taps inside are those of
  * [k0, k1) along each axis); the 2x2 max pool of stride 2, QAdd and
- * Requantize run AVX-512 on the VNNI path, else the scalar loop.
+ * Requantize run AVX-512 on the VNNI path, QAdd and Requantize AVX2 on the
+ * AVX2 path, else the scalar loop.
  */
+#include <string.h>
+
 #include "../parallel.h"
 #include "qkernels.h"
 #include "simd.h"
@@ -13,6 +16,7 @@
 #define AI_Q_X86 1
 #include <immintrin.h>
 #define Q_AVX512 __attribute__((target("arch=x86-64-v4")))
+#define Q_AVX2 __attribute__((target("arch=x86-64-v3")))
 #endif
 
 /* taps [*k0, *k1) of window o that fall inside [0, size) */
@@ -244,6 +248,50 @@ static Q_AVX512 void ew_avx512(const ew_job *j, int64_t lo, int64_t hi)
         _mm512_mask_cvtepi64_storeu_epi8(j->y + i, m, v);
     }
 }
+
+/* ew_avx512 in 8 int32 lanes: the int64 sums of products of the even and of
+ * the odd lanes (vpmuldq), >> s as ((x >>> s) ^ 2^(63-s)) - 2^(63-s) (AVX2
+ * has no 64-bit arithmetic shift, nor min/max: compares and blends) */
+static Q_AVX2 void ew_avx2(const ew_job *j, int64_t lo, int64_t hi)
+{
+    const __m256i ma = _mm256_set1_epi64x(j->ma), mb = _mm256_set1_epi64x(j->mb);
+    const __m256i half = _mm256_set1_epi64x(j->shift > 0 ? (int64_t)1 << (j->shift - 1) : 0);
+    const __m256i top = _mm256_set1_epi64x((int64_t)((uint64_t)1 << (63 - j->shift)));
+    const __m128i sh = _mm_cvtsi32_si128(j->shift);
+    const __m256i vlo = _mm256_set1_epi64x(j->lo), vhi = _mm256_set1_epi64x(j->hi);
+    for (int64_t i = lo; i < hi; i += 8) {
+        const int n = hi - i < 8 ? (int)(hi - i) : 8;
+        int8_t t[2][8] = {{0}}; /* the last n < 8 */
+        const int8_t *pa = j->a + i, *pb = j->b ? j->b + i : t[1];
+        if (n < 8) {
+            memcpy(t[0], pa, (size_t)n);
+            if (j->b)
+                memcpy(t[1], pb, (size_t)n);
+            pa = t[0], pb = t[1];
+        }
+        const __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)pa));
+        const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)pb));
+        __m256i v[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i ah = h ? _mm256_srli_epi64(a, 32) : a;
+            const __m256i bh = h ? _mm256_srli_epi64(b, 32) : b;
+            const __m256i s = _mm256_add_epi64(
+                _mm256_add_epi64(_mm256_mul_epi32(ah, ma), _mm256_mul_epi32(bh, mb)), half);
+            __m256i r = _mm256_sub_epi64(_mm256_xor_si256(_mm256_srl_epi64(s, sh), top), top);
+            r = _mm256_blendv_epi8(r, vhi, _mm256_cmpgt_epi64(r, vhi));
+            v[h] = _mm256_blendv_epi8(r, vlo, _mm256_cmpgt_epi64(vlo, r));
+        }
+        const __m256i y32 = _mm256_blend_epi32(v[0], _mm256_slli_epi64(v[1], 32), 0xAA);
+        const __m128i y16 = _mm_packs_epi32(_mm256_castsi256_si128(y32),
+                                            _mm256_extracti128_si256(y32, 1));
+        if (n == 8) {
+            _mm_storel_epi64((__m128i *)(j->y + i), _mm_packs_epi16(y16, y16));
+            continue;
+        }
+        _mm_storel_epi64((__m128i *)t[0], _mm_packs_epi16(y16, y16));
+        memcpy(j->y + i, t[0], (size_t)n);
+    }
+}
 #endif
 
 static void ew_range(void *ctx, int64_t lo, int64_t hi)
@@ -252,6 +300,10 @@ static void ew_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_Q_X86
     if (ai_q_path() >= AI_Q_VNNI) {
         ew_avx512(j, lo, hi);
+        return;
+    }
+    if (ai_q_path() == AI_Q_AVX2) {
+        ew_avx2(j, lo, hi);
         return;
     }
 #endif
