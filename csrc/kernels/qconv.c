@@ -746,9 +746,10 @@ dw_plane_avx2(const dw_job *j, int64_t plane, int16_t *u, int32_t *acc)
     const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
     const int64_t hw = (int64_t)p->h * p->w;
     const int8_t *xc = j->x + plane * hw;
-    /* zeros, then the input rows from the top: 16 columns at a time, the
-     * last ones blended into the zeros (where the 16 bytes are in the
-     * plane), 16 zeros past the end for the loads of the last positions */
+    /* zeros, then the input rows from the top, 16 columns at a time (the
+     * last ones with zeros past the row where the 16 bytes are in the
+     * plane: over the padding and the rows still to come), and 16 zeros
+     * past the end for the loads of the last positions */
     for (int64_t i = 0; i < (int64_t)hp * wp + 16; i += 16)
         _mm256_storeu_si256((__m256i *)(u + i), _mm256_setzero_si256());
     const int32_t nb = p->w < wp - p->pl ? p->w : wp - p->pl; /* columns kept */
@@ -763,9 +764,7 @@ dw_plane_avx2(const dw_job *j, int64_t plane, int16_t *u, int32_t *acc)
         if (t < nb && (int64_t)iy * p->w + t + 16 <= hw) {
             const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + t)));
             const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(nb - t)), lane);
-            _mm256_storeu_si256((__m256i *)(d + t),
-                                _mm256_blendv_epi8(_mm256_loadu_si256((const __m256i *)(d + t)),
-                                                   v, keep));
+            _mm256_storeu_si256((__m256i *)(d + t), _mm256_and_si256(v, keep));
         } else
             for (; t < nb; t++)
                 d[t] = src[t];
@@ -778,16 +777,18 @@ dw_plane_avx2(const dw_job *j, int64_t plane, int16_t *u, int32_t *acc)
         const int np = n_taps - t0 < 2 * DW_PAIRS ? (n_taps - t0 + 1) / 2 : DW_PAIRS;
         const bool first = t0 == 0, last = t0 + 2 * np >= n_taps;
         int64_t off[2 * DW_PAIRS];
-        __m256i wv[DW_PAIRS];
-        for (int e = 0; e < np; e++) {
-            uint16_t wt[2];
-            for (int h = 0; h < 2; h++) {
-                const int32_t t = t0 + 2 * e + h < n_taps ? t0 + 2 * e + h : n_taps - 1;
-                off[2 * e + h] = (int64_t)(t / p->kw) * p->dh * wp + (int64_t)(t % p->kw) * p->dw;
-                wt[h] = (uint16_t)(t0 + 2 * e + h < n_taps ? w[t] : 0);
-            }
-            wv[e] = _mm256_set1_epi32((int32_t)(wt[0] | (uint32_t)wt[1] << 16));
+        uint16_t wt[2 * DW_PAIRS];
+        int32_t ky = t0 / p->kw, kx = t0 % p->kw; /* tap t0 + e */
+        for (int e = 0; e < 2 * np; e++) {
+            const bool in = t0 + e < n_taps; /* else a copy of the last, weight 0 */
+            off[e] = in ? (int64_t)ky * p->dh * wp + (int64_t)kx * p->dw : off[e - 1];
+            wt[e] = (uint16_t)(in ? w[t0 + e] : 0);
+            if (++kx == p->kw)
+                kx = 0, ky++;
         }
+        __m256i wv[DW_PAIRS];
+        for (int e = 0; e < np; e++)
+            wv[e] = _mm256_set1_epi32((int32_t)(wt[2 * e] | (uint32_t)wt[2 * e + 1] << 16));
         for (int64_t i = 0; i < len; i += 16) {
             __m256i lo = first ? bias : _mm256_loadu_si256((const __m256i *)(acc + i));
             __m256i hi = first ? bias : _mm256_loadu_si256((const __m256i *)(acc + i + 8));

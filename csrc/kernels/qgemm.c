@@ -5,9 +5,9 @@
  *
  * VNNI tiles: 4 rows x 4 blocks (64 columns), 16 zmm accumulators, one
  * vpdpbusd per row and block per 4 k (a broadcast of the row's 4 weights).
- * AVX2 tiles: 2 rows x 1 block, the block's bytes widened to int16 (4
- * vectors), one vpmaddwd each against the row's 4 weights (int16, packed
- * once) repeated; pairs are summed at the end (vphaddd, in column order).
+ * AVX2 tiles: 4 rows x 1 block, 4 columns at a time: their bytes widened
+ * to int16, one vpmaddwd against each row's 4 weights (int16, packed once)
+ * repeated; pairs are summed at the end (vphaddd).
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -381,36 +381,57 @@ store16_avx2(__m256i a, __m256i b, const aik_rq *r, int8_t *y, int64_t ldj, int 
         y[j * ldj] = o[j];
 }
 
+/* Columns [8 h, 8 h + 8) of block xb for rows r0 .. r0 + mr - 1: s[i][8 h +
+ * j] = cb + the sums of column 8 h + j (rows past mr: row mr - 1 again).
+ * Each 4 columns' 16 bytes widened to int16 (vpmovzxbw: column 0's u at k ..
+ * k + 3, then column 1's, ...), one vpmaddwd against each row's 4 weights
+ * (int16) repeated: 2 sums a column, added at the end (vphaddd). */
+static inline __attribute__((always_inline)) Q_AVX2 void
+avx2_half(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int h,
+          int32_t s[4][16])
+{
+    const int32_t kp = q->kp;
+    /* rows 0, 1 at w0, w0 + kp, rows 2, 3 at w2, w2 + kp */
+    const int16_t *w0 = q->w16 + (int64_t)r0 * kp;
+    const int16_t *w2 = q->w16 + (int64_t)(r0 + (mr > 2 ? 2 : mr - 1)) * kp;
+    const int64_t d1 = mr > 1 ? kp : 0, d3 = mr > 3 ? kp : 0;
+    const uint8_t *x = xb + 32 * h;
+    __m256i acc[4][2];
+    for (int i = 0; i < 4; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int32_t kb = 0; kb < kp; kb += 4, x += 64, w0 += 4, w2 += 4) {
+        const __m256i x0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)x));
+        const __m256i x1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x + 16)));
+        const int16_t *wr[4] = {w0, w0 + d1, w2, w2 + d3};
+        for (int i = 0; i < 4; i++) {
+            int64_t wi;
+            memcpy(&wi, wr[i], 8);
+            const __m256i wv = _mm256_set1_epi64x(wi);
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(x0, wv));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(x1, wv));
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        _mm256_storeu_si256(
+            (__m256i *)(s[i] + 8 * h),
+            _mm256_add_epi32(
+                _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][0], acc[i][1]), 0xD8),
+                _mm256_set1_epi32(q->cb[r0 + i])));
+}
+
+/* AVX2 tiles: mr <= 4 rows x 1 block, a half block at a time */
 static inline __attribute__((always_inline)) Q_AVX2 void
 avx2_tile(const int mr, const ai_qweights *q, int32_t r0, const uint8_t *xb, int64_t j0,
           int64_t cols, const aik_rq *rq, int8_t *y, int64_t ldr, int64_t ldj)
 {
-    const int32_t kp = q->kp;
-    __m256i acc[2][4];
-    for (int i = 0; i < mr; i++)
-        for (int h = 0; h < 4; h++)
-            acc[i][h] = _mm256_setzero_si256();
-    const __m256i z = _mm256_setzero_si256();
-    for (int32_t kb = 0; kb < kp; kb += 4) {
-        const __m256i h0 = _mm256_loadu_si256((const __m256i *)(xb + (size_t)kb * 16));
-        const __m256i h1 = _mm256_loadu_si256((const __m256i *)(xb + (size_t)kb * 16 + 32));
-        const __m256i x[4] = {_mm256_unpacklo_epi8(h0, z), _mm256_unpackhi_epi8(h0, z),
-                              _mm256_unpacklo_epi8(h1, z), _mm256_unpackhi_epi8(h1, z)};
-        for (int i = 0; i < mr; i++) {
-            int64_t wi;
-            memcpy(&wi, q->w16 + (int64_t)(r0 + i) * kp + kb, 8);
-            const __m256i wv = _mm256_set1_epi64x(wi);
-            for (int h = 0; h < 4; h++)
-                acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(x[h], wv));
-        }
-    }
+    int32_t s[4][16];
+    avx2_half(mr, q, r0, xb, 0, s);
+    avx2_half(mr, q, r0, xb, 1, s);
     const int n = cols - j0 < 16 ? (int)(cols - j0) : 16;
-    for (int i = 0; i < mr; i++) {
-        const __m256i cb = _mm256_set1_epi32(q->cb[r0 + i]);
-        store16_avx2(_mm256_add_epi32(_mm256_hadd_epi32(acc[i][0], acc[i][1]), cb),
-                     _mm256_add_epi32(_mm256_hadd_epi32(acc[i][2], acc[i][3]), cb), &rq[r0 + i],
+    for (int i = 0; i < mr; i++)
+        store16_avx2(_mm256_loadu_si256((const __m256i *)s[i]),
+                     _mm256_loadu_si256((const __m256i *)(s[i] + 8)), &rq[r0 + i],
                      y + (r0 + i) * ldr + j0 * ldj, ldj, n);
-    }
 }
 
 static Q_AVX2 void gemm_avx2(const ai_qweights *q, int64_t cols, const uint8_t *xp,
@@ -418,11 +439,15 @@ static Q_AVX2 void gemm_avx2(const ai_qweights *q, int64_t cols, const uint8_t *
 {
     for (int64_t b = 0; b < (cols + 15) / 16; b++) {
         const uint8_t *xb = xp + b * 16 * q->kp;
-        int32_t r0 = 0;
-        for (; r0 + 2 <= q->m; r0 += 2)
-            avx2_tile(2, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
-        if (r0 < q->m)
-            avx2_tile(1, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
+        for (int32_t r0 = 0; r0 < q->m; r0 += 4) {
+            const int mr = q->m - r0 < 4 ? q->m - r0 : 4;
+            switch (mr) {
+            case 4: avx2_tile(4, q, r0, xb, b * 16, cols, rq, y, ldr, ldj); break;
+            case 3: avx2_tile(3, q, r0, xb, b * 16, cols, rq, y, ldr, ldj); break;
+            case 2: avx2_tile(2, q, r0, xb, b * 16, cols, rq, y, ldr, ldj); break;
+            default: avx2_tile(1, q, r0, xb, b * 16, cols, rq, y, ldr, ldj);
+            }
+        }
     }
 }
 
@@ -435,8 +460,20 @@ static Q_AVX2 void store_rows_avx2(const int32_t *acc, int64_t rows, int64_t col
         int8_t t[4096 + 16];
         const int64_t len = (rows - 1) * lda + cols;
         store_rows_avx2(acc, 1, len, len, r, t);
-        for (int64_t row = 0; row < rows; row++)
-            memcpy(y + row * cols, t + row * lda, (size_t)cols);
+        for (int64_t row = 0; row < rows; row++) {
+            /* two overlapping copies of a fixed size, no call */
+            int8_t *d = y + row * cols;
+            const int8_t *src = t + row * lda;
+            if (cols >= 8) {
+                memcpy(d, src, 8);
+                memcpy(d + cols - 8, src + cols - 8, 8);
+            } else if (cols >= 4) {
+                memcpy(d, src, 4);
+                memcpy(d + cols - 4, src + cols - 4, 4);
+            } else
+                for (int64_t i = 0; i < cols; i++)
+                    d[i] = src[i];
+        }
         return;
     }
     for (int64_t row = 0; row < rows; row++) {
