@@ -869,12 +869,12 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
  *     e <= 43.
  *   - the output: int8 with zero point zp, or uint8 as int8 y - 128 (zero
  *     point zp - 128), turned to uint8 after (^ 0x80).
- * Taken on the VNNI path only: with AVX2 or plain C the int8 kernels are
- * slower than the float path above (a 3x3 conv of 32 -> 64 channels on
- * 32x32 uint8, batch 8, 1 thread: VNNI 6-7 ms, float path 20 ms, AVX2 28 ms,
- * plain C 435 ms). Elsewhere, and on ai_q_set_path below AI_Q_VNNI, the
- * float path (their twin, tests/test_qlinear_fast.py). */
-#define FAST_PATH AI_Q_VNNI
+ * Taken on the VNNI and AVX2 paths: plain C is slower than the float path
+ * above (a 3x3 conv of 32 -> 64 channels on 32x32 uint8, batch 8, 1 thread,
+ * AMD EPYC: VNNI 1.1 ms, AVX2 2.8-3.0 ms, the float path 12.6 ms with or
+ * without AVX-512, plain C ~260 ms). Elsewhere, and on ai_q_set_path below
+ * AI_Q_AVX2, the float path (their twin, tests/test_qlinear_fast.py). */
+#define FAST_PATH AI_Q_AVX2
 
 #define FAST_ALIGN(b) (((b) + 63) & ~(size_t)63)
 
