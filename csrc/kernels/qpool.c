@@ -3,8 +3,8 @@
  * reference's integers without its per-tap bounds checks and divisions.
  * Pools clip each window to the input once (the taps inside are those of
  * [k0, k1) along each axis); the 2x2 max pool of stride 2, QAdd and
- * Requantize run AVX-512 on the VNNI path, QAdd and Requantize AVX2 on the
- * AVX2 path, else the scalar loop.
+ * Requantize run AVX-512 on the VNNI path, AVX2 on the AVX2 path, else the
+ * scalar loop.
  */
 #include <string.h>
 
@@ -43,6 +43,7 @@ typedef struct {
     int8_t *y;
     bool avg;
     bool avx512; /* max2x2_avx512 */
+    bool avx2;   /* max2x2_avx2 */
 } pool_job;
 
 #ifdef AI_Q_X86
@@ -62,6 +63,41 @@ static Q_AVX512 void max2x2_avx512(const aik_window *p, const int8_t *xc, int8_t
             const __m512i t = _mm512_max_epi8(m, _mm512_srli_epi16(m, 8));
             _mm256_mask_storeu_epi8(yr + ox, (__mmask32)(((uint64_t)1 << n) - 1),
                                     _mm512_cvtepi16_epi8(t));
+        }
+    }
+}
+#endif
+
+#ifdef AI_Q_X86
+/* max2x2_avx512 with 16 outputs per AVX2 step (the bytes kept by a mask and
+ * vpackuswb); the 32-byte loads may pass a row's end, not the input's
+ * (end): the last outputs of the last rows one at a time */
+static Q_AVX2 void max2x2_avx2(const aik_window *p, const int8_t *xc, int8_t *yc,
+                               const int8_t *end)
+{
+    const __m256i low = _mm256_set1_epi16(0xff);
+    for (int32_t oy = 0; oy < p->oh; oy++) {
+        const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
+        int8_t *yr = yc + (int64_t)oy * p->ow;
+        int32_t ox = 0;
+        for (; ox < p->ow && end - x1 >= 2 * (int64_t)ox + 32; ox += 16) {
+            const __m256i m = _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(x0 + 2 * ox)),
+                                              _mm256_loadu_si256((const __m256i *)(x1 + 2 * ox)));
+            const __m256i t = _mm256_and_si256(_mm256_max_epi8(m, _mm256_srli_epi16(m, 8)), low);
+            const __m128i v = _mm256_castsi256_si128(
+                _mm256_permute4x64_epi64(_mm256_packus_epi16(t, t), 0x08));
+            if (p->ow - ox >= 16) {
+                _mm_storeu_si128((__m128i *)(yr + ox), v);
+                continue;
+            }
+            int8_t o[16];
+            _mm_storeu_si128((__m128i *)o, v);
+            memcpy(yr + ox, o, (size_t)(p->ow - ox));
+        }
+        for (; ox < p->ow; ox++) {
+            const int8_t a = x0[2 * ox] > x0[2 * ox + 1] ? x0[2 * ox] : x0[2 * ox + 1];
+            const int8_t b = x1[2 * ox] > x1[2 * ox + 1] ? x1[2 * ox] : x1[2 * ox + 1];
+            yr[ox] = a > b ? a : b;
         }
     }
 }
@@ -124,6 +160,10 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_Q_X86
             if (j->avx512) {
                 max2x2_avx512(p, xc, yc);
+                continue;
+            }
+            if (j->avx2) {
+                max2x2_avx2(p, xc, yc, j->x + (int64_t)p->n * p->c * p->h * p->w);
                 continue;
             }
 #endif
@@ -207,9 +247,10 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
 
 static void pool(const aik_window *p, const int8_t *x, int8_t *y, bool avg)
 {
-    pool_job j = {p, x, y, avg, false};
+    pool_job j = {p, x, y, avg, false, false};
 #ifdef AI_Q_X86
     j.avx512 = ai_q_path() >= AI_Q_VNNI;
+    j.avx2 = ai_q_path() == AI_Q_AVX2;
 #endif
     const int64_t planes = (int64_t)p->n * p->c;
     ai_parallel_for(planes, ai_grain_of((int64_t)p->h * p->w), pool_range, &j);
