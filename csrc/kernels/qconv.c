@@ -758,9 +758,10 @@ dw_plane_avx2(const dw_job *j, int64_t plane, int16_t *u, int32_t *acc)
         int16_t *d = u + (int64_t)(iy + p->pt) * wp + p->pl;
         const int8_t *src = xc + (int64_t)iy * p->w;
         int32_t t = 0;
-        for (; t + 16 <= nb; t += 16)
-            _mm256_storeu_si256((__m256i *)(d + t), _mm256_cvtepi8_epi16(
-                                                        _mm_loadu_si128((const __m128i *)(src + t))));
+        for (; t + 16 <= nb; t += 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(src + t));
+            _mm256_storeu_si256((__m256i *)(d + t), _mm256_cvtepi8_epi16(v));
+        }
         if (t < nb && (int64_t)iy * p->w + t + 16 <= hw) {
             const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + t)));
             const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(nb - t)), lane);
