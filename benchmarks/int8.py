@@ -7,7 +7,15 @@ turn by turn) at 1 and 2 engine threads; prints int8 / float32 per model
 with the fast int8 kernels (the best path of the CPU) and, with --reference,
 with the portable reference kernels too.
 
+``--isa avx2`` measures as a CPU without AVX-512 would run (most laptops and
+CI machines): the int8 kernels' AVX2 path, and float32 without the engine's
+AVX-512 kernels and with OpenBLAS's AVX2 ("Haswell") kernels (OpenBLAS picks
+them when loaded: the script restarts itself with ``OPENBLAS_CORETYPE``
+set). Loops compiled with an AVX-512 clone (AI_WIDE_CLONES: activations,
+softmax) keep it.
+
     PYTHONPATH=. python benchmarks/int8.py [--batch 16] [--budget 2] [--reference]
+                                           [--isa best|avx2]
 """
 import argparse
 import os
@@ -41,12 +49,13 @@ def prepare(name, batch):
     return q, graph, x, q.quantize_inputs(x)
 
 
-def bench(names, batch, budget, threads_list, reference):
+def bench(names, batch, budget, threads_list, reference, isa="best"):
     import torch
 
     # quantize runs the torch model: its OpenMP workers would spin beside ours
     torch.set_num_threads(1)
-    best = _C._set_quant_path(3)
+    best = _C._set_quant_path(2 if isa == "avx2" else 3)
+    _C._set_avx512(isa != "avx2")
     rows = []
     for name in names:
         q, graph, x, xq = prepare(name, batch)
@@ -73,6 +82,7 @@ def bench(names, batch, budget, threads_list, reference):
                   f"int8 {t[1] * 1e3:7.3f} ms  int8/float32 {t[1] / t[0]:5.2f} "
                   f"({PATH_NAMES[best]}){ref}", flush=True)
     aidge_interop.set_num_threads(1)
+    _C._set_avx512(True)
     return rows
 
 
@@ -84,8 +94,13 @@ def main():
     ap.add_argument("--models", nargs="+", default=["lenet", "ds_cnn", "resnet8"])
     ap.add_argument("--reference", action="store_true",
                     help="also time the portable reference kernels")
+    ap.add_argument("--isa", choices=["best", "avx2"], default="best",
+                    help="avx2: int8 and float32 kernels as on a CPU without AVX-512")
     args = ap.parse_args()
-    bench(args.models, args.batch, args.budget, args.threads, args.reference)
+    if args.isa == "avx2" and os.environ.get("OPENBLAS_CORETYPE") != "Haswell":
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "OPENBLAS_CORETYPE": "Haswell"})
+    bench(args.models, args.batch, args.budget, args.threads, args.reference, args.isa)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from torch import nn
 import aidge_interop as ai
 from aidge_interop import _C
 
-TOL = dict(rtol=1e-4, atol=1e-4)
+TOL = dict(rtol=1e-4, atol=1e-5)
 
 
 class _Chain(nn.Module):

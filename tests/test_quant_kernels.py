@@ -3,7 +3,8 @@ against the portable reference kernels (path 0, what C exports run) and the
 independent NumPy int64 reference of test_quantize.py, on every path the CPU
 has (1 plain C, 2 AVX2, 3 AVX-512 VNNI): random shapes, strides, pads,
 dilations, groups (depthwise, pointwise, 1-D), random int8 data and
-requantization; and whole quantized models, fast kernels on and off.
+requantization, and extreme data (-128 and 127); and whole quantized models,
+fast kernels on and off.
 """
 from __future__ import annotations
 
@@ -128,6 +129,56 @@ def test_qconv_shapes(path, case):
     rng = np.random.default_rng(len(case))
     check_conv(rng, path, *conv_case(rng, len(k), group, cg, mg, k, s, d, pads, n=n,
                                      size=list(size)))
+
+
+def rand_edge(rng, shape):
+    """Mostly -128 and 127 (u = x + 128 of 0 and 255): the products and the
+    sums of pairs of products at their extremes (vpmaddubsw's int16 pair sums
+    would saturate)."""
+    return rng.choice(np.array([-128, 127, -127, 0], np.int8), size=shape, p=[.4, .4, .1, .1])
+
+
+def edge_operands(rng, x, w):
+    """x and w of random extremes, then each of x and w all -128 or all 127."""
+    yield rand_edge(rng, x.shape), rand_edge(rng, w.shape)
+    for xv in (-128, 127):
+        for wv in (-128, 127):
+            yield np.full_like(x, xv), np.full_like(w, wv)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", ["lenet_conv1", "lenet_conv2", "shifted_col_stride",
+                                  "shifted_grouped", "ds_cnn_conv1", "depthwise_3x3",
+                                  "depthwise_dilated", "depthwise_wide", "pointwise_64",
+                                  "resnet_3x3_s2", "many_chunks", "conv1d", "wide_stride4"])
+def test_qconv_extreme_values(path, case):
+    n, group, cg, mg, k, s, d, pads, size = CONV_CASES[case]
+    rng = np.random.default_rng(11)
+    x, w, b, attrs = conv_case(rng, len(k), group, cg, mg, k, s, d, pads, n=n, size=list(size))
+    for xe, we in edge_operands(rng, x, w):
+        check_conv(rng, path, xe, we, b, attrs, relu=bool(rng.random() < 0.3))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_qgemm_and_qadd_extreme_values(path):
+    rng = np.random.default_rng(12)
+    for n, k, m in [(16, 400, 120), (33, 7, 5), (70, 256, 37)]:
+        x, w = rand_i8(rng, (n, k)), rand_i8(rng, (m, k))
+        b = rng.integers(-(1 << 16), 1 << 16, size=m).astype(np.int32)
+        for xe, we in edge_operands(rng, x, w):
+            acc = ref_gemm_acc(xe, we, b)
+            rq = rq_attrs(rng, acc)
+            got, ref = run_paths(one_node("QGemm", [xe], [("w", we), ("b", b)], **rq), [xe], path)
+            np.testing.assert_array_equal(got, ref)
+            np.testing.assert_array_equal(got, ref_requant(acc, rq["multiplier"], rq["shift"],
+                                                           rq["out_min"], rq["out_max"]))
+    a, c = rand_edge(rng, (1001,)), rand_edge(rng, (1001,))
+    for ma, mb, shift in [((1 << 31) - 1, -(1 << 31) + 1, 38), (-(1 << 31) + 1, -(1 << 31) + 1, 39),
+                          (1, 1, 0), ((1 << 31) - 1, (1 << 31) - 1, 62)]:
+        got, ref = run_paths(one_node("QAdd", [a, c], multiplier_a=ma, multiplier_b=mb,
+                                      shift=shift), [a, c], path)
+        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, ref_add(a, c, ma, mb, shift))
 
 
 @pytest.mark.parametrize("path", PATHS)

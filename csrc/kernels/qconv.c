@@ -6,7 +6,8 @@
  *       the taps run over the padded plane as one contiguous line (the
  *       columns past each output row are computed and dropped), int32
  *       accumulators, then the requantizing store row by row; small
- *       planes on VNNI with VBMI: from registers by byte permutations
+ *       planes on VNNI with VBMI: from registers by byte permutations;
+ *       AVX2: an int16 plane, the taps in pairs by vpmaddwd
  *   pointwise (1x1, stride 1, no padding): the input's rows are the panel's
  *   row stride 1: "shifted planes", one per input channel and kernel column
  *       kx, made once per image: S[ci][kx][r][ox] = u(row r - pt, column
@@ -122,8 +123,8 @@ static conv_geom conv_geometry(const aik_window *p)
 /* depthwise: the padded plane (int8) and the int32 accumulators */
 /* depthwise: the padded plane (int8, or u8 on the VNNI path) with DW_SLACK
  * bytes past its end, the VNNI path's 4-byte windows of it (as many
- * positions), the int32 accumulators (16 past the last, the VNNI path's
- * full vectors) */
+ * positions; the AVX2 path's int16 plane there), the int32 accumulators
+ * (16 past the last, the vector paths' full vectors) */
 #define DW_SLACK 48
 static void dw_geometry(const aik_window *p, int32_t *hp, int32_t *wp, size_t *slot)
 {
@@ -559,6 +560,7 @@ typedef struct {
     size_t slot;
     int64_t jobs, n_slots;
     bool vnni; /* dw_plane_vnni */
+    bool avx2; /* dw_plane_avx2 */
     const struct dw_small *small; /* dw_plane_small */
     int32_t *y32; /* ai_qconv_i32's */
 } dw_job;
@@ -736,6 +738,89 @@ dw_plane_vnni(const dw_job *j, int64_t plane, uint8_t *u, uint8_t *win, int32_t 
 #endif
 
 #ifdef AI_AVX512_KERNEL
+/*
+ * The AVX2 depthwise plane: the padded plane widened to int16 (x itself, 0
+ * in the padding: no offset), the taps in pairs (an odd last one with a
+ * zero partner); per 16 positions and pair, the two taps' runs interleaved
+ * (vpunpck[lh]wd) and one vpmaddwd each against the pair's weights, the
+ * sums in the unpacks' order (positions 0-3 and 8-11, 4-7 and 12-15) until
+ * the last pair. DW_PAIRS pairs per pass over the positions, the sums kept
+ * in acc between passes.
+ */
+#define DW_PAIRS 16
+__attribute__((target("arch=x86-64-v3"))) static void
+dw_plane_avx2(const dw_job *j, int64_t plane, int16_t *u, int32_t *acc)
+{
+    const aik_window win_p = *j->p, *p = &win_p;
+    const int32_t c = (int32_t)(plane % p->c), hp = j->hp, wp = j->wp;
+    const int64_t hw = (int64_t)p->h * p->w;
+    const int8_t *xc = j->x + plane * hw;
+    /* zeros, then the input rows from the top, 16 columns at a time (the
+     * last ones with zeros past the row where the 16 bytes are in the
+     * plane: over the padding and the rows still to come), and 16 zeros
+     * past the end for the loads of the last positions */
+    for (int64_t i = 0; i < (int64_t)hp * wp + 16; i += 16)
+        _mm256_storeu_si256((__m256i *)(u + i), _mm256_setzero_si256());
+    const int32_t nb = p->w < wp - p->pl ? p->w : wp - p->pl; /* columns kept */
+    const __m256i lane = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int32_t iy = 0; iy < p->h && iy + p->pt < hp; iy++) {
+        int16_t *d = u + (int64_t)(iy + p->pt) * wp + p->pl;
+        const int8_t *src = xc + (int64_t)iy * p->w;
+        int32_t t = 0;
+        for (; t + 16 <= nb; t += 16) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(src + t));
+            _mm256_storeu_si256((__m256i *)(d + t), _mm256_cvtepi8_epi16(v));
+        }
+        if (t < nb && (int64_t)iy * p->w + t + 16 <= hw) {
+            const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(src + t)));
+            const __m256i keep = _mm256_cmpgt_epi16(_mm256_set1_epi16((int16_t)(nb - t)), lane);
+            _mm256_storeu_si256((__m256i *)(d + t), _mm256_and_si256(v, keep));
+        } else
+            for (; t < nb; t++)
+                d[t] = src[t];
+    }
+    const int64_t len = (int64_t)(p->oh - 1) * wp + p->ow;
+    const int32_t n_taps = p->kh * p->kw;
+    const int8_t *w = j->w + (int64_t)c * n_taps;
+    const __m256i bias = _mm256_set1_epi32(j->bias ? j->bias[c] : 0);
+    for (int32_t t0 = 0; t0 < n_taps; t0 += 2 * DW_PAIRS) {
+        const int np = n_taps - t0 < 2 * DW_PAIRS ? (n_taps - t0 + 1) / 2 : DW_PAIRS;
+        const bool first = t0 == 0, last = t0 + 2 * np >= n_taps;
+        int64_t off[2 * DW_PAIRS];
+        uint16_t wt[2 * DW_PAIRS];
+        int32_t ky = t0 / p->kw, kx = t0 % p->kw; /* tap t0 + e */
+        for (int e = 0; e < 2 * np; e++) {
+            const bool in = t0 + e < n_taps; /* else a copy of the last, weight 0 */
+            off[e] = in ? (int64_t)ky * p->dh * wp + (int64_t)kx * p->dw : off[e - 1];
+            wt[e] = (uint16_t)(in ? w[t0 + e] : 0);
+            if (++kx == p->kw)
+                kx = 0, ky++;
+        }
+        __m256i wv[DW_PAIRS];
+        for (int e = 0; e < np; e++)
+            wv[e] = _mm256_set1_epi32((int32_t)(wt[2 * e] | (uint32_t)wt[2 * e + 1] << 16));
+        for (int64_t i = 0; i < len; i += 16) {
+            __m256i lo = first ? bias : _mm256_loadu_si256((const __m256i *)(acc + i));
+            __m256i hi = first ? bias : _mm256_loadu_si256((const __m256i *)(acc + i + 8));
+            for (int e = 0; e < np; e++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(u + i + off[2 * e]));
+                const __m256i b = _mm256_loadu_si256((const __m256i *)(u + i + off[2 * e + 1]));
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wv[e]));
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wv[e]));
+            }
+            if (last) { /* the positions in order */
+                const __m256i t = lo;
+                lo = _mm256_permute2x128_si256(t, hi, 0x20);
+                hi = _mm256_permute2x128_si256(t, hi, 0x31);
+            }
+            _mm256_storeu_si256((__m256i *)(acc + i), lo);
+            _mm256_storeu_si256((__m256i *)(acc + i + 8), hi);
+        }
+    }
+}
+#endif
+
+#ifdef AI_AVX512_KERNEL
 __attribute__((target("arch=x86-64-v4,avx512vnni,avx512vbmi"))) static void
 dw_plane_small(const dw_job *j, int64_t plane, int32_t *acc)
 {
@@ -813,6 +898,8 @@ static void dw_range(void *ctx, int64_t lo, int64_t hi)
             }
             if (j->vnni)
                 dw_plane_vnni(j, plane, (uint8_t *)xpad, win, acc);
+            else if (j->avx2)
+                dw_plane_avx2(j, plane, (int16_t *)win, acc);
             else
 #endif
                 dw_plane(j, plane, xpad, acc);
@@ -832,7 +919,7 @@ static void qconv_any(const aik_window *p, const int8_t *x, const int8_t *w, con
     if (is_depthwise(p)) {
         dw_job j = {p, x, w, bias, rq, y, ws, 0, 0, 0, (int64_t)p->n * p->c, 0,
                     ai_q_path() >= AI_Q_VNNI && p->dw == 1 && p->kw <= 16 && p->kh <= 16,
-                    NULL, y32};
+                    ai_q_path() == AI_Q_AVX2, NULL, y32};
 #ifdef AI_AVX512_KERNEL
         struct dw_small small;
         if (ai_q_path() >= AI_Q_VNNI && __builtin_cpu_supports("avx512vbmi") &&

@@ -89,7 +89,7 @@ typedef struct {
 void ai_qgemm_i32(const ai_qweights *q, int64_t cols, const uint8_t *xp, const ai_qi32 *o);
 
 /* y[i cols + j] = requant(acc[i lda + j], r), i < rows, j < cols (AVX-512
- * on the VNNI path). */
+ * on the VNNI path, AVX2 on the AVX2 path). */
 void ai_q_store_rows(const int32_t *acc, int64_t rows, int64_t cols, int64_t lda,
                      const aik_rq *r, int8_t *y);
 

@@ -3,9 +3,10 @@
  * reference's integers without its per-tap bounds checks and divisions.
  * Pools clip each window to the input once (the taps inside are those of
  * [k0, k1) along each axis); the 2x2 max pool of stride 2, QAdd and
- * Requantize run AVX-512 on the VNNI path, else the scalar loop. Then ONNX
- * Runtime's QLinearAdd in integers and QLinearGlobalAveragePool's sums
- * (ops/qlinear.c): AVX-512 on the VNNI path, AVX2, plain C.
+ * Requantize run AVX-512 on the VNNI path, AVX2 on the AVX2 path, else the
+ * scalar loop. Then ONNX Runtime's QLinearAdd in integers and
+ * QLinearGlobalAveragePool's sums (ops/qlinear.c): AVX-512 on the VNNI
+ * path, AVX2, plain C.
  */
 #include <math.h>
 #include <string.h>
@@ -45,6 +46,7 @@ typedef struct {
     int8_t *y;
     bool avg;
     bool avx512; /* max2x2_avx512 */
+    bool avx2;   /* max2x2_avx2 */
 } pool_job;
 
 #ifdef AI_Q_X86
@@ -64,6 +66,41 @@ static Q_AVX512 void max2x2_avx512(const aik_window *p, const int8_t *xc, int8_t
             const __m512i t = _mm512_max_epi8(m, _mm512_srli_epi16(m, 8));
             _mm256_mask_storeu_epi8(yr + ox, (__mmask32)(((uint64_t)1 << n) - 1),
                                     _mm512_cvtepi16_epi8(t));
+        }
+    }
+}
+#endif
+
+#ifdef AI_Q_X86
+/* max2x2_avx512 with 16 outputs per AVX2 step (the bytes kept by a mask and
+ * vpackuswb); the 32-byte loads may pass a row's end, not the input's
+ * (end): the last outputs of the last rows one at a time */
+static Q_AVX2 void max2x2_avx2(const aik_window *p, const int8_t *xc, int8_t *yc,
+                               const int8_t *end)
+{
+    const __m256i low = _mm256_set1_epi16(0xff);
+    for (int32_t oy = 0; oy < p->oh; oy++) {
+        const int8_t *x0 = xc + (int64_t)2 * oy * p->w, *x1 = x0 + p->w;
+        int8_t *yr = yc + (int64_t)oy * p->ow;
+        int32_t ox = 0;
+        for (; ox < p->ow && end - x1 >= 2 * (int64_t)ox + 32; ox += 16) {
+            const __m256i m = _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(x0 + 2 * ox)),
+                                              _mm256_loadu_si256((const __m256i *)(x1 + 2 * ox)));
+            const __m256i t = _mm256_and_si256(_mm256_max_epi8(m, _mm256_srli_epi16(m, 8)), low);
+            const __m128i v = _mm256_castsi256_si128(
+                _mm256_permute4x64_epi64(_mm256_packus_epi16(t, t), 0x08));
+            if (p->ow - ox >= 16) {
+                _mm_storeu_si128((__m128i *)(yr + ox), v);
+                continue;
+            }
+            int8_t o[16];
+            _mm_storeu_si128((__m128i *)o, v);
+            memcpy(yr + ox, o, (size_t)(p->ow - ox));
+        }
+        for (; ox < p->ow; ox++) {
+            const int8_t a = x0[2 * ox] > x0[2 * ox + 1] ? x0[2 * ox] : x0[2 * ox + 1];
+            const int8_t b = x1[2 * ox] > x1[2 * ox + 1] ? x1[2 * ox] : x1[2 * ox + 1];
+            yr[ox] = a > b ? a : b;
         }
     }
 }
@@ -126,6 +163,10 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_Q_X86
             if (j->avx512) {
                 max2x2_avx512(p, xc, yc);
+                continue;
+            }
+            if (j->avx2) {
+                max2x2_avx2(p, xc, yc, j->x + (int64_t)p->n * p->c * p->h * p->w);
                 continue;
             }
 #endif
@@ -209,9 +250,10 @@ static void pool_range(void *ctx, int64_t lo, int64_t hi)
 
 static void pool(const aik_window *p, const int8_t *x, int8_t *y, bool avg)
 {
-    pool_job j = {p, x, y, avg, false};
+    pool_job j = {p, x, y, avg, false, false};
 #ifdef AI_Q_X86
     j.avx512 = ai_q_path() >= AI_Q_VNNI;
+    j.avx2 = ai_q_path() == AI_Q_AVX2;
 #endif
     const int64_t planes = (int64_t)p->n * p->c;
     ai_parallel_for(planes, ai_grain_of((int64_t)p->h * p->w), pool_range, &j);
@@ -250,6 +292,50 @@ static Q_AVX512 void ew_avx512(const ew_job *j, int64_t lo, int64_t hi)
         _mm512_mask_cvtepi64_storeu_epi8(j->y + i, m, v);
     }
 }
+
+/* ew_avx512 in 8 int32 lanes: the int64 sums of products of the even and of
+ * the odd lanes (vpmuldq), >> s as ((x >>> s) ^ 2^(63-s)) - 2^(63-s) (AVX2
+ * has no 64-bit arithmetic shift, nor min/max: compares and blends) */
+static Q_AVX2 void ew_avx2(const ew_job *j, int64_t lo, int64_t hi)
+{
+    const __m256i ma = _mm256_set1_epi64x(j->ma), mb = _mm256_set1_epi64x(j->mb);
+    const __m256i half = _mm256_set1_epi64x(j->shift > 0 ? (int64_t)1 << (j->shift - 1) : 0);
+    const __m256i top = _mm256_set1_epi64x((int64_t)((uint64_t)1 << (63 - j->shift)));
+    const __m128i sh = _mm_cvtsi32_si128(j->shift);
+    const __m256i vlo = _mm256_set1_epi64x(j->lo), vhi = _mm256_set1_epi64x(j->hi);
+    for (int64_t i = lo; i < hi; i += 8) {
+        const int n = hi - i < 8 ? (int)(hi - i) : 8;
+        int8_t t[2][8] = {{0}}; /* the last n < 8 */
+        const int8_t *pa = j->a + i, *pb = j->b ? j->b + i : t[1];
+        if (n < 8) {
+            memcpy(t[0], pa, (size_t)n);
+            if (j->b)
+                memcpy(t[1], pb, (size_t)n);
+            pa = t[0], pb = t[1];
+        }
+        const __m256i a = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)pa));
+        const __m256i b = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)pb));
+        __m256i v[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i ah = h ? _mm256_srli_epi64(a, 32) : a;
+            const __m256i bh = h ? _mm256_srli_epi64(b, 32) : b;
+            const __m256i s = _mm256_add_epi64(
+                _mm256_add_epi64(_mm256_mul_epi32(ah, ma), _mm256_mul_epi32(bh, mb)), half);
+            __m256i r = _mm256_sub_epi64(_mm256_xor_si256(_mm256_srl_epi64(s, sh), top), top);
+            r = _mm256_blendv_epi8(r, vhi, _mm256_cmpgt_epi64(r, vhi));
+            v[h] = _mm256_blendv_epi8(r, vlo, _mm256_cmpgt_epi64(vlo, r));
+        }
+        const __m256i y32 = _mm256_blend_epi32(v[0], _mm256_slli_epi64(v[1], 32), 0xAA);
+        const __m128i y16 = _mm_packs_epi32(_mm256_castsi256_si128(y32),
+                                            _mm256_extracti128_si256(y32, 1));
+        if (n == 8) {
+            _mm_storel_epi64((__m128i *)(j->y + i), _mm_packs_epi16(y16, y16));
+            continue;
+        }
+        _mm_storel_epi64((__m128i *)t[0], _mm_packs_epi16(y16, y16));
+        memcpy(j->y + i, t[0], (size_t)n);
+    }
+}
 #endif
 
 static void ew_range(void *ctx, int64_t lo, int64_t hi)
@@ -258,6 +344,10 @@ static void ew_range(void *ctx, int64_t lo, int64_t hi)
 #ifdef AI_Q_X86
     if (ai_q_path() >= AI_Q_VNNI) {
         ew_avx512(j, lo, hi);
+        return;
+    }
+    if (ai_q_path() == AI_Q_AVX2) {
+        ew_avx2(j, lo, hi);
         return;
     }
 #endif

@@ -937,12 +937,12 @@ static void requantize(const ai_ctx *c, rq_slots s, const int32_t *acc, int64_t 
  *     e <= 43.
  *   - the output: int8 with zero point zp, or uint8 as int8 y - 128 (zero
  *     point zp - 128), turned to uint8 after (^ 0x80).
- * Taken on the VNNI path only: with AVX2 or plain C the int8 kernels are
- * slower than the float path above (a 3x3 conv of 32 -> 64 channels on
- * 32x32 uint8, batch 8, 1 thread: VNNI 6-7 ms, float path 20 ms, AVX2 28 ms,
- * plain C 435 ms). Elsewhere, and on ai_q_set_path below AI_Q_VNNI, the
- * float path (their twin, tests/test_qlinear_fast.py). */
-#define FAST_PATH AI_Q_VNNI
+ * Taken on the VNNI and AVX2 paths: plain C is slower than the float path
+ * above (a 3x3 conv of 32 -> 64 channels on 32x32 uint8, batch 8, 1 thread,
+ * AMD EPYC: VNNI 1.1 ms, AVX2 2.8-3.0 ms, the float path 12.6 ms with or
+ * without AVX-512, plain C ~260 ms). Elsewhere, and on ai_q_set_path below
+ * AI_Q_AVX2, the float path (their twin, tests/test_qlinear_fast.py). */
+#define FAST_PATH AI_Q_AVX2
 
 #define FAST_ALIGN(b) (((b) + 63) & ~(size_t)63)
 
@@ -1433,10 +1433,10 @@ static bool fast_conv(ai_ctx *c, const ai_conv_params *p)
 }
 
 /* ConvInteger on the int8 kernels' int32 store (ai_qconv_i32), on the
- * VNNI path (FAST_PATH, as QLinearConv: with AVX2 a 3x3 convolution of 32 ->
- * 64 channels on 32x32 uint8, batch 8, 1 thread, took 1.13-1.25x the float
- * path's time, VNNI 0.10x; pointwise and depthwise ones 0.5-0.8x on AVX2),
- * where w - w_zp fits int8 (ONNX Runtime's int8 weights with
+ * VNNI and AVX2 paths (FAST_PATH, as QLinearConv: a 3x3 convolution of 32
+ * -> 64 channels on 32x32 uint8, batch 8, 1 thread, takes 0.26x the float
+ * path's time on VNNI, 0.64x on AVX2; a 1x1 one of 64 -> 64 on 16x16 0.3x
+ * and 0.5x), where w - w_zp fits int8 (ONNX Runtime's int8 weights with
  * zero point 0 do; else the float path): x as x8 in planes padded with its
  * zero point z8 (fast_conv_x8), the bias -z8 sum w' per output channel, so
  * acc = sum (x8 - z8) w' = sum (x - x_zp)(w - w_zp), wrapping as the

@@ -1,9 +1,10 @@
 /* test_qkernels.c — the fast int8 kernels (kernels/qkernels.h) against the
  * portable reference kernels, bit for bit, on every path the CPU has:
  * random convolutions (dense, grouped, depthwise, pointwise, strided,
- * dilated, padded), fully connected layers, pools, QAdd and Requantize;
- * ONNX Runtime's QLinearAdd against its float64 definition on every pair
- * of bytes, QLinearGlobalAveragePool's sums against plain ones. */
+ * dilated, padded), fully connected layers, pools, QAdd and Requantize, of
+ * random and of extreme values; ONNX Runtime's QLinearAdd against its
+ * float64 definition on every pair of bytes, QLinearGlobalAveragePool's
+ * sums against plain ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,16 @@ static int32_t rnd(int32_t lo, int32_t hi) /* in [lo, hi] */
     return (int32_t)(lo + (int64_t)(rng_state % (uint64_t)((int64_t)hi - lo + 1)));
 }
 
+/* extreme values (-128 and 127 mostly: the int16 pair sums of vpmaddubsw
+ * would saturate; u = x + 128 of 0 and 255) where `extremes` is set */
+static bool extremes;
+
 static int8_t *rand_i8(int64_t n)
 {
+    static const int8_t edge[6] = {-128, 127, -128, 127, -127, 0};
     int8_t *v = malloc((size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++)
-        v[i] = (int8_t)rnd(-128, 127);
+        v[i] = extremes ? edge[rnd(0, 5)] : (int8_t)rnd(-128, 127);
     return v;
 }
 
@@ -67,8 +73,9 @@ TEST(qconv_matches_reference_on_every_path)
     for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
         if (ai_q_set_path(path) != path)
             continue;
-        for (int t = 0; t < 120; t++) {
+        for (int t = 0; t < 180; t++) {
             aik_window p;
+            extremes = t >= 120; /* 60 of extreme values */
             if (!rand_window(&p, t % 4))
                 continue;
             const int32_t k = p.c / p.group * p.kh * p.kw;
@@ -94,6 +101,7 @@ TEST(qconv_matches_reference_on_every_path)
             free(x), free(w), free(y), free(yr), free(b), free(rq), free(wsp), free(stp);
         }
     }
+    extremes = false;
     ai_q_set_path(AI_Q_VNNI);
 }
 
@@ -102,7 +110,8 @@ TEST(qfc_matches_reference_on_every_path)
     for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
         if (ai_q_set_path(path) != path)
             continue;
-        for (int t = 0; t < 20; t++) {
+        for (int t = 0; t < 30; t++) {
+            extremes = t >= 20;
             const int64_t n = rnd(1, 140);
             const int32_t k = rnd(1, 200), m = rnd(1, 40);
             int8_t *x = rand_i8(n * k), *w = rand_i8((int64_t)m * k);
@@ -122,6 +131,7 @@ TEST(qfc_matches_reference_on_every_path)
             free(x), free(w), free(y), free(yr), free(b), free(rq), free(wsp), free(stp);
         }
     }
+    extremes = false;
     ai_q_set_path(AI_Q_VNNI);
 }
 
@@ -249,7 +259,8 @@ TEST(qpools_and_elementwise_match_reference)
             CHECK(memcmp(y, yr, (size_t)ny) == 0);
             free(x), free(y), free(yr);
         }
-        for (int64_t n = 1; n < 40; n += 3) {
+        for (int64_t n = 1; n < 80; n += 3) {
+            extremes = n >= 40;
             int8_t *a = rand_i8(n), *b = rand_i8(n), *y = malloc((size_t)n), *yr = malloc((size_t)n);
             const int32_t ma = rnd(-INT32_MAX, INT32_MAX), mb = rnd(-INT32_MAX, INT32_MAX);
             const int32_t sh = rnd(25, 40);
@@ -263,6 +274,7 @@ TEST(qpools_and_elementwise_match_reference)
             free(a), free(b), free(y), free(yr);
         }
     }
+    extremes = false;
     ai_q_set_path(AI_Q_VNNI);
 }
 
