@@ -76,7 +76,7 @@ def test_lookup(path, threads):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("d", [1, 5, 16, 17, 33, 197, 1000])
+@pytest.mark.parametrize("d", [1, 5, 16, 17, 33, 197, 1000, 2000])
 def test_softmax(path, threads, d):
     rng = np.random.default_rng(d)
     rows = max(8, 70000 // d)  # > 2 grains: split over threads

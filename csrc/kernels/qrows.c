@@ -83,6 +83,11 @@ void ai_qlookup(int64_t n, const int8_t *x, const int8_t *table, int8_t *y)
 
 /* ---------------------------------------------------------------- softmax */
 
+/* A softmax or layernorm value costs about 16 elementwise ones (gathers,
+ * int64 or double arithmetic): rows split across threads from 16 times
+ * fewer values than AI_GRAIN_ELEMS (a ViT's attention: 17 x 17 per head) */
+#define ROW_COST 16
+
 typedef struct {
     int32_t d, q, hi;
     const int8_t *x;
@@ -207,7 +212,7 @@ void ai_qsoftmax(int64_t rows, int32_t d, const int8_t *x, const int32_t *exp_ta
                  int32_t hi, int8_t *y)
 {
     softmax_job j = {d, q, hi, x, exp_table, y};
-    ai_parallel_for(rows, ai_grain_of(d), softmax_rows, &j);
+    ai_parallel_for(rows, ai_grain_of(ROW_COST * (int64_t)d), softmax_rows, &j);
 }
 
 /* ---------------------------------------------------------------- layernorm */
@@ -275,7 +280,7 @@ void ai_qlayernorm(int64_t rows, int32_t d, const int8_t *x, const int32_t *gamm
                    int8_t *y)
 {
     layernorm_job j = {d, pre, lo, hi, eps, x, gamma, beta, y};
-    ai_parallel_for(rows, ai_grain_of(d), layernorm_range, &j);
+    ai_parallel_for(rows, ai_grain_of(ROW_COST * (int64_t)d), layernorm_range, &j);
 }
 
 /* ---------------------------------------------------------------- matmul */
