@@ -131,7 +131,9 @@ AI_WIDE_CLONES static void softmax_range(void *ctx, int64_t lo, int64_t hi)
 
 #ifdef QR_X86
 /* The same steps on 16 values at a time: the row's int8 widened to int32,
- * its exp_table entries gathered, each half as 8 doubles. */
+ * its exp_table entries gathered (once: kept for the quotients in rows of
+ * at most EBUF values), each half as 8 doubles. */
+#define EBUF 1024
 __attribute__((target("arch=x86-64-v4"))) static void softmax_rows_avx512(const softmax_job *j,
                                                                           int64_t lo,
                                                                           int64_t hi)
@@ -139,6 +141,7 @@ __attribute__((target("arch=x86-64-v4"))) static void softmax_rows_avx512(const 
     const int32_t d = j->d;
     const __m512d q2 = _mm512_set1_pd(2.0 * j->q), one = _mm512_set1_pd(1.0);
     const __m512d top = _mm512_set1_pd(j->hi);
+    int32_t ebuf[EBUF];
     for (int64_t r = lo; r < hi; r++) {
         const int8_t *x = j->x + r * d;
         int8_t *y = j->y + r * d;
@@ -156,6 +159,8 @@ __attribute__((target("arch=x86-64-v4"))) static void softmax_rows_avx512(const 
                 mx, _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x + i)));
             const __m512i ev = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, k,
                                                            j->e, 4);
+            if (d <= EBUF)
+                _mm512_storeu_si512(ebuf + i, ev);
             sv = _mm512_add_pd(sv, _mm512_cvtepi32_pd(_mm512_castsi512_si256(ev)));
             sv = _mm512_add_pd(sv, _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(ev, 1)));
         }
@@ -168,10 +173,13 @@ __attribute__((target("arch=x86-64-v4"))) static void softmax_rows_avx512(const 
                       inv = _mm512_set1_pd(1.0 / (2 * sum));
         for (int32_t i = 0; i < d; i += 16) {
             const __mmask16 m = d - i >= 16 ? 0xFFFF : (__mmask16)((1u << (d - i)) - 1);
-            const __m512i k = _mm512_sub_epi32(
-                mx, _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, x + i)));
-            const __m512i ev = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, k,
-                                                           j->e, 4);
+            const __m512i ev =
+                d <= EBUF ? _mm512_loadu_si512(ebuf + i)
+                          : _mm512_mask_i32gather_epi32(
+                                _mm512_setzero_si512(), m,
+                                _mm512_sub_epi32(mx, _mm512_cvtepi8_epi32(
+                                                         _mm_maskz_loadu_epi8(m, x + i))),
+                                j->e, 4);
             __m256i h[2];
             for (int t = 0; t < 2; t++) {
                 const __m512d num = _mm512_add_pd(
