@@ -175,3 +175,22 @@ def test_vit_fast_equals_reference(quantized_vit, path, threads):
     aidge_interop.set_num_threads(threads)
     assert _C._set_quant_path(path) == path
     np.testing.assert_array_equal(q.run(*xq)[0], ref)
+
+
+def test_softmax_checks_a_table_that_is_an_input():
+    """An exp_table computed at run time is checked at each forward (a
+    negative entry could make a row's sum zero: a division by zero)."""
+    x = np.zeros((2, 4), np.int8)
+    node = helper.make_node("QSoftmax", ["x", "e"], ["y"], domain=QUANT_DOMAIN)
+    g = helper.make_graph([node], "t", [
+        helper.make_tensor_value_info("x", TensorProto.INT8, [2, 4]),
+        helper.make_tensor_value_info("e", TensorProto.INT32, [256])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, None)])
+    model = load_onnx(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 20), helper.make_opsetid(QUANT_DOMAIN, 1)]))
+    table = softmax_exp_table(0.05)
+    np.testing.assert_array_equal(model.forward([x, table])[0], softmax_ref(x, table, 127, 127))
+    bad = table.copy()
+    bad[1:] = -(1 << 28)
+    with pytest.raises(ValueError, match="exp_table"):
+        model.forward([x, bad])

@@ -91,6 +91,16 @@ static ai_status lookup_forward(ai_ctx *c)
     return AI_OK;
 }
 
+/* e_0 = 2^30 >= every entry >= 0: the row sums are positive, at least 2^30 */
+static ai_status check_exp_table(const ai_node *n, const int32_t *e)
+{
+    for (int i = 0; i < 256; i++)
+        if (e[i] < 0 || e[i] > e[0] || e[0] != (INT32_C(1) << 30))
+            return ai_node_error(n, AI_ERR_VALUE, "exp_table must start at 2^30 and "
+                                 "hold values in [0, 2^30]");
+    return AI_OK;
+}
+
 static ai_status softmax_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
     (void)ws, (void)state;
@@ -102,13 +112,8 @@ static ai_status softmax_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *stat
     if (last_dim(c->in[0]) > INT32_MAX)
         return ai_node_error(n, AI_ERR_VALUE, "the last axis is too long");
     const ai_tensor *t = ai_ctx_const(c, 1);
-    if (t) { /* e_0 = 2^30 >= every entry >= 0: the row sums are positive */
-        const int32_t *e = t->data;
-        for (int i = 0; i < 256; i++)
-            if (e[i] < 0 || e[i] > e[0] || e[0] != (INT32_C(1) << 30))
-                return ai_node_error(n, AI_ERR_VALUE, "exp_table must start at 2^30 and "
-                                     "hold values in [0, 2^30]");
-    }
+    if (t && (st = check_exp_table(n, t->data)))
+        return st;
     return same_shape(c, out);
 }
 
@@ -120,8 +125,9 @@ static ai_status softmax_forward(ai_ctx *c)
     if (numel == 0)
         return AI_OK;
     const int32_t *e = c->in[1]->data;
-    if (e[0] != (INT32_C(1) << 30))
-        return ai_node_error(c->node, AI_ERR_VALUE, "exp_table must start at 2^30");
+    ai_status st;
+    if (!ai_ctx_const(c, 1) && (st = check_exp_table(c->node, e)))
+        return st;
     (ai_q_path() != AI_Q_REFERENCE ? ai_qsoftmax : aik_softmax_i8)(
         numel / d, (int32_t)d, x->data, e, (int32_t)a->q, a->rq.hi, c->out[0]->data);
     return AI_OK;
