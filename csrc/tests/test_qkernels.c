@@ -203,8 +203,10 @@ TEST(qtransformer_kernels_match_reference_on_every_path)
             CHECK(memcmp(y, yr, (size_t)n) == 0);
             int32_t *gamma = malloc(sizeof(int32_t) * (size_t)d);
             int64_t *beta = malloc(sizeof(int64_t) * (size_t)d);
-            for (int32_t i = 0; i < d; i++)
-                gamma[i] = rnd(-(1 << 24), 1 << 24), beta[i] = (int64_t)rnd(-(1 << 30), 1 << 30) << 10;
+            for (int32_t i = 0; i < d; i++) {
+                gamma[i] = rnd(-(1 << 24), 1 << 24);
+                beta[i] = (int64_t)rnd(-(1 << 30), 1 << 30) * 1024;
+            }
             const int32_t pre = rnd(0, 6);
             const int64_t eps = rnd(0, 1) ? rnd(0, 1 << 20) : (int64_t)rnd(0, 1 << 20) << 30;
             ai_qlayernorm(rows, d, x, gamma, beta, eps, pre, -127, 127, y);
