@@ -1,6 +1,7 @@
 """Engine int8 forward against the engine's own float32 forward.
 
-For each example model (LeNet, DS-CNN, ResNet-8): the float32 engine graph
+For each example model (LeNet, DS-CNN, ResNet-8) and the model suite's small
+ViT (tests/models/zoo.py's vit_cls, its logits): the float32 engine graph
 and its ``aidge_interop.quantize`` int8 graph, the same batch, timed
 interleaved in one process (benchmarks/timing.py: medians of samples taken
 turn by turn) at 1 and 2 engine threads; prints int8 / float32 per model
@@ -22,8 +23,11 @@ import os
 import sys
 
 import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import aidge_interop  # noqa: E402
 from aidge_interop import _C  # noqa: E402
@@ -34,24 +38,43 @@ from timing import interleaved_medians  # noqa: E402
 PATH_NAMES = {0: "reference", 1: "plain", 2: "avx2", 3: "vnni"}
 
 
+class _Logits(torch.nn.Module):
+    """A transformers classifier called on its pixels, returning its logits."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(pixel_values=x).logits
+
+
+def float_model(name):
+    """The float model `name` in eval mode and its input shape (no batch):
+    an example model, or "vit", the model suite's small ViT."""
+    if name == "vit":
+        from models.zoo import vit_cls
+
+        return _Logits(vit_cls(no_dropout=True)[0]).eval(), (3, 32, 32)
+    factory, shape, _ = EXAMPLES[name]
+    return factory(seed=0).eval(), tuple(shape[1:])
+
+
 def prepare(name, batch):
-    """Example model `name` quantized (per-channel, the default): the
+    """Model `name` (float_model) quantized (per-channel, the default): the
     QuantizedModel, the float32 engine graph in eval mode, a float batch and
     its int8 inputs."""
-    factory, shape, _ = EXAMPLES[name]
-    model = factory(seed=0).eval()
+    model, shape = float_model(name)
     rng = np.random.default_rng(0)
-    calib = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+    calib = rng.standard_normal((64, *shape)).astype(np.float32)
     q = aidge_interop.quantize(model, calib)
-    graph = _as_graph(model, [shape[1:]], "int8 benchmark")
+    graph = _as_graph(model, [shape], "int8 benchmark")
     graph.training = False
-    x = rng.standard_normal((batch, *shape[1:])).astype(np.float32)
+    x = rng.standard_normal((batch, *shape)).astype(np.float32)
     return q, graph, x, q.quantize_inputs(x)
 
 
 def bench(names, batch, budget, threads_list, reference, isa="best"):
-    import torch
-
     # quantize runs the torch model: its OpenMP workers would spin beside ours
     torch.set_num_threads(1)
     best = _C._set_quant_path(2 if isa == "avx2" else 3)
@@ -91,7 +114,7 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--budget", type=float, default=2.0, help="seconds per measurement")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--models", nargs="+", default=["lenet", "ds_cnn", "resnet8"])
+    ap.add_argument("--models", nargs="+", default=["lenet", "ds_cnn", "resnet8", "vit"])
     ap.add_argument("--reference", action="store_true",
                     help="also time the portable reference kernels")
     ap.add_argument("--isa", choices=["best", "avx2"], default="best",

@@ -18,12 +18,13 @@ engine and ONNX Runtime set to the same count):
   ``attention_mask``, ``ModelOutput`` results): a training step (forward,
   MSE loss on the main output, backward, SGD step), eval forward against
   torch and against ONNX Runtime on the same ONNX graph.
-- ``int8``: the example models (LeNet, DS-CNN, ResNet-8) quantized by
-  ``aidge_interop.quantize`` (per-channel): the engine's int8 forward
-  against its own float32 forward of the same model, and against ONNX
-  Runtime running the same quantized model exported as QDQ ONNX
-  (``QuantizedModel.to_onnx_qdq``; its time includes quantizing the
-  input and dequantizing the output), eval, batch ``--batch``.
+- ``int8``: the example models (LeNet, DS-CNN, ResNet-8) and the model
+  suite's small ViT quantized by ``aidge_interop.quantize`` (per-channel):
+  the engine's int8 forward against its own float32 forward of the same
+  model, and against ONNX Runtime running the same quantized model
+  exported as QDQ ONNX (``QuantizedModel.to_onnx_qdq``; its time includes
+  quantizing the input and dequantizing the output; none for the ViT, whose
+  integer transformer layers have no QDQ form), eval, batch ``--batch``.
 - ``overhead``: per-call cost: one forward of a wrapped 16-feature Linear;
   the backward, and a forward + backward, of a wrapped Relu on 16 floats.
 - ``memory`` (not with ``--quick``): the training step's peak resident
@@ -275,17 +276,20 @@ def bench_int8(budget, batch, threads):
     from int8 import prepare
 
     rows = []
-    for name in ("lenet", "ds_cnn", "resnet8"):
+    for name in ("lenet", "ds_cnn", "resnet8", "vit"):
         q, graph, x, xq = prepare(name, batch)
-        session = ort_session(q.to_onnx_qdq(), threads)
-        feed = {session.get_inputs()[0].name: x}
-        f32, i8, ort = interleaved_medians(
-            [lambda: graph.forward([x]), lambda: q.run(*xq), lambda: session.run(None, feed)],
-            budget, settle=0.1)
+        fns = [lambda: graph.forward([x]), lambda: q.run(*xq)]
+        if name != "vit":  # the ViT's transformer layers have no QDQ form
+            session = ort_session(q.to_onnx_qdq(), threads)
+            feed = {session.get_inputs()[0].name: x}
+            fns.append(lambda: session.run(None, feed))
+        f32, i8, *ort = interleaved_medians(fns, budget, settle=0.1)
+        ort = ort[0] if ort else None
         rows.append({"case": name, "batch": batch, "engine_int8": i8, "engine_f32": f32,
                      "ort_qdq": ort})
-        print(f"{name:<34}{f32 * 1e3:12.4f}{i8 * 1e3:12.4f}{i8 / f32:9.2f}"
-              f"{ort * 1e3:12.4f}{i8 / ort:9.2f}", flush=True)
+        vs_ort = f"{ort * 1e3:12.4f}{i8 / ort:9.2f}" if ort else f"{'-':>12}{'-':>9}"
+        print(f"{name:<34}{f32 * 1e3:12.4f}{i8 * 1e3:12.4f}{i8 / f32:9.2f}{vs_ort}",
+              flush=True)
     return rows
 
 

@@ -180,4 +180,17 @@ void ai_qladd_run(const ai_qladd *p, int64_t n, const void *a, int64_t sa, const
 void ai_qsums(int64_t n, int64_t c, int64_t s, bool last, bool u8, const void *x,
               int64_t *sums);
 
+/* The transformer operators (ops/quant_nonlinear.c, qrows.c): the integers
+ * of aik_lookup_i8, aik_softmax_i8, aik_layernorm_i8 and aik_matmul_i8.
+ * ai_qmatmul's workspace: ai_qmatmul_ws_bytes(m, k, n). */
+void ai_qlookup(int64_t n, const int8_t *x, const int8_t *table, int8_t *y);
+void ai_qsoftmax(int64_t rows, int32_t d, const int8_t *x, const int32_t *exp_table, int32_t q,
+                 int32_t hi, int8_t *y);
+void ai_qlayernorm(int64_t rows, int32_t d, const int8_t *x, const int32_t *gamma,
+                   const int64_t *beta, int64_t eps, int32_t pre, int32_t lo, int32_t hi,
+                   int8_t *y);
+size_t ai_qmatmul_ws_bytes(int32_t m, int32_t k, int32_t n);
+void ai_qmatmul(int64_t batch, int32_t m, int32_t k, int32_t n, const int8_t *a,
+                const int8_t *b, const aik_rq *rq, int8_t *y, void *ws);
+
 #endif

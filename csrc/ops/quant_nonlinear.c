@@ -15,11 +15,15 @@
  *   QMatMul(a, b)                (..., m, k) x (..., k, n), same leading
  *                                dims; multiplier, shift, out_min, out_max,
  *                                half_even (ties to even, else up)
+ *
+ * The forwards run the fast kernels of kernels/qrows.c (the same integers),
+ * or the portable ones after ai_q_set_path(AI_Q_REFERENCE).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/qkernels.h"
 #include "../portable/aidge_kernels.h"
 
 typedef struct {
@@ -82,7 +86,18 @@ static ai_status lookup_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
 
 static ai_status lookup_forward(ai_ctx *c)
 {
-    aik_lookup_i8(ai_tensor_numel(c->in[0]), c->in[0]->data, c->in[1]->data, c->out[0]->data);
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qlookup : aik_lookup_i8)(
+        ai_tensor_numel(c->in[0]), c->in[0]->data, c->in[1]->data, c->out[0]->data);
+    return AI_OK;
+}
+
+/* e_0 = 2^30 >= every entry >= 0: the row sums are positive, at least 2^30 */
+static ai_status check_exp_table(const ai_node *n, const int32_t *e)
+{
+    for (int i = 0; i < 256; i++)
+        if (e[i] < 0 || e[i] > e[0] || e[0] != (INT32_C(1) << 30))
+            return ai_node_error(n, AI_ERR_VALUE, "exp_table must start at 2^30 and "
+                                 "hold values in [0, 2^30]");
     return AI_OK;
 }
 
@@ -97,13 +112,8 @@ static ai_status softmax_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *stat
     if (last_dim(c->in[0]) > INT32_MAX)
         return ai_node_error(n, AI_ERR_VALUE, "the last axis is too long");
     const ai_tensor *t = ai_ctx_const(c, 1);
-    if (t) { /* e_0 = 2^30 >= every entry >= 0: the row sums are positive */
-        const int32_t *e = t->data;
-        for (int i = 0; i < 256; i++)
-            if (e[i] < 0 || e[i] > e[0] || e[0] != (INT32_C(1) << 30))
-                return ai_node_error(n, AI_ERR_VALUE, "exp_table must start at 2^30 and "
-                                     "hold values in [0, 2^30]");
-    }
+    if (t && (st = check_exp_table(n, t->data)))
+        return st;
     return same_shape(c, out);
 }
 
@@ -115,10 +125,11 @@ static ai_status softmax_forward(ai_ctx *c)
     if (numel == 0)
         return AI_OK;
     const int32_t *e = c->in[1]->data;
-    if (e[0] != (INT32_C(1) << 30))
-        return ai_node_error(c->node, AI_ERR_VALUE, "exp_table must start at 2^30");
-    aik_softmax_i8(numel / d, (int32_t)d, x->data, e, (int32_t)a->q, a->rq.hi,
-                   c->out[0]->data);
+    ai_status st;
+    if (!ai_ctx_const(c, 1) && (st = check_exp_table(c->node, e)))
+        return st;
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qsoftmax : aik_softmax_i8)(
+        numel / d, (int32_t)d, x->data, e, (int32_t)a->q, a->rq.hi, c->out[0]->data);
     return AI_OK;
 }
 
@@ -162,14 +173,15 @@ static ai_status layernorm_forward(ai_ctx *c)
     const int64_t d = last_dim(x), numel = ai_tensor_numel(x);
     if (numel == 0)
         return AI_OK;
-    aik_layernorm_i8(numel / d, (int32_t)d, x->data, c->in[1]->data, c->in[2]->data, a->eps,
-                     (int32_t)a->pre, a->rq.lo, a->rq.hi, c->out[0]->data);
+    (ai_q_path() != AI_Q_REFERENCE ? ai_qlayernorm : aik_layernorm_i8)(
+        numel / d, (int32_t)d, x->data, c->in[1]->data, c->in[2]->data, a->eps,
+        (int32_t)a->pre, a->rq.lo, a->rq.hi, c->out[0]->data);
     return AI_OK;
 }
 
 static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
 {
-    (void)ws, (void)state;
+    (void)state;
     const ai_node *n = c->node;
     const ai_tensor *x = c->in[0], *w = c->in[1];
     ai_status st;
@@ -189,6 +201,7 @@ static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof(int64_t) * x->ndim);
     out[0].shape[x->ndim - 1] = nn;
+    *ws = ai_qmatmul_ws_bytes((int32_t)m, (int32_t)k, (int32_t)nn);
     return AI_OK;
 }
 
@@ -201,8 +214,12 @@ static ai_status matmul_forward(ai_ctx *c)
     int64_t batch = 1;
     for (int d = 0; d < x->ndim - 2; d++)
         batch *= x->shape[d];
-    aik_matmul_i8(batch, (int32_t)m, (int32_t)k, (int32_t)nn, x->data, w->data, &a->rq,
-                  c->out[0]->data);
+    if (ai_q_path() != AI_Q_REFERENCE)
+        ai_qmatmul(batch, (int32_t)m, (int32_t)k, (int32_t)nn, x->data, w->data, &a->rq,
+                   c->out[0]->data, c->workspace);
+    else
+        aik_matmul_i8(batch, (int32_t)m, (int32_t)k, (int32_t)nn, x->data, w->data, &a->rq,
+                      c->out[0]->data);
     return AI_OK;
 }
 

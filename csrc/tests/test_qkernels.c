@@ -2,9 +2,10 @@
  * portable reference kernels, bit for bit, on every path the CPU has:
  * random convolutions (dense, grouped, depthwise, pointwise, strided,
  * dilated, padded), fully connected layers, pools, QAdd and Requantize, of
- * random and of extreme values; ONNX Runtime's QLinearAdd against its
- * float64 definition on every pair of bytes, QLinearGlobalAveragePool's
- * sums against plain ones. */
+ * random and of extreme values; the transformer kernels (QLookup, QSoftmax,
+ * QLayerNorm, QMatMul); ONNX Runtime's QLinearAdd against its float64
+ * definition on every pair of bytes, QLinearGlobalAveragePool's sums
+ * against plain ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +357,61 @@ TEST(qlinear_global_pool_sums_match_plain_ones)
     ai_q_set_path(AI_Q_VNNI);
 }
 
+/* QLookup, QSoftmax, QLayerNorm, QMatMul (kernels/qrows.c), at 1 and 2 threads */
+TEST(qtransformer_kernels_match_reference_on_every_path)
+{
+    int32_t exp_table[256];
+    int8_t table[256];
+    for (int i = 0; i < 256; i++) /* decreasing, from 2^30 */
+        exp_table[i] = i ? exp_table[i - 1] - rnd(0, exp_table[i - 1] / 8) : INT32_C(1) << 30,
+        table[i] = (int8_t)rnd(-128, 127);
+    for (int path = AI_Q_PLAIN; path <= AI_Q_VNNI; path++) {
+        if (ai_q_set_path(path) != path)
+            continue;
+        for (int t = 0; t < 24; t++) {
+            ai_set_num_threads(1 + t % 2);
+            const int64_t rows = rnd(1, t % 4 ? 40 : 3000);
+            const int32_t d = rnd(1, t % 3 ? 40 : 800);
+            const int64_t n = rows * d;
+            int8_t *x = rand_i8(n), *y = malloc((size_t)n), *yr = malloc((size_t)n);
+            if (t % 5 == 0)
+                memset(x, rnd(-128, 127), (size_t)d); /* a constant row */
+            ai_qlookup(n, x, table, y);
+            aik_lookup_i8(n, x, table, yr);
+            CHECK(memcmp(y, yr, (size_t)n) == 0);
+            const int32_t q = rnd(127, 128), hi = rnd(90, 127);
+            ai_qsoftmax(rows, d, x, exp_table, q, hi, y);
+            aik_softmax_i8(rows, d, x, exp_table, q, hi, yr);
+            CHECK(memcmp(y, yr, (size_t)n) == 0);
+            int32_t *gamma = malloc(sizeof(int32_t) * (size_t)d);
+            int64_t *beta = malloc(sizeof(int64_t) * (size_t)d);
+            for (int32_t i = 0; i < d; i++) {
+                gamma[i] = rnd(-(1 << 24), 1 << 24);
+                beta[i] = (int64_t)rnd(-(1 << 30), 1 << 30) * 1024;
+            }
+            const int32_t pre = rnd(0, 6);
+            const int64_t eps = rnd(0, 1) ? rnd(0, 1 << 20) : (int64_t)rnd(0, 1 << 20) << 30;
+            ai_qlayernorm(rows, d, x, gamma, beta, eps, pre, -127, 127, y);
+            aik_layernorm_i8(rows, d, x, gamma, beta, eps, pre, -127, 127, yr);
+            CHECK(memcmp(y, yr, (size_t)n) == 0);
+            free(x), free(y), free(yr), free(gamma), free(beta);
+
+            const int64_t batch = rnd(1, 12);
+            const int32_t m = rnd(1, 70), k = rnd(1, 90), nn = rnd(1, 80);
+            int8_t *a = rand_i8(batch * m * k), *b = rand_i8(batch * k * nn);
+            int8_t *c = malloc((size_t)(batch * m * nn)), *cr = malloc((size_t)(batch * m * nn));
+            const aik_rq r = rand_rq();
+            void *ws = aligned_alloc(64, (ai_qmatmul_ws_bytes(m, k, nn) + 63) / 64 * 64);
+            ai_qmatmul(batch, m, k, nn, a, b, &r, c, ws);
+            aik_matmul_i8(batch, m, k, nn, a, b, &r, cr);
+            CHECK(memcmp(c, cr, (size_t)(batch * m * nn)) == 0);
+            free(a), free(b), free(c), free(cr), free(ws);
+        }
+    }
+    ai_set_num_threads(1);
+    ai_q_set_path(AI_Q_VNNI);
+}
+
 const ctest_case qkernel_cases[] = {
     CASE(qconv_matches_reference_on_every_path),
     CASE(qfc_matches_reference_on_every_path),
@@ -364,5 +420,6 @@ const ctest_case qkernel_cases[] = {
     CASE(qpools_and_elementwise_match_reference),
     CASE(qlinear_add_matches_its_definition_on_every_path),
     CASE(qlinear_global_pool_sums_match_plain_ones),
+    CASE(qtransformer_kernels_match_reference_on_every_path),
     {NULL, NULL},
 };
