@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 import aidge_interop
 from aidge_interop import _C
 from test_qlinear import _model, check_reference
-from test_qlinear_fast import CONVS
+from test_qlinear_fast import CONVS, _ints
 
 BEST = _C._set_quant_path(3)
 PATHS = sorted({0, 1, 2, BEST} & set(range(BEST + 1)))
@@ -25,13 +25,6 @@ def path(request):
     assert _C._set_quant_path(request.param) == request.param
     yield request.param
     _C._set_quant_path(3)
-
-
-def _ints(rng, shape, dtype, lo=None, hi=None):
-    info = np.iinfo(dtype)
-    lo = info.min if lo is None else lo
-    hi = info.max if hi is None else hi
-    return rng.integers(lo, hi + 1, shape).astype(dtype)
 
 
 def _mm_ref(a, b, azp, bzp):

@@ -18,19 +18,8 @@ from aidge_interop.onnx import load_onnx
 from aidge_interop.quant import quantize
 from aidge_interop.quant.quantization import (QUANT_DOMAIN, _fixed_point, layernorm_constants,
                                               softmax_exp_table)
+from test_quant_kernels import PATHS, _restore_path  # noqa: F401 (an autouse fixture)
 from test_quant_nonlinear import _Logits, layernorm_ref, matmul_ref, softmax_ref
-
-BEST = _C._set_quant_path(3)
-PATHS = [pytest.param(p, marks=pytest.mark.skipif(p > BEST, reason="the CPU lacks this path"))
-         for p in (1, 2, 3)]
-
-
-@pytest.fixture(autouse=True)
-def _restore_path():
-    yield
-    _C._set_quant_path(3)
-    aidge_interop.set_num_threads(1)
-
 
 def graph_of(op, inputs, consts=(), **attrs):
     names = [f"x{i}" for i in range(len(inputs))]
