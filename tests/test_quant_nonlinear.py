@@ -35,9 +35,9 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc")
                               reason="no C compiler")
 
 
-def run_op(op, inputs, consts=(), **attrs):
+def op_graph(op, inputs, consts=(), **attrs):
     """One aidge_interop.quant node on int8 `inputs` (graph inputs) and
-    `consts` (initializers), run by the engine."""
+    `consts` (initializers), loaded by the engine."""
     names = [f"x{i}" for i in range(len(inputs))]
     inits = [numpy_helper.from_array(np.asarray(c), f"c{i}") for i, c in enumerate(consts)]
     node = helper.make_node(op, names + [t.name for t in inits], ["y"], domain=QUANT_DOMAIN,
@@ -48,7 +48,12 @@ def run_op(op, inputs, consts=(), **attrs):
         [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20),
                                                 helper.make_opsetid(QUANT_DOMAIN, 1)])
-    return load_onnx(model).forward(list(inputs))[0]
+    return load_onnx(model)
+
+
+def run_op(op, inputs, consts=(), **attrs):
+    """op_graph's output on `inputs`."""
+    return op_graph(op, inputs, consts, **attrs).forward(list(inputs))[0]
 
 
 def round_shift(v, s):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import aidge_interop
 from aidge_interop import _C
@@ -19,25 +19,14 @@ from aidge_interop.quant import quantize
 from aidge_interop.quant.quantization import (QUANT_DOMAIN, _fixed_point, layernorm_constants,
                                               softmax_exp_table)
 from test_quant_kernels import PATHS, _restore_path  # noqa: F401 (an autouse fixture)
-from test_quant_nonlinear import _Logits, layernorm_ref, matmul_ref, softmax_ref
+from test_quant_nonlinear import _Logits, layernorm_ref, matmul_ref, op_graph, softmax_ref
 
-def graph_of(op, inputs, consts=(), **attrs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    inits = [numpy_helper.from_array(np.asarray(c), f"c{i}") for i, c in enumerate(consts)]
-    node = helper.make_node(op, names + [t.name for t in inits], ["y"], domain=QUANT_DOMAIN,
-                            **attrs)
-    g = helper.make_graph(
-        [node], "t", [helper.make_tensor_value_info(n, TensorProto.INT8, list(x.shape))
-                      for n, x in zip(names, inputs)],
-        [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
-    return load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20),
-                                                         helper.make_opsetid(QUANT_DOMAIN, 1)]))
 
 
 def fast_and_reference(path, threads, op, inputs, consts=(), **attrs):
     """The node's output on `path` at `threads` threads and on the reference
     kernels (one thread), the same graph."""
-    g = graph_of(op, inputs, consts, **attrs)
+    g = op_graph(op, inputs, consts, **attrs)
     aidge_interop.set_num_threads(threads)
     assert _C._set_quant_path(path) == path
     got = g.forward(list(inputs))[0]
