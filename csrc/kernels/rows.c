@@ -172,6 +172,50 @@ AI_AVX512_KERNEL static void logsoftmax_backward_rows(float *dx, const float *dy
     }
 }
 
+/* the sum of a[l] b[l] over [0, L): each product rounded to float (the
+ * reference sums exact double products), in row_sum's blocks */
+V16_INLINE double row_dot(const float *a, const float *b, int64_t L)
+{
+    v8_f64 s8 = {0};
+    int64_t l = 0;
+    while (l + 16 <= L) {
+        const int64_t end = l + ROW_BLOCK < L ? l + ROW_BLOCK : L;
+        v16 s16 = {0};
+        for (; l + 16 <= end; l += 16) {
+            const v16 p = V16_LOAD(a + l) * V16_LOAD(b + l);
+            s16 += p;
+        }
+        s8 += v16_to_f64(s16);
+    }
+    double sum = v8_f64_sum(s8);
+    for (; l < L; l++)
+        sum += a[l] * b[l];
+    return sum;
+}
+
+AI_AVX512_KERNEL static void softmax_backward_rows(float *dx, const float *dy, const float *y,
+                                                   bool assign, int64_t R, int64_t L)
+{
+    for (int64_t r = 0; r < R; r++) {
+        const float *dyr = dy + r * L, *yr = y + r * L;
+        float *dxr = dx + r * L;
+        const float s = (float)row_dot(dyr, yr, L);
+        const v16 s16 = V16_SET1(s);
+        int64_t l = 0;
+        for (; l + 16 <= L; l += 16) {
+            const v16 g = V16_LOAD(yr + l) * (V16_LOAD(dyr + l) - s16);
+            if (assign)
+                V16_STORE(dxr + l, g);
+            else
+                V16_STORE(dxr + l, V16_LOAD(dxr + l) + g);
+        }
+        for (; l < L; l++) {
+            const float g = yr[l] * (dyr[l] - s);
+            dxr[l] = assign ? g : dxr[l] + g;
+        }
+    }
+}
+
 AI_AVX512_KERNEL static void sum_rows(double *acc, const float *x, int64_t R, int64_t L)
 {
     for (int64_t r = 0; r < R; r++)
@@ -195,6 +239,15 @@ bool ai_logsoftmax_backward_rows_v16(float *dx, const float *dy, const float *y,
     return true;
 }
 
+bool ai_softmax_backward_rows_v16(float *dx, const float *dy, const float *y, bool assign,
+                                  int64_t R, int64_t L)
+{
+    if (!ai_cpu_avx512())
+        return false;
+    softmax_backward_rows(dx, dy, y, assign, R, L);
+    return true;
+}
+
 bool ai_sum_rows_v16(double *acc, const float *x, int64_t R, int64_t L)
 {
     if (!ai_cpu_avx512())
@@ -213,6 +266,13 @@ bool ai_softmax_rows_v16(float *y, const float *x, bool log_, int64_t R, int64_t
 
 bool ai_logsoftmax_backward_rows_v16(float *dx, const float *dy, const float *y, bool assign,
                                      int64_t R, int64_t L)
+{
+    (void)dx, (void)dy, (void)y, (void)assign, (void)R, (void)L;
+    return false;
+}
+
+bool ai_softmax_backward_rows_v16(float *dx, const float *dy, const float *y, bool assign,
+                                  int64_t R, int64_t L)
 {
     (void)dx, (void)dy, (void)y, (void)assign, (void)R, (void)L;
     return false;

@@ -1,7 +1,7 @@
 /*
  * rows.h — float32 kernels along contiguous rows with 16-lane vectors
- * (AVX-512): softmax and log-softmax forward, log-softmax backward, row
- * sums. x, y, dy, dx are R rows of L floats, one after the other.
+ * (AVX-512): softmax and log-softmax forward and backward, row sums.
+ * x, y, dy, dx are R rows of L floats, one after the other.
  *
  * Each returns false, having done nothing, where it does not run (a build
  * without AI_AVX512_KERNEL, a CPU without AVX-512, ai_set_avx512(false)):
@@ -32,6 +32,11 @@ bool ai_softmax_rows_v16(float *y, const float *x, bool log_, int64_t R, int64_t
  * log-softmax output (<= 0, or NaN). */
 bool ai_logsoftmax_backward_rows_v16(float *dx, const float *dy, const float *y, bool assign,
                                      int64_t R, int64_t L);
+
+/* dx = y * (dy - (float)sum(dy * y)), or dx += that unless assign; y a
+ * softmax output. */
+bool ai_softmax_backward_rows_v16(float *dx, const float *dy, const float *y, bool assign,
+                                  int64_t R, int64_t L);
 
 /* acc[r] += the sum of row r */
 bool ai_sum_rows_v16(double *acc, const float *x, int64_t R, int64_t L);

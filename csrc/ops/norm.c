@@ -1431,7 +1431,8 @@ static void sm_range(void *ctx, int64_t lo, int64_t hi)
     else if (rows && !j->f64) {
         float *dx = (float *)j->out + off;
         const float *dy = (const float *)j->dy + off, *y = (const float *)j->x + off;
-        if (!(j->log_ && ai_logsoftmax_backward_rows_v16(dx, dy, y, j->assign, hi - lo, L)))
+        if (!(j->log_ ? ai_logsoftmax_backward_rows_v16(dx, dy, y, j->assign, hi - lo, L)
+                      : ai_softmax_backward_rows_v16(dx, dy, y, j->assign, hi - lo, L)))
             sm_rows_backward_f32(dx, dy, y, j->log_, j->assign, hi - lo, L);
     } else if (rows)
         sm_rows_backward_f64((double *)j->out + off, (const double *)j->dy + off,
