@@ -186,3 +186,83 @@ def test_avgpool_same_values_at_any_thread_count(switches, shape):
     for n, (y, dx, _) in zip((2, 3), runs[1:]):
         assert np.array_equal(y, runs[0][0]) and np.array_equal(dx, runs[0][1]), \
             f"AveragePool at {n} threads differs from 1 thread"
+
+
+# -- Pad backward, plane by plane -----------------------------------------------------
+
+# (input shape, pads (ONNX order: all begins, then all ends), mode); the last
+# ones pad an axis before the last two: the reference runs
+PADS = [
+    ((8, 32, 32, 32), [0, 0, 1, 1, 0, 0, 1, 1], "reflect"),
+    ((2, 3, 7, 9), [0, 0, 2, 1, 0, 0, 1, 2], "reflect"),
+    ((2, 3, 7, 9), [0, 0, 2, 3, 0, 0, 1, 2], "edge"),
+    ((2, 3, 7, 9), [0, 0, 2, 3, 0, 0, 1, 4], "wrap"),
+    ((2, 3, 7, 9), [0, 0, 1, 2, 0, 0, 3, 1], "constant"),
+    ((2, 3, 7, 9), [0, 0, -1, 2, 0, 0, 2, -3], "constant"),  # crops
+    ((3, 40), [1, 2, 2, 1], "reflect"),
+    ((50,), [3, 5], "reflect"),
+    ((2, 4, 5, 6, 7), [0, 0, 0, 1, 2, 0, 0, 0, 2, 1], "edge"),
+    ((2, 3, 7, 9), [0, 1, 1, 1, 0, 2, 1, 1], "reflect"),  # channels padded: the reference
+]
+_TORCH_MODE = {"reflect": "reflect", "edge": "replicate", "wrap": "circular",
+               "constant": "constant"}
+
+
+def _torch_pad(x, pads, mode):
+    """the ONNX pads by torch: constant pads (and crops) by F.pad, the other
+    modes on the axes torch pads them (all but the first two, or the last
+    for inputs of rank 2)"""
+    nd = x.dim()
+    tp = []
+    for d in reversed(range(nd)):
+        tp += [pads[d], pads[nd + d]]
+    if mode == "constant":
+        return F.pad(x, tp)
+    lead = 2 if nd > 2 else 1 if nd == 2 else 0
+    if any(tp[2 * (nd - lead):]):  # a leading axis padded: one axis at a time
+        for d in range(nd):
+            if pads[d] or pads[nd + d]:
+                moved = x.movedim(d, -1)
+                flat = moved.reshape(-1, 1, moved.shape[-1])
+                flat = F.pad(flat, (pads[d], pads[nd + d]), mode=_TORCH_MODE[mode])
+                x = flat.reshape(*moved.shape[:-1], -1).movedim(-1, d)
+        return x
+    if nd == 1:
+        return F.pad(x[None, None], tp[:2], mode=_TORCH_MODE[mode])[0, 0]
+    if nd == 2:
+        return F.pad(x[None], tp[:2], mode=_TORCH_MODE[mode])[0]
+    return F.pad(x, tp[:2 * (nd - 2)], mode=_TORCH_MODE[mode])
+
+
+@pytest.mark.parametrize("shape,pads,mode", PADS, ids=str)
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
+def test_pad_backward_against_torch(switches, fast, shape, pads, mode):
+    _C._set_fast_kernels(fast)
+    check_op("Pad", {"x": _x(shape)}, lambda x, p: _torch_pad(x, pads, mode),
+             attrs={"mode": mode}, consts={"pads": np.array(pads, np.int64)})
+
+
+def _pad_model(x, pads, mode):
+    return make_model("Pad", {"x": x}, {"mode": mode}, {"pads": np.array(pads, np.int64)})
+
+
+@pytest.mark.parametrize("shape,pads,mode", PADS, ids=str)
+def test_pad_backward_fast_bit_for_bit_with_the_reference(switches, shape, pads, mode):
+    x = _x(shape)
+    model = _pad_model(x, pads, mode)
+    runs = []
+    for fast in (True, False):
+        _C._set_fast_kernels(fast)
+        runs.append(_forward_backward(model, x, consts={"pads": 0}))
+    assert np.array_equal(runs[0][1].view(np.int32), runs[1][1].view(np.int32))
+
+
+@pytest.mark.parametrize("shape,pads,mode", [
+    PADS[0], ((64, 16, 20, 20), [0, 0, 3, 2, 0, 0, 1, 4], "wrap"),
+    ((64, 16, 20, 20), [0, 0, -2, 2, 0, 0, 3, -1], "constant")], ids=str)
+def test_pad_backward_same_values_at_any_thread_count(switches, shape, pads, mode):
+    x = _x(shape)
+    model = _pad_model(x, pads, mode)
+    runs = [_forward_backward(model, x, threads=n, consts={"pads": 0}) for n in (1, 2, 3)]
+    for n, (_, dx, _) in zip((2, 3), runs[1:]):
+        assert np.array_equal(dx, runs[0][1]), f"Pad dx at {n} threads differs from 1 thread"

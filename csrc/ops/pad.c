@@ -3,7 +3,8 @@
  * cropping. Forward fills output rows on the thread pool (the interior with
  * one copy, the edges from a table of source columns; rank 2 and more plane
  * by plane, the rows' sources from a table too); backward adds each
- * output gradient element to the input element it came from (a
+ * output gradient element to the input element it came from (plane by
+ * plane on the thread pool where only the last two axes are padded; a
  * data-movement family: movement.h).
  */
 #include <string.h>
@@ -416,6 +417,86 @@ static ai_status pad_forward(ai_ctx *c)
 DEFINE_PAD_BACK(pad_back_f32, float)
 DEFINE_PAD_BACK(pad_back_f64, double)
 
+/* Backward plane by plane (the last two axes) on the thread pool where the
+ * axes before them are not padded, so that an output plane feeds its input
+ * plane alone: each output row added to its source row, the interior
+ * columns by one loop that vectorises, the edge columns through pad_src.
+ * The same additions in the same order as the reference above (row after
+ * row, column after column), whatever the split: the same values at any
+ * thread count. bench_ops's reflect pad of 8 x 32 x 32 x 32, 1 thread:
+ * the reference (pad_src for every element, one thread) 0.38 ms. The
+ * reference runs where ai_fast_kernels() is false. */
+typedef struct {
+    const pad_plan *p;
+    pad_cols pc;
+    int64_t H, Hin, hb, he, n, e; /* rows out and in, the row axis's pads; columns in */
+    bool f64;
+    void *dx;
+    const void *dy;
+} pad_back_job;
+
+#define DEFINE_PAD_BACK_PLANES(NAME, T)                                                \
+    AI_VECTOR_CLONES static void NAME(const pad_back_job *j, int64_t p0, int64_t p1)   \
+    {                                                                                  \
+        const pad_cols pc = j->pc;                                                     \
+        const int mode = j->p->mode;                                                   \
+        for (int64_t pl = p0; pl < p1; pl++) {                                         \
+            T *gx = (T *)j->dx + pl * j->Hin * j->n;                                   \
+            const T *gy = (const T *)j->dy + pl * j->H * pc.W;                         \
+            for (int64_t r = 0; r < j->H; r++, gy += pc.W) {                           \
+                const int64_t s = pad_src(mode, r, j->hb, j->he, j->Hin);              \
+                if (s < 0)                                                             \
+                    continue;                                                          \
+                T *gr = gx + s * j->n;                                                 \
+                for (int64_t c = 0; c < pc.lo; c++) {                                  \
+                    const int64_t k = pad_src(mode, c, pc.b, j->e, j->n);              \
+                    if (k >= 0)                                                        \
+                        gr[k] += gy[c];                                                \
+                }                                                                      \
+                for (int64_t c = pc.lo; c < pc.hi; c++)                                \
+                    gr[c - pc.b] += gy[c];                                             \
+                for (int64_t c = pc.hi; c < pc.W; c++) {                               \
+                    const int64_t k = pad_src(mode, c, pc.b, j->e, j->n);              \
+                    if (k >= 0)                                                        \
+                        gr[k] += gy[c];                                                \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_PAD_BACK_PLANES(pad_back_planes_f32, float)
+DEFINE_PAD_BACK_PLANES(pad_back_planes_f64, double)
+
+static void pad_back_range(void *ctx, int64_t p0, int64_t p1)
+{
+    const pad_back_job *j = ctx;
+    if (j->f64)
+        pad_back_planes_f64(j, p0, p1);
+    else
+        pad_back_planes_f32(j, p0, p1);
+}
+
+/* Whether pad_back_planes applies (the axes before the last two unpadded),
+ * and then runs it */
+static bool pad_back_by_planes(const pad_plan *p, ai_tensor *dx, const ai_tensor *dy)
+{
+    const int nd = dy->ndim;
+    if (nd < 1 || !ai_fast_kernels())
+        return false;
+    for (int d = 0; d < nd - 2; d++)
+        if (p->before[d] != 0 || p->after[d] != 0)
+            return false;
+    const bool rows = nd >= 2;
+    pad_back_job j = {p, pad_cols_of(p, dx, dy->shape),
+                      rows ? dy->shape[nd - 2] : 1, rows ? dx->shape[nd - 2] : 1,
+                      rows ? p->before[nd - 2] : 0, rows ? p->after[nd - 2] : 0,
+                      dx->shape[nd - 1], p->after[nd - 1], dx->dtype == AI_F64, dx->data,
+                      dy->data};
+    const int64_t planes = rows ? ai_shape_prod(dy->shape, 0, nd - 2) : 1;
+    ai_parallel_for(planes, ai_grain_of(j.H * j.pc.W), pad_back_range, &j);
+    return true;
+}
+
 static ai_status pad_backward(ai_ctx *c)
 {
     pad_plan p;
@@ -424,6 +505,8 @@ static ai_status pad_backward(ai_ctx *c)
         st = ai_check_grad_dtype(c, c->din[0]);
     if (st || !c->din[0] || ai_tensor_numel(c->dout[0]) == 0)
         return st;
+    if (pad_back_by_planes(&p, c->din[0], c->dout[0]))
+        return AI_OK;
     if (c->din[0]->dtype == AI_F32)
         pad_back_f32(&p, c->din[0], c->dout[0]);
     else
