@@ -494,8 +494,18 @@ def _graph_call(call, tensors):
         outs = call(tensors, _BRIDGE)
         if outs is not None:
             return outs
-    outs = call([None if x is None else _engine_input(x) for x in tensors])
-    return [None if o is None else from_dlpack(o.__dlpack__()) for o in outs]
+    views = [None if x is None else _engine_input(x) for x in tensors]
+    return [None if o is None else _torch_result(o, tensors, views) for o in call(views)]
+
+
+def _torch_result(o, tensors, views):
+    """A result of the engine as a torch tensor: an argument's view (an input's
+    gradient that is an output's unchanged, as Add's) is the caller's tensor,
+    as torch's autograd hands it on, anything else through DLPack."""
+    for x, v in zip(tensors, views):
+        if v is o:
+            return x
+    return from_dlpack(o.__dlpack__())
 
 
 class _EngineFunction(torch.autograd.Function):
