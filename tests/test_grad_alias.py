@@ -167,6 +167,17 @@ def test_graph_inputs_get_the_callers_gradient():
     np.testing.assert_array_equal(dz.numpy(), dy.numpy().sum(0))
 
 
+def test_numpy_api_returns_arrays_of_their_own():
+    nodes, inputs, outputs = GRAPHS["inputs_add"]
+    g = load_onnx(_model([_node(*n) for n in nodes], inputs, outputs))
+    g.forward([np.ones((3, 4)), np.ones((3, 4))], need_backward=True, input_grads=True)
+    gy = np.arange(12.0).reshape(3, 4)
+    dx, dz = g.backward([gy])
+    assert not np.shares_memory(dx, gy) and not np.shares_memory(dx, dz)
+    np.testing.assert_array_equal(dx, gy)
+    np.testing.assert_array_equal(dz, gy)
+
+
 def test_graph_inputs_with_a_strided_gradient_get_their_own():
     g, y = _raw("inputs_add")
     wide = Tensor(np.arange(24.0).reshape(3, 8))
