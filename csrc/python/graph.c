@@ -856,7 +856,9 @@ static PyMethodDef Graph_methods[] = {
      "through from_capsule; None (nothing run) when an input does not go that way."},
     {"backward", (PyCFunction)(void (*)(void))Graph_backward, METH_FASTCALL,
      "backward(grad_outputs, bridge=None) -> input gradients (parameter gradients\n"
-     "accumulate); bridge as in forward."},
+     "accumulate); bridge as in forward. An input whose gradient is an output's\n"
+     "unchanged (x + y into an output) gets that grad_outputs object itself, as\n"
+     "torch's autograd hands it on."},
     {"zero_grad", (PyCFunction)Graph_zero_grad, METH_NOARGS, "Zeroes parameter gradients."},
     {"value", (PyCFunction)Graph_value, METH_VARARGS,
      "value(name): zero-copy view of an initializer's data."},
