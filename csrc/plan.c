@@ -741,18 +741,7 @@ static bool same_bytes(const ai_plan *p, int a, int b)
            meta_bytes(&p->meta[a]) == meta_bytes(&p->meta[b]);
 }
 
-/* Views: a node of an AI_OP_VIEW operator (Reshape, Flatten, Squeeze,
- * Unsqueeze, Identity) whose input and output both live in the arena copies
- * nothing: its output is a view of its input's buffer (view_of: the owner
- * of the buffer, through chains of views), whose lifetime then extends to
- * the view's (the memory plan merges them). Nodes write only their own
- * outputs and a buffer is written only by its producer before anyone reads
- * it, so the view holds what the copy would. In backward, the input's
- * gradient is a view of the output's when the node is the input's last
- * reader: its backward, the first to write that gradient, would copy the
- * output's gradient (which dies there) into it, and the other readers'
- * backwards add to it afterwards. Graph outputs keep their copies: the
- * caller receives their tensors and seeds (or lends) their gradients. */
+/* Whether two metas are the same dtype and shape. */
 static bool same_meta(const ai_meta *a, const ai_meta *b)
 {
     return a->dtype == b->dtype && a->ndim == b->ndim &&
@@ -821,6 +810,18 @@ static void plan_grad_is_dy(const ai_graph *g, ai_plan *p, int s)
     }
 }
 
+/* Views: a node of an AI_OP_VIEW operator (Reshape, Flatten, Squeeze,
+ * Unsqueeze, Identity) whose input and output both live in the arena copies
+ * nothing: its output is a view of its input's buffer (view_of: the owner
+ * of the buffer, through chains of views), whose lifetime then extends to
+ * the view's (the memory plan merges them). Nodes write only their own
+ * outputs and a buffer is written only by its producer before anyone reads
+ * it, so the view holds what the copy would. In backward, the input's
+ * gradient is a view of the output's when the node is the input's last
+ * reader: its backward, the first to write that gradient, would copy the
+ * output's gradient (which dies there) into it, and the other readers'
+ * backwards add to it afterwards. Graph outputs keep their copies: the
+ * caller receives their tensors and seeds (or lends) their gradients. */
 static void plan_views(const ai_graph *g, ai_plan *p)
 {
     const int S = p->n_sched;
