@@ -100,7 +100,10 @@ class Graph:
         if not isinstance(grad_outputs, (list, tuple)):
             grad_outputs = [grad_outputs]
         gs = [None if g is None else _as_tensor(g, "grad_output") for g in grad_outputs]
-        return [None if g is None else g.numpy() for g in self._g.backward(gs)]
+        # an input whose gradient is an output's unchanged (Add) gets the
+        # caller's tensor from the engine: here an array of its own
+        return [None if g is None else g.numpy().copy() if any(g is x for x in gs)
+                else g.numpy() for g in self._g.backward(gs)]
 
     def _after_edit(self, report) -> None:
         """After a recipe: keeps its report and, when the graph ran before,

@@ -207,6 +207,12 @@ enum {
      * of the output's, instead of running the copies (plan.c, "views") */
     AI_OP_VIEW = 1 << 21,
 };
+/* Input k's gradient (k < 2) is output 0's gradient itself where the input
+ * has the output's shape (Add's inputs, Sub's first): the memory plan may
+ * make it the output's gradient buffer, or hand a graph input the caller's
+ * output gradient, as torch's autograd does (plan.c, "gradients that are
+ * dy"); backward then gets a NULL din[k]. Bits 22 and 23. */
+#define AI_OP_GRAD_IS_DY(k) (1u << (22 + (k)))
 /* "First writer assigns": backward can write (not add) the gradients of
  * inputs 0..n-1 when ai_ctx.din_assign says so, which saves the zeroing and
  * the read of a fresh gradient buffer. The engine sets din_assign[i] for the

@@ -112,6 +112,8 @@ void ai_plan_free(ai_plan *p)
     free(p->view_of);
     free(p->grad_view_of);
     free(p->view_node);
+    free(p->pass_out);
+    free(p->passed);
     free(p->poison_at);
     free(p->sched);
     free(p->state);
@@ -713,7 +715,8 @@ static ai_status check_dtypes(const ai_ctx *c)
     return AI_OK;
 }
 
-enum { VIEW_FORWARD = 1, VIEW_BACKWARD = 2 }; /* p->view_node's bits */
+/* p->view_node's bits; GRAD_IS_DY << k: input k's gradient is dy (below) */
+enum { VIEW_FORWARD = 1, VIEW_BACKWARD = 2, GRAD_IS_DY = 4 };
 
 /* Whether value v is a computed value with a buffer in the arena (not
  * folded, not a graph output given a fresh tensor). */
@@ -736,6 +739,75 @@ static bool same_bytes(const ai_plan *p, int a, int b)
 {
     return p->meta[a].dtype == p->meta[b].dtype && meta_bytes(&p->meta[a]) &&
            meta_bytes(&p->meta[a]) == meta_bytes(&p->meta[b]);
+}
+
+/* Whether two metas are the same dtype and shape. */
+static bool same_meta(const ai_meta *a, const ai_meta *b)
+{
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* How many input slots of the scheduled nodes read value v. */
+static int slots_reading(const ai_graph *g, const ai_plan *p, int v)
+{
+    int n = 0;
+    for (int s = 0; s < p->n_sched; s++) {
+        const ai_node *nd = &g->nodes[p->sched[s]];
+        for (int k = 0; k < nd->n_in; k++)
+            n += nd->in[k] == v;
+    }
+    return n;
+}
+
+/* Gradients that are dy: input k of an AI_OP_GRAD_IS_DY(k) node (Add, Sub's
+ * first) with the output's shape has the output's gradient as its own; the
+ * node at step s copies it for nothing in two cases.
+ * - An activation whose last reader the node is: its gradient becomes a
+ *   view of the output's, as a view node's input's (plan_views): the node's
+ *   backward would be the first to write it, and nothing reads the output's
+ *   gradient afterwards (its producer is this node). One slot of the node
+ *   at most: its other input's gradient is computed from the shared buffer
+ *   while the aliased input's other readers add to that buffer later (in
+ *   x + f(x), f's backward adds into x's gradient, which f(x)'s must not
+ *   share); and not a value that two slots read (x + x is 2 dy).
+ * - A graph input that this slot alone reads, when the output is a graph
+ *   output nobody reads (grad_borrow): its gradient is the caller's output
+ *   gradient itself (pass_out; backward_run decides per call, when the
+ *   caller gives a contiguous one), as torch's autograd hands the same
+ *   tensor to both inputs of an addition. Not in a subgraph: Scan's
+ *   backward (ops/control.c) rewrites the gradients it passes a body. */
+static void plan_grad_is_dy(const ai_graph *g, ai_plan *p, int s)
+{
+    const int ni = p->sched[s];
+    const ai_node *n = &g->nodes[ni];
+    const int o = n->out[0];
+    if (!p->needs_grad[o] || g->values[o].kind != AI_VAL_ACT)
+        return;
+    bool viewed = false;
+    for (int k = 0; k < n->n_in && k < 2; k++) {
+        const int i = n->in[k];
+        if (!(n->op->flags & AI_OP_GRAD_IS_DY(k)) || i < 0 || !p->needs_grad[i] ||
+            !same_meta(&p->meta[i], &p->meta[o]))
+            continue;
+        bool twice = false;
+        for (int k2 = 0; k2 < n->n_in; k2++)
+            twice |= k2 != k && n->in[k2] == i;
+        if (twice || is_graph_output(g, i))
+            continue;
+        if (g->values[i].kind == AI_VAL_ACT && !viewed && p->last_step[i] == s &&
+            !is_graph_output(g, o)) {
+            p->grad_view_of[i] = p->grad_view_of[o] >= 0 ? p->grad_view_of[o] : o;
+            p->view_node[ni] |= GRAD_IS_DY << k;
+            viewed = true;
+        } else if (g->values[i].kind == AI_VAL_INPUT && p->grad_borrow[o] && !g->subgraph &&
+                   slots_reading(g, p, i) == 1) {
+            for (int j = 0; j < g->n_outputs; j++)
+                if (g->outputs[j] == o)
+                    p->pass_out[i] = j;
+            p->view_node[ni] |= GRAD_IS_DY << k;
+        }
+    }
 }
 
 /* Views: a node of an AI_OP_VIEW operator (Reshape, Flatten, Squeeze,
@@ -767,8 +839,12 @@ static void plan_views(const ai_graph *g, ai_plan *p)
     for (int s = S - 1; s >= 0 && p->need_backward; s--) { /* owners first: later values */
         const int ni = p->sched[s];
         const ai_node *n = &g->nodes[ni];
-        if (!(n->op->flags & AI_OP_VIEW) || !backward_runs(p, n))
+        if (!backward_runs(p, n))
             continue;
+        if (!(n->op->flags & AI_OP_VIEW)) {
+            plan_grad_is_dy(g, p, s);
+            continue;
+        }
         const int i = n->in[0], o = n->out[0];
         if (p->needs_grad[i] && p->needs_grad[o] && g->values[i].kind == AI_VAL_ACT &&
             g->values[o].kind == AI_VAL_ACT && p->last_step[i] == s &&
@@ -820,6 +896,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     ALLOC(p->view_of, V);
     ALLOC(p->grad_view_of, V);
     ALLOC(p->view_node, N);
+    ALLOC(p->pass_out, V);
+    ALLOC(p->passed, V);
     ALLOC(p->poison_at, V);
     ALLOC(p->sched, N);
     ALLOC(p->state, N);
@@ -856,7 +934,7 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
             goto fail;
         p->def_step[v] = -1;
         p->last_step[v] = -1;
-        p->view_of[v] = p->grad_view_of[v] = p->poison_at[v] = -1;
+        p->view_of[v] = p->grad_view_of[v] = p->poison_at[v] = p->pass_out[v] = -1;
     }
 
     /* shape inference in topological order, folding constant nodes */
@@ -1497,6 +1575,13 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
         int v = g->inputs[i];
         if (!p->needs_grad[v])
             continue;
+        /* the caller's output gradient, when it is a contiguous one (its
+         * shape is checked below): the input's gradient is that tensor */
+        const int j = p->pass_out[v];
+        p->passed[v] = j >= 0 && grad_outputs[j] && grad_outputs[j]->storage &&
+                       ai_tensor_is_contiguous(grad_outputs[j]);
+        if (p->passed[v])
+            continue;
         /* fresh (the caller may keep the last one), not ready: its first
          * writer assigns or zeroes it; zeroed at the end if nobody wrote it.
          * The last one again when nothing else references it (as forward's
@@ -1574,9 +1659,17 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
         }
         /* slots in order: a value in two slots is assigned at most by the first */
         const int n_assign = AI_OP_GRAD_ASSIGN_OF(n->op->flags);
-        for (int k = 0; k < n->n_in; k++)
-            if (n->in[k] >= 0 && p->needs_grad[n->in[k]])
-                c.din[k] = grad_of(g, p, n->in[k], k < n_assign, &c.din_assign[k]);
+        for (int k = 0; k < n->n_in; k++) {
+            const int v = n->in[k];
+            if (v < 0 || !p->needs_grad[v])
+                continue;
+            if ((p->view_node[ni] & (GRAD_IS_DY << k)) &&
+                (g->values[v].kind == AI_VAL_ACT || p->passed[v])) {
+                p->grad_ready[v] = true; /* dout's buffer (written above), or the caller's */
+                continue;
+            }
+            c.din[k] = grad_of(g, p, v, k < n_assign, &c.din_assign[k]);
+        }
         double t0 = g->profile ? ai_seconds() : 0;
         if ((st = node_backward(&c)))
             return st;
@@ -1589,8 +1682,10 @@ static ai_status backward_run(ai_graph *g, int n_out, const ai_tensor *const *gr
         int v = g->inputs[i];
         if (!p->grad_reaches[v])
             continue;
-        grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
-        if ((st = ai_tensor_share(&input_grads[i], p->gradv[v]))) {
+        const ai_tensor *gv = p->passed[v] ? grad_outputs[p->pass_out[v]] : p->gradv[v];
+        if (!p->passed[v])
+            grad_of(g, p, v, false, NULL); /* zero when no node wrote it */
+        if ((st = ai_tensor_share(&input_grads[i], gv))) {
             for (int k = 0; k < i; k++) {
                 ai_tensor_free(input_grads[k]);
                 input_grads[k] = NULL;

@@ -43,6 +43,11 @@ struct ai_plan {
      * passes are views and do not run (VIEW_FORWARD, VIEW_BACKWARD) */
     int *view_of, *grad_view_of;
     unsigned char *view_node;
+    /* gradients that are dy (plan.c): per graph input value, the graph
+     * output whose gradient the caller gives may be its gradient (-1: none);
+     * per value, whether it is, in the current backward */
+    int *pass_out;
+    bool *passed;
     int *poison_at;       /* per value with poison_dead: the forward step its buffer dies at */
 
     int n_sched;

@@ -952,8 +952,10 @@ static ai_status binary_init(ai_node *n)
  * no value. */
 #define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
 #define UNS AI_OP_UNSIGNED
-BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
-BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS, binary_backward)
+#define DY_ADD (AI_OP_GRAD_IS_DY(0) | AI_OP_GRAD_IS_DY(1))
+BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS | DY_ADD, binary_backward)
+BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS | AI_OP_GRAD_IS_DY(0),
+          binary_backward)
 BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
 BINARY_OP(op_pow, "Pow", 2, AI_OP_GRAD_ASSIGN(1) | UNS, binary_backward)

@@ -417,13 +417,17 @@ static bool result_exportable(const ai_tensor *t)
     return !(t->flags & AI_TENSOR_READONLY) && !negative_strides(t);
 }
 
-/* The results as Tensors, or through the bridge's from_capsule. */
-static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n, const bridge *b)
+/* The results as Tensors, or through the bridge's from_capsule; a result
+ * that is an argument as it is, as the caller's object (same[i]). */
+static PyObject *tensor_list(GraphObject *self, ai_tensor **ts, int n, const bridge *b,
+                             PyObject *const *same)
 {
     PyObject *list = PyList_New(n);
     for (int i = 0; list && i < n; i++) {
         PyObject *o;
-        if (ts[i] && b->from_capsule && result_exportable(ts[i])) {
+        if (same[i]) {
+            o = Py_NewRef(same[i]);
+        } else if (ts[i] && b->from_capsule && result_exportable(ts[i])) {
             PyObject *cap = result_capsule(ts[i]);
             ts[i] = NULL;
             o = cap ? PyObject_CallOneArg(b->from_capsule, cap) : NULL;
@@ -471,7 +475,17 @@ static PyObject *graph_run(GraphObject *self, PyObject *arg, const bridge *b, co
         st = call(self->g, n_args, args, n_results, results);
         Py_END_ALLOW_THREADS
         graph_leave(self);
-        res = st ? raise_status(st) : tensor_list(self, results, n_results, b);
+        /* A result that is an argument's tensor (backward's gradient of an
+         * input that is an output's gradient unchanged, plan.c: "gradients
+         * that are dy") comes back as the caller's object, as torch's
+         * autograd hands one gradient to both inputs of an addition: two
+         * tensors over one memory would let torch take both as .grad. */
+        PyObject *same[AI_MAX_IO * 4] = {0};
+        for (int i = 0; !st && i < n_results; i++)
+            for (int k = 0; results[i] && k < n_args && !same[i]; k++)
+                if (args[k] && results[i]->storage && args[k]->storage == results[i]->storage)
+                    same[i] = PySequence_Fast_GET_ITEM(keep, k);
+        res = st ? raise_status(st) : tensor_list(self, results, n_results, b, same);
     } else if (r == 1) {
         res = Py_NewRef(Py_None);
     }
@@ -842,7 +856,9 @@ static PyMethodDef Graph_methods[] = {
      "through from_capsule; None (nothing run) when an input does not go that way."},
     {"backward", (PyCFunction)(void (*)(void))Graph_backward, METH_FASTCALL,
      "backward(grad_outputs, bridge=None) -> input gradients (parameter gradients\n"
-     "accumulate); bridge as in forward."},
+     "accumulate); bridge as in forward. An input whose gradient is an output's\n"
+     "unchanged (x + y into an output) gets that grad_outputs object itself, as\n"
+     "torch's autograd hands it on."},
     {"zero_grad", (PyCFunction)Graph_zero_grad, METH_NOARGS, "Zeroes parameter gradients."},
     {"value", (PyCFunction)Graph_value, METH_VARARGS,
      "value(name): zero-copy view of an initializer's data."},

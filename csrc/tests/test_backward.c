@@ -245,7 +245,71 @@ TEST(backward_views)
     CHECK(ai_debug_live_tensors() == live);
 }
 
+/* Gradients that are dy (plan.c): y = x + z gives x and z the caller's dy
+ * itself (its storage, no copy); in the residual c = a + sigmoid(a), a =
+ * tanh(x), y = tanh(c), a's gradient shares c's buffer and the Sigmoid's
+ * backward adds into it: dx against the closed form, two passes. */
+TEST(backward_gradients_that_are_dy)
+{
+    int64_t live = ai_debug_live_tensors();
+    ai_graph *g, *r;
+    const char *xz[2] = {"x", "z"}, *x[1] = {"x"}, *y[1] = {"y"}, *a[1] = {"a"};
+    const char *b[1] = {"b"}, *ab[2] = {"a", "b"}, *c[1] = {"c"};
+    CHECK_OK(ai_graph_new(&g));
+    CHECK_OK(ai_graph_new(&r));
+    ai_status st = ai_graph_add_input(g, "x", AI_F64);
+    st = st ? st : ai_graph_add_input(g, "z", AI_F64);
+    st = st ? st : ai_graph_add_node(g, "add", "", "Add", 17, 2, xz, 1, y, 0, NULL);
+    st = st ? st : ai_graph_set_outputs(g, 1, y);
+    st = st ? st : ai_graph_finalize(g);
+    st = st ? st : ai_graph_add_input(r, "x", AI_F64);
+    st = st ? st : ai_graph_add_node(r, "tanh", "", "Tanh", 17, 1, x, 1, a, 0, NULL);
+    st = st ? st : ai_graph_add_node(r, "sigmoid", "", "Sigmoid", 17, 1, a, 1, b, 0, NULL);
+    st = st ? st : ai_graph_add_node(r, "add", "", "Add", 17, 2, ab, 1, c, 0, NULL);
+    st = st ? st : ai_graph_add_node(r, "out", "", "Tanh", 17, 1, c, 1, y, 0, NULL);
+    st = st ? st : ai_graph_set_outputs(r, 1, y);
+    st = st ? st : ai_graph_finalize(r);
+    CHECK_OK(st);
+    g->need_backward = g->input_grads = r->need_backward = r->input_grads = true;
+    const int64_t shape[2] = {4, 10};
+    ai_tensor *xt, *dy, *yt = NULL, *grads[2] = {NULL, NULL};
+    CHECK_OK(ai_tensor_new(&xt, AI_F64, 2, shape));
+    CHECK_OK(ai_tensor_new(&dy, AI_F64, 2, shape));
+    for (int64_t i = 0; i < 40; i++)
+        AI_F64P(xt)[i] = -2.0 + 0.1 * (double)i;
+    const ai_tensor *xx[2] = {xt, xt};
+    CHECK_OK(ai_graph_forward(g, 2, xx, 1, &yt));
+    ai_tensor_free(yt);
+    CHECK_OK(ai_graph_backward(g, 1, (const ai_tensor *const *)&dy, 2, grads));
+    for (int k = 0; k < 2; k++) {
+        CHECK(grads[k] && grads[k]->storage == dy->storage && grads[k]->data == dy->data);
+        ai_tensor_free(grads[k]);
+    }
+    yt = NULL;
+    CHECK_OK(ai_graph_forward(r, 1, (const ai_tensor *const *)&xt, 1, &yt));
+    for (int pass = 1; pass <= 2; pass++) {
+        for (int64_t i = 0; i < 40; i++)
+            AI_F64P(dy)[i] = pass * (1.0 - 0.02 * (double)i);
+        ai_tensor *dx = NULL;
+        CHECK_OK(ai_graph_backward(r, 1, (const ai_tensor *const *)&dy, 1, &dx));
+        for (int64_t i = 0; dx && i < 40; i++) {
+            const double av = tanh(AI_F64P(xt)[i]), s = 1 / (1 + exp(-av));
+            const double yv = tanh(av + s);
+            const double want = AI_F64P(dy)[i] * (1 - yv * yv) * (1 + s * (1 - s)) * (1 - av * av);
+            CHECK_CLOSE(AI_F64P(dx)[i], want, 1e-12);
+        }
+        ai_tensor_free(dx);
+    }
+    ai_tensor_free(yt);
+    ai_tensor_free(dy);
+    ai_tensor_free(xt);
+    ai_graph_free(g);
+    ai_graph_free(r);
+    CHECK(ai_debug_live_tensors() == live);
+}
+
 const ctest_case backward_cases[] = {
+    CASE(backward_gradients_that_are_dy),
     CASE(backward_first_writer_assigns),
     CASE(backward_float16_per_node_rounding),
     CASE(backward_input_grads_replans),
