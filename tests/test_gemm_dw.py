@@ -1,5 +1,5 @@
 """The weight-gradient product dW = dY^T X (op(A) transposed, B as it is,
-N >= M, M, N, K >= 128) on the AVX-512 kernel of csrc/kernels/gemm_tiles.c, and its
+N >= 2 M, M, N, K >= 128) on the AVX-512 kernel of csrc/kernels/gemm_tiles.c, and its
 twin: the library (OpenBLAS, or the portable reference kernel) where the CPU
 or the build has no AVX-512 and where the wide kernels are switched off.
 
@@ -13,8 +13,8 @@ or the build has no AVX-512 and where the wide kernels are switched off.
 - A Linear's weight gradient through wrap (FusedMatMul's backward: dY^T X
   over batch x tokens rows) against the float64 product, the same bits at
   1, 2 and 3 threads.
-- A product with M > N (a Linear wider out than in), which stays with the
-  library, within the same bound.
+- Products with N = M and M > N, which stay with the library, within the
+  same bound.
 
 Timings are not asserted here (benchmarks/results/kernels-gemm.md).
 """
@@ -56,11 +56,12 @@ def _within_rounding(y, ref64, bound, what):
         f"{what}: error {err[worst]:.3g} at {worst} over the float32 bound {bound[worst]:.3g}")
 
 
-# (K, M, N): a ViT-384 layer (580 = 4 x 145 tokens), a BERT one (1024 rows);
-# 133 = 22 x 6 + 1 rows (a last tile of one row), 300 columns (blocks of
-# 128, 128, 44: a partial panel), K = 1300 in 3 chunks of 434; M > N (the
-# library)
-SHAPES = [(580, 384, 1536), (1024, 256, 256), (1300, 133, 300), (580, 1536, 384)]
+# (K, M, N): a ViT-384 fc2 (580 = 4 x 145 tokens), BERT's (1024 rows); 133 =
+# 22 x 6 + 1 rows (a last tile of one row), 300 columns (blocks of 128,
+# 128, 44: a partial panel), K = 1300 in 3 chunks of 434; N = M and M > N
+# (the library)
+SHAPES = [(580, 384, 1536), (1024, 256, 1024), (1300, 133, 300), (1024, 256, 256),
+          (580, 1536, 384)]
 
 
 @pytest.mark.parametrize("K,M,N", SHAPES)
@@ -84,7 +85,7 @@ def test_weight_gradient_product_within_float32_rounding(path, threads, K, M, N,
 
 @pytest.mark.parametrize("K,M,N", [(580, 384, 1536), (1300, 133, 300), (1024, 256, 1024)])
 def test_weight_gradient_product_same_bits_at_any_thread_count(threads, K, M, N):
-    """Column panels (N >= M) on 2 and 3 threads."""
+    """Column panels (N > M) on 2 and 3 threads."""
     wide = _C._set_avx512(True)
     if not wide:
         pytest.skip("no AVX-512 kernel on this CPU or build: the library's sums may "

@@ -2,8 +2,9 @@
  * gemm_tiles.c — gemm.c's float32 products on AVX-512 CPUs at the sizes of
  * a transformer's Linear layers (M, N, K >= 128: ai_gemm_tiles_take, which
  * gemm.c asks once for the whole product): op(A) = A, the forward x W^T
- * and the input gradient dY W; and op(A) = A^T with B as it is and N >= M,
- * the weight gradient dY^T X of a layer no wider out than in.
+ * and the input gradient dY W; and op(A) = A^T with B as it is and N >=
+ * 2 M, the weight gradient dY^T X of a layer at least twice as wide in as
+ * out (a transformer's second MLP layer).
  *
  * A register tile of TL_MR = 6 rows by TL_NR = 64 columns of C (24 of the
  * 32 vector registers): per k, four vectors of the packed B and a
@@ -29,12 +30,13 @@
  * transformers (M 512-1024 rows, K and N 256-1536): x W^T at 1.00-1.11 of
  * its speed (B^T packed through the transposes; 0.98-1.06 when they were
  * a loop over stages), dY W at 1.05-1.10. dY^T X (580 or 1024 rows, a
- * shared machine, benchmarks/results/kernels-gemm.md): 0.91-0.99 of
- * OpenBLAS's time where N >= M (a ViT's fc2 and attention projections,
- * BERT's), 0.97-1.07 where M > N (fc1's 1536 x 384: A's packed panels,
- * M x kc, come back from L3 for each block of B), which stays with the
- * library, as does A^T B^T (1.02-1.22). MLAS (ONNX Runtime) packs a
- * constant weight once per session; this packs at every call.
+ * shared machine, benchmarks/results/kernels-gemm.md): 0.91-0.98 of
+ * OpenBLAS's time where N = 4 M (384 x 1536, 256 x 1024), 0.96-1.10 where
+ * N = M (the attention projections), 0.97-1.07 where M > N (fc1's 1536 x
+ * 384: A's packed panels, M x kc, come back from L3 for each block of B):
+ * those stay with the library, as does A^T B^T (1.02-1.22). MLAS (ONNX
+ * Runtime) packs a constant weight once per session; this packs at every
+ * call.
  */
 #include "gemm.h"
 
@@ -55,7 +57,7 @@
 bool ai_gemm_tiles_take(bool ta, bool tb, int64_t M, int64_t N, int64_t K)
 {
 #ifdef AI_AVX512_KERNEL
-    return (!ta || (!tb && N >= M)) && M >= 128 && N >= 128 && K >= 128 && ai_cpu_avx512();
+    return (!ta || (!tb && N >= 2 * M)) && M >= 128 && N >= 128 && K >= 128 && ai_cpu_avx512();
 #else
     (void)ta, (void)tb, (void)M, (void)N, (void)K;
     return false;

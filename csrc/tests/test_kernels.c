@@ -964,9 +964,9 @@ TEST(gemm_f32_single_rows)
     ai_set_num_threads(threads);
 }
 
-/* Products with M, N, K >= 128 of op(A) = A and (the weight gradient)
- * of op(A) = A^T with B as it is: gemm_tiles.c's AVX-512 kernel where the
- * CPU has it, the library where not (and with the wide kernels off),
+/* Products with M, N, K >= 128 of op(A) = A and (the weight gradient) of
+ * op(A) = A^T with B as it is and N >= 2 M: gemm_tiles.c's AVX-512 kernel
+ * where the CPU has it, the library where not (and with the wide kernels off),
  * against the float64 sum: a last tile of 1 row (133 = 22 x 6 + 1), a
  * partial panel of columns, 3 chunks of K of 434 (not a multiple of the
  * 16 x 16 transposes), B and B^T, beta 0 over NaN and beta 0.5. Then the
