@@ -32,7 +32,7 @@
  * a loop over stages), dY W at 1.05-1.10. dY^T X (580 or 1024 rows, a
  * shared machine, benchmarks/results/kernels-gemm.md): 0.91-0.98 of
  * OpenBLAS's time where N = 4 M (384 x 1536, 256 x 1024), 0.96-1.10 where
- * N = M (the attention projections), 0.97-1.07 where M > N (fc1's 1536 x
+ * N = M (the attention projections), 0.97-1.04 where M > N (fc1's 1536 x
  * 384: A's packed panels, M x kc, come back from L3 for each block of B):
  * those stay with the library, as does A^T B^T (1.02-1.22). MLAS (ONNX
  * Runtime) packs a constant weight once per session; this packs at every
