@@ -155,7 +155,7 @@ static void gemm_serial_f32(bool skinny, bool tiles, bool ta, bool tb, int64_t M
         skinny_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    if (tiles && ai_gemm_tiles_f32(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    if (tiles && ai_gemm_tiles_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
 #ifdef AI_HAVE_OPENBLAS
     if (K > 0 && FITS_INT(M) && FITS_INT(N) && FITS_INT(K) && FITS_INT(lda) &&
@@ -277,7 +277,7 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
     if (M == 0 || N == 0)
         return;
     gemm_job j = {.ta = ta, .tb = tb, .f64 = false, .skinny = skinny_of(M, N, K),
-                  .tiles = ai_gemm_tiles_take(ta, M, N, K), .M = M,
+                  .tiles = ai_gemm_tiles_take(ta, tb, M, N, K), .M = M,
                   .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
                   .beta = beta, .A = A, .B = B, .C = C};
     gemm_parallel(&j);

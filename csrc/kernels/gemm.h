@@ -31,8 +31,8 @@ void ai_gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 /* gemm_tiles.c, for gemm.c: whether a float32 product takes its AVX-512
  * kernel (decided on the whole product), and the product itself, false
  * (nothing written) where it could not allocate its packing buffer. */
-bool ai_gemm_tiles_take(bool trans_a, int64_t M, int64_t N, int64_t K);
-bool ai_gemm_tiles_f32(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+bool ai_gemm_tiles_take(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
+bool ai_gemm_tiles_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc);
 

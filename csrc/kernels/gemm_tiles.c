@@ -1,20 +1,24 @@
 /*
- * gemm_tiles.c — gemm.c's float32 products of op(A) = A (not transposed)
- * on AVX-512 CPUs, at the sizes of a transformer's Linear layers and
- * their input gradients (M, N, K >= 128: ai_gemm_tiles_take, which gemm.c
- * asks once for the whole product).
+ * gemm_tiles.c — gemm.c's float32 products on AVX-512 CPUs at the sizes of
+ * a transformer's Linear layers (M, N, K >= 128: ai_gemm_tiles_take, which
+ * gemm.c asks once for the whole product): op(A) = A, the forward x W^T
+ * and the input gradient dY W; and op(A) = A^T with B as it is and N >=
+ * 2 M, the weight gradient dY^T X of a layer at least twice as wide in as
+ * out (a transformer's second MLP layer).
  *
  * A register tile of TL_MR = 6 rows by TL_NR = 64 columns of C (24 of the
  * 32 vector registers): per k, four vectors of the packed B and a
  * broadcast of A per row, 24 FMAs (6 x 64 and 8 x 32 ran best of the
- * tiles of 6 to 14 rows by 32 to 64 columns a prototype tried). A is read
- * in place (rows of a row-major matrix); B, which OpenBLAS packs at every
- * call too, is packed here per block of TL_NC columns by the K chunk,
- * TL_NR-wide panels a row of 64 floats per k (B^T, torch's Linear weight:
- * 16 x 16 transposes in registers), zero past N. K runs in chunks of at
- * most TL_KC, all of the same length but the last (ceil(K / chunks)): a
- * block of B (<= 640 KB) stays in the 1 MB L2 while the tiles of A's rows
- * go by.
+ * tiles of 6 to 14 rows by 32 to 64 columns a prototype tried). A not
+ * transposed is read in place (rows of a row-major matrix); A^T is packed
+ * per K chunk into panels of 6 rows, a row of 6 floats per k (6 contiguous
+ * floats of A: copies). B, which OpenBLAS packs at every call too, is
+ * packed here per block of TL_NC columns (TL_NC_AT with A^T) by the K
+ * chunk, TL_NR-wide panels a row of 64 floats per k (B^T, torch's Linear
+ * weight: 16 x 16 transposes in registers), zero past N. K runs in chunks
+ * of at most TL_KC, all of the same length but the last (ceil(K /
+ * chunks)): a block of B (<= 640 KB) stays in the 1 MB L2 while the tiles
+ * of A's rows go by.
  *
  * Each element of C is the sum, chunk after chunk, of its chunk's terms in
  * k order, by FMAs: the same sum whatever part of C a call computes, so
@@ -22,13 +26,17 @@
  * change a bit. alpha scales each chunk's sum as it is added to C.
  *
  * Measured against OpenBLAS (SkylakeX kernels) on an AMD EPYC (Zen 4),
- * one thread, thread CPU time, one-node Gemm graphs at the Linear shapes
- * of benchmarks/run.py's transformers (M 512-1024 rows, K and N 256-1536):
- * x W^T at 1.00-1.11 of its speed (B^T packed through the transposes;
- * 0.98-1.06 when they were a loop over stages), dY W at 1.05-1.10. A
- * prototype of dY^T X (op(A) transposed, the weight gradient; A packed)
- * ran at 0.85-1.02, so it stays with the library. MLAS (ONNX Runtime)
- * packs a constant weight once per session; this packs at every call.
+ * one thread, thread CPU time, at the Linear shapes of benchmarks/run.py's
+ * transformers (M 512-1024 rows, K and N 256-1536): x W^T at 1.00-1.11 of
+ * its speed (B^T packed through the transposes; 0.98-1.06 when they were
+ * a loop over stages), dY W at 1.05-1.10. dY^T X (580 or 1024 rows, a
+ * shared machine, benchmarks/results/kernels-gemm.md): 0.91-0.98 of
+ * OpenBLAS's time where N = 4 M (384 x 1536, 256 x 1024), 0.96-1.10 where
+ * N = M (the attention projections), 0.97-1.04 where M > N (fc1's 1536 x
+ * 384: A's packed panels, M x kc, come back from L3 for each block of B):
+ * those stay with the library, as does A^T B^T (1.02-1.22). MLAS (ONNX
+ * Runtime) packs a constant weight once per session; this packs at every
+ * call.
  */
 #include "gemm.h"
 
@@ -42,13 +50,16 @@
 #define TL_NR (16 * TL_NV)
 #define TL_KC 640
 #define TL_NC 256
+/* with op(A) = A^T: BERT's 256 x 256 x 1024 weight gradient took 1.21-1.27
+ * of OpenBLAS's time with blocks of 256 columns, 0.96-0.98 with 128 */
+#define TL_NC_AT 128
 
-bool ai_gemm_tiles_take(bool ta, int64_t M, int64_t N, int64_t K)
+bool ai_gemm_tiles_take(bool ta, bool tb, int64_t M, int64_t N, int64_t K)
 {
 #ifdef AI_AVX512_KERNEL
-    return !ta && M >= 128 && N >= 128 && K >= 128 && ai_cpu_avx512();
+    return (!ta || (!tb && N >= 2 * M)) && M >= 128 && N >= 128 && K >= 128 && ai_cpu_avx512();
 #else
-    (void)ta, (void)M, (void)N, (void)K;
+    (void)ta, (void)tb, (void)M, (void)N, (void)K;
     return false;
 #endif
 }
@@ -131,11 +142,45 @@ AI_AVX512_KERNEL static void tl_pack_b(bool tb, int64_t n0, int64_t nb, int64_t 
     }
 }
 
-/* C[0..mr, 0..nc] = cb C + alpha (A[0..mr, 0..kc] bp) over one panel, cb 0
- * not reading C (beta 0: C may hold NaN) */
+typedef float tl_vec8 __attribute__((vector_size(32), aligned(sizeof(float)), may_alias));
+#define TL_PACK_K 16
+
+/* Rows 0 .. M of op(A) = A^T, columns k0 .. k0 + kc, as panels of TL_MR
+ * rows: ap[p kc TL_MR + k TL_MR + i] = A[(k0 + k) lda + p TL_MR + i], 0 past
+ * M. Each k's TL_MR values are contiguous in A: copied 8 at a time where
+ * the 2 past them are still in A's row, each copy's last 2 overwritten by
+ * the next k's. TL_PACK_K rows of A at a time across all panels: panel by
+ * panel down the whole chunk, each k a line (and a page) of its own, the
+ * copy of a 1536 x 580 chunk took 0.42-0.72 ms (6-10% of its product),
+ * 0.13-0.15 this way (8 rows: 0.14-0.43, 32: 0.26-0.33; thread CPU time,
+ * A not in cache) */
+AI_AVX512_KERNEL static void tl_pack_at(int64_t M, int64_t k0, int64_t kc, const float *A,
+                                        int64_t lda, float *ap)
+{
+    for (int64_t kb = 0; kb < kc; kb += TL_PACK_K) {
+        const int64_t ke = kc - kb < TL_PACK_K ? kc : kb + TL_PACK_K;
+        for (int64_t p = 0; p * TL_MR < M; p++) {
+            float *dst = ap + p * kc * TL_MR;
+            const float *src = A + k0 * lda + p * TL_MR;
+            const int64_t mr = M - p * TL_MR < TL_MR ? M - p * TL_MR : TL_MR;
+            int64_t k = kb;
+            if (p * TL_MR + 8 <= M)
+                for (; k < ke && k + 1 < kc; k++)
+                    *(tl_vec8 *)(dst + k * TL_MR) = *(const tl_vec8 *)(src + k * lda);
+            for (; k < ke; k++)
+                for (int i = 0; i < TL_MR; i++)
+                    dst[k * TL_MR + i] = i < mr ? src[k * lda + i] : 0.0f;
+        }
+    }
+}
+
+/* C[0..mr, 0..nc] = cb C + alpha (A[0..mr, 0..kc] bp) over one panel, A's
+ * element (i, k) at A[i rs + k ks] (rows in place: rs = lda, ks = 1; a
+ * panel of tl_pack_at: 1, TL_MR); cb 0 not reading C (beta 0: C may hold
+ * NaN) */
 AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile(
-    int mr, int64_t kc, const float *A, int64_t lda, const float *bp, float *C, int64_t ldc,
-    int64_t nc, float alpha, float cb)
+    int mr, int64_t kc, const float *A, int64_t rs, int64_t ks, const float *bp, float *C,
+    int64_t ldc, int64_t nc, float alpha, float cb)
 {
     ai_vec16_f32 acc[TL_MR][TL_NV];
     for (int i = 0; i < mr; i++)
@@ -146,7 +191,7 @@ AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile(
         for (int v = 0; v < TL_NV; v++)
             b[v] = *(const ai_vec16_f32 *)(bp + k * TL_NR + 16 * v);
         for (int i = 0; i < mr; i++) {
-            const float a = A[i * lda + k];
+            const float a = A[i * rs + k * ks];
             for (int v = 0; v < TL_NV; v++)
                 acc[i][v] += a * b[v];
         }
@@ -170,55 +215,70 @@ AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile(
     }
 }
 
-/* the tile for mr = 1 .. TL_MR rows, each with its accumulators in registers */
-AI_AVX512_KERNEL static void tl_tile_rows(int mr, int64_t kc, const float *A, int64_t lda,
-                                          const float *bp, float *C, int64_t ldc, int64_t nc,
-                                          float alpha, float cb)
+/* the tile for mr = 1 .. TL_MR rows, each with its accumulators in
+ * registers (inlined where the strides are constants) */
+AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile_rows(
+    int mr, int64_t kc, const float *A, int64_t rs, int64_t ks, const float *bp, float *C,
+    int64_t ldc, int64_t nc, float alpha, float cb)
 {
     switch (mr) {
 #define TL_ROWS(r)                                                                        \
     case r:                                                                               \
-        tl_tile(r, kc, A, lda, bp, C, ldc, nc, alpha, cb);                                \
+        tl_tile(r, kc, A, rs, ks, bp, C, ldc, nc, alpha, cb);                             \
         break;
         TL_ROWS(1) TL_ROWS(2) TL_ROWS(3) TL_ROWS(4) TL_ROWS(5) TL_ROWS(6)
 #undef TL_ROWS
     }
 }
 
-AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                        const float *A, int64_t lda, const float *B,
-                                        int64_t ldb, float beta, float *C, int64_t ldc)
+AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                        float alpha, const float *A, int64_t lda,
+                                        const float *B, int64_t ldb, float beta, float *C,
+                                        int64_t ldc)
 {
     const int64_t chunks = (K + TL_KC - 1) / TL_KC, kcm = (K + chunks - 1) / chunks;
+    const int64_t mp = (M + TL_MR - 1) / TL_MR * TL_MR, ncb = ta ? TL_NC_AT : TL_NC;
     float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
-    if (!bp)
+    float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)(kcm * mp)) : NULL;
+    if (!bp || (ta && !ap)) {
+        free(bp);
+        free(ap);
         return false;
+    }
     for (int64_t k0 = 0; k0 < K; k0 += kcm) {
         const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
         const float cb = k0 ? 1.0f : beta;
-        for (int64_t n0 = 0; n0 < N; n0 += TL_NC) {
-            const int64_t nb = N - n0 < TL_NC ? N - n0 : TL_NC;
+        if (ta)
+            tl_pack_at(M, k0, kc, A, lda, ap);
+        for (int64_t n0 = 0; n0 < N; n0 += ncb) {
+            const int64_t nb = N - n0 < ncb ? N - n0 : ncb;
             tl_pack_b(tb, n0, nb, k0, kc, B, ldb, bp);
             for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
                 const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
                 for (int64_t p = 0; p * TL_NR < nb; p++) {
                     const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
-                    tl_tile_rows(mr, kc, A + m0 * lda + k0, lda, bp + p * kc * TL_NR,
-                                 C + m0 * ldc + n0 + p * TL_NR, ldc, nc, alpha, cb);
+                    const float *b = bp + p * kc * TL_NR;
+                    float *c = C + m0 * ldc + n0 + p * TL_NR;
+                    if (ta)
+                        tl_tile_rows(mr, kc, ap + m0 * kc, 1, TL_MR, b, c, ldc, nc, alpha, cb);
+                    else
+                        tl_tile_rows(mr, kc, A + m0 * lda + k0, lda, 1, b, c, ldc, nc, alpha,
+                                     cb);
                 }
             }
         }
     }
+    free(ap);
     free(bp);
     return true;
 }
 #else
-bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                       int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                       int64_t ldc)
+bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                       float *C, int64_t ldc)
 {
-    (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
-        (void)beta, (void)C, (void)ldc;
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B,
+        (void)ldb, (void)beta, (void)C, (void)ldc;
     return false;
 }
 #endif

@@ -964,44 +964,47 @@ TEST(gemm_f32_single_rows)
     ai_set_num_threads(threads);
 }
 
-/* Products of op(A) = A with M, N, K >= 128: gemm_tiles.c's AVX-512 kernel
- * where the CPU has it, the library where not (and with the wide kernels
- * off), against the float64 sum: a last tile of 1 row (133 = 22 x 6 + 1),
- * a second block of columns of 44 (a partial panel), 3 chunks of K of 434
- * (not a multiple of the 16 x 16 transposes), B and B^T, beta 0 over NaN
- * and beta 0.5. Then the kernel's sums at 1, 2 and 3 threads: the same
- * bits (the pool splits C into panels of rows or columns). */
-static void tiles_product(bool tb, float *C, const float *A, const float *B)
+/* Products with M, N, K >= 128 of op(A) = A and (the weight gradient) of
+ * op(A) = A^T with B as it is and N >= 2 M: gemm_tiles.c's AVX-512 kernel
+ * where the CPU has it, the library where not (and with the wide kernels off),
+ * against the float64 sum: a last tile of 1 row (133 = 22 x 6 + 1), a
+ * partial panel of columns, 3 chunks of K of 434 (not a multiple of the
+ * 16 x 16 transposes), B and B^T, beta 0 over NaN and beta 0.5. Then the
+ * kernel's sums at 1, 2 and 3 threads: the same bits (the pool splits C
+ * into panels of rows or columns). */
+static void tiles_product(bool ta, bool tb, float *C, const float *A, const float *B)
 {
     for (int64_t i = 0; i < 133 * 301; i++)
         C[i] = 0.25f;
-    ai_gemm_f32(false, tb, 133, 300, 1300, 0.5f, A, 1303, B, tb ? 1302 : 302, 0.5f, C, 301);
+    ai_gemm_f32(ta, tb, 133, 300, 1300, 0.5f, A, ta ? 134 : 1303, B, tb ? 1302 : 302, 0.5f, C,
+                301);
 }
 
 TEST(gemm_f32_tiles)
 {
     const bool wide = ai_cpu_avx512();
+    const bool cases[3][2] = {{false, false}, {false, true}, {true, false}};
     for (int on = 0; on < 2; on++) {
         ai_set_avx512(on);
-        for (int tb = 0; tb < 2; tb++) {
-            check_gemm_f32(false, tb, 133, 300, 1300, 0.5f, 0.0f);
-            check_gemm_f32(false, tb, 133, 300, 1300, 1.0f, 0.5f);
+        for (int t = 0; t < 3; t++) {
+            check_gemm_f32(cases[t][0], cases[t][1], 133, 300, 1300, 0.5f, 0.0f);
+            check_gemm_f32(cases[t][0], cases[t][1], 133, 300, 1300, 1.0f, 0.5f);
         }
     }
     ai_set_avx512(wide);
-    float *A = malloc(sizeof(float) * 133 * 1303), *B = malloc(sizeof(float) * 1300 * 1303);
+    float *A = malloc(sizeof(float) * 1300 * 1303), *B = malloc(sizeof(float) * 1300 * 1303);
     float *C1 = malloc(sizeof(float) * 133 * 301), *Cn = malloc(sizeof(float) * 133 * 301);
-    for (int64_t i = 0; i < 133 * 1303; i++)
+    for (int64_t i = 0; i < 1300 * 1303; i++)
         A[i] = (float)urand();
     for (int64_t i = 0; i < 1300 * 1303; i++)
         B[i] = (float)urand();
     const int threads = ai_get_num_threads();
-    for (int tb = 0; tb < 2; tb++) {
+    for (int t = 0; t < 3; t++) {
         ai_set_num_threads(1);
-        tiles_product(tb, C1, A, B);
+        tiles_product(cases[t][0], cases[t][1], C1, A, B);
         for (int n = 2; n <= 3; n++) {
             ai_set_num_threads(n);
-            tiles_product(tb, Cn, A, B);
+            tiles_product(cases[t][0], cases[t][1], Cn, A, B);
             CHECK(!wide || memcmp(C1, Cn, sizeof(float) * 133 * 301) == 0);
         }
     }
