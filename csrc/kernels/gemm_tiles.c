@@ -28,7 +28,9 @@
  * 0.98-1.06 when they were a loop over stages), dY W at 1.05-1.10. A
  * prototype of dY^T X (op(A) transposed, the weight gradient; A packed)
  * ran at 0.85-1.02, so it stays with the library. MLAS (ONNX Runtime)
- * packs a constant weight once per session; this packs at every call.
+ * packs a constant weight once per session; this packs at every call,
+ * and the engine's packed weights (packed.c) hold B packed ahead, whole
+ * (ai_gemm_tiles_pack), for ai_gemm_tiles_packed_f32.
  */
 #include "gemm.h"
 
@@ -185,32 +187,85 @@ AI_AVX512_KERNEL static void tl_tile_rows(int mr, int64_t kc, const float *A, in
     }
 }
 
+/* One block of op(B) against every row of A: C[0..M, 0..nb] = cb C + alpha
+ * (A[0..M, 0..kc] bp), bp the block's panels one after the other */
+AI_AVX512_KERNEL static void tl_block(int64_t M, int64_t nb, int64_t kc, float alpha, float cb,
+                                      const float *A, int64_t lda, const float *bp, float *C,
+                                      int64_t ldc)
+{
+    for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
+        const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
+        for (int64_t p = 0; p * TL_NR < nb; p++) {
+            const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
+            tl_tile_rows(mr, kc, A + m0 * lda, lda, bp + p * kc * TL_NR,
+                         C + m0 * ldc + p * TL_NR, ldc, nc, alpha, cb);
+        }
+    }
+}
+
+/* K's chunk length: the chunks are all of it but the last */
+static int64_t tl_chunk(int64_t K)
+{
+    const int64_t chunks = (K + TL_KC - 1) / TL_KC;
+    return (K + chunks - 1) / chunks;
+}
+
 AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                         const float *A, int64_t lda, const float *B,
                                         int64_t ldb, float beta, float *C, int64_t ldc)
 {
-    const int64_t chunks = (K + TL_KC - 1) / TL_KC, kcm = (K + chunks - 1) / chunks;
+    const int64_t kcm = tl_chunk(K);
     float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
     if (!bp)
         return false;
     for (int64_t k0 = 0; k0 < K; k0 += kcm) {
         const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
-        const float cb = k0 ? 1.0f : beta;
         for (int64_t n0 = 0; n0 < N; n0 += TL_NC) {
             const int64_t nb = N - n0 < TL_NC ? N - n0 : TL_NC;
             tl_pack_b(tb, n0, nb, k0, kc, B, ldb, bp);
-            for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
-                const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
-                for (int64_t p = 0; p * TL_NR < nb; p++) {
-                    const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
-                    tl_tile_rows(mr, kc, A + m0 * lda + k0, lda, bp + p * kc * TL_NR,
-                                 C + m0 * ldc + n0 + p * TL_NR, ldc, nc, alpha, cb);
-                }
-            }
+            tl_block(M, nb, kc, alpha, k0 ? 1.0f : beta, A + k0, lda, bp, C + n0, ldc);
         }
     }
     free(bp);
     return true;
+}
+
+/*
+ * The whole of op(B) packed once, for a weight that many products read (a
+ * Linear's, through the engine's cache of packed weights, packed.c): chunk
+ * after chunk of K, each the panels of all N columns (N rounded up to
+ * TL_NR, zero past N), the layout that ai_gemm_tiles_f32 packs a block of
+ * at a time. A product over it makes the same sums, bit for bit.
+ */
+int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
+{
+    return K * ((N + TL_NR - 1) / TL_NR * TL_NR);
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B,
+                                         int64_t ldb, float *bp)
+{
+    const int64_t kcm = tl_chunk(K), np = (N + TL_NR - 1) / TL_NR * TL_NR;
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        for (int64_t n0 = 0; n0 < N; n0 += TL_NC)
+            tl_pack_b(tb, n0, N - n0 < TL_NC ? N - n0 : TL_NC, k0, kc, B, ldb,
+                      bp + k0 * np + n0 * kc);
+    }
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha,
+                                               const float *A, int64_t lda, const float *bp,
+                                               int64_t ldp, int64_t n0, float beta, float *C,
+                                               int64_t ldc)
+{
+    const int64_t kcm = tl_chunk(K), np = (ldp + TL_NR - 1) / TL_NR * TL_NR;
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        for (int64_t j = 0; j < N; j += TL_NC)
+            tl_block(M, N - j < TL_NC ? N - j : TL_NC, kc, alpha, k0 ? 1.0f : beta, A + k0,
+                     lda, bp + k0 * np + (n0 + j) * kc, C + j, ldc);
+    }
 }
 #else
 bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -220,5 +275,24 @@ bool ai_gemm_tiles_f32(bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
     (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
         (void)beta, (void)C, (void)ldc;
     return false;
+}
+
+int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
+{
+    (void)N, (void)K;
+    return 0;
+}
+
+void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp)
+{
+    (void)tb, (void)N, (void)K, (void)B, (void)ldb, (void)bp;
+}
+
+void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                              int64_t lda, const float *bp, int64_t ldp, int64_t n0,
+                              float beta, float *C, int64_t ldc)
+{
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)bp, (void)ldp, (void)n0,
+        (void)beta, (void)C, (void)ldc;
 }
 #endif
