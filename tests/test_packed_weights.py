@@ -65,8 +65,12 @@ def _packed_bytes(wrapped):
 def test_weights_are_packed_once_and_bounded_by_one_copy():
     model, wrapped = _pair()
     x = _x()
+    versions = []
     for _ in range(3):
         _assert_matches(wrapped, model, x)
+        versions.append((wrapped._fused or wrapped._graph).weights_version)
+    # packed at the second forward, whose version the third keeps (nothing wrote)
+    assert versions[0] == -1 and versions[1] == versions[2] >= 0
     # one copy of each of the three weights, N rounded up to 64 columns
     padded = sum(m.in_features * -(-m.out_features // 64) * 64 * 4
                  for m in (model.a, model.b, model.c))
