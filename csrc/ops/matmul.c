@@ -3,7 +3,9 @@
  *
  * Every product goes through ai_gemm_f32/f64 (kernels/gemm.h); a batched
  * MatMul is a loop of GEMMs over strided matrices, or a single GEMM when B
- * has no batch dimensions (A's batch folds into its rows).
+ * has no batch dimensions (A's batch folds into its rows). In a forward, a
+ * float32 B that is a weight of the graph (an initializer) is read from the
+ * graph's packed copy where ai_gemm_packs takes the product (packed.c).
  *
  * Gemm    Y = alpha * op(A) @ op(B) + beta * C, C broadcast to (M,N).
  *         dA = alpha * dY @ op(B)^T (transposed back when transA),
