@@ -37,6 +37,7 @@ ai_status ai_graph_new(ai_graph **out)
     if (!*out)
         return ai_error(AI_ERR_NOMEM, "out of memory for a graph");
     (*out)->seed = 0x9E3779B97F4A7C15ull;
+    (*out)->weights_version = -1;
     return AI_OK;
 }
 
@@ -78,6 +79,7 @@ void ai_graph_free(ai_graph *g)
     }
     ai_graph_saved_clear(g);
     free(g->saved);
+    ai_packed_clear(g);
     ai_plan_free(g->plan);
     for (int i = 0; i < g->n_values; i++)
         value_clear(&g->values[i]);
@@ -622,6 +624,7 @@ void ai_graph_saved_clear(ai_graph *g)
 
 void ai_graph_unfinalize(ai_graph *g)
 {
+    ai_packed_clear(g); /* (an edit may renumber or replace the values) */
     ai_plan_free(g->plan);
     g->plan = NULL;
     free(g->order);

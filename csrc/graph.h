@@ -112,6 +112,15 @@ typedef struct ai_graph {
      * its backward (a Loop's carried values per iteration); freed with it */
     ai_tensor **saved;
     int n_saved, cap_saved;
+    /* Packed weights (packed.c): the version of the initializers' values
+     * that the caller declares, changed by it after every write to their
+     * memory (-1, the default: not tracked, no packed copy is read); set
+     * when a product would have read one had a version been declared; the
+     * copies, dropped with the plan's finalization (ai_graph_unfinalize). */
+    int64_t weights_version;
+    bool weights_packable;
+    struct ai_packed *packed;
+    int n_packed;
 } ai_graph;
 
 /* ---------------------------------------------------------------- ops */
@@ -238,6 +247,16 @@ struct ai_op_def {
 };
 
 /* ---------------------------------------------------------------- helpers for ops */
+
+/* packed.c: the packed copy (ai_gemm_tiles_pack) of input `slot`, a float32
+ * initializer read as op(B) (K,N) by a product whose sizes take it
+ * (ai_gemm_packs), for the weights' current version; NULL (use B as it is)
+ * when the graph declares no version, in a training forward (it writes
+ * BatchNorm's buffers), for a computed input, or out of memory. */
+const float *ai_packed_weight(ai_ctx *c, int slot, bool trans_b, int64_t N, int64_t K);
+/* Frees every packed copy; their bytes in total. */
+void ai_packed_clear(ai_graph *g);
+int64_t ai_packed_bytes(const ai_graph *g);
 
 /* NULL if input i is absent or not a constant known at plan time. */
 const ai_tensor *ai_ctx_const(const ai_ctx *c, int i);

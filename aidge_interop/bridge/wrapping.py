@@ -416,6 +416,31 @@ def _assign_engine(target: torch.Tensor, value, name: str, how: str):
         target.copy_(value)
 
 
+# Packed weights: the engine keeps a packed copy of the weights its float32
+# products read (csrc/packed.c), read at the version of the values the
+# bridge declares before each eval forward: the sum of the parameters' and
+# buffers' version counters, which torch bumps at every in-place write
+# (optimizers, ours included, load_state_dict, `p.add_()` under no_grad,
+# the copies of _assign_engine), plus the count of the reads of an engine
+# parameter's `.data`, through which a write bumps no counter. Each term
+# only grows: the sum changes whenever one of them does.
+_DATA_READS = [0]
+
+
+class _EngineParameter(torch.nn.Parameter):
+    """A parameter over the engine's memory: reading its ``.data`` counts as
+    a write to it (see _DATA_READS)."""
+
+    @property
+    def data(self):
+        _DATA_READS[0] += 1
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, value):
+        torch.Tensor.data.__set__(self, value)
+
+
 class _EngineMemory:
     """Mixin of the modules holding engine tensors: assigning a tensor to the
     name of one copies its values into it (a Parameter also passes on its
@@ -726,7 +751,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                 continue
             name = graph_name[id(p)]
             view = aidge_tensor_to_torch(graph.value(name))
-            made[id(p)] = torch.nn.Parameter(view, requires_grad=p.requires_grad)
+            made[id(p)] = _EngineParameter(view, requires_grad=p.requires_grad)
             made[id(p)]._engine_name = name
             self._engine_tensors.append((made[id(p)], view))
             owner.register_parameter(leaf, made[id(p)])
@@ -1119,6 +1144,11 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         g.need_backward = need_backward
         g.input_grads = input_grads
         self._calls[0] += 1
+        if not training:  # the graph that runs reads packed weights of this version
+            run = g if need_backward or not self._fused else self._fused
+            if run.weights_packable:
+                run.weights_version = sum([t._version for t in self._engine_data]) + \
+                    _DATA_READS[0]
         if need_backward:
             outs = _apply_engine_function(self, None if input_grads else self._anchor, inputs)
         elif not training and self._fused is not False:

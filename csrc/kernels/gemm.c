@@ -212,6 +212,7 @@ static void gemm_serial_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
  * decided on the whole product, as the skinny kernel is).
  */
 #define SPLIT_N_UNIT 16
+#define SPLIT_N_UNIT_PACKED 64 /* a product over a packed weight: its panels */
 #define SPLIT_M_UNIT 8
 #define MIN_FLOPS_PER_THREAD (INT64_C(1) << 21)
 #define SKINNY_MIN_FLOPS_PER_THREAD (INT64_C(1) << 19)
@@ -221,8 +222,14 @@ typedef struct {
     int64_t M, N, K, lda, ldb, ldc;
     double alpha, beta;
     const void *A, *B;
+    const float *bp; /* B packed (ai_gemm_packed_f32), else NULL */
     void *C;
 } gemm_job;
+
+static int64_t split_unit(const gemm_job *j)
+{
+    return !j->split_n ? SPLIT_M_UNIT : j->bp ? SPLIT_N_UNIT_PACKED : SPLIT_N_UNIT;
+}
 
 static void gemm_range(void *ctx, int64_t lo, int64_t hi)
 {
@@ -230,19 +237,24 @@ static void gemm_range(void *ctx, int64_t lo, int64_t hi)
     const size_t es = j->f64 ? sizeof(double) : sizeof(float);
     const char *A = j->A, *B = j->B;
     char *C = j->C;
-    int64_t M = j->M, N = j->N;
+    int64_t M = j->M, N = j->N, c0 = 0;
+    const int64_t unit = split_unit(j);
     if (j->split_n) {
-        int64_t c0 = lo * SPLIT_N_UNIT, c1 = hi * SPLIT_N_UNIT < N ? hi * SPLIT_N_UNIT : N;
+        c0 = lo * unit;
+        const int64_t c1 = hi * unit < N ? hi * unit : N;
         B += (size_t)(j->tb ? c0 * j->ldb : c0) * es;
         C += (size_t)c0 * es;
         N = c1 - c0;
     } else {
-        int64_t r0 = lo * SPLIT_M_UNIT, r1 = hi * SPLIT_M_UNIT < M ? hi * SPLIT_M_UNIT : M;
+        int64_t r0 = lo * unit, r1 = hi * unit < M ? hi * unit : M;
         A += (size_t)(j->ta ? r0 : r0 * j->lda) * es;
         C += (size_t)(r0 * j->ldc) * es;
         M = r1 - r0;
     }
-    if (j->f64)
+    if (j->bp)
+        ai_gemm_tiles_packed_f32(M, N, j->K, (float)j->alpha, (const float *)A, j->lda, j->bp,
+                                 j->N, c0, (float)j->beta, (float *)C, j->ldc);
+    else if (j->f64)
         gemm_serial_f64(j->ta, j->tb, M, N, j->K, j->alpha, (const double *)A, j->lda,
                         (const double *)B, j->ldb, j->beta, (double *)C, j->ldc);
     else
@@ -254,7 +266,7 @@ static void gemm_range(void *ctx, int64_t lo, int64_t hi)
 static void gemm_parallel(gemm_job *j)
 {
     j->split_n = j->N >= j->M;
-    int64_t unit = j->split_n ? SPLIT_N_UNIT : SPLIT_M_UNIT;
+    const int64_t unit = split_unit(j);
     int64_t units = ((j->split_n ? j->N : j->M) + unit - 1) / unit;
     int64_t other = j->split_n ? j->M : j->N;
     /* flops of one unit, saturated: only the grain depends on it */
@@ -280,6 +292,29 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                   .tiles = ai_gemm_tiles_take(ta, tb, M, N, K), .M = M,
                   .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
                   .beta = beta, .A = A, .B = B, .C = C};
+    gemm_parallel(&j);
+}
+
+/*
+ * Packed weights. gemm_tiles.c packs B per block at every call, as
+ * OpenBLAS does; ONNX Runtime's MLAS packs a constant weight once per
+ * session. The engine keeps a packed copy of a weight that its products
+ * read as op(B) (packed.c) and calls these: the same
+ * kernel without its packing, so the same sums bit for bit, split
+ * between threads by whole panels of 64 columns or by rows.
+ */
+bool ai_gemm_packs(int64_t M, int64_t N, int64_t K)
+{
+    return ai_gemm_tiles_take(false, false, M, N, K);
+}
+
+void ai_gemm_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                        int64_t lda, const float *bp, float beta, float *C, int64_t ldc)
+{
+    if (M == 0 || N == 0)
+        return;
+    gemm_job j = {.tiles = true, .M = M, .N = N, .K = K, .lda = lda, .ldc = ldc,
+                  .alpha = alpha, .beta = beta, .A = A, .bp = bp, .C = C};
     gemm_parallel(&j);
 }
 

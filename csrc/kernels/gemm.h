@@ -35,6 +35,26 @@ bool ai_gemm_tiles_take(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 bool ai_gemm_tiles_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                        float *C, int64_t ldc);
+/* op(B) (K,N) packed whole for gemm_tiles.c's products (ai_gemm_packed_f32), in
+ * ai_gemm_tiles_packed_size(N, K) floats (64-byte aligned); the product
+ * over such a packing of op(B) with Nw columns, writing columns n0 ..
+ * n0 + N (n0 a multiple of 64) into C, which points at column n0: the
+ * same sums as ai_gemm_tiles_f32, bit for bit */
+int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K);
+void ai_gemm_tiles_pack(bool trans_b, int64_t N, int64_t K, const float *B, int64_t ldb,
+                        float *bp);
+void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                              int64_t lda, const float *bp, int64_t Nw, int64_t n0,
+                              float beta, float *C, int64_t ldc);
+
+/* A product op(A) = A (M,K) times a weight op(B) (K,N) packed ahead by
+ * ai_gemm_tiles_pack, for a weight that many products read: whether a
+ * product of these sizes takes the packed weight (else ai_gemm_f32 on B as
+ * it is), and the product on the engine's threads, the same sums bit for
+ * bit as ai_gemm_f32's at any thread count */
+bool ai_gemm_packs(int64_t M, int64_t N, int64_t K);
+void ai_gemm_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                        int64_t lda, const float *bp, float beta, float *C, int64_t ldc);
 
 /* Name of the GEMM backend in use ("openblas" or "reference"). */
 const char *ai_gemm_backend(void);

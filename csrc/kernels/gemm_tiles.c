@@ -36,7 +36,8 @@
  * 384: A's packed panels, M x kc, come back from L3 for each block of B):
  * those stay with the library, as does A^T B^T (1.02-1.22). MLAS (ONNX
  * Runtime) packs a constant weight once per session; this packs at every
- * call.
+ * call, and the engine's packed weights (packed.c) hold B packed ahead,
+ * whole (ai_gemm_tiles_pack), for ai_gemm_tiles_packed_f32.
  */
 #include "gemm.h"
 
@@ -231,13 +232,36 @@ AI_AVX512_KERNEL static inline __attribute__((always_inline)) void tl_tile_rows(
     }
 }
 
+/* One block of op(B) against every row of A: C[0..M, 0..nb] = cb C + alpha
+ * (A[0..M, 0..kc] bp), bp the block's panels one after the other */
+AI_AVX512_KERNEL static void tl_block(int64_t M, int64_t nb, int64_t kc, float alpha, float cb,
+                                      const float *A, int64_t lda, const float *bp, float *C,
+                                      int64_t ldc)
+{
+    for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
+        const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
+        for (int64_t p = 0; p * TL_NR < nb; p++) {
+            const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
+            tl_tile_rows(mr, kc, A + m0 * lda, lda, 1, bp + p * kc * TL_NR,
+                         C + m0 * ldc + p * TL_NR, ldc, nc, alpha, cb);
+        }
+    }
+}
+
+/* K's chunk length: the chunks are all of it but the last */
+static int64_t tl_chunk(int64_t K)
+{
+    const int64_t chunks = (K + TL_KC - 1) / TL_KC;
+    return (K + chunks - 1) / chunks;
+}
+
 AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                         float alpha, const float *A, int64_t lda,
                                         const float *B, int64_t ldb, float beta, float *C,
                                         int64_t ldc)
 {
-    const int64_t chunks = (K + TL_KC - 1) / TL_KC, kcm = (K + chunks - 1) / chunks;
-    const int64_t mp = (M + TL_MR - 1) / TL_MR * TL_MR, ncb = ta ? TL_NC_AT : TL_NC;
+    const int64_t kcm = tl_chunk(K), mp = (M + TL_MR - 1) / TL_MR * TL_MR;
+    const int64_t ncb = ta ? TL_NC_AT : TL_NC;
     float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
     float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)(kcm * mp)) : NULL;
     if (!bp || (ta && !ap)) {
@@ -253,17 +277,16 @@ AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, 
         for (int64_t n0 = 0; n0 < N; n0 += ncb) {
             const int64_t nb = N - n0 < ncb ? N - n0 : ncb;
             tl_pack_b(tb, n0, nb, k0, kc, B, ldb, bp);
-            for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
+            if (!ta) {
+                tl_block(M, nb, kc, alpha, cb, A + k0, lda, bp, C + n0, ldc);
+                continue;
+            }
+            for (int64_t m0 = 0; m0 < M; m0 += TL_MR) { /* A^T's panels, tl_pack_at */
                 const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
                 for (int64_t p = 0; p * TL_NR < nb; p++) {
                     const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
-                    const float *b = bp + p * kc * TL_NR;
-                    float *c = C + m0 * ldc + n0 + p * TL_NR;
-                    if (ta)
-                        tl_tile_rows(mr, kc, ap + m0 * kc, 1, TL_MR, b, c, ldc, nc, alpha, cb);
-                    else
-                        tl_tile_rows(mr, kc, A + m0 * lda + k0, lda, 1, b, c, ldc, nc, alpha,
-                                     cb);
+                    tl_tile_rows(mr, kc, ap + m0 * kc, 1, TL_MR, bp + p * kc * TL_NR,
+                                 C + m0 * ldc + n0 + p * TL_NR, ldc, nc, alpha, cb);
                 }
             }
         }
@@ -271,6 +294,44 @@ AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, 
     free(ap);
     free(bp);
     return true;
+}
+
+/*
+ * The whole of op(B) packed once, for a weight that many products read (a
+ * Linear's, through the engine's cache of packed weights, packed.c): chunk
+ * after chunk of K, each the panels of all N columns (N rounded up to
+ * TL_NR, zero past N), the layout that ai_gemm_tiles_f32 packs a block of
+ * at a time. A product over it makes the same sums, bit for bit.
+ */
+int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
+{
+    return K * ((N + TL_NR - 1) / TL_NR * TL_NR);
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B,
+                                         int64_t ldb, float *bp)
+{
+    const int64_t kcm = tl_chunk(K), np = (N + TL_NR - 1) / TL_NR * TL_NR;
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        for (int64_t n0 = 0; n0 < N; n0 += TL_NC)
+            tl_pack_b(tb, n0, N - n0 < TL_NC ? N - n0 : TL_NC, k0, kc, B, ldb,
+                      bp + k0 * np + n0 * kc);
+    }
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha,
+                                               const float *A, int64_t lda, const float *bp,
+                                               int64_t ldp, int64_t n0, float beta, float *C,
+                                               int64_t ldc)
+{
+    const int64_t kcm = tl_chunk(K), np = (ldp + TL_NR - 1) / TL_NR * TL_NR;
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        for (int64_t j = 0; j < N; j += TL_NC)
+            tl_block(M, N - j < TL_NC ? N - j : TL_NC, kc, alpha, k0 ? 1.0f : beta, A + k0,
+                     lda, bp + k0 * np + (n0 + j) * kc, C + j, ldc);
+    }
 }
 #else
 bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -280,5 +341,24 @@ bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B,
         (void)ldb, (void)beta, (void)C, (void)ldc;
     return false;
+}
+
+int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
+{
+    (void)N, (void)K;
+    return 0;
+}
+
+void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp)
+{
+    (void)tb, (void)N, (void)K, (void)B, (void)ldb, (void)bp;
+}
+
+void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                              int64_t lda, const float *bp, int64_t ldp, int64_t n0,
+                              float beta, float *C, int64_t ldc)
+{
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)bp, (void)ldp, (void)n0,
+        (void)beta, (void)C, (void)ldc;
 }
 #endif

@@ -3,7 +3,9 @@
  *
  * Every product goes through ai_gemm_f32/f64 (kernels/gemm.h); a batched
  * MatMul is a loop of GEMMs over strided matrices, or a single GEMM when B
- * has no batch dimensions (A's batch folds into its rows).
+ * has no batch dimensions (A's batch folds into its rows). In a forward, a
+ * float32 B that is a weight of the graph (an initializer) is read from the
+ * graph's packed copy where ai_gemm_packs takes the product (packed.c).
  *
  * Gemm    Y = alpha * op(A) @ op(B) + beta * C, C broadcast to (M,N).
  *         dA = alpha * dY @ op(B)^T (transposed back when transA),
@@ -177,8 +179,14 @@ static ai_status gemm_forward(ai_ctx *c)
         ai_parallel_for(M, ai_grain_of(N), fill_c_range, &j);
         beta = p->beta;
     }
-    gemm(y->dtype, p->ta, p->tb, M, N, K, p->alpha, a->data, a->shape[1], b->data, b->shape[1],
-         beta, y->data, N);
+    const float *bp = y->dtype == AI_F32 && !p->ta && ai_gemm_packs(M, N, K)
+                          ? ai_packed_weight(c, 1, p->tb, N, K) : NULL;
+    if (bp) /* a constant weight, packed once (packed.c) */
+        ai_gemm_packed_f32(M, N, K, (float)p->alpha, a->data, a->shape[1], bp, (float)beta,
+                           y->data, N);
+    else
+        gemm(y->dtype, p->ta, p->tb, M, N, K, p->alpha, a->data, a->shape[1], b->data,
+             b->shape[1], beta, y->data, N);
     return AI_OK;
 }
 
@@ -307,7 +315,13 @@ static ai_status matmul_forward(ai_ctx *c)
     char *Y = c->out[0]->data;
     const int64_t M = d.M, N = d.N, K = d.K;
     if (d.b_shared) { /* (count*M, K) @ (K, N) */
-        gemm(dt, false, false, d.count * M, N, K, 1.0, A, K, B, N, 0.0, Y, N);
+        const int64_t R = d.count * M;
+        const float *bp = dt == AI_F32 && ai_gemm_packs(R, N, K)
+                              ? ai_packed_weight(c, 1, false, N, K) : NULL;
+        if (bp) /* a constant weight, packed once (packed.c) */
+            ai_gemm_packed_f32(R, N, K, 1.0f, (const float *)A, K, bp, 0.0f, (float *)Y, N);
+        else
+            gemm(dt, false, false, R, N, K, 1.0, A, K, B, N, 0.0, Y, N);
         return AI_OK;
     }
     for (int64_t i = 0; i < d.count; i++) {
@@ -450,7 +464,13 @@ static ai_status fused_matmul_forward(ai_ctx *c)
     ai_tensor *y = c->out[0];
     int64_t R, K, N;
     fused_matmul_sizes(c, &R, &K, &N);
-    gemm(y->dtype, false, tb, R, N, K, 1.0, a->data, K, b->data, b->shape[1], 0.0, y->data, N);
+    const float *bp = y->dtype == AI_F32 && ai_gemm_packs(R, N, K)
+                          ? ai_packed_weight(c, 1, tb, N, K) : NULL;
+    if (bp) /* a constant weight, packed once (packed.c) */
+        ai_gemm_packed_f32(R, N, K, 1.0f, a->data, K, bp, 0.0f, y->data, N);
+    else
+        gemm(y->dtype, false, tb, R, N, K, 1.0, a->data, K, b->data, b->shape[1], 0.0,
+             y->data, N);
     if (bias) {
         rows_job j = {y->dtype == AI_F64, y->data, bias->data, N, 0, 1};
         ai_parallel_for(R, ai_grain_of(N), add_bias_range, &j);

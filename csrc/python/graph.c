@@ -691,16 +691,17 @@ static PyObject *Graph_memory_stats(GraphObject *self, PyObject *unused)
     if (graph_enter(self) < 0)
         return NULL;
     ai_status st = ai_graph_memory_stats(self->g, &m);
+    const int64_t packed = ai_packed_bytes(self->g);
     graph_leave(self);
     if (st)
         return raise_status(st);
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:i}", "peak_bytes",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:i,s:n}", "peak_bytes",
                          (Py_ssize_t)(m.arena_bytes + m.workspace_bytes + m.state_bytes),
                          "arena_bytes", (Py_ssize_t)m.arena_bytes, "workspace_bytes",
                          (Py_ssize_t)m.workspace_bytes, "state_bytes",
                          (Py_ssize_t)m.state_bytes, "param_bytes", (Py_ssize_t)m.param_bytes,
                          "grad_bytes", (Py_ssize_t)m.grad_bytes, "planned_nodes",
-                         m.planned_nodes);
+                         m.planned_nodes, "packed_weights_bytes", (Py_ssize_t)packed);
 }
 
 /* The recipes of recipes.c, by name. */
@@ -783,6 +784,37 @@ GRAPH_FLAG(need_backward)
 GRAPH_FLAG(input_grads)
 GRAPH_FLAG(keep_intermediates)
 GRAPH_FLAG(profile)
+
+/* packed.c's weights_version (an int, -1: none) and weights_packable */
+static PyObject *Graph_get_weights_version(GraphObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLongLong(self->g->weights_version);
+}
+
+static int Graph_set_weights_version(GraphObject *self, PyObject *v, void *c)
+{
+    (void)c;
+    long long version = v ? PyLong_AsLongLong(v) : -1;
+    if (version == -1 && PyErr_Occurred())
+        return -1;
+    if (version < -1) {
+        PyErr_Format(PyExc_ValueError, "Graph.weights_version must be >= 0, or -1 for none; "
+                     "got %lld", version);
+        return -1;
+    }
+    if (graph_enter(self) < 0) /* not while another thread runs it */
+        return -1;
+    self->g->weights_version = version;
+    graph_leave(self);
+    return 0;
+}
+
+static PyObject *Graph_get_weights_packable(GraphObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->g->weights_packable);
+}
 
 static PyObject *Graph_profile_counts(GraphObject *self, PyObject *args)
 {
@@ -893,6 +925,13 @@ static PyGetSetDef Graph_getset[] = {
      (setter)Graph_set_keep_intermediates, "plan without buffer reuse", NULL},
     {"profile", (getter)Graph_get_profile, (setter)Graph_set_profile,
      "time every node's forward and backward (profile_counts)", NULL},
+    {"weights_version", (getter)Graph_get_weights_version,
+     (setter)Graph_set_weights_version,
+     "the version of the initializers' values, changed by the caller after every write to "
+     "them; -1 (the default): none, no packed copy of a weight is read (packed.c)", NULL},
+    {"weights_packable", (getter)Graph_get_weights_packable, NULL,
+     "whether a forward had a product that would read a packed weight given a "
+     "weights_version", NULL},
     {"input_names", (getter)Graph_get_input_names, NULL, "graph inputs", NULL},
     {"output_names", (getter)Graph_get_output_names, NULL, "graph outputs", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -1015,9 +1015,56 @@ TEST(gemm_f32_tiles)
     free(Cn);
 }
 
+/* The product over a weight packed ahead (the engine's packed weights,
+ * packed.c): the same bits as ai_gemm_f32 (gemm_tiles.c packing at every
+ * call), B and B^T, beta 0 over NaN and 0.5, at 1, 2 and 3 threads (the
+ * pool splits it into panels of 64 columns or of rows), the shapes of
+ * gemm_f32_tiles and one split by rows (M > N). */
+static void packed_case(bool tb, int64_t M, int64_t N, int64_t K, float beta)
+{
+    const int64_t lda = K + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+    float *A = malloc(sizeof(float) * (size_t)(M * lda));
+    float *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+    float *bp = aligned_alloc(64, sizeof(float) * (size_t)ai_gemm_tiles_packed_size(N, K));
+    float *C1 = malloc(sizeof(float) * (size_t)(M * ldc));
+    float *C2 = malloc(sizeof(float) * (size_t)(M * ldc));
+    for (int64_t i = 0; i < M * lda; i++)
+        A[i] = (float)urand();
+    for (int64_t i = 0; i < (tb ? N : K) * ldb; i++)
+        B[i] = (float)urand();
+    ai_gemm_tiles_pack(tb, N, K, B, ldb, bp);
+    const int threads = ai_get_num_threads();
+    for (int n = 1; n <= 3; n++) {
+        ai_set_num_threads(n);
+        for (int64_t i = 0; i < M * ldc; i++)
+            C1[i] = C2[i] = beta == 0 ? NAN : 0.25f;
+        ai_gemm_f32(false, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C1, ldc);
+        ai_gemm_packed_f32(M, N, K, 0.5f, A, lda, bp, beta, C2, ldc);
+        CHECK(memcmp(C1, C2, sizeof(float) * (size_t)(M * ldc)) == 0);
+    }
+    ai_set_num_threads(threads);
+    free(A);
+    free(B);
+    free(bp);
+    free(C1);
+    free(C2);
+}
+
+TEST(gemm_f32_packed)
+{
+    if (!ai_gemm_packs(133, 300, 1300))
+        return; /* no AVX-512: the engine never packs */
+    for (int tb = 0; tb < 2; tb++) {
+        packed_case(tb, 133, 300, 1300, 0.0f);
+        packed_case(tb, 133, 300, 1300, 0.5f);
+        packed_case(tb, 700, 200, 130, 0.0f);
+    }
+}
+
 const ctest_case kernel_cases[] = {
     CASE(gemm_f32_single_rows),
     CASE(gemm_f32_tiles),
+    CASE(gemm_f32_packed),
     CASE(conv_forward_backward_against_naive_and_finite_differences),
     CASE(convtranspose_forward_backward_against_naive_and_finite_differences),
     CASE(conv_output_sizes_and_workspace),

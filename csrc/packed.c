@@ -1,0 +1,98 @@
+/*
+ * packed.c — the graph's packed copies of its weights, for the float32
+ * products that read a constant weight as op(B) (FusedMatMul, Gemm).
+ *
+ * gemm_tiles.c packs B into panels at every call; ONNX Runtime packs a
+ * constant weight once per session. Here a weight is packed at the first
+ * product that reads it and the copy kept while the weights' values stay
+ * what they were. The engine cannot see every write to them: an
+ * AidgeModule's parameters are the engine's memory, written in place by
+ * torch (optimizers, load_state_dict, `p.add_()` under no_grad). So the
+ * caller declares a version of the values (ai_graph.weights_version: the
+ * torch bridge gives the sum of its tensors' version counters, which
+ * every in-place write bumps) and a copy is read only at the version it
+ * was packed at; a graph with no version (-1) reads none. A training
+ * forward reads none either (BatchNorm writes its buffers), nor does one
+ * whose input is a copy of the value (not its memory).
+ *
+ * Memory: one copy per weight and layout read (N rounded up to 64
+ * columns), made when first read and kept with the graph: at most one
+ * more copy of the weights the products read (Graph.memory_stats()'s
+ * "packed_weights_bytes"). A new version repacks in place.
+ */
+#include <stdlib.h>
+
+#include "graph.h"
+#include "kernels/gemm.h"
+
+typedef struct ai_packed {
+    int value;        /* the weight's value index */
+    bool trans_b;
+    int64_t N, K;
+    const void *src;  /* the memory packed */
+    int64_t version;  /* ai_graph.weights_version when packed */
+    float *data;
+} ai_packed;
+
+const float *ai_packed_weight(ai_ctx *c, int slot, bool tb, int64_t N, int64_t K)
+{
+    ai_graph *g = c->g;
+    const int vi = c->node->in[slot];
+    if (g->training || vi < 0)
+        return NULL;
+    const ai_value *v = &g->values[vi];
+    if ((v->kind != AI_VAL_PARAM && v->kind != AI_VAL_BUFFER && v->kind != AI_VAL_CONST) ||
+        v->producer >= 0 || !v->data || v->data->data != c->in[slot]->data ||
+        c->in[slot]->dtype != AI_F32)
+        return NULL;
+    if (g->weights_version < 0) {
+        g->weights_packable = true;
+        return NULL;
+    }
+    ai_packed *e = NULL;
+    for (int i = 0; i < g->n_packed && !e; i++)
+        if (g->packed[i].value == vi && g->packed[i].trans_b == tb)
+            e = &g->packed[i];
+    if (e && e->src == v->data->data && e->N == N && e->K == K &&
+        e->version == g->weights_version)
+        return e->data;
+    if (!e) {
+        ai_packed *grown = realloc(g->packed, sizeof *grown * (size_t)(g->n_packed + 1));
+        if (!grown)
+            return NULL;
+        g->packed = grown;
+        e = &g->packed[g->n_packed++];
+        *e = (ai_packed){.value = vi, .trans_b = tb};
+    }
+    if (!e->data || e->N != N || e->K != K) {
+        free(e->data);
+        e->N = e->K = 0;
+        e->data = aligned_alloc(64, sizeof(float) * (size_t)ai_gemm_tiles_packed_size(N, K));
+        if (!e->data)
+            return NULL;
+        e->N = N, e->K = K;
+    }
+    const int64_t ldb = tb ? K : N;
+    ai_gemm_tiles_pack(tb, N, K, c->in[slot]->data, ldb, e->data);
+    e->src = v->data->data;
+    e->version = g->weights_version;
+    return e->data;
+}
+
+void ai_packed_clear(ai_graph *g)
+{
+    for (int i = 0; i < g->n_packed; i++)
+        free(g->packed[i].data);
+    free(g->packed);
+    g->packed = NULL;
+    g->n_packed = 0;
+}
+
+int64_t ai_packed_bytes(const ai_graph *g)
+{
+    int64_t bytes = 0;
+    for (int i = 0; i < g->n_packed; i++)
+        bytes += (int64_t)sizeof(float) * ai_gemm_tiles_packed_size(g->packed[i].N,
+                                                                    g->packed[i].K);
+    return bytes;
+}
