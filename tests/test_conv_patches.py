@@ -10,7 +10,8 @@ eval-mode wrapped model.
   same order from the bias. Cases: asymmetric padding (TensorFlow's "same",
   a ZeroPad2d before the conv), stride 1 and 2, dilation, 48 channels (a
   16-lane tile of 32 channels, then one of 16) and 40 (8 lanes only: not a
-  multiple of 16), planes of several jobs, folded BatchNorm and Relu.
+  multiple of 16), planes of several jobs, folded BatchNorm and Relu, a
+  residual added in the epilogue.
 - Bit for bit: the 16-lane tiles and the 8-lane ones, and 1, 2 and 3
   engine threads.
 """
@@ -110,3 +111,39 @@ def test_patch_tiles_16_lanes_match_8_lanes_and_threads_bit_for_bit(avx512, case
         ai.set_num_threads(saved)
     for key, y in outs.items():
         assert torch.equal(y, outs[1, True]), key
+
+
+class _Residual(nn.Module):
+    """Two first convs on the same NCHW input added: block_channels adds
+    one's output to the other's in its epilogue (a residual, blocked)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(1, 32, (10, 4), stride=2, padding=(4, 1)),
+                               nn.BatchNorm2d(32))
+        self.b = nn.Sequential(nn.Conv2d(1, 32, 3, stride=2), nn.BatchNorm2d(32))
+        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)
+
+    def forward(self, x):
+        return self.dw(torch.relu(self.a(x) + self.b(x)))
+
+
+def test_patch_tiles_add_a_residual(fast_kernels):
+    torch.manual_seed(0)
+    model = _Residual().eval()
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 1, 49, 11, generator=torch.Generator().manual_seed(3))
+    wrapped = ai.wrap(model, [tuple(x.shape)]).eval()
+    y = _run(wrapped, x)
+    fused = [n for n in wrapped._fused.nodes() if n["attrs"].get("residual")]
+    assert len(fused) == 1 and not fused[0]["attrs"].get("x_blocked")
+    assert fast_kernels(False) is False
+    reference = _run(wrapped, x)
+    assert fast_kernels(True) is True
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(y, expected, **TOL)
+    assert torch.equal(y, reference)
