@@ -227,6 +227,7 @@ static void blocked_bases(const blocked_geom *q, int64_t p0, int64_t np, int64_t
     } else {                 \
         TILE(1, 12)          \
     }
+/* patch tiles of 3 positions by up to 4 vectors (one block): 12 accumulators */
 #define BLOCKED_PATCH_PX 3
 #define BLOCKED_PATCH_SHAPES(TILE) \
     if (nv >= 4) {                 \
@@ -538,7 +539,7 @@ void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, co
 }
 
 /* The patch tiles: NCHW x, at most BLOCKED_PATCH_MAX_TAPS taps, at least
- * 32 output channels (two vectors of 16 over each gathered panel) */
+ * 32 output channels (two or four vectors of 16 per broadcast) */
 bool patch_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked)
 {
     return !x_blocked && p->C * g->ksize <= BLOCKED_PATCH_MAX_TAPS && p->M >= 32 &&
