@@ -66,6 +66,7 @@ typedef struct {
     bool padded;                            /* x is read from padded copies */
     bool yb;                                /* y in blocked channels */
     bool pw; /* pointwise on blocked x: blocked_pointwise_tiles */
+    bool patch; /* few taps, x not blocked, y blocked: blocked_patch_tiles */
     int64_t off[BLOCKED_MAX_TAPS]; /* tap (c, k1, k2) in the padded planes */
 } blocked_geom;
 
@@ -103,6 +104,7 @@ static bool blocked_geom_of(const ai_conv_params *p, const conv_geom *g, ai_dtyp
     q->padded = q->Hp != q->H || q->Wp != q->W;
     q->yb = blocked;
     q->pw = blocked && xb && g->pointwise;
+    q->patch = false; /* blocked_run's choice */
     q->xl = blocked && xb ? AI_CONV_BLOCK : 1;
     q->xc = q->xl == 1 ? p->C : (p->C + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK * AI_CONV_BLOCK;
     q->s1 = g->s[1];
@@ -182,6 +184,31 @@ static void blocked_pad_image(const blocked_geom *q, float *dst, const float *x)
     }
 }
 
+/* Position p0 + i's first input in the (padded) planes for i < np, rows
+ * and columns counted (a division per position was a sixth of the stem's
+ * time); past np, up to BLOCKED_PX_MAX more, the last again (computed,
+ * not stored). */
+static void blocked_bases(const blocked_geom *q, int64_t p0, int64_t np, int64_t *base)
+{
+    const int64_t rs = q->s1 * q->Wp * q->xl, cstep = q->s2 * q->xl; /* a row's, a column's step */
+    int64_t o2 = p0 % q->G2, at = (p0 / q->G2 * q->s1 * q->Wp + o2 * q->s2) * q->xl;
+    for (int64_t i = 0; i < np; i++) {
+        base[i] = at;
+        if (++o2 < q->G2) {
+            at += cstep;
+        } else {
+            o2 = 0;
+            at += rs - (q->G2 - 1) * cstep;
+        }
+    }
+    for (int64_t i = np; i < np + BLOCKED_PX_MAX; i++)
+        base[i] = base[np - 1];
+}
+
+/* The patch tiles' taps at most: a first conv's (1 to 3 channels, 10x4 to 4x4
+ * kernels); beyond, the direct tiles */
+#define BLOCKED_PATCH_MAX_TAPS 64
+
 /* The tiles at 8 lanes (AVX2 or baseline clones), and at 16 where GCC can
  * target AVX-512: taken (blocked_job.wide) when the CPU has it and the output
  * channels are a multiple of 16: twice the channels per load and per FMA,
@@ -199,6 +226,18 @@ static void blocked_pad_image(const blocked_geom *q, float *dst, const float *x)
         TILE(2, 6)           \
     } else {                 \
         TILE(1, 12)          \
+    }
+/* patch tiles of 3 positions by up to 4 vectors (one block): 12 accumulators */
+#define BLOCKED_PATCH_PX 3
+#define BLOCKED_PATCH_SHAPES(TILE) \
+    if (nv >= 4) {                 \
+        TILE(4, 3)                 \
+    } else if (nv == 3) {          \
+        TILE(3, 3)                 \
+    } else if (nv == 2) {          \
+        TILE(2, 3)                 \
+    } else {                       \
+        TILE(1, 3)                 \
     }
 #define BLOCKED_NO_CONTRACT VEC_NO_CONTRACT
 #define BLOCKED_LOAD_BLOCKS(src, ld) (*(const conv_vec8 *)(src))
@@ -226,6 +265,16 @@ static void blocked_pad_image(const blocked_geom *q, float *dst, const float *x)
     } else {                           \
         BLOCKED_POINTWISE_TILE(1, 16)  \
         TILE(1, 4)                     \
+    }
+/* patch tiles of 6 positions by 4 vectors (64 channels): 24 accumulators */
+#define BLOCKED_PATCH_PX 6
+#define BLOCKED_PATCH_SHAPES(TILE) \
+    if (nv >= 4) {                 \
+        TILE(4, 6)                 \
+    } else if (nv >= 2) {          \
+        TILE(2, 6)                 \
+    } else {                       \
+        TILE(1, 6)                 \
     }
 #define BLOCKED_NO_CONTRACT VEC16_NO_CONTRACT
 #define BLOCKED_LOAD_BLOCKS(src, ld)                                                             \
@@ -295,6 +344,15 @@ static void blocked_range(void *ctx, int64_t lo, int64_t hi)
                 padded = n;
             }
             float *yn = j->y + n * M * OS;
+            if (q->patch) {
+#ifdef AI_AVX512_KERNEL
+                if (j->wide)
+                    blocked_patch_tiles_v16(j, q->padded ? planes : xn, p0, np, yn);
+                else
+#endif
+                    blocked_patch_tiles_v8(j, q->padded ? planes : xn, p0, np, yn);
+                continue;
+            }
 #ifdef AI_AVX512_KERNEL
             if (j->wide)
                 blocked_tiles_v16(j, q->padded ? planes : xn, p0, np, yt, q->yb ? yn : NULL);
@@ -332,12 +390,13 @@ static void pack_range(void *ctx, int64_t lo, int64_t hi)
 /* y = conv(x, w) + b by the blocked tiles (blocked_geom_of's `blocked` and `xb`). */
 static bool blocked_run(const ai_conv_params *p, float *y, const float *x, const float *w,
                         const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked,
-                        bool xb, const float *r)
+                        bool xb, const float *r, bool patch)
 {
     conv_geom g = conv_geom_of(p, false);
     blocked_geom q;
     if (!blocked_geom_of(p, &g, AI_F32, &q, blocked, xb))
         return false;
+    q.patch = patch;
     const int64_t K = q.K, M = p->M, M8 = q.M8;
     /* w is (M, C, kernel) = (M, K) */
     pack_job pj = {ws, w, K, M, M8};
@@ -450,7 +509,7 @@ void blocked_add_residual(float *y, const float *r, int64_t n, bool relu)
 bool blocked_forward(const conv_call *c)
 {
     return c->dtype == AI_F32 &&
-           blocked_run(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep, false, false, NULL);
+           blocked_run(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep, false, false, NULL, false);
 }
 
 int64_t blocked_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype)
@@ -476,5 +535,20 @@ void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, co
                            const float *b, float *ws, const ai_conv_epilogue *ep,
                            bool x_blocked, const float *r)
 {
-    blocked_run(p, y, x, w, b, ws, ep, true, x_blocked, r);
+    blocked_run(p, y, x, w, b, ws, ep, true, x_blocked, r, false);
+}
+
+/* The patch tiles: NCHW x, at most BLOCKED_PATCH_MAX_TAPS taps, at least
+ * 32 output channels (two or four vectors of 16 per broadcast) */
+bool patch_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked)
+{
+    return !x_blocked && p->C * g->ksize <= BLOCKED_PATCH_MAX_TAPS && p->M >= 32 &&
+           blocked_chain_accepts(p, g, false);
+}
+
+/* its workspace: blocked_chain_workspace's (the same geometry, slots and packed weights) */
+void patch_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
+                         const float *b, float *ws, const ai_conv_epilogue *ep, const float *r)
+{
+    blocked_run(p, y, x, w, b, ws, ep, true, false, r, true);
 }

@@ -1,6 +1,7 @@
 /*
  * conv_blocked_impl.h — the channels-last direct conv's register tiles (blocked_tiles,
- * blocked_pointwise_tiles; conv_blocked.c describes the kernel), written once for a vector width.
+ * blocked_patch_tiles, blocked_pointwise_tiles; conv_blocked.c describes the kernel),
+ * written once for a vector width.
  * conv_blocked.c includes it once per width after defining
  *   BLOCKED_V       the vector of floats (BLOCKED_VL lanes: 8, or 16 with AVX-512),
  *   BLOCKED_VL      its lanes,
@@ -8,6 +9,8 @@
  *   BLOCKED_ATTR    their attributes (target, contraction),
  *   BLOCKED_SHAPES(TILE)  the tiles by vectors left (nv): TILE(NV, PX) calls,
  *   BLOCKED_POINTWISE_SHAPES(TILE) (optional) the pointwise tiles; BLOCKED_SHAPES by default,
+ *   BLOCKED_PATCH_PX, BLOCKED_PATCH_SHAPES(TILE)  the patch tiles' positions and, by
+ *               vectors left (nv), their TILE(NV, BLOCKED_PATCH_PX) calls,
  *   BLOCKED_NO_CONTRACT(v)  v as computed, not fused into an FMA with what follows,
  *   BLOCKED_LOAD_BLOCKS(src, ld), BLOCKED_STORE_BLOCKS(dst, ld, t): a vector from
  *               or to consecutive 8-lane blocks of blocked data, ld apart;
@@ -60,21 +63,8 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_tiles)(const blocked_job *j, const f
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     const float *rb = j->r && yb ? j->r + (yb - j->y) : NULL; /* the image's residual */
     int64_t base[BLOCKED_CHUNK + BLOCKED_PX_MAX];
-    /* position p0 + i's first input, rows and columns counted (a division
-     * per position was a sixth of the stem's time) */
-    const int64_t rs = q->s1 * q->Wp * q->xl, cstep = q->s2 * q->xl; /* a row's, a column's step */
-    int64_t o2 = p0 % q->G2, at = (p0 / q->G2 * q->s1 * q->Wp + o2 * q->s2) * q->xl;
-    for (int64_t i = 0; i < np; i++) {
-        base[i] = at;
-        if (++o2 < q->G2) {
-            at += cstep;
-        } else {
-            o2 = 0;
-            at += rs - (q->G2 - 1) * cstep;
-        }
-    }
-    for (int64_t i = np; i < np + BLOCKED_PX_MAX; i++) /* past np: the last again (not stored) */
-        base[i] = base[np - 1];
+    blocked_bases(q, p0, np, base);
+    const int64_t cstep = q->s2 * q->xl; /* a column's step */
 /* Taps [KLO, KHI) of a tile, position i's input at x + IDX(i) (IDX a table
  * lookup, or a constant step: no index registers, no spills) */
 #define BLOCKED_TAPS_RANGE(NV, PX, X0, IDX, KLO, KHI)              \
@@ -170,6 +160,75 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_tiles)(const blocked_job *j, const f
 #undef BLOCKED_STEP16
 }
 
+/* The patch tiles (blocked_geom.patch: x not blocked, y blocked, at most
+ * BLOCKED_PATCH_MAX_TAPS taps: a network's first conv): tiles of
+ * BLOCKED_PATCH_PX positions by NV vectors of channels across the blocks
+ * of the packed weights (4 vectors, 64 channels per broadcast at 16 lanes,
+ * where blocked_tiles stops at one 32-channel block), each position's
+ * input offset held for the whole tile, the kernel rows that read only
+ * the padding skipped as blocked_tiles skips them: each lane sums the
+ * same taps in the same order from the bias, bit for bit blocked_tiles'
+ * sums. */
+#define BLOCKED_PATCH_TILE(NV, PX)                                                   \
+    {                                                                                \
+        BLOCKED_V acc[PX][NV];                                                       \
+        BLOCKED_ACC_BIAS(NV, PX)                                                     \
+        const float *w0[NV]; /* vector v's weights at tap 0: its block's, its lane */ \
+        int64_t wstep[NV];                                                           \
+        for (int v = 0; v < (NV); v++) {                                             \
+            const int64_t c = m0 + BLOCKED_VL * v, b0 = c / BLOCKED_MB * BLOCKED_MB; \
+            w0[v] = j->wp + b0 * K + (c - b0);                                       \
+            wstep[v] = blocked_block_width(M8, b0);                                  \
+        }                                                                            \
+        for (int64_t kc = 0; kc < K; kc += khw)                                      \
+            for (int64_t k = kc + k1lo * q->kw; k < kc + k1hi * q->kw; k++) {        \
+                const float *xk = xn + q->off[k];                                    \
+                BLOCKED_V wv[NV];                                                    \
+                for (int v = 0; v < (NV); v++)                                       \
+                    wv[v] = *(const BLOCKED_V *)(w0[v] + k * wstep[v]);              \
+                for (int i = 0; i < (PX); i++) {                                     \
+                    const float a = xk[b[i]];                                        \
+                    for (int v = 0; v < (NV); v++)                                   \
+                        acc[i][v] += a * wv[v];                                      \
+                }                                                                    \
+            }                                                                        \
+        BLOCKED_STORE_BLOCKED(NV, PX, np - i0, p0 + i0)                              \
+        m0 += (NV) * BLOCKED_VL;                                                     \
+    }
+BLOCKED_ATTR static void BLOCKED_FN(blocked_patch_tiles)(const blocked_job *j, const float *xn,
+                                                         int64_t p0, int64_t np, float *yb)
+{
+    enum { PX = BLOCKED_PATCH_PX };
+    const blocked_geom *q = j->q;
+    const int64_t K = q->K, M8 = q->M8, OS = j->OS, khw = q->kh * q->kw;
+    const float *bias = j->wp + K * M8, *ea = bias + M8, *ec = ea + M8;
+    const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
+    const float *rb = j->r ? j->r + (yb - j->y) : NULL; /* the image's residual */
+    int64_t base[BLOCKED_CHUNK + BLOCKED_PX_MAX];
+    blocked_bases(q, p0, np, base);
+    for (int64_t i0 = 0; i0 < np; i0 += PX) {
+        int64_t b[PX]; /* the tile's positions (past np: the last again, not stored) */
+        for (int i = 0; i < PX; i++)
+            b[i] = base[i0 + i];
+        /* the kernel rows that read inside the image for some position (as
+         * in blocked_tiles) */
+        int64_t k1lo = 0, k1hi = q->kh;
+        if (q->padded) {
+            const int64_t oa = (p0 + i0) / q->G2;
+            const int64_t ob = (p0 + (i0 + PX <= np ? i0 + PX : np) - 1) / q->G2;
+            while (k1lo < k1hi && ob * q->s1 + k1lo * q->d1 < q->pb1)
+                k1lo++;
+            while (k1hi > k1lo && oa * q->s1 + (k1hi - 1) * q->d1 - q->pb1 >= q->H)
+                k1hi--;
+        }
+        for (int64_t m0 = 0; m0 < M8;) {
+            const int64_t nv = (M8 - m0) / BLOCKED_VL;
+            BLOCKED_PATCH_SHAPES(BLOCKED_PATCH_TILE)
+        }
+    }
+}
+#undef BLOCKED_PATCH_TILE
+
 /* The same for a pointwise conv on blocked x (blocked_pointwise): the input channels
  * block by block, each tile position's value read at a fixed displacement
  * (positions are 8 floats apart): no tap table, no position table.
@@ -259,6 +318,8 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_pointwise_tiles)(const blocked_job *
 #undef BLOCKED_SFX
 #undef BLOCKED_ATTR
 #undef BLOCKED_SHAPES
+#undef BLOCKED_PATCH_SHAPES
+#undef BLOCKED_PATCH_PX
 #undef BLOCKED_POINTWISE_SHAPES
 #undef BLOCKED_LOAD_BLOCKS
 #undef BLOCKED_NO_CONTRACT

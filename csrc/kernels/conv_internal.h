@@ -251,6 +251,9 @@ void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, co
                            const float *b, float *ws, const ai_conv_epilogue *ep,
                            bool x_blocked, const float *r);
 void blocked_add_residual(float *y, const float *r, int64_t n, bool relu);
+bool patch_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
+void patch_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
+                         const float *b, float *ws, const ai_conv_epilogue *ep, const float *r);
 
 /* conv_winograd.c: 3x3 stride-1 convs of the blocked chains, Winograd F(2x2, 3x3) */
 bool winograd_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
