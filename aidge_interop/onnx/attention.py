@@ -11,12 +11,25 @@ The pattern, on the ONNX graph before it is built::
 is replaced by ``FusedAttention(Q, Kt, V[, mask])`` with ``k_transposed``,
 ``scale`` (the constant, its inverse for Div, else 1) and ``masked_zero``
 (from the Where: a row whose every score is -inf gives 0, as torch's
-exported sdpa does, instead of Softmax's NaN). What comes before the
-MatMul stays: the Transpose that makes Kt, and the scale torch's sdpa
-export applies to Q and K apart (two Muls by sqrt(scale)). It is written
-by ``nn.MultiheadAttention``/``nn.TransformerEncoderLayer`` and by
+exported sdpa does, instead of Softmax's NaN). It is written by
+``nn.MultiheadAttention``/``nn.TransformerEncoderLayer`` and by
 ``transformers`` models (eager and sdpa attention: ViT, BERT with its mask,
 GPT-2 with its causal mask as an additive one).
+
+Around the block the node also takes, each a pass over memory forward and
+backward less (issue 47):
+
+- the scale torch's sdpa export applies to Q and K apart (a Mul by a
+  scalar constant, or Cast(Sqrt(constant)), on each), into ``scale``;
+- the Transposes that split the heads, rank 4: Q and V by (0, 2, 1, 3), Kt
+  by (0, 2, 3, 1) from (B, T, H, D) projections, all three or none: the
+  node reads Q, K, V in that layout (``bthd``, ``k_transposed`` 0); a
+  Shape that read a transposed value reads the projection's, permuted
+  (Shape -> Gather);
+- a Transpose (0, 2, 1, 3) that alone reads the result: the node writes Y
+  as (B, T, H, Dv) (``y_bthd``). sdpa's export puts a Reshape to the same
+  shape between, which inference cannot prove the identity: that
+  Transpose stays.
 
 A candidate is rewritten only when every intermediate value has no other
 reader and is no graph output, and ONNX shape inference (with data
@@ -47,13 +60,22 @@ def _scalar(name, consts):
 
 
 def _constants(graph):
-    from onnx import numpy_helper
+    import numpy as np
+    from onnx import helper, numpy_helper
 
     consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer
               if all(d == 1 for d in i.dims)}
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        elif n.op_type in ("Sqrt", "Cast") and n.input[0] in consts and \
+                consts[n.input[0]].size == 1:  # sdpa's scales of Q and K: Cast(Sqrt(a constant))
+            x = consts[n.input[0]]
+            if n.op_type == "Sqrt":
+                consts[n.output[0]] = np.sqrt(x)
+            elif x.dtype.kind == "f":
+                to = next(a.i for a in n.attribute if a.name == "to")
+                consts[n.output[0]] = x.astype(helper.tensor_dtype_to_np_dtype(to))
     return consts
 
 
@@ -68,6 +90,46 @@ def _dims(t):
 def _differ(a, b):
     """Whether two dims are known to differ (two ints; a symbol may be anything)."""
     return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def _perm(node):
+    if node.op_type != "Transpose":
+        return None
+    return next((tuple(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
+def _peel_scale(value, reader, producer, consts, only_reader):
+    """``value`` (read by ``reader``) traced back through Muls by a scalar
+    constant that nothing else reads: (the first value, the product of the
+    constants, the Muls)."""
+    scale, muls = 1.0, []
+    while True:
+        mul = producer.get(value)
+        if mul is None or mul.op_type != "Mul" or not only_reader(value, reader):
+            return value, scale, muls
+        for k in (0, 1):
+            c = _scalar(mul.input[1 - k], consts)
+            if c:
+                break
+        else:
+            return value, scale, muls
+        scale *= c
+        muls.append(mul)
+        value, reader = mul.input[k], mul
+
+
+def _transpose(value, perm, reader, producer, readers, outputs):
+    """(the Transpose by ``perm`` that makes ``value``, the Shapes that read
+    ``value`` besides ``reader``) when ``value`` has no other reader and is no
+    graph output, else None."""
+    t = producer.get(value)
+    if t is None or _perm(t) != perm or value in outputs:
+        return None
+    others = [r for r in readers.get(value, []) if r is not reader]
+    if len(others) + 1 != len(readers.get(value, [])) or \
+            any(r.op_type != "Shape" or r.attribute for r in others):
+        return None
+    return t, others
 
 
 def fuse_attention(proto, opset: int):
@@ -184,8 +246,33 @@ def fuse_attention(proto, opset: int):
                     d != 1 and _differ(d, s)
                     for d, s in zip(reversed(dm), reversed(scores))):
                 return None
-        return absorbed, [q, kt, v] + ([mask] if mask else []), \
-            {"scale": scale, "k_transposed": 1, "masked_zero": int(masked_zero)}
+        attrs = {"scale": scale, "k_transposed": 1, "masked_zero": int(masked_zero)}
+        outs, shapes = list(final.output), []
+        # the scale of Q and K apart (sdpa's two Muls by sqrt(scale)) into scale
+        (q, cq, mq), (kt, ck, mk) = (_peel_scale(val, x, producer, consts, only_reader)
+                                     for val in (q, kt))
+        absorbed += mq + mk
+        attrs["scale"] = scale * cq * ck
+        # the heads' Transposes around the block: Q, K, V and Y read and
+        # written in the projections' layout (B, T, H, D)
+        if r == 4:
+            last = {"q": mq[-1] if mq else x, "k": mk[-1] if mk else x}
+            tq, tk, tv = (_transpose(val, perm, rd, producer, readers, outputs)
+                          for val, perm, rd in ((q, (0, 2, 1, 3), last["q"]),
+                                                (kt, (0, 2, 3, 1), last["k"]),
+                                                (v, (0, 2, 1, 3), final)))
+            if tq and tk and tv:
+                absorbed += [tq[0], tk[0], tv[0]]
+                shapes = [(sh, t) for t, shs in (tq, tk, tv) for sh in shs]
+                q, kt, v = tq[0].input[0], tk[0].input[0], tv[0].input[0]
+                attrs.update(k_transposed=0, bthd=1)
+            ty = readers.get(final.output[0], [])
+            if len(ty) == 1 and final.output[0] not in outputs and \
+                    _perm(ty[0]) == (0, 2, 1, 3):
+                absorbed.append(ty[0])
+                outs = list(ty[0].output)
+                attrs["y_bthd"] = 1
+        return absorbed, [q, kt, v] + ([mask] if mask else []), outs, attrs, shapes
 
     replaced, done = {}, []
     dropped = set()
@@ -195,18 +282,27 @@ def fuse_attention(proto, opset: int):
         m = match(final)
         if m is None:
             continue
-        absorbed, inputs, attrs = m
+        absorbed, inputs, outs, attrs, shapes = m
         name = final.name or final.output[0]
-        replaced[id(final)] = helper.make_node("FusedAttention", inputs, list(final.output),
-                                               name=f"{name}/attention", domain=_FUSED_DOMAIN,
-                                               **attrs)
+        replaced[id(final)] = [helper.make_node("FusedAttention", inputs, outs,
+                                                name=f"{name}/attention", domain=_FUSED_DOMAIN,
+                                                **attrs)]
+        for sh, t in shapes:  # Shape(Transpose(x)): the Shape of x, permuted
+            base = f"{sh.name or sh.output[0]}/untransposed"
+            replaced[id(sh)] = [
+                helper.make_node("Shape", [t.input[0]], [base], name=base),
+                helper.make_node("Constant", [], [base + "_perm"], name=base + "_perm",
+                                 value=helper.make_tensor(base + "_perm", onnx.TensorProto.INT64,
+                                                          [len(_perm(t))], list(_perm(t)))),
+                helper.make_node("Gather", [base, base + "_perm"], list(sh.output),
+                                 name=base + "_gather", axis=0)]
         dropped.update(id(n) for n in absorbed[1:])
         done.append(name)
     if not done:
         return proto, []
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    nodes = [replaced.get(id(n), n) for n in graph.node if id(n) not in dropped]
+    nodes = [r for n in graph.node if id(n) not in dropped for r in replaced.get(id(n), [n])]
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if not any(o.domain == _FUSED_DOMAIN for o in out.opset_import):

@@ -24,7 +24,12 @@
  *                   dim 1 or Tk) and a fully masked row NaN, as Softmax
  *                   gives, or 0 with masked_zero. Attributes scale
  *                   (default 1 / sqrt(D)), k_transposed, is_causal,
- *                   masked_zero.
+ *                   masked_zero; bthd: Q, K, V as (B, T, H, D), the
+ *                   projections' layout before the heads' Transposes
+ *                   (rank 4, not with k_transposed), and y_bthd: Y as
+ *                   (B, Tq, Hq, Dv); a plane's rows are then H D apart
+ *                   (the GEMMs' leading dimensions): no Transpose copies
+ *                   the operands, forward or backward.
  *
  * Y = softmax(scale Q K^T + bias) V row block by row block: a block's
  * scores (rows x Tk) are one GEMM (kernels/gemm.h) and stay in cache, its
@@ -55,14 +60,18 @@
 
 typedef struct {
     double scale; /* 0: 1 / sqrt(D) */
-    bool causal, kt, fused, masked_zero;
+    bool causal, kt, fused, masked_zero, bthd, y_bthd;
 } att_params;
 
 /* One node's sizes and operands, the batch folded into (B, H) planes. */
 typedef struct {
     int64_t B, Hq, Hk, Tq, Tk, D, Dv, Lm; /* Lm: the mask's keys (ONNX: <= Tk) */
     double scale;
-    bool causal, kt, masked_zero, mask_bool, f64;
+    bool causal, kt, masked_zero, mask_bool, f64, bthd, y_bthd;
+    /* row strides of Q (and dQ), K, V, Y (and dY): D, Tk or D, Dv, Dv; with
+     * bthd Q's, K's, V's Hq D, Hk D, Hk Dv, with y_bthd Y's Hq Dv (a plane's
+     * rows interleaved with the other heads') */
+    int64_t ldq, ldk, ldv, ldy;
     const void *q, *k, *v, *mask;
     int64_t mask_st[4]; /* the mask's strides over (B, Hq, Tq, Lm), 0 where broadcast */
     void *y;
@@ -116,15 +125,22 @@ static ai_status att_init(ai_node *n)
         return ai_error(AI_ERR_NOMEM, "out of memory");
     n->params = p;
     p->fused = strcmp(n->op_type, "FusedAttention") == 0;
-    int64_t causal, kt = 0, masked_zero = 0;
+    int64_t causal, kt = 0, masked_zero = 0, bthd = 0, y_bthd = 0;
     ai_status st;
     if ((st = ai_attr_float(n, "scale", 0, &p->scale)) ||
         (st = ai_attr_int(n, "is_causal", 0, &causal)) ||
         (p->fused && ((st = ai_attr_int(n, "k_transposed", 0, &kt)) ||
-                      (st = ai_attr_int(n, "masked_zero", 0, &masked_zero)))))
+                      (st = ai_attr_int(n, "masked_zero", 0, &masked_zero)) ||
+                      (st = ai_attr_int(n, "bthd", 0, &bthd)) ||
+                      (st = ai_attr_int(n, "y_bthd", 0, &y_bthd)))))
         return st;
     p->causal = causal != 0;
     p->kt = kt != 0;
+    p->bthd = bthd != 0;
+    p->y_bthd = y_bthd != 0;
+    if (p->bthd && p->kt)
+        return ai_node_error(n, AI_ERR_VALUE, "bthd with k_transposed: K (B, Tk, Hk, D) is "
+                             "not transposed");
     p->masked_zero = !p->fused || masked_zero != 0;
     for (int k = 4; k < n->n_in; k++) /* ONNX's past_key, past_value, nonpad_kv_seqlen */
         if (n->in[k] >= 0)
@@ -153,9 +169,10 @@ static ai_status att_sizes(const ai_ctx *c, att_info *a)
     const ai_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2], *m = c->n_in > 3 ? c->in[3] : NULL;
     const ai_node *n = c->node;
     const int r = q->ndim;
-    if ((r != 4 && !(p->fused && r == 3)) || k->ndim != r || v->ndim != r)
+    const bool rank3 = p->fused && !p->bthd && !p->y_bthd;
+    if ((r != 4 && !(rank3 && r == 3)) || k->ndim != r || v->ndim != r)
         return ai_node_error(n, AI_ERR_VALUE, "Q, K, V of ranks %d, %d, %d; all %s expected",
-                             q->ndim, k->ndim, v->ndim, p->fused ? "3 or all 4" : "4");
+                             q->ndim, k->ndim, v->ndim, rank3 ? "3 or all 4" : "4");
     if (q->dtype != AI_F32 && q->dtype != AI_F64)
         return ai_node_error(n, AI_ERR_TYPE, "Q is %s; float32 or float64 expected",
                              ai_dtype_name(q->dtype));
@@ -164,25 +181,28 @@ static ai_status att_sizes(const ai_ctx *c, att_info *a)
                              ai_dtype_name(q->dtype), ai_dtype_name(k->dtype),
                              ai_dtype_name(v->dtype));
     const int o = 4 - r; /* (1, N, T, D) for rank 3 */
+    const int ah = p->bthd ? 2 : 1 - o, at = p->bthd ? 1 : 2 - o; /* heads', rows' axes */
     a->B = o ? 1 : q->shape[0];
-    a->Hq = q->shape[1 - o];
-    a->Hk = k->shape[1 - o];
-    a->Tq = q->shape[2 - o];
+    a->Hq = q->shape[ah];
+    a->Hk = k->shape[ah];
+    a->Tq = q->shape[at];
     a->D = q->shape[3 - o];
-    a->Tk = k->shape[(p->kt ? 3 : 2) - o];
-    const int64_t kd = k->shape[(p->kt ? 2 : 3) - o];
+    a->Tk = k->shape[p->kt ? 3 - o : at];
+    const int64_t kd = k->shape[p->kt ? 2 - o : 3 - o];
     a->Dv = v->shape[3 - o];
-    if ((!o && (k->shape[0] != a->B || v->shape[0] != a->B)) || v->shape[1 - o] != a->Hk ||
-        kd != a->D || v->shape[2 - o] != a->Tk || a->Hk == 0 || a->Hq % a->Hk != 0 ||
+    if ((!o && (k->shape[0] != a->B || v->shape[0] != a->B)) || v->shape[ah] != a->Hk ||
+        kd != a->D || v->shape[at] != a->Tk || a->Hk == 0 || a->Hq % a->Hk != 0 ||
         (o && a->Hq != a->Hk))
-        return ai_node_error(n, AI_ERR_VALUE, "Q (B, Hq, Tq, D), %s, V (B, Hk, Tk, Dv) "
-                             "expected, Hq a multiple of Hk; got (heads, rows, cols) Q (%lld, "
-                             "%lld, %lld), K (%lld, %lld, %lld), V (%lld, %lld, %lld)",
-                             p->kt ? "Kt (B, Hk, D, Tk)" : "K (B, Hk, Tk, D)", (long long)a->Hq,
-                             (long long)a->Tq, (long long)a->D, (long long)a->Hk,
-                             (long long)k->shape[2 - o], (long long)k->shape[3 - o],
-                             (long long)v->shape[1 - o], (long long)v->shape[2 - o],
-                             (long long)a->Dv);
+        return ai_node_error(n, AI_ERR_VALUE, "Q %s, %s, V %s expected, Hq a multiple of Hk; "
+                             "got (heads, rows, cols) Q (%lld, %lld, %lld), K (%lld, %lld, "
+                             "%lld), V (%lld, %lld, %lld)",
+                             p->bthd ? "(B, Tq, Hq, D)" : "(B, Hq, Tq, D)",
+                             p->bthd ? "K (B, Tk, Hk, D)" : p->kt ? "Kt (B, Hk, D, Tk)" :
+                             "K (B, Hk, Tk, D)", p->bthd ? "(B, Tk, Hk, Dv)" : "(B, Hk, Tk, Dv)",
+                             (long long)a->Hq, (long long)a->Tq, (long long)a->D,
+                             (long long)a->Hk, (long long)k->shape[p->kt ? 2 - o : at],
+                             (long long)k->shape[3 - o], (long long)v->shape[ah],
+                             (long long)v->shape[at], (long long)a->Dv);
     a->Lm = a->Tk;
     a->mask_bool = false;
     if (m) {
@@ -207,6 +227,12 @@ static ai_status att_sizes(const ai_ctx *c, att_info *a)
     a->scale = p->scale != 0 ? p->scale : 1 / sqrt((double)a->D);
     a->causal = p->causal;
     a->kt = p->kt;
+    a->bthd = p->bthd;
+    a->ldq = p->bthd ? a->Hq * a->D : a->D;
+    a->ldk = p->bthd ? a->Hk * a->D : p->kt ? a->Tk : a->D;
+    a->ldv = p->bthd ? a->Hk * a->Dv : a->Dv;
+    a->y_bthd = p->y_bthd;
+    a->ldy = p->y_bthd ? a->Hq * a->Dv : a->Dv;
     a->masked_zero = p->masked_zero;
     a->f64 = q->dtype == AI_F64;
     return AI_OK;
@@ -223,6 +249,10 @@ static ai_status att_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state)
     out[0].dtype = q->dtype;
     out[0].ndim = q->ndim;
     memcpy(out[0].shape, q->shape, sizeof(int64_t) * (size_t)q->ndim);
+    /* (B, Hq, Tq, Dv), or (B, Tq, Hq, Dv) with y_bthd */
+    const int64_t y4[4] = {a.B, a.y_bthd ? a.Tq : a.Hq, a.y_bthd ? a.Hq : a.Tq, a.Dv};
+    if (q->ndim == 4)
+        memcpy(out[0].shape, y4, sizeof y4);
     out[0].shape[q->ndim - 1] = a.Dv;
     if (c->g->need_backward) /* P */
         *state = (size_t)(a.B * a.Hq * a.Tq * a.Tk) * ai_dtype_size(q->dtype);
@@ -265,19 +295,26 @@ static att_plane att_plane_of(const att_info *a, int64_t b, int64_t h)
 {
     const size_t es = a->f64 ? 8 : 4;
     const int64_t hk = h / (a->Hq / a->Hk), qp = b * a->Hq + h, kp = b * a->Hk + hk;
+    /* element offsets of the plane's first row: (B, H, T, .) planes, or
+     * with bthd (Y: y_bthd) batch b's rows and head h's columns of
+     * (B, T, H, .) */
+    const int64_t oq = a->bthd ? b * a->Tq * a->ldq + h * a->D : qp * a->Tq * a->D;
+    const int64_t ok = a->bthd ? b * a->Tk * a->ldk + hk * a->D : kp * a->Tk * a->D;
+    const int64_t ov = a->bthd ? b * a->Tk * a->ldv + hk * a->Dv : kp * a->Tk * a->Dv;
+    const int64_t oy = a->y_bthd ? b * a->Tq * a->ldy + h * a->Dv : qp * a->Tq * a->Dv;
     att_plane pl = {
-        .q = (const char *)a->q + (size_t)(qp * a->Tq * a->D) * es,
-        .k = (const char *)a->k + (size_t)(kp * a->Tk * a->D) * es,
-        .v = (const char *)a->v + (size_t)(kp * a->Tk * a->Dv) * es,
-        .y = a->y ? (char *)a->y + (size_t)(qp * a->Tq * a->Dv) * es : NULL,
+        .q = (const char *)a->q + (size_t)oq * es,
+        .k = (const char *)a->k + (size_t)ok * es,
+        .v = (const char *)a->v + (size_t)ov * es,
+        .y = a->y ? (char *)a->y + (size_t)oy * es : NULL,
         .p = a->p ? (char *)a->p + (size_t)(qp * a->Tq * a->Tk) * es : NULL,
         .mask_off = b * a->mask_st[0] + h * a->mask_st[1],
     };
     if (a->dy) {
-        pl.dy = (const char *)a->dy + (size_t)(qp * a->Tq * a->Dv) * es;
-        pl.dq = a->dq ? (char *)a->dq + (size_t)(qp * a->Tq * a->D) * es : NULL;
-        pl.dk = a->dk ? (char *)a->dk + (size_t)(kp * a->Tk * a->D) * es : NULL;
-        pl.dv = a->dv ? (char *)a->dv + (size_t)(kp * a->Tk * a->Dv) * es : NULL;
+        pl.dy = (const char *)a->dy + (size_t)oy * es;
+        pl.dq = a->dq ? (char *)a->dq + (size_t)oq * es : NULL;
+        pl.dk = a->dk ? (char *)a->dk + (size_t)ok * es : NULL;
+        pl.dv = a->dv ? (char *)a->dv + (size_t)ov * es : NULL;
         pl.dmask = a->dmask ? (char *)a->dmask + (size_t)(qp * a->Tq * a->Lm) * es : NULL;
     }
     return pl;

@@ -12,16 +12,17 @@
  */
 
 /* S = scale Q_blk K^T, then the bias (mask, causal, padding) of each row.
- * K is (Tk, D), or (D, Tk) with kt. */
+ * K is (Tk, D), or (D, Tk) with kt; rows a->ldq, a->ldk apart (operands.
+ * gradients and Y alike: att_info). */
 AI_WIDE_CLONES static void SFX(att_scores)(const att_info *a, const att_plane *pl, int64_t r0,
                                            int64_t n, int64_t kmax, REAL *S)
 {
     const int64_t Tk = a->Tk, D = a->D;
-    const REAL *q = (const REAL *)pl->q + r0 * D;
+    const REAL *q = (const REAL *)pl->q + r0 * a->ldq;
     if (a->kt)
-        GEMM(false, false, n, kmax, D, (REAL)a->scale, q, D, pl->k, Tk, 0, S, Tk);
+        GEMM(false, false, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
     else
-        GEMM(false, true, n, kmax, D, (REAL)a->scale, q, D, pl->k, D, 0, S, Tk);
+        GEMM(false, true, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
     for (int64_t i = 0; i < n; i++) {
         REAL *s = S + i * Tk;
         const int64_t row = r0 + i;
@@ -108,8 +109,8 @@ static void SFX(att_forward_block)(const att_info *a, const att_plane *pl, int64
             memcpy(dst, S + i * a->Tk, (size_t)kmax * sizeof(REAL));
             memset(dst + kmax, 0, (size_t)(a->Tk - kmax) * sizeof(REAL));
         }
-    GEMM(false, false, n, a->Dv, kmax, 1, S, a->Tk, pl->v, a->Dv, 0, (REAL *)pl->y + r0 * a->Dv,
-         a->Dv);
+    GEMM(false, false, n, a->Dv, kmax, 1, S, a->Tk, pl->v, a->ldv, 0,
+         (REAL *)pl->y + r0 * a->ldy, a->ldy);
 }
 
 /* The gradients of one row block from the P the forward kept: dP = dY V^T,
@@ -122,25 +123,27 @@ AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_
                                                    int64_t r0, int64_t n, bool first_kv,
                                                    REAL *dP)
 {
-    const int64_t Tk = a->Tk, D = a->D, Dv = a->Dv;
+    const int64_t Tk = a->Tk, D = a->D, Dv = a->Dv, ldq = a->ldq, ldk = a->ldk, ldv = a->ldv;
     const int64_t kmax = att_kmax(a, r0 + n);
     const REAL scale = (REAL)a->scale;
-    const REAL *q = (const REAL *)pl->q + r0 * D, *dy = (const REAL *)pl->dy + r0 * Dv;
+    const REAL *q = (const REAL *)pl->q + r0 * ldq, *dy = (const REAL *)pl->dy + r0 * a->ldy;
     const REAL *P = (const REAL *)pl->p + r0 * Tk;
     const REAL beta_q = a->assign[0] ? 0 : 1;
     const REAL beta_k = a->assign[1] && first_kv ? 0 : 1, beta_v = a->assign[2] && first_kv ? 0 : 1;
     if (beta_k == 0 && kmax < Tk) {
         if (a->kt) /* dK (D, Tk) */
             for (int64_t d = 0; d < D; d++)
-                memset((REAL *)pl->dk + d * Tk + kmax, 0, (size_t)(Tk - kmax) * sizeof(REAL));
+                memset((REAL *)pl->dk + d * ldk + kmax, 0, (size_t)(Tk - kmax) * sizeof(REAL));
         else
-            memset((REAL *)pl->dk + kmax * D, 0, (size_t)((Tk - kmax) * D) * sizeof(REAL));
+            for (int64_t t = kmax; t < Tk; t++)
+                memset((REAL *)pl->dk + t * ldk, 0, (size_t)D * sizeof(REAL));
     }
     if (beta_v == 0 && kmax < Tk)
-        memset((REAL *)pl->dv + kmax * Dv, 0, (size_t)((Tk - kmax) * Dv) * sizeof(REAL));
-    GEMM(false, true, n, kmax, Dv, 1, dy, Dv, pl->v, Dv, 0, dP, Tk);
+        for (int64_t t = kmax; t < Tk; t++)
+            memset((REAL *)pl->dv + t * ldv, 0, (size_t)Dv * sizeof(REAL));
+    GEMM(false, true, n, kmax, Dv, 1, dy, a->ldy, pl->v, ldv, 0, dP, Tk);
     if (pl->dv)
-        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, Dv, beta_v, pl->dv, Dv);
+        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, a->ldy, beta_v, pl->dv, ldv);
     for (int64_t i = 0; i < n; i++) {
         const REAL *p = P + i * Tk;
         REAL *dp = dP + i * Tk;
@@ -167,16 +170,16 @@ AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_
         }
     }
     if (pl->dq) {
-        REAL *dq = (REAL *)pl->dq + r0 * D;
+        REAL *dq = (REAL *)pl->dq + r0 * ldq;
         if (a->kt)
-            GEMM(false, true, n, D, kmax, scale, dP, Tk, pl->k, Tk, beta_q, dq, D);
+            GEMM(false, true, n, D, kmax, scale, dP, Tk, pl->k, ldk, beta_q, dq, ldq);
         else
-            GEMM(false, false, n, D, kmax, scale, dP, Tk, pl->k, D, beta_q, dq, D);
+            GEMM(false, false, n, D, kmax, scale, dP, Tk, pl->k, ldk, beta_q, dq, ldq);
     }
     if (pl->dk) {
         if (a->kt)
-            GEMM(true, false, D, kmax, n, scale, q, D, dP, Tk, beta_k, pl->dk, Tk);
+            GEMM(true, false, D, kmax, n, scale, q, ldq, dP, Tk, beta_k, pl->dk, ldk);
         else
-            GEMM(true, false, kmax, D, n, scale, dP, Tk, q, D, beta_k, pl->dk, D);
+            GEMM(true, false, kmax, D, n, scale, dP, Tk, q, ldq, beta_k, pl->dk, ldk);
     }
 }
