@@ -257,10 +257,11 @@ static void gather_add_blocks(void *ctx, int64_t lo, int64_t hi)
     for (int64_t it = lo; it < hi; it++) {
         const int64_t o = it / j->blocks, c0 = it % j->blocks * GATHER_BLOCK;
         const int64_t n = j->inner - c0 < GATHER_BLOCK ? j->inner - c0 : GATHER_BLOCK;
-        for (int64_t i = 0; i < j->ni; i++)
-            add(j->dst + (size_t)((o * j->dim + gather_index(j->idx, i, j->dim)) * j->inner + c0) *
-                             j->es,
-                1, j->src + (size_t)((o * j->ni + i) * j->inner + c0) * j->es, 1, n, j->es);
+        for (int64_t i = 0; i < j->ni; i++) {
+            const int64_t to = (o * j->dim + gather_index(j->idx, i, j->dim)) * j->inner + c0;
+            const int64_t from = (o * j->ni + i) * j->inner + c0;
+            add(j->dst + (size_t)to * j->es, 1, j->src + (size_t)from * j->es, 1, n, j->es);
+        }
     }
 }
 
@@ -301,10 +302,10 @@ static ai_status gather_backward(ai_ctx *c)
     const int64_t inner = ai_shape_prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
     if (!inner)
         return AI_OK;
+    const int64_t block = inner < GATHER_BLOCK ? inner : GATHER_BLOCK;
     gather_job j = {idx, c->dout[0]->data, dx->data, ai_dtype_size(dx->dtype), dim, ni, inner,
                     (inner + GATHER_BLOCK - 1) / GATHER_BLOCK};
-    ai_parallel_for(outer * j.blocks, ai_grain_of(ni * (inner < GATHER_BLOCK ? inner : GATHER_BLOCK)),
-                    gather_add_blocks, &j);
+    ai_parallel_for(outer * j.blocks, ai_grain_of(ni * block), gather_add_blocks, &j);
     return AI_OK;
 }
 
