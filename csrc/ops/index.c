@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "../parallel.h"
 #include "movement.h"
 
 /* ---------------------------------------------------------------- Trilu, GatherElements */
@@ -224,6 +225,46 @@ static int64_t gather_index(const ai_tensor *idx, int64_t i, int64_t dim)
     return v >= 0 && v < dim ? v : -1;
 }
 
+/* Gather's rows: data (outer, dim, inner) and out (outer, ni, inner) of
+ * es-byte elements. Forward: items are output rows. Backward: items are
+ * (o, block of GATHER_BLOCK columns), each adding the rows of dy to dx at
+ * the indices in index order, so that a repeated index sums its rows in
+ * the same order at any thread count (a split by rows would race on it). */
+#define GATHER_BLOCK 64
+typedef struct {
+    const ai_tensor *idx;
+    const char *src;
+    char *dst;
+    size_t es;
+    int64_t dim, ni, inner, blocks;
+} gather_job;
+
+static void gather_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const gather_job *j = ctx;
+    const size_t row = (size_t)j->inner * j->es;
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t o = r / j->ni, i = r % j->ni;
+        memcpy(j->dst + (size_t)r * row,
+               j->src + (size_t)(o * j->dim + gather_index(j->idx, i, j->dim)) * row, row);
+    }
+}
+
+static void gather_add_blocks(void *ctx, int64_t lo, int64_t hi)
+{
+    const gather_job *j = ctx;
+    const ai_row_fn add = j->es == sizeof(float) ? ai_row_add_f32 : ai_row_add_f64;
+    for (int64_t it = lo; it < hi; it++) {
+        const int64_t o = it / j->blocks, c0 = it % j->blocks * GATHER_BLOCK;
+        const int64_t n = j->inner - c0 < GATHER_BLOCK ? j->inner - c0 : GATHER_BLOCK;
+        for (int64_t i = 0; i < j->ni; i++) {
+            const int64_t to = (o * j->dim + gather_index(j->idx, i, j->dim)) * j->inner + c0;
+            const int64_t from = (o * j->ni + i) * j->inner + c0;
+            add(j->dst + (size_t)to * j->es, 1, j->src + (size_t)from * j->es, 1, n, j->es);
+        }
+    }
+}
+
 /* data (outer, dim, inner), indices (ni) -> out (outer, ni, inner) */
 static ai_status gather_forward(ai_ctx *c)
 {
@@ -239,15 +280,10 @@ static ai_status gather_forward(ai_ctx *c)
             return ai_node_error(c->node, AI_ERR_INDEX,
                                  "index %g is out of range for axis %d of size %lld",
                                  ai_tensor_get_flat(idx, i), a, (long long)dim);
-    const size_t row = (size_t)inner * ai_dtype_size(x->dtype);
-    if (!row)
+    if (!inner)
         return AI_OK;
-    const char *xp = x->data;
-    char *yp = c->out[0]->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < ni; i++)
-            memcpy(yp + (size_t)(o * ni + i) * row,
-                   xp + (size_t)(o * dim + gather_index(idx, i, dim)) * row, row);
+    gather_job j = {idx, x->data, c->out[0]->data, ai_dtype_size(x->dtype), dim, ni, inner, 1};
+    ai_parallel_for(outer * ni, ai_grain_of(inner), gather_rows, &j);
     return AI_OK;
 }
 
@@ -264,15 +300,12 @@ static ai_status gather_backward(ai_ctx *c)
         return st;
     const int64_t outer = ai_shape_prod(x->shape, 0, a), dim = x->shape[a];
     const int64_t inner = ai_shape_prod(x->shape, a + 1, x->ndim), ni = ai_tensor_numel(idx);
-    const size_t es = ai_dtype_size(dx->dtype);
-    const ai_row_fn add = dx->dtype == AI_F32 ? ai_row_add_f32 : ai_row_add_f64;
     if (!inner)
         return AI_OK;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < ni; i++)
-            add((char *)dx->data + (size_t)((o * dim + gather_index(idx, i, dim)) * inner) * es,
-                1, (const char *)c->dout[0]->data + (size_t)((o * ni + i) * inner) * es, 1,
-                inner, es);
+    const int64_t block = inner < GATHER_BLOCK ? inner : GATHER_BLOCK;
+    gather_job j = {idx, c->dout[0]->data, dx->data, ai_dtype_size(dx->dtype), dim, ni, inner,
+                    (inner + GATHER_BLOCK - 1) / GATHER_BLOCK};
+    ai_parallel_for(outer * j.blocks, ai_grain_of(ni * block), gather_add_blocks, &j);
     return AI_OK;
 }
 

@@ -186,13 +186,18 @@ static walk walk_swapped(const walk *w)
     return r;
 }
 
-/* Rows [lo, hi) of a merged walk (walk_run) */
+/* Items [lo, hi) of a merged walk (walk_run): item it is piece
+ * it % pieces of row it / pieces, a row cut into `pieces` equal runs (1
+ * but for rows of more than AI_GRAIN_ELEMS elements: a contiguous copy is
+ * one row after merging, which would run on one thread). Each element is
+ * written by one piece, so the split never changes a value. */
 typedef struct {
     walk w; /* merged: size-1 dimensions dropped, contiguous runs joined */
     char *dst;
     const char *src;
     size_t es;
     ai_row_fn row;
+    int64_t pieces;
 } walk_job;
 
 static void walk_range(void *ctx, int64_t lo, int64_t hi)
@@ -200,18 +205,22 @@ static void walk_range(void *ctx, int64_t lo, int64_t hi)
     const walk_job *j = ctx;
     const walk *w = &j->w;
     const int nd = w->nd;
-    const int64_t inner = nd ? w->shape[nd - 1] : 1, e = (int64_t)j->es;
+    const int64_t inner = nd ? w->shape[nd - 1] : 1, e = (int64_t)j->es, pieces = j->pieces;
     const int64_t sd = nd ? w->sd[nd - 1] : 1, ss = nd ? w->ss[nd - 1] : 1;
     int64_t idx[AI_MAX_DIMS] = {0}, od = w->od, os = w->os;
     int64_t below = 1;
-    for (int d = nd - 2; d >= 0; d--) { /* row lo's index */
-        idx[d] = lo / below % w->shape[d];
+    for (int d = nd - 2; d >= 0; d--) { /* row lo / pieces's index */
+        idx[d] = lo / pieces / below % w->shape[d];
         below *= w->shape[d];
         od += idx[d] * w->sd[d];
         os += idx[d] * w->ss[d];
     }
-    for (int64_t r = lo; r < hi; r++) {
-        j->row(j->dst + od * e, sd, j->src + os * e, ss, inner, j->es);
+    for (int64_t it = lo; it < hi; it++) {
+        const int64_t k = it % pieces, c0 = inner * k / pieces, c1 = inner * (k + 1) / pieces;
+        j->row(j->dst + (od + c0 * sd) * e, sd, j->src + (os + c0 * ss) * e, ss, c1 - c0,
+               j->es);
+        if (k < pieces - 1)
+            continue;
         for (int d = nd - 2; d >= 0; d--) {
             od += w->sd[d];
             os += w->ss[d];
@@ -263,7 +272,7 @@ static void walk_run(const walk *w0, char *dst, const char *src, size_t es, ai_r
 {
     /* drop size-1 dimensions; merge a dimension into the previous one when
      * both sides are contiguous across them (long rows, few calls) */
-    walk_job j = {.dst = dst, .src = src, .es = es, .row = row};
+    walk_job j = {.dst = dst, .src = src, .es = es, .row = row, .pieces = 1};
     walk *w = &j.w;
     for (int d = 0; d < w0->nd; d++) {
         if (w0->shape[d] == 0)
@@ -294,7 +303,15 @@ static void walk_run(const walk *w0, char *dst, const char *src, size_t es, ai_r
         ai_parallel_for(items, ai_grain_of(TR_BAND * inner), transpose_range, &j);
         return;
     }
-    ai_parallel_for(rows, ai_grain_of(inner), walk_range, &j);
+    j.pieces = inner > AI_GRAIN_ELEMS ? inner / AI_GRAIN_ELEMS : 1;
+    ai_parallel_for(rows * j.pieces, ai_grain_of(inner / j.pieces), walk_range, &j);
+}
+
+void ai_copy_elems(void *dst, const void *src, int64_t n, size_t es)
+{
+    walk w;
+    walk_init(&w, 1, &n);
+    walk_run(&w, dst, src, es, row_copy, false);
 }
 
 /* Forward along w: out <- in. */

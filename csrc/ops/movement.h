@@ -46,6 +46,10 @@ typedef void (*ai_row_fn)(char *dst, int64_t sd, const char *src, int64_t ss, in
 void ai_row_add_f32(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n, size_t es);
 void ai_row_add_f64(char *dst, int64_t sd, const char *src, int64_t ss, int64_t n, size_t es);
 
+/* dst[0..n) = src[0..n), n elements of es bytes, split between threads
+ * from 2 AI_GRAIN_ELEMS elements (the pool, parallel.h) */
+void ai_copy_elems(void *dst, const void *src, int64_t n, size_t es);
+
 /* The reductions of the scatter operators (attribute `reduction`), parsed
  * and checked against the data (input 0) by ai_scatter_reduction (index_nd.c). */
 enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN };

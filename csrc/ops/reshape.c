@@ -4,8 +4,6 @@
  * (a data-movement family: movement.h); where the memory plan makes the
  * output a view of the input (AI_OP_VIEW, plan.c), neither runs.
  */
-#include <string.h>
-
 #include "movement.h"
 
 /* ---------------------------------------------------------------- flat copies */
@@ -13,9 +11,8 @@
 /* Reshape, Flatten, Squeeze, Unsqueeze: same bytes, another shape. */
 static ai_status flat_forward(ai_ctx *c)
 {
-    size_t n = ai_tensor_nbytes(c->in[0]);
-    if (n)
-        memcpy(c->out[0]->data, c->in[0]->data, n);
+    ai_copy_elems(c->out[0]->data, c->in[0]->data, ai_tensor_numel(c->in[0]),
+                  ai_dtype_size(c->in[0]->dtype));
     return AI_OK;
 }
 
