@@ -263,7 +263,8 @@ AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, 
     const int64_t kcm = tl_chunk(K), mp = (M + TL_MR - 1) / TL_MR * TL_MR;
     const int64_t ncb = ta ? TL_NC_AT : TL_NC;
     float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
-    float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)(kcm * mp)) : NULL;
+    /* aligned_alloc's size: a multiple of its alignment, 16 floats */
+    float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)((kcm * mp + 15) / 16 * 16)) : NULL;
     if (!bp || (ta && !ap)) {
         free(bp);
         free(ap);
