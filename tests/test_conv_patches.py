@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import aidge_interop as ai
-from aidge_interop import _C
+from test_conv_winograd import _run, assert_same_over_lanes_and_threads, fast_kernels  # noqa: F401,F811
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -61,20 +61,8 @@ CASES = {  # id: (c, m, kernel, stride, pad (left, right, top, bottom), dilation
 }
 
 
-def _run(wrapped, x):
-    with torch.no_grad():
-        return wrapped(x).clone()
-
-
 def _input(case, seed):
     return torch.randn(*CASES[case][6], generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.fixture
-def fast_kernels():
-    """_C._set_fast_kernels for a test, on again after it."""
-    yield _C._set_fast_kernels
-    _C._set_fast_kernels(True)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -82,35 +70,17 @@ def test_patch_tiles_against_torch_and_the_blocked_tiles(fast_kernels, case):
     model = _model(case)
     x = _input(case, 1)
     wrapped = ai.wrap(model, [tuple(x.shape)]).eval()
-    y = _run(wrapped, x)
+    _check(wrapped, model, x, fast_kernels)
     first = [n for n in wrapped._fused.nodes() if n["op_type"] == "FusedConv"
              and not n["attrs"].get("x_blocked")]
     assert len(first) == 1  # the conv on NCHW input, its output blocked for the depthwise
-    assert fast_kernels(False) is False
-    reference = _run(wrapped, x)
-    assert fast_kernels(True) is True
-    with torch.no_grad():
-        expected = model(x)
-    torch.testing.assert_close(y, expected, **TOL)
-    assert torch.equal(y, reference)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_patch_tiles_16_lanes_match_8_lanes_and_threads_bit_for_bit(avx512, case):
     x = _input(case, 2)
     wrapped = ai.wrap(_model(case), [tuple(x.shape)]).eval()
-    saved = ai.get_num_threads()
-    outs = {}
-    try:
-        for threads in (1, 2, 3):
-            ai.set_num_threads(threads)
-            for wide in (True, False):
-                assert _C._set_avx512(wide) is wide
-                outs[threads, wide] = _run(wrapped, x)
-    finally:
-        ai.set_num_threads(saved)
-    for key, y in outs.items():
-        assert torch.equal(y, outs[1, True]), key
+    assert_same_over_lanes_and_threads(wrapped, x)
 
 
 class _Residual(nn.Module):
@@ -137,9 +107,14 @@ def test_patch_tiles_add_a_residual(fast_kernels):
             mod.running_var.uniform_(0.5, 2.0)
     x = torch.randn(2, 1, 49, 11, generator=torch.Generator().manual_seed(3))
     wrapped = ai.wrap(model, [tuple(x.shape)]).eval()
-    y = _run(wrapped, x)
+    _check(wrapped, model, x, fast_kernels)
     fused = [n for n in wrapped._fused.nodes() if n["attrs"].get("residual")]
     assert len(fused) == 1 and not fused[0]["attrs"].get("x_blocked")
+
+
+def _check(wrapped, model, x, fast_kernels):
+    """The output against torch and, bit for bit, against the blocked tiles."""
+    y = _run(wrapped, x)
     assert fast_kernels(False) is False
     reference = _run(wrapped, x)
     assert fast_kernels(True) is True
