@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 import aidge_interop as ai
-from test_conv_winograd import _run, assert_same_over_lanes_and_threads, fast_kernels  # noqa: F401,F811
+from test_conv_winograd import (  # noqa: F401,F811 (fast_kernels: a fixture)
+    _run, assert_same_over_lanes_and_threads, fast_kernels, random_batchnorm)
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -42,14 +43,7 @@ class _First(nn.Module):
 
 def _model(case, seed=0):
     torch.manual_seed(seed)
-    model = _First(*CASES[case][:6])
-    for mod in model.modules():
-        if isinstance(mod, nn.BatchNorm2d):
-            mod.running_mean.uniform_(-0.5, 0.5)
-            mod.running_var.uniform_(0.5, 2.0)
-            mod.weight.data.uniform_(0.5, 1.5)
-            mod.bias.data.uniform_(-0.5, 0.5)
-    return model.eval()
+    return random_batchnorm(_First(*CASES[case][:6]))
 
 
 CASES = {  # id: (c, m, kernel, stride, pad (left, right, top, bottom), dilation, input shape)

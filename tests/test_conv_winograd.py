@@ -43,7 +43,12 @@ class _Chain(nn.Module):
 
 def _chain(c, m, pad, seed=0):
     torch.manual_seed(seed)
-    model = _Chain(c, m, pad)
+    return random_batchnorm(_Chain(c, m, pad))
+
+
+def random_batchnorm(model):
+    """The model in eval mode, its BatchNorms' statistics and affine
+    parameters random (not the identity they start as)."""
     for mod in model.modules():
         if isinstance(mod, nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.5, 0.5)
