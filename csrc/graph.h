@@ -254,6 +254,13 @@ struct ai_op_def {
  * when the graph declares no version, in a training forward (it writes
  * BatchNorm's buffers), for a computed input, or out of memory. */
 const float *ai_packed_weight(ai_ctx *c, int slot, bool trans_b, int64_t N, int64_t K);
+/* The same for any reader: its layout (AI_PACK_*: one copy per weight and
+ * layout), sizes (a new N or K repacks), the copy's floats, and `pack`,
+ * which writes it from the weight w (`arg`: the reader's). */
+enum { AI_PACK_GEMM_B, AI_PACK_GEMM_BT, AI_PACK_CONV_TILES, AI_PACK_CONV_WINOGRAD };
+typedef void ai_pack_fn(const void *arg, const float *w, float *dst);
+const float *ai_packed_layout(ai_ctx *c, int slot, int layout, int64_t N, int64_t K,
+                              int64_t size, ai_pack_fn *pack, const void *arg);
 /* Frees every packed copy; their bytes in total. */
 void ai_packed_clear(ai_graph *g);
 int64_t ai_packed_bytes(const ai_graph *g);

@@ -1,6 +1,8 @@
 /*
  * packed.c — the graph's packed copies of its weights, for the float32
- * products that read a constant weight as op(B) (FusedMatMul, Gemm).
+ * products that read a constant weight as op(B) (FusedMatMul, Gemm) and
+ * the blocked convs of the fused inference graph (FusedConv with y_blocked:
+ * the blocked tiles' weights by blocks of output channels, Winograd's U).
  *
  * gemm_tiles.c packs B into panels at every call; ONNX Runtime packs a
  * constant weight once per session. Here a weight is packed at the first
@@ -15,8 +17,9 @@
  * forward reads none either (BatchNorm writes its buffers), nor does one
  * whose input is a copy of the value (not its memory).
  *
- * Memory: one copy per weight and layout read (N rounded up to 64
- * columns), made when first read and kept with the graph: at most one
+ * Memory: one copy per weight and layout read (a product's: N rounded up
+ * to 64 columns; a conv's: output channels rounded up to 8, Winograd's
+ * 16 / 9 of the weight), made when first read and kept with the graph: at most one
  * more copy of the weights the products read (Graph.memory_stats()'s
  * "packed_weights_bytes"). A new version repacks in place.
  */
@@ -27,14 +30,16 @@
 
 typedef struct ai_packed {
     int value;        /* the weight's value index */
-    bool trans_b;
-    int64_t N, K;
+    int layout;       /* the reader's (ai_packed_layout) */
+    int64_t N, K;     /* the reader's sizes */
+    int64_t size;     /* floats */
     const void *src;  /* the memory packed */
     int64_t version;  /* ai_graph.weights_version when packed */
     float *data;
 } ai_packed;
 
-const float *ai_packed_weight(ai_ctx *c, int slot, bool tb, int64_t N, int64_t K)
+const float *ai_packed_layout(ai_ctx *c, int slot, int layout, int64_t N, int64_t K,
+                              int64_t size, ai_pack_fn *pack, const void *arg)
 {
     ai_graph *g = c->g;
     const int vi = c->node->in[slot];
@@ -51,9 +56,9 @@ const float *ai_packed_weight(ai_ctx *c, int slot, bool tb, int64_t N, int64_t K
     }
     ai_packed *e = NULL;
     for (int i = 0; i < g->n_packed && !e; i++)
-        if (g->packed[i].value == vi && g->packed[i].trans_b == tb)
+        if (g->packed[i].value == vi && g->packed[i].layout == layout)
             e = &g->packed[i];
-    if (e && e->src == v->data->data && e->N == N && e->K == K &&
+    if (e && e->src == v->data->data && e->N == N && e->K == K && e->size == size &&
         e->version == g->weights_version)
         return e->data;
     if (!e) {
@@ -62,21 +67,41 @@ const float *ai_packed_weight(ai_ctx *c, int slot, bool tb, int64_t N, int64_t K
             return NULL;
         g->packed = grown;
         e = &g->packed[g->n_packed++];
-        *e = (ai_packed){.value = vi, .trans_b = tb};
+        *e = (ai_packed){.value = vi, .layout = layout};
     }
-    if (!e->data || e->N != N || e->K != K) {
+    if (!e->data || e->size != size) {
         free(e->data);
-        e->N = e->K = 0;
-        e->data = aligned_alloc(64, sizeof(float) * (size_t)ai_gemm_tiles_packed_size(N, K));
+        e->size = 0;
+        /* aligned_alloc: a multiple of the alignment */
+        e->data = aligned_alloc(64, (sizeof(float) * (size_t)size + 63) / 64 * 64);
         if (!e->data)
             return NULL;
-        e->N = N, e->K = K;
+        e->size = size;
     }
-    const int64_t ldb = tb ? K : N;
-    ai_gemm_tiles_pack(tb, N, K, c->in[slot]->data, ldb, e->data);
+    e->N = N, e->K = K;
+    e->version = -1; /* until packed */
+    pack(arg, c->in[slot]->data, e->data);
     e->src = v->data->data;
     e->version = g->weights_version;
     return e->data;
+}
+
+typedef struct {
+    bool tb;
+    int64_t N, K;
+} gemm_pack_arg;
+
+static void gemm_pack(const void *arg, const float *w, float *dst)
+{
+    const gemm_pack_arg *a = arg;
+    ai_gemm_tiles_pack(a->tb, a->N, a->K, w, a->tb ? a->K : a->N, dst);
+}
+
+const float *ai_packed_weight(ai_ctx *c, int slot, bool tb, int64_t N, int64_t K)
+{
+    const gemm_pack_arg a = {tb, N, K};
+    return ai_packed_layout(c, slot, tb ? AI_PACK_GEMM_BT : AI_PACK_GEMM_B, N, K,
+                            ai_gemm_tiles_packed_size(N, K), gemm_pack, &a);
 }
 
 void ai_packed_clear(ai_graph *g)
@@ -92,7 +117,6 @@ int64_t ai_packed_bytes(const ai_graph *g)
 {
     int64_t bytes = 0;
     for (int i = 0; i < g->n_packed; i++)
-        bytes += (int64_t)sizeof(float) * ai_gemm_tiles_packed_size(g->packed[i].N,
-                                                                    g->packed[i].K);
+        bytes += (int64_t)sizeof(float) * g->packed[i].size;
     return bytes;
 }

@@ -409,27 +409,53 @@ size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked)
     return winograd > other ? winograd : other;
 }
 
+int64_t ai_conv_blocked_packed_size(const ai_conv_params *p, bool x_blocked, int *layout)
+{
+    const conv_geom g = conv_geom_of(p, false);
+    switch (blocked_kernel_of(p, &g, x_blocked, ai_fast_kernels())) {
+    case BLOCKED_WINOGRAD:
+        *layout = 2;
+        return winograd_chain_packed_elems(p);
+    case BLOCKED_PATCHES:
+    case BLOCKED_TILES:
+        *layout = 1;
+        return blocked_chain_packed_elems(p, &g);
+    default:
+        *layout = 0;
+        return 0;
+    }
+}
+
+void ai_conv_blocked_pack(const ai_conv_params *p, bool x_blocked, const float *w, float *wp)
+{
+    const conv_geom g = conv_geom_of(p, false);
+    if (blocked_kernel_of(p, &g, x_blocked, ai_fast_kernels()) == BLOCKED_WINOGRAD)
+        winograd_chain_pack(p, w, wp);
+    else
+        blocked_chain_pack(p, &g, w, wp);
+}
+
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
-                                 const float *w, const float *b, float *ws,
+                                 const float *w, const float *wp, const float *b, float *ws,
                                  const ai_conv_epilogue *ep, bool x_blocked, const float *r)
 {
     const conv_geom g = conv_geom_of(p, false);
     const blocked_kernel k = blocked_kernel_of(p, &g, x_blocked, ai_fast_kernels());
     if (k == BLOCKED_WINOGRAD) {
-        winograd_chain_forward(p, y, x, w, b, ws, ep, r); /* r in registers */
+        winograd_chain_forward(p, y, x, w, wp, b, ws, ep, r); /* r in registers */
         return;
     }
     if (k == BLOCKED_PATCHES) {
-        patch_chain_forward(p, y, x, w, b, ws, ep, r); /* r in registers */
+        patch_chain_forward(p, y, x, w, wp, b, ws, ep, r); /* r in registers */
         return;
     }
     if (k == BLOCKED_TILES) {
-        blocked_chain_forward(p, y, x, w, b, ws, ep, x_blocked, r); /* r in registers */
+        blocked_chain_forward(p, y, x, w, wp, b, ws, ep, x_blocked, r); /* r in registers */
         return;
     }
     if (r) { /* the other kernels: the conv and affine, then y = relu(y + r) in a pass */
         const ai_conv_epilogue e = {ep ? ep->ab : NULL, false};
-        ai_conv_forward_blocked_f32(p, y, x, w, b, ws, &e, x_blocked, NULL);
+        ai_conv_forward_blocked_f32(p, y, x, w, NULL, b, ws, &e, x_blocked, NULL);
         const int64_t blocks = (p->M + AI_CONV_BLOCK - 1) / AI_CONV_BLOCK;
         blocked_add_residual(y, r, p->N * blocks * AI_CONV_BLOCK * g.grid_size, ep && ep->relu);
         return;

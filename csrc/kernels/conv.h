@@ -93,12 +93,21 @@ void ai_convtranspose_backward_f32(const ai_conv_params *p, float *dx, float *dw
  * epilogue's affine and before its Relu (a ResNet block's Add and Relu; the
  * direct tiles and Winograd add it in registers, the other paths in a pass
  * after the conv).
+ * The direct and patch tiles read w packed by blocks of output channels,
+ * Winograd its transform U: made in the workspace at every call, or, for a
+ * caller that keeps them while w holds (ops/fused.c through packed.c), by
+ * ai_conv_blocked_pack into ai_conv_blocked_packed_size(...) floats (0: p's
+ * kernel reads w as it is) and passed as `wp` (NULL: made at the call).
+ * *layout names the layout (1 the tiles', 2 Winograd's): a copy is good
+ * for its layout only. The same sums bit for bit either way.
  */
 #define AI_CONV_BLOCK 8
 bool ai_conv_blocked_fast(int64_t C, int64_t M, int64_t group, int64_t ksize);
 size_t ai_conv_blocked_workspace_bytes(const ai_conv_params *p, bool x_blocked);
+int64_t ai_conv_blocked_packed_size(const ai_conv_params *p, bool x_blocked, int *layout);
+void ai_conv_blocked_pack(const ai_conv_params *p, bool x_blocked, const float *w, float *wp);
 void ai_conv_forward_blocked_f32(const ai_conv_params *p, float *y, const float *x,
-                                 const float *w, const float *b, float *ws,
+                                 const float *w, const float *wp, const float *b, float *ws,
                                  const ai_conv_epilogue *ep, bool x_blocked, const float *r);
 /* plain (N, C, S) <-> blocked (N, ceil(C / 8), S, 8) of elem_size-byte
  * elements (4 or 8): to_blocked writes blocked (padding lanes zero), else

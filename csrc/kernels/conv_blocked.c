@@ -157,8 +157,8 @@ typedef struct {
     const ai_conv_params *p;
     const blocked_geom *q;
     const float *x;
-    const float *wp; /* blocks of BLOCKED_MB channels, each (K, width), then the bias,
-                      * the epilogue's a and c (M8 each) */
+    const float *wp;   /* blocks of BLOCKED_MB channels, each (K, width) */
+    const float *bias; /* the bias, the epilogue's a and c (M8 each) */
     float *y, *slots;
     const ai_conv_epilogue *ep;
     int64_t OS, jobs, n_slots;
@@ -387,10 +387,20 @@ static void pack_range(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* y = conv(x, w) + b by the blocked tiles (blocked_geom_of's `blocked` and `xb`). */
+/* w (M, C, kernel) = (M, K) packed into wp, (K, M8) floats */
+static void blocked_pack(float *wp, const float *w, int64_t K, int64_t M, int64_t M8)
+{
+    pack_job pj = {wp, w, K, M, M8};
+    ai_parallel_for((M8 + BLOCKED_MB - 1) / BLOCKED_MB, ai_grain_of(BLOCKED_MB * K), pack_range,
+                    &pj);
+}
+
+/* y = conv(x, w) + b by the blocked tiles (blocked_geom_of's `blocked` and
+ * `xb`), w read packed from wp (blocked_chain_pack's) or, where wp is NULL,
+ * packed into the workspace first. */
 static bool blocked_run(const ai_conv_params *p, float *y, const float *x, const float *w,
-                        const float *b, float *ws, const ai_conv_epilogue *ep, bool blocked,
-                        bool xb, const float *r, bool patch)
+                        const float *wp, const float *b, float *ws, const ai_conv_epilogue *ep,
+                        bool blocked, bool xb, const float *r, bool patch)
 {
     conv_geom g = conv_geom_of(p, false);
     blocked_geom q;
@@ -398,20 +408,19 @@ static bool blocked_run(const ai_conv_params *p, float *y, const float *x, const
         return false;
     q.patch = patch;
     const int64_t K = q.K, M = p->M, M8 = q.M8;
-    /* w is (M, C, kernel) = (M, K) */
-    pack_job pj = {ws, w, K, M, M8};
-    ai_parallel_for((M8 + BLOCKED_MB - 1) / BLOCKED_MB, ai_grain_of(BLOCKED_MB * K), pack_range,
-                    &pj);
+    if (!wp) {
+        blocked_pack(ws, w, K, M, M8);
+        wp = ws;
+    }
     const float *ab = ep ? ep->ab : NULL;
     for (int64_t m = 0; m < M8; m++) { /* the bias, the epilogue's factors */
         ws[K * M8 + m] = b && m < M ? b[m] : 0;
         ws[(K + 1) * M8 + m] = ab && m < M ? ab[m] : 0;
         ws[(K + 2) * M8 + m] = ab && m < M ? ab[M + m] : 0;
     }
-    blocked_job j = {p,  &q,          x,
-                     ws, y,           ws + (K + 3) * M8,
-                     ep, g.grid_size, (p->N + q.imgs - 1) / q.imgs * q.chunks,
-                     0,  r,           M8 % 16 == 0 && ai_cpu_avx512()};
+    blocked_job j = {p, &q, x, wp, ws + K * M8, y, ws + (K + 3) * M8, ep, g.grid_size,
+                     (p->N + q.imgs - 1) / q.imgs * q.chunks, 0, r,
+                     M8 % 16 == 0 && ai_cpu_avx512()};
     j.n_slots = n_slots_of(j.jobs, BLOCKED_SLOTS);
     ai_parallel_for(j.n_slots, 1, blocked_range, &j);
     return true;
@@ -509,7 +518,8 @@ void blocked_add_residual(float *y, const float *r, int64_t n, bool relu)
 bool blocked_forward(const conv_call *c)
 {
     return c->dtype == AI_F32 &&
-           blocked_run(c->p, c->y, c->x, c->w, c->b, c->ws, c->ep, false, false, NULL, false);
+           blocked_run(c->p, c->y, c->x, c->w, NULL, c->b, c->ws, c->ep, false, false, NULL,
+                       false);
 }
 
 int64_t blocked_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype)
@@ -530,12 +540,23 @@ int64_t blocked_chain_workspace(const ai_conv_params *p, const conv_geom *g, boo
     return blocked_geom_of(p, g, AI_F32, &q, true, x_blocked) ? blocked_elems(&q) : 0;
 }
 
+/* the packed weights of the blocked and patch tiles, (K, M8) floats */
+int64_t blocked_chain_packed_elems(const ai_conv_params *p, const conv_geom *g)
+{
+    return p->C * g->ksize * ((p->M + 7) / 8 * 8);
+}
+
+void blocked_chain_pack(const ai_conv_params *p, const conv_geom *g, const float *w, float *wp)
+{
+    blocked_pack(wp, w, p->C * g->ksize, p->M, (p->M + 7) / 8 * 8);
+}
+
 /* the residual r (or NULL) added in registers */
 void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                           const float *b, float *ws, const ai_conv_epilogue *ep,
-                           bool x_blocked, const float *r)
+                           const float *wp, const float *b, float *ws,
+                           const ai_conv_epilogue *ep, bool x_blocked, const float *r)
 {
-    blocked_run(p, y, x, w, b, ws, ep, true, x_blocked, r, false);
+    blocked_run(p, y, x, w, wp, b, ws, ep, true, x_blocked, r, false);
 }
 
 /* The patch tiles: NCHW x, at most BLOCKED_PATCH_MAX_TAPS taps, at least
@@ -548,7 +569,8 @@ bool patch_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blo
 
 /* its workspace: blocked_chain_workspace's (the same geometry, slots and packed weights) */
 void patch_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                         const float *b, float *ws, const ai_conv_epilogue *ep, const float *r)
+                         const float *wp, const float *b, float *ws,
+                         const ai_conv_epilogue *ep, const float *r)
 {
-    blocked_run(p, y, x, w, b, ws, ep, true, false, r, true);
+    blocked_run(p, y, x, w, wp, b, ws, ep, true, false, r, true);
 }

@@ -59,7 +59,7 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_tiles)(const blocked_job *j, const f
 {
     const blocked_geom *q = j->q;
     const int64_t K = q->K, M8 = q->M8, OS = j->OS;
-    const float *bias = j->wp + K * M8, *ea = bias + M8, *ec = ea + M8;
+    const float *bias = j->bias, *ea = bias + M8, *ec = ea + M8;
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     const float *rb = j->r && yb ? j->r + (yb - j->y) : NULL; /* the image's residual */
     int64_t base[BLOCKED_CHUNK + BLOCKED_PX_MAX];
@@ -201,7 +201,7 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_patch_tiles)(const blocked_job *j, c
     enum { PX = BLOCKED_PATCH_PX };
     const blocked_geom *q = j->q;
     const int64_t K = q->K, M8 = q->M8, OS = j->OS, khw = q->kh * q->kw;
-    const float *bias = j->wp + K * M8, *ea = bias + M8, *ec = ea + M8;
+    const float *bias = j->bias, *ea = bias + M8, *ec = ea + M8;
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     const float *rb = j->r ? j->r + (yb - j->y) : NULL; /* the image's residual */
     int64_t base[BLOCKED_CHUNK + BLOCKED_PX_MAX];
@@ -272,7 +272,7 @@ BLOCKED_ATTR static void BLOCKED_FN(blocked_pointwise_tiles)(const blocked_job *
     const blocked_geom *q = j->q;
     const int64_t C = j->p->C, M8 = q->M8, OS = j->OS, plane = OS * 8;
     const int64_t xstride = q->xc * OS, ystride = M8 * OS; /* an image */
-    const float *bias = j->wp + q->K * M8, *ea = bias + M8, *ec = ea + M8;
+    const float *bias = j->bias, *ea = bias + M8, *ec = ea + M8;
     const bool ep_ab = j->ep && j->ep->ab, ep_relu = j->ep && j->ep->relu;
     for (int64_t m0 = 0; m0 < M8;) {
         const int64_t nv = (M8 - m0) / BLOCKED_VL, bw = blocked_block_width(M8, m0);

@@ -247,20 +247,28 @@ bool blocked_forward(const conv_call *c);
 int64_t blocked_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype);
 bool blocked_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
 int64_t blocked_chain_workspace(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
+/* wp: w packed by blocked_chain_pack (the blocked and patch tiles' layout),
+ * or NULL: packed into ws at the call */
+int64_t blocked_chain_packed_elems(const ai_conv_params *p, const conv_geom *g);
+void blocked_chain_pack(const ai_conv_params *p, const conv_geom *g, const float *w, float *wp);
 void blocked_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                           const float *b, float *ws, const ai_conv_epilogue *ep,
-                           bool x_blocked, const float *r);
+                           const float *wp, const float *b, float *ws,
+                           const ai_conv_epilogue *ep, bool x_blocked, const float *r);
 void blocked_add_residual(float *y, const float *r, int64_t n, bool relu);
 bool patch_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
 void patch_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                         const float *b, float *ws, const ai_conv_epilogue *ep, const float *r);
+                         const float *wp, const float *b, float *ws,
+                         const ai_conv_epilogue *ep, const float *r);
 
 /* conv_winograd.c: 3x3 stride-1 convs of the blocked chains, Winograd F(2x2, 3x3) */
 bool winograd_chain_accepts(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
 int64_t winograd_chain_workspace(const ai_conv_params *p, const conv_geom *g, bool x_blocked);
+/* wp: U made by winograd_chain_pack, or NULL: made in ws at the call */
+int64_t winograd_chain_packed_elems(const ai_conv_params *p);
+void winograd_chain_pack(const ai_conv_params *p, const float *w, float *wp);
 void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                            const float *b, float *ws, const ai_conv_epilogue *ep,
-                            const float *r);
+                            const float *wp, const float *b, float *ws,
+                            const ai_conv_epilogue *ep, const float *r);
 
 /* conv_shifted_gemm.c: stride-1 convolution as one GEMM per kernel tap */
 bool shifted_gemm_accepts(const ai_conv_params *p, const conv_geom *g);

@@ -85,18 +85,26 @@ static inline int64_t winograd_block_width(int64_t M8, int64_t m0)
 
 typedef struct {
     const winograd_geom *q;
-    const float *x, *w, *r; /* r: a residual added before the Relu, or NULL */
-    float *u, *y, *slots;   /* u: U, then the bias, the epilogue's a and c */
+    const float *x, *r; /* r: a residual added before the Relu, or NULL */
+    const float *u;     /* U */
+    const float *bias;  /* the bias, the epilogue's a and c */
+    float *y, *slots;
     const ai_conv_epilogue *ep;
     int64_t jobs, n_slots;
     bool wide; /* the 16-lane tiles (AVX-512, output channels a multiple of 16) */
 } winograd_job;
 
+typedef struct {
+    const winograd_geom *q;
+    const float *w;
+    float *u;
+} winograd_weights_job;
+
 /* Blocks [lo, hi) of U: output channels m of the block, input channels c,
  * U[e][c][m] = (G g G^T)[e], zero past M */
 static void winograd_weights_range(void *ctx, int64_t lo, int64_t hi)
 {
-    const winograd_job *j = ctx;
+    const winograd_weights_job *j = ctx;
     const winograd_geom *q = j->q;
     const int64_t C = q->C;
     for (int64_t blk = lo; blk < hi; blk++) {
@@ -260,19 +268,40 @@ int64_t winograd_chain_workspace(const ai_conv_params *p, const conv_geom *g, bo
     return winograd_geom_of(p, g, x_blocked, &q) ? winograd_elems(&q) : 0;
 }
 
+/* U of w, made on the pool */
+static void winograd_weights(const winograd_geom *q, const float *w, float *u)
+{
+    winograd_weights_job j = {q, w, u};
+    ai_parallel_for((q->M8 + WINOGRAD_MB - 1) / WINOGRAD_MB,
+                    ai_grain_of(WINOGRAD_MB * 16 * q->C), winograd_weights_range, &j);
+}
+
+int64_t winograd_chain_packed_elems(const ai_conv_params *p)
+{
+    return 16 * p->C * ((p->M + 7) / 8 * 8);
+}
+
+void winograd_chain_pack(const ai_conv_params *p, const float *w, float *wp)
+{
+    const conv_geom g = conv_geom_of(p, false);
+    winograd_geom q;
+    if (winograd_geom_of(p, &g, true, &q))
+        winograd_weights(&q, w, wp);
+}
+
 void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
-                            const float *b, float *ws, const ai_conv_epilogue *ep,
-                            const float *r)
+                            const float *wp, const float *b, float *ws,
+                            const ai_conv_epilogue *ep, const float *r)
 {
     const conv_geom g = conv_geom_of(p, false);
     winograd_geom q;
     if (!winograd_geom_of(p, &g, true, &q))
         return;
     const int64_t M8 = q.M8;
-    winograd_job j = {&q, x, w, r, ws, y, ws + (16 * q.C + 3) * M8, ep, 0, 0,
-                      M8 % 16 == 0 && ai_cpu_avx512()};
-    ai_parallel_for((M8 + WINOGRAD_MB - 1) / WINOGRAD_MB, ai_grain_of(WINOGRAD_MB * 16 * q.C),
-                    winograd_weights_range, &j);
+    if (!wp) {
+        winograd_weights(&q, w, ws);
+        wp = ws;
+    }
     float *bias = ws + 16 * q.C * M8;
     const float *ab = ep ? ep->ab : NULL;
     for (int64_t m = 0; m < M8; m++) { /* the bias, the epilogue's factors */
@@ -280,6 +309,8 @@ void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, c
         bias[M8 + m] = ab && m < q.M ? ab[m] : 0;
         bias[2 * M8 + m] = ab && m < q.M ? ab[q.M + m] : 0;
     }
+    winograd_job j = {&q, x, r, wp, bias, y, ws + (16 * q.C + 3) * M8, ep, 0, 0,
+                      M8 % 16 == 0 && ai_cpu_avx512()};
     j.jobs = p->N * q.chunks;
     j.n_slots = n_slots_of(j.jobs, WINOGRAD_SLOTS);
     ai_parallel_for(j.n_slots, 1, winograd_range, &j);

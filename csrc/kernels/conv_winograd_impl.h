@@ -59,7 +59,7 @@ WINO_ATTR static void WINO_FN(winograd_tiles)(const winograd_job *j, const float
 {
     const winograd_geom *q = j->q;
     const int64_t C = q->C, C8 = q->C8, M8 = q->M8, OS = q->Ho * q->Wo;
-    const float *bias = j->u + 16 * C * M8, *ea = bias + M8, *ec = ea + M8;
+    const float *bias = j->bias, *ea = bias + M8, *ec = ea + M8;
     const bool ab = j->ep && j->ep->ab, relu = j->ep && j->ep->relu;
     const float *rb = j->r ? j->r + (yb - j->y) : NULL; /* the image's residual */
 #define WINO_TILE(NV, PX)                                                             \

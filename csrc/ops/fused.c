@@ -458,6 +458,18 @@ static void bn_factors(const ai_ctx *c, double eps, int64_t M, double *ab, float
         abf[i] = (float)ab[i];
 }
 
+typedef struct {
+    const ai_conv_params *p;
+    bool xb;
+} conv_pack_arg;
+
+/* a blocked conv's weights in its kernel's layout (packed.c keeps them) */
+static void conv_pack(const void *arg, const float *w, float *wp)
+{
+    const conv_pack_arg *a = arg;
+    ai_conv_blocked_pack(a->p, a->xb, w, wp);
+}
+
 static ai_status fused_forward(ai_ctx *c)
 {
     fused_info f;
@@ -491,7 +503,13 @@ static ai_status fused_forward(ai_ctx *c)
         if ((st = ai_conv_params_of(&b, &p)))
             return st;
         const ai_tensor *bias = b.n_in > 2 ? b.in[2] : NULL;
-        ai_conv_forward_blocked_f32(&p, c->out[0]->data, c->in[0]->data, b.in[1]->data,
+        int layout;
+        const int64_t size = ai_conv_blocked_packed_size(&p, f.xb, &layout);
+        const conv_pack_arg a = {&p, f.xb};
+        const int kind = layout == 2 ? AI_PACK_CONV_WINOGRAD : AI_PACK_CONV_TILES;
+        const float *wp = size ? ai_packed_layout(c, 1, kind, p.M, p.C, size, conv_pack, &a)
+                               : NULL; /* NULL: packed at the call */
+        ai_conv_forward_blocked_f32(&p, c->out[0]->data, c->in[0]->data, b.in[1]->data, wp,
                                     bias ? bias->data : NULL, b.workspace, &ep, f.xb,
                                     f.res ? c->in[7]->data : NULL);
         j.ab = NULL; /* Clip alone is left, on the whole blocks (padding lanes too) */
