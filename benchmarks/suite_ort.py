@@ -4,7 +4,10 @@ same ONNX graph, one call of each in turn, each node's median over the
 calls (medians: on a loaded machine a single preempted call moves a sum by
 milliseconds). The nodes are matched by the value they write (ONNX Runtime
 names a fused node after its output, "_nchwc" added in its blocked layout;
-an unfused Conv's time then shows on the Relu after it).
+an unfused Conv's time then shows on the Relu after it). Then the whole
+calls, not profiled (interleaved, as run.py times them): a call less its
+kernels is the cost outside them (ONNX Runtime's profiler adds a little to
+each node, so its figure is an underestimate).
 
     python benchmarks/suite_ort.py [--threads 1] [--calls 200] [MODEL ...]
 
@@ -27,7 +30,16 @@ import torch  # noqa: E402
 
 import aidge_interop  # noqa: E402
 from aidge_interop.graph import Graph  # noqa: E402
-from run import MODELS, build_model, set_threads  # noqa: E402
+from run import MODELS, build_model, interleaved_medians, set_threads  # noqa: E402
+
+
+def plain_options(threads):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return options
 
 
 def profile_model(name, threads, calls, batch=16):
@@ -35,9 +47,7 @@ def profile_model(name, threads, calls, batch=16):
 
     x = torch.randn(batch, *MODELS[name][2])
     am = aidge_interop.wrap(copy.deepcopy(build_model(name).eval()), [tuple(x.shape)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options = plain_options(threads)
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), name)
     session = ort.InferenceSession(am.onnx_model.SerializeToString(), options,
@@ -82,6 +92,20 @@ def profile_model(name, threads, calls, batch=16):
             total_o += o
             print(f"  {'(ORT) ' + k[-30:]:<36} {op[:18]:<18} {'':>9} {o * 1e6:9.1f}")
     print(f"  {'kernels':<55} {total_e * 1e6:9.1f} {total_o * 1e6:9.1f} {total_e / total_o:6.2f}")
+    # the whole calls, neither profiled (run.py's timing): what the kernels
+    # leave is each side's cost per call outside them
+    plain = ort.InferenceSession(am.onnx_model.SerializeToString(), plain_options(threads),
+                                 providers=["CPUExecutionProvider"])
+
+    def call():
+        with torch.no_grad():
+            am(x)
+    whole_e, whole_o = interleaved_medians([call, lambda: plain.run(None, feed)], 0.5,
+                                           settle=0.1)
+    print(f"  {'whole call':<55} {whole_e * 1e6:9.1f} {whole_o * 1e6:9.1f} "
+          f"{whole_e / whole_o:6.2f}")
+    print(f"  {'outside the kernels':<55} {(whole_e - total_e) * 1e6:9.1f} "
+          f"{(whole_o - total_o) * 1e6:9.1f}")
 
 
 def main():
