@@ -6,7 +6,9 @@ slice waits for them, and wall-clock medians spread by 0.1 and more, while
 the CPU time the step itself takes moves by a few percent. Samples of the
 two libraries alternate; medians of ``n`` each.
 
-    python benchmarks/transformers_cpu_time.py [n]
+    python benchmarks/transformers_cpu_time.py [n] [name]
+
+``name``: only the models whose name contains it (e.g. ViT).
 """
 import copy
 import statistics as S
@@ -33,7 +35,10 @@ def _train(model, optimizer, args, kwargs, y):
 def main():
     R.set_threads(1)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    only = sys.argv[2] if len(sys.argv) > 2 else ""
     for name, factory in R.TRANSFORMERS.items():
+        if only not in name:
+            continue
         build, inputs = factory()
         torch.manual_seed(0)
         args, kwargs = inputs()

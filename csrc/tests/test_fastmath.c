@@ -2,7 +2,8 @@
  * test_fastmath.c — kernels/fastmath.h against libm in double: ai_expf (and
  * ai_expf_fma) within 2 ulp over its whole normal range (a strided sweep of every float bit
  * pattern there), its saturation and special values; ai_tanhf and ai_erff
- * likewise; ai_gelu_erff against Gelu in double.
+ * likewise; ai_gelu_erff and ai_gelu_erf_gradf against Gelu and its
+ * derivative in double.
  */
 #include <math.h>
 #include <stdint.h>
@@ -104,10 +105,40 @@ TEST(gelu_erff_against_double)
           isnan(ai_gelu_erff(NAN)));
 }
 
+/* Gelu's derivative against Phi(x) + x phi(x) in double: within 1e-6
+ * max(|x phi(x)|, 1) over [-12, 12] in steps of 1e-5 and on a sample of every
+ * float; 0 or 1 far out, NaN at +-inf and NaN as the formula gives */
+TEST(gelu_erf_gradf_against_double)
+{
+    double worst = 0;
+    for (int64_t i = -1200000; i <= 1200000; i++) {
+        const float x = (float)((double)i * 1e-5);
+        const double xd = x, xphi = xd * exp(-0.5 * xd * xd) * 0.39894228040143267794;
+        const double ref = 0.5 * (1 + erf(xd * 0.70710678118654752440)) + xphi;
+        const double e = fabs(ai_gelu_erf_gradf(x) - ref) / fmax(fabs(xphi), 1.0);
+        worst = e > worst ? e : worst;
+    }
+    for (uint64_t b = 0; b < UINT64_C(1) << 32; b += 997) {
+        const float x = from_bits((uint32_t)b);
+        if (!isfinite(x))
+            continue;
+        const double xd = x, xphi = xd * exp(-0.5 * xd * xd) * 0.39894228040143267794;
+        const double ref = 0.5 * (1 + erf(xd * 0.70710678118654752440)) + xphi;
+        const double e = fabs(ai_gelu_erf_gradf(x) - ref) / fmax(fabs(xphi), 1.0);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst <= 1e-6);
+    CHECK(ai_gelu_erf_gradf(0.0f) == 0.5f && ai_gelu_erf_gradf(-20.0f) == 0.0f &&
+          ai_gelu_erf_gradf(20.0f) == 1.0f && ai_gelu_erf_gradf(1e30f) == 1.0f);
+    CHECK(isnan(ai_gelu_erf_gradf(INFINITY)) && isnan(ai_gelu_erf_gradf(-INFINITY)) &&
+          isnan(ai_gelu_erf_gradf(NAN)));
+}
+
 const ctest_case fastmath_cases[] = {
     CASE(expf_within_2_ulp_and_saturates),
     CASE(tanhf_within_a_few_ulp),
     CASE(erff_within_8_ulp),
     CASE(gelu_erff_against_double),
+    CASE(gelu_erf_gradf_against_double),
     {NULL, NULL},
 };
