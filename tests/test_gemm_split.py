@@ -135,3 +135,50 @@ def test_linear_training_and_packed_eval_same_bits(kernel):
     ref = x64 @ w64.T + b64
     bound = _gamma(384 + 3) * (np.abs(x64) @ np.abs(w64).T + np.abs(b64))
     assert np.all(np.abs(steps[0][0].reshape(-1, 1536) - ref) <= bound)
+
+
+def _unbroadcast(x, shape):
+    """x summed over the axes that broadcasting added to or stretched in shape."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape))))
+    return x.sum(axis=tuple(i for i, s in enumerate(shape) if s == 1), keepdims=True)
+
+
+# batched MatMul (B with batch dimensions): bench_ops' 8 heads of 64 x 128 x 64 (each
+# product too small to split: the batch goes to the pool, whole products per part),
+# an A broadcast over B's batch (its gradient sums 8 products: in batch order), both
+# broadcast, and skinny products (8 rows)
+BATCHED = [((8, 64, 128), (8, 128, 64)), ((1, 64, 128), (8, 128, 64)),
+           ((2, 1, 48, 40), (1, 3, 40, 24)), ((16, 8, 96), (16, 96, 80))]
+
+
+@pytest.mark.parametrize("sa,sb", BATCHED)
+def test_batched_matmul_same_bits_and_within_float32_rounding(kernel, sa, sb):
+    rng = np.random.default_rng(len(sa) + sa[-1])
+    a = rng.standard_normal(sa, dtype=np.float32)
+    b = rng.standard_normal(sb, dtype=np.float32)
+    graph = ai.load_onnx(make_model("MatMul", {"a": a, "b": b}))
+    y64 = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    dy = rng.standard_normal(y64.shape, dtype=np.float32)
+
+    def run():
+        (y,) = graph.forward([a, b], need_backward=True, input_grads=True)
+        return [y.copy(), *(g.copy() for g in graph.backward([dy]))]
+
+    outs = _at_threads(run)
+    for i, what in enumerate(("forward", "dA", "dB")):
+        _same_bits([o[i] for o in outs], f"MatMul {sa} @ {sb} {what}")
+    a64, b64, dy64 = a.astype(np.float64), b.astype(np.float64), dy.astype(np.float64)
+    K, N = sa[-1], sb[-1]
+    reps_a = y64.size // (dy.shape[-2] * N) // (a.size // (sa[-2] * K))
+    reps_b = y64.size // (dy.shape[-2] * N) // (b.size // (K * N))
+    checks = [(y64, np.matmul(np.abs(a64), np.abs(b64)), K),
+              (_unbroadcast(np.matmul(dy64, b64.swapaxes(-1, -2)), sa),
+               _unbroadcast(np.matmul(np.abs(dy64), np.abs(b64).swapaxes(-1, -2)), sa),
+               N * reps_a),
+              (_unbroadcast(np.matmul(a64.swapaxes(-1, -2), dy64), sb),
+               _unbroadcast(np.matmul(np.abs(a64).swapaxes(-1, -2), np.abs(dy64)), sb),
+               sa[-2] * reps_b)]
+    for got, (ref, mag, terms), what in zip(outs[0], checks, ("forward", "dA", "dB")):
+        assert got.shape == ref.shape, what
+        err = np.abs(got.astype(np.float64) - ref)
+        assert np.all(err <= _gamma(terms + 2) * mag), f"MatMul {sa} @ {sb} {what}: {err.max()}"

@@ -297,6 +297,14 @@ static void gemm_parallel(gemm_job *j)
     ai_parallel_for(units, grain, gemm_range, j);
 }
 
+bool ai_gemm_splits(int64_t M, int64_t N, int64_t K)
+{
+    const double flops = 2.0 * (double)M * (double)N * (double)K;
+    const int64_t min_flops = skinny_of(M, N, K) ? SKINNY_MIN_FLOPS_PER_THREAD
+                                                 : MIN_FLOPS_PER_THREAD;
+    return ai_get_num_threads() > 1 && flops >= 2.0 * (double)min_flops;
+}
+
 /* The packing of a split tiles product: op(B)'s panels, then A^T's columns
  * in pieces of about a panel's size (whole groups of 16: gemm_tiles.c
  * copies 16 at a time) */

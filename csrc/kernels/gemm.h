@@ -71,6 +71,11 @@ bool ai_gemm_packs(int64_t M, int64_t N, int64_t K);
 void ai_gemm_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                         int64_t lda, const float *bp, float beta, float *C, int64_t ldc);
 
+/* Whether ai_gemm_f32/f64 splits a product of these sizes between the
+ * engine's threads at the current thread count (else it runs on one: a
+ * batch of such products may go to the pool whole, one per part) */
+bool ai_gemm_splits(int64_t M, int64_t N, int64_t K);
+
 /* Name of the GEMM backend in use ("openblas" or "reference"). */
 const char *ai_gemm_backend(void);
 /* Threads used by the GEMM library (no-op for the reference kernel). */
