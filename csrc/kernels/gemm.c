@@ -5,8 +5,8 @@
 #include "gemm.h"
 
 #include <stddef.h>
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../parallel.h"
@@ -368,8 +368,7 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                   .tiles = ai_gemm_tiles_take(ta, tb, M, N, K), .M = M,
                   .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
                   .beta = beta, .A = A, .B = B, .C = C};
-    if (j.tiles && ai_get_num_threads() > 1 && 2 * M * N * K >= 2 * MIN_FLOPS_PER_THREAD &&
-        tiles_split(&j))
+    if (j.tiles && ai_gemm_splits(M, N, K) && tiles_split(&j))
         return;
     gemm_parallel(&j);
 }
