@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../parallel.h"
@@ -207,12 +208,20 @@ static void gemm_serial_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, d
  * step 0.76 against 0.59 (AVX-512 Xeon, same build with the threshold from
  * the environment; 0.25 MFLOP: 0.100 and 0.65; LeNet, KWS, MobileNet and
  * ResNet-8 unchanged at 0.5). The library's kernels may change with the
- * panel's size, so its products keep the 2 MFLOP rule, and so do those of
- * gemm_tiles.c (whose sums do not depend on the panel either: it is
- * decided on the whole product, as the skinny kernel is).
+ * panel's size, so its products keep the 2 MFLOP rule, and one part per
+ * thread: each part packs all of A (a column split) or of B (1024^3 at 2
+ * threads: 140 GFLOP/s in 2 parts, 133 in 8).
+ *
+ * gemm_tiles.c's products (decided on the whole product, as the skinny
+ * kernel is: their sums do not depend on the panel) are split otherwise:
+ * op(B), and op(A) where it is A^T, are packed whole first, pieces of the
+ * packing side by side on the pool, and then C in parts of whole tiles
+ * that read the one packing: rows of 6 (A read in place) or, for A^T B,
+ * columns of 64; up to the pool's 4 parts per thread, so that a thread
+ * slowed by another program (a virtual CPU whose core is busy) hands its
+ * last parts to the others instead of holding the product.
  */
 #define SPLIT_N_UNIT 16
-#define SPLIT_N_UNIT_PACKED 64 /* a product over a packed weight: its panels */
 #define SPLIT_M_UNIT 8
 #define MIN_FLOPS_PER_THREAD (INT64_C(1) << 21)
 #define SKINNY_MIN_FLOPS_PER_THREAD (INT64_C(1) << 19)
@@ -222,13 +231,16 @@ typedef struct {
     int64_t M, N, K, lda, ldb, ldc;
     double alpha, beta;
     const void *A, *B;
-    const float *bp; /* B packed (ai_gemm_packed_f32), else NULL */
+    const float *bp; /* op(B) packed whole (ai_gemm_tiles_pack), else NULL */
+    const float *ap; /* op(A) = A^T packed whole (ai_gemm_tiles_pack_at), else NULL */
     void *C;
 } gemm_job;
 
 static int64_t split_unit(const gemm_job *j)
 {
-    return !j->split_n ? SPLIT_M_UNIT : j->bp ? SPLIT_N_UNIT_PACKED : SPLIT_N_UNIT;
+    if (j->bp)
+        return j->split_n ? AI_GEMM_TILE_COLS : AI_GEMM_TILE_ROWS;
+    return j->split_n ? SPLIT_N_UNIT : SPLIT_M_UNIT;
 }
 
 static void gemm_range(void *ctx, int64_t lo, int64_t hi)
@@ -251,7 +263,10 @@ static void gemm_range(void *ctx, int64_t lo, int64_t hi)
         C += (size_t)(r0 * j->ldc) * es;
         M = r1 - r0;
     }
-    if (j->bp)
+    if (j->ap)
+        ai_gemm_tiles_packed_at_f32(M, N, j->K, (float)j->alpha, j->ap, j->bp, j->N, c0,
+                                    (float)j->beta, (float *)C, j->ldc);
+    else if (j->bp)
         ai_gemm_tiles_packed_f32(M, N, j->K, (float)j->alpha, (const float *)A, j->lda, j->bp,
                                  j->N, c0, (float)j->beta, (float *)C, j->ldc);
     else if (j->f64)
@@ -265,7 +280,8 @@ static void gemm_range(void *ctx, int64_t lo, int64_t hi)
 
 static void gemm_parallel(gemm_job *j)
 {
-    j->split_n = j->N >= j->M;
+    /* packed: A^T B by columns (N >= 2 M), A op(B) by rows (A's rows in place) */
+    j->split_n = j->bp ? j->ap != NULL : j->N >= j->M;
     const int64_t unit = split_unit(j);
     int64_t units = ((j->split_n ? j->N : j->M) + unit - 1) / unit;
     int64_t other = j->split_n ? j->M : j->N;
@@ -274,12 +290,72 @@ static void gemm_parallel(gemm_job *j)
                          (other < INT64_C(1) << 20 ? other : INT64_C(1) << 20);
     const int64_t min_flops = j->skinny ? SKINNY_MIN_FLOPS_PER_THREAD : MIN_FLOPS_PER_THREAD;
     int64_t grain = unit_flops > 0 ? (min_flops + unit_flops - 1) / unit_flops : units;
-    /* one part per thread, not the pool's finer split: each part packs all
-     * of A (a column split) or of B (1024^3 at 2 threads: 140 GFLOP/s in 2
-     * parts, 133 in 8) */
-    const int64_t per_thread = units / ai_get_num_threads();
-    grain = grain > per_thread ? grain : per_thread;
+    if (!j->bp) { /* one part per thread: each packs its own operand (above) */
+        const int64_t per_thread = units / ai_get_num_threads();
+        grain = grain > per_thread ? grain : per_thread;
+    }
     ai_parallel_for(units, grain, gemm_range, j);
+}
+
+bool ai_gemm_splits(int64_t M, int64_t N, int64_t K)
+{
+    const double flops = 2.0 * (double)M * (double)N * (double)K;
+    const int64_t min_flops = skinny_of(M, N, K) ? SKINNY_MIN_FLOPS_PER_THREAD
+                                                 : MIN_FLOPS_PER_THREAD;
+    return ai_get_num_threads() > 1 && flops >= 2.0 * (double)min_flops;
+}
+
+/* The packing of a split tiles product: op(B)'s panels, then A^T's columns
+ * in pieces of about a panel's size (whole groups of 16: gemm_tiles.c
+ * copies 16 at a time) */
+typedef struct {
+    const gemm_job *j;
+    float *bp, *ap;
+    int64_t panels, k_step;
+} pack_job;
+
+static void pack_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const pack_job *p = ctx;
+    const gemm_job *j = p->j;
+    if (lo < p->panels)
+        ai_gemm_tiles_pack_panels(j->tb, j->N, j->K, j->B, j->ldb, p->bp, lo,
+                                  hi < p->panels ? hi : p->panels);
+    if (hi > p->panels) {
+        const int64_t k_lo = (lo > p->panels ? lo - p->panels : 0) * p->k_step;
+        const int64_t k_hi = (hi - p->panels) * p->k_step;
+        ai_gemm_tiles_pack_at(j->M, j->K, j->A, j->lda, p->ap, k_lo, k_hi < j->K ? k_hi : j->K);
+    }
+}
+
+/* A tiles product on the pool: packed whole, then split (above); false
+ * (nothing written) where the packing could not be allocated */
+static bool tiles_split(gemm_job *j)
+{
+    pack_job p = {.j = j, .panels = (j->N + AI_GEMM_TILE_COLS - 1) / AI_GEMM_TILE_COLS};
+    p.bp = aligned_alloc(64, sizeof(float) * (size_t)ai_gemm_tiles_packed_size(j->N, j->K));
+    p.ap = j->ta ? aligned_alloc(64, sizeof(float) *
+                                         (size_t)ai_gemm_tiles_packed_at_size(j->M, j->K))
+                 : NULL;
+    if (!p.bp || (j->ta && !p.ap)) {
+        free(p.bp);
+        free(p.ap);
+        return false;
+    }
+    int64_t items = p.panels;
+    if (j->ta) {
+        const int64_t rows = (j->M + AI_GEMM_TILE_ROWS - 1) / AI_GEMM_TILE_ROWS * AI_GEMM_TILE_ROWS;
+        p.k_step = j->K * AI_GEMM_TILE_COLS / rows / 16 * 16;
+        p.k_step = p.k_step > 16 ? p.k_step : 16;
+        items += (j->K + p.k_step - 1) / p.k_step;
+    }
+    ai_parallel_for(items, 1, pack_range, &p);
+    j->bp = p.bp;
+    j->ap = p.ap;
+    gemm_parallel(j);
+    free(p.bp);
+    free(p.ap);
+    return true;
 }
 
 void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -292,6 +368,8 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                   .tiles = ai_gemm_tiles_take(ta, tb, M, N, K), .M = M,
                   .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha,
                   .beta = beta, .A = A, .B = B, .C = C};
+    if (j.tiles && ai_gemm_splits(M, N, K) && tiles_split(&j))
+        return;
     gemm_parallel(&j);
 }
 
@@ -301,7 +379,7 @@ void ai_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
  * session. The engine keeps a packed copy of a weight that its products
  * read as op(B) (packed.c) and calls these: the same
  * kernel without its packing, so the same sums bit for bit, split
- * between threads by whole panels of 64 columns or by rows.
+ * between threads by rows, as a split product is (above).
  */
 bool ai_gemm_packs(int64_t M, int64_t N, int64_t K)
 {

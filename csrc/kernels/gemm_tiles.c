@@ -46,8 +46,8 @@
 
 #include "simd.h"
 
-#define TL_MR 6
-#define TL_NV 4 /* vectors of 16 per row of the tile */
+#define TL_MR AI_GEMM_TILE_ROWS /* 6 */
+#define TL_NV (AI_GEMM_TILE_COLS / 16) /* vectors of 16 per row of the tile: 4 */
 #define TL_NR (16 * TL_NV)
 #define TL_KC 640
 #define TL_NC 256
@@ -148,25 +148,27 @@ typedef float tl_vec8 __attribute__((vector_size(32), aligned(sizeof(float)), ma
 
 /* Rows 0 .. M of op(A) = A^T, columns k0 .. k0 + kc, as panels of TL_MR
  * rows: ap[p kc TL_MR + k TL_MR + i] = A[(k0 + k) lda + p TL_MR + i], 0 past
- * M. Each k's TL_MR values are contiguous in A: copied 8 at a time where
- * the 2 past them are still in A's row, each copy's last 2 overwritten by
- * the next k's. TL_PACK_K rows of A at a time across all panels: panel by
- * panel down the whole chunk, each k a line (and a page) of its own, the
- * copy of a 1536 x 580 chunk took 0.42-0.72 ms (6-10% of its product),
- * 0.13-0.15 this way (8 rows: 0.14-0.43, 32: 0.26-0.33; thread CPU time,
- * A not in cache) */
-AI_AVX512_KERNEL static void tl_pack_at(int64_t M, int64_t k0, int64_t kc, const float *A,
-                                        int64_t lda, float *ap)
+ * M; of these, columns kb0 .. kb1 of the chunk (a piece of the packing: the
+ * whole chunk is 0 .. kc). Each k's TL_MR values are contiguous in A:
+ * copied 8 at a time where the 2 past them are still in A's row, each
+ * copy's last 2 overwritten by the next k's (never past kb1: another
+ * thread may be writing the next piece). TL_PACK_K rows of A at a time
+ * across all panels: panel by panel down the whole chunk, each k a line
+ * (and a page) of its own, the copy of a 1536 x 580 chunk took 0.42-0.72
+ * ms (6-10% of its product), 0.13-0.15 this way (8 rows: 0.14-0.43, 32:
+ * 0.26-0.33; thread CPU time, A not in cache) */
+AI_AVX512_KERNEL static void tl_pack_at(int64_t M, int64_t k0, int64_t kc, int64_t kb0,
+                                        int64_t kb1, const float *A, int64_t lda, float *ap)
 {
-    for (int64_t kb = 0; kb < kc; kb += TL_PACK_K) {
-        const int64_t ke = kc - kb < TL_PACK_K ? kc : kb + TL_PACK_K;
+    for (int64_t kb = kb0; kb < kb1; kb += TL_PACK_K) {
+        const int64_t ke = kb1 - kb < TL_PACK_K ? kb1 : kb + TL_PACK_K;
         for (int64_t p = 0; p * TL_MR < M; p++) {
             float *dst = ap + p * kc * TL_MR;
             const float *src = A + k0 * lda + p * TL_MR;
             const int64_t mr = M - p * TL_MR < TL_MR ? M - p * TL_MR : TL_MR;
             int64_t k = kb;
             if (p * TL_MR + 8 <= M)
-                for (; k < ke && k + 1 < kc; k++)
+                for (; k < ke && k + 1 < kb1; k++)
                     *(tl_vec8 *)(dst + k * TL_MR) = *(const tl_vec8 *)(src + k * lda);
             for (; k < ke; k++)
                 for (int i = 0; i < TL_MR; i++)
@@ -248,6 +250,21 @@ AI_AVX512_KERNEL static void tl_block(int64_t M, int64_t nb, int64_t kc, float a
     }
 }
 
+/* The same over op(A) = A^T packed by tl_pack_at: ap the chunk's panels */
+AI_AVX512_KERNEL static void tl_block_at(int64_t M, int64_t nb, int64_t kc, float alpha,
+                                         float cb, const float *ap, const float *bp, float *C,
+                                         int64_t ldc)
+{
+    for (int64_t m0 = 0; m0 < M; m0 += TL_MR) {
+        const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
+        for (int64_t p = 0; p * TL_NR < nb; p++) {
+            const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
+            tl_tile_rows(mr, kc, ap + m0 * kc, 1, TL_MR, bp + p * kc * TL_NR,
+                         C + m0 * ldc + p * TL_NR, ldc, nc, alpha, cb);
+        }
+    }
+}
+
 /* K's chunk length: the chunks are all of it but the last */
 static int64_t tl_chunk(int64_t K)
 {
@@ -255,16 +272,23 @@ static int64_t tl_chunk(int64_t K)
     return (K + chunks - 1) / chunks;
 }
 
+/* M rounded up to whole panels of TL_MR rows */
+static int64_t tl_rows(int64_t M)
+{
+    return (M + TL_MR - 1) / TL_MR * TL_MR;
+}
+
 AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                         float alpha, const float *A, int64_t lda,
                                         const float *B, int64_t ldb, float beta, float *C,
                                         int64_t ldc)
 {
-    const int64_t kcm = tl_chunk(K), mp = (M + TL_MR - 1) / TL_MR * TL_MR;
+    const int64_t kcm = tl_chunk(K);
     const int64_t ncb = ta ? TL_NC_AT : TL_NC;
     float *bp = aligned_alloc(64, sizeof(float) * (size_t)(kcm * TL_NC));
     /* aligned_alloc's size: a multiple of its alignment, 16 floats */
-    float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)((kcm * mp + 15) / 16 * 16)) : NULL;
+    float *ap = ta ? aligned_alloc(64, sizeof(float) * (size_t)((kcm * tl_rows(M) + 15) / 16 * 16))
+                   : NULL;
     if (!bp || (ta && !ap)) {
         free(bp);
         free(ap);
@@ -274,22 +298,14 @@ AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, 
         const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
         const float cb = k0 ? 1.0f : beta;
         if (ta)
-            tl_pack_at(M, k0, kc, A, lda, ap);
+            tl_pack_at(M, k0, kc, 0, kc, A, lda, ap);
         for (int64_t n0 = 0; n0 < N; n0 += ncb) {
             const int64_t nb = N - n0 < ncb ? N - n0 : ncb;
             tl_pack_b(tb, n0, nb, k0, kc, B, ldb, bp);
-            if (!ta) {
+            if (ta)
+                tl_block_at(M, nb, kc, alpha, cb, ap, bp, C + n0, ldc);
+            else
                 tl_block(M, nb, kc, alpha, cb, A + k0, lda, bp, C + n0, ldc);
-                continue;
-            }
-            for (int64_t m0 = 0; m0 < M; m0 += TL_MR) { /* A^T's panels, tl_pack_at */
-                const int mr = M - m0 < TL_MR ? (int)(M - m0) : TL_MR;
-                for (int64_t p = 0; p * TL_NR < nb; p++) {
-                    const int64_t nc = nb - p * TL_NR < TL_NR ? nb - p * TL_NR : TL_NR;
-                    tl_tile_rows(mr, kc, ap + m0 * kc, 1, TL_MR, bp + p * kc * TL_NR,
-                                 C + m0 * ldc + n0 + p * TL_NR, ldc, nc, alpha, cb);
-                }
-            }
         }
     }
     free(ap);
@@ -299,25 +315,49 @@ AI_AVX512_KERNEL bool ai_gemm_tiles_f32(bool ta, bool tb, int64_t M, int64_t N, 
 
 /*
  * The whole of op(B) packed once, for a weight that many products read (a
- * Linear's, through the engine's cache of packed weights, packed.c): chunk
- * after chunk of K, each the panels of all N columns (N rounded up to
- * TL_NR, zero past N), the layout that ai_gemm_tiles_f32 packs a block of
- * at a time. A product over it makes the same sums, bit for bit.
+ * Linear's, through the engine's cache of packed weights, packed.c), or
+ * for a product split between threads (gemm.c: packed once, its panels
+ * read by every part): chunk after chunk of K, each the panels of all N
+ * columns (N rounded up to TL_NR, zero past N), the layout that
+ * ai_gemm_tiles_f32 packs a block of at a time; op(A) = A^T likewise,
+ * chunk after chunk, the panels of all M rows. A product over them makes
+ * the same sums, bit for bit.
  */
 int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
 {
     return K * ((N + TL_NR - 1) / TL_NR * TL_NR);
 }
 
-AI_AVX512_KERNEL void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B,
-                                         int64_t ldb, float *bp)
+int64_t ai_gemm_tiles_packed_at_size(int64_t M, int64_t K)
+{
+    return (K * tl_rows(M) + 15) / 16 * 16; /* aligned_alloc's: whole 64 bytes */
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_pack_panels(bool tb, int64_t N, int64_t K, const float *B,
+                                                int64_t ldb, float *bp, int64_t p0, int64_t p1)
 {
     const int64_t kcm = tl_chunk(K), np = (N + TL_NR - 1) / TL_NR * TL_NR;
     for (int64_t k0 = 0; k0 < K; k0 += kcm) {
         const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
-        for (int64_t n0 = 0; n0 < N; n0 += TL_NC)
-            tl_pack_b(tb, n0, N - n0 < TL_NC ? N - n0 : TL_NC, k0, kc, B, ldb,
+        for (int64_t n0 = p0 * TL_NR; n0 < p1 * TL_NR && n0 < N; n0 += TL_NR)
+            tl_pack_b(tb, n0, N - n0 < TL_NR ? N - n0 : TL_NR, k0, kc, B, ldb,
                       bp + k0 * np + n0 * kc);
+    }
+}
+
+void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp)
+{
+    ai_gemm_tiles_pack_panels(tb, N, K, B, ldb, bp, 0, (N + TL_NR - 1) / TL_NR);
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_pack_at(int64_t M, int64_t K, const float *A, int64_t lda,
+                                            float *ap, int64_t k_lo, int64_t k_hi)
+{
+    const int64_t kcm = tl_chunk(K), mp = tl_rows(M);
+    for (int64_t k0 = k_lo / kcm * kcm; k0 < k_hi; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        tl_pack_at(M, k0, kc, k_lo > k0 ? k_lo - k0 : 0, k_hi < k0 + kc ? k_hi - k0 : kc, A,
+                   lda, ap + k0 * mp);
     }
 }
 
@@ -332,6 +372,20 @@ AI_AVX512_KERNEL void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, 
         for (int64_t j = 0; j < N; j += TL_NC)
             tl_block(M, N - j < TL_NC ? N - j : TL_NC, kc, alpha, k0 ? 1.0f : beta, A + k0,
                      lda, bp + k0 * np + (n0 + j) * kc, C + j, ldc);
+    }
+}
+
+AI_AVX512_KERNEL void ai_gemm_tiles_packed_at_f32(int64_t M, int64_t N, int64_t K, float alpha,
+                                                  const float *ap, const float *bp,
+                                                  int64_t ldp, int64_t n0, float beta, float *C,
+                                                  int64_t ldc)
+{
+    const int64_t kcm = tl_chunk(K), np = (ldp + TL_NR - 1) / TL_NR * TL_NR, mp = tl_rows(M);
+    for (int64_t k0 = 0; k0 < K; k0 += kcm) {
+        const int64_t kc = K - k0 < kcm ? K - k0 : kcm;
+        for (int64_t j = 0; j < N; j += TL_NC_AT)
+            tl_block_at(M, N - j < TL_NC_AT ? N - j : TL_NC_AT, kc, alpha, k0 ? 1.0f : beta,
+                        ap + k0 * mp, bp + k0 * np + (n0 + j) * kc, C + j, ldc);
     }
 }
 #else
@@ -350,9 +404,27 @@ int64_t ai_gemm_tiles_packed_size(int64_t N, int64_t K)
     return 0;
 }
 
+int64_t ai_gemm_tiles_packed_at_size(int64_t M, int64_t K)
+{
+    (void)M, (void)K;
+    return 0;
+}
+
+void ai_gemm_tiles_pack_panels(bool tb, int64_t N, int64_t K, const float *B, int64_t ldb,
+                               float *bp, int64_t p0, int64_t p1)
+{
+    (void)tb, (void)N, (void)K, (void)B, (void)ldb, (void)bp, (void)p0, (void)p1;
+}
+
 void ai_gemm_tiles_pack(bool tb, int64_t N, int64_t K, const float *B, int64_t ldb, float *bp)
 {
     (void)tb, (void)N, (void)K, (void)B, (void)ldb, (void)bp;
+}
+
+void ai_gemm_tiles_pack_at(int64_t M, int64_t K, const float *A, int64_t lda, float *ap,
+                           int64_t k_lo, int64_t k_hi)
+{
+    (void)M, (void)K, (void)A, (void)lda, (void)ap, (void)k_lo, (void)k_hi;
 }
 
 void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -360,6 +432,14 @@ void ai_gemm_tiles_packed_f32(int64_t M, int64_t N, int64_t K, float alpha, cons
                               float beta, float *C, int64_t ldc)
 {
     (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)bp, (void)ldp, (void)n0,
+        (void)beta, (void)C, (void)ldc;
+}
+
+void ai_gemm_tiles_packed_at_f32(int64_t M, int64_t N, int64_t K, float alpha, const float *ap,
+                                 const float *bp, int64_t ldp, int64_t n0, float beta, float *C,
+                                 int64_t ldc)
+{
+    (void)M, (void)N, (void)K, (void)alpha, (void)ap, (void)bp, (void)ldp, (void)n0,
         (void)beta, (void)C, (void)ldc;
 }
 #endif

@@ -303,6 +303,63 @@ static ai_status matmul_shape(ai_ctx *c, ai_meta *out, size_t *ws, size_t *state
     return AI_OK;
 }
 
+/* A batched MatMul's products (B with batch dimensions): on the pool, whole
+ * products per part, where each product is too small for ai_gemm to split
+ * between threads (8 heads of 64 x 128 x 64 ran one after the other on one
+ * thread), else one after the other, each split. A product is the same
+ * call whichever thread runs it: the same bits. */
+typedef struct {
+    const ai_mm_dims *d;
+    ai_dtype dt;
+    const char *A, *B, *Y; /* Y: the output, or in a backward dY */
+    char *dA, *dB;
+    double beta_a, beta_b;
+} mm_batch;
+
+static void mm_forward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const mm_batch *j = ctx;
+    const int64_t M = j->d->M, N = j->d->N, K = j->d->K;
+    const size_t es = ai_dtype_size(j->dt);
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t ia, ib;
+        ai_matmul_batch(j->d, i, &ia, &ib);
+        gemm(j->dt, false, false, M, N, K, 1.0, j->A + ia * M * K * es, K,
+             j->B + ib * K * N * es, N, 0.0, (char *)j->Y + i * M * N * es, N);
+    }
+}
+
+/* dA_i += dY_i B_i^T, dB_i += A_i^T dY_i */
+static void mm_backward_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const mm_batch *j = ctx;
+    const int64_t M = j->d->M, N = j->d->N, K = j->d->K;
+    const size_t es = ai_dtype_size(j->dt);
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t ia, ib;
+        ai_matmul_batch(j->d, i, &ia, &ib);
+        const char *dy = j->Y + i * M * N * es;
+        if (j->dA)
+            gemm(j->dt, false, true, M, K, N, 1.0, dy, N, j->B + ib * K * N * es, N, j->beta_a,
+                 j->dA + ia * M * K * es, K);
+        if (j->dB)
+            gemm(j->dt, true, false, K, N, M, 1.0, j->A + ia * M * K * es, K, dy, N, j->beta_b,
+                 j->dB + ib * K * N * es, N);
+    }
+}
+
+/* fn over the batch: on the pool where ai_gemm would not split a product,
+ * parts of at least 0.5 MFLOP */
+static void mm_run(mm_batch *j, ai_range_fn fn)
+{
+    const ai_mm_dims *d = j->d;
+    const int64_t part = INT64_C(1) << 19, flops = 2 * d->M * d->N * d->K + 1;
+    if (d->count > 1 && !ai_gemm_splits(d->M, d->N, d->K))
+        ai_parallel_for(d->count, (part + flops - 1) / flops, fn, j);
+    else
+        fn(j, 0, d->count);
+}
+
 static ai_status matmul_forward(ai_ctx *c)
 {
     ai_mm_dims d;
@@ -310,7 +367,6 @@ static ai_status matmul_forward(ai_ctx *c)
     if (st)
         return st;
     const ai_dtype dt = c->out[0]->dtype;
-    const size_t es = ai_dtype_size(dt);
     const char *A = c->in[0]->data, *B = c->in[1]->data;
     char *Y = c->out[0]->data;
     const int64_t M = d.M, N = d.N, K = d.K;
@@ -324,12 +380,8 @@ static ai_status matmul_forward(ai_ctx *c)
             gemm(dt, false, false, R, N, K, 1.0, A, K, B, N, 0.0, Y, N);
         return AI_OK;
     }
-    for (int64_t i = 0; i < d.count; i++) {
-        int64_t ia, ib;
-        ai_matmul_batch(&d, i, &ia, &ib);
-        gemm(dt, false, false, M, N, K, 1.0, A + ia * M * K * es, K, B + ib * K * N * es, N, 0.0,
-             Y + i * M * N * es, N);
-    }
+    mm_batch j = {.d = &d, .dt = dt, .A = A, .B = B, .Y = Y};
+    mm_run(&j, mm_forward_range);
     return AI_OK;
 }
 
@@ -340,7 +392,6 @@ static ai_status matmul_backward(ai_ctx *c)
     if (st)
         return st;
     const ai_dtype dt = c->out[0]->dtype;
-    const size_t es = ai_dtype_size(dt);
     const char *A = c->in[0]->data, *B = c->in[1]->data, *dY = c->dout[0]->data;
     char *dA = c->din[0] ? c->din[0]->data : NULL, *dB = c->din[1] ? c->din[1]->data : NULL;
     const int64_t M = d.M, N = d.N, K = d.K;
@@ -354,23 +405,23 @@ static ai_status matmul_backward(ai_ctx *c)
             gemm(dt, true, false, K, N, R, 1.0, A, K, dY, N, beta_b, dB, N);
         return AI_OK;
     }
-    /* a broadcast operand's gradient sums several products: zero it, then add */
+    /* a broadcast operand's gradient sums several products: zero it, then add,
+     * product after product in batch order */
+    bool shared = false;
     for (int k = 0; k < 2; k++)
-        if (c->din_assign[k] && ai_tensor_numel(c->din[k]) < d.count * (k ? K * N : M * K)) {
-            memset(c->din[k]->data, 0, ai_tensor_nbytes(c->din[k]));
-            *(k ? &beta_b : &beta_a) = 1.0;
+        if (c->din[k] && ai_tensor_numel(c->din[k]) < d.count * (k ? K * N : M * K)) {
+            shared = true;
+            if (c->din_assign[k]) {
+                memset(c->din[k]->data, 0, ai_tensor_nbytes(c->din[k]));
+                *(k ? &beta_b : &beta_a) = 1.0;
+            }
         }
-    for (int64_t i = 0; i < d.count; i++) {
-        int64_t ia, ib;
-        ai_matmul_batch(&d, i, &ia, &ib);
-        const char *dy = dY + i * M * N * es;
-        if (dA)
-            gemm(dt, false, true, M, K, N, 1.0, dy, N, B + ib * K * N * es, N, beta_a,
-                 dA + ia * M * K * es, K);
-        if (dB)
-            gemm(dt, true, false, K, N, M, 1.0, A + ia * M * K * es, K, dy, N, beta_b,
-                 dB + ib * K * N * es, N);
-    }
+    mm_batch j = {.d = &d, .dt = dt, .A = A, .B = B, .Y = dY, .dA = dA, .dB = dB,
+                  .beta_a = beta_a, .beta_b = beta_b};
+    if (shared)
+        mm_backward_range(&j, 0, d.count);
+    else
+        mm_run(&j, mm_backward_range);
     return AI_OK;
 }
 
