@@ -24,7 +24,9 @@ that is not timed (``warm`` calls), after which the sample times the
 library as a training loop runs it, step after step; both contenders get
 the same.
 """
+import os
 import statistics
+import threading
 import time
 
 
@@ -68,3 +70,54 @@ def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
                 fn()
             out.append(_sample(fn, k))
     return samples
+
+
+def _others_cpu_ns():
+    """CPU nanoseconds used so far by this process's threads other than the
+    calling one (Linux's per-thread schedstat), or None where not readable."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total = 0
+    for tid in tids:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def wait_idle(least_s, most_s=0.25, window_s=1e-3):
+    """Sleep ``least_s``, then until the process's other threads have gone
+    idle: until they used under a tenth of a CPU over a ``window_s`` window,
+    ``most_s`` at most.
+
+    With several threads, a library's idle workers keep spinning after its
+    last call and take a core from the next contender: measured here (CPU
+    time of the other threads in the 50 ms after one 2-thread Relu), torch's
+    OpenMP workers (GNU libgomp, default wait policy) 7.4-8.6 ms, the
+    engine's 0.3 ms; with a fixed 2 ms pause the engine's 2-thread block
+    began with torch's worker still spinning on the second vCPU, and ran at
+    its 1-thread speed, while torch's block never met the engine's spin. A
+    pause that lasts until nothing else of the process runs gives each
+    contender the machine as it finds it when it runs alone, whatever its
+    and the other's spin policy; each library's own workers still spin
+    between its own calls within its block (no library setting is changed).
+    Where the threads cannot be read (not Linux), only ``least_s``.
+    """
+    time.sleep(least_s)
+    last = _others_cpu_ns()
+    if last is None:
+        return
+    end = time.perf_counter() + most_s
+    while time.perf_counter() < end:
+        time.sleep(window_s)
+        now = _others_cpu_ns()
+        if now - last < 0.1 * window_s * 1e9:
+            return
+        last = now
