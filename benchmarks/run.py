@@ -76,8 +76,10 @@ from timing import interleaved_medians as _interleaved, interleaved_samples, wai
 # Runtime is a contender). A fixed 2 ms pause ended with torch's workers
 # still spinning: the engine's 2-thread blocks ran at its 1-thread speed
 # (Relu, LayerNormalization, ReduceSum forward 1.28-1.64 of torch; 0.63-0.95
-# once the pause waits for idle, torch's own times the same;
-# benchmarks/results/threads.md). BLOCK_ROUNDS rounds of blocks, every
+# once the pause waits for idle, torch's own times the same, in an A/B run
+# when the engine's worker had a vCPU of its own; benchmarks/results/threads.md).
+# Where ONNX Runtime is a contender the 0.1 s pause already outlasts every
+# spin (its workers run 31-58 ms after its last call). BLOCK_ROUNDS rounds of blocks, every
 # contender once per round, the order rotated each round.
 #
 # This VM runs in two speeds that switch every few tens of milliseconds (a

@@ -72,7 +72,6 @@ def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
     return samples
 
 
-
 def _others_running():
     """How many of this process's threads other than the calling one are
     running or runnable (state R in Linux's /proc/self/task/*/stat), or None
