@@ -64,16 +64,23 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import aidge_interop  # noqa: E402
-from timing import interleaved_medians as _interleaved, interleaved_samples  # noqa: E402
+from timing import interleaved_medians as _interleaved, interleaved_samples, wait_idle  # noqa: E402
 
 # With one thread the contenders alternate sample by sample (timing.py). With
 # more, a library's idle workers keep spinning for a while after its call
-# (ONNX Runtime's pool about 60 ms here, torch's OpenMP ~0.3 ms, the engine's
-# 0.3 ms) and take a core from the next contender: then each contender is
-# timed in blocks of its own, each after a pause (`settle`, seconds) that
-# lets the others' workers sleep: 2 ms, or 0.1 s where ONNX Runtime is a
-# contender. BLOCK_ROUNDS rounds of blocks, every contender once per round,
-# the order rotated each round.
+# (ONNX Runtime's pool about 60 ms here, torch's OpenMP workers 7.4-8.6 ms of
+# CPU after one call, the engine's 0.3 ms) and take a core from the next
+# contender: then each contender is timed in blocks of its own, each after a
+# pause that lasts until the others' workers have gone idle
+# (timing.wait_idle: at least `settle` seconds, 2 ms, or 0.1 s where ONNX
+# Runtime is a contender). A fixed 2 ms pause ended with torch's workers
+# still spinning: the engine's 2-thread blocks ran at its 1-thread speed
+# (Relu, LayerNormalization, ReduceSum forward 1.28-1.64 of torch; 0.63-0.95
+# once the pause waits for idle, torch's own times the same, in an A/B run
+# when the engine's worker had a vCPU of its own; benchmarks/results/threads.md).
+# Where ONNX Runtime is a contender the 0.1 s pause already outlasts every
+# spin (its workers run 31-58 ms after its last call). BLOCK_ROUNDS rounds of blocks, every
+# contender once per round, the order rotated each round.
 #
 # This VM runs in two speeds that switch every few tens of milliseconds (a
 # 5 us Sub took 5 or 9 us for a whole block, torch's as the engine's), so
@@ -109,7 +116,7 @@ def interleaved_medians(fns, budget=0.3, settle=0.002, rounds=BLOCK_ROUNDS, **kw
     for r in range(rounds):
         for i in range(n):
             k = (i + r) % n
-            time.sleep(settle)
+            wait_idle(settle)
             warm_end = time.perf_counter() + max(0.002, settle)
             while time.perf_counter() < warm_end:
                 fns[k]()

@@ -24,7 +24,9 @@ that is not timed (``warm`` calls), after which the sample times the
 library as a training loop runs it, step after step; both contenders get
 the same.
 """
+import os
 import statistics
+import threading
 import time
 
 
@@ -68,3 +70,58 @@ def interleaved_samples(fns, budget_s=0.3, min_samples=5, max_samples=200, sampl
                 fn()
             out.append(_sample(fn, k))
     return samples
+
+
+def _others_running():
+    """How many of this process's threads other than the calling one are
+    running or runnable (state R in Linux's /proc/self/task/*/stat), or None
+    where not readable. A spinning worker is R; one asleep on a futex or a
+    condition variable is S. (Their CPU time is no measure over a short
+    window: a thread running on another CPU has it updated only at the
+    scheduler's tick, every 4 ms here, so a 1 ms window read zero while
+    torch's worker spun.)"""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    running = 0
+    for tid in tids:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        running += state == "R"
+    return running
+
+
+def wait_idle(least_s, most_s=0.25, poll_s=5e-4):
+    """Sleep ``least_s``, then until no other thread of the process runs
+    (two polls ``poll_s`` apart in a row), ``most_s`` at most.
+
+    With several threads, a library's idle workers keep spinning after its
+    last call and take a core from the next contender. Measured here (CPU
+    time of the other threads in the 50 ms after one 2-thread Relu): torch's
+    OpenMP workers (GNU libgomp, default wait policy) 7.4-8.6 ms, 8-10 ms
+    after a 5 ms run of calls; the engine's 0.3 ms. With a fixed 2 ms pause
+    the engine's 2-thread block began with torch's worker still spinning on
+    the second vCPU, and ran at its 1-thread speed, while torch's block never
+    met the engine's spin. A pause that lasts until nothing else of the
+    process runs gives each contender the machine as it finds it when it
+    runs alone, whatever its and the other's spin policy; each library's own
+    workers still spin between its own calls within its block (no library
+    setting is changed). Where the threads cannot be read (not Linux), only
+    ``least_s``.
+    """
+    time.sleep(least_s)
+    end = time.perf_counter() + most_s
+    quiet = 0
+    while quiet < 2 and time.perf_counter() < end:
+        running = _others_running()
+        if running is None:
+            return
+        quiet = quiet + 1 if running == 0 else 0
+        time.sleep(poll_s)
