@@ -503,6 +503,7 @@ def _engine_input(x: torch.Tensor):
 # in C (Graph.forward/backward's bridge); the graph answers None when a
 # tensor does not go that way (an overlapping layout), then _engine_input.
 _BRIDGE = (to_dlpack, getattr(torch._C, "_from_dlpack", from_dlpack))
+_autograd_backward = _C.autograd_backward
 
 
 def _graph_call(call, tensors):
@@ -563,14 +564,14 @@ class _EngineFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        # in C: where the backward reads outputs, ctx.saved_tensors (torch's
+        # in-place check of the saved outputs), the older-forward check, and
+        # for a module without parameters the engine call through the bridge
+        # (benchmarks/results/overhead.md); None: the rest is below
+        grads = _autograd_backward(ctx, grad_outputs, _BRIDGE)
+        if grads is not None:
+            return grads
         module = ctx.module
-        if module._graph.backward_reads_outputs:  # (else nothing saved: 0.5 us saved)
-            ctx.saved_tensors  # noqa: B018 (torch's in-place check of the saved outputs)
-        if ctx.forward_id != module._calls[0]:
-            raise RuntimeError(
-                "AidgeModule: backward of an older forward. The engine keeps the state of "
-                "the latest forward only: run backward before the next forward."
-            )
         if module._params:  # (kept lean: a small model's backward is mostly overhead)
             if module._learning_rate is not None:
                 return (None, None, *module._stepping_backward(grad_outputs))

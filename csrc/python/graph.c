@@ -522,6 +522,111 @@ static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssi
                      self->g->n_inputs, ai_graph_backward);
 }
 
+/* autograd_backward(ctx, grad_outputs, bridge): the checks of the torch
+ * bridge's backward (bridge/wrapping.py, _EngineFunction.backward) and, for
+ * a module without parameters whose gradients all go through the bridge,
+ * the engine call itself, in one C call: (None, None, *input gradients).
+ * None when the checks passed but the rest is Python's (parameters, or a
+ * gradient with a lazy negation bit, which torch's DLPack export ignores).
+ * The checks, in the order the Python had them: the saved outputs through
+ * ctx.saved_tensors (torch's in-place and freed-graph errors) where the
+ * backward reads outputs, then the forward the engine holds
+ * (ctx.forward_id == module._calls[0]). A wrapped Relu's backward inside
+ * torch's autograd engine: benchmarks/results/overhead.md. */
+PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)unused;
+    enum { MODULE, GRAPH, SAVED, FORWARD_ID, CALLS, PARAMS, IS_NEG, N_NAMES };
+    static const char *const spelled[N_NAMES] = {"module", "_graph", "saved_tensors",
+                                                 "forward_id", "_calls", "_params", "is_neg"};
+    static PyObject *names[N_NAMES];
+    for (int i = 0; i < N_NAMES; i++)
+        if (!names[i] && !(names[i] = PyUnicode_InternFromString(spelled[i])))
+            return NULL;
+    if (nargs != 3 || !PyTuple_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError,
+                            "autograd_backward(ctx, grad_outputs, bridge) takes a ctx, a "
+                            "tuple and a bridge");
+    PyObject *grads = args[1], *res = NULL, *graph = NULL, *calls = NULL, *params = NULL;
+    PyObject *module = PyObject_GetAttr(args[0], names[MODULE]);
+    if (!module || !(graph = PyObject_GetAttr(module, names[GRAPH])))
+        goto done;
+    if (Py_TYPE(graph)->tp_dealloc != (destructor)Graph_dealloc) {
+        PyErr_Format(PyExc_TypeError, "module._graph must be a Graph, not %.100s",
+                     Py_TYPE(graph)->tp_name);
+        goto done;
+    }
+    GraphObject *self = (GraphObject *)graph;
+    if (ai_graph_backward_reads_outputs(self->g)) {
+        PyObject *saved = PyObject_GetAttr(args[0], names[SAVED]);
+        if (!saved)
+            goto done;
+        Py_DECREF(saved);
+    }
+    PyObject *id = PyObject_GetAttr(args[0], names[FORWARD_ID]);
+    if (!id || !(calls = PyObject_GetAttr(module, names[CALLS]))) {
+        Py_XDECREF(id);
+        goto done;
+    }
+    int same = PyList_Check(calls) && PyList_GET_SIZE(calls) > 0
+                   ? PyObject_RichCompareBool(id, PyList_GET_ITEM(calls, 0), Py_EQ)
+                   : -2;
+    Py_DECREF(id);
+    if (same == -2)
+        PyErr_SetString(PyExc_TypeError, "module._calls must be a non-empty list");
+    if (same < 0)
+        goto done;
+    if (!same) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "AidgeModule: backward of an older forward. The engine keeps the "
+                        "state of the latest forward only: run backward before the next "
+                        "forward.");
+        goto done;
+    }
+    if (!(params = PyObject_GetAttr(module, names[PARAMS])))
+        goto done;
+    int has_params = PyObject_IsTrue(params);
+    if (has_params < 0)
+        goto done;
+    const Py_ssize_t n = PyTuple_GET_SIZE(grads);
+    bool bridged = !has_params;
+    for (Py_ssize_t i = 0; bridged && i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(grads, i);
+        if (x == Py_None || is_tensor(self, x))
+            continue;
+        PyObject *neg = PyObject_CallMethodNoArgs(x, names[IS_NEG]);
+        if (!neg)
+            goto done;
+        bridged = neg == Py_False;
+        Py_DECREF(neg);
+    }
+    PyObject *outs = NULL;
+    if (bridged) {
+        if (!(outs = Graph_backward(self, args + 1, 2)))
+            goto done;
+    }
+    if (!outs || outs == Py_None) {
+        Py_XDECREF(outs);
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    const Py_ssize_t m = PyList_GET_SIZE(outs);
+    res = PyTuple_New(m + 2);
+    if (res) {
+        PyTuple_SET_ITEM(res, 0, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(res, 1, Py_NewRef(Py_None));
+        for (Py_ssize_t i = 0; i < m; i++)
+            PyTuple_SET_ITEM(res, i + 2, Py_NewRef(PyList_GET_ITEM(outs, i)));
+    }
+    Py_DECREF(outs);
+done:
+    Py_XDECREF(module);
+    Py_XDECREF(graph);
+    Py_XDECREF(calls);
+    Py_XDECREF(params);
+    return res;
+}
+
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
 {
     (void)unused;
