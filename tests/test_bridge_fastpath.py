@@ -123,8 +123,7 @@ def test_bad_arguments():
         _C.autograd_backward(None, [], wrapping._BRIDGE)
 
     class Ctx:
-        module = torch.nn.Module()
+        call = (torch.nn.Module(), "not a graph", [0], 0, False)
 
-    Ctx.module._graph = "not a graph"
-    with pytest.raises(TypeError, match="module._graph must be a Graph, not str"):
+    with pytest.raises(TypeError, match=r"ctx.call must be \(module, Graph"):
         _C.autograd_backward(Ctx(), (), wrapping._BRIDGE)

@@ -523,22 +523,22 @@ static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssi
 }
 
 /* autograd_backward(ctx, grad_outputs, bridge): the checks of the torch
- * bridge's backward (bridge/wrapping.py, _EngineFunction.backward) and, for
- * a module without parameters whose gradients all go through the bridge,
- * the engine call itself, in one C call: (None, None, *input gradients).
- * None when the checks passed but the rest is Python's (parameters, or a
- * gradient with a lazy negation bit, which torch's DLPack export ignores).
- * The checks, in the order the Python had them: the saved outputs through
- * ctx.saved_tensors (torch's in-place and freed-graph errors) where the
- * backward reads outputs, then the forward the engine holds
- * (ctx.forward_id == module._calls[0]). A wrapped Relu's backward inside
+ * bridge's backward (bridge/wrapping.py, _EngineFunction) and, for a module
+ * without parameters whose gradients all go through the bridge, the engine
+ * call itself, in one C call: (None, None, *input gradients). None when the
+ * checks passed but the rest is Python's (parameters, or a gradient with a
+ * lazy negation bit, which torch's DLPack export ignores). ctx.call is
+ * (module, graph, module._calls, this forward's number, whether the module
+ * has parameters), set by the forward. The checks, in the order the Python
+ * had them: where the backward reads outputs, ctx.saved_tensors (torch's
+ * in-place and freed-graph errors), then that the engine still holds this
+ * forward (module._calls[0] unchanged). A wrapped Relu's backward inside
  * torch's autograd engine: benchmarks/results/overhead.md. */
 PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)unused;
-    enum { MODULE, GRAPH, SAVED, FORWARD_ID, CALLS, PARAMS, IS_NEG, N_NAMES };
-    static const char *const spelled[N_NAMES] = {"module", "_graph", "saved_tensors",
-                                                 "forward_id", "_calls", "_params", "is_neg"};
+    enum { CALL, SAVED, IS_NEG, N_NAMES };
+    static const char *const spelled[N_NAMES] = {"call", "saved_tensors", "is_neg"};
     static PyObject *names[N_NAMES];
     for (int i = 0; i < N_NAMES; i++)
         if (!names[i] && !(names[i] = PyUnicode_InternFromString(spelled[i])))
@@ -547,33 +547,26 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
         return PyErr_Format(PyExc_TypeError,
                             "autograd_backward(ctx, grad_outputs, bridge) takes a ctx, a "
                             "tuple and a bridge");
-    PyObject *grads = args[1], *res = NULL, *graph = NULL, *calls = NULL, *params = NULL;
-    PyObject *module = PyObject_GetAttr(args[0], names[MODULE]);
-    if (!module || !(graph = PyObject_GetAttr(module, names[GRAPH])))
-        goto done;
-    if (Py_TYPE(graph)->tp_dealloc != (destructor)Graph_dealloc) {
-        PyErr_Format(PyExc_TypeError, "module._graph must be a Graph, not %.100s",
-                     Py_TYPE(graph)->tp_name);
+    PyObject *grads = args[1], *res = NULL;
+    PyObject *call = PyObject_GetAttr(args[0], names[CALL]);
+    if (!call)
+        return NULL;
+    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 5 ||
+        Py_TYPE(PyTuple_GET_ITEM(call, 1))->tp_dealloc != (destructor)Graph_dealloc ||
+        !PyList_Check(PyTuple_GET_ITEM(call, 2)) || !PyList_GET_SIZE(PyTuple_GET_ITEM(call, 2))) {
+        PyErr_SetString(PyExc_TypeError, "ctx.call must be (module, Graph, [calls, ...], "
+                                         "forward number, has parameters)");
         goto done;
     }
-    GraphObject *self = (GraphObject *)graph;
+    GraphObject *self = (GraphObject *)PyTuple_GET_ITEM(call, 1);
     if (ai_graph_backward_reads_outputs(self->g)) {
         PyObject *saved = PyObject_GetAttr(args[0], names[SAVED]);
         if (!saved)
             goto done;
         Py_DECREF(saved);
     }
-    PyObject *id = PyObject_GetAttr(args[0], names[FORWARD_ID]);
-    if (!id || !(calls = PyObject_GetAttr(module, names[CALLS]))) {
-        Py_XDECREF(id);
-        goto done;
-    }
-    int same = PyList_Check(calls) && PyList_GET_SIZE(calls) > 0
-                   ? PyObject_RichCompareBool(id, PyList_GET_ITEM(calls, 0), Py_EQ)
-                   : -2;
-    Py_DECREF(id);
-    if (same == -2)
-        PyErr_SetString(PyExc_TypeError, "module._calls must be a non-empty list");
+    int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(call, 3),
+                                        PyList_GET_ITEM(PyTuple_GET_ITEM(call, 2), 0), Py_EQ);
     if (same < 0)
         goto done;
     if (!same) {
@@ -583,14 +576,8 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
                         "forward.");
         goto done;
     }
-    if (!(params = PyObject_GetAttr(module, names[PARAMS])))
-        goto done;
-    int has_params = PyObject_IsTrue(params);
-    if (has_params < 0)
-        goto done;
-    const Py_ssize_t n = PyTuple_GET_SIZE(grads);
-    bool bridged = !has_params;
-    for (Py_ssize_t i = 0; bridged && i < n; i++) {
+    bool bridged = PyTuple_GET_ITEM(call, 4) == Py_False;
+    for (Py_ssize_t i = 0; bridged && i < PyTuple_GET_SIZE(grads); i++) {
         PyObject *x = PyTuple_GET_ITEM(grads, i);
         if (x == Py_None || is_tensor(self, x))
             continue;
@@ -600,14 +587,9 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
         bridged = neg == Py_False;
         Py_DECREF(neg);
     }
-    PyObject *outs = NULL;
-    if (bridged) {
-        if (!(outs = Graph_backward(self, args + 1, 2)))
-            goto done;
-    }
+    PyObject *outs = bridged ? Graph_backward(self, args + 1, 2) : Py_NewRef(Py_None);
     if (!outs || outs == Py_None) {
-        Py_XDECREF(outs);
-        res = Py_NewRef(Py_None);
+        res = outs;
         goto done;
     }
     const Py_ssize_t m = PyList_GET_SIZE(outs);
@@ -620,11 +602,45 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
     }
     Py_DECREF(outs);
 done:
-    Py_XDECREF(module);
-    Py_XDECREF(graph);
-    Py_XDECREF(calls);
-    Py_XDECREF(params);
+    Py_DECREF(call);
     return res;
+}
+
+/* node_apply(bridge, rest): the apply of the bridge's autograd node class
+ * (the autograd engine calls node.apply(*grad_outputs)): autograd_backward
+ * with `bridge`, then rest(ctx, grad_outputs) where it answers None; a method
+ * descriptor, so that no Python frame runs in between. */
+static PyObject *node_bridge, *node_rest;
+
+static PyObject *node_apply_call(PyObject *ctx, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *grads = PyTuple_New(nargs);
+    if (!grads)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(grads, i, Py_NewRef(args[i]));
+    PyObject *call[3] = {ctx, grads, node_bridge};
+    PyObject *res = py_autograd_backward(NULL, call, 3);
+    if (res == Py_None) {
+        Py_DECREF(res);
+        res = PyObject_CallFunctionObjArgs(node_rest, ctx, grads, NULL);
+    }
+    Py_DECREF(grads);
+    return res;
+}
+
+static PyMethodDef node_apply_def = {"apply", (PyCFunction)(void (*)(void))node_apply_call,
+                                     METH_FASTCALL, "the bridge's backward (node_apply)"};
+
+PyObject *py_node_apply(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)unused;
+    if (nargs != 2 || !PyCallable_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "node_apply(bridge, rest) takes a bridge and a "
+                                             "callable");
+    Py_XSETREF(node_bridge, Py_NewRef(args[0]));
+    Py_XSETREF(node_rest, Py_NewRef(args[1]));
+    return PyDescr_NewMethod(&PyBaseObject_Type, &node_apply_def);
 }
 
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
