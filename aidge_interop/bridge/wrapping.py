@@ -503,6 +503,7 @@ def _engine_input(x: torch.Tensor):
 # in C (Graph.forward/backward's bridge); the graph answers None when a
 # tensor does not go that way (an overlapping layout), then _engine_input.
 _BRIDGE = (to_dlpack, getattr(torch._C, "_from_dlpack", from_dlpack))
+_autograd_backward = _C.autograd_backward
 
 
 def _graph_call(call, tensors):
@@ -542,12 +543,14 @@ class _EngineFunction(torch.autograd.Function):
         # are engine memory, not arguments: without it autograd would record
         # nothing), else None (each argument that requires grad is an edge
         # the autograd engine walks at every backward)
-        ctx.module = module
-        ctx.forward_id = module._calls[0]
+        # what backward reads, in one attribute (_C.autograd_backward): this
+        # forward's number, to tell whether the engine still holds its state
+        graph, calls = module._graph, module._calls
+        ctx.call = (module, graph, calls, calls[0], bool(module._params))
         # an output the loss does not use comes to backward as None, not
         # zeros: the parameters only it reaches keep a None gradient
         ctx.set_materialize_grads(False)
-        outs = _graph_call(module._graph.forward, inputs)
+        outs = _graph_call(graph.forward, inputs)
         for o in outs:  # (a loop: a list comprehension's frame costs here)
             if not o.is_floating_point():
                 ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
@@ -557,25 +560,29 @@ class _EngineFunction(torch.autograd.Function):
         # backward after an in-place change to them instead of computing a
         # wrong gradient; when it does not (Gemm, Conv, Add...), the change is
         # harmless and torch allows it, as it does for its own operators
-        if module._graph.backward_reads_outputs:
+        if graph.backward_reads_outputs:
             ctx.save_for_backward(*outs)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        module = ctx.module
-        if module._graph.backward_reads_outputs:  # (else nothing saved: 0.5 us saved)
-            ctx.saved_tensors  # noqa: B018 (torch's in-place check of the saved outputs)
-        if ctx.forward_id != module._calls[0]:
-            raise RuntimeError(
-                "AidgeModule: backward of an older forward. The engine keeps the state of "
-                "the latest forward only: run backward before the next forward."
-            )
-        if module._params:  # (kept lean: a small model's backward is mostly overhead)
-            if module._learning_rate is not None:
-                return (None, None, *module._stepping_backward(grad_outputs))
-            return (None, None, *module._backward(grad_outputs))
-        return (None, None, *_graph_call(module._graph.backward, grad_outputs))
+        # in C: where the backward reads outputs, ctx.saved_tensors (torch's
+        # in-place check of the saved outputs), the older-forward check, and
+        # for a module without parameters the engine call through the bridge
+        # (benchmarks/results/overhead.md); None: the rest is Python's
+        grads = _autograd_backward(ctx, grad_outputs, _BRIDGE)
+        return _backward_rest(ctx, grad_outputs) if grads is None else grads
+
+
+def _backward_rest(ctx, grad_outputs):
+    """_EngineFunction.backward after its checks: modules with parameters, and
+    gradients the bridge does not take."""
+    module = ctx.call[0]
+    if module._params:  # (kept lean: a small model's backward is mostly overhead)
+        if module._learning_rate is not None:
+            return (None, None, *module._stepping_backward(grad_outputs))
+        return (None, None, *module._backward(grad_outputs))
+    return (None, None, *_graph_call(module._graph.backward, grad_outputs))
 
 
 # The autograd engine runs a Function's backward through the `apply` of its
@@ -583,13 +590,14 @@ class _EngineFunction(torch.autograd.Function):
 # function up at every call, about 2 us of a small model's backward. Unless
 # torch's is replaced by something else, _EngineFunction's node class calls
 # backward directly: what that apply does for a Function that defines
-# neither vjp nor boxed gradients.
+# neither vjp nor boxed gradients. That apply is backward's C part itself
+# (_C.node_apply: no Python frame), _backward_rest where it answers None.
 _NODE_CLS = getattr(_EngineFunction, "_backward_cls", None)
 if (_NODE_CLS is not None
         and _NODE_CLS.apply is getattr(torch.autograd.function.BackwardCFunction, "apply", None)
         and _EngineFunction.vjp is torch.autograd.Function.vjp
         and not getattr(_EngineFunction, "boxed_grads_call", False)):
-    _NODE_CLS.apply = _EngineFunction.backward
+    _NODE_CLS.apply = _C.node_apply(_BRIDGE, _backward_rest)
 
 
 # _EngineFunction.apply without the Python layer of Function.apply (which

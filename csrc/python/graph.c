@@ -522,6 +522,127 @@ static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssi
                      self->g->n_inputs, ai_graph_backward);
 }
 
+/* autograd_backward(ctx, grad_outputs, bridge): the checks of the torch
+ * bridge's backward (bridge/wrapping.py, _EngineFunction) and, for a module
+ * without parameters whose gradients all go through the bridge, the engine
+ * call itself, in one C call: (None, None, *input gradients). None when the
+ * checks passed but the rest is Python's (parameters, or a gradient with a
+ * lazy negation bit, which torch's DLPack export ignores). ctx.call is
+ * (module, graph, module._calls, this forward's number, whether the module
+ * has parameters), set by the forward. The checks, in the order the Python
+ * had them: where the backward reads outputs, ctx.saved_tensors (torch's
+ * in-place and freed-graph errors), then that the engine still holds this
+ * forward (module._calls[0] unchanged). A wrapped Relu's backward inside
+ * torch's autograd engine: benchmarks/results/overhead.md. */
+PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)unused;
+    enum { CALL, SAVED, IS_NEG, N_NAMES };
+    static const char *const spelled[N_NAMES] = {"call", "saved_tensors", "is_neg"};
+    static PyObject *names[N_NAMES];
+    for (int i = 0; i < N_NAMES; i++)
+        if (!names[i] && !(names[i] = PyUnicode_InternFromString(spelled[i])))
+            return NULL;
+    if (nargs != 3 || !PyTuple_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError,
+                            "autograd_backward(ctx, grad_outputs, bridge) takes a ctx, a "
+                            "tuple and a bridge");
+    PyObject *grads = args[1], *res = NULL;
+    PyObject *call = PyObject_GetAttr(args[0], names[CALL]);
+    if (!call)
+        return NULL;
+    if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 5 ||
+        Py_TYPE(PyTuple_GET_ITEM(call, 1))->tp_dealloc != (destructor)Graph_dealloc ||
+        !PyList_Check(PyTuple_GET_ITEM(call, 2)) || !PyList_GET_SIZE(PyTuple_GET_ITEM(call, 2))) {
+        PyErr_SetString(PyExc_TypeError, "ctx.call must be (module, Graph, [calls, ...], "
+                                         "forward number, has parameters)");
+        goto done;
+    }
+    GraphObject *self = (GraphObject *)PyTuple_GET_ITEM(call, 1);
+    if (ai_graph_backward_reads_outputs(self->g)) {
+        PyObject *saved = PyObject_GetAttr(args[0], names[SAVED]);
+        if (!saved)
+            goto done;
+        Py_DECREF(saved);
+    }
+    int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(call, 3),
+                                        PyList_GET_ITEM(PyTuple_GET_ITEM(call, 2), 0), Py_EQ);
+    if (same < 0)
+        goto done;
+    if (!same) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "AidgeModule: backward of an older forward. The engine keeps the "
+                        "state of the latest forward only: run backward before the next "
+                        "forward.");
+        goto done;
+    }
+    bool bridged = PyTuple_GET_ITEM(call, 4) == Py_False;
+    for (Py_ssize_t i = 0; bridged && i < PyTuple_GET_SIZE(grads); i++) {
+        PyObject *x = PyTuple_GET_ITEM(grads, i);
+        if (x == Py_None || is_tensor(self, x))
+            continue;
+        PyObject *neg = PyObject_CallMethodNoArgs(x, names[IS_NEG]);
+        if (!neg)
+            goto done;
+        bridged = neg == Py_False;
+        Py_DECREF(neg);
+    }
+    PyObject *outs = bridged ? Graph_backward(self, args + 1, 2) : Py_NewRef(Py_None);
+    if (!outs || outs == Py_None) {
+        res = outs;
+        goto done;
+    }
+    const Py_ssize_t m = PyList_GET_SIZE(outs);
+    res = PyTuple_New(m + 2);
+    if (res) {
+        PyTuple_SET_ITEM(res, 0, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(res, 1, Py_NewRef(Py_None));
+        for (Py_ssize_t i = 0; i < m; i++)
+            PyTuple_SET_ITEM(res, i + 2, Py_NewRef(PyList_GET_ITEM(outs, i)));
+    }
+    Py_DECREF(outs);
+done:
+    Py_DECREF(call);
+    return res;
+}
+
+/* node_apply(bridge, rest): the apply of the bridge's autograd node class
+ * (the autograd engine calls node.apply(*grad_outputs)): autograd_backward
+ * with `bridge`, then rest(ctx, grad_outputs) where it answers None; a method
+ * descriptor, so that no Python frame runs in between. */
+static PyObject *node_bridge, *node_rest;
+
+static PyObject *node_apply_call(PyObject *ctx, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *grads = PyTuple_New(nargs);
+    if (!grads)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(grads, i, Py_NewRef(args[i]));
+    PyObject *call[3] = {ctx, grads, node_bridge};
+    PyObject *res = py_autograd_backward(NULL, call, 3);
+    if (res == Py_None) {
+        Py_DECREF(res);
+        res = PyObject_CallFunctionObjArgs(node_rest, ctx, grads, NULL);
+    }
+    Py_DECREF(grads);
+    return res;
+}
+
+static PyMethodDef node_apply_def = {"apply", (PyCFunction)(void (*)(void))node_apply_call,
+                                     METH_FASTCALL, "the bridge's backward (node_apply)"};
+
+PyObject *py_node_apply(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)unused;
+    if (nargs != 2 || !PyCallable_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "node_apply(bridge, rest) takes a bridge and a "
+                                             "callable");
+    Py_XSETREF(node_bridge, Py_NewRef(args[0]));
+    Py_XSETREF(node_rest, Py_NewRef(args[1]));
+    return PyDescr_NewMethod(&PyBaseObject_Type, &node_apply_def);
+}
+
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
 {
     (void)unused;

@@ -446,6 +446,14 @@ static PyMethodDef module_methods[] = {
     {"data_moved", (PyCFunction)(void (*)(void))py_data_moved, METH_FASTCALL,
      "data_moved(tensors, ptrs) -> int: the first i where tensors[i].data_ptr() != ptrs[i], "
      "or -1."},
+    {"autograd_backward", (PyCFunction)(void (*)(void))py_autograd_backward, METH_FASTCALL,
+     "autograd_backward(ctx, grad_outputs, bridge) -> (None, None, *input gradients), or "
+     "None: the torch bridge's backward checks, and its engine call for a module without "
+     "parameters (bridge/wrapping.py)."},
+    {"node_apply", (PyCFunction)(void (*)(void))py_node_apply, METH_FASTCALL,
+     "node_apply(bridge, rest) -> a method descriptor: apply(ctx, *grad_outputs) is "
+     "autograd_backward(ctx, grad_outputs, bridge), or rest(ctx, grad_outputs) where that "
+     "is None."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
