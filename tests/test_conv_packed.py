@@ -17,6 +17,7 @@ import aidge_interop
 from aidge_interop import SGD, wrap
 from aidge_interop import _C
 from aidge_interop.bridge.wrapping import _graph_call
+from test_packed_weights import WEIGHT_WRITES
 
 
 class ConvChain(torch.nn.Module):
@@ -49,8 +50,8 @@ class ConvChain(torch.nn.Module):
 SHAPE = (4, 3, 20, 20)
 
 
-def _pair(seed=0):
-    torch.manual_seed(seed)
+def _pair():
+    torch.manual_seed(0)
     model = ConvChain()
     for m in model.modules():  # BatchNorm statistics not the identity's
         if isinstance(m, torch.nn.BatchNorm2d):
@@ -152,63 +153,16 @@ def test_switching_the_kernels_reads_each_ones_copy():
         _C._set_fast_kernels(True)
 
 
-def _no_grad_add(wrapped, model):
-    with torch.no_grad():
-        wrapped.pw.weight.add_(0.25)
-        model.pw.weight.add_(0.25)
-
-
-def _data_write(wrapped, model):  # through .data: no version counter sees it
-    wrapped.conv.weight.data.mul_(-1.5)
-    model.conv.weight.data.mul_(-1.5)
-
-
-def _detached_write(wrapped, model):
-    wrapped.stem.weight.detach().sub_(0.5)
-    model.stem.weight.detach().sub_(0.5)
-
-
-def _load_state_dict(wrapped, model):
-    other = _pair(seed=7)[0].state_dict()
-    wrapped.load_state_dict(other)
-    model.load_state_dict(other)
-
-
-def _assign(wrapped, model):  # module.weight = t copies t into the engine's memory
-    new = torch.nn.Parameter(torch.randn_like(model.down.weight))
-    wrapped.down.weight = torch.nn.Parameter(new.detach().clone())
-    model.down.weight = new
-
-
-def _set_data(wrapped, model):  # p.data = t: the next forward copies t in (_relink)
-    new = torch.randn_like(model.conv.weight)
-    wrapped.conv.weight.data = new.clone()
-    model.conv.weight.data = new
-
-
-def _numpy_write(wrapped, model):  # behind torch's back: said with increment_version
-    wrapped.pw.weight.detach().numpy()[:5] += 0.5
-    torch.autograd.graph.increment_version(wrapped.pw.weight)
-    model.pw.weight.detach().numpy()[:5] += 0.5
-
-
-def _copy_into(wrapped, model):
-    new = torch.randn_like(model.stem.weight)
-    with torch.no_grad():
-        wrapped.stem.weight.copy_(new)
-        model.stem.weight.copy_(new)
-
-
-@pytest.mark.parametrize("change", [_no_grad_add, _data_write, _detached_write,
-                                    _load_state_dict, _assign, _set_data, _numpy_write,
-                                    _copy_into])
-def test_a_change_between_two_eval_forwards_shows(change):
+@pytest.mark.parametrize("change, layer",
+                         zip(WEIGHT_WRITES, ["pw", "conv", "stem", "pw", "down", "conv", "pw",
+                                             "stem"]))
+def test_a_change_between_two_eval_forwards_shows(change, layer):
     model, wrapped = _pair()
     x = _x()
     for _ in range(2):  # the second forward reads packed weights
         _assert_matches(wrapped, model, x)
     assert _packed_bytes(wrapped) > 0
-    change(wrapped, model)
+    change(wrapped, model, layer)
     _assert_matches(wrapped, model, x)
     _assert_matches(wrapped, model, x)
 

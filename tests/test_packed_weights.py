@@ -124,57 +124,75 @@ def test_weights_version_refuses_other_values():
         g.weights_version = "1"
 
 
-def _no_grad_add(wrapped, model):
+# The ways a user changes a weight between two eval forwards, each on the
+# weight of `layer` in the wrapped module and in its torch twin (also
+# test_conv_packed's, on its convs' weights).
+def _weights(wrapped, model, layer):
+    return getattr(wrapped, layer).weight, getattr(model, layer).weight
+
+
+def no_grad_add(wrapped, model, layer):
     with torch.no_grad():
-        wrapped.b.weight.add_(0.25)
-        model.b.weight.add_(0.25)
+        for w in _weights(wrapped, model, layer):
+            w.add_(0.25)
 
 
-def _data_write(wrapped, model):  # through .data: no version counter sees it
-    wrapped.a.weight.data.mul_(-1.5)
-    model.a.weight.data.mul_(-1.5)
+def data_write(wrapped, model, layer):  # through .data: no version counter sees it
+    for w in _weights(wrapped, model, layer):
+        w.data.mul_(-1.5)
 
 
-def _detached_write(wrapped, model):
-    wrapped.c.weight.detach().sub_(0.5)
-    model.c.weight.detach().sub_(0.5)
+def detached_write(wrapped, model, layer):
+    for w in _weights(wrapped, model, layer):
+        w.detach().sub_(0.5)
 
 
-def _load_state_dict(wrapped, model):
-    torch.manual_seed(7)
-    other = TwoLinears().state_dict()
-    wrapped.load_state_dict(other)
-    model.load_state_dict(other)
+def load_state_dict(wrapped, model, layer):
+    state = model.state_dict()
+    state[f"{layer}.weight"] = state[f"{layer}.weight"] * -0.5 + 0.1
+    wrapped.load_state_dict(state)
+    model.load_state_dict(state)
 
 
-def _assign(wrapped, model):  # module.weight = t copies t into the engine's memory
-    new = torch.nn.Parameter(torch.randn_like(model.b.weight))
-    wrapped.b.weight = torch.nn.Parameter(new.detach().clone())
-    model.b.weight = new
+def assign(wrapped, model, layer):  # module.weight = t copies t into the engine's memory
+    new = torch.nn.Parameter(torch.randn_like(getattr(model, layer).weight))
+    getattr(wrapped, layer).weight = torch.nn.Parameter(new.detach().clone())
+    getattr(model, layer).weight = new
 
 
-def _set_data(wrapped, model):  # p.data = t: the next forward copies t in (_relink)
-    new = torch.randn_like(model.a.weight)
-    wrapped.a.weight.data = new.clone()
-    model.a.weight.data = new
+def set_data(wrapped, model, layer):  # p.data = t: the next forward copies t in (_relink)
+    new = torch.randn_like(getattr(model, layer).weight)
+    getattr(wrapped, layer).weight.data = new.clone()
+    getattr(model, layer).weight.data = new
 
 
-def _numpy_write(wrapped, model):  # behind torch's back: said with increment_version
-    wrapped.b.weight.detach().numpy()[:5] += 0.5
-    torch.autograd.graph.increment_version(wrapped.b.weight)
-    model.b.weight.detach().numpy()[:5] += 0.5
+def numpy_write(wrapped, model, layer):  # behind torch's back: said with increment_version
+    w, m = _weights(wrapped, model, layer)
+    w.detach().numpy()[:5] += 0.5
+    torch.autograd.graph.increment_version(w)
+    m.detach().numpy()[:5] += 0.5
+
+
+def copy_into(wrapped, model, layer):
+    new = torch.randn_like(getattr(model, layer).weight)
+    with torch.no_grad():
+        for w in _weights(wrapped, model, layer):
+            w.copy_(new)
+
+
+WEIGHT_WRITES = [no_grad_add, data_write, detached_write, load_state_dict, assign, set_data,
+                 numpy_write, copy_into]
 
 
 @needs_avx512
-@pytest.mark.parametrize("change", [_no_grad_add, _data_write, _detached_write,
-                                    _load_state_dict, _assign, _set_data, _numpy_write])
-def test_a_change_between_two_eval_forwards_shows(change):
+@pytest.mark.parametrize("change, layer", zip(WEIGHT_WRITES, "bacbbaba"))
+def test_a_change_between_two_eval_forwards_shows(change, layer):
     model, wrapped = _pair()
     x = _x()
     for _ in range(2):  # the second forward reads packed weights
         _assert_matches(wrapped, model, x)
     assert _packed_bytes(wrapped) > 0
-    change(wrapped, model)
+    change(wrapped, model, layer)
     _assert_matches(wrapped, model, x)
     _assert_matches(wrapped, model, x)
 
