@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../graph.h"
+#include "../kernels/attn_tiles.h"
 #include "../kernels/fastmath.h"
 #include "../kernels/gemm.h"
 #include "../kernels/simd.h"
@@ -81,6 +82,10 @@ typedef struct {
     void *dq, *dk, *dv, *dmask;
     bool assign[3]; /* dQ, dK, dV written, not added to (AI_OP_GRAD_ASSIGN) */
     int64_t rows; /* rows per block */
+    /* float32 on attn_tiles.c's tiles: their lanes (0: the GEMMs of
+     * attention_impl.h), the scratch's row stride (Tk rounded up to them) */
+    int lanes;
+    int64_t ldt;
     atomic_bool nomem;
 } att_info;
 
@@ -105,6 +110,52 @@ static inline int64_t att_kmax(const att_info *a, int64_t row_end)
 #undef SFX
 #undef GEMM
 #undef EXP
+
+/* The float32 blocks on attn_tiles.c's tiles (a->lanes): the same steps
+ * as att_forward_block_f32 and att_backward_block_f32, the scratch's rows
+ * a->ldt apart, the products whose B is K^T (dP's: V^T) reading the
+ * plane's K (V) transposed once into kT (vT: D or Dv x ldt, zero past Tk);
+ * a block's scores are computed to kmax rounded up to the lanes. */
+static void att_forward_block_tiles(const att_info *a, const att_plane *pl, int64_t r0, int64_t n,
+                                    float *S, const float *kT)
+{
+    const int W = a->lanes;
+    const int64_t kmax = att_kmax(a, r0 + n), ld = a->ldt, Tk = a->Tk;
+    ai_attn_mm_f32(W, n, (kmax + W - 1) / W * W, a->D, (float)a->scale,
+                   (const float *)pl->q + r0 * a->ldq, a->ldq, 1, kT, ld, false, S, ld);
+    att_bias_f32(a, pl, r0, n, kmax, S, ld);
+    att_softmax_f32(a, n, kmax, S, ld);
+    if (pl->p)
+        for (int64_t i = 0; i < n; i++) {
+            float *dst = (float *)pl->p + (r0 + i) * Tk;
+            memcpy(dst, S + i * ld, (size_t)kmax * sizeof(float));
+            memset(dst + kmax, 0, (size_t)(Tk - kmax) * sizeof(float));
+        }
+    ai_attn_mm_f32(W, n, a->Dv, kmax, 1, S, ld, 1, pl->v, a->ldv, false,
+                   (float *)pl->y + r0 * a->ldy, a->ldy);
+}
+
+static void att_backward_block_tiles(const att_info *a, const att_plane *pl, int64_t r0,
+                                     int64_t n, bool first_kv, float *dP, const float *vT)
+{
+    const int W = a->lanes;
+    const int64_t Tk = a->Tk, ld = a->ldt, ldq = a->ldq, ldy = a->ldy;
+    const int64_t kmax = att_kmax(a, r0 + n);
+    const float scale = (float)a->scale;
+    const float *q = (const float *)pl->q + r0 * ldq, *dy = (const float *)pl->dy + r0 * ldy;
+    const float *P = (const float *)pl->p + r0 * Tk;
+    const bool add_k = !(a->assign[1] && first_kv), add_v = !(a->assign[2] && first_kv);
+    att_zero_past_f32(a, pl, kmax, !add_k, !add_v);
+    ai_attn_mm_f32(W, n, (kmax + W - 1) / W * W, a->Dv, 1, dy, ldy, 1, vT, ld, false, dP, ld);
+    if (pl->dv) /* P^T dY */
+        ai_attn_mm_f32(W, kmax, a->Dv, n, 1, P, 1, Tk, dy, ldy, add_v, pl->dv, a->ldv);
+    att_dsoftmax_f32(a, pl, r0, n, kmax, P, dP, ld);
+    if (pl->dq)
+        ai_attn_mm_f32(W, n, a->D, kmax, scale, dP, ld, 1, pl->k, a->ldk, !a->assign[0],
+                       (float *)pl->dq + r0 * ldq, ldq);
+    if (pl->dk) /* dS^T Q */
+        ai_attn_mm_f32(W, kmax, a->D, n, scale, dP, 1, ld, q, ldq, add_k, pl->dk, a->ldk);
+}
 
 #define REAL double
 #define SFX(name) name##_f64
@@ -287,6 +338,9 @@ static ai_status att_bind(ai_ctx *c, att_info *a, int64_t block_bytes)
     a->rows = per < 16 ? 16 : per > 128 ? 128 : per;
     if (a->rows > a->Tq)
         a->rows = a->Tq > 0 ? a->Tq : 1;
+    const int w = a->f64 || a->kt ? 0 : ai_attn_lanes();
+    a->lanes = w && a->D % w == 0 && a->Dv % w == 0 ? w : 0;
+    a->ldt = a->lanes ? (a->Tk + a->lanes - 1) / a->lanes * a->lanes : a->Tk;
     atomic_init(&a->nomem, false);
     return AI_OK;
 }
@@ -332,18 +386,27 @@ static void att_forward_range(void *ctx, int64_t lo, int64_t hi)
     const att_job *j = ctx;
     att_info *a = j->a;
     const size_t es = a->f64 ? 8 : 4;
-    void *S = malloc((size_t)(a->rows * a->Tk) * es + 1);
+    /* the scores; with the tiles the plane's K^T after them */
+    void *S = malloc((size_t)(a->rows * a->ldt + (a->lanes ? a->D * a->ldt : 0)) * es + 1);
     if (!S) {
         atomic_store(&a->nomem, true);
         return;
     }
+    float *kT = (float *)S + a->rows * a->ldt;
     const int64_t nb = (a->Tq + a->rows - 1) / a->rows;
+    int64_t kt_plane = -1; /* whose K kT holds */
     for (int64_t p = lo; p < hi; p++)
         for (int64_t it = p * j->items / j->parts; it < (p + 1) * j->items / j->parts; it++) {
             const int64_t blk = it % nb, plane = it / nb;
             const att_plane pl = att_plane_of(a, plane / a->Hq, plane % a->Hq);
             const int64_t r0 = blk * a->rows, n = r0 + a->rows < a->Tq ? a->rows : a->Tq - r0;
-            if (a->f64)
+            if (a->lanes) {
+                const int64_t kp = plane / a->Hq * a->Hk + plane % a->Hq / (a->Hq / a->Hk);
+                if (kp != kt_plane)
+                    ai_attn_transpose_f32(a->lanes, a->Tk, a->D, pl.k, a->ldk, kT, a->ldt);
+                kt_plane = kp;
+                att_forward_block_tiles(a, &pl, r0, n, S, kT);
+            } else if (a->f64)
                 att_forward_block_f64(a, &pl, r0, n, S);
             else
                 att_forward_block_f32(a, &pl, r0, n, S);
@@ -380,21 +443,27 @@ static void att_backward_range(void *ctx, int64_t lo, int64_t hi)
     const att_job *j = ctx;
     att_info *a = j->a;
     const size_t es = a->f64 ? 8 : 4;
-    void *dP = malloc((size_t)(a->rows * a->Tk) * es + 1);
+    /* dP; with the tiles the plane's V^T after it */
+    void *dP = malloc((size_t)(a->rows * a->ldt + (a->lanes ? a->Dv * a->ldt : 0)) * es + 1);
     if (!dP) {
         atomic_store(&a->nomem, true);
         return;
     }
+    float *vT = (float *)dP + a->rows * a->ldt;
     const int64_t group = a->Hq / a->Hk;
     for (int64_t p = lo; p < hi; p++)
         for (int64_t it = p * j->items / j->parts; it < (p + 1) * j->items / j->parts; it++) {
             const int64_t b = it / a->Hk, hk = it % a->Hk;
             for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
                 const att_plane pl = att_plane_of(a, b, h);
+                if (a->lanes && h == hk * group)
+                    ai_attn_transpose_f32(a->lanes, a->Tk, a->Dv, pl.v, a->ldv, vT, a->ldt);
                 for (int64_t r0 = 0; r0 < a->Tq; r0 += a->rows) {
                     const int64_t n = r0 + a->rows < a->Tq ? a->rows : a->Tq - r0;
                     const bool first = h == hk * group && r0 == 0;
-                    if (a->f64)
+                    if (a->lanes)
+                        att_backward_block_tiles(a, &pl, r0, n, first, dP, vT);
+                    else if (a->f64)
                         att_backward_block_f64(a, &pl, r0, n, first, dP);
                     else
                         att_backward_block_f32(a, &pl, r0, n, first, dP);

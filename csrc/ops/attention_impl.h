@@ -11,20 +11,13 @@
  * row sees (the keys after it are never computed).
  */
 
-/* S = scale Q_blk K^T, then the bias (mask, causal, padding) of each row.
- * K is (Tk, D), or (D, Tk) with kt; rows a->ldq, a->ldk apart (operands.
- * gradients and Y alike: att_info). */
-AI_WIDE_CLONES static void SFX(att_scores)(const att_info *a, const att_plane *pl, int64_t r0,
-                                           int64_t n, int64_t kmax, REAL *S)
+/* The bias (mask, causal, padding) of each row of the scores S (n x kmax,
+ * rows ld apart) of rows r0 .. r0 + n. */
+AI_WIDE_CLONES static void SFX(att_bias)(const att_info *a, const att_plane *pl, int64_t r0,
+                                         int64_t n, int64_t kmax, REAL *S, int64_t ld)
 {
-    const int64_t Tk = a->Tk, D = a->D;
-    const REAL *q = (const REAL *)pl->q + r0 * a->ldq;
-    if (a->kt)
-        GEMM(false, false, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
-    else
-        GEMM(false, true, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
     for (int64_t i = 0; i < n; i++) {
-        REAL *s = S + i * Tk;
+        REAL *s = S + i * ld;
         const int64_t row = r0 + i;
         if (a->mask) {
             const int64_t base = pl->mask_off + row * a->mask_st[2];
@@ -51,13 +44,29 @@ AI_WIDE_CLONES static void SFX(att_scores)(const att_info *a, const att_plane *p
     }
 }
 
+/* S = scale Q_blk K^T (rows Tk apart), then the bias. K is (Tk, D), or (D,
+ * Tk) with kt; rows a->ldq, a->ldk apart (operands. gradients and Y
+ * alike: att_info). */
+static void SFX(att_scores)(const att_info *a, const att_plane *pl, int64_t r0, int64_t n,
+                            int64_t kmax, REAL *S)
+{
+    const int64_t Tk = a->Tk, D = a->D;
+    const REAL *q = (const REAL *)pl->q + r0 * a->ldq;
+    if (a->kt)
+        GEMM(false, false, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
+    else
+        GEMM(false, true, n, kmax, D, (REAL)a->scale, q, a->ldq, pl->k, a->ldk, 0, S, Tk);
+    SFX(att_bias)(a, pl, r0, n, kmax, S, Tk);
+}
+
 /* Softmax of each row of S in place (a row every key of which is masked:
  * 0, or NaN without masked_zero, as a Softmax of -inf gives). The max and
  * the sum in 16 lanes (vectorised), the sum's lanes added in double. */
-AI_WIDE_CLONES static void SFX(att_softmax)(const att_info *a, int64_t n, int64_t kmax, REAL *S)
+AI_WIDE_CLONES static void SFX(att_softmax)(const att_info *a, int64_t n, int64_t kmax, REAL *S,
+                                            int64_t ld)
 {
     for (int64_t i = 0; i < n; i++) {
-        REAL *s = S + i * a->Tk;
+        REAL *s = S + i * ld;
         REAL m16[16];
         for (int l = 0; l < 16; l++)
             m16[l] = (REAL)-INFINITY;
@@ -102,7 +111,7 @@ static void SFX(att_forward_block)(const att_info *a, const att_plane *pl, int64
 {
     const int64_t kmax = att_kmax(a, r0 + n);
     SFX(att_scores)(a, pl, r0, n, kmax, S);
-    SFX(att_softmax)(a, n, kmax, S);
+    SFX(att_softmax)(a, n, kmax, S, a->Tk);
     if (pl->p)
         for (int64_t i = 0; i < n; i++) {
             REAL *dst = (REAL *)pl->p + (r0 + i) * a->Tk;
@@ -113,40 +122,16 @@ static void SFX(att_forward_block)(const att_info *a, const att_plane *pl, int64
          (REAL *)pl->y + r0 * a->ldy, a->ldy);
 }
 
-/* The gradients of one row block from the P the forward kept: dP = dY V^T,
- * dS = P (dP - rowsum(P dP)), dV += P^T dY, dQ += scale dS K,
- * dK += scale dS^T Q, the mask's dS into pl->dmask. dP: n x Tk scratch.
- * With a->assign[0] dQ's rows are written, not added to; with
- * a->assign[1..2] dK and dV are written by the first block of their
- * group's first head (`first_kv`), keys past its kmax set to 0. */
-AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_plane *pl,
-                                                   int64_t r0, int64_t n, bool first_kv,
-                                                   REAL *dP)
+/* dS = P (dP - rowsum(P dP)) in place of dP (rows ld apart; P's Tk) for
+ * rows r0 .. r0 + n, the mask's gradient (dS) into pl->dmask. */
+AI_WIDE_CLONES static void SFX(att_dsoftmax)(const att_info *a, const att_plane *pl, int64_t r0,
+                                             int64_t n, int64_t kmax, const REAL *P, REAL *dP,
+                                             int64_t ld)
 {
-    const int64_t Tk = a->Tk, D = a->D, Dv = a->Dv, ldq = a->ldq, ldk = a->ldk, ldv = a->ldv;
-    const int64_t kmax = att_kmax(a, r0 + n);
-    const REAL scale = (REAL)a->scale;
-    const REAL *q = (const REAL *)pl->q + r0 * ldq, *dy = (const REAL *)pl->dy + r0 * a->ldy;
-    const REAL *P = (const REAL *)pl->p + r0 * Tk;
-    const REAL beta_q = a->assign[0] ? 0 : 1;
-    const REAL beta_k = a->assign[1] && first_kv ? 0 : 1, beta_v = a->assign[2] && first_kv ? 0 : 1;
-    if (beta_k == 0 && kmax < Tk) {
-        if (a->kt) /* dK (D, Tk) */
-            for (int64_t d = 0; d < D; d++)
-                memset((REAL *)pl->dk + d * ldk + kmax, 0, (size_t)(Tk - kmax) * sizeof(REAL));
-        else
-            for (int64_t t = kmax; t < Tk; t++)
-                memset((REAL *)pl->dk + t * ldk, 0, (size_t)D * sizeof(REAL));
-    }
-    if (beta_v == 0 && kmax < Tk)
-        for (int64_t t = kmax; t < Tk; t++)
-            memset((REAL *)pl->dv + t * ldv, 0, (size_t)Dv * sizeof(REAL));
-    GEMM(false, true, n, kmax, Dv, 1, dy, a->ldy, pl->v, ldv, 0, dP, Tk);
-    if (pl->dv)
-        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, a->ldy, beta_v, pl->dv, ldv);
+    const int64_t Tk = a->Tk;
     for (int64_t i = 0; i < n; i++) {
         const REAL *p = P + i * Tk;
-        REAL *dp = dP + i * Tk;
+        REAL *dp = dP + i * ld;
         REAL d16[16] = {0};
         int64_t j = 0;
         for (; j + 16 <= kmax; j += 16)
@@ -169,6 +154,48 @@ AI_WIDE_CLONES static void SFX(att_backward_block)(const att_info *a, const att_
                 dm[j] = 0;
         }
     }
+}
+
+/* dK's and dV's keys past kmax set to 0 (where the block writes them, not
+ * adds to them) */
+static void SFX(att_zero_past)(const att_info *a, const att_plane *pl, int64_t kmax, bool dk,
+                               bool dv)
+{
+    const int64_t Tk = a->Tk;
+    if (dk && kmax < Tk) {
+        if (a->kt) /* dK (D, Tk) */
+            for (int64_t d = 0; d < a->D; d++)
+                memset((REAL *)pl->dk + d * a->ldk + kmax, 0, (size_t)(Tk - kmax) * sizeof(REAL));
+        else
+            for (int64_t t = kmax; t < Tk; t++)
+                memset((REAL *)pl->dk + t * a->ldk, 0, (size_t)a->D * sizeof(REAL));
+    }
+    if (dv && kmax < Tk)
+        for (int64_t t = kmax; t < Tk; t++)
+            memset((REAL *)pl->dv + t * a->ldv, 0, (size_t)a->Dv * sizeof(REAL));
+}
+
+/* The gradients of one row block from the P the forward kept: dP = dY V^T,
+ * dS = P (dP - rowsum(P dP)), dV += P^T dY, dQ += scale dS K,
+ * dK += scale dS^T Q, the mask's dS into pl->dmask. dP: n x Tk scratch.
+ * With a->assign[0] dQ's rows are written, not added to; with
+ * a->assign[1..2] dK and dV are written by the first block of their
+ * group's first head (`first_kv`), keys past its kmax set to 0. */
+static void SFX(att_backward_block)(const att_info *a, const att_plane *pl, int64_t r0,
+                                    int64_t n, bool first_kv, REAL *dP)
+{
+    const int64_t Tk = a->Tk, D = a->D, Dv = a->Dv, ldq = a->ldq, ldk = a->ldk, ldv = a->ldv;
+    const int64_t kmax = att_kmax(a, r0 + n);
+    const REAL scale = (REAL)a->scale;
+    const REAL *q = (const REAL *)pl->q + r0 * ldq, *dy = (const REAL *)pl->dy + r0 * a->ldy;
+    const REAL *P = (const REAL *)pl->p + r0 * Tk;
+    const REAL beta_q = a->assign[0] ? 0 : 1;
+    const REAL beta_k = a->assign[1] && first_kv ? 0 : 1, beta_v = a->assign[2] && first_kv ? 0 : 1;
+    SFX(att_zero_past)(a, pl, kmax, beta_k == 0, beta_v == 0);
+    GEMM(false, true, n, kmax, Dv, 1, dy, a->ldy, pl->v, ldv, 0, dP, Tk);
+    if (pl->dv)
+        GEMM(true, false, kmax, Dv, n, 1, P, Tk, dy, a->ldy, beta_v, pl->dv, ldv);
+    SFX(att_dsoftmax)(a, pl, r0, n, kmax, P, dP, Tk);
     if (pl->dq) {
         REAL *dq = (REAL *)pl->dq + r0 * ldq;
         if (a->kt)

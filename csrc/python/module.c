@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "graph.h"
+#include "kernels/attn_tiles.h"
 #include "kernels/gemm.h"
 #include "kernels/qkernels.h"
 #include "kernels/simd.h"
@@ -213,6 +214,15 @@ static PyObject *py_set_fast_kernels(PyObject *module, PyObject *arg)
         return NULL;
     ai_set_fast_kernels(on);
     return PyBool_FromLong(ai_fast_kernels());
+}
+
+/* _attn_lanes() -> the lanes of the attention node's float32 tiles that run
+ * (0: its reference) */
+static PyObject *py_attn_lanes(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromLong(ai_attn_lanes());
 }
 
 /* _set_quant_path(path) -> the path of the int8 kernels now used (at most
@@ -465,6 +475,10 @@ static PyMethodDef module_methods[] = {
      "_set_fast_kernels(on) -> bool: the fast row kernels (float32 LayerNormalization "
      "backward, ...) on, or off (their portable reference twins); returns the setting. "
      "For tests."},
+    {"_attn_lanes", py_attn_lanes, METH_NOARGS,
+     "_attn_lanes() -> int: the lanes of the attention node's float32 tiles that run (16 "
+     "AVX-512, 8 AVX2, 0 none: its reference GEMMs), following _set_avx512 and "
+     "_set_fast_kernels. For tests."},
     {"_set_quant_path", py_set_quant_path, METH_O,
      "_set_quant_path(path) -> int: the int8 kernels of the quantized operators, at most "
      "`path` (0 the portable reference kernels, 1 plain C, 2 AVX2, 3 AVX-512 VNNI; capped to "
