@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../aidge.h"
+#include "../kernels/attn_tiles.h"
 #include "../kernels/conv.h"
 #include "../kernels/gemm.h"
 #include "../kernels/pool.h"
@@ -1061,10 +1062,77 @@ TEST(gemm_f32_packed)
     }
 }
 
+/* The attention node's tiles (attn_tiles.c) at each width the CPU runs:
+ * C = alpha op(A) B (+ C) against the float64 sum, op(A) = A (rows rsa
+ * apart) and A^T (rsa 1, csa its row stride), tiles of 1 to 6 rows and 1
+ * to 4 vectors (N = 5 and 9 vectors), C written over NaN or added to; the
+ * transposes exact, zero past the source's rows. */
+static void attn_mm_case(int lanes, bool at, int64_t m, int64_t nv, int64_t K, bool acc)
+{
+    const int64_t N = nv * lanes, lda = (at ? m : K) + 3, ldb = N + 5, ldc = N + 2;
+    float *A = malloc(sizeof(float) * (size_t)((at ? K : m) * lda));
+    float *B = malloc(sizeof(float) * (size_t)(K * ldb));
+    float *C = malloc(sizeof(float) * (size_t)(m * ldc));
+    for (int64_t i = 0; i < (at ? K : m) * lda; i++)
+        A[i] = (float)urand();
+    for (int64_t i = 0; i < K * ldb; i++)
+        B[i] = (float)urand();
+    for (int64_t i = 0; i < m * ldc; i++)
+        C[i] = acc ? (float)urand() : NAN;
+    float *C0 = malloc(sizeof(float) * (size_t)(m * ldc));
+    memcpy(C0, C, sizeof(float) * (size_t)(m * ldc));
+    ai_attn_mm_f32(lanes, m, N, K, 0.5f, A, at ? 1 : lda, at ? lda : 1, B, ldb, acc, C, ldc);
+    double worst = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double want = acc ? C0[i * ldc + j] : 0;
+            for (int64_t k = 0; k < K; k++)
+                want += 0.5 * A[at ? k * lda + i : i * lda + k] * B[k * ldb + j];
+            const double err = fabs(C[i * ldc + j] - want);
+            worst = err > worst || isnan(err) ? err : worst;
+        }
+    CHECK(worst <= 1e-5 * K);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+TEST(attn_tiles)
+{
+    const bool wide = ai_cpu_avx512();
+    for (int on = 0; on < 2; on++) {
+        ai_set_avx512(on);
+        const int lanes = ai_attn_lanes();
+        if (!lanes)
+            continue;
+        for (int at = 0; at < 2; at++)
+            for (int64_t m = 1; m <= 13; m += 4)
+                for (int64_t nv = 5; nv <= 9; nv += 4) {
+                    attn_mm_case(lanes, at, m, nv, 37, false);
+                    attn_mm_case(lanes, at, m, nv, 1, true);
+                }
+        const int64_t rows = 21, cols = 16, lds = 19, ldd = 32;
+        float src[21 * 19], dst[16 * 32];
+        for (int64_t i = 0; i < rows * lds; i++)
+            src[i] = (float)urand();
+        for (int64_t i = 0; i < cols * ldd; i++)
+            dst[i] = NAN;
+        ai_attn_transpose_f32(lanes, rows, cols, src, lds, dst, ldd);
+        bool same = true;
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = 0; r < ldd; r++)
+                same &= dst[c * ldd + r] == (r < rows ? src[r * lds + c] : 0);
+        CHECK(same);
+    }
+    ai_set_avx512(wide);
+}
+
 const ctest_case kernel_cases[] = {
     CASE(gemm_f32_single_rows),
     CASE(gemm_f32_tiles),
     CASE(gemm_f32_packed),
+    CASE(attn_tiles),
     CASE(conv_forward_backward_against_naive_and_finite_differences),
     CASE(convtranspose_forward_backward_against_naive_and_finite_differences),
     CASE(conv_output_sizes_and_workspace),
