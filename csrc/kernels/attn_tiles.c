@@ -3,7 +3,9 @@
  * register tiles reading A (or A^T) and B in place, B's rows in vectors,
  * a broadcast of A's element per row. AVX-512: 6 rows x 4 vectors of 16
  * (24 of the 32 registers, the head dim 64 in one tile row); AVX2 with
- * FMA: 6 rows x 2 vectors of 8 (12 of 16). The node's products are small
+ * FMA: 6 rows x 2 vectors of 8 (12 of 16), which also take the
+ * 16-lane path's last 8 columns where N is an odd multiple of 8 (the
+ * scores of ViT-256's 65 keys: 72 computed, not 80). The node's products are small
  * (56-145 rows, K or N = the head dim or the keys): OpenBLAS packed both
  * operands at every call (19% of the node's samples), these pack nothing;
  * the node transposes K (and V in the backward) once per plane for the
@@ -70,10 +72,11 @@ void ai_attn_mm_f32(int lanes, int64_t m, int64_t N, int64_t K, float alpha, con
                     int64_t ldc)
 {
 #ifdef AT_HAVE
-    if (lanes == 16)
-        at_mm_v16(m, N, K, alpha, A, rsa, csa, B, ldb, acc, C, ldc);
-    else
-        at_mm_v8(m, N, K, alpha, A, rsa, csa, B, ldb, acc, C, ldc);
+    const int64_t n16 = lanes == 16 ? N / 16 * 16 : 0;
+    if (n16)
+        at_mm_v16(m, n16, K, alpha, A, rsa, csa, B, ldb, acc, C, ldc);
+    if (N > n16) /* (with 16 lanes: the last 8 columns, on half the FMA work) */
+        at_mm_v8(m, N - n16, K, alpha, A, rsa, csa, B + n16, ldb, acc, C + n16, ldc);
 #else
     (void)lanes, (void)m, (void)N, (void)K, (void)alpha, (void)A, (void)rsa, (void)csa;
     (void)B, (void)ldb, (void)acc, (void)C, (void)ldc;

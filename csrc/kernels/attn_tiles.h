@@ -4,7 +4,7 @@
  *
  * ai_attn_mm_f32: C (m x N) = alpha * sum_k a(i, k) B[k, 0:N] (+ C when acc),
  * with a(i, k) = A[i rsa + k csa] (A or A^T in place: no copy) and B, C
- * row-major (ldb, ldc). N a multiple of the lanes. Each element of C is the
+ * row-major (ldb, ldc). N a multiple of 8. Each element of C is the
  * sum over k in order by FMAs, whatever m and the tiles: the same bits for
  * a row whatever block it is computed in.
  *

@@ -115,13 +115,13 @@ static inline int64_t att_kmax(const att_info *a, int64_t row_end)
  * as att_forward_block_f32 and att_backward_block_f32, the scratch's rows
  * a->ldt apart, the products whose B is K^T (dP's: V^T) reading the
  * plane's K (V) transposed once into kT (vT: D or Dv x ldt, zero past Tk);
- * a block's scores are computed to kmax rounded up to the lanes. */
+ * a block's scores are computed to kmax rounded up to 8 (attn_tiles.h). */
 static void att_forward_block_tiles(const att_info *a, const att_plane *pl, int64_t r0, int64_t n,
                                     float *S, const float *kT)
 {
     const int W = a->lanes;
     const int64_t kmax = att_kmax(a, r0 + n), ld = a->ldt, Tk = a->Tk;
-    ai_attn_mm_f32(W, n, (kmax + W - 1) / W * W, a->D, (float)a->scale,
+    ai_attn_mm_f32(W, n, (kmax + 7) / 8 * 8, a->D, (float)a->scale,
                    (const float *)pl->q + r0 * a->ldq, a->ldq, 1, kT, ld, false, S, ld);
     att_bias_f32(a, pl, r0, n, kmax, S, ld);
     att_softmax_f32(a, n, kmax, S, ld);
@@ -146,7 +146,7 @@ static void att_backward_block_tiles(const att_info *a, const att_plane *pl, int
     const float *P = (const float *)pl->p + r0 * Tk;
     const bool add_k = !(a->assign[1] && first_kv), add_v = !(a->assign[2] && first_kv);
     att_zero_past_f32(a, pl, kmax, !add_k, !add_v);
-    ai_attn_mm_f32(W, n, (kmax + W - 1) / W * W, a->Dv, 1, dy, ldy, 1, vT, ld, false, dP, ld);
+    ai_attn_mm_f32(W, n, (kmax + 7) / 8 * 8, a->Dv, 1, dy, ldy, 1, vT, ld, false, dP, ld);
     if (pl->dv) /* P^T dY */
         ai_attn_mm_f32(W, kmax, a->Dv, n, 1, P, 1, Tk, dy, ldy, add_v, pl->dv, a->ldv);
     att_dsoftmax_f32(a, pl, r0, n, kmax, P, dP, ld);

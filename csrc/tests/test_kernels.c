@@ -1065,11 +1065,12 @@ TEST(gemm_f32_packed)
 /* The attention node's tiles (attn_tiles.c) at each width the CPU runs:
  * C = alpha op(A) B (+ C) against the float64 sum, op(A) = A (rows rsa
  * apart) and A^T (rsa 1, csa its row stride), tiles of 1 to 6 rows and 1
- * to 4 vectors (N = 5 and 9 vectors), C written over NaN or added to; the
- * transposes exact, zero past the source's rows. */
+ * to 4 vectors, N = 40 and 72 (with 16 lanes a last 8 columns on the
+ * 8-lane tiles), C written over NaN or added to; the transposes exact,
+ * zero past the source's rows. */
 static void attn_mm_case(int lanes, bool at, int64_t m, int64_t nv, int64_t K, bool acc)
 {
-    const int64_t N = nv * lanes, lda = (at ? m : K) + 3, ldb = N + 5, ldc = N + 2;
+    const int64_t N = nv * 8, lda = (at ? m : K) + 3, ldb = N + 5, ldc = N + 2;
     float *A = malloc(sizeof(float) * (size_t)((at ? K : m) * lda));
     float *B = malloc(sizeof(float) * (size_t)(K * ldb));
     float *C = malloc(sizeof(float) * (size_t)(m * ldc));
