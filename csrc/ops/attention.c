@@ -32,8 +32,11 @@
  *                   the operands, forward or backward.
  *
  * Y = softmax(scale Q K^T + bias) V row block by row block: a block's
- * scores (rows x Tk) are one GEMM (kernels/gemm.h) and stay in cache, its
- * softmax runs in place and one GEMM multiplies it by V. Under is_causal a
+ * scores (rows x Tk) are one product and stay in cache, its softmax runs
+ * in place and one product multiplies it by V. The products: float32 with
+ * head dims a multiple of the lanes on kernels/attn_tiles.c's register
+ * tiles (no packing; K, V transposed once per plane), else the GEMMs of
+ * kernels/gemm.h, the tiles' reference (attention_impl.h). Under is_causal a
  * block stops at the last key its last row sees. When a backward follows
  * the forward keeps P in the node's state (B Hq Tq Tk elements, what the
  * unfused graph keeps of its Softmax): recomputing it from the rows'
