@@ -86,7 +86,7 @@ typedef struct {
     bool assign[3]; /* dQ, dK, dV written, not added to (AI_OP_GRAD_ASSIGN) */
     int64_t rows; /* rows per block */
     /* float32 on attn_tiles.c's tiles: their lanes (0: the GEMMs of
-     * attention_impl.h), the scratch's row stride (Tk rounded up to them) */
+     * attention_impl.h), the scratch's row stride (Tk rounded up to 16) */
     int lanes;
     int64_t ldt;
     atomic_bool nomem;
@@ -118,22 +118,69 @@ static inline int64_t att_kmax(const att_info *a, int64_t row_end)
  * as att_forward_block_f32 and att_backward_block_f32, the scratch's rows
  * a->ldt apart, the products whose B is K^T (dP's: V^T) reading the
  * plane's K (V) transposed once into kT (vT: D or Dv x ldt, zero past Tk);
- * a block's scores are computed to kmax rounded up to 8 (attn_tiles.h). */
+ * a block's scores are computed to kmax rounded up to 8 (attn_tiles.h),
+ * its softmax by att_softmax_tiles. */
+/* att_softmax_f32 on the tiles' scratch (rows ld apart, ld a multiple of
+ * 16), each row written to P too (rows Tk apart, 0 past kmax) when P is
+ * given, in the pass that normalises it: the keys from kmax to the next
+ * multiple of 16 set to -inf (exp 0), so that the max and the
+ * exponentials run whole groups of 16 lanes; the exponentials by
+ * ai_expf_fma (FMAs: the tiles run only where the CPU has them). */
+AI_WIDE_FMA_CLONES static void att_softmax_tiles(const att_info *a, int64_t n, int64_t kmax,
+                                                 float *S, int64_t ld, float *P)
+{
+    const int64_t k16 = (kmax + 15) / 16 * 16, Tk = a->Tk;
+    for (int64_t i = 0; i < n; i++) {
+        float *s = S + i * ld, *p = P ? P + i * Tk : NULL;
+        for (int64_t j = kmax; j < k16; j++)
+            s[j] = -INFINITY;
+        float m16[16];
+        for (int l = 0; l < 16; l++)
+            m16[l] = -INFINITY;
+        for (int64_t j = 0; j < k16; j += 16)
+            for (int l = 0; l < 16; l++)
+                m16[l] = s[j + l] > m16[l] ? s[j + l] : m16[l];
+        float mx = m16[0];
+        for (int l = 1; l < 16; l++)
+            mx = m16[l] > mx ? m16[l] : mx;
+        float inv = 0;
+        if (mx == -INFINITY) { /* every key masked */
+            for (int64_t j = 0; j < kmax; j++)
+                s[j] = a->masked_zero ? 0 : NAN;
+            inv = 1;
+        } else {
+            float s16[16] = {0};
+            for (int64_t j = 0; j < k16; j += 16)
+                for (int l = 0; l < 16; l++) {
+                    s[j + l] = ai_expf_fma(s[j + l] - mx);
+                    s16[l] += s[j + l];
+                }
+            double sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += s16[l];
+            inv = (float)(1 / sum);
+        }
+        if (p) {
+            for (int64_t j = 0; j < kmax; j++)
+                p[j] = s[j] = s[j] * inv;
+            for (int64_t j = kmax; j < Tk; j++)
+                p[j] = 0;
+        } else {
+            for (int64_t j = 0; j < kmax; j++)
+                s[j] *= inv;
+        }
+    }
+}
+
 static void att_forward_block_tiles(const att_info *a, const att_plane *pl, int64_t r0, int64_t n,
                                     float *S, const float *kT)
 {
     const int W = a->lanes;
-    const int64_t kmax = att_kmax(a, r0 + n), ld = a->ldt, Tk = a->Tk;
+    const int64_t kmax = att_kmax(a, r0 + n), ld = a->ldt;
     ai_attn_mm_f32(W, n, (kmax + 7) / 8 * 8, a->D, (float)a->scale,
                    (const float *)pl->q + r0 * a->ldq, a->ldq, 1, kT, ld, false, S, ld);
     att_bias_f32(a, pl, r0, n, kmax, S, ld);
-    att_softmax_f32(a, n, kmax, S, ld);
-    if (pl->p)
-        for (int64_t i = 0; i < n; i++) {
-            float *dst = (float *)pl->p + (r0 + i) * Tk;
-            memcpy(dst, S + i * ld, (size_t)kmax * sizeof(float));
-            memset(dst + kmax, 0, (size_t)(Tk - kmax) * sizeof(float));
-        }
+    att_softmax_tiles(a, n, kmax, S, ld, pl->p ? (float *)pl->p + r0 * a->Tk : NULL);
     ai_attn_mm_f32(W, n, a->Dv, kmax, 1, S, ld, 1, pl->v, a->ldv, false,
                    (float *)pl->y + r0 * a->ldy, a->ldy);
 }
@@ -343,7 +390,7 @@ static ai_status att_bind(ai_ctx *c, att_info *a, int64_t block_bytes)
         a->rows = a->Tq > 0 ? a->Tq : 1;
     const int w = a->f64 || a->kt ? 0 : ai_attn_lanes();
     a->lanes = w && a->D % w == 0 && a->Dv % w == 0 ? w : 0;
-    a->ldt = a->lanes ? (a->Tk + a->lanes - 1) / a->lanes * a->lanes : a->Tk;
+    a->ldt = a->lanes ? (a->Tk + 15) / 16 * 16 : a->Tk;
     atomic_init(&a->nomem, false);
     return AI_OK;
 }
