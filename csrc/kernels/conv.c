@@ -7,7 +7,8 @@
  * decline the others:
  *   conv_pointwise.c     1x1 convolutions
  *   conv_blocked.c       direct, output channels in vector lanes (and NCHWc chains)
- *   conv_winograd.c      NCHWc chains: 3x3 stride 1 by Winograd F(2x2, 3x3)
+ *   conv_winograd.c      3x3 stride 1 by Winograd F(2x2, 3x3): NCHWc chains, and
+ *                        NCHW convs (forward, input gradient) between reorders
  *   conv_direct.c        direct, on zero-padded stride-phase planes
  *   conv_shifted_gemm.c  stride 1, one GEMM per kernel tap
  *   conv_depthwise.c     one input channel per group
@@ -173,7 +174,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         const int64_t family[] = {
             pointwise_workspace(p, &g, dtype), blocked_workspace(p, &g, dtype),
             direct_workspace(p, &g, dtype),    shifted_gemm_workspace(p, &g),
-            depthwise_workspace(p, &g),        winograd_workspace(p),
+            depthwise_workspace(p, &g),        winograd_workspace(p, dtype),
         };
         for (size_t i = 0; i < sizeof family / sizeof family[0]; i++)
             e = family[i] > e ? family[i] : e;

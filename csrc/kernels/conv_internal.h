@@ -276,7 +276,7 @@ void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, c
 /* NCHW x and y: f32 with the fast kernels on, the chain's shapes, planes of enough tiles */
 bool winograd_forward(const conv_call *c);
 bool winograd_input_grad(conv_call *c);
-int64_t winograd_workspace(const ai_conv_params *p);
+int64_t winograd_workspace(const ai_conv_params *p, ai_dtype dtype);
 
 /* conv_shifted_gemm.c: stride-1 convolution as one GEMM per kernel tap */
 bool shifted_gemm_accepts(const ai_conv_params *p, const conv_geom *g);

@@ -1,6 +1,7 @@
 /*
  * conv_winograd.c — 3x3 stride-1 float32 convolutions of the blocked chains
- * (NCHWc8 in and out, conv.h) by Winograd's F(2x2, 3x3): each 2 x 2 tile of
+ * (NCHWc8 in and out, conv.h), and NCHW ones between reorders (training
+ * forwards, input gradients; at the end), by Winograd's F(2x2, 3x3): each 2 x 2 tile of
  * outputs from the 4 x 4 input values around it in 16 products per input
  * channel instead of 36 multiply-adds (2.25x fewer), the transforms being
  * additions alone:
@@ -405,9 +406,11 @@ bool winograd_input_grad(conv_call *c)
     return true;
 }
 
-int64_t winograd_workspace(const ai_conv_params *p)
+int64_t winograd_workspace(const ai_conv_params *p, ai_dtype dtype)
 {
     ai_conv_params q;
+    if (dtype != AI_F32)
+        return 0;
     const int64_t f = winograd_nchw_elems(p);
     const int64_t dx = direct_input_grad_params(p, &q) ? winograd_nchw_elems(&q) : 0;
     return f > dx ? f : dx;
