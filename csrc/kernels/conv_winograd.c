@@ -335,9 +335,9 @@ void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, c
  * tiles, or of 9 where the blocked tiles do not take the conv (more than
  * BLOCKED_MAX_TAPS taps): on fewer, the register tiles of 8 or 16 tiles
  * run part empty and the blocked or direct tiles win (64 -> 64 channels,
- * batch 16, 1 thread: 8x8 planes 0.79 of the blocked tiles' time, 6x6
- * 1.00, 5x5 1.23, 3x3 1.72; 128 -> 128 channels on 6x6 0.42 of the direct
- * tiles', on 3x3 1.36; benchmarks/results/kernels-conv.md). The reference
+ * batch 16, 1 thread: 8x8 planes 0.75-0.79 of the blocked tiles' time, 6x6
+ * 1.00, 5x5 1.23, 3x3 1.72; 128 -> 128 channels on 6x6 0.82-0.84 of the
+ * direct tiles', on 3x3 1.36; benchmarks/results/kernels-conv.md). The reference
  * twin is the direct kernel (ai_set_fast_kernels(false)).
  */
 #define WINOGRAD_GROUP_ELEMS (INT64_C(1) << 18)
