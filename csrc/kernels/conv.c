@@ -7,7 +7,8 @@
  * decline the others:
  *   conv_pointwise.c     1x1 convolutions
  *   conv_blocked.c       direct, output channels in vector lanes (and NCHWc chains)
- *   conv_winograd.c      NCHWc chains: 3x3 stride 1 by Winograd F(2x2, 3x3)
+ *   conv_winograd.c      3x3 stride 1 by Winograd F(2x2, 3x3): NCHWc chains, and
+ *                        NCHW convs (forward, input gradient) between reorders
  *   conv_direct.c        direct, on zero-padded stride-phase planes
  *   conv_shifted_gemm.c  stride 1, one GEMM per kernel tap
  *   conv_depthwise.c     one input channel per group
@@ -173,7 +174,7 @@ static size_t workspace_bytes(const ai_conv_params *p, ai_dtype dtype, bool tran
         const int64_t family[] = {
             pointwise_workspace(p, &g, dtype), blocked_workspace(p, &g, dtype),
             direct_workspace(p, &g, dtype),    shifted_gemm_workspace(p, &g),
-            depthwise_workspace(p, &g),
+            depthwise_workspace(p, &g),        winograd_workspace(p, dtype),
         };
         for (size_t i = 0; i < sizeof family / sizeof family[0]; i++)
             e = family[i] > e ? family[i] : e;
@@ -197,6 +198,8 @@ size_t ai_convtranspose_workspace_bytes(const ai_conv_params *p, ai_dtype dtype)
  */
 static bool (*const forward_kernels[])(const conv_call *) = {
     pointwise_direct_forward,        /* f32, 1x1 stride 1 unpadded, one group, C <= 256 */
+    winograd_forward,                /* f32 fast kernels, 2 dims, 3x3 stride 1, one group,
+                                      * >= 16 channels in and out, planes of >= 16 tiles */
     blocked_forward,                 /* f32, one group, <= 2 dims, strided or output rows
                                       * under 16, M >= 16, C K <= 640 */
     direct_forward,                  /* f32, one group, <= 2 dims, kernel over 1x1 */
@@ -239,7 +242,8 @@ static void conv_backward(conv_call *c)
 {
     c->assign_dx = zero_dx_if_shared(c);
     if (c->dx)
-        direct_input_grad(c);                 /* f32, stride 1, one group, kernel over 1x1 */
+        (void)(winograd_input_grad(c)         /* winograd_forward's shapes, the dx conv's */
+               || direct_input_grad(c));      /* f32, stride 1, one group, kernel over 1x1 */
     if (c->dw && !c->dx)                      /* the weight gradient alone */
         (void)(pointwise_weight_grad_im2col(c) /* f32, one group, C K of 8 (16) to 256, M >= 32 */
                || direct_weight_grad(c));     /* f32, direct_forward's shapes, large grids */

@@ -77,7 +77,7 @@ static int64_t direct_elems(const ai_conv_params *p, const direct_geom *dc)
 /* The Conv whose forward is the input gradient of stride-1 Conv p: dy (M
  * channels) padded by (k - 1) d - pad on each side, with the weights
  * transposed and flipped. False when a pad exceeds (k - 1) d. */
-static bool direct_input_grad_params(const ai_conv_params *p, ai_conv_params *q)
+bool direct_input_grad_params(const ai_conv_params *p, ai_conv_params *q)
 {
     *q = *p;
     q->C = p->M;

@@ -237,6 +237,10 @@ int64_t pointwise_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtyp
 /* conv_direct.c: direct convolution on stride-phase planes */
 bool direct_forward(const conv_call *c);
 bool direct_input_grad(conv_call *c);
+/* q: the Conv whose forward is the input gradient of stride-1 Conv p (dy
+ * padded by (k - 1) d - pad, w transposed and flipped); false when a pad
+ * exceeds (k - 1) d or a stride is over 1 */
+bool direct_input_grad_params(const ai_conv_params *p, ai_conv_params *q);
 bool direct_weight_grad(conv_call *c);
 int64_t direct_workspace(const ai_conv_params *p, const conv_geom *g, ai_dtype dtype);
 int64_t direct_input_grad_workspace(const ai_conv_params *p, ai_dtype dtype);
@@ -269,6 +273,10 @@ void winograd_chain_pack(const ai_conv_params *p, const float *w, float *wp);
 void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
                             const float *wp, const float *b, float *ws,
                             const ai_conv_epilogue *ep, const float *r);
+/* NCHW x and y: f32 with the fast kernels on, the chain's shapes, planes of enough tiles */
+bool winograd_forward(const conv_call *c);
+bool winograd_input_grad(conv_call *c);
+int64_t winograd_workspace(const ai_conv_params *p, ai_dtype dtype);
 
 /* conv_shifted_gemm.c: stride-1 convolution as one GEMM per kernel tap */
 bool shifted_gemm_accepts(const ai_conv_params *p, const conv_geom *g);

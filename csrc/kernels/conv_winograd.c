@@ -1,6 +1,7 @@
 /*
  * conv_winograd.c — 3x3 stride-1 float32 convolutions of the blocked chains
- * (NCHWc8 in and out, conv.h) by Winograd's F(2x2, 3x3): each 2 x 2 tile of
+ * (NCHWc8 in and out, conv.h), and NCHW ones between reorders (training
+ * forwards, input gradients; at the end), by Winograd's F(2x2, 3x3): each 2 x 2 tile of
  * outputs from the 4 x 4 input values around it in 16 products per input
  * channel instead of 36 multiply-adds (2.25x fewer), the transforms being
  * additions alone:
@@ -96,8 +97,9 @@ typedef struct {
 
 typedef struct {
     const winograd_geom *q;
-    const float *w;
+    const float *w; /* (M, C, 3, 3); with `flip`, (C, M, 3, 3) read transposed and flipped */
     float *u;
+    bool flip;
 } winograd_weights_job;
 
 /* Blocks [lo, hi) of U: output channels m of the block, input channels c,
@@ -112,8 +114,13 @@ static void winograd_weights_range(void *ctx, int64_t lo, int64_t hi)
         float *u = j->u + 16 * C * m0;
         for (int64_t m = m0; m < m0 + bw; m++)
             for (int64_t c = 0; c < C; c++) {
-                float t[4][3], v[16] = {0};
+                float t[4][3], v[16] = {0}, gf[9];
                 const float *g = j->w + (m * C + c) * 9;
+                if (j->flip && m < q->M) { /* the input gradient's kernel */
+                    for (int k = 0; k < 9; k++)
+                        gf[k] = j->w[(c * q->M + m) * 9 + 8 - k];
+                    g = gf;
+                }
                 for (int k = 0; k < 3 && m < q->M; k++) { /* G g: rows */
                     const float s = g[k] + g[6 + k];
                     t[0][k] = g[k];
@@ -268,10 +275,10 @@ int64_t winograd_chain_workspace(const ai_conv_params *p, const conv_geom *g, bo
     return winograd_geom_of(p, g, x_blocked, &q) ? winograd_elems(&q) : 0;
 }
 
-/* U of w, made on the pool */
-static void winograd_weights(const winograd_geom *q, const float *w, float *u)
+/* U of w (flipped: of w transposed and flipped), made on the pool */
+static void winograd_weights(const winograd_geom *q, const float *w, bool flip, float *u)
 {
-    winograd_weights_job j = {q, w, u};
+    winograd_weights_job j = {q, w, u, flip};
     ai_parallel_for((q->M8 + WINOGRAD_MB - 1) / WINOGRAD_MB,
                     ai_grain_of(WINOGRAD_MB * 16 * q->C), winograd_weights_range, &j);
 }
@@ -286,7 +293,7 @@ void winograd_chain_pack(const ai_conv_params *p, const float *w, float *wp)
     const conv_geom g = conv_geom_of(p, false);
     winograd_geom q;
     if (winograd_geom_of(p, &g, true, &q))
-        winograd_weights(&q, w, wp);
+        winograd_weights(&q, w, false, wp);
 }
 
 void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, const float *w,
@@ -299,7 +306,7 @@ void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, c
         return;
     const int64_t M8 = q.M8;
     if (!wp) {
-        winograd_weights(&q, w, ws);
+        winograd_weights(&q, w, false, ws);
         wp = ws;
     }
     float *bias = ws + 16 * q.C * M8;
@@ -314,4 +321,97 @@ void winograd_chain_forward(const ai_conv_params *p, float *y, const float *x, c
     j.jobs = p->N * q.chunks;
     j.n_slots = n_slots_of(j.jobs, WINOGRAD_SLOTS);
     ai_parallel_for(j.n_slots, 1, winograd_range, &j);
+}
+
+/*
+ * NCHW x and y (training forwards, eval forwards outside the fused
+ * inference graph) and the input gradient of those convs (the stride-1
+ * conv of dy by w transposed and flipped, direct_input_grad_params): the
+ * chain kernel on groups of images, each group's x reordered into blocked
+ * channels and its y back (8 x 8 transposes), U made once per call. A
+ * group holds at most WINOGRAD_GROUP_ELEMS floats of x and y (at least one
+ * image), so that its planes stay in cache between the reorders and the
+ * products. Taken on output planes of at least WINOGRAD_NCHW_MIN_TILES
+ * tiles, or of 9 where the blocked tiles do not take the conv (more than
+ * BLOCKED_MAX_TAPS taps): on fewer, the register tiles of 8 or 16 tiles
+ * run part empty and the blocked or direct tiles win (64 -> 64 channels,
+ * batch 16, 1 thread: 8x8 planes 0.75-0.79 of the blocked tiles' time, 6x6
+ * 1.00, 5x5 1.23, 3x3 1.72; 128 -> 128 channels on 6x6 0.82-0.84 of the
+ * direct tiles', on 3x3 1.36; benchmarks/results/kernels-conv.md). The reference
+ * twin is the direct kernel (ai_set_fast_kernels(false)).
+ */
+#define WINOGRAD_GROUP_ELEMS (INT64_C(1) << 18)
+#define WINOGRAD_NCHW_MIN_TILES 16
+
+static bool winograd_nchw_geom(const ai_conv_params *p, winograd_geom *q)
+{
+    const conv_geom g = conv_geom_of(p, false);
+    return winograd_geom_of(p, &g, true, q) &&
+           (q->T >= WINOGRAD_NCHW_MIN_TILES || (q->T >= 9 && p->C * 9 > BLOCKED_MAX_TAPS));
+}
+
+static int64_t winograd_group(const winograd_geom *q, int64_t N)
+{
+    const int64_t per = q->C8 * q->H * q->W + q->M8 * q->Ho * q->Wo;
+    const int64_t n = WINOGRAD_GROUP_ELEMS / per;
+    return n < 1 ? 1 : n > N ? N : n;
+}
+
+static int64_t winograd_nchw_elems(const ai_conv_params *p)
+{
+    winograd_geom q;
+    if (!winograd_nchw_geom(p, &q))
+        return 0;
+    return winograd_chain_packed_elems(p) +
+           winograd_group(&q, p->N) * (q.C8 * q.H * q.W + q.M8 * q.Ho * q.Wo) + winograd_elems(&q);
+}
+
+/* y = conv(x, w) + b then the epilogue (y += conv(x, w) with `add`), w
+ * read transposed and flipped with `flip`; false where not taken */
+static bool winograd_nchw(const ai_conv_params *p, float *y, const float *x, const float *w,
+                          bool flip, const float *b, bool add, float *ws,
+                          const ai_conv_epilogue *ep)
+{
+    winograd_geom q;
+    if (!ai_fast_kernels() || !winograd_nchw_geom(p, &q))
+        return false;
+    const int64_t IS = q.H * q.W, OS = q.Ho * q.Wo, group = winograd_group(&q, p->N);
+    float *u = ws, *xb = u + winograd_chain_packed_elems(p), *yb = xb + group * q.C8 * IS;
+    float *rest = yb + group * q.M8 * OS;
+    winograd_weights(&q, w, flip, u);
+    for (int64_t n0 = 0; n0 < p->N; n0 += group) {
+        ai_conv_params pg = *p;
+        pg.N = p->N - n0 < group ? p->N - n0 : group;
+        ai_channels_reorder(xb, (float *)x + n0 * p->C * IS, pg.N, p->C, IS, sizeof(float), true,
+                            false);
+        winograd_chain_forward(&pg, yb, xb, w, u, b, rest, ep, NULL);
+        ai_channels_reorder(yb, y + n0 * p->M * OS, pg.N, p->M, OS, sizeof(float), false, add);
+    }
+    return true;
+}
+
+bool winograd_forward(const conv_call *c)
+{
+    return c->dtype == AI_F32 &&
+           winograd_nchw(c->p, c->y, c->x, c->w, false, c->b, false, c->ws, c->ep);
+}
+
+bool winograd_input_grad(conv_call *c)
+{
+    ai_conv_params q;
+    if (c->dtype != AI_F32 || !direct_input_grad_params(c->p, &q) ||
+        !winograd_nchw(&q, c->dx, c->dy, c->w, true, NULL, !c->assign_dx, c->ws, NULL))
+        return false;
+    c->dx = NULL;
+    return true;
+}
+
+int64_t winograd_workspace(const ai_conv_params *p, ai_dtype dtype)
+{
+    ai_conv_params q;
+    if (dtype != AI_F32)
+        return 0;
+    const int64_t f = winograd_nchw_elems(p);
+    const int64_t dx = direct_input_grad_params(p, &q) ? winograd_nchw_elems(&q) : 0;
+    return f > dx ? f : dx;
 }
