@@ -1,10 +1,19 @@
-"""The gradient of a broadcast operand whose leading axes are summed (a
+"""Serial parts of the transformers' 2-thread training step put on the pool
+(issue 47).
+
+The gradient of a broadcast operand whose leading axes are summed (a
 position embedding (1, T, C) added to (B, T, C), a (T, C) operand, (B, 1, C)
 against (1, 1, C)) on the thread pool (csrc/ops/common.c ai_reduce_to), as
 a bias's (N,) was: column blocks, each column added row after row. The
 sums are those of the serial loop: bit for bit a NumPy sum of the rows in
 order, at 1, 2 and 3 threads, and torch's values. A reduction over inner
-axes (dst (1, T, 1)) stays serial and is checked the same way.
+axes (dst (1, T, 1)) stays serial: its bits at 1, 2 and 3 threads and
+torch's values are checked.
+
+Gather's forward also splits a long output row into pieces (a scalar
+index on the first axis, as nn.MultiheadAttention's q, k, v = proj[0],
+proj[1], proj[2] take: one row of B*T*E elements, copied by one thread
+before): the same bits at 1, 2 and 3 threads, torch's values.
 
 Sizes are above the pool's grain (csrc/parallel.h AI_GRAIN_ELEMS, 32768
 elements), so that 2 and 3 threads split the columns."""
@@ -71,3 +80,23 @@ def test_mul_broadcast_grad(restore_threads, dtype, xs, bs):
     ref = torch.autograd.grad(y, t, torch.tensor(gos[0]))
     for ours, r in zip(gins, ref):
         np.testing.assert_allclose(ours, r.numpy(), **_SUM_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,axis,idx", [
+    ((3, 4, 128, 256), 0, 1),            # nn.MultiheadAttention's unbind: one long row
+    ((3, 70001), 0, [2, 0, 2]),          # rows in two pieces, a repeated index
+    ((2, 3, 80000), 1, [-1]),            # outer 2, a negative index
+    ((4, 100, 300), 1, [5, 7]),          # short rows: whole rows, as before
+], ids=["unbind", "repeated", "outer", "short_rows"])
+def test_gather_long_rows(restore_threads, dtype, shape, axis, idx):
+    inputs = {"x": _x(shape, dtype, 5)}
+    index = np.array(idx, dtype=np.int64)
+    model = make_model("Gather", inputs, {"axis": axis}, consts={"i": index})
+    outs, gos, (dx,), _ = _same_bits_at_every_thread_count(model, inputs)
+    x = torch.tensor(inputs["x"], requires_grad=True)
+    i = torch.tensor(index) % shape[axis]
+    y = x.select(axis, int(i)) if index.ndim == 0 else torch.index_select(x, axis, i)
+    np.testing.assert_array_equal(outs[0], y.detach().numpy())
+    (ref,) = torch.autograd.grad(y, x, torch.tensor(gos[0]))
+    np.testing.assert_allclose(dx, ref.numpy(), **_SUM_TOL[dtype])
