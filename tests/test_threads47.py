@@ -16,7 +16,8 @@ proj[1], proj[2] take: one row of B*T*E elements, copied by one thread
 before): the same bits at 1, 2 and 3 threads, torch's values.
 
 Sizes are above the pool's grain (csrc/parallel.h AI_GRAIN_ELEMS, 32768
-elements), so that 2 and 3 threads split the columns."""
+elements), so that 2 and 3 threads split the work, but one Gather of short
+rows (under the grain: one thread, as before)."""
 import numpy as np
 import pytest
 import torch
