@@ -77,9 +77,9 @@ void ai_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *o
 DEFINE_REDUCE_TO(reduce_to_f32, float)
 DEFINE_REDUCE_TO(reduce_to_f64, double)
 
-/* dst (N) += the R rows of src (R, N) (a bias's gradient): column blocks on
- * the pool, each column added row after row as reduce_to_* adds it (the same
- * sums at any thread count). */
+/* dst (N) += the R rows of src (R, N) (a bias's or a position embedding's
+ * gradient): column blocks on the pool, each column added row after row as
+ * reduce_to_* adds it (the same sums at any thread count). */
 typedef struct {
     bool f64;
     void *dst;
@@ -118,12 +118,19 @@ void ai_reduce_to(ai_tensor *dst, const ai_tensor *src, bool assign)
     if (ai_tensor_numel(src) == 0)
         return;
     ai_broadcast_strides(dst->ndim, dst->shape, src->ndim, src->shape, strides);
-    const int64_t N = src->ndim ? src->shape[src->ndim - 1] : 1;
-    bool rows = src->ndim >= 2 && strides[src->ndim - 1] == 1 && N > 1 &&
-                (src->dtype == AI_F32 || src->dtype == AI_F64);
-    for (int d = 0; rows && d + 1 < src->ndim; d++)
-        rows = strides[d] == 0;
-    if (rows) { /* dst is src's last axis: the columns' sums */
+    /* dst is src's trailing axes (axes of one element count either side),
+     * the leading ones summed: src (R, N) summed over its rows, N = dst's
+     * elements, in column blocks on the pool */
+    int lead = 0;
+    while (lead < src->ndim && (strides[lead] == 0 || src->shape[lead] == 1))
+        lead++;
+    int64_t N = 1;
+    bool rows = lead > 0 && (src->dtype == AI_F32 || src->dtype == AI_F64);
+    for (int d = src->ndim - 1; rows && d >= lead; d--) {
+        rows = strides[d] == N || src->shape[d] == 1;
+        N *= src->shape[d];
+    }
+    if (rows && N > 1) {
         sum_rows_job j = {src->dtype == AI_F64, dst->data, src->data, ai_tensor_numel(src) / N, N};
         ai_parallel_for(N, ai_grain_of(j.R), sum_rows_range, &j);
         return;

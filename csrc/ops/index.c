@@ -226,7 +226,9 @@ static int64_t gather_index(const ai_tensor *idx, int64_t i, int64_t dim)
 }
 
 /* Gather's rows: data (outer, dim, inner) and out (outer, ni, inner) of
- * es-byte elements. Forward: items are output rows. Backward: items are
+ * es-byte elements. Forward: items are output rows, each in `blocks` pieces
+ * of at least the pool's grain (one long row, as a scalar index on the
+ * first axis takes, is split too). Backward: items are
  * (o, block of GATHER_BLOCK columns), each adding the rows of dy to dx at
  * the indices in index order, so that a repeated index sums its rows in
  * the same order at any thread count (a split by rows would race on it). */
@@ -243,10 +245,13 @@ static void gather_rows(void *ctx, int64_t lo, int64_t hi)
 {
     const gather_job *j = ctx;
     const size_t row = (size_t)j->inner * j->es;
-    for (int64_t r = lo; r < hi; r++) {
+    for (int64_t it = lo; it < hi; it++) {
+        const int64_t r = it / j->blocks, p = it % j->blocks;
         const int64_t o = r / j->ni, i = r % j->ni;
-        memcpy(j->dst + (size_t)r * row,
-               j->src + (size_t)(o * j->dim + gather_index(j->idx, i, j->dim)) * row, row);
+        const size_t a = (size_t)(j->inner * p / j->blocks) * j->es;
+        const size_t b = (size_t)(j->inner * (p + 1) / j->blocks) * j->es;
+        memcpy(j->dst + (size_t)r * row + a,
+               j->src + (size_t)(o * j->dim + gather_index(j->idx, i, j->dim)) * row + a, b - a);
     }
 }
 
@@ -282,8 +287,10 @@ static ai_status gather_forward(ai_ctx *c)
                                  ai_tensor_get_flat(idx, i), a, (long long)dim);
     if (!inner)
         return AI_OK;
-    gather_job j = {idx, x->data, c->out[0]->data, ai_dtype_size(x->dtype), dim, ni, inner, 1};
-    ai_parallel_for(outer * ni, ai_grain_of(inner), gather_rows, &j);
+    const int64_t pieces = inner >= 2 * AI_GRAIN_ELEMS ? inner / AI_GRAIN_ELEMS : 1;
+    gather_job j = {idx, x->data, c->out[0]->data, ai_dtype_size(x->dtype), dim, ni, inner,
+                    pieces};
+    ai_parallel_for(outer * ni * pieces, pieces > 1 ? 1 : ai_grain_of(inner), gather_rows, &j);
     return AI_OK;
 }
 
