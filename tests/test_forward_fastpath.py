@@ -4,6 +4,7 @@ other call takes the Python path (`AidgeModule._call`) as before. Values
 against torch's own modules; which path ran, seen through sys.setprofile
 (the Python frames of the bridge that ran); the errors with the messages
 the Python path gives."""
+import itertools
 import sys
 
 import pytest
@@ -155,19 +156,33 @@ def test_keywords_and_replaced_forward_take_the_python_path():
         torch.testing.assert_close(out, x + 100)
 
 
-def test_swapped_storage_is_relinked():
-    model, wrapped = _pair(AddParam(), (3, 5))
-    x = torch.randn(3, 5)
+@pytest.mark.parametrize("make,shape,name", [
+    (AddParam, (3, 5), "other"),  # one parameter
+    (_mlp, (4, 5), "0.weight"),  # several (their reads without __torch_function__)
+    (_mlp, (4, 5), "1.running_mean"),  # a buffer
+])
+def test_swapped_storage_is_relinked(make, shape, name):
+    model, wrapped = _pair(make(), shape)
+    x = torch.randn(shape)
     with torch.no_grad():
         wrapped(x)
-        new = torch.randn(3, 5)
-        wrapped.other.data = new.clone()
-        model.other.data = new.clone()
+        wrapped(x)
+        mine, theirs = (dict(itertools.chain(m.named_parameters(), m.named_buffers()))[name]
+                        for m in (wrapped, model))
+        new = torch.randn(mine.shape)
+        mine.data = new.clone()
+        theirs.data = new.clone()
         out, names = _frames(lambda: wrapped(x))
         assert "_relink" in names
         torch.testing.assert_close(out, model(x))
         out, names = _frames(lambda: wrapped(x))  # relinked: the C path again
         assert _fast(names)
+        torch.testing.assert_close(out, model(x))
+        new = torch.randn(mine.shape)
+        mine.set_(new.clone())  # another storage, in place
+        theirs.copy_(new)
+        out, names = _frames(lambda: wrapped(x))
+        assert "_relink" in names
         torch.testing.assert_close(out, model(x))
 
 

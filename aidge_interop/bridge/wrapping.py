@@ -1212,4 +1212,5 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
 # was (csrc/python/graph.c, module_call; benchmarks/results/overhead.md).
 AidgeModule.__call__ = _C.module_call(
     AidgeModule, _BRIDGE, AidgeModule._call, _graph_call, torch.Tensor, _nn_module,
-    torch._C._get_tracing_state, torch._C.is_grad_enabled, _DATA_READS)
+    torch._C._get_tracing_state, torch._C.is_grad_enabled, _DATA_READS,
+    torch._C.DisableTorchFunctionSubclass)

@@ -644,7 +644,8 @@ PyObject *py_node_apply(PyObject *unused, PyObject *const *args, Py_ssize_t narg
 }
 
 /* module_call(cls, bridge, slow, graph_call, torch.Tensor, torch.nn.modules.module,
- * torch._C._get_tracing_state, torch._C.is_grad_enabled, data_reads): the
+ * torch._C._get_tracing_state, torch._C.is_grad_enabled, data_reads,
+ * torch._C.DisableTorchFunctionSubclass): the
  * `__call__` of the torch bridge's AidgeModule (bridge/wrapping.py) as a
  * method descriptor: its steady-state call without grad (an eval or
  * no_grad forward) in C, no Python frame between the caller and the
@@ -665,7 +666,7 @@ enum {
     MC_G_PRE_HOOKS, MC_G_HOOKS, MC_G_BW_HOOKS, MC_G_BW_PRE_HOOKS, MC_PLAIN, MC_N_INPUTS,
     MC_OUT_SINGLE, MC_OUT_TUPLE, MC_ENGINE_DATA, MC_ENGINE_PTRS, MC_TRAINING, MC_GRAPH,
     MC_CALLS, MC_FUSED, MC_FUSED_CALL, MC_BATCH_COUNTS, MC_BATCH_COUNTERS, MC_DATA_PTR,
-    MC_VERSION, MC_IS_NEG, MC_DECLARES, MC_FORWARD_CALL, MC_N_NAMES
+    MC_VERSION, MC_IS_NEG, MC_DECLARES, MC_FORWARD_CALL, MC_ENTER, MC_EXIT, MC_N_NAMES
 };
 static const char *const mc_spelled[MC_N_NAMES] = {
     "forward", "_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
@@ -674,10 +675,10 @@ static const char *const mc_spelled[MC_N_NAMES] = {
     "_plain", "_n_inputs", "_out_single", "_out_tuple", "_engine_data", "_engine_ptrs",
     "training", "_graph", "_calls", "_fused", "_fused_call", "_batch_counts",
     "_batch_counters", "data_ptr", "_version", "is_neg", "_declares_otherwise",
-    "_forward_call"};
+    "_forward_call", "__enter__", "__exit__"};
 static PyObject *mc_names[MC_N_NAMES];
 enum { MC_CLS, MC_BRIDGE, MC_SLOW, MC_GRAPH_CALL, MC_TENSOR, MC_NN_MODULE, MC_TRACING,
-       MC_GRAD_ENABLED, MC_DATA_READS, MC_N_ARGS };
+       MC_GRAD_ENABLED, MC_DATA_READS, MC_NO_SUBCLASS_TF, MC_N_ARGS };
 static PyObject *mc_args[MC_N_ARGS];
 
 /* self.__dict__[name] (borrowed), NULL where it is missing (or an error) */
@@ -752,19 +753,6 @@ static int mc_applies(PyObject *self, PyObject *d, PyObject *const *args, Py_ssi
     if (!data || !ptrs || !PyList_Check(data) || !PyList_Check(ptrs) ||
         PyList_GET_SIZE(data) != PyList_GET_SIZE(ptrs))
         return PyErr_Occurred() ? -1 : 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(data); i++) { /* `p.data = t`: _relink */
-        PyObject *t = Py_NewRef(PyList_GET_ITEM(data, i));
-        PyObject *ptr = PyObject_CallMethodNoArgs(t, mc_names[MC_DATA_PTR]);
-        Py_DECREF(t);
-        if (!ptr)
-            return -1;
-        /* (the lists' sizes again: a tensor subclass's Python could change them) */
-        int same = i < PyList_GET_SIZE(ptrs) &&
-                   PyObject_RichCompareBool(ptr, PyList_GET_ITEM(ptrs, i), Py_EQ);
-        Py_DECREF(ptr);
-        if (same <= 0)
-            return same;
-    }
     PyObject *graph = mc_item(d, MC_GRAPH), *calls = mc_item(d, MC_CALLS);
     PyObject *training = mc_item(d, MC_TRAINING);
     if (!graph || Py_TYPE(graph)->tp_dealloc != (destructor)Graph_dealloc || !calls ||
@@ -787,21 +775,71 @@ static int mc_applies(PyObject *self, PyObject *d, PyObject *const *args, Py_ssi
     return 1;
 }
 
-/* sum(t._version for t in _engine_data) + data_reads[0]: _run's version of
- * the packed weights; -1 with an exception */
-static long long mc_weights_version(PyObject *d)
+/* Reads of the module's parameters and buffers (_engine_data): whether each
+ * still has the data pointer of _engine_ptrs (a storage swap, `p.data = t`:
+ * the Python path relinks it), then, where `version` is not NULL, _run's
+ * version of the packed weights, sum(t._version) + data_reads[0]. 1: in
+ * place, 0: moved, -1: error. Each of these torch calls on a parameter,
+ * whose type is a Python subclass (_EngineParameter), first looks its
+ * class's __torch_function__ up (about 1.4k of its 1.7k instructions);
+ * for more than one parameter the reads run with that lookup off
+ * (DisableTorchFunctionSubclass: the same values, that class's
+ * __torch_function__ is torch's disabled one). */
+static int mc_tensor_reads(PyObject *d, long long *version)
 {
-    PyObject *data = mc_item(d, MC_ENGINE_DATA);
-    long long sum = PyLong_AsLongLong(PyList_GET_ITEM(mc_args[MC_DATA_READS], 0));
-    for (Py_ssize_t i = 0; sum >= 0 && i < PyList_GET_SIZE(data); i++) {
-        PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(data, i), mc_names[MC_VERSION]);
-        long long x = v ? PyLong_AsLongLong(v) : -1;
-        Py_XDECREF(v);
-        sum = x < 0 ? -1 : sum + x;
+    PyObject *data = mc_item(d, MC_ENGINE_DATA), *ptrs = mc_item(d, MC_ENGINE_PTRS);
+    const Py_ssize_t n = PyList_GET_SIZE(data);
+    PyObject *guard = NULL;
+    int same = 1;
+    if (n > 1) {
+        PyObject *entered = (guard = PyObject_CallNoArgs(mc_args[MC_NO_SUBCLASS_TF]))
+                                ? PyObject_CallMethodNoArgs(guard, mc_names[MC_ENTER])
+                                : NULL;
+        if (!entered) {
+            Py_XDECREF(guard);
+            return -1;
+        }
+        Py_DECREF(entered);
     }
-    if (sum < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_ValueError, "AidgeModule: a negative version counter");
-    return sum;
+    for (Py_ssize_t i = 0; same > 0 && i < n && i < PyList_GET_SIZE(data); i++) {
+        PyObject *t = Py_NewRef(PyList_GET_ITEM(data, i));
+        PyObject *ptr = PyObject_CallMethodNoArgs(t, mc_names[MC_DATA_PTR]);
+        Py_DECREF(t);
+        /* (the lists' sizes again: a tensor subclass's Python could change them) */
+        same = !ptr ? -1 : i < PyList_GET_SIZE(ptrs) &&
+                               PyObject_RichCompareBool(ptr, PyList_GET_ITEM(ptrs, i), Py_EQ);
+        Py_XDECREF(ptr);
+    }
+    if (same > 0 && version) {
+        long long sum = PyLong_AsLongLong(PyList_GET_ITEM(mc_args[MC_DATA_READS], 0));
+        for (Py_ssize_t i = 0; sum >= 0 && i < PyList_GET_SIZE(data); i++) {
+            PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(data, i), mc_names[MC_VERSION]);
+            long long x = v ? PyLong_AsLongLong(v) : -1;
+            Py_XDECREF(v);
+            sum = x < 0 ? -1 : sum + x;
+        }
+        if (sum < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "AidgeModule: a negative version counter");
+        same = sum < 0 ? -1 : 1;
+        *version = sum;
+    }
+    if (guard) { /* __exit__ keeping the reads' exception, if any */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *args[4] = {guard, Py_None, Py_None, Py_None};
+        PyObject *left = PyObject_VectorcallMethod(mc_names[MC_EXIT], args,
+                                                   4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(guard);
+        if (!left) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return -1;
+        }
+        Py_DECREF(left);
+        PyErr_Restore(type, value, tb);
+    }
+    return same;
 }
 
 /* slow(self, *args, **kwargs) */
@@ -859,11 +897,20 @@ static PyObject *mc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(d);
         return res;
     }
-    /* _run: the flags, the forward counter, the weights' version, the graph */
+    /* _run: the memory in place, the flags, the forward counter, the weights'
+     * version, the graph */
     const bool training = mc_item(d, MC_TRAINING) == Py_True;
     GraphObject *g = (GraphObject *)mc_item(d, MC_GRAPH), *run = g;
     if (!training && mc_item(d, MC_FUSED) != Py_False)
         run = (GraphObject *)mc_item(d, MC_FUSED);
+    long long version = -1;
+    const bool versioned = !training && run->g->weights_packable;
+    fast = mc_tensor_reads(d, versioned ? &version : NULL);
+    if (fast <= 0) {
+        res = fast == 0 ? mc_slow(self, args, nargs, kwnames) : NULL;
+        Py_DECREF(d);
+        return res;
+    }
     if (graph_enter(g) < 0) /* not while another thread runs it */
         goto done;
     g->g->training = training;
@@ -876,9 +923,8 @@ static PyObject *mc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (!next)
         goto done;
     PyList_SetItem(calls, 0, next); /* (steals next; calls keeps it alive) */
-    if (!training && run->g->weights_packable) {
-        long long version = mc_weights_version(d);
-        if (version < 0 || graph_enter(run) < 0)
+    if (versioned) {
+        if (graph_enter(run) < 0)
             goto done;
         run->g->weights_version = version;
         graph_leave(run);
@@ -925,12 +971,14 @@ PyObject *py_module_call(PyObject *unused, PyObject *const *args, Py_ssize_t nar
 {
     (void)unused;
     if (nargs != MC_N_ARGS || !PyType_Check(args[MC_CLS]) || !PyType_Check(args[MC_TENSOR]) ||
+        !PyCallable_Check(args[MC_NO_SUBCLASS_TF]) ||
         !PyTuple_Check(args[MC_BRIDGE]) || PyTuple_GET_SIZE(args[MC_BRIDGE]) != 2 ||
         !PyList_Check(args[MC_DATA_READS]) || PyList_GET_SIZE(args[MC_DATA_READS]) != 1)
         return PyErr_Format(PyExc_TypeError,
                             "module_call(cls, bridge, slow, graph_call, tensor_type, "
-                            "nn_module, tracing_state, grad_enabled, data_reads) takes %d "
-                            "arguments: a class, a bridge (2-tuple), 6 objects, a 1-list",
+                            "nn_module, tracing_state, grad_enabled, data_reads, "
+                            "no_subclass_tf) takes %d arguments: a class, a bridge (2-tuple), "
+                            "6 objects, a 1-list, a class",
                             MC_N_ARGS);
     for (int i = 0; i < MC_N_NAMES; i++)
         if (!mc_names[i] && !(mc_names[i] = PyUnicode_InternFromString(mc_spelled[i])))

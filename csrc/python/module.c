@@ -456,7 +456,7 @@ static PyMethodDef module_methods[] = {
      "is None."},
     {"module_call", (PyCFunction)(void (*)(void))py_module_call, METH_FASTCALL,
      "module_call(cls, bridge, slow, graph_call, tensor_type, nn_module, tracing_state, "
-     "grad_enabled, data_reads) -> a method descriptor: AidgeModule's __call__, its "
+     "grad_enabled, data_reads, no_subclass_tf) -> a method descriptor: AidgeModule's __call__, its "
      "steady-state forward without grad in C, slow(self, *args, **kwargs) otherwise "
      "(bridge/wrapping.py)."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
