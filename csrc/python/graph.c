@@ -711,18 +711,16 @@ static int mc_applies(PyObject *self, PyObject *d, PyObject *const *args, Py_ssi
     PyObject *compiled = mc_item(d, MC_COMPILED); /* Module.compile sets it */
     if (compiled && compiled != Py_None)
         return 0;
-    if (!compiled) {
-        if (PyErr_Occurred() ||
-            !(compiled = PyObject_GetAttr(mc_args[MC_CLS], mc_names[MC_COMPILED])))
+    if (!compiled) { /* the class's (borrowed, through the type's method cache) */
+        if (PyErr_Occurred())
             return -1;
-        Py_DECREF(compiled);
+        compiled = _PyType_Lookup((PyTypeObject *)mc_args[MC_CLS], mc_names[MC_COMPILED]);
         if (compiled != Py_None)
             return 0;
     }
+    PyObject *globals = PyModule_GetDict(mc_args[MC_NN_MODULE]); /* (borrowed) */
     for (int k = MC_G_PRE_HOOKS; k <= MC_G_BW_PRE_HOOKS; k++) {
-        PyObject *hooks = PyObject_GetAttr(mc_args[MC_NN_MODULE], mc_names[k]);
-        int r = mc_hooks(hooks);
-        Py_XDECREF(hooks);
+        int r = mc_hooks(globals ? mc_item(globals, k) : NULL);
         if (r)
             return r < 0 ? -1 : 0;
     }
@@ -971,7 +969,7 @@ PyObject *py_module_call(PyObject *unused, PyObject *const *args, Py_ssize_t nar
 {
     (void)unused;
     if (nargs != MC_N_ARGS || !PyType_Check(args[MC_CLS]) || !PyType_Check(args[MC_TENSOR]) ||
-        !PyCallable_Check(args[MC_NO_SUBCLASS_TF]) ||
+        !PyCallable_Check(args[MC_NO_SUBCLASS_TF]) || !PyModule_Check(args[MC_NN_MODULE]) ||
         !PyTuple_Check(args[MC_BRIDGE]) || PyTuple_GET_SIZE(args[MC_BRIDGE]) != 2 ||
         !PyList_Check(args[MC_DATA_READS]) || PyList_GET_SIZE(args[MC_DATA_READS]) != 1)
         return PyErr_Format(PyExc_TypeError,
