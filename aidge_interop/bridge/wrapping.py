@@ -1085,12 +1085,13 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
         self._fused_call[0] = self._calls[0]
         return _graph_call(fused.forward, inputs)
 
-    def __call__(self, *inputs, **kwargs):
-        # nn.Module.__call__ goes straight to forward when no hook is
-        # registered; this is that test without its two extra Python calls
-        # (0.44 us of a 16-feature Linear's 4-5 us, paired). Anything
-        # else (hooks, keyword arguments, torch.compile, jit tracing) takes
-        # torch's own path.
+    def _call(self, *inputs, **kwargs):
+        # __call__ where _C.module_call's steady-state path does not apply
+        # (see below). nn.Module.__call__ goes straight to forward when no
+        # hook is registered; this is that test without its two extra
+        # Python calls (0.44 us of a 16-feature Linear's 4-5 us, paired).
+        # Anything else (hooks, keyword arguments, torch.compile, jit
+        # tracing) takes torch's own path.
         if (kwargs or self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
                 or self._backward_pre_hooks or self._compiled_call_impl is not None
                 or _nn_module._global_forward_pre_hooks or _nn_module._global_forward_hooks
@@ -1202,3 +1203,14 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"source={self.source_name}, nodes={len(self._graph.nodes())}, engine=aidge_interop"
+
+
+# AidgeModule's __call__ is a C method descriptor (no Python frame between
+# the caller and the engine): a forward without grad on plain CPU tensors,
+# with no hook, the module's graph current and its memory in place, runs
+# _call's, forward's and _run's steps in C; anything else is _call as it
+# was (csrc/python/graph.c, module_call; benchmarks/results/overhead.md).
+AidgeModule.__call__ = _C.module_call(
+    AidgeModule, _BRIDGE, AidgeModule._call, _graph_call, torch.Tensor, _nn_module,
+    torch._C._get_tracing_state, torch._C.is_grad_enabled, _DATA_READS,
+    torch._C.DisableTorchFunctionSubclass)

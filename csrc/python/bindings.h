@@ -79,5 +79,6 @@ PyObject *int64_tuple(int n, const int64_t *v, int64_t scale);
 extern PyType_Spec Graph_spec;
 PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);
 PyObject *py_node_apply(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);
+PyObject *py_module_call(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

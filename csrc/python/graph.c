@@ -643,6 +643,349 @@ PyObject *py_node_apply(PyObject *unused, PyObject *const *args, Py_ssize_t narg
     return PyDescr_NewMethod(&PyBaseObject_Type, &node_apply_def);
 }
 
+/* module_call(cls, bridge, slow, graph_call, torch.Tensor, torch.nn.modules.module,
+ * torch._C._get_tracing_state, torch._C.is_grad_enabled, data_reads,
+ * torch._C.DisableTorchFunctionSubclass): the
+ * `__call__` of the torch bridge's AidgeModule (bridge/wrapping.py) as a
+ * method descriptor: its steady-state call without grad (an eval or
+ * no_grad forward) in C, no Python frame between the caller and the
+ * engine. Where a condition of that path does not hold, it calls slow(self,
+ * *args, **kwargs) (the Python __call__) before changing anything: hooks,
+ * keyword arguments, torch.compile or jit tracing, grad mode, forward
+ * replaced on the instance, a call that is not plain (forward's
+ * condition), an input that is not a plain torch.Tensor or has a lazy
+ * negation bit, moved parameter memory (_relink), a first fused forward,
+ * BatchNorm counters, a subclass. The path, in the Python's order: the hook
+ * tests, _run's data_moved test, the graph's flags, the forward counter,
+ * the packed weights' version, the fused graph, the engine call through the
+ * bridge (graph_call, Python's _graph_call, where the bridge declines a
+ * tensor), forward's retry of a ValueError as a call of another signature.
+ * What each part costs: benchmarks/results/overhead.md. */
+enum {
+    MC_FORWARD, MC_PRE_HOOKS, MC_HOOKS, MC_BW_HOOKS, MC_BW_PRE_HOOKS, MC_COMPILED,
+    MC_G_PRE_HOOKS, MC_G_HOOKS, MC_G_BW_HOOKS, MC_G_BW_PRE_HOOKS, MC_PLAIN, MC_N_INPUTS,
+    MC_OUT_SINGLE, MC_OUT_TUPLE, MC_ENGINE_DATA, MC_ENGINE_PTRS, MC_TRAINING, MC_GRAPH,
+    MC_CALLS, MC_FUSED, MC_FUSED_CALL, MC_BATCH_COUNTS, MC_BATCH_COUNTERS, MC_DATA_PTR,
+    MC_VERSION, MC_IS_NEG, MC_DECLARES, MC_FORWARD_CALL, MC_ENTER, MC_EXIT, MC_N_NAMES
+};
+static const char *const mc_spelled[MC_N_NAMES] = {
+    "forward", "_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+    "_backward_pre_hooks", "_compiled_call_impl", "_global_forward_pre_hooks",
+    "_global_forward_hooks", "_global_backward_hooks", "_global_backward_pre_hooks",
+    "_plain", "_n_inputs", "_out_single", "_out_tuple", "_engine_data", "_engine_ptrs",
+    "training", "_graph", "_calls", "_fused", "_fused_call", "_batch_counts",
+    "_batch_counters", "data_ptr", "_version", "is_neg", "_declares_otherwise",
+    "_forward_call", "__enter__", "__exit__"};
+static PyObject *mc_names[MC_N_NAMES];
+enum { MC_CLS, MC_BRIDGE, MC_SLOW, MC_GRAPH_CALL, MC_TENSOR, MC_NN_MODULE, MC_TRACING,
+       MC_GRAD_ENABLED, MC_DATA_READS, MC_NO_SUBCLASS_TF, MC_N_ARGS };
+static PyObject *mc_args[MC_N_ARGS];
+
+/* self.__dict__[name] (borrowed), NULL where it is missing (or an error) */
+static PyObject *mc_item(PyObject *d, int name)
+{
+    return PyDict_GetItemWithError(d, mc_names[name]);
+}
+
+/* 1: hooks (a dict with entries, or not a dict), 0: an empty dict, -1: error */
+static int mc_hooks(PyObject *o)
+{
+    if (!o)
+        return PyErr_Occurred() ? -1 : 1;
+    return PyDict_Check(o) ? PyDict_GET_SIZE(o) != 0 : 1;
+}
+
+/* 1 where the steady-state path applies, 0 where not, -1 on error; reads only */
+static int mc_applies(PyObject *self, PyObject *d, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames)
+{
+    if ((kwnames && PyTuple_GET_SIZE(kwnames)) || Py_TYPE(self) != (PyTypeObject *)mc_args[MC_CLS])
+        return 0;
+    if (mc_item(d, MC_FORWARD)) /* forward replaced on the instance */
+        return 0;
+    for (int k = MC_PRE_HOOKS; k <= MC_BW_PRE_HOOKS; k++) {
+        int r = mc_hooks(mc_item(d, k));
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
+    PyObject *compiled = mc_item(d, MC_COMPILED); /* Module.compile sets it */
+    if (compiled && compiled != Py_None)
+        return 0;
+    if (!compiled) { /* the class's (borrowed, through the type's method cache) */
+        if (PyErr_Occurred())
+            return -1;
+        compiled = _PyType_Lookup((PyTypeObject *)mc_args[MC_CLS], mc_names[MC_COMPILED]);
+        if (compiled != Py_None)
+            return 0;
+    }
+    PyObject *globals = PyModule_GetDict(mc_args[MC_NN_MODULE]); /* (borrowed) */
+    for (int k = MC_G_PRE_HOOKS; k <= MC_G_BW_PRE_HOOKS; k++) {
+        int r = mc_hooks(globals ? mc_item(globals, k) : NULL);
+        if (r)
+            return r < 0 ? -1 : 0;
+    }
+    for (int k = MC_TRACING; k <= MC_GRAD_ENABLED; k++) { /* None / False expected */
+        PyObject *state = PyObject_CallNoArgs(mc_args[k]);
+        if (!state)
+            return -1;
+        Py_DECREF(state);
+        if (state != (k == MC_TRACING ? Py_None : Py_False))
+            return 0;
+    }
+    PyObject *n_inputs = mc_item(d, MC_N_INPUTS);
+    if (mc_item(d, MC_PLAIN) != Py_True || !n_inputs || !PyLong_CheckExact(n_inputs) ||
+        PyLong_AsSsize_t(n_inputs) != nargs ||
+        (mc_item(d, MC_OUT_SINGLE) != Py_True && mc_item(d, MC_OUT_TUPLE) != Py_True))
+        return PyErr_Occurred() ? -1 : 0;
+    for (Py_ssize_t i = 0; i < nargs; i++) { /* (to_dlpack ignores a negation bit) */
+        if (Py_TYPE(args[i]) != (PyTypeObject *)mc_args[MC_TENSOR])
+            return 0;
+        PyObject *neg = PyObject_CallMethodNoArgs(args[i], mc_names[MC_IS_NEG]);
+        if (!neg)
+            return -1;
+        Py_DECREF(neg);
+        if (neg != Py_False)
+            return 0;
+    }
+    PyObject *data = mc_item(d, MC_ENGINE_DATA), *ptrs = mc_item(d, MC_ENGINE_PTRS);
+    if (!data || !ptrs || !PyList_Check(data) || !PyList_Check(ptrs) ||
+        PyList_GET_SIZE(data) != PyList_GET_SIZE(ptrs))
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *graph = mc_item(d, MC_GRAPH), *calls = mc_item(d, MC_CALLS);
+    PyObject *training = mc_item(d, MC_TRAINING);
+    if (!graph || Py_TYPE(graph)->tp_dealloc != (destructor)Graph_dealloc || !calls ||
+        !PyList_Check(calls) || PyList_GET_SIZE(calls) != 1 ||
+        !PyLong_CheckExact(PyList_GET_ITEM(calls, 0)) || !training || !PyBool_Check(training))
+        return PyErr_Occurred() ? -1 : 0;
+    if (training == Py_True) { /* BatchNorm's counters: Python's */
+        PyObject *counts = mc_item(d, MC_BATCH_COUNTS);
+        PyObject *counters = mc_item(d, MC_BATCH_COUNTERS);
+        if (counts != Py_None || !counters || !PyList_Check(counters) ||
+            PyList_GET_SIZE(counters))
+            return PyErr_Occurred() ? -1 : 0;
+    } else { /* the fused graph built (a Graph) or none (False); None: its first use */
+        PyObject *fused = mc_item(d, MC_FUSED), *fused_call = mc_item(d, MC_FUSED_CALL);
+        if (!fused || !(fused == Py_False ||
+                        Py_TYPE(fused)->tp_dealloc == (destructor)Graph_dealloc) ||
+            !fused_call || !PyList_Check(fused_call) || PyList_GET_SIZE(fused_call) != 1)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    return 1;
+}
+
+/* Reads of the module's parameters and buffers (_engine_data): whether each
+ * still has the data pointer of _engine_ptrs (a storage swap, `p.data = t`:
+ * the Python path relinks it), then, where `version` is not NULL, _run's
+ * version of the packed weights, sum(t._version) + data_reads[0]. 1: in
+ * place, 0: moved, -1: error. Each of these torch calls on a parameter,
+ * whose type is a Python subclass (_EngineParameter), first looks its
+ * class's __torch_function__ up (about 1.4k of its 1.7k instructions);
+ * for more than one parameter the reads run with that lookup off
+ * (DisableTorchFunctionSubclass: the same values, that class's
+ * __torch_function__ is torch's disabled one). */
+static int mc_tensor_reads(PyObject *d, long long *version)
+{
+    PyObject *data = mc_item(d, MC_ENGINE_DATA), *ptrs = mc_item(d, MC_ENGINE_PTRS);
+    const Py_ssize_t n = PyList_GET_SIZE(data);
+    PyObject *guard = NULL;
+    int same = 1;
+    if (n > 1) {
+        PyObject *entered = (guard = PyObject_CallNoArgs(mc_args[MC_NO_SUBCLASS_TF]))
+                                ? PyObject_CallMethodNoArgs(guard, mc_names[MC_ENTER])
+                                : NULL;
+        if (!entered) {
+            Py_XDECREF(guard);
+            return -1;
+        }
+        Py_DECREF(entered);
+    }
+    for (Py_ssize_t i = 0; same > 0 && i < n && i < PyList_GET_SIZE(data); i++) {
+        PyObject *t = Py_NewRef(PyList_GET_ITEM(data, i));
+        PyObject *ptr = PyObject_CallMethodNoArgs(t, mc_names[MC_DATA_PTR]);
+        Py_DECREF(t);
+        /* (the lists' sizes again: a tensor subclass's Python could change them) */
+        same = !ptr ? -1 : i < PyList_GET_SIZE(ptrs) &&
+                               PyObject_RichCompareBool(ptr, PyList_GET_ITEM(ptrs, i), Py_EQ);
+        Py_XDECREF(ptr);
+    }
+    if (same > 0 && version) {
+        long long sum = PyLong_AsLongLong(PyList_GET_ITEM(mc_args[MC_DATA_READS], 0));
+        for (Py_ssize_t i = 0; sum >= 0 && i < PyList_GET_SIZE(data); i++) {
+            PyObject *v = PyObject_GetAttr(PyList_GET_ITEM(data, i), mc_names[MC_VERSION]);
+            long long x = v ? PyLong_AsLongLong(v) : -1;
+            Py_XDECREF(v);
+            sum = x < 0 ? -1 : sum + x;
+        }
+        if (sum < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "AidgeModule: a negative version counter");
+        same = sum < 0 ? -1 : 1;
+        *version = sum;
+    }
+    if (guard) { /* __exit__ keeping the reads' exception, if any */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *args[4] = {guard, Py_None, Py_None, Py_None};
+        PyObject *left = PyObject_VectorcallMethod(mc_names[MC_EXIT], args,
+                                                   4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(guard);
+        if (!left) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return -1;
+        }
+        Py_DECREF(left);
+        PyErr_Restore(type, value, tb);
+    }
+    return same;
+}
+
+/* slow(self, *args, **kwargs) */
+static PyObject *mc_slow(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    Py_ssize_t n = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject **stack = PyMem_Malloc((size_t)(n + 1) * sizeof *stack);
+    if (!stack)
+        return PyErr_NoMemory();
+    stack[0] = self;
+    for (Py_ssize_t i = 0; i < n; i++)
+        stack[i + 1] = args[i];
+    PyObject *res = PyObject_Vectorcall(mc_args[MC_SLOW], stack, (size_t)(nargs + 1), kwnames);
+    PyMem_Free(stack);
+    return res;
+}
+
+/* forward's ValueError: a call of another signature when the inputs
+ * contradict the dims the graph declares (self._forward_call), else raised
+ * as it is */
+static PyObject *mc_retry(PyObject *self, PyObject *inputs)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *other = PyObject_CallMethodOneArg(self, mc_names[MC_DECLARES], inputs);
+    int r = other ? PyObject_IsTrue(other) : -1;
+    Py_XDECREF(other);
+    if (r == 0) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r < 0) /* _declares_otherwise's own error */
+        return NULL;
+    PyObject *kwargs = PyDict_New();
+    PyObject *res = kwargs ? PyObject_CallMethodObjArgs(self, mc_names[MC_FORWARD_CALL],
+                                                        inputs, kwargs, NULL)
+                           : NULL;
+    Py_XDECREF(kwargs);
+    return res;
+}
+
+static PyObject *mc_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames)
+{
+    PyObject *d = PyObject_GenericGetDict(self, NULL), *res = NULL, *inputs = NULL;
+    if (!d)
+        return NULL;
+    int fast = mc_applies(self, d, args, nargs, kwnames);
+    if (fast <= 0) {
+        res = fast == 0 ? mc_slow(self, args, nargs, kwnames) : NULL;
+        Py_DECREF(d);
+        return res;
+    }
+    /* _run: the memory in place, the flags, the forward counter, the weights'
+     * version, the graph */
+    const bool training = mc_item(d, MC_TRAINING) == Py_True;
+    GraphObject *g = (GraphObject *)mc_item(d, MC_GRAPH), *run = g;
+    if (!training && mc_item(d, MC_FUSED) != Py_False)
+        run = (GraphObject *)mc_item(d, MC_FUSED);
+    long long version = -1;
+    const bool versioned = !training && run->g->weights_packable;
+    fast = mc_tensor_reads(d, versioned ? &version : NULL);
+    if (fast <= 0) {
+        res = fast == 0 ? mc_slow(self, args, nargs, kwnames) : NULL;
+        Py_DECREF(d);
+        return res;
+    }
+    if (graph_enter(g) < 0) /* not while another thread runs it */
+        goto done;
+    g->g->training = training;
+    g->g->need_backward = false;
+    g->g->input_grads = false;
+    graph_leave(g);
+    PyObject *calls = mc_item(d, MC_CALLS);
+    long long number = PyLong_AsLongLong(PyList_GET_ITEM(calls, 0));
+    PyObject *next = number == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(number + 1);
+    if (!next)
+        goto done;
+    PyList_SetItem(calls, 0, next); /* (steals next; calls keeps it alive) */
+    if (versioned) {
+        if (graph_enter(run) < 0)
+            goto done;
+        run->g->weights_version = version;
+        graph_leave(run);
+    }
+    if (run != g) /* _run_fused's mark, for memory_stats */
+        PyList_SetItem(mc_item(d, MC_FUSED_CALL), 0, Py_NewRef(next));
+    if (!(inputs = PyTuple_New(nargs)))
+        goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(inputs, i, Py_NewRef(args[i]));
+    PyObject *bridge_args[2] = {inputs, mc_args[MC_BRIDGE]};
+    PyObject *outs = Graph_forward(run, bridge_args, 2);
+    if (outs == Py_None) { /* a tensor the bridge declines: Python's _graph_call */
+        Py_DECREF(outs);
+        PyObject *forward = PyObject_GetAttr((PyObject *)run, mc_names[MC_FORWARD]);
+        outs = forward ? PyObject_CallFunctionObjArgs(mc_args[MC_GRAPH_CALL], forward, inputs,
+                                                      NULL)
+                       : NULL;
+        Py_XDECREF(forward);
+    }
+    if (!outs) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError))
+            res = mc_retry(self, inputs);
+        goto done;
+    }
+    if (!PyList_Check(outs) || !PyList_GET_SIZE(outs))
+        PyErr_SetString(PyExc_TypeError, "AidgeModule: the graph returned no output list");
+    else if (mc_item(d, MC_OUT_SINGLE) == Py_True)
+        res = Py_NewRef(PyList_GET_ITEM(outs, 0));
+    else
+        res = PyList_AsTuple(outs);
+    Py_DECREF(outs);
+done:
+    Py_XDECREF(inputs);
+    Py_DECREF(d);
+    return res;
+}
+
+static PyMethodDef module_call_def = {"__call__", (PyCFunction)(void (*)(void))mc_call,
+                                      METH_FASTCALL | METH_KEYWORDS,
+                                      "AidgeModule's call (module_call)"};
+
+PyObject *py_module_call(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)unused;
+    if (nargs != MC_N_ARGS || !PyType_Check(args[MC_CLS]) || !PyType_Check(args[MC_TENSOR]) ||
+        !PyCallable_Check(args[MC_NO_SUBCLASS_TF]) || !PyModule_Check(args[MC_NN_MODULE]) ||
+        !PyTuple_Check(args[MC_BRIDGE]) || PyTuple_GET_SIZE(args[MC_BRIDGE]) != 2 ||
+        !PyList_Check(args[MC_DATA_READS]) || PyList_GET_SIZE(args[MC_DATA_READS]) != 1)
+        return PyErr_Format(PyExc_TypeError,
+                            "module_call(cls, bridge, slow, graph_call, tensor_type, "
+                            "nn_module, tracing_state, grad_enabled, data_reads, "
+                            "no_subclass_tf) takes %d arguments: a class, a bridge (2-tuple), "
+                            "6 objects, a 1-list, a class",
+                            MC_N_ARGS);
+    for (int i = 0; i < MC_N_NAMES; i++)
+        if (!mc_names[i] && !(mc_names[i] = PyUnicode_InternFromString(mc_spelled[i])))
+            return NULL;
+    for (int i = 0; i < MC_N_ARGS; i++)
+        Py_XSETREF(mc_args[i], Py_NewRef(args[i]));
+    return PyDescr_NewMethod((PyTypeObject *)args[MC_CLS], &module_call_def);
+}
+
 static PyObject *Graph_zero_grad(GraphObject *self, PyObject *unused)
 {
     (void)unused;

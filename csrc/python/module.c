@@ -464,6 +464,11 @@ static PyMethodDef module_methods[] = {
      "node_apply(bridge, rest) -> a method descriptor: apply(ctx, *grad_outputs) is "
      "autograd_backward(ctx, grad_outputs, bridge), or rest(ctx, grad_outputs) where that "
      "is None."},
+    {"module_call", (PyCFunction)(void (*)(void))py_module_call, METH_FASTCALL,
+     "module_call(cls, bridge, slow, graph_call, tensor_type, nn_module, tracing_state, "
+     "grad_enabled, data_reads, no_subclass_tf) -> a method descriptor: AidgeModule's __call__, its "
+     "steady-state forward without grad in C, slow(self, *args, **kwargs) otherwise "
+     "(bridge/wrapping.py)."},
     {"supported_operators", py_supported_operators, METH_NOARGS,
      "[(domain, op_type, has_backward)] for every operator of the engine."},
     {"gemm_backend", py_gemm_backend, METH_NOARGS, "The GEMM library in use."},
