@@ -262,3 +262,50 @@ def test_malformed_steady_state_is_named():
     wrapped._steady_backward = ([], 1)
     with pytest.raises(TypeError, match="_steady_backward must be None or"):
         wrapped(x).sum().backward()
+
+
+class Products(torch.nn.Module):
+    """Mul, Div, Mod (fmod) and PRelu whose outputs only later nodes read."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.prelu = torch.nn.PReLU(3)
+
+    def forward(self, x):
+        a = x * self.w
+        b = a / (self.w * self.w + 1)
+        c = torch.fmod(b, 0.7) + self.prelu(a)  # (PReLU over dim 1)
+        return torch.tanh(c)
+
+
+def test_products_backward_reads_no_output(monkeypatch):
+    """Mul, Div, Mod and PRelu declare AI_OP_BWD_NO_Y (binary.c): their
+    outputs die before backward, filled with NaN (AIDGE_INTEROP_POISON_DEAD),
+    and the gradients are still torch's."""
+    torch.manual_seed(0)
+    model = Products()
+    x = torch.randn(2, 3, 4)
+    g = torch.randn(2, 3, 4)
+    want = _step((model,), x, g)[0]
+    monkeypatch.setenv("AIDGE_INTEROP_POISON_DEAD", "1")
+    wrapped = wrap(copy.deepcopy(model), [tuple(x.shape)])
+    torch.testing.assert_close(_step((wrapped,), x, g)[0], want)
+    _assert_params_close(model, wrapped)
+
+
+def test_mul_output_changed_in_place():
+    """A wrapped Mul saves no output (its backward reads none): changing the
+    output in place is allowed and harmless, as for torch's own mul."""
+    model, wrapped = _pair(MulW, (16,))
+    x, g = torch.randn(16), torch.randn(16)
+    grads = []
+    for m in (model, wrapped):
+        xg = x.clone().requires_grad_(True)
+        out = m(xg)
+        with torch.no_grad():
+            out.mul_(3)
+        out.backward(g)
+        grads.append(xg.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    _assert_params_close(model, wrapped)
