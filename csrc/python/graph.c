@@ -592,8 +592,9 @@ static int params_steady(PyObject *module, PyObject **count, long *next)
             ok = -1;
             goto done;
         }
-        Py_DECREF(g); /* (compared by identity: the row holds the buffer) */
-        if (g != PyTuple_GET_ITEM(row, 1))
+        const bool engines = g == PyTuple_GET_ITEM(row, 1);
+        Py_DECREF(g);
+        if (!engines)
             goto done;
     }
     *count = Py_NewRef(backwards);
