@@ -568,15 +568,16 @@ class _EngineFunction(torch.autograd.Function):
     def backward(ctx, *grad_outputs):
         # in C: where the backward reads outputs, ctx.saved_tensors (torch's
         # in-place check of the saved outputs), the older-forward check, and
-        # for a module without parameters the engine call through the bridge
-        # (benchmarks/results/overhead.md); None: the rest is Python's
+        # for a module without parameters or with parameters in _backward's
+        # steady state (module._steady_backward) the engine call through the
+        # bridge (benchmarks/results/overhead.md); None: the rest is Python's
         grads = _autograd_backward(ctx, grad_outputs, _BRIDGE)
         return _backward_rest(ctx, grad_outputs) if grads is None else grads
 
 
 def _backward_rest(ctx, grad_outputs):
-    """_EngineFunction.backward after its checks: modules with parameters, and
-    gradients the bridge does not take."""
+    """_EngineFunction.backward after its checks: modules with parameters
+    outside _backward's steady state, and gradients the bridge does not take."""
     module = ctx.call[0]
     if module._params:  # (kept lean: a small model's backward is mostly overhead)
         if module._learning_rate is not None:
@@ -781,6 +782,13 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
             if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
             and m.padding_idx is not None and id(m.weight) in made
             and made[id(m.weight)]._engine_name in engine_grad]
+        # _backward's steady state (each p.grad the engine's buffer, no hook,
+        # all requiring grad), which _C.autograd_backward runs in C: what it
+        # reads, or None where Python runs every backward (padding rows, and
+        # set_learning_rate's stepping: _steady_backward is None meanwhile)
+        self._steady = None if self._padding_rows else (
+            tuple((p, eg) for p, eg, _ in self._param_rows), self._backwards, _IDLE_BACKWARDS)
+        self._steady_backward = self._steady
         # BatchNorms' num_batches_tracked, counted at each training forward:
         # the usual ones (0-d, not in the graph) are views of one tensor,
         # counted in one torch call (a call each: 3 us apiece, 80 us of
@@ -1002,6 +1010,7 @@ class AidgeModule(_EngineMemory, torch.nn.Module):
                 if p.grad is eg:  # backward zeroes the engine's buffer: keep what it holds
                     p.grad = eg.clone()
         self._learning_rate = None if lr is None else float(lr)
+        self._steady_backward = self._steady if lr is None else None
 
     def _stepping_backward(self, grad_outputs):
         """backward after set_learning_rate: the gradients of this backward

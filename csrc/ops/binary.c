@@ -949,18 +949,21 @@ static ai_status binary_init(ai_node *n)
 
 /* Pow assigns its base's gradient only: an exponent of another dtype gets
  * none. The gradients of Add and Sub are dy and -dy: their backward reads
- * no value. */
+ * no value; those of Mul, Div, Mod and PRelu read the inputs, not the
+ * output (Pow's exponent gradient alone reads y): the output need not stay
+ * for backward, and the torch bridge need not save it. */
 #define BWD_NONE (AI_OP_BWD_NO_X | AI_OP_BWD_NO_Y)
 #define UNS AI_OP_UNSIGNED
 #define DY_ADD (AI_OP_GRAD_IS_DY(0) | AI_OP_GRAD_IS_DY(1))
+#define X_ONLY (AI_OP_GRAD_ASSIGN(2) | AI_OP_BWD_NO_Y)
 BINARY_OP(op_add, "Add", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS | DY_ADD, binary_backward)
 BINARY_OP(op_sub, "Sub", 2, AI_OP_GRAD_ASSIGN(2) | BWD_NONE | UNS | AI_OP_GRAD_IS_DY(0),
           binary_backward)
-BINARY_OP(op_mul, "Mul", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
-BINARY_OP(op_div, "Div", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
+BINARY_OP(op_mul, "Mul", 2, X_ONLY | UNS, binary_backward)
+BINARY_OP(op_div, "Div", 2, X_ONLY | UNS, binary_backward)
 BINARY_OP(op_pow, "Pow", 2, AI_OP_GRAD_ASSIGN(1) | UNS, binary_backward)
-BINARY_OP(op_mod, "Mod", 2, AI_OP_GRAD_ASSIGN(2) | UNS, binary_backward)
-BINARY_OP(op_prelu, "PRelu", 2, AI_OP_GRAD_ASSIGN(2), binary_backward)
+BINARY_OP(op_mod, "Mod", 2, X_ONLY | UNS, binary_backward)
+BINARY_OP(op_prelu, "PRelu", 2, X_ONLY, binary_backward)
 static const ai_op_def op_min = {"Min", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,
                                  minmax_forward, minmax_backward};
 static const ai_op_def op_max = {"Max", "", 1, AI_MAX_IO, 1, 1, UNS, binary_init, minmax_shape,

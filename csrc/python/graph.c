@@ -522,33 +522,119 @@ static PyObject *Graph_backward(GraphObject *self, PyObject *const *args, Py_ssi
                      self->g->n_inputs, ai_graph_backward);
 }
 
+/* Whether a module with parameters is in the steady state of its backward
+ * (AidgeModule._backward, bridge/wrapping.py): module._steady_backward is
+ * (rows, backwards, idle) or None (padding rows, set_learning_rate); each
+ * row (parameter, engine gradient) has no gradient hook, requires grad, and
+ * its .grad is the engine's buffer itself; and the backward about to run is
+ * neither the first nor the idle-th (_check_stepping's, Python's). Then 1
+ * and *count the backwards list, *next its next count; 0 where Python runs
+ * it (it raises the hook error, zeroes fresh buffers...), -1 on an error. */
+enum { AB_CALL, AB_SAVED, AB_IS_NEG, AB_STEADY, AB_HOOKS, AB_POST_HOOKS, AB_REQUIRES, AB_GRAD,
+       AB_N_NAMES };
+static PyObject *ab_names[AB_N_NAMES];
+
+static int params_steady(PyObject *module, PyObject **count, long *next)
+{
+    PyObject *st = PyObject_GetAttr(module, ab_names[AB_STEADY]);
+    if (!st)
+        return -1;
+    int ok = 0;
+    if (st == Py_None)
+        goto done;
+    PyObject *rows, *backwards;
+    long idle;
+    if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 3 ||
+        !PyTuple_Check(rows = PyTuple_GET_ITEM(st, 0)) ||
+        !PyList_Check(backwards = PyTuple_GET_ITEM(st, 1)) || !PyList_GET_SIZE(backwards) ||
+        ((idle = PyLong_AsLong(PyTuple_GET_ITEM(st, 2))) == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "module._steady_backward must be None or "
+                                         "(rows, [backwards, ...], idle)");
+        ok = -1;
+        goto done;
+    }
+    long n = PyLong_AsLong(PyList_GET_ITEM(backwards, 0));
+    if (n == -1 && PyErr_Occurred()) {
+        ok = -1;
+        goto done;
+    }
+    if (n + 1 == 1 || n + 1 == idle)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rows); i++) {
+        PyObject *row = PyTuple_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2) {
+            PyErr_SetString(PyExc_TypeError, "module._steady_backward's rows must be "
+                                             "(parameter, engine gradient) pairs");
+            ok = -1;
+            goto done;
+        }
+        PyObject *p = PyTuple_GET_ITEM(row, 0);
+        static const int empty[] = {AB_HOOKS, AB_POST_HOOKS};
+        for (int k = 0; k < 2; k++) {
+            PyObject *h = PyObject_GetAttr(p, ab_names[empty[k]]);
+            int set = h ? PyObject_IsTrue(h) : -1;
+            Py_XDECREF(h);
+            if (set) {
+                ok = set < 0 ? -1 : 0;
+                goto done;
+            }
+        }
+        PyObject *r = PyObject_GetAttr(p, ab_names[AB_REQUIRES]);
+        if (!r || r != Py_True) {
+            ok = r ? 0 : -1;
+            Py_XDECREF(r);
+            goto done;
+        }
+        Py_DECREF(r);
+        PyObject *g = PyObject_GetAttr(p, ab_names[AB_GRAD]);
+        if (!g) {
+            ok = -1;
+            goto done;
+        }
+        const bool engines = g == PyTuple_GET_ITEM(row, 1);
+        Py_DECREF(g);
+        if (!engines)
+            goto done;
+    }
+    *count = Py_NewRef(backwards);
+    *next = n + 1;
+    ok = 1;
+done:
+    Py_DECREF(st);
+    return ok;
+}
+
 /* autograd_backward(ctx, grad_outputs, bridge): the checks of the torch
  * bridge's backward (bridge/wrapping.py, _EngineFunction) and, for a module
- * without parameters whose gradients all go through the bridge, the engine
+ * without parameters or one whose parameters are in the steady state
+ * (params_steady), whose gradients all go through the bridge, the engine
  * call itself, in one C call: (None, None, *input gradients). None when the
- * checks passed but the rest is Python's (parameters, or a gradient with a
- * lazy negation bit, which torch's DLPack export ignores). ctx.call is
- * (module, graph, module._calls, this forward's number, whether the module
- * has parameters), set by the forward. The checks, in the order the Python
- * had them: where the backward reads outputs, ctx.saved_tensors (torch's
- * in-place and freed-graph errors), then that the engine still holds this
- * forward (module._calls[0] unchanged). A wrapped Relu's backward inside
- * torch's autograd engine: benchmarks/results/overhead.md. */
+ * checks passed but the rest is Python's (parameters outside the steady
+ * state, or a gradient with a lazy negation bit, which torch's DLPack export
+ * ignores). ctx.call is (module, graph, module._calls, this forward's
+ * number, whether the module has parameters), set by the forward. The
+ * checks, in the order the Python had them: where the backward reads
+ * outputs, ctx.saved_tensors (torch's in-place and freed-graph errors), then
+ * that the engine still holds this forward (module._calls[0] unchanged). A
+ * wrapped Relu's backward inside torch's autograd engine:
+ * benchmarks/results/overhead.md. */
 PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)unused;
-    enum { CALL, SAVED, IS_NEG, N_NAMES };
-    static const char *const spelled[N_NAMES] = {"call", "saved_tensors", "is_neg"};
-    static PyObject *names[N_NAMES];
-    for (int i = 0; i < N_NAMES; i++)
-        if (!names[i] && !(names[i] = PyUnicode_InternFromString(spelled[i])))
+    static const char *const spelled[AB_N_NAMES] = {
+        "call", "saved_tensors", "is_neg", "_steady_backward", "_backward_hooks",
+        "_post_accumulate_grad_hooks", "requires_grad", "grad"};
+    for (int i = 0; i < AB_N_NAMES; i++)
+        if (!ab_names[i] && !(ab_names[i] = PyUnicode_InternFromString(spelled[i])))
             return NULL;
     if (nargs != 3 || !PyTuple_Check(args[1]))
         return PyErr_Format(PyExc_TypeError,
                             "autograd_backward(ctx, grad_outputs, bridge) takes a ctx, a "
                             "tuple and a bridge");
-    PyObject *grads = args[1], *res = NULL;
-    PyObject *call = PyObject_GetAttr(args[0], names[CALL]);
+    PyObject *grads = args[1], *res = NULL, *count = NULL;
+    long next = 0;
+    PyObject *call = PyObject_GetAttr(args[0], ab_names[AB_CALL]);
     if (!call)
         return NULL;
     if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 5 ||
@@ -560,7 +646,7 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
     }
     GraphObject *self = (GraphObject *)PyTuple_GET_ITEM(call, 1);
     if (ai_graph_backward_reads_outputs(self->g)) {
-        PyObject *saved = PyObject_GetAttr(args[0], names[SAVED]);
+        PyObject *saved = PyObject_GetAttr(args[0], ab_names[AB_SAVED]);
         if (!saved)
             goto done;
         Py_DECREF(saved);
@@ -576,12 +662,18 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
                         "forward.");
         goto done;
     }
-    bool bridged = PyTuple_GET_ITEM(call, 4) == Py_False;
+    bool bridged = true;
+    if (PyTuple_GET_ITEM(call, 4) != Py_False) {
+        int steady = params_steady(PyTuple_GET_ITEM(call, 0), &count, &next);
+        if (steady < 0)
+            goto done;
+        bridged = steady;
+    }
     for (Py_ssize_t i = 0; bridged && i < PyTuple_GET_SIZE(grads); i++) {
         PyObject *x = PyTuple_GET_ITEM(grads, i);
         if (x == Py_None || is_tensor(self, x))
             continue;
-        PyObject *neg = PyObject_CallMethodNoArgs(x, names[IS_NEG]);
+        PyObject *neg = PyObject_CallMethodNoArgs(x, ab_names[AB_IS_NEG]);
         if (!neg)
             goto done;
         bridged = neg == Py_False;
@@ -591,6 +683,14 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
     if (!outs || outs == Py_None) {
         res = outs;
         goto done;
+    }
+    if (count) { /* AidgeModule._backwards[0] += 1, as _backward counts */
+        PyObject *n = PyLong_FromLong(next);
+        if (!n) {
+            Py_DECREF(outs);
+            goto done;
+        }
+        PyList_SetItem(count, 0, n);
     }
     const Py_ssize_t m = PyList_GET_SIZE(outs);
     res = PyTuple_New(m + 2);
@@ -602,6 +702,7 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
     }
     Py_DECREF(outs);
 done:
+    Py_XDECREF(count);
     Py_DECREF(call);
     return res;
 }
