@@ -435,6 +435,10 @@ ai_status ai_graph_backward(ai_graph *g, int n_out, const ai_tensor *const *grad
  * forward returned (a caller's in-place change to it would then change the
  * gradients); false without a plan or need_backward. */
 bool ai_graph_backward_reads_outputs(const ai_graph *g);
+/* Whether it reads a graph input's memory: the caller's tensor, which the
+ * engine views (an in-place change to it between forward and backward
+ * would change the gradients); false without a plan or need_backward. */
+bool ai_graph_backward_reads_inputs(const ai_graph *g);
 
 /* The value of `name` after the last forward, as a new tensor sharing the
  * plan's memory (AI_ERR_VALUE when its memory was reused since). */

@@ -1080,6 +1080,8 @@ static ai_status plan_build(ai_graph *g, const ai_tensor *const *inputs, bool in
     }
     for (int i = 0; i < g->n_outputs; i++)
         p->outputs_read |= p->fresh[g->outputs[i]] && p->kept[g->outputs[i]];
+    for (int i = 0; i < g->n_inputs; i++)
+        p->inputs_read |= p->need_backward && p->kept[g->inputs[i]];
     plan_views(g, p);
 
     ALLOC(items, 2 * V);
@@ -1732,6 +1734,11 @@ ai_status ai_graph_intermediate(ai_graph *g, const char *name, ai_tensor **out)
 bool ai_graph_backward_reads_outputs(const ai_graph *g)
 {
     return g->plan && g->plan->outputs_read;
+}
+
+bool ai_graph_backward_reads_inputs(const ai_graph *g)
+{
+    return g->plan && g->plan->inputs_read;
 }
 
 bool ai_graph_value_meta(const ai_graph *g, int v, ai_meta *out)

@@ -36,6 +36,7 @@ struct ai_plan {
     int *def_step, *last_step; /* per value, forward steps */
     bool *kept;           /* per value: kept to the end of backward (or keep_all) */
     bool outputs_read;    /* a backward that runs reads a fresh output's memory */
+    bool inputs_read;     /* a backward that runs reads a graph input (the caller's memory) */
     bool poison_dead;     /* AIDGE_INTEROP_POISON_DEAD: NaN into the values that die */
 
     /* views (plan.c): per value, the value whose arena buffer it shares, its

@@ -549,6 +549,65 @@ def test_in_place_change_of_an_output_backward_does_not_read_is_allowed(model_cl
         torch.testing.assert_close(g_engine, g_torch)
 
 
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        return x * self.w
+
+
+class Square(torch.nn.Module):
+    def forward(self, x):
+        return x * x
+
+
+class Shift(torch.nn.Module):
+    def forward(self, x):
+        return x + 1.5
+
+
+@pytest.mark.parametrize("model_cls", [Scale, Square, lambda: torch.nn.Linear(16, 8)])
+@pytest.mark.parametrize("steady", [False, True], ids=["first", "steady"])
+def test_in_place_change_of_an_input_backward_reads_is_refused(model_cls, steady):
+    # the engine views the caller's input: the backward that reads it (the
+    # weight's gradient of x * w or Linear, x * x's) would compute from the
+    # changed values; refused as torch refuses it for its own operators,
+    # after the first backward (Python) and in the steady state (C) alike
+    torch.manual_seed(0)
+    model = model_cls()
+    wrapped = wrap(copy.deepcopy(model), [(2, 16)])
+    for _ in range(3 if steady else 1):
+        wrapped(torch.randn(2, 16, requires_grad=True)).sum().backward()
+    assert wrapped._graph.backward_reads_inputs
+    for m in (model, wrapped):
+        x2 = torch.randn(2, 16, requires_grad=True) * 1  # not a leaf: changed in place below
+        y = m(x2)
+        with torch.no_grad():
+            x2.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+def test_in_place_change_of_an_input_backward_does_not_read_is_allowed():
+    torch.manual_seed(0)
+    model = Shift()
+    wrapped = wrap(Shift(), [(2, 16)])
+    x0 = torch.randn(2, 16)
+    grads = []
+    for m in (model, wrapped):
+        x = x0.clone().requires_grad_(True)
+        x2 = x * 1
+        y = m(x2)
+        with torch.no_grad():
+            x2.add_(1)
+        (y * y).sum().backward()
+        grads.append(x.grad)
+    assert not wrapped._graph.backward_reads_inputs
+    torch.testing.assert_close(grads[1], grads[0])
+
+
 def test_bad_arguments():
     wrapped = wrap(Elementwise(), [(2, 16)])
     with pytest.raises(TypeError, match="Elementwise.forward: too many positional arguments"):

@@ -555,18 +555,22 @@ class _EngineFunction(torch.autograd.Function):
             if not o.is_floating_point():
                 ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
                 break
-        # the outputs are the engine's own forward results (no copy): when
-        # backward reads them (Tanh, Relu...), saving them makes torch refuse a
-        # backward after an in-place change to them instead of computing a
-        # wrong gradient; when it does not (Gemm, Conv, Add...), the change is
-        # harmless and torch allows it, as it does for its own operators
-        if graph.backward_reads_outputs:
-            ctx.save_for_backward(*outs)
+        # the outputs are the engine's own forward results and the inputs the
+        # caller's tensors, which the engine views (no copy): when backward
+        # reads them (Relu, Tanh... their outputs; Mul, Gemm, Conv... their
+        # inputs), saving them makes torch refuse a backward after an
+        # in-place change to them instead of computing a wrong gradient; when
+        # it does not (Add...), the change is harmless and torch allows it,
+        # as it does for its own operators
+        reads_inputs, reads_outputs = graph.backward_reads_inputs, graph.backward_reads_outputs
+        if reads_inputs or reads_outputs:
+            ctx.save_for_backward(*(inputs if reads_inputs else ()),
+                                  *(outs if reads_outputs else ()))
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        # in C: where the backward reads outputs, ctx.saved_tensors (torch's
+        # in C: where the backward reads outputs or inputs, ctx.saved_tensors (torch's
         # in-place check of the saved outputs), the older-forward check, and
         # for a module without parameters or with parameters in _backward's
         # steady state (module._steady_backward) the engine call through the

@@ -615,7 +615,7 @@ done:
  * ignores). ctx.call is (module, graph, module._calls, this forward's
  * number, whether the module has parameters), set by the forward. The
  * checks, in the order the Python had them: where the backward reads
- * outputs, ctx.saved_tensors (torch's in-place and freed-graph errors), then
+ * outputs or inputs, ctx.saved_tensors (torch's in-place and freed-graph errors), then
  * that the engine still holds this forward (module._calls[0] unchanged). A
  * wrapped Relu's backward inside torch's autograd engine:
  * benchmarks/results/overhead.md. */
@@ -645,7 +645,7 @@ PyObject *py_autograd_backward(PyObject *unused, PyObject *const *args, Py_ssize
         goto done;
     }
     GraphObject *self = (GraphObject *)PyTuple_GET_ITEM(call, 1);
-    if (ai_graph_backward_reads_outputs(self->g)) {
+    if (ai_graph_backward_reads_outputs(self->g) || ai_graph_backward_reads_inputs(self->g)) {
         PyObject *saved = PyObject_GetAttr(args[0], ab_names[AB_SAVED]);
         if (!saved)
             goto done;
@@ -1413,6 +1413,12 @@ static PyObject *Graph_get_backward_reads_outputs(GraphObject *self, void *c)
     return PyBool_FromLong(ai_graph_backward_reads_outputs(self->g));
 }
 
+static PyObject *Graph_get_backward_reads_inputs(GraphObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(ai_graph_backward_reads_inputs(self->g));
+}
+
 static PyObject *Graph_get_input_names(GraphObject *self, void *c)
 {
     (void)c;
@@ -1480,6 +1486,10 @@ static PyGetSetDef Graph_getset[] = {
      "whether the backward of the current plan (need_backward) reads the memory of\n"
      "an output the forward returned: an in-place change to it would then change\n"
      "the gradients", NULL},
+    {"backward_reads_inputs", (getter)Graph_get_backward_reads_inputs, NULL,
+     "whether the backward of the current plan (need_backward) reads the memory of\n"
+     "an input the forward was given (the caller's tensor, which the engine views):\n"
+     "an in-place change to it would then change the gradients", NULL},
     {"training", (getter)Graph_get_training, (setter)Graph_set_training,
      "BatchNorm batch statistics and Dropout when True", NULL},
     {"need_backward", (getter)Graph_get_need_backward, (setter)Graph_set_need_backward,
