@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from aidge_interop import SGD, wrap
+from test_backward_params_fastpath import MulW
 
 
 class Elementwise(torch.nn.Module):
@@ -549,15 +550,6 @@ def test_in_place_change_of_an_output_backward_does_not_read_is_allowed(model_cl
         torch.testing.assert_close(g_engine, g_torch)
 
 
-class Scale(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(16))
-
-    def forward(self, x):
-        return x * self.w
-
-
 class Square(torch.nn.Module):
     def forward(self, x):
         return x * x
@@ -568,7 +560,7 @@ class Shift(torch.nn.Module):
         return x + 1.5
 
 
-@pytest.mark.parametrize("model_cls", [Scale, Square, lambda: torch.nn.Linear(16, 8)])
+@pytest.mark.parametrize("model_cls", [MulW, Square, lambda: torch.nn.Linear(16, 8)])
 @pytest.mark.parametrize("steady", [False, True], ids=["first", "steady"])
 def test_in_place_change_of_an_input_backward_reads_is_refused(model_cls, steady):
     # the engine views the caller's input: the backward that reads it (the
