@@ -570,8 +570,8 @@ class _EngineFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        # in C: where the backward reads outputs or inputs, ctx.saved_tensors (torch's
-        # in-place check of the saved outputs), the older-forward check, and
+        # in C: where the backward reads outputs or inputs, ctx.saved_tensors
+        # (torch's in-place check of the saved tensors), the older-forward check, and
         # for a module without parameters or with parameters in _backward's
         # steady state (module._steady_backward) the engine call through the
         # bridge (benchmarks/results/overhead.md); None: the rest is Python's
