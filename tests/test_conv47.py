@@ -27,6 +27,7 @@ from torch import nn
 import aidge_interop as ai
 from aidge_interop import _C
 from op_harness import TOL, _close, check_wrapped_step, make_model
+from test_conv_winograd import outputs_over_lanes_and_threads
 
 RTOL, ATOL = TOL[np.dtype("float32")]
 
@@ -131,16 +132,7 @@ def test_convs_winograd_does_not_take_keep_their_kernels(fast_kernels, case):
 def test_winograd_nchw_lanes_and_threads_bit_for_bit(avx512, case):
     n, c, m, h, wd, pads = CASES[case]
     run, _ = _engine(*_arrays(n, c, m, h, wd), pads)
-    saved = ai.get_num_threads()
-    outs = {}
-    try:
-        for threads in (1, 2, 3):
-            ai.set_num_threads(threads)
-            for wide in (True, False):
-                assert _C._set_avx512(wide) is wide
-                outs[threads, wide] = run()
-    finally:
-        ai.set_num_threads(saved)
+    outs = outputs_over_lanes_and_threads(run)
     for key, got in outs.items():
         for name, a, e in zip(NAMES, got, outs[1, True]):
             assert np.array_equal(a, e), (key, name)

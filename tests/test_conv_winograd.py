@@ -106,8 +106,8 @@ def test_winograd_16_lanes_match_8_lanes_and_threads_bit_for_bit(avx512, case):
     assert_same_over_lanes_and_threads(wrapped, x)
 
 
-def assert_same_over_lanes_and_threads(wrapped, x):
-    """The same bits from 16 and 8 lanes at 1, 2 and 3 threads."""
+def outputs_over_lanes_and_threads(run):
+    """run() with 16 and 8 lanes at 1, 2 and 3 threads: {(threads, wide): result}."""
     saved = ai.get_num_threads()
     outs = {}
     try:
@@ -115,8 +115,14 @@ def assert_same_over_lanes_and_threads(wrapped, x):
             ai.set_num_threads(threads)
             for wide in (True, False):
                 assert _C._set_avx512(wide) is wide
-                outs[threads, wide] = _run(wrapped, x)
+                outs[threads, wide] = run()
     finally:
         ai.set_num_threads(saved)
+    return outs
+
+
+def assert_same_over_lanes_and_threads(wrapped, x):
+    """The same bits from 16 and 8 lanes at 1, 2 and 3 threads."""
+    outs = outputs_over_lanes_and_threads(lambda: _run(wrapped, x))
     for key, y in outs.items():
         assert torch.equal(y, outs[1, True]), key
