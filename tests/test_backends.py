@@ -241,6 +241,28 @@ def test_what_aidge_cannot_run_raises_its_message(make, shape, message):
         aidge(torch.randn(shape)).sum().backward()
 
 
+def test_aidge_logged_error_is_kept_whatever_its_console_level(capfd):
+    """The reason Aidge logs for a failed forward_dims reaches the exception
+    even where its console is set to Fatal (as ``aidge-interop compare``
+    does while it runs); nothing is shown then, and the level stays."""
+    AidgeModel, _ = _aidge_training()
+    import aidge_core
+
+    level = aidge_core.Log.get_console_level()
+    aidge_core.Log.set_console_level(aidge_core.Level.Fatal)
+    try:
+        capfd.readouterr()
+        with pytest.raises(EngineUnsupported, match="Wrong input size .* for ConvDepthWise"):
+            AidgeModel(torch.nn.Conv2d(6, 12, 3, groups=6), [(2, 6, 10, 10)])
+        assert aidge_core.Log.get_console_level() == aidge_core.Level.Fatal
+        assert capfd.readouterr().err == ""
+    finally:
+        aidge_core.Log.set_console_level(level)
+    with pytest.raises(EngineUnsupported, match="Wrong input size .* for ConvDepthWise"):
+        AidgeModel(torch.nn.Conv2d(6, 12, 3, groups=6), [(2, 6, 10, 10)])
+    assert "Wrong input size" in capfd.readouterr().err  # shown at the default level
+
+
 def test_torch_runner_is_the_module_in_eval_without_grad():
     model = resnet_model.resnet8().train()
     x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)

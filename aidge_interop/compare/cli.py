@@ -24,6 +24,7 @@ Exit status: 0; 1 when an engine failed, or a backend named in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -409,6 +410,25 @@ def plot_report(report: dict, path: str) -> None:
 
 # -- commands -------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _quiet_aidge(used: bool):
+    """Eclipse Aidge's console log at Fatal while the body runs (its warnings
+    would cut through the table), its level as it was afterwards."""
+    from . import engines
+
+    if not (used and engines.available("aidge")[0]):
+        yield
+        return
+    import aidge_core
+
+    level = aidge_core.Log.get_console_level()
+    aidge_core.Log.set_console_level(aidge_core.Level.Fatal)
+    try:
+        yield
+    finally:
+        aidge_core.Log.set_console_level(level)
+
+
 def _compare_command(args) -> int:
     from . import engines
 
@@ -426,16 +446,14 @@ def _compare_command(args) -> int:
             raise UsageError("torch cannot run an ONNX file; its reference is onnxruntime")
     keys = args.backends or [k for k in BACKENDS if not (k == "torch" and target.kind == "onnx")]
     keys = [reference] + [k for k in keys if k != reference]
-    if "aidge" in keys and engines.available("aidge")[0]:
-        import aidge_core  # its warnings would cut through the table
-
-        aidge_core.Log.set_console_level(aidge_core.Level.Fatal)
-    saved, engines.THREADS = engines.THREADS, args.threads
-    try:
-        report = compare(target, keys, repeat=args.repeat, warmup=args.warmup,
-                         train=args.train, seed=args.seed, progress=Progress(), int8=args.int8)
-    finally:
-        engines.THREADS = saved
+    with _quiet_aidge("aidge" in keys):
+        saved, engines.THREADS = engines.THREADS, args.threads
+        try:
+            report = compare(target, keys, repeat=args.repeat, warmup=args.warmup,
+                             train=args.train, seed=args.seed, progress=Progress(),
+                             int8=args.int8)
+        finally:
+            engines.THREADS = saved
     sys.stdout.write(render(report))
     if args.json:
         text = json.dumps(finite(report), indent=2, allow_nan=False) + "\n"

@@ -196,24 +196,35 @@ def _converter_errors():
 def _logged_errors():
     """The ERROR entries Aidge's C++ log writes to the console (file
     descriptors 1 and 2) while the body runs, in a list filled on exit; the
-    console output itself is written to stderr afterwards."""
+    console output itself is written to stderr afterwards. A console level
+    above Error (``aidge-interop compare`` sets Fatal, a user may too) is
+    lowered to Error meanwhile, so that the errors are written, and what it
+    would have hidden is not shown."""
+    import aidge_core
+
     errors = []
+    level = aidge_core.Log.get_console_level()
+    shown = level.value <= aidge_core.Level.Error.value
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     with tempfile.TemporaryFile() as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+        if not shown:
+            aidge_core.Log.set_console_level(aidge_core.Level.Error)
         try:
             yield errors
         finally:
+            aidge_core.Log.set_console_level(level)
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
             log.seek(0)
             text = log.read()
-            os.write(2, text)
+            if shown:
+                os.write(2, text)
             entry = None
             for line in re.sub(r"\x1b\[[0-9;]*m", "", text.decode(errors="replace")).splitlines():
                 head, _, rest = line.partition("]")
