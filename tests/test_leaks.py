@@ -38,17 +38,10 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
-def _mallinfo2():
-    """glibc's mallinfo2 (2.33 and later), or None."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-    fn = getattr(libc, "mallinfo2", None)
-    if fn is None:
-        return None
-    fn.restype = _MallInfo2
-    return fn
-
-
-MALLINFO2 = _mallinfo2()
+LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None)
+MALLINFO2 = getattr(LIBC, "mallinfo2", None)  # glibc 2.33 and later
+if MALLINFO2 is not None:
+    MALLINFO2.restype = _MallInfo2
 MEMORY = "C heap in use" if MALLINFO2 else "resident memory"
 
 
@@ -143,14 +136,14 @@ def test_results_outlive_their_module_and_free_without_leaks():
 def test_the_memory_measure_sees_a_leak_that_is_never_written():
     """The measure the tests above use does fail: 100 KiB malloc-ed and
     dropped per cycle (never written, so not resident) is seen."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    malloc, free = LIBC.malloc, LIBC.free
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    free.restype, free.argtypes = None, [ctypes.c_void_p]
     leaked = []
-    before, after = run_cycles(200, 10, lambda: leaked.append(libc.malloc(100 << 10)))
+    before, after = run_cycles(200, 10, lambda: leaked.append(malloc(100 << 10)))
     try:
         with pytest.raises(AssertionError, match=rf"{MEMORY} grew by 1[89]\.\d MiB"):
             assert_flat(before, after, "the leak")
     finally:
         for block in leaked:
-            libc.free(block)
+            free(block)
